@@ -1,0 +1,35 @@
+# The two commands: `make demo` (install, build, train on Fashion-MNIST) and
+# `make test` (install, build, run every test). Both install whatever Debian
+# packages are missing first.
+BUILD_DIR ?= build
+BUILD_TYPE ?= RelWithDebInfo
+JOBS ?= $(shell nproc)
+DEMO_FLAGS ?= --ps=2 --workers=2 --epochs=3
+
+DEBIAN_PACKAGES := cmake make g++ pkg-config ccache \
+  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler \
+  libabsl-dev libspdlog-dev libopenblas-dev nlohmann-json3-dev zlib1g-dev \
+  libgtest-dev dataset-fashion-mnist
+
+.PHONY: all deps configure build demo test clean
+
+all: build
+
+deps:
+	@tools/install_deps.sh $(DEBIAN_PACKAGES)
+
+configure: deps
+	cmake -S . -B $(BUILD_DIR) -DCMAKE_BUILD_TYPE=$(BUILD_TYPE)
+
+build: configure
+	cmake --build $(BUILD_DIR) -j$(JOBS)
+
+demo: build
+	$(BUILD_DIR)/bin/pstrain local $(DEMO_FLAGS) --summary_json=$(BUILD_DIR)/demo_summary.json
+	@echo "summary: $(BUILD_DIR)/demo_summary.json"; cat $(BUILD_DIR)/demo_summary.json
+
+test: build
+	cd $(BUILD_DIR) && ctest --output-on-failure -j$(JOBS)
+
+clean:
+	rm -rf $(BUILD_DIR)

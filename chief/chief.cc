@@ -1,0 +1,269 @@
+#include "chief/chief.h"
+
+#include <fstream>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/synchronization/blocking_counter.h"
+#include "absl/time/clock.h"
+#include "chief/coordinator.h"
+#include "chief/grpc_coordinator_service.h"
+#include "common/grpc_channel.h"
+#include "common/grpc_status.h"
+#include "common/logging.h"
+#include "common/placement.h"
+#include "common/status_macros.h"
+#include "nlohmann/json.hpp"
+#include "proto/pstrain.grpc.pb.h"
+#include "worker/mlp.h"
+#include "worker/mnist_reader.h"
+#include "worker/model_spec.h"
+#include "worker/ps_client.h"
+
+namespace pst::chief {
+namespace {
+
+struct PsPeer {
+  std::string address;
+  std::unique_ptr<proto::ParameterServer::Stub> stub;
+  uint64_t incarnation = 0;
+  absl::Time last_ok;
+};
+
+// Creates this ps's variables, retrying while it is not up yet.
+absl::Status CreateOnPs(PsPeer* ps, const proto::CreateVariablesRequest& request,
+                        absl::Time deadline, const common::StopSignal& stop) {
+  for (;;) {
+    grpc::ClientContext context;
+    common::SetDeadline(&context, absl::Seconds(2), /*wait_for_ready=*/true);
+    proto::CreateVariablesResponse response;
+    grpc::Status status = ps->stub->CreateVariables(&context, request, &response);
+    if (status.ok()) break;
+    const bool retry = status.error_code() == grpc::StatusCode::UNAVAILABLE ||
+                       status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED;
+    absl::Status s = common::FromGrpcStatus(status);
+    if (!retry) {
+      return absl::Status(s.code(), absl::StrCat("ps at ", ps->address, ": ", s.message()));
+    }
+    if (stop.stopped()) return absl::CancelledError("stopped while creating variables");
+    if (absl::Now() > deadline) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          "ps at ", ps->address, " did not come up within --startup_timeout_s: ", s.message()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<proto::HealthResponse> ProbePs(PsPeer* ps, absl::Duration timeout) {
+  grpc::ClientContext context;
+  common::SetDeadline(&context, timeout);
+  proto::HealthRequest request;
+  request.set_caller("chief");
+  proto::HealthResponse response;
+  grpc::Status status = ps->stub->Health(&context, request, &response);
+  if (!status.ok()) return common::FromGrpcStatus(status);
+  return response;
+}
+
+void ShutdownAllPs(std::vector<PsPeer>& ps, const std::string& reason) {
+  absl::BlockingCounter pending(static_cast<int>(ps.size()));
+  std::vector<grpc::ClientContext> contexts(ps.size());
+  std::vector<proto::ShutdownResponse> responses(ps.size());
+  proto::ShutdownRequest request;
+  request.set_reason(reason);
+  for (size_t i = 0; i < ps.size(); ++i) {
+    common::SetDeadline(&contexts[i], absl::Seconds(5));
+    ps[i].stub->async()->Shutdown(&contexts[i], &request, &responses[i],
+                                  [&pending](grpc::Status) { pending.DecrementCount(); });
+  }
+  pending.Wait();
+}
+
+struct EvalResult {
+  double accuracy = 0;
+  double loss = 0;
+  int64_t global_step = 0;
+};
+
+absl::StatusOr<EvalResult> Evaluate(const proto::ClusterState& state, const ChiefOptions& options) {
+  PST_ASSIGN_OR_RETURN(worker::MlpConfig mlp_config, worker::MlpConfigFor(options.training));
+  PST_ASSIGN_OR_RETURN(std::vector<proto::VariableSpec> specs,
+                       worker::ModelVariables(options.training));
+  std::vector<std::string> names;
+  for (const auto& spec : specs) names.push_back(spec.name());
+  PST_ASSIGN_OR_RETURN(std::unique_ptr<worker::PsClient> client,
+                       worker::PsClient::Create(state, names, -1, 0, options.timing.rpc_timeout));
+  worker::Values params;
+  PST_ASSIGN_OR_RETURN(int64_t version, client->Pull(&params));
+  PST_ASSIGN_OR_RETURN(worker::Dataset test,
+                       worker::LoadFashionMnist(options.data_dir, worker::Split::kTest));
+  worker::Mlp model(mlp_config);
+  PST_ASSIGN_OR_RETURN(
+      worker::Mlp::Eval eval,
+      model.Evaluate(params, test.features.data(), test.labels.data(), test.num_examples));
+  return EvalResult{eval.accuracy, eval.loss, version};
+}
+
+absl::Status WriteSummary(const std::string& path, const nlohmann::json& summary) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << summary.dump(2) << "\n";
+    out.close();
+    if (!out) return absl::InternalError(absl::StrCat("cannot write ", tmp));
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    return absl::InternalError(absl::StrCat("cannot rename ", tmp, " to ", path));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status RunChief(const ChiefOptions& options, const common::StopSignal& stop) {
+  const absl::Time job_start = absl::Now();
+  const common::ClusterSpec& cluster = options.tf.cluster;
+  const common::Timing& timing = options.timing;
+
+  // Plan.
+  PST_ASSIGN_OR_RETURN(std::vector<proto::VariableSpec> specs,
+                       worker::ModelVariables(options.training));
+  PST_ASSIGN_OR_RETURN(proto::PlacementPlan plan,
+                       common::PlaceRoundRobin(specs, static_cast<int>(cluster.ps.size())));
+  proto::ClusterState initial;
+  *initial.mutable_plan() = plan;
+  for (const std::string& address : cluster.ps) initial.add_ps_addresses(address);
+  initial.set_num_workers(static_cast<int>(cluster.worker.size()));
+  *initial.mutable_training() = options.training;
+  const std::vector<int64_t> bytes = common::BytesPerPs(plan);
+  spdlog::info("placement ({}): {} variable(s) over {} ps, bytes per ps: [{}]", plan.policy(),
+               plan.variables_size(), plan.num_ps(), absl::StrJoin(bytes, ", "));
+
+  // Serve the coordinator from the start, so workers can find it; they are
+  // told to retry until the variables exist.
+  Coordinator coordinator(initial, timing.peer_timeout);
+  GrpcCoordinatorService service(&coordinator);
+  PST_ASSIGN_OR_RETURN(std::unique_ptr<grpc::Server> server,
+                       common::StartServer(cluster.CoordinatorAddress(), {&service}));
+  spdlog::info("coordinator serving on {}", cluster.CoordinatorAddress());
+
+  std::vector<PsPeer> ps(cluster.ps.size());
+  for (size_t i = 0; i < ps.size(); ++i) {
+    ps[i].address = cluster.ps[i];
+    ps[i].stub = proto::ParameterServer::NewStub(common::MakeChannel(cluster.ps[i]));
+  }
+
+  absl::Status status = [&]() -> absl::Status {
+    // Create and initialize the variables, on every ps in parallel.
+    const absl::Time deadline = absl::Now() + timing.startup_timeout;
+    std::vector<absl::Status> created(ps.size());
+    {
+      std::vector<std::thread> threads;
+      for (size_t i = 0; i < ps.size(); ++i) {
+        threads.emplace_back([&, i] {
+          proto::CreateVariablesRequest request;
+          *request.mutable_optimizer() = options.training.optimizer();
+          for (const auto& entry : plan.variables()) {
+            if (entry.ps_index() == static_cast<int>(i)) *request.add_variables() = entry.spec();
+          }
+          created[i] = CreateOnPs(&ps[i], request, deadline, stop);
+        });
+      }
+      for (std::thread& t : threads) t.join();
+    }
+    for (const absl::Status& s : created) PST_RETURN_IF_ERROR(s);
+    for (PsPeer& p : ps) {
+      PST_ASSIGN_OR_RETURN(proto::HealthResponse health, ProbePs(&p, absl::Seconds(5)));
+      p.incarnation = health.incarnation();
+      p.last_ok = absl::Now();
+      spdlog::info("{} at {} holds {} variable(s), {} element(s)", health.task(), p.address,
+                   health.num_variables(), health.num_elements());
+    }
+    coordinator.SetPhase(proto::PHASE_RUNNING);
+    spdlog::info("variables initialized; waiting for {} worker(s)", cluster.worker.size());
+
+    // Watch until every worker is done.
+    const absl::Time running_since = absl::Now();
+    absl::Time next_log = running_since + timing.log_every;
+    for (;;) {
+      stop.WaitFor(timing.heartbeat_interval);
+      const absl::Time now = absl::Now();
+      if (stop.stopped()) {
+        coordinator.RequestStop(stop.reason());
+        coordinator.WaitAllDone(absl::Seconds(5));
+        return absl::CancelledError(stop.reason());
+      }
+      const Coordinator::Snapshot snap = coordinator.Check(now);
+      if (snap.all_done) break;
+      if (!snap.silent.empty()) {
+        return absl::UnavailableError(absl::StrCat("worker(s) ", absl::StrJoin(snap.silent, ", "),
+                                                   " sent no heartbeat for ",
+                                                   absl::FormatDuration(timing.peer_timeout)));
+      }
+      if (snap.registered < static_cast<int>(cluster.worker.size()) &&
+          now - running_since > timing.startup_timeout) {
+        return absl::DeadlineExceededError(
+            absl::StrCat("only ", snap.registered, " of ", cluster.worker.size(),
+                         " worker(s) registered within --startup_timeout_s"));
+      }
+      for (size_t i = 0; i < ps.size(); ++i) {
+        absl::StatusOr<proto::HealthResponse> health =
+            ProbePs(&ps[i], timing.heartbeat_interval + absl::Seconds(1));
+        if (health.ok() && health->incarnation() != ps[i].incarnation) {
+          return absl::DataLossError(
+              absl::StrCat("ps ", i, " at ", ps[i].address, " restarted and lost its variables"));
+        }
+        if (health.ok()) {
+          ps[i].last_ok = now;
+        } else if (now - ps[i].last_ok > timing.peer_timeout) {
+          return absl::UnavailableError(absl::StrCat(
+              "ps ", i, " at ", ps[i].address, " is unreachable: ", health.status().message()));
+        }
+      }
+      if (now >= next_log) {
+        next_log = now + timing.log_every;
+        const double secs = absl::ToDoubleSeconds(now - running_since);
+        spdlog::info("step {} | epoch {} | loss {:.4f} | {:.0f} examples/s | workers {}/{} done",
+                     snap.global_step, snap.epoch + 1, snap.loss,
+                     secs > 0 ? snap.examples / secs : 0.0, snap.done, cluster.worker.size());
+      }
+    }
+    const double train_secs = absl::ToDoubleSeconds(absl::Now() - running_since);
+    const Coordinator::Snapshot final_snap = coordinator.Check(absl::Now());
+    if (final_snap.left_early == static_cast<int>(cluster.worker.size())) {
+      return absl::AbortedError("every worker left before finishing; see their logs");
+    }
+
+    PST_ASSIGN_OR_RETURN(EvalResult eval, Evaluate(coordinator.State(), options));
+    const double examples_per_sec = train_secs > 0 ? final_snap.examples / train_secs : 0;
+    spdlog::info(
+        "done: test accuracy {:.4f}, test loss {:.4f}, global step {}, {:.0f} examples/s, "
+        "{:.1f} s training",
+        eval.accuracy, eval.loss, final_snap.global_step, examples_per_sec, train_secs);
+    if (!options.summary_json.empty()) {
+      nlohmann::json summary = {
+          {"test_accuracy", eval.accuracy},
+          {"test_loss", eval.loss},
+          {"global_step", final_snap.global_step},
+          {"examples", final_snap.examples},
+          {"examples_per_sec", examples_per_sec},
+          {"train_seconds", train_secs},
+          {"wall_seconds", absl::ToDoubleSeconds(absl::Now() - job_start)},
+          {"num_workers", cluster.worker.size()},
+          {"num_ps", cluster.ps.size()},
+      };
+      PST_RETURN_IF_ERROR(WriteSummary(options.summary_json, summary));
+      spdlog::info("wrote {}", options.summary_json);
+    }
+    return absl::OkStatus();
+  }();
+
+  coordinator.SetPhase(proto::PHASE_DONE);
+  coordinator.RequestStop(status.ok() ? "job done" : std::string(status.message()));
+  ShutdownAllPs(ps, status.ok() ? "job done" : absl::StrCat("job failed: ", status.message()));
+  server->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(2)));
+  return status;
+}
+
+}  // namespace pst::chief

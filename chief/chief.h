@@ -1,0 +1,33 @@
+// The chief's job driver: plan the placement, create the variables on every
+// ps, serve the coordinator, watch progress and liveness, evaluate at the
+// end, and tell every ps to exit.
+#ifndef PST_CHIEF_CHIEF_H_
+#define PST_CHIEF_CHIEF_H_
+
+#include <string>
+
+#include "absl/status/status.h"
+#include "common/job_flags.h"
+#include "common/process.h"
+#include "common/tf_config.h"
+#include "proto/pstrain.pb.h"
+
+namespace pst::chief {
+
+struct ChiefOptions {
+  common::TfConfig tf;  // the coordinator listens on tf.cluster.CoordinatorAddress()
+  proto::TrainingConfig training;
+  common::Timing timing;
+  std::string data_dir;
+  std::string summary_json;  // written at the end when non-empty
+};
+
+// Runs the job to the end. OK when every worker finished and the model was
+// evaluated. Errors: DeadlineExceeded when a ps or worker did not come up in
+// time; Unavailable when a ps or worker was lost; Cancelled when `stop` was
+// stopped. In every case each ps is told to shut down before returning.
+absl::Status RunChief(const ChiefOptions& options, const common::StopSignal& stop);
+
+}  // namespace pst::chief
+
+#endif  // PST_CHIEF_CHIEF_H_

@@ -1,0 +1,101 @@
+// The coordinator's state machine and worker registry. Pure logic: no
+// network, and time comes in as an argument, so tests control it.
+//
+//   INIT ──(variables created on every ps)──> RUNNING ──(all workers done,
+//   or stop requested)──> DONE
+//
+// (RECOVERING arrives with failure recovery.) Workers register, send
+// heartbeats with their progress, and report when they are done. The global
+// step is the sum of the steps the workers have pushed.
+//
+// Thread-safety: every method is safe to call concurrently.
+#ifndef PST_CHIEF_COORDINATOR_H_
+#define PST_CHIEF_COORDINATOR_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "proto/pstrain.pb.h"
+
+namespace pst::chief {
+
+class Coordinator {
+ public:
+  // `state` holds the plan, ps addresses, worker count and training config;
+  // its phase is set to INIT.
+  Coordinator(proto::ClusterState state, absl::Duration peer_timeout);
+
+  void SetPhase(proto::Phase phase);
+  proto::ClusterState State() const;
+
+  // Errors: InvalidArgument for an index outside [0, num_workers);
+  // Unavailable while the phase is INIT (retry); FailedPrecondition once the
+  // job is DONE.
+  absl::StatusOr<proto::ClusterState> Register(const proto::RegisterRequest& request,
+                                               absl::Time now);
+
+  // Errors: InvalidArgument for a bad index; FailedPrecondition for a worker
+  // that never registered; Aborted for a stale incarnation (a worker that
+  // has since restarted).
+  absl::StatusOr<proto::HeartbeatResponse> Heartbeat(const proto::HeartbeatRequest& request,
+                                                     absl::Time now);
+
+  // Errors: as Heartbeat.
+  absl::Status WorkerDone(const proto::WorkerDoneRequest& request, absl::Time now);
+
+  // From now on every heartbeat answers should_stop.
+  void RequestStop(std::string reason);
+
+  struct Snapshot {
+    proto::Phase phase = proto::PHASE_INIT;
+    int64_t global_step = 0;
+    int64_t examples = 0;
+    double loss = 0;  // mean of the workers' latest reported losses
+    int epoch = 0;    // highest epoch any worker is in
+    int registered = 0;
+    int done = 0;
+    int left_early = 0;
+    bool all_done = false;
+    std::vector<int> silent;  // registered, not done, no heartbeat for peer_timeout
+  };
+  Snapshot Check(absl::Time now) const;
+
+  // Waits until every worker is done or `timeout` passes; true if all done.
+  bool WaitAllDone(absl::Duration timeout) const;
+
+ private:
+  struct WorkerState {
+    bool registered = false;
+    bool done = false;
+    bool completed = false;
+    uint64_t incarnation = 0;
+    absl::Time last_seen;
+    int64_t steps = 0;
+    int64_t examples = 0;
+    float loss = 0;
+    bool has_loss = false;
+    int epoch = 0;
+  };
+
+  // Finds the registered worker a request is from.
+  absl::StatusOr<WorkerState*> FindWorker(int index, uint64_t incarnation)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Record(WorkerState* worker, const proto::HeartbeatRequest& progress, absl::Time now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  int64_t GlobalStepLocked() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  bool AllDoneLocked() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+
+  const absl::Duration peer_timeout_;
+  mutable absl::Mutex mu_;
+  proto::ClusterState state_ ABSL_GUARDED_BY(mu_);
+  std::vector<WorkerState> workers_ ABSL_GUARDED_BY(mu_);
+  std::string stop_reason_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace pst::chief
+
+#endif  // PST_CHIEF_COORDINATOR_H_

@@ -1,0 +1,46 @@
+#include "chief/grpc_coordinator_service.h"
+
+#include "absl/time/clock.h"
+#include "common/grpc_status.h"
+
+namespace pst::chief {
+namespace {
+
+grpc::ServerUnaryReactor* Finish(grpc::CallbackServerContext* context, const absl::Status& status) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(common::ToGrpcStatus(status));
+  return reactor;
+}
+
+}  // namespace
+
+grpc::ServerUnaryReactor* GrpcCoordinatorService::Register(grpc::CallbackServerContext* context,
+                                                           const proto::RegisterRequest* request,
+                                                           proto::RegisterResponse* response) {
+  absl::StatusOr<proto::ClusterState> state = coordinator_->Register(*request, absl::Now());
+  if (state.ok()) *response->mutable_state() = *std::move(state);
+  return Finish(context, state.status());
+}
+
+grpc::ServerUnaryReactor* GrpcCoordinatorService::Heartbeat(grpc::CallbackServerContext* context,
+                                                            const proto::HeartbeatRequest* request,
+                                                            proto::HeartbeatResponse* response) {
+  absl::StatusOr<proto::HeartbeatResponse> result = coordinator_->Heartbeat(*request, absl::Now());
+  if (result.ok()) *response = *std::move(result);
+  return Finish(context, result.status());
+}
+
+grpc::ServerUnaryReactor* GrpcCoordinatorService::WorkerDone(
+    grpc::CallbackServerContext* context, const proto::WorkerDoneRequest* request,
+    proto::WorkerDoneResponse* response) {
+  return Finish(context, coordinator_->WorkerDone(*request, absl::Now()));
+}
+
+grpc::ServerUnaryReactor* GrpcCoordinatorService::GetState(grpc::CallbackServerContext* context,
+                                                           const proto::GetStateRequest* request,
+                                                           proto::ClusterState* response) {
+  *response = coordinator_->State();
+  return Finish(context, absl::OkStatus());
+}
+
+}  // namespace pst::chief

@@ -1,0 +1,34 @@
+// The Coordinator gRPC service: unpack, call Coordinator, convert, finish.
+#ifndef PST_CHIEF_GRPC_COORDINATOR_SERVICE_H_
+#define PST_CHIEF_GRPC_COORDINATOR_SERVICE_H_
+
+#include "chief/coordinator.h"
+#include "proto/pstrain.grpc.pb.h"
+
+namespace pst::chief {
+
+// Thread-safe. Does not own the coordinator.
+class GrpcCoordinatorService final : public proto::Coordinator::CallbackService {
+ public:
+  explicit GrpcCoordinatorService(Coordinator* coordinator) : coordinator_(coordinator) {}
+
+  grpc::ServerUnaryReactor* Register(grpc::CallbackServerContext* context,
+                                     const proto::RegisterRequest* request,
+                                     proto::RegisterResponse* response) override;
+  grpc::ServerUnaryReactor* Heartbeat(grpc::CallbackServerContext* context,
+                                      const proto::HeartbeatRequest* request,
+                                      proto::HeartbeatResponse* response) override;
+  grpc::ServerUnaryReactor* WorkerDone(grpc::CallbackServerContext* context,
+                                       const proto::WorkerDoneRequest* request,
+                                       proto::WorkerDoneResponse* response) override;
+  grpc::ServerUnaryReactor* GetState(grpc::CallbackServerContext* context,
+                                     const proto::GetStateRequest* request,
+                                     proto::ClusterState* response) override;
+
+ private:
+  Coordinator* const coordinator_;
+};
+
+}  // namespace pst::chief
+
+#endif  // PST_CHIEF_GRPC_COORDINATOR_SERVICE_H_

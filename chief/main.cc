@@ -1,0 +1,39 @@
+// chief: plans the placement, initializes the variables, drives the job to
+// completion, evaluates the model, and tells every daemon to exit.
+#include <cstdio>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "chief/chief.h"
+#include "common/daemon_main.h"
+#include "common/logging.h"
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "pstrain chief. Usage: TF_CONFIG='{...\"task\":{\"type\":\"chief\",\"index\":0}}' chief "
+      "[--epochs=N] [--summary_json=PATH] ...");
+  absl::ParseCommandLine(argc, argv);
+  try {
+    pst::common::StopSignal stop;
+    absl::StatusOr<pst::common::DaemonSetup> setup =
+        pst::common::SetUpDaemon("chief", pst::common::TaskType::kChief, &stop);
+    if (!setup.ok()) return 2;
+    pst::chief::ChiefOptions options;
+    options.tf = setup->tf;
+    options.training = setup->training;
+    options.timing = setup->timing;
+    options.data_dir = absl::GetFlag(FLAGS_data_dir);
+    options.summary_json = absl::GetFlag(FLAGS_summary_json);
+    absl::Status status = pst::chief::RunChief(options, stop);
+    if (!status.ok()) {
+      spdlog::error("job failed: {}", status.ToString());
+      return 1;
+    }
+    spdlog::info("job done");
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "chief: fatal: %s\n", e.what());
+    return 1;
+  }
+}

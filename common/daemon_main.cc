@@ -1,0 +1,35 @@
+#include "common/daemon_main.h"
+
+#include <cstdio>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/str_cat.h"
+#include "common/logging.h"
+
+namespace pst::common {
+
+absl::StatusOr<DaemonSetup> SetUpDaemon(const char* binary, TaskType type, StopSignal* stop) {
+  DaemonSetup setup;
+  absl::Status status = [&]() -> absl::Status {
+    absl::StatusOr<TfConfig> tf = LoadTfConfig(absl::GetFlag(FLAGS_tf_config), type);
+    if (!tf.ok()) return tf.status();
+    setup.tf = *std::move(tf);
+    absl::StatusOr<proto::TrainingConfig> training = TrainingConfigFromFlags();
+    if (!training.ok()) return training.status();
+    setup.training = *std::move(training);
+    absl::StatusOr<Timing> timing = TimingFromFlags();
+    if (!timing.ok()) return timing.status();
+    setup.timing = *timing;
+    return absl::OkStatus();
+  }();
+  if (!status.ok()) {
+    std::fprintf(stderr, "%s: %s\n", binary, std::string(status.message()).c_str());
+    return status;
+  }
+  InitLogging(TaskIdString(setup.tf.task));
+  HandleTerminationSignals(
+      [stop](int signo) { stop->Stop(absl::StrCat("received signal ", signo)); });
+  return setup;
+}
+
+}  // namespace pst::common

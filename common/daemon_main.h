@@ -1,0 +1,30 @@
+// What the chief and worker main()s share: load the TF_CONFIG for this
+// binary, set up logging and signals, and read the job flags.
+#ifndef PST_COMMON_DAEMON_MAIN_H_
+#define PST_COMMON_DAEMON_MAIN_H_
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "common/job_flags.h"
+#include "common/process.h"
+#include "common/tf_config.h"
+#include "proto/pstrain.pb.h"
+
+namespace pst::common {
+
+struct DaemonSetup {
+  TfConfig tf;
+  proto::TrainingConfig training;
+  Timing timing;
+};
+
+// Parses TF_CONFIG (expecting `type`), the training flags and the timing
+// flags; starts logging as the task's name; routes SIGINT/SIGTERM to `stop`.
+// On error prints "<binary>: <message>" to stderr and returns it; the
+// caller exits 2.
+absl::StatusOr<DaemonSetup> SetUpDaemon(const char* binary, TaskType type, StopSignal* stop);
+
+}  // namespace pst::common
+
+#endif  // PST_COMMON_DAEMON_MAIN_H_

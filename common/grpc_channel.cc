@@ -1,0 +1,57 @@
+#include "common/grpc_channel.h"
+
+#include <chrono>
+
+#include "absl/strings/str_cat.h"
+#include "common/tf_config.h"
+
+namespace pst::common {
+
+std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address) {
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(kMaxMessageBytes);
+  args.SetMaxSendMessageSize(kMaxMessageBytes);
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 30'000);
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 10'000);
+  // Reconnect quickly to a peer that restarts.
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1'000);
+  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+}
+
+void ConfigureServerBuilder(grpc::ServerBuilder* builder) {
+  builder->SetMaxReceiveMessageSize(kMaxMessageBytes);
+  builder->SetMaxSendMessageSize(kMaxMessageBytes);
+  builder->AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  builder->AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 10'000);
+}
+
+void SetDeadline(grpc::ClientContext* context, absl::Duration timeout, bool wait_for_ready) {
+  context->set_deadline(std::chrono::system_clock::now() + absl::ToChronoMilliseconds(timeout));
+  context->set_wait_for_ready(wait_for_ready);
+}
+
+std::string ListenAddress(const std::string& advertised) {
+  std::string host;
+  int port = 0;
+  if (!ParseHostPort(advertised, &host, &port).ok()) return advertised;
+  return "0.0.0.0:" + std::to_string(port);
+}
+
+absl::StatusOr<std::unique_ptr<grpc::Server>> StartServer(
+    const std::string& advertised, const std::vector<grpc::Service*>& services) {
+  const std::string listen = ListenAddress(advertised);
+  grpc::ServerBuilder builder;
+  ConfigureServerBuilder(&builder);
+  int bound_port = 0;
+  builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &bound_port);
+  for (grpc::Service* service : services) builder.RegisterService(service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server == nullptr || bound_port == 0) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot listen on ", listen, " (for ", advertised, "): is the port in use?"));
+  }
+  return server;
+}
+
+}  // namespace pst::common

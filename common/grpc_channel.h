@@ -1,0 +1,44 @@
+// gRPC channel and server settings shared by every daemon: message size
+// limits, keepalive, and plaintext credentials (TLS comes with the
+// operability work).
+#ifndef PST_COMMON_GRPC_CHANNEL_H_
+#define PST_COMMON_GRPC_CHANNEL_H_
+
+#include <grpcpp/grpcpp.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+
+namespace pst::common {
+
+// Largest message any pstrain RPC sends or accepts.
+inline constexpr int kMaxMessageBytes = 512 << 20;
+
+// A channel to `address` ("host:port"). Channels are meant to be created
+// once per peer and reused.
+std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address);
+
+// Applies pstrain's limits to a server under construction.
+void ConfigureServerBuilder(grpc::ServerBuilder* builder);
+
+// Sets a deadline `timeout` from now; with wait_for_ready the call waits
+// for the peer to come up instead of failing at once.
+void SetDeadline(grpc::ClientContext* context, absl::Duration timeout, bool wait_for_ready = false);
+
+// The address to listen on for a TF_CONFIG "host:port": all interfaces on
+// that port, so the same spec works behind NAT and in containers.
+std::string ListenAddress(const std::string& advertised);
+
+// Builds and starts a server for `services` listening on
+// ListenAddress(advertised). Errors: Unavailable naming the address when the
+// port cannot be bound.
+absl::StatusOr<std::unique_ptr<grpc::Server>> StartServer(
+    const std::string& advertised, const std::vector<grpc::Service*>& services);
+
+}  // namespace pst::common
+
+#endif  // PST_COMMON_GRPC_CHANNEL_H_

@@ -1,0 +1,108 @@
+#include "common/initializer.h"
+
+#include <cmath>
+#include <numbers>
+
+#include "absl/strings/str_cat.h"
+
+namespace pst::common {
+namespace {
+
+uint64_t SplitMix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+// Fan-in and fan-out as Keras computes them: the last two axes, with any
+// leading axes multiplied into the receptive field.
+void Fans(const proto::VariableSpec& spec, double* fan_in, double* fan_out) {
+  const int rank = spec.shape_size();
+  double receptive = 1;
+  for (int i = 0; i + 2 < rank; ++i) receptive *= static_cast<double>(spec.shape(i));
+  *fan_in = static_cast<double>(spec.shape(rank - 2)) * receptive;
+  *fan_out = static_cast<double>(spec.shape(rank - 1)) * receptive;
+}
+
+}  // namespace
+
+double CounterUniform(uint64_t seed, uint64_t counter) {
+  const uint64_t bits = SplitMix64(SplitMix64(seed) ^ counter);
+  return static_cast<double>(bits >> 11) * 0x1.0p-53;
+}
+
+absl::Status ValidateInitializer(const proto::VariableSpec& spec) {
+  const proto::Initializer& init = spec.initializer();
+  switch (init.kind()) {
+    case proto::Initializer::ZEROS:
+      return absl::OkStatus();
+    case proto::Initializer::CONSTANT:
+      if (!std::isfinite(init.value())) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("variable '", spec.name(), "': constant initializer value is not finite"));
+      }
+      return absl::OkStatus();
+    case proto::Initializer::UNIFORM:
+    case proto::Initializer::NORMAL:
+      if (!std::isfinite(init.scale()) || init.scale() <= 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("variable '", spec.name(), "': initializer scale must be positive, got ",
+                         init.scale()));
+      }
+      return absl::OkStatus();
+    case proto::Initializer::GLOROT_UNIFORM:
+      if (spec.shape_size() < 2) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("variable '", spec.name(), "': glorot_uniform needs rank >= 2, got rank ",
+                         spec.shape_size()));
+      }
+      return absl::OkStatus();
+    default:
+      return absl::InvalidArgumentError(absl::StrCat("variable '", spec.name(),
+                                                     "': unknown initializer kind ",
+                                                     static_cast<int>(init.kind())));
+  }
+}
+
+void FillInitialValues(const proto::VariableSpec& spec, int64_t first, std::span<float> out) {
+  const proto::Initializer& init = spec.initializer();
+  const uint64_t seed = init.seed();
+  switch (init.kind()) {
+    case proto::Initializer::ZEROS:
+    case proto::Initializer::CONSTANT: {
+      const float v = init.kind() == proto::Initializer::ZEROS ? 0.0f : init.value();
+      for (float& x : out) x = v;
+      return;
+    }
+    case proto::Initializer::UNIFORM:
+    case proto::Initializer::GLOROT_UNIFORM: {
+      double limit = init.scale();
+      if (init.kind() == proto::Initializer::GLOROT_UNIFORM) {
+        double fan_in, fan_out;
+        Fans(spec, &fan_in, &fan_out);
+        limit = std::sqrt(6.0 / (fan_in + fan_out));
+      }
+      for (size_t i = 0; i < out.size(); ++i) {
+        const double u = CounterUniform(seed, static_cast<uint64_t>(first) + i);
+        out[i] = static_cast<float>((2.0 * u - 1.0) * limit);
+      }
+      return;
+    }
+    case proto::Initializer::NORMAL: {
+      // Box-Muller on two independent counter streams.
+      for (size_t i = 0; i < out.size(); ++i) {
+        const uint64_t k = static_cast<uint64_t>(first) + i;
+        const double u1 = 1.0 - CounterUniform(seed, 2 * k);  // (0, 1]
+        const double u2 = CounterUniform(seed, 2 * k + 1);
+        const double z = std::sqrt(-2.0 * std::log(u1)) * std::cos(2 * std::numbers::pi * u2);
+        out[i] = static_cast<float>(z * init.scale());
+      }
+      return;
+    }
+    default:
+      for (float& x : out) x = 0.0f;
+  }
+}
+
+}  // namespace pst::common

@@ -1,0 +1,50 @@
+// Command-line flags shared by the daemons (and forwarded by the launcher).
+// Only executables link this, so no library carries global flags.
+#ifndef PST_COMMON_JOB_FLAGS_H_
+#define PST_COMMON_JOB_FLAGS_H_
+
+#include <string>
+
+#include "absl/flags/declare.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "proto/pstrain.pb.h"
+
+ABSL_DECLARE_FLAG(std::string, tf_config);
+ABSL_DECLARE_FLAG(std::string, data_dir);
+ABSL_DECLARE_FLAG(std::string, model);
+ABSL_DECLARE_FLAG(std::string, hidden);
+ABSL_DECLARE_FLAG(int32_t, epochs);
+ABSL_DECLARE_FLAG(int64_t, max_steps);
+ABSL_DECLARE_FLAG(int32_t, batch_size);
+ABSL_DECLARE_FLAG(double, learning_rate);
+ABSL_DECLARE_FLAG(std::string, optimizer);
+ABSL_DECLARE_FLAG(double, momentum);
+ABSL_DECLARE_FLAG(bool, nesterov);
+ABSL_DECLARE_FLAG(uint64_t, seed);
+ABSL_DECLARE_FLAG(std::string, summary_json);
+ABSL_DECLARE_FLAG(double, log_every_s);
+ABSL_DECLARE_FLAG(int32_t, heartbeat_ms);
+ABSL_DECLARE_FLAG(double, peer_timeout_s);
+ABSL_DECLARE_FLAG(double, startup_timeout_s);
+ABSL_DECLARE_FLAG(double, rpc_timeout_s);
+
+namespace pst::common {
+
+// The training settings the coordinator decides and sends to every worker.
+// InvalidArgument names a flag whose value is out of range.
+absl::StatusOr<proto::TrainingConfig> TrainingConfigFromFlags();
+
+// Timeouts and intervals, read from the flags above.
+struct Timing {
+  absl::Duration heartbeat_interval;
+  absl::Duration peer_timeout;     // a silent peer is declared dead after this
+  absl::Duration startup_timeout;  // how long to wait for peers to come up
+  absl::Duration rpc_timeout;      // deadline of one data-plane RPC
+  absl::Duration log_every;
+};
+absl::StatusOr<Timing> TimingFromFlags();
+
+}  // namespace pst::common
+
+#endif  // PST_COMMON_JOB_FLAGS_H_

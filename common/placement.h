@@ -1,0 +1,26 @@
+// Placement policies: which ps holds each variable. Pure, deterministic
+// functions of the variable list and the number of ps, so every process that
+// computes a plan computes the same one; the chief computes it and sends it.
+#ifndef PST_COMMON_PLACEMENT_H_
+#define PST_COMMON_PLACEMENT_H_
+
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "proto/pstrain.pb.h"
+
+namespace pst::common {
+
+// Round-robin in creation order, as TensorFlow's replica_device_setter does:
+// variable i goes to ps i % num_ps.
+// Errors: InvalidArgument if num_ps < 1 or two variables share a name.
+absl::StatusOr<proto::PlacementPlan> PlaceRoundRobin(
+    const std::vector<proto::VariableSpec>& variables, int num_ps);
+
+// Bytes held by each ps under `plan`.
+std::vector<int64_t> BytesPerPs(const proto::PlacementPlan& plan);
+
+}  // namespace pst::common
+
+#endif  // PST_COMMON_PLACEMENT_H_

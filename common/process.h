@@ -1,0 +1,48 @@
+// Process lifecycle helpers: shutdown on SIGINT/SIGTERM, incarnation ids.
+#ifndef PST_COMMON_PROCESS_H_
+#define PST_COMMON_PROCESS_H_
+
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
+
+namespace pst::common {
+
+// Blocks SIGINT and SIGTERM in the calling thread and starts a thread that
+// calls `on_signal(signo)` when one arrives (each time one arrives). Threads
+// created afterwards inherit the mask, so the handler runs in an ordinary
+// thread and may lock mutexes and call gRPC.
+// REQUIRES: called from main() before any other thread is started.
+void HandleTerminationSignals(std::function<void(int)> on_signal);
+
+// A random, nonzero id for this process's life. A restarted process gets a
+// new one, which is how peers tell a restart (state lost) from a slow peer.
+uint64_t NewIncarnation();
+
+// A one-way "stop now" flag with a reason. Stop() may be called any number of
+// times from any thread; the first reason is kept. Thread-safe.
+class StopSignal {
+ public:
+  void Stop(std::string reason);
+  bool stopped() const { return done_.HasBeenNotified(); }
+  // Returns true if stopped within `timeout`.
+  bool WaitFor(absl::Duration timeout) const {
+    return done_.WaitForNotificationWithTimeout(timeout);
+  }
+  void Wait() const { done_.WaitForNotification(); }
+  std::string reason() const;
+
+ private:
+  mutable absl::Mutex mu_;
+  std::string reason_ ABSL_GUARDED_BY(mu_);
+  absl::Notification done_;
+};
+
+}  // namespace pst::common
+
+#endif  // PST_COMMON_PROCESS_H_

@@ -1,0 +1,50 @@
+// Tensors on the wire: a header (dtype, shape) and one bytes payload of
+// little-endian values. Helpers to build, check and read them.
+#ifndef PST_COMMON_TENSOR_UTIL_H_
+#define PST_COMMON_TENSOR_UTIL_H_
+
+#include <bit>
+#include <cstdint>
+#include <span>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "google/protobuf/repeated_field.h"
+#include "proto/pstrain.pb.h"
+
+namespace pst::common {
+
+static_assert(std::endian::native == std::endian::little,
+              "pstrain's wire format is little-endian; add byte swapping for this host");
+
+using Shape = google::protobuf::RepeatedField<int64_t>;
+
+// "[784, 256]".
+std::string ShapeString(const Shape& shape);
+
+// Number of elements. InvalidArgument for a negative dimension or a count
+// that overflows int64 or exceeds `max_elements`.
+absl::StatusOr<int64_t> NumElements(const Shape& shape, int64_t max_elements = INT64_MAX);
+
+// Checks a variable spec as a ps receives it: non-empty name, float32,
+// rank >= 1, positive dimensions, at most `max_elements` elements.
+absl::Status ValidateVariableSpec(const proto::VariableSpec& spec, int64_t max_elements);
+
+// Checks that `tensor` is a float32 tensor of exactly `shape`, with a
+// payload of the matching size. `what` names it in errors ("gradient for
+// 'dense_0/kernel'"). Returns InvalidArgument.
+absl::Status CheckTensorMatches(const proto::Tensor& tensor, const Shape& shape,
+                                absl::string_view what);
+
+// Fills `tensor` with float32 `values` of `shape`.
+// REQUIRES: NumElements(shape) == values.size().
+void PackFloats(std::span<const float> values, const Shape& shape, proto::Tensor* tensor);
+
+// Copies the payload of a float32 tensor into `out`.
+// REQUIRES: tensor.data().size() == out.size() * sizeof(float).
+void UnpackFloats(const proto::Tensor& tensor, std::span<float> out);
+
+}  // namespace pst::common
+
+#endif  // PST_COMMON_TENSOR_UTIL_H_

@@ -1,0 +1,74 @@
+#include "common/tensor_util.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+namespace pst::common {
+namespace {
+
+Shape MakeShape(std::vector<int64_t> dims) { return Shape(dims.begin(), dims.end()); }
+
+TEST(TensorUtilTest, PackUnpack_RoundTripsValues) {
+  const std::vector<float> values = {1.5f, -2.0f, 3.25f, 0.0f, 1e-30f, 7.0f};
+  proto::Tensor tensor;
+  PackFloats(values, MakeShape({2, 3}), &tensor);
+  EXPECT_EQ(tensor.dtype(), proto::DT_FLOAT32);
+  EXPECT_EQ(tensor.data().size(), 24u);
+  ASSERT_TRUE(CheckTensorMatches(tensor, MakeShape({2, 3}), "t").ok());
+  std::vector<float> out(6);
+  UnpackFloats(tensor, out);
+  EXPECT_EQ(out, values);
+}
+
+TEST(TensorUtilTest, CheckTensorMatches_Mismatches_AreInvalidArgumentNamingTheProblem) {
+  proto::Tensor tensor;
+  PackFloats(std::vector<float>(6), MakeShape({2, 3}), &tensor);
+  absl::Status shape = CheckTensorMatches(tensor, MakeShape({3, 2}), "gradient for 'w'");
+  EXPECT_EQ(shape.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(std::string(shape.message()), "gradient for 'w': shape [2, 3], expected [3, 2]");
+
+  proto::Tensor short_payload = tensor;
+  short_payload.mutable_data()->resize(20);
+  EXPECT_EQ(std::string(CheckTensorMatches(short_payload, MakeShape({2, 3}), "g").message()),
+            "g: payload is 20 bytes, expected 24 for shape [2, 3]");
+
+  proto::Tensor bad_dtype = tensor;
+  bad_dtype.set_dtype(proto::DT_INVALID);
+  EXPECT_EQ(CheckTensorMatches(bad_dtype, MakeShape({2, 3}), "g").code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(TensorUtilTest, NumElements_RejectsNegativeAndOverflow) {
+  EXPECT_EQ(*NumElements(MakeShape({2, 3, 4})), 24);
+  EXPECT_EQ(*NumElements(MakeShape({})), 1);
+  EXPECT_EQ(NumElements(MakeShape({2, -1})).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(NumElements(MakeShape({int64_t{1} << 40, int64_t{1} << 40})).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(NumElements(MakeShape({100}), 99).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(TensorUtilTest, ValidateVariableSpec_ChecksNameDtypeAndShape) {
+  proto::VariableSpec spec;
+  spec.set_name("w");
+  spec.set_dtype(proto::DT_FLOAT32);
+  spec.add_shape(4);
+  EXPECT_TRUE(ValidateVariableSpec(spec, 100).ok());
+  EXPECT_FALSE(ValidateVariableSpec(spec, 3).ok());
+  proto::VariableSpec zero_dim = spec;
+  zero_dim.add_shape(0);
+  EXPECT_FALSE(ValidateVariableSpec(zero_dim, 100).ok());
+  proto::VariableSpec no_name = spec;
+  no_name.clear_name();
+  EXPECT_FALSE(ValidateVariableSpec(no_name, 100).ok());
+  proto::VariableSpec scalar = spec;
+  scalar.clear_shape();
+  EXPECT_FALSE(ValidateVariableSpec(scalar, 100).ok());
+  proto::VariableSpec bad_dtype = spec;
+  bad_dtype.set_dtype(proto::DT_INVALID);
+  EXPECT_FALSE(ValidateVariableSpec(bad_dtype, 100).ok());
+}
+
+}  // namespace
+}  // namespace pst::common

@@ -1,0 +1,104 @@
+#include "ps_server/grpc_ps_service.h"
+
+#include <exception>
+#include <new>
+
+#include "absl/strings/str_cat.h"
+#include "common/grpc_status.h"
+#include "common/logging.h"
+
+namespace pst::ps {
+namespace {
+
+// Runs `fn` (returning absl::Status) and finishes the call with its result.
+// Nothing a library throws escapes into gRPC.
+template <typename Fn>
+grpc::ServerUnaryReactor* FinishWith(grpc::CallbackServerContext* context, Fn&& fn) {
+  absl::Status status;
+  try {
+    status = fn();
+  } catch (const std::bad_alloc&) {
+    status = absl::ResourceExhaustedError("ps is out of memory for this request");
+  } catch (const std::exception& e) {
+    status = absl::InternalError(absl::StrCat("ps: ", e.what()));
+  }
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(common::ToGrpcStatus(status));
+  return reactor;
+}
+
+}  // namespace
+
+GrpcPsService::GrpcPsService(VariableStore* store, std::string task, uint64_t incarnation,
+                             common::StopSignal* stop)
+    : store_(store), task_(std::move(task)), incarnation_(incarnation), stop_(stop) {
+  TouchChief();
+}
+
+void GrpcPsService::TouchChief() {
+  last_chief_contact_ns_.store(absl::ToUnixNanos(absl::Now()), std::memory_order_relaxed);
+}
+
+absl::Time GrpcPsService::last_chief_contact() const {
+  return absl::FromUnixNanos(last_chief_contact_ns_.load(std::memory_order_relaxed));
+}
+
+grpc::ServerUnaryReactor* GrpcPsService::CreateVariables(
+    grpc::CallbackServerContext* context, const proto::CreateVariablesRequest* request,
+    proto::CreateVariablesResponse* response) {
+  TouchChief();
+  return FinishWith(context, [&]() -> absl::Status {
+    absl::StatusOr<int> created = store_->Create(*request);
+    if (!created.ok()) return created.status();
+    response->set_created(*created);
+    if (*created > 0) spdlog::info("created {} variable(s)", *created);
+    return absl::OkStatus();
+  });
+}
+
+grpc::ServerUnaryReactor* GrpcPsService::Pull(grpc::CallbackServerContext* context,
+                                              const proto::PullRequest* request,
+                                              proto::PullResponse* response) {
+  return FinishWith(context, [&] { return store_->Pull(request->names(), response); });
+}
+
+grpc::ServerUnaryReactor* GrpcPsService::Push(grpc::CallbackServerContext* context,
+                                              const proto::PushRequest* request,
+                                              proto::PushResponse* response) {
+  return FinishWith(context, [&] { return store_->Push(*request, response); });
+}
+
+grpc::ServerUnaryReactor* GrpcPsService::PushPull(grpc::CallbackServerContext* context,
+                                                  const proto::PushPullRequest* request,
+                                                  proto::PullResponse* response) {
+  return FinishWith(context, [&]() -> absl::Status {
+    proto::PushResponse pushed;
+    absl::Status status = store_->Push(request->push(), &pushed);
+    if (!status.ok()) return status;
+    return store_->Pull(request->push().names(), response);
+  });
+}
+
+grpc::ServerUnaryReactor* GrpcPsService::Health(grpc::CallbackServerContext* context,
+                                                const proto::HealthRequest* request,
+                                                proto::HealthResponse* response) {
+  if (request->caller() == "chief") TouchChief();
+  return FinishWith(context, [&] {
+    VariableStore::Stats stats = store_->GetStats();
+    response->set_task(task_);
+    response->set_incarnation(incarnation_);
+    response->set_num_variables(stats.num_variables);
+    response->set_num_elements(stats.num_elements);
+    response->set_pushes_applied(stats.pushes_applied);
+    return absl::OkStatus();
+  });
+}
+
+grpc::ServerUnaryReactor* GrpcPsService::Shutdown(grpc::CallbackServerContext* context,
+                                                  const proto::ShutdownRequest* request,
+                                                  proto::ShutdownResponse* response) {
+  stop_->Stop(absl::StrCat("shutdown requested: ", request->reason()));
+  return FinishWith(context, [] { return absl::OkStatus(); });
+}
+
+}  // namespace pst::ps

@@ -1,0 +1,61 @@
+// The ParameterServer gRPC service: unpacks each request, calls the
+// VariableStore, converts the status and finishes. No training logic here.
+//
+// Uses gRPC's callback API. Handlers do bounded CPU work (validate, copy,
+// apply) and never wait on other requests.
+#ifndef PST_PS_SERVER_GRPC_PS_SERVICE_H_
+#define PST_PS_SERVER_GRPC_PS_SERVICE_H_
+
+#include <atomic>
+#include <string>
+
+#include "absl/time/clock.h"
+#include "common/process.h"
+#include "proto/pstrain.grpc.pb.h"
+#include "ps_server/variable_store.h"
+
+namespace pst::ps {
+
+// Thread-safe. Does not own the store.
+class GrpcPsService final : public proto::ParameterServer::CallbackService {
+ public:
+  // A Shutdown call stops `stop`.
+  GrpcPsService(VariableStore* store, std::string task, uint64_t incarnation,
+                common::StopSignal* stop);
+
+  grpc::ServerUnaryReactor* CreateVariables(grpc::CallbackServerContext* context,
+                                            const proto::CreateVariablesRequest* request,
+                                            proto::CreateVariablesResponse* response) override;
+  grpc::ServerUnaryReactor* Pull(grpc::CallbackServerContext* context,
+                                 const proto::PullRequest* request,
+                                 proto::PullResponse* response) override;
+  grpc::ServerUnaryReactor* Push(grpc::CallbackServerContext* context,
+                                 const proto::PushRequest* request,
+                                 proto::PushResponse* response) override;
+  grpc::ServerUnaryReactor* PushPull(grpc::CallbackServerContext* context,
+                                     const proto::PushPullRequest* request,
+                                     proto::PullResponse* response) override;
+  grpc::ServerUnaryReactor* Health(grpc::CallbackServerContext* context,
+                                   const proto::HealthRequest* request,
+                                   proto::HealthResponse* response) override;
+  grpc::ServerUnaryReactor* Shutdown(grpc::CallbackServerContext* context,
+                                     const proto::ShutdownRequest* request,
+                                     proto::ShutdownResponse* response) override;
+
+  // Last time the chief was heard from (a Health call from the chief, or
+  // any CreateVariables), for the ps's own chief-lost timeout.
+  absl::Time last_chief_contact() const;
+
+ private:
+  void TouchChief();
+
+  VariableStore* const store_;
+  const std::string task_;
+  const uint64_t incarnation_;
+  std::atomic<int64_t> last_chief_contact_ns_;
+  common::StopSignal* const stop_;
+};
+
+}  // namespace pst::ps
+
+#endif  // PST_PS_SERVER_GRPC_PS_SERVICE_H_

@@ -1,0 +1,86 @@
+// ps_server: holds this task's share of the model's variables and applies
+// the optimizer to every push. Started with a TF_CONFIG whose task type is
+// "ps"; exits 0 when the chief says the job is done, or on SIGTERM after
+// draining in-flight requests.
+#include <cstdio>
+#include <string>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/grpc_channel.h"
+#include "common/job_flags.h"
+#include "common/logging.h"
+#include "common/process.h"
+#include "common/tf_config.h"
+#include "ps_server/grpc_ps_service.h"
+#include "ps_server/variable_store.h"
+
+ABSL_FLAG(double, chief_timeout_s, 300,
+          "Exit with an error if the chief has not been heard from for this many seconds "
+          "(0: wait forever).");
+
+namespace pst::ps {
+namespace {
+
+int Run() {
+  absl::StatusOr<common::TfConfig> tf =
+      common::LoadTfConfig(absl::GetFlag(FLAGS_tf_config), common::TaskType::kPs);
+  if (!tf.ok()) {
+    std::fprintf(stderr, "ps_server: %s\n", std::string(tf.status().message()).c_str());
+    return 2;
+  }
+  const std::string task = common::TaskIdString(tf->task);
+  common::InitLogging(task);
+  const uint64_t incarnation = common::NewIncarnation();
+
+  common::StopSignal stop;
+  common::HandleTerminationSignals(
+      [&stop](int signo) { stop.Stop(absl::StrCat("signal ", signo)); });
+
+  VariableStore store;
+  GrpcPsService service(&store, task, incarnation, &stop);
+  absl::StatusOr<std::unique_ptr<grpc::Server>> server =
+      common::StartServer(tf->SelfAddress(), {&service});
+  if (!server.ok()) {
+    spdlog::error("{}", server.status().message());
+    return 1;
+  }
+  spdlog::info("serving on {} (advertised as {}), incarnation {:016x}",
+               common::ListenAddress(tf->SelfAddress()), tf->SelfAddress(), incarnation);
+
+  const double chief_timeout_s = absl::GetFlag(FLAGS_chief_timeout_s);
+  int exit_code = 0;
+  while (!stop.WaitFor(absl::Seconds(1))) {
+    if (chief_timeout_s > 0 &&
+        absl::Now() - service.last_chief_contact() > absl::Seconds(chief_timeout_s)) {
+      stop.Stop(absl::StrCat("no word from the chief for ", chief_timeout_s,
+                             " s (--chief_timeout_s); giving up"));
+      exit_code = 1;
+    }
+  }
+  (exit_code == 0 ? spdlog::info("stopping: {}", stop.reason())
+                  : spdlog::error("stopping: {}", stop.reason()));
+  (*server)->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
+  const VariableStore::Stats stats = store.GetStats();
+  spdlog::info("exiting: {} variable(s), {} push(es) applied", stats.num_variables,
+               stats.pushes_applied);
+  return exit_code;
+}
+
+}  // namespace
+}  // namespace pst::ps
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "pstrain parameter server. Usage: TF_CONFIG='{...\"task\":{\"type\":\"ps\",...}}' ps_server");
+  absl::ParseCommandLine(argc, argv);
+  try {
+    return pst::ps::Run();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "ps_server: fatal: %s\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,211 @@
+// Starts a real ps_server and talks to it over gRPC.
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "common/grpc_channel.h"
+#include "common/tensor_util.h"
+#include "proto/pstrain.grpc.pb.h"
+#include "tests/test_cluster.h"
+
+namespace pst::testing {
+namespace {
+
+constexpr absl::Duration kTimeout = absl::Seconds(60);
+
+proto::VariableSpec Spec(const std::string& name, std::vector<int64_t> shape) {
+  proto::VariableSpec spec;
+  spec.set_name(name);
+  spec.set_dtype(proto::DT_FLOAT32);
+  for (int64_t d : shape) spec.add_shape(d);
+  spec.mutable_initializer()->set_kind(proto::Initializer::NORMAL);
+  spec.mutable_initializer()->set_scale(0.1f);
+  spec.mutable_initializer()->set_seed(42);
+  return spec;
+}
+
+void AddGradient(proto::PushRequest* push, const std::string& name, std::vector<int64_t> shape,
+                 std::vector<float> values) {
+  push->add_names(name);
+  common::PackFloats(values, common::Shape(shape.begin(), shape.end()), push->add_gradients());
+}
+
+class PsServerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    spec_ = PickLocalSpec(1, 1, 1);
+    auto ps = TestProcess::Start({BinaryPath("ps_server")},
+                                 {"TF_CONFIG=" + TfConfigJson(spec_, "ps", 0)});
+    ASSERT_TRUE(ps.ok()) << ps.status();
+    ps_ = *std::move(ps);
+    stub_ = proto::ParameterServer::NewStub(common::MakeChannel(spec_.ps[0]));
+  }
+
+  grpc::Status CreateVariables(const proto::CreateVariablesRequest& request) {
+    grpc::ClientContext context;
+    common::SetDeadline(&context, kTimeout, /*wait_for_ready=*/true);
+    proto::CreateVariablesResponse response;
+    return stub_->CreateVariables(&context, request, &response);
+  }
+  grpc::Status Push(const proto::PushRequest& request) {
+    grpc::ClientContext context;
+    common::SetDeadline(&context, kTimeout);
+    proto::PushResponse response;
+    return stub_->Push(&context, request, &response);
+  }
+  grpc::Status Pull(proto::PullResponse* response, std::vector<std::string> names = {}) {
+    grpc::ClientContext context;
+    common::SetDeadline(&context, kTimeout);
+    proto::PullRequest request;
+    for (auto& n : names) request.add_names(n);
+    return stub_->Pull(&context, request, response);
+  }
+
+  LocalSpec spec_;
+  std::unique_ptr<TestProcess> ps_;
+  std::unique_ptr<proto::ParameterServer::Stub> stub_;
+};
+
+TEST_F(PsServerTest, BadRequests_AreRejectedWithClearStatus_AndLeaveParametersUnchanged) {
+  proto::CreateVariablesRequest create;
+  *create.add_variables() = Spec("w", {3, 4});
+  *create.add_variables() = Spec("b", {4});
+  create.mutable_optimizer()->set_name("sgd");
+  create.mutable_optimizer()->set_learning_rate(0.5f);
+  grpc::Status created = CreateVariables(create);
+  ASSERT_TRUE(created.ok()) << created.error_message() << "\n" << ps_->output();
+
+  proto::PullResponse before;
+  ASSERT_TRUE(Pull(&before).ok());
+
+  struct Case {
+    std::string what;
+    proto::PushRequest push;
+    grpc::StatusCode code;
+    std::string message_part;
+  };
+  std::vector<Case> cases;
+  {
+    Case c{"unknown variable", {}, grpc::StatusCode::NOT_FOUND, "no variable named 'nope'"};
+    AddGradient(&c.push, "b", {4}, {1, 1, 1, 1});
+    AddGradient(&c.push, "nope", {4}, {1, 1, 1, 1});
+    cases.push_back(c);
+  }
+  {
+    Case c{"wrong shape", {}, grpc::StatusCode::INVALID_ARGUMENT, "shape [4, 3], expected [3, 4]"};
+    AddGradient(&c.push, "b", {4}, {1, 1, 1, 1});
+    AddGradient(&c.push, "w", {4, 3}, std::vector<float>(12, 1.0f));
+    cases.push_back(c);
+  }
+  {
+    Case c{"wrong size", {}, grpc::StatusCode::INVALID_ARGUMENT, "payload is 12 bytes"};
+    AddGradient(&c.push, "b", {4}, {1, 1, 1, 1});
+    c.push.mutable_gradients(0)->mutable_data()->resize(12);
+    cases.push_back(c);
+  }
+  {
+    Case c{"wrong dtype", {}, grpc::StatusCode::INVALID_ARGUMENT, "dtype DT_INVALID"};
+    AddGradient(&c.push, "b", {4}, {1, 1, 1, 1});
+    c.push.mutable_gradients(0)->set_dtype(proto::DT_INVALID);
+    cases.push_back(c);
+  }
+  {
+    Case c{"NaN gradient", {}, grpc::StatusCode::INVALID_ARGUMENT, "NaN"};
+    AddGradient(&c.push, "b", {4}, {1, 1, 1, 1});
+    AddGradient(&c.push, "w", {3, 4}, {1, 1, 1, 1, 1, NAN, 1, 1, 1, 1, 1, 1});
+    cases.push_back(c);
+  }
+  for (const Case& c : cases) {
+    grpc::Status status = Push(c.push);
+    EXPECT_EQ(status.error_code(), c.code) << c.what << ": " << status.error_message();
+    EXPECT_NE(status.error_message().find(c.message_part), std::string::npos)
+        << c.what << ": " << status.error_message();
+  }
+  // A create that conflicts with what exists changes nothing either.
+  proto::CreateVariablesRequest conflicting = create;
+  conflicting.mutable_variables(0)->set_shape(0, 5);
+  EXPECT_EQ(CreateVariables(conflicting).error_code(), grpc::StatusCode::ALREADY_EXISTS);
+  proto::PullResponse unknown;
+  EXPECT_EQ(Pull(&unknown, {"missing"}).error_code(), grpc::StatusCode::NOT_FOUND);
+
+  proto::PullResponse after;
+  ASSERT_TRUE(Pull(&after).ok());
+  ASSERT_EQ(after.names_size(), before.names_size());
+  for (int i = 0; i < after.names_size(); ++i) {
+    EXPECT_EQ(after.values(i).data(), before.values(i).data()) << after.names(i);
+    EXPECT_EQ(after.versions(i), 0) << after.names(i);
+  }
+
+  // A good push is applied exactly: b -= 0.5 * g.
+  proto::PushRequest good;
+  AddGradient(&good, "b", {4}, {1, 2, 3, 4});
+  ASSERT_TRUE(Push(good).ok());
+  proto::PullResponse applied;
+  ASSERT_TRUE(Pull(&applied, {"b"}).ok());
+  std::vector<float> b0(4), b1(4);
+  common::UnpackFloats(before.values(0), b0);  // "b" sorts first
+  common::UnpackFloats(applied.values(0), b1);
+  for (int i = 0; i < 4; ++i) EXPECT_FLOAT_EQ(b1[i], b0[i] - 0.5f * (i + 1));
+  EXPECT_EQ(applied.versions(0), 1);
+
+  // The chief's Shutdown ends the process with status 0.
+  grpc::ClientContext context;
+  common::SetDeadline(&context, kTimeout);
+  proto::ShutdownRequest shutdown;
+  shutdown.set_reason("test done");
+  proto::ShutdownResponse response;
+  ASSERT_TRUE(stub_->Shutdown(&context, shutdown, &response).ok());
+  std::optional<int> exited = ps_->WaitForExit(kTimeout);
+  ASSERT_TRUE(exited.has_value());
+  EXPECT_EQ(ExitCode(*exited), 0) << ps_->output();
+}
+
+TEST_F(PsServerTest, Sigterm_DrainsAndExitsZero) {
+  proto::HealthRequest request;
+  proto::HealthResponse health;
+  grpc::ClientContext context;
+  common::SetDeadline(&context, kTimeout, /*wait_for_ready=*/true);
+  ASSERT_TRUE(stub_->Health(&context, request, &health).ok());
+  EXPECT_EQ(health.task(), "ps:0");
+  EXPECT_NE(health.incarnation(), 0u);
+  ps_->Signal(SIGTERM);
+  std::optional<int> exited = ps_->WaitForExit(kTimeout);
+  ASSERT_TRUE(exited.has_value());
+  EXPECT_EQ(ExitCode(*exited), 0) << ps_->output();
+}
+
+// Each bad TF_CONFIG ends the binary with status 2 and a one-line message,
+// before it listens on anything.
+TEST(DaemonConfigTest, BadTfConfig_ExitsTwoWithMessage) {
+  struct Case {
+    std::string binary, tf_config, message_part;
+  };
+  const std::string ok_cluster = R"("cluster": {"worker": ["127.0.0.1:1"], "ps": ["127.0.0.1:2"]})";
+  const std::vector<Case> cases = {
+      {"ps_server", "{not json", "TF_CONFIG"},
+      {"ps_server", R"({"cluster": {"worker": ["127.0.0.1:1"]}, "task": {"type": "ps"}})",
+       "no \"ps\" tasks"},
+      {"worker", "{" + ok_cluster + R"(, "task": {"type": "wroker", "index": 0}})",
+       "did you mean 'worker'"},
+      {"worker", "{" + ok_cluster + R"(, "task": {"type": "worker", "index": 5}})", "out of range"},
+      {"ps_server", "{" + ok_cluster + R"(, "task": {"type": "worker", "index": 0}})", "ps"},
+      {"chief", "{" + ok_cluster + R"(, "task": {"type": "worker", "index": 0}})", "chief"},
+  };
+  for (const Case& c : cases) {
+    auto process = TestProcess::Start({BinaryPath(c.binary)}, {"TF_CONFIG=" + c.tf_config});
+    ASSERT_TRUE(process.ok());
+    std::optional<int> exited = (*process)->WaitForExit(kTimeout);
+    ASSERT_TRUE(exited.has_value()) << c.tf_config;
+    EXPECT_EQ(ExitCode(*exited), 2) << c.tf_config << "\n" << (*process)->output();
+    const std::string output = (*process)->output();
+    EXPECT_NE(output.find(c.message_part), std::string::npos) << c.tf_config << "\n" << output;
+    EXPECT_EQ(std::count(output.begin(), output.end(), '\n'), 1) << output;
+    EXPECT_EQ(output.find("serving"), std::string::npos) << output;
+  }
+}
+
+}  // namespace
+}  // namespace pst::testing

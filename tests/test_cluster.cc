@@ -1,0 +1,116 @@
+#include "tests/test_cluster.h"
+
+#include <poll.h>
+#include <signal.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+
+#include "absl/strings/str_cat.h"
+#include "common/tf_config.h"
+#include "tools/subprocess.h"
+
+namespace pst::testing {
+
+std::string BinaryPath(const std::string& name) { return absl::StrCat(PST_BIN_DIR, "/", name); }
+
+absl::StatusOr<std::unique_ptr<TestProcess>> TestProcess::Start(std::vector<std::string> argv,
+                                                                std::vector<std::string> env) {
+  std::unique_ptr<TestProcess> process(new TestProcess());
+  tools::SpawnOptions options;
+  options.argv = std::move(argv);
+  options.env = std::move(env);
+  int fd = -1;
+  absl::StatusOr<pid_t> pid = tools::Spawn(options, &fd);
+  if (!pid.ok()) return pid.status();
+  process->pid_ = *pid;
+  TestProcess* p = process.get();
+  p->reader_ = std::thread([p, fd] {
+    tools::ForEachLine(fd, [p](const std::string& line) {
+      absl::MutexLock lock(&p->mu_);
+      p->output_ += line;
+      p->output_ += '\n';
+    });
+    absl::MutexLock lock(&p->mu_);
+    p->output_closed_ = true;
+  });
+  p->waiter_ = std::thread([p] {
+    int status = 0;
+    while (waitpid(p->pid_, &status, 0) < 0 && errno == EINTR) {
+    }
+    p->wait_status_ = status;
+    p->exited_.Notify();
+  });
+  return process;
+}
+
+TestProcess::~TestProcess() {
+  if (!exited_.HasBeenNotified()) kill(pid_, SIGKILL);
+  waiter_.join();
+  reader_.join();
+}
+
+bool TestProcess::WaitForOutput(const std::string& needle, absl::Duration timeout) {
+  absl::MutexLock lock(&mu_);
+  auto found_or_closed = [this, &needle]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return output_closed_ || output_.find(needle) != std::string::npos;
+  };
+  mu_.AwaitWithTimeout(absl::Condition(&found_or_closed), timeout);
+  return output_.find(needle) != std::string::npos;
+}
+
+std::optional<int> TestProcess::WaitForExit(absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  if (!exited_.WaitForNotificationWithTimeout(timeout)) return std::nullopt;
+  // Also wait for the last of its output to be read.
+  absl::MutexLock lock(&mu_);
+  mu_.AwaitWithDeadline(absl::Condition(&output_closed_), deadline);
+  return wait_status_;
+}
+
+void TestProcess::Signal(int signo) {
+  if (!exited_.HasBeenNotified()) kill(pid_, signo);
+}
+
+std::string TestProcess::output() const {
+  absl::MutexLock lock(&mu_);
+  return output_;
+}
+
+bool WaitForPidExit(pid_t pid, absl::Duration timeout) {
+  const int fd = static_cast<int>(syscall(SYS_pidfd_open, pid, 0));
+  if (fd < 0) return errno == ESRCH;  // already gone
+  pollfd pfd{fd, POLLIN, 0};
+  const int ready = poll(&pfd, 1, static_cast<int>(absl::ToInt64Milliseconds(timeout)));
+  close(fd);
+  return ready == 1;
+}
+
+LocalSpec PickLocalSpec(int chiefs, int ps, int workers) {
+  LocalSpec spec;
+  auto fill = [](std::vector<std::string>* list, int n) {
+    for (int i = 0; i < n; ++i) {
+      list->push_back(absl::StrCat("127.0.0.1:", tools::PickFreePort().value()));
+    }
+  };
+  fill(&spec.chief, chiefs);
+  fill(&spec.ps, ps);
+  fill(&spec.worker, workers);
+  return spec;
+}
+
+std::string TfConfigJson(const LocalSpec& spec, const std::string& type, int index) {
+  common::TfConfig tf;
+  tf.cluster.chief = spec.chief;
+  tf.cluster.ps = spec.ps;
+  tf.cluster.worker = spec.worker;
+  tf.task.type = common::ParseTaskType(type).value();
+  tf.task.index = index;
+  return common::TfConfigToJson(tf);
+}
+
+int ExitCode(int wait_status) { return WIFEXITED(wait_status) ? WEXITSTATUS(wait_status) : -1; }
+
+}  // namespace pst::testing

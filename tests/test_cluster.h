@@ -1,0 +1,71 @@
+// Helpers for integration tests that start the real binaries.
+#ifndef PST_TESTS_TEST_CLUSTER_H_
+#define PST_TESTS_TEST_CLUSTER_H_
+
+#include <sys/types.h>
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
+
+namespace pst::testing {
+
+// Path of a built binary: "ps_server", "worker", "chief", "pstrain".
+std::string BinaryPath(const std::string& name);
+
+// A child process whose output (stdout and stderr) is collected in memory.
+// The destructor kills it (SIGKILL) if it is still running.
+class TestProcess {
+ public:
+  static absl::StatusOr<std::unique_ptr<TestProcess>> Start(std::vector<std::string> argv,
+                                                            std::vector<std::string> env = {});
+  ~TestProcess();
+
+  pid_t pid() const { return pid_; }
+  // Waits until the output contains `needle`; false on timeout or exit.
+  bool WaitForOutput(const std::string& needle, absl::Duration timeout);
+  // Waits for the process to exit and for the end of its output; its wait
+  // status, or nullopt on timeout.
+  std::optional<int> WaitForExit(absl::Duration timeout);
+  void Signal(int signo);
+  std::string output() const;
+
+ private:
+  TestProcess() = default;
+
+  pid_t pid_ = -1;
+  std::thread reader_;
+  std::thread waiter_;
+  absl::Notification exited_;
+  int wait_status_ = 0;  // valid once exited_
+  mutable absl::Mutex mu_;
+  std::string output_ ABSL_GUARDED_BY(mu_);
+  bool output_closed_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+// Waits until the process `pid` (not necessarily our child) has exited,
+// without polling: a pidfd becomes readable when its process exits.
+// True if it exited (or did not exist) within `timeout`.
+bool WaitForPidExit(pid_t pid, absl::Duration timeout);
+
+// A TF_CONFIG JSON for a cluster on 127.0.0.1 with free ports.
+struct LocalSpec {
+  std::vector<std::string> chief, ps, worker;
+};
+LocalSpec PickLocalSpec(int chiefs, int ps, int workers);
+std::string TfConfigJson(const LocalSpec& spec, const std::string& type, int index);
+
+// Exit code of a wait status, or -1 when the process was killed by a signal.
+int ExitCode(int wait_status);
+
+}  // namespace pst::testing
+
+#endif  // PST_TESTS_TEST_CLUSTER_H_

@@ -1,0 +1,185 @@
+#include "tools/local_cluster.h"
+
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/synchronization/mutex.h"
+#include "common/tf_config.h"
+#include "tools/subprocess.h"
+
+namespace pst::tools {
+namespace {
+
+struct Child {
+  std::string task;  // "ps:0"
+  pid_t pid = -1;
+  bool running = false;
+  int wait_status = 0;
+  std::thread reader;
+};
+
+// Every line on the launcher's stdout goes through here, whole.
+absl::Mutex output_mu;
+
+void Print(const std::string& line) {
+  absl::MutexLock lock(&output_mu);
+  std::fwrite(line.data(), 1, line.size(), stdout);
+  std::fputc('\n', stdout);
+  std::fflush(stdout);
+}
+
+}  // namespace
+
+int RunLocalCluster(const LocalClusterOptions& options, common::StopSignal* stop) {
+  if (options.num_ps < 1 || options.num_workers < 1) {
+    std::fprintf(stderr, "pstrain local: --ps and --workers must be at least 1\n");
+    return 2;
+  }
+  // The cluster spec.
+  common::TfConfig tf;
+  auto add = [&](std::vector<std::string>* list, int n) -> bool {
+    for (int i = 0; i < n; ++i) {
+      absl::StatusOr<int> port = PickFreePort();
+      if (!port.ok()) {
+        std::fprintf(stderr, "pstrain local: %s\n", std::string(port.status().message()).c_str());
+        return false;
+      }
+      list->push_back(absl::StrCat(options.host, ":", *port));
+    }
+    return true;
+  };
+  if (!add(&tf.cluster.chief, options.with_chief ? 1 : 0) || !add(&tf.cluster.ps, options.num_ps) ||
+      !add(&tf.cluster.worker, options.num_workers)) {
+    return 2;
+  }
+  Print(absl::StrCat("pstrain local: chief [", absl::StrJoin(tf.cluster.chief, ", "), "], ps [",
+                     absl::StrJoin(tf.cluster.ps, ", "), "], worker [",
+                     absl::StrJoin(tf.cluster.worker, ", "), "]"));
+
+  // Start order: ps, chief, workers (all retry until their peers are up).
+  struct Launch {
+    common::TaskId task;
+    const char* binary;
+  };
+  std::vector<Launch> launches;
+  for (int i = 0; i < options.num_ps; ++i)
+    launches.push_back({{common::TaskType::kPs, i}, "ps_server"});
+  if (options.with_chief) launches.push_back({{common::TaskType::kChief, 0}, "chief"});
+  for (int i = 0; i < options.num_workers; ++i) {
+    launches.push_back({{common::TaskType::kWorker, i}, "worker"});
+  }
+
+  absl::Mutex mu;  // guards children's pid/running/wait_status
+  std::vector<Child> children(launches.size());
+  int exit_code = 0;  // guarded by mu
+  // Ends the job from inside: the first reason wins.
+  auto end_job = [&](const std::string& reason) {
+    {
+      absl::MutexLock lock(&mu);
+      if (!stop->stopped()) exit_code = 1;
+    }
+    stop->Stop(reason);
+  };
+  auto signal_all = [&](int signo) {
+    absl::MutexLock lock(&mu);
+    for (Child& c : children) {
+      if (c.running) kill(c.pid, signo);
+    }
+  };
+
+  for (size_t i = 0; i < launches.size(); ++i) {
+    tf.task = launches[i].task;
+    const std::string task = common::TaskIdString(tf.task);
+    SpawnOptions spawn;
+    spawn.argv = {absl::StrCat(options.bin_dir, "/", launches[i].binary)};
+    for (const std::string& flag : options.daemon_flags) spawn.argv.push_back(flag);
+    if (!options.summary_json.empty() && tf.IsCoordinator()) {
+      spawn.argv.push_back(absl::StrCat("--summary_json=", options.summary_json));
+    }
+    spawn.env = {absl::StrCat("TF_CONFIG=", common::TfConfigToJson(tf))};
+    int fd = -1;
+    absl::StatusOr<pid_t> pid = Spawn(spawn, &fd);
+    if (!pid.ok()) {
+      Print(absl::StrCat("pstrain local: cannot start ", task, ": ", pid.status().message()));
+      end_job("a daemon could not be started");
+      children.resize(i);
+      break;
+    }
+    {
+      absl::MutexLock lock(&mu);
+      children[i].task = task;
+      children[i].pid = *pid;
+      children[i].running = true;
+    }
+    Print(absl::StrCat("pstrain local: started ", task, " (pid ", *pid, ")"));
+    const std::string prefix =
+        absl::StrCat(task, std::string(10 - std::min<size_t>(9, task.size()), ' '), "| ");
+    children[i].reader = std::thread([fd, prefix] {
+      ForEachLine(fd, [&prefix](const std::string& line) { Print(prefix + line); });
+    });
+  }
+
+  absl::Notification all_exited;
+  std::thread timer([&] {
+    if (options.timeout > absl::ZeroDuration() &&
+        !all_exited.WaitForNotificationWithTimeout(options.timeout)) {
+      end_job(absl::StrCat("timed out after ", absl::FormatDuration(options.timeout)));
+    }
+  });
+  // Teardown: SIGTERM everyone, SIGKILL whoever outlives the grace period.
+  std::thread reaper([&] {
+    stop->Wait();
+    if (all_exited.HasBeenNotified()) return;
+    Print(absl::StrCat("pstrain local: ", stop->reason(), "; stopping every daemon"));
+    signal_all(SIGTERM);
+    if (!all_exited.WaitForNotificationWithTimeout(options.grace)) {
+      Print("pstrain local: daemons still running after the grace period; killing them");
+      signal_all(SIGKILL);
+    }
+  });
+
+  // Reap children as they exit.
+  size_t live = children.size();
+  while (live > 0) {
+    int wait_status = 0;
+    const pid_t pid = waitpid(-1, &wait_status, 0);
+    if (pid < 0) {
+      if (errno == EINTR) continue;
+      break;
+    }
+    absl::MutexLock lock(&mu);
+    for (Child& c : children) {
+      if (c.pid != pid || !c.running) continue;
+      c.running = false;
+      c.wait_status = wait_status;
+      --live;
+      const bool ok = WIFEXITED(wait_status) && WEXITSTATUS(wait_status) == 0;
+      if (!ok && !stop->stopped()) {
+        exit_code = 1;
+        stop->Stop(absl::StrCat(c.task, " ", DescribeWaitStatus(wait_status)));
+      }
+    }
+  }
+  all_exited.Notify();
+  const bool stopped_before_end = stop->stopped();
+  stop->Stop("every daemon exited");  // releases the reaper
+  timer.join();
+  reaper.join();
+  for (Child& c : children) {
+    if (c.reader.joinable()) c.reader.join();
+  }
+  for (const Child& c : children) {
+    Print(absl::StrCat("pstrain local: ", c.task, " ", DescribeWaitStatus(c.wait_status)));
+  }
+  absl::MutexLock lock(&mu);
+  if (stopped_before_end && exit_code == 0) return 130;  // stopped from outside
+  Print(exit_code == 0 ? "pstrain local: job succeeded" : "pstrain local: job failed");
+  return exit_code;
+}
+
+}  // namespace pst::tools

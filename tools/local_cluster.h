@@ -1,0 +1,42 @@
+// `pstrain local`: a whole cluster on this machine, one process per task.
+//
+// Generates a TF_CONFIG with free loopback ports, starts every ps, the chief
+// and every worker as its own process, streams their logs with a "task |"
+// prefix, and waits. When any daemon fails, or on Ctrl-C/SIGTERM or the
+// timeout, every remaining daemon gets SIGTERM, then SIGKILL after a grace
+// period. Children carry PR_SET_PDEATHSIG, so even a SIGKILLed launcher
+// leaves no daemon behind.
+#ifndef PST_TOOLS_LOCAL_CLUSTER_H_
+#define PST_TOOLS_LOCAL_CLUSTER_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "common/process.h"
+
+namespace pst::tools {
+
+struct LocalClusterOptions {
+  int num_ps = 2;
+  int num_workers = 2;
+  bool with_chief = true;  // false: worker 0 acts as chief
+  std::string host = "127.0.0.1";
+  std::string bin_dir;                            // where ps_server, worker, chief live
+  std::vector<std::string> daemon_flags;          // passed to every daemon
+  std::string summary_json;                       // passed to the coordinator task
+  absl::Duration timeout = absl::ZeroDuration();  // zero: none
+  absl::Duration grace = absl::Seconds(10);       // SIGTERM -> SIGKILL
+};
+
+// Runs the cluster until every daemon has exited. Stopping `stop` from
+// outside (the launcher's signal handler) tears the cluster down; the
+// launcher also stops it itself when a daemon fails or the timeout passes.
+// Returns the launcher's exit code: 0 when every daemon exited 0; 1 when one
+// failed or the timeout passed; 130 when stopped from outside (Ctrl-C); 2
+// for a setup error.
+int RunLocalCluster(const LocalClusterOptions& options, common::StopSignal* stop);
+
+}  // namespace pst::tools
+
+#endif  // PST_TOOLS_LOCAL_CLUSTER_H_

@@ -1,0 +1,63 @@
+// worker: trains on its shard of the data, pulling parameters from and
+// pushing gradients to the ps. When the cluster lists no chief, worker 0
+// also runs the coordinator, as in TensorFlow and TFJob.
+#include <cstdio>
+#include <thread>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "chief/chief.h"
+#include "common/daemon_main.h"
+#include "common/logging.h"
+#include "worker/trainer.h"
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "pstrain worker. Usage: TF_CONFIG='{...\"task\":{\"type\":\"worker\",\"index\":I}}' worker "
+      "[--data_dir=DIR]");
+  absl::ParseCommandLine(argc, argv);
+  try {
+    pst::common::StopSignal stop;
+    absl::StatusOr<pst::common::DaemonSetup> setup =
+        pst::common::SetUpDaemon("worker", pst::common::TaskType::kWorker, &stop);
+    if (!setup.ok()) return 2;
+
+    // Worker 0 of a chief-less cluster is the chief too.
+    absl::Status chief_status;
+    std::thread chief_thread;
+    if (setup->tf.IsCoordinator()) {
+      spdlog::info("no chief in the cluster: this worker also acts as chief");
+      pst::chief::ChiefOptions options;
+      options.tf = setup->tf;
+      options.training = setup->training;
+      options.timing = setup->timing;
+      options.data_dir = absl::GetFlag(FLAGS_data_dir);
+      options.summary_json = absl::GetFlag(FLAGS_summary_json);
+      chief_thread = std::thread(
+          [options, &stop, &chief_status] { chief_status = pst::chief::RunChief(options, stop); });
+    }
+
+    pst::worker::TrainerOptions options;
+    options.worker_index = setup->tf.task.index;
+    options.incarnation = pst::common::NewIncarnation();
+    options.coordinator_address = setup->tf.cluster.CoordinatorAddress();
+    options.data_dir = absl::GetFlag(FLAGS_data_dir);
+    options.heartbeat_interval = setup->timing.heartbeat_interval;
+    options.peer_timeout = setup->timing.peer_timeout;
+    options.startup_timeout = setup->timing.startup_timeout;
+    options.rpc_timeout = setup->timing.rpc_timeout;
+    absl::Status status = pst::worker::RunWorker(options, stop);
+    if (!status.ok()) spdlog::error("worker failed: {}", status.ToString());
+    if (chief_thread.joinable()) {
+      if (!status.ok()) stop.Stop("this worker failed");
+      chief_thread.join();
+      if (!chief_status.ok()) spdlog::error("job failed: {}", chief_status.ToString());
+      if (status.ok()) status = chief_status;
+    }
+    return status.ok() ? 0 : 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "worker: fatal: %s\n", e.what());
+    return 1;
+  }
+}
