@@ -1,5 +1,6 @@
 #include "chief/chief.h"
 
+#include <algorithm>
 #include <fstream>
 #include <thread>
 
@@ -34,7 +35,8 @@ struct PsPeer {
 // Creates this ps's variables, retrying while it is not up yet.
 absl::Status CreateOnPs(PsPeer* ps, const proto::CreateVariablesRequest& request,
                         absl::Time deadline, const common::StopSignal& stop) {
-  for (;;) {
+  absl::Duration backoff = absl::Milliseconds(50);
+  for (;; backoff = std::min(2 * backoff, absl::Seconds(1))) {
     grpc::ClientContext context;
     common::SetDeadline(&context, absl::Seconds(2), /*wait_for_ready=*/true);
     proto::CreateVariablesResponse response;
@@ -46,7 +48,7 @@ absl::Status CreateOnPs(PsPeer* ps, const proto::CreateVariablesRequest& request
     if (!retry) {
       return absl::Status(s.code(), absl::StrCat("ps at ", ps->address, ": ", s.message()));
     }
-    if (stop.stopped()) return absl::CancelledError("stopped while creating variables");
+    if (stop.WaitFor(backoff)) return absl::CancelledError("stopped while creating variables");
     if (absl::Now() > deadline) {
       return absl::DeadlineExceededError(absl::StrCat(
           "ps at ", ps->address, " did not come up within --startup_timeout_s: ", s.message()));

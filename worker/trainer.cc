@@ -60,7 +60,8 @@ absl::StatusOr<proto::ClusterState> Register(proto::Coordinator::Stub* coordinat
   proto::RegisterRequest request;
   request.set_worker_index(options.worker_index);
   request.set_incarnation(options.incarnation);
-  for (;;) {
+  absl::Duration backoff = absl::Milliseconds(50);
+  for (;; backoff = std::min(2 * backoff, absl::Seconds(1))) {
     grpc::ClientContext context;
     common::SetDeadline(&context, absl::Seconds(1), /*wait_for_ready=*/true);
     proto::RegisterResponse response;
@@ -69,7 +70,8 @@ absl::StatusOr<proto::ClusterState> Register(proto::Coordinator::Stub* coordinat
     const bool retry = status.error_code() == grpc::StatusCode::UNAVAILABLE ||
                        status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED;
     if (!retry) return common::FromGrpcStatus(status);
-    if (stop.stopped()) return absl::CancelledError("stopped before registering");
+    // The coordinator may be up but still initializing: wait a little.
+    if (stop.WaitFor(backoff)) return absl::CancelledError("stopped before registering");
     if (absl::Now() > deadline) {
       return absl::DeadlineExceededError(
           absl::StrCat("the coordinator at ", options.coordinator_address,
