@@ -19,10 +19,13 @@ ABSL_FLAG(int32_t, epochs, 3, "Passes over each worker's shard of the training d
 ABSL_FLAG(int64_t, max_steps, 0,
           "Stop when the global step (pushes applied) reaches this; 0 means no limit.");
 ABSL_FLAG(int32_t, batch_size, 64, "Examples per worker step.");
-ABSL_FLAG(double, learning_rate, 0.01, "Optimizer learning rate.");
-ABSL_FLAG(std::string, optimizer, "momentum", "Optimizer run on the ps: sgd or momentum.");
+ABSL_FLAG(double, learning_rate, 0.001, "Optimizer learning rate.");
+ABSL_FLAG(std::string, optimizer, "adam", "Optimizer run on the ps: sgd, momentum or adam.");
 ABSL_FLAG(double, momentum, 0.9, "Momentum coefficient, for --optimizer=momentum.");
 ABSL_FLAG(bool, nesterov, false, "Nesterov momentum, for --optimizer=momentum.");
+ABSL_FLAG(double, beta1, 0.9, "Adam's first-moment decay, for --optimizer=adam.");
+ABSL_FLAG(double, beta2, 0.999, "Adam's second-moment decay, for --optimizer=adam.");
+ABSL_FLAG(double, epsilon, 1e-7, "Adam's epsilon, for --optimizer=adam.");
 ABSL_FLAG(uint64_t, seed, 1, "Seed for initialization and data shuffling.");
 ABSL_FLAG(std::string, summary_json, "",
           "If set, the chief writes the job's final figures to this file as JSON.");
@@ -69,9 +72,20 @@ absl::StatusOr<proto::TrainingConfig> TrainingConfigFromFlags() {
   config.mutable_optimizer()->set_name(absl::GetFlag(FLAGS_optimizer));
   config.mutable_optimizer()->set_learning_rate(static_cast<float>(lr));
   const std::string& optimizer = config.optimizer().name();
-  if (optimizer != "sgd" && optimizer != "momentum") {
+  if (optimizer != "sgd" && optimizer != "momentum" && optimizer != "adam") {
     return absl::InvalidArgumentError(
-        absl::StrCat("--optimizer=", optimizer, " is not known (known: sgd, momentum)"));
+        absl::StrCat("--optimizer=", optimizer, " is not known (known: sgd, momentum, adam)"));
+  }
+  if (optimizer == "adam") {
+    const double b1 = absl::GetFlag(FLAGS_beta1), b2 = absl::GetFlag(FLAGS_beta2);
+    const double eps = absl::GetFlag(FLAGS_epsilon);
+    if (!(b1 >= 0 && b1 < 1) || !(b2 >= 0 && b2 < 1) || !(eps > 0)) {
+      return absl::InvalidArgumentError(
+          "--beta1 and --beta2 must be in [0, 1) and --epsilon positive");
+    }
+    config.mutable_optimizer()->set_beta1(static_cast<float>(b1));
+    config.mutable_optimizer()->set_beta2(static_cast<float>(b2));
+    config.mutable_optimizer()->set_epsilon(static_cast<float>(eps));
   }
   if (optimizer == "momentum") {
     const double m = absl::GetFlag(FLAGS_momentum);

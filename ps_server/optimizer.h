@@ -7,6 +7,7 @@
 #ifndef PST_PS_SERVER_OPTIMIZER_H_
 #define PST_PS_SERVER_OPTIMIZER_H_
 
+#include <cstdint>
 #include <memory>
 #include <span>
 #include <string>
@@ -24,10 +25,12 @@ class Optimizer {
   // Slot vectors, each the size of the variable, that ApplyDense receives.
   virtual int num_slots() const = 0;
 
-  // param -= update(grad). REQUIRES: grad.size() == param.size(), every slot
-  // the same size too.
+  // param -= update(grad). `t` is the 1-based count of updates applied to
+  // this variable, this one included (Adam's bias correction uses it).
+  // REQUIRES: grad.size() == param.size(), every slot the same size too;
+  // t >= 1.
   virtual void ApplyDense(std::span<float> param, std::span<const float> grad,
-                          std::span<const std::span<float>> slots) = 0;
+                          std::span<const std::span<float>> slots, int64_t t) = 0;
 };
 
 // Errors: InvalidArgument for an unknown name or a bad hyperparameter.

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <vector>
 
 namespace pst::ps {
@@ -23,7 +24,8 @@ std::vector<float> ApplySteps(Optimizer& opt, std::vector<float> param,
                               const std::vector<std::vector<float>>& grads) {
   std::vector<std::vector<float>> slots(opt.num_slots(), std::vector<float>(param.size(), 0.0f));
   std::vector<std::span<float>> views(slots.begin(), slots.end());
-  for (const auto& g : grads) opt.ApplyDense(param, g, views);
+  int64_t t = 0;
+  for (const auto& g : grads) opt.ApplyDense(param, g, views, ++t);
   return param;
 }
 
@@ -53,6 +55,30 @@ TEST(OptimizerTest, Momentum_MatchesDoublePrecisionReference) {
   }
 }
 
+TEST(OptimizerTest, Adam_MatchesDoublePrecisionReference) {
+  proto::OptimizerConfig config = Config("adam", 0.01f);
+  config.set_beta1(0.9f);
+  config.set_beta2(0.999f);
+  config.set_epsilon(1e-7f);
+  auto opt = CreateOptimizer(config);
+  ASSERT_TRUE(opt.ok()) << opt.status();
+  const std::vector<std::vector<float>> grads = {
+      {1.0f, -0.5f}, {0.25f, 2.0f}, {-1.0f, 0.0f}, {0.5f, 0.5f}};
+  const std::vector<float> out = ApplySteps(**opt, {0.3f, -0.7f}, grads);
+  for (int i = 0; i < 2; ++i) {
+    double p = i == 0 ? 0.3 : -0.7, m = 0, v = 0;
+    int t = 0;
+    for (const auto& g : grads) {
+      ++t;
+      m = 0.9 * m + 0.1 * g[i];
+      v = 0.999 * v + 0.001 * g[i] * g[i];
+      const double lr_t = 0.01 * std::sqrt(1 - std::pow(0.999, t)) / (1 - std::pow(0.9, t));
+      p -= lr_t * m / (std::sqrt(v) + 1e-7);
+    }
+    EXPECT_NEAR(out[i], p, 1e-6) << "i=" << i;
+  }
+}
+
 TEST(OptimizerTest, Create_BadConfig_IsInvalidArgument) {
   EXPECT_EQ(CreateOptimizer(Config("adamw", 0.1f)).status().code(),
             absl::StatusCode::kInvalidArgument);
@@ -62,6 +88,14 @@ TEST(OptimizerTest, Create_BadConfig_IsInvalidArgument) {
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(CreateOptimizer(Config("momentum", 0.1f, 1.0f)).status().code(),
             absl::StatusCode::kInvalidArgument);
+  proto::OptimizerConfig adam = Config("adam", 0.1f);
+  adam.set_beta1(0.9f);
+  adam.set_beta2(1.0f);
+  adam.set_epsilon(1e-7f);
+  EXPECT_EQ(CreateOptimizer(adam).status().code(), absl::StatusCode::kInvalidArgument);
+  adam.set_beta2(0.999f);
+  adam.set_epsilon(0.0f);
+  EXPECT_EQ(CreateOptimizer(adam).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace

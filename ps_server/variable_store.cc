@@ -139,7 +139,7 @@ absl::Status VariableStore::Push(const proto::PushRequest& request, proto::PushR
     Variable* var = vars[i];
     absl::MutexLock var_lock(&var->mu);
     std::vector<std::span<float>> slots(var->slots.begin(), var->slots.end());
-    optimizer_->ApplyDense(var->values, grads[i], slots);
+    optimizer_->ApplyDense(var->values, grads[i], slots, var->version + 1);
     response->add_versions(++var->version);
   }
   pushes_applied_.fetch_add(1, std::memory_order_relaxed);

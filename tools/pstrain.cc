@@ -37,7 +37,7 @@ constexpr char kUsage[] =
     "pstrain: parameter-server training.\n"
     "\n"
     "  pstrain local [--ps=2] [--workers=2] [--chief=true] [--epochs=3] [--batch_size=64]\n"
-    "                [--optimizer=momentum] [--learning_rate=0.01] [--hidden=256,128]\n"
+    "                [--optimizer=adam] [--learning_rate=0.001] [--hidden=256,128]\n"
     "                [--max_steps=0] [--data_dir=DIR] [--summary_json=PATH] [--timeout_s=0]\n"
     "      Runs a whole cluster on this machine and trains the model.\n"
     "\n"
