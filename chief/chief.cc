@@ -5,6 +5,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/blocking_counter.h"
 #include "absl/time/clock.h"
@@ -17,10 +18,12 @@
 #include "common/status_macros.h"
 #include "nlohmann/json.hpp"
 #include "proto/pstrain.grpc.pb.h"
+#include "worker/grpc_ps_transport.h"
 #include "worker/mlp.h"
 #include "worker/mnist_reader.h"
 #include "worker/model_spec.h"
 #include "worker/ps_client.h"
+#include "worker/training_loops.h"
 
 namespace pst::chief {
 namespace {
@@ -82,29 +85,46 @@ void ShutdownAllPs(std::vector<PsPeer>& ps, const std::string& reason) {
   pending.Wait();
 }
 
+// The model's quality on held-out data, with the parameters the ps hold now.
 struct EvalResult {
-  double accuracy = 0;
-  double loss = 0;
-  int64_t global_step = 0;
+  nlohmann::json metrics;  // test_accuracy/test_loss, or test_auc/test_logloss
+  std::string line;        // for the log
 };
 
 absl::StatusOr<EvalResult> Evaluate(const proto::ClusterState& state, const ChiefOptions& options) {
-  PST_ASSIGN_OR_RETURN(worker::MlpConfig mlp_config, worker::MlpConfigFor(options.training));
-  PST_ASSIGN_OR_RETURN(std::vector<proto::VariableSpec> specs,
+  PST_ASSIGN_OR_RETURN(std::vector<worker::ModelVariable> variables,
                        worker::ModelVariables(options.training));
-  std::vector<std::string> names;
-  for (const auto& spec : specs) names.push_back(spec.name());
-  PST_ASSIGN_OR_RETURN(std::unique_ptr<worker::PsClient> client,
-                       worker::PsClient::Create(state, names, -1, 0, options.timing.rpc_timeout));
+  const std::vector<std::string> addresses(state.ps_addresses().begin(),
+                                           state.ps_addresses().end());
+  PST_ASSIGN_OR_RETURN(
+      std::unique_ptr<worker::PsClient> client,
+      worker::PsClient::Create(state.plan(), worker::DenseNames(variables),
+                               worker::MakeGrpcPsTransport(addresses, options.timing.rpc_timeout),
+                               -1, 0));
+  EvalResult result;
+  if (options.training.model() == "wide_deep") {
+    PST_ASSIGN_OR_RETURN(worker::CtrDataset held_out,
+                         worker::LoadCtrSplit(options.training, /*held_out=*/true, 0, 1));
+    PST_ASSIGN_OR_RETURN(worker::CtrEval eval,
+                         worker::EvaluateWideDeep(options.training, held_out, client.get()));
+    result.metrics = {
+        {"test_auc", eval.auc}, {"test_logloss", eval.logloss}, {"test_examples", eval.examples}};
+    result.line = absl::StrFormat("test AUC %.4f, test log-loss %.4f on %d held-out example(s)",
+                                  eval.auc, eval.logloss, eval.examples);
+    return result;
+  }
+  PST_ASSIGN_OR_RETURN(worker::MlpConfig mlp_config, worker::MlpConfigFor(options.training));
   worker::Values params;
-  PST_ASSIGN_OR_RETURN(int64_t version, client->Pull(&params));
+  PST_RETURN_IF_ERROR(client->Pull(&params).status());
   PST_ASSIGN_OR_RETURN(worker::Dataset test,
                        worker::LoadFashionMnist(options.data_dir, worker::Split::kTest));
   worker::Mlp model(mlp_config);
   PST_ASSIGN_OR_RETURN(
       worker::Mlp::Eval eval,
       model.Evaluate(params, test.features.data(), test.labels.data(), test.num_examples));
-  return EvalResult{eval.accuracy, eval.loss, version};
+  result.metrics = {{"test_accuracy", eval.accuracy}, {"test_loss", eval.loss}};
+  result.line = absl::StrFormat("test accuracy %.4f, test loss %.4f", eval.accuracy, eval.loss);
+  return result;
 }
 
 absl::Status WriteSummary(const std::string& path, const nlohmann::json& summary) {
@@ -129,10 +149,8 @@ absl::Status RunChief(const ChiefOptions& options, const common::StopSignal& sto
   const common::Timing& timing = options.timing;
 
   // Plan.
-  PST_ASSIGN_OR_RETURN(std::vector<proto::VariableSpec> specs,
-                       worker::ModelVariables(options.training));
   PST_ASSIGN_OR_RETURN(proto::PlacementPlan plan,
-                       common::PlaceRoundRobin(specs, static_cast<int>(cluster.ps.size())));
+                       worker::BuildPlan(options.training, static_cast<int>(cluster.ps.size())));
   proto::ClusterState initial;
   *initial.mutable_plan() = plan;
   for (const std::string& address : cluster.ps) initial.add_ps_addresses(address);
@@ -239,14 +257,22 @@ absl::Status RunChief(const ChiefOptions& options, const common::StopSignal& sto
 
     PST_ASSIGN_OR_RETURN(EvalResult eval, Evaluate(coordinator.State(), options));
     const double examples_per_sec = train_secs > 0 ? final_snap.examples / train_secs : 0;
-    spdlog::info(
-        "done: test accuracy {:.4f}, test loss {:.4f}, global step {}, {:.0f} examples/s, "
-        "{:.1f} s training",
-        eval.accuracy, eval.loss, final_snap.global_step, examples_per_sec, train_secs);
+    spdlog::info("done: {}, global step {}, {:.0f} examples/s, {:.1f} s training", eval.line,
+                 final_snap.global_step, examples_per_sec, train_secs);
+    // Rows each ps created for hash embeddings (0 without them).
+    std::vector<int64_t> hash_rows;
+    for (PsPeer& p : ps) {
+      absl::StatusOr<proto::HealthResponse> health = ProbePs(&p, absl::Seconds(5));
+      hash_rows.push_back(health.ok() ? health->hash_rows() : -1);
+    }
+    if (options.training.model() == "wide_deep" && options.training.buckets_per_field() == 0) {
+      spdlog::info("hash embedding rows per ps: [{}]", absl::StrJoin(hash_rows, ", "));
+    }
     if (!options.summary_json.empty()) {
-      nlohmann::json summary = {
-          {"test_accuracy", eval.accuracy},
-          {"test_loss", eval.loss},
+      nlohmann::json summary = eval.metrics;
+      summary["hash_rows_per_ps"] = hash_rows;
+      summary.update({
+          {"model", options.training.model()},
           {"global_step", final_snap.global_step},
           {"examples", final_snap.examples},
           {"examples_per_sec", examples_per_sec},
@@ -254,7 +280,7 @@ absl::Status RunChief(const ChiefOptions& options, const common::StopSignal& sto
           {"wall_seconds", absl::ToDoubleSeconds(absl::Now() - job_start)},
           {"num_workers", cluster.worker.size()},
           {"num_ps", cluster.ps.size()},
-      };
+      });
       PST_RETURN_IF_ERROR(WriteSummary(options.summary_json, summary));
       spdlog::info("wrote {}", options.summary_json);
     }

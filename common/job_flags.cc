@@ -7,14 +7,38 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "ps_server/optimizer.h"
 
 ABSL_FLAG(std::string, tf_config, "",
           "Cluster spec as TF_CONFIG JSON, or @path to a file holding it. Default: the "
           "TF_CONFIG environment variable.");
 ABSL_FLAG(std::string, data_dir, "/usr/share/datasets/fashion-mnist",
           "Directory with the Fashion-MNIST IDX files (Debian's dataset-fashion-mnist).");
-ABSL_FLAG(std::string, model, "mlp", "Model to train: mlp.");
-ABSL_FLAG(std::string, hidden, "256,128", "Hidden layer widths of the MLP, comma-separated.");
+ABSL_FLAG(std::string, model, "mlp",
+          "Model to train: mlp (Fashion-MNIST) or wide_deep (Criteo-format CTR data).");
+ABSL_FLAG(std::string, hidden, "",
+          "Hidden layer widths, comma-separated. Default: 256,128 for mlp, 64,32 for wide_deep.");
+ABSL_FLAG(std::string, data, "",
+          "wide_deep: a Criteo-format file that every task can read (pstrain local also takes "
+          "'generate' or 'generate:rows=N,vocab=V,seed=S').");
+ABSL_FLAG(double, eval_fraction, 0.1,
+          "wide_deep: the last fraction of --data held out for evaluation.");
+ABSL_FLAG(int32_t, embedding_dim, 8, "wide_deep: width of the deep embedding rows.");
+ABSL_FLAG(int64_t, buckets_per_field, 100000,
+          "wide_deep: embedding rows per categorical field; 0 for hash embeddings (unbounded ids, "
+          "rows created on first touch).");
+ABSL_FLAG(int32_t, admit_after, 0,
+          "Hash embeddings: create a row only after its id was seen this many times.");
+ABSL_FLAG(std::string, placement, "size_balanced",
+          "Placement of variables over the ps: round_robin or size_balanced.");
+ABSL_FLAG(std::string, partitioner, "min_max",
+          "How embedding tables are split: none, fixed (--num_shards), min_max (--min_slice_bytes, "
+          "--max_partitions) or axis_size (--max_shard_bytes).");
+ABSL_FLAG(int32_t, num_shards, 0, "fixed partitioner: partitions per table (0: one per ps).");
+ABSL_FLAG(int64_t, min_slice_bytes, 256 << 10, "min_max partitioner: smallest slice.");
+ABSL_FLAG(int32_t, max_partitions, 0, "min_max partitioner: most partitions (0: 4 per ps).");
+ABSL_FLAG(int64_t, max_shard_bytes, 64 << 20, "axis_size partitioner: largest slice.");
+ABSL_FLAG(std::string, routing, "mod", "Id routing of partitioned tables: mod or div.");
 ABSL_FLAG(int32_t, epochs, 3, "Passes over each worker's shard of the training data.");
 ABSL_FLAG(int64_t, max_steps, 0,
           "Stop when the global step (pushes applied) reaches this; 0 means no limit.");
@@ -26,6 +50,12 @@ ABSL_FLAG(bool, nesterov, false, "Nesterov momentum, for --optimizer=momentum.")
 ABSL_FLAG(double, beta1, 0.9, "Adam's first-moment decay, for --optimizer=adam.");
 ABSL_FLAG(double, beta2, 0.999, "Adam's second-moment decay, for --optimizer=adam.");
 ABSL_FLAG(double, epsilon, 1e-7, "Adam's epsilon, for --optimizer=adam.");
+ABSL_FLAG(double, initial_accumulator, 0.1, "Adagrad and FTRL: initial accumulator value.");
+ABSL_FLAG(double, l1, 0, "FTRL: L1 regularization strength.");
+ABSL_FLAG(double, l2, 0, "FTRL: L2 regularization strength.");
+ABSL_FLAG(double, lr_power, -0.5, "FTRL: learning rate power (<= 0).");
+ABSL_FLAG(bool, skip_nonfinite, false,
+          "Skip (and count) gradient rows holding NaN or Inf instead of rejecting the push.");
 ABSL_FLAG(uint64_t, seed, 1, "Seed for initialization and data shuffling.");
 ABSL_FLAG(std::string, summary_json, "",
           "If set, the chief writes the job's final figures to this file as JSON.");
@@ -41,16 +71,17 @@ namespace pst::common {
 absl::StatusOr<proto::TrainingConfig> TrainingConfigFromFlags() {
   proto::TrainingConfig config;
   config.set_model(absl::GetFlag(FLAGS_model));
-  if (config.model() != "mlp") {
+  if (config.model() != "mlp" && config.model() != "wide_deep") {
     return absl::InvalidArgumentError(
-        absl::StrCat("--model=", config.model(), " is not a known model (known: mlp)"));
+        absl::StrCat("--model=", config.model(), " is not a known model (known: mlp, wide_deep)"));
   }
-  for (absl::string_view part :
-       absl::StrSplit(absl::GetFlag(FLAGS_hidden), ',', absl::SkipWhitespace())) {
+  std::string hidden = absl::GetFlag(FLAGS_hidden);
+  if (hidden.empty()) hidden = config.model() == "mlp" ? "256,128" : "64,32";
+  for (absl::string_view part : absl::StrSplit(hidden, ',', absl::SkipWhitespace())) {
     int units = 0;
     if (!absl::SimpleAtoi(part, &units) || units < 1 || units > (1 << 20)) {
       return absl::InvalidArgumentError(
-          absl::StrCat("--hidden=", absl::GetFlag(FLAGS_hidden),
+          absl::StrCat("--hidden=", hidden,
                        ": each layer width must be an integer in 1..1048576, got '", part, "'"));
     }
     config.add_hidden_units(units);
@@ -64,36 +95,73 @@ absl::StatusOr<proto::TrainingConfig> TrainingConfigFromFlags() {
     return absl::InvalidArgumentError("--batch_size must be in 1..65536");
   }
   config.set_seed(absl::GetFlag(FLAGS_seed));
-  const double lr = absl::GetFlag(FLAGS_learning_rate);
-  if (!std::isfinite(lr) || lr <= 0) {
+
+  proto::OptimizerConfig* opt = config.mutable_optimizer();
+  opt->set_name(absl::GetFlag(FLAGS_optimizer));
+  opt->set_learning_rate(static_cast<float>(absl::GetFlag(FLAGS_learning_rate)));
+  opt->set_momentum(static_cast<float>(absl::GetFlag(FLAGS_momentum)));
+  opt->set_nesterov(absl::GetFlag(FLAGS_nesterov));
+  opt->set_beta1(static_cast<float>(absl::GetFlag(FLAGS_beta1)));
+  opt->set_beta2(static_cast<float>(absl::GetFlag(FLAGS_beta2)));
+  opt->set_epsilon(static_cast<float>(absl::GetFlag(FLAGS_epsilon)));
+  opt->set_initial_accumulator(static_cast<float>(absl::GetFlag(FLAGS_initial_accumulator)));
+  opt->set_l1(static_cast<float>(absl::GetFlag(FLAGS_l1)));
+  opt->set_l2(static_cast<float>(absl::GetFlag(FLAGS_l2)));
+  opt->set_lr_power(static_cast<float>(absl::GetFlag(FLAGS_lr_power)));
+  opt->set_skip_nonfinite(absl::GetFlag(FLAGS_skip_nonfinite));
+  // The ps's own check, so a bad hyperparameter fails before anything starts.
+  if (absl::Status s = ps::CreateOptimizer(*opt).status(); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("optimizer flags: ", s.message()));
+  }
+
+  config.set_data(absl::GetFlag(FLAGS_data));
+  config.set_eval_fraction(absl::GetFlag(FLAGS_eval_fraction));
+  if (!(config.eval_fraction() > 0 && config.eval_fraction() < 1)) {
+    return absl::InvalidArgumentError("--eval_fraction must be in (0, 1)");
+  }
+  config.set_embedding_dim(absl::GetFlag(FLAGS_embedding_dim));
+  if (config.embedding_dim() < 1 || config.embedding_dim() > 4096) {
+    return absl::InvalidArgumentError("--embedding_dim must be in 1..4096");
+  }
+  config.set_buckets_per_field(absl::GetFlag(FLAGS_buckets_per_field));
+  if (config.buckets_per_field() < 0) {
+    return absl::InvalidArgumentError("--buckets_per_field must be >= 0 (0: hash embeddings)");
+  }
+  config.set_admit_after(absl::GetFlag(FLAGS_admit_after));
+  if (config.admit_after() < 0) return absl::InvalidArgumentError("--admit_after must be >= 0");
+
+  config.set_placement(absl::GetFlag(FLAGS_placement));
+  if (config.placement() != "round_robin" && config.placement() != "size_balanced") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--placement=", config.placement(), " is not known (known: round_robin, size_balanced)"));
+  }
+  proto::Partitioner* partitioner = config.mutable_partitioner();
+  partitioner->set_kind(absl::GetFlag(FLAGS_partitioner));
+  partitioner->set_num_shards(absl::GetFlag(FLAGS_num_shards));
+  partitioner->set_min_slice_bytes(absl::GetFlag(FLAGS_min_slice_bytes));
+  partitioner->set_max_partitions(absl::GetFlag(FLAGS_max_partitions));
+  partitioner->set_max_shard_bytes(absl::GetFlag(FLAGS_max_shard_bytes));
+  const std::string& kind = partitioner->kind();
+  if (kind != "none" && kind != "fixed" && kind != "min_max" && kind != "axis_size") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--partitioner=", kind, " is not known (known: none, fixed, min_max, axis_size)"));
+  }
+  if (kind == "fixed" && partitioner->num_shards() < 1) {
+    return absl::InvalidArgumentError("--partitioner=fixed needs --num_shards >= 1");
+  }
+  if (partitioner->min_slice_bytes() < 1 || partitioner->max_shard_bytes() < 1 ||
+      partitioner->max_partitions() < 0) {
     return absl::InvalidArgumentError(
-        absl::StrCat("--learning_rate must be a positive number, got ", lr));
+        "--min_slice_bytes and --max_shard_bytes must be positive, --max_partitions >= 0");
   }
-  config.mutable_optimizer()->set_name(absl::GetFlag(FLAGS_optimizer));
-  config.mutable_optimizer()->set_learning_rate(static_cast<float>(lr));
-  const std::string& optimizer = config.optimizer().name();
-  if (optimizer != "sgd" && optimizer != "momentum" && optimizer != "adam") {
+  const std::string routing = absl::GetFlag(FLAGS_routing);
+  if (routing == "mod") {
+    config.set_routing(proto::MOD);
+  } else if (routing == "div") {
+    config.set_routing(proto::DIV);
+  } else {
     return absl::InvalidArgumentError(
-        absl::StrCat("--optimizer=", optimizer, " is not known (known: sgd, momentum, adam)"));
-  }
-  if (optimizer == "adam") {
-    const double b1 = absl::GetFlag(FLAGS_beta1), b2 = absl::GetFlag(FLAGS_beta2);
-    const double eps = absl::GetFlag(FLAGS_epsilon);
-    if (!(b1 >= 0 && b1 < 1) || !(b2 >= 0 && b2 < 1) || !(eps > 0)) {
-      return absl::InvalidArgumentError(
-          "--beta1 and --beta2 must be in [0, 1) and --epsilon positive");
-    }
-    config.mutable_optimizer()->set_beta1(static_cast<float>(b1));
-    config.mutable_optimizer()->set_beta2(static_cast<float>(b2));
-    config.mutable_optimizer()->set_epsilon(static_cast<float>(eps));
-  }
-  if (optimizer == "momentum") {
-    const double m = absl::GetFlag(FLAGS_momentum);
-    if (!(m >= 0 && m < 1)) {
-      return absl::InvalidArgumentError(absl::StrCat("--momentum must be in [0, 1), got ", m));
-    }
-    config.mutable_optimizer()->set_momentum(static_cast<float>(m));
-    config.mutable_optimizer()->set_nesterov(absl::GetFlag(FLAGS_nesterov));
+        absl::StrCat("--routing=", routing, " is not known (known: mod, div)"));
   }
   return config;
 }

@@ -18,6 +18,17 @@ namespace pst::common {
 absl::StatusOr<proto::PlacementPlan> PlaceRoundRobin(
     const std::vector<proto::VariableSpec>& variables, int num_ps);
 
+// Greedy size-balanced: biggest first, each to the ps with the fewest bytes
+// so far (ties: the lowest index); equal sizes are taken in name order, so
+// the result does not depend on creation order (TensorFlow's greedy
+// strategy does). Hash embeddings (shape[0] == 0) count as `hash_row_guess`
+// rows. Errors: as PlaceRoundRobin.
+absl::StatusOr<proto::PlacementPlan> PlaceSizeBalanced(
+    const std::vector<proto::VariableSpec>& variables, int num_ps, int64_t hash_row_guess = 0);
+
+// Bytes a spec takes (hash embeddings: hash_row_guess rows).
+int64_t SpecBytes(const proto::VariableSpec& spec, int64_t hash_row_guess = 0);
+
 // Bytes held by each ps under `plan`.
 std::vector<int64_t> BytesPerPs(const proto::PlacementPlan& plan);
 

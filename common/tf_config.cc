@@ -9,6 +9,7 @@
 #include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <system_error>
@@ -481,7 +482,8 @@ std::string TfConfigToJson(const TfConfig& config) {
   return doc.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
 }
 
-absl::StatusOr<TfConfig> LoadTfConfig(std::string_view flag_value, TaskType expected) {
+absl::StatusOr<TfConfig> LoadTfConfig(std::string_view flag_value,
+                                      std::optional<TaskType> expected) {
   std::string text;
   std::string source;
   const std::string_view flag = StripWhitespace(flag_value);
@@ -514,9 +516,9 @@ absl::StatusOr<TfConfig> LoadTfConfig(std::string_view flag_value, TaskType expe
   if (!config.ok()) {
     return absl::InvalidArgumentError(Cat(config.status().message(), " (read from ", source, ")"));
   }
-  if (config->task.type != expected) {
+  if (expected.has_value() && config->task.type != *expected) {
     const std::string_view actual = TaskTypeName(config->task.type);
-    const std::string_view binary = TaskTypeName(expected);
+    const std::string_view binary = TaskTypeName(*expected);
     return Invalid(Cat("task type is ", Quote(actual), " but this is the ", binary,
                        " binary; start the ", actual, " binary for ", actual,
                        " tasks, or set task.type to ", Quote(binary), " (read from ", source, ")"));

@@ -14,6 +14,7 @@
 #ifndef PST_COMMON_TF_CONFIG_H_
 #define PST_COMMON_TF_CONFIG_H_
 
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -81,9 +82,12 @@ std::string TfConfigToJson(const TfConfig& config);
 // the JSON itself or "@path" to read it from a file), else the TF_CONFIG
 // environment variable. Then checks that the task type is `expected`: a ps
 // binary started with task type "worker" gets InvalidArgument naming both.
+// With `expected` empty, any task type is accepted (tools that only need
+// the cluster).
 // NotFound-style problems (no flag, no env var, unreadable file) come back
 // as InvalidArgument too, naming what is missing.
-absl::StatusOr<TfConfig> LoadTfConfig(std::string_view flag_value, TaskType expected);
+absl::StatusOr<TfConfig> LoadTfConfig(std::string_view flag_value,
+                                      std::optional<TaskType> expected);
 
 // Splits "host:port" (IPv6 as "[::1]:port"). InvalidArgument if malformed.
 absl::Status ParseHostPort(std::string_view address, std::string* host, int* port);

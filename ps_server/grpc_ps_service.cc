@@ -71,12 +71,19 @@ grpc::ServerUnaryReactor* GrpcPsService::Push(grpc::CallbackServerContext* conte
 grpc::ServerUnaryReactor* GrpcPsService::PushPull(grpc::CallbackServerContext* context,
                                                   const proto::PushPullRequest* request,
                                                   proto::PullResponse* response) {
-  return FinishWith(context, [&]() -> absl::Status {
-    proto::PushResponse pushed;
-    absl::Status status = store_->Push(request->push(), &pushed);
-    if (!status.ok()) return status;
-    return store_->Pull(request->push().names(), response);
-  });
+  return FinishWith(context, [&] { return store_->PushPull(*request, response); });
+}
+
+grpc::ServerUnaryReactor* GrpcPsService::PullRows(grpc::CallbackServerContext* context,
+                                                  const proto::PullRowsRequest* request,
+                                                  proto::PullRowsResponse* response) {
+  return FinishWith(context, [&] { return store_->PullRows(*request, response); });
+}
+
+grpc::ServerUnaryReactor* GrpcPsService::PushRows(grpc::CallbackServerContext* context,
+                                                  const proto::PushRowsRequest* request,
+                                                  proto::PushRowsResponse* response) {
+  return FinishWith(context, [&] { return store_->PushRows(*request, response); });
 }
 
 grpc::ServerUnaryReactor* GrpcPsService::Health(grpc::CallbackServerContext* context,
@@ -90,6 +97,8 @@ grpc::ServerUnaryReactor* GrpcPsService::Health(grpc::CallbackServerContext* con
     response->set_num_variables(stats.num_variables);
     response->set_num_elements(stats.num_elements);
     response->set_pushes_applied(stats.pushes_applied);
+    response->set_hash_rows(stats.hash_rows);
+    response->set_nonfinite_skipped(stats.nonfinite_skipped);
     return absl::OkStatus();
   });
 }

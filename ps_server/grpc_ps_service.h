@@ -35,6 +35,12 @@ class GrpcPsService final : public proto::ParameterServer::CallbackService {
   grpc::ServerUnaryReactor* PushPull(grpc::CallbackServerContext* context,
                                      const proto::PushPullRequest* request,
                                      proto::PullResponse* response) override;
+  grpc::ServerUnaryReactor* PullRows(grpc::CallbackServerContext* context,
+                                     const proto::PullRowsRequest* request,
+                                     proto::PullRowsResponse* response) override;
+  grpc::ServerUnaryReactor* PushRows(grpc::CallbackServerContext* context,
+                                     const proto::PushRowsRequest* request,
+                                     proto::PushRowsResponse* response) override;
   grpc::ServerUnaryReactor* Health(grpc::CallbackServerContext* context,
                                    const proto::HealthRequest* request,
                                    proto::HealthResponse* response) override;

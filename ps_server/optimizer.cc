@@ -89,6 +89,79 @@ class Adam final : public Optimizer {
   const float epsilon_;
 };
 
+// TensorFlow's ApplyAdagrad: accum += g^2; var -= lr * g / sqrt(accum).
+class Adagrad final : public Optimizer {
+ public:
+  Adagrad(float lr, float initial_accumulator)
+      : lr_(lr), initial_accumulator_(initial_accumulator) {}
+  std::string name() const override { return "adagrad"; }
+  int num_slots() const override { return 1; }
+  float SlotInitialValue(int) const override { return initial_accumulator_; }
+  void ApplyDense(std::span<float> param, std::span<const float> grad,
+                  std::span<const std::span<float>> slots, int64_t) override {
+    float* __restrict p = param.data();
+    const float* __restrict g = grad.data();
+    float* __restrict a = slots[0].data();
+    const size_t n = param.size();
+    for (size_t i = 0; i < n; ++i) {
+      a[i] += g[i] * g[i];
+      p[i] -= lr_ * g[i] / std::sqrt(a[i]);
+    }
+  }
+
+ private:
+  const float lr_;
+  const float initial_accumulator_;
+};
+
+// TensorFlow's ApplyFtrl (FTRL-Proximal), computed per element in double:
+//   accum_new = accum + g^2
+//   linear += g - (accum_new^(-lr_power) - accum^(-lr_power)) / lr * var
+//   quadratic = accum_new^(-lr_power) / lr + 2 * l2
+//   var = |linear| > l1 ? (sign(linear) * l1 - linear) / quadratic : 0
+//   accum = accum_new
+// Slots: 0 accum, 1 linear.
+class Ftrl final : public Optimizer {
+ public:
+  Ftrl(float lr, float initial_accumulator, float l1, float l2, float lr_power)
+      : lr_(lr), initial_accumulator_(initial_accumulator), l1_(l1), l2_(l2), lr_power_(lr_power) {}
+  std::string name() const override { return "ftrl"; }
+  int num_slots() const override { return 2; }
+  float SlotInitialValue(int slot) const override {
+    return slot == 0 ? initial_accumulator_ : 0.0f;
+  }
+  void ApplyDense(std::span<float> param, std::span<const float> grad,
+                  std::span<const std::span<float>> slots, int64_t) override {
+    float* __restrict p = param.data();
+    const float* __restrict g = grad.data();
+    float* __restrict accum = slots[0].data();
+    float* __restrict linear = slots[1].data();
+    const size_t n = param.size();
+    const double lr = lr_, l1 = l1_, l2 = l2_, power = -static_cast<double>(lr_power_);
+    const bool half = lr_power_ == -0.5f;
+    auto pow_acc = [&](double a) { return half ? std::sqrt(a) : std::pow(a, power); };
+    for (size_t i = 0; i < n; ++i) {
+      const double gi = g[i];
+      const double a_old = accum[i];
+      const double a_new = a_old + gi * gi;
+      const double pow_new = pow_acc(a_new);
+      const double lin = linear[i] + gi - (pow_new - pow_acc(a_old)) / lr * p[i];
+      const double quadratic = pow_new / lr + 2 * l2;
+      p[i] = std::abs(lin) > l1 ? static_cast<float>((std::copysign(l1, lin) - lin) / quadratic)
+                                : 0.0f;
+      linear[i] = static_cast<float>(lin);
+      accum[i] = static_cast<float>(a_new);
+    }
+  }
+
+ private:
+  const float lr_;
+  const float initial_accumulator_;
+  const float l1_;
+  const float l2_;
+  const float lr_power_;
+};
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Optimizer>> CreateOptimizer(const proto::OptimizerConfig& config) {
@@ -116,8 +189,31 @@ absl::StatusOr<std::unique_ptr<Optimizer>> CreateOptimizer(const proto::Optimize
     }
     return std::make_unique<Adam>(lr, b1, b2, eps);
   }
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown optimizer '", config.name(), "' (known: sgd, momentum, adam)"));
+  if (config.name() == "adagrad" || config.name() == "ftrl") {
+    const std::string& opt = config.name();
+    float init = config.initial_accumulator();
+    if (!std::isfinite(init) || init < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(opt, " initial_accumulator must be positive and finite (0: default ",
+                       kDefaultInitialAccumulator, "), got ", init));
+    }
+    if (init == 0) init = kDefaultInitialAccumulator;
+    if (opt == "adagrad") return std::make_unique<Adagrad>(lr, init);
+    const float l1 = config.l1(), l2 = config.l2(), lr_power = config.lr_power();
+    if (!std::isfinite(l1) || l1 < 0) {
+      return absl::InvalidArgumentError(absl::StrCat("ftrl l1 must be >= 0 and finite, got ", l1));
+    }
+    if (!std::isfinite(l2) || l2 < 0) {
+      return absl::InvalidArgumentError(absl::StrCat("ftrl l2 must be >= 0 and finite, got ", l2));
+    }
+    if (!std::isfinite(lr_power) || lr_power > 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "ftrl lr_power must be <= 0 and finite (TensorFlow's default: -0.5), got ", lr_power));
+    }
+    return std::make_unique<Ftrl>(lr, init, l1, l2, lr_power);
+  }
+  return absl::InvalidArgumentError(absl::StrCat("unknown optimizer '", config.name(),
+                                                 "' (known: sgd, momentum, adam, adagrad, ftrl)"));
 }
 
 }  // namespace pst::ps

@@ -2,6 +2,12 @@
 // in place. An Optimizer is stateless apart from its hyperparameters; slot
 // variables (momentum, accumulators) belong to the variable they serve.
 //
+// Every optimizer here is elementwise: element i of the update depends only
+// on element i of the parameter, the gradient and the slots. A sparse update
+// (some rows of a variable) is therefore ApplyDense on each touched row's
+// span of the parameter and of each slot; untouched rows and their slots
+// stay as they are (TensorFlow's sparse apply ops, "lazy" for Adam).
+//
 // Thread-safety: Apply* may be called concurrently for different variables;
 // the caller holds the variable's lock.
 #ifndef PST_PS_SERVER_OPTIMIZER_H_
@@ -24,6 +30,10 @@ class Optimizer {
   virtual std::string name() const = 0;
   // Slot vectors, each the size of the variable, that ApplyDense receives.
   virtual int num_slots() const = 0;
+  // The value every element of slot `slot` starts at (Adagrad's and FTRL's
+  // accumulators start at initial_accumulator; everything else at 0).
+  // REQUIRES: 0 <= slot < num_slots().
+  virtual float SlotInitialValue(int slot) const { return 0.0f; }
 
   // param -= update(grad). `t` is the 1-based count of updates applied to
   // this variable, this one included (Adam's bias correction uses it).
@@ -33,7 +43,23 @@ class Optimizer {
                           std::span<const std::span<float>> slots, int64_t t) = 0;
 };
 
-// Errors: InvalidArgument for an unknown name or a bad hyperparameter.
+// The accumulator start value Adagrad and FTRL use when the config's
+// initial_accumulator is 0 (unset), as TensorFlow's default.
+inline constexpr float kDefaultInitialAccumulator = 0.1f;
+
+// Builds the optimizer `config.name` names:
+//   sgd:      var -= lr * g
+//   momentum: accum = m * accum + g; var -= lr * accum
+//             (nesterov: var -= lr * (g + m * accum))
+//   adam:     TensorFlow's Adam with bias correction from t
+//   adagrad:  accum += g^2; var -= lr * g / sqrt(accum)
+//             (slot: accum, starting at initial_accumulator)
+//   ftrl:     TensorFlow's ApplyFtrl (FTRL-Proximal, McMahan et al.) with l1,
+//             l2 and lr_power (slots: accum from initial_accumulator, linear
+//             from 0). lr_power is taken as given: 0 is a fixed learning rate.
+// initial_accumulator 0 means kDefaultInitialAccumulator.
+// Errors: InvalidArgument for an unknown name or a bad hyperparameter (the
+// message names the field).
 absl::StatusOr<std::unique_ptr<Optimizer>> CreateOptimizer(const proto::OptimizerConfig& config);
 
 }  // namespace pst::ps

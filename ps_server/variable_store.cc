@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
+#include <span>
+#include <string_view>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
@@ -11,8 +14,202 @@
 #include "google/protobuf/util/message_differencer.h"
 
 namespace pst::ps {
+namespace {
 
 using google::protobuf::util::MessageDifferencer;
+
+// Rows a hash variable's initializer is drawn as, when full_shape gives no
+// row count: ids are taken modulo this.
+constexpr uint64_t kHashRowSpace = uint64_t{1} << 62;
+
+// The logical variable a spec is part of, for messages.
+const std::string& LogicalName(const proto::VariableSpec& spec) {
+  return spec.variable().empty() ? spec.name() : spec.variable();
+}
+
+// Product of the dimensions after the first (1 for rank 1).
+int64_t RowElements(const proto::VariableSpec& spec) {
+  int64_t dim = 1;
+  for (int i = 1; i < spec.shape_size(); ++i) dim *= spec.shape(i);
+  return dim;
+}
+
+int HashPartitionOf(int64_t id, int partitions) {
+  return static_cast<int>(static_cast<uint64_t>(id) % static_cast<uint64_t>(partitions));
+}
+
+uint64_t MixId(int64_t id) {
+  uint64_t x = static_cast<uint64_t>(id) + 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+// Checks that `full_shape` has the rank and trailing dimensions of `shape`.
+absl::Status CheckFullShape(const proto::VariableSpec& spec) {
+  bool ok = spec.full_shape_size() == spec.shape_size();
+  for (int i = 1; ok && i < spec.shape_size(); ++i) ok = spec.full_shape(i) == spec.shape(i);
+  if (!ok) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "variable '", spec.name(), "': full_shape ", common::ShapeString(spec.full_shape()),
+        " must have the rank and the dimensions after the first of shape ",
+        common::ShapeString(spec.shape())));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckPartitionIndex(const proto::VariableSpec& spec) {
+  if (spec.num_partitions() < 1 || spec.partition() < 0 ||
+      spec.partition() >= spec.num_partitions()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "variable '", spec.name(), "': ", proto::Routing_Name(spec.routing()),
+        " partition needs num_partitions >= 1 and 0 <= partition < num_partitions, got partition ",
+        spec.partition(), " of ", spec.num_partitions()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateHashSpec(const proto::VariableSpec& spec, int64_t max_elements) {
+  const std::string& name = spec.name();
+  if (name.empty()) return absl::InvalidArgumentError("variable with an empty name");
+  if (spec.dtype() != proto::DT_FLOAT32) {
+    return absl::InvalidArgumentError(absl::StrCat("variable '", name, "': dtype ",
+                                                   proto::DType_Name(spec.dtype()),
+                                                   " is not supported (only DT_FLOAT32)"));
+  }
+  if (spec.shape_size() == 0 || spec.shape(0) != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "hash variable '", name, "' must have shape [0, dim...] (its rows are made on first ",
+        "touch), got ", common::ShapeString(spec.shape())));
+  }
+  common::Shape row_shape;
+  for (int i = 1; i < spec.shape_size(); ++i) {
+    if (spec.shape(i) <= 0) {
+      return absl::InvalidArgumentError(absl::StrCat("hash variable '", name, "': shape ",
+                                                     common::ShapeString(spec.shape()),
+                                                     " must have positive dimensions after the "
+                                                     "first"));
+    }
+    row_shape.Add(spec.shape(i));
+  }
+  absl::StatusOr<int64_t> n = common::NumElements(row_shape, max_elements);
+  if (!n.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("hash variable '", name, "': one row: ", n.status().message()));
+  }
+  PST_RETURN_IF_ERROR(CheckPartitionIndex(spec));
+  if (spec.admit_after() < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "hash variable '", name, "': admit_after must be >= 0, got ", spec.admit_after()));
+  }
+  if (spec.full_shape_size() > 0) {
+    PST_RETURN_IF_ERROR(CheckFullShape(spec));
+    if (spec.full_shape(0) < 0) {
+      return absl::InvalidArgumentError(absl::StrCat("hash variable '", name, "': full_shape ",
+                                                     common::ShapeString(spec.full_shape()),
+                                                     " has a negative dimension"));
+    }
+  }
+  if (spec.initializer().kind() == proto::Initializer::GLOROT_UNIFORM &&
+      (spec.full_shape_size() == 0 || spec.full_shape(0) <= 0)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "hash variable '", name, "': glorot_uniform needs a row count in full_shape[0] for its ",
+        "fans; give one, or use a uniform or normal initializer"));
+  }
+  return absl::OkStatus();
+}
+
+// A partition of MOD or DIV routing: TensorFlow's layout, N rows in P
+// partitions, partition p holding N/P rows plus one if p < N%P.
+absl::Status ValidateRangePartition(const proto::VariableSpec& spec) {
+  const std::string& name = spec.name();
+  PST_RETURN_IF_ERROR(CheckPartitionIndex(spec));
+  PST_RETURN_IF_ERROR(CheckFullShape(spec));
+  absl::StatusOr<int64_t> full = common::NumElements(spec.full_shape());
+  if (!full.ok() || spec.full_shape(0) <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat("variable '", name, "': bad full_shape ",
+                                                   common::ShapeString(spec.full_shape())));
+  }
+  const int64_t n = spec.full_shape(0);
+  const int64_t p = spec.partition(), np = spec.num_partitions();
+  const int64_t size = n / np + (p < n % np ? 1 : 0);
+  if (spec.shape(0) != size) {
+    return absl::InvalidArgumentError(absl::StrCat("variable '", name, "': partition ", p, " of ",
+                                                   np, " of ", n, " rows holds ", size,
+                                                   " rows, but shape[0] is ", spec.shape(0)));
+  }
+  int64_t offset, stride;
+  if (spec.routing() == proto::MOD) {
+    offset = p;
+    stride = np;
+  } else {
+    offset = p * (n / np) + std::min(p, n % np);
+    stride = 1;
+  }
+  if (spec.row_offset() != offset || spec.row_stride() != stride) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "variable '", name, "': ", proto::Routing_Name(spec.routing()), " partition ", p, " of ",
+        np, " of ", n, " rows needs row_offset ", offset, " and row_stride ", stride, ", got ",
+        spec.row_offset(), " and ", spec.row_stride()));
+  }
+  return absl::OkStatus();
+}
+
+// Everything about a spec a ps checks, beyond the initializer.
+absl::Status ValidateSpec(const proto::VariableSpec& spec, int64_t max_elements) {
+  const proto::Routing routing = spec.routing();
+  if (routing == proto::HASH) return ValidateHashSpec(spec, max_elements);
+  if (routing != proto::ROUTING_NONE && routing != proto::MOD && routing != proto::DIV) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("variable '", spec.name(), "': unknown routing ", static_cast<int>(routing)));
+  }
+  if (spec.shape_size() > 0 && spec.shape(0) == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("variable '", spec.name(), "': shape ", common::ShapeString(spec.shape()),
+                     " with 0 rows is only valid for a hash variable (routing HASH)"));
+  }
+  PST_RETURN_IF_ERROR(common::ValidateVariableSpec(spec, max_elements));
+  if (spec.admit_after() > 1 || spec.admit_after() < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("variable '", spec.name(), "': admit_after (", spec.admit_after(),
+                     ") applies only to hash variables (routing HASH)"));
+  }
+  if (routing != proto::ROUTING_NONE) return ValidateRangePartition(spec);
+  bool same_full_shape = spec.full_shape_size() == 0;
+  if (spec.full_shape_size() == spec.shape_size()) {
+    same_full_shape =
+        std::equal(spec.shape().begin(), spec.shape().end(), spec.full_shape().begin());
+  }
+  if (spec.num_partitions() > 1 || spec.partition() != 0 || spec.row_offset() != 0 ||
+      spec.row_stride() > 1 || spec.row_stride() < 0 || !same_full_shape) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("variable '", spec.name(), "': partition fields (partition ", spec.partition(),
+                     " of ", spec.num_partitions(), ", full_shape ",
+                     common::ShapeString(spec.full_shape()), ", row_offset ", spec.row_offset(),
+                     ", row_stride ", spec.row_stride(), ") need routing MOD, DIV or HASH"));
+  }
+  return absl::OkStatus();
+}
+
+proto::VariableSpec MakeFillSpec(const proto::VariableSpec& spec) {
+  proto::VariableSpec fill = spec;
+  if (spec.routing() == proto::MOD || spec.routing() == proto::DIV) {
+    *fill.mutable_shape() = spec.full_shape();
+  } else if (spec.routing() == proto::HASH) {
+    const bool has_rows = spec.full_shape_size() > 0 && spec.full_shape(0) > 0;
+    fill.set_shape(0, has_rows ? spec.full_shape(0) : static_cast<int64_t>(kHashRowSpace));
+  }
+  return fill;
+}
+
+}  // namespace
+
+VariableStore::Variable::Variable(proto::VariableSpec s)
+    : spec(std::move(s)),
+      is_hash(spec.routing() == proto::HASH),
+      rows(spec.shape(0)),
+      dim(RowElements(spec)),
+      fill_spec(MakeFillSpec(spec)) {}
 
 VariableStore::VariableStore(Options options) : options_(options) {}
 
@@ -31,7 +228,7 @@ absl::StatusOr<int> VariableStore::Create(const proto::CreateVariablesRequest& r
   absl::flat_hash_set<std::string_view> seen;
   std::vector<const proto::VariableSpec*> to_create;
   for (const proto::VariableSpec& spec : request.variables()) {
-    PST_RETURN_IF_ERROR(common::ValidateVariableSpec(spec, options_.max_variable_elements));
+    PST_RETURN_IF_ERROR(ValidateSpec(spec, options_.max_variable_elements));
     PST_RETURN_IF_ERROR(common::ValidateInitializer(spec));
     if (!seen.insert(spec.name()).second) {
       return absl::InvalidArgumentError(
@@ -51,11 +248,22 @@ absl::StatusOr<int> VariableStore::Create(const proto::CreateVariablesRequest& r
   std::vector<std::unique_ptr<Variable>> created;
   for (const proto::VariableSpec* spec : to_create) {
     auto var = std::make_unique<Variable>(*spec);
-    const int64_t n = *common::NumElements(spec->shape());
     absl::MutexLock var_lock(&var->mu);
-    var->values.resize(n);
-    common::FillInitialValues(*spec, 0, var->values);
-    var->slots.assign(optimizer->num_slots(), std::vector<float>(n, 0.0f));
+    if (!var->is_hash) {
+      const int64_t dim = var->dim;
+      var->values.resize(var->rows * dim);
+      // Local row r is global row offset + r * stride of the logical variable.
+      const bool whole = spec->routing() == proto::ROUTING_NONE;
+      const int64_t offset = whole ? 0 : spec->row_offset();
+      const int64_t stride = whole ? 1 : spec->row_stride();
+      for (int64_t r = 0; r < var->rows; ++r) {
+        common::FillInitialValues(var->fill_spec, (offset + r * stride) * dim,
+                                  std::span<float>(var->values.data() + r * dim, dim));
+      }
+      for (int s = 0; s < optimizer->num_slots(); ++s) {
+        var->slots.emplace_back(var->values.size(), optimizer->SlotInitialValue(s));
+      }
+    }
     created.push_back(std::move(var));
   }
   for (auto& var : created) {
@@ -77,17 +285,30 @@ absl::StatusOr<VariableStore::Variable*> VariableStore::Find(const std::string& 
   return it->second.get();
 }
 
+namespace {
+
+absl::Status HashNeedsRowOps(const std::string& name, absl::string_view op) {
+  return absl::FailedPreconditionError(
+      absl::StrCat("variable '", name, "' is a hash embedding (rows made on first touch) and has ",
+                   "no dense form; use ", op));
+}
+
+}  // namespace
+
 absl::Status VariableStore::Pull(const google::protobuf::RepeatedPtrField<std::string>& names,
                                  proto::PullResponse* response) const {
   absl::ReaderMutexLock lock(&mu_);
   std::vector<const Variable*> vars;
   if (names.empty()) {
-    for (const auto& [name, var] : variables_) vars.push_back(var.get());
+    for (const auto& [name, var] : variables_) {
+      if (!var->is_hash) vars.push_back(var.get());
+    }
     std::sort(vars.begin(), vars.end(),
               [](const Variable* a, const Variable* b) { return a->spec.name() < b->spec.name(); });
   } else {
     for (const std::string& name : names) {
       PST_ASSIGN_OR_RETURN(const Variable* var, Find(name));
+      if (var->is_hash) return HashNeedsRowOps(name, "PullRows");
       vars.push_back(var);
     }
   }
@@ -110,10 +331,13 @@ absl::Status VariableStore::Push(const proto::PushRequest& request, proto::PushR
   if (optimizer_ == nullptr) {
     return absl::FailedPreconditionError("no variables have been created on this ps yet");
   }
+  const bool skip_nonfinite = optimizer_config_.skip_nonfinite();
   // Validate every gradient before touching any variable.
   absl::flat_hash_set<std::string_view> seen;
   std::vector<Variable*> vars;
   std::vector<std::vector<float>> grads(request.names_size());
+  std::vector<std::vector<bool>> skip(request.names_size());
+  int64_t skipped = 0;
   for (int i = 0; i < request.names_size(); ++i) {
     const std::string& name = request.names(i);
     if (!seen.insert(name).second) {
@@ -121,16 +345,25 @@ absl::Status VariableStore::Push(const proto::PushRequest& request, proto::PushR
           absl::StrCat("variable '", name, "' appears twice in one push"));
     }
     PST_ASSIGN_OR_RETURN(Variable * var, Find(name));
+    if (var->is_hash) return HashNeedsRowOps(name, "PushRows");
     PST_RETURN_IF_ERROR(common::CheckTensorMatches(request.gradients(i), var->spec.shape(),
                                                    absl::StrCat("gradient for '", name, "'")));
     grads[i].resize(request.gradients(i).data().size() / sizeof(float));
     common::UnpackFloats(request.gradients(i), grads[i]);
     for (size_t k = 0; k < grads[i].size(); ++k) {
-      if (!std::isfinite(grads[i][k])) {
+      if (std::isfinite(grads[i][k])) continue;
+      if (!skip_nonfinite) {
         return absl::InvalidArgumentError(absl::StrCat("gradient for '", name, "' has a ",
                                                        std::isnan(grads[i][k]) ? "NaN" : "Inf",
                                                        " at element ", k, "; nothing applied"));
       }
+      // Skip the whole row (slice along axis 0) holding it, then go on with
+      // the next row.
+      if (skip[i].empty()) skip[i].assign(var->rows, false);
+      const int64_t row = static_cast<int64_t>(k) / var->dim;
+      skip[i][row] = true;
+      ++skipped;
+      k = (row + 1) * var->dim - 1;
     }
     vars.push_back(var);
   }
@@ -139,9 +372,288 @@ absl::Status VariableStore::Push(const proto::PushRequest& request, proto::PushR
     Variable* var = vars[i];
     absl::MutexLock var_lock(&var->mu);
     std::vector<std::span<float>> slots(var->slots.begin(), var->slots.end());
-    optimizer_->ApplyDense(var->values, grads[i], slots, var->version + 1);
-    response->add_versions(++var->version);
+    const int64_t t = var->version + 1;
+    if (skip[i].empty()) {
+      optimizer_->ApplyDense(var->values, grads[i], slots, t);
+    } else {
+      const int64_t dim = var->dim;
+      std::vector<std::span<float>> row_slots(slots.size());
+      for (int64_t r = 0; r < var->rows; ++r) {
+        if (skip[i][r]) continue;
+        for (size_t s = 0; s < slots.size(); ++s) row_slots[s] = slots[s].subspan(r * dim, dim);
+        optimizer_->ApplyDense(std::span<float>(var->values).subspan(r * dim, dim),
+                               std::span<const float>(grads[i]).subspan(r * dim, dim), row_slots,
+                               t);
+      }
+    }
+    var->version = t;
+    response->add_versions(t);
   }
+  if (skipped > 0) nonfinite_skipped_.fetch_add(skipped, std::memory_order_relaxed);
+  pushes_applied_.fetch_add(1, std::memory_order_relaxed);
+  return absl::OkStatus();
+}
+
+absl::Status VariableStore::PushPull(const proto::PushPullRequest& request,
+                                     proto::PullResponse* response) {
+  proto::PushResponse pushed;
+  PST_RETURN_IF_ERROR(Push(request.push(), &pushed));
+  return Pull(request.push().names(), response);
+}
+
+absl::Status VariableStore::CheckRowIds(const Variable& var, const proto::RowIds& ids,
+                                        std::vector<int64_t>* local) {
+  const proto::VariableSpec& spec = var.spec;
+  const std::string& name = spec.name();
+  local->resize(ids.ids_size());
+  absl::flat_hash_set<int64_t> seen;
+  seen.reserve(ids.ids_size());
+  const int64_t p = spec.partition(), np = spec.num_partitions();
+  for (int i = 0; i < ids.ids_size(); ++i) {
+    const int64_t id = ids.ids(i);
+    if (!seen.insert(id).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("id ", id, " appears more than once in the ids for '", name, "'"));
+    }
+    switch (spec.routing()) {
+      case proto::ROUTING_NONE:
+        if (id < 0 || id >= var.rows) {
+          return absl::InvalidArgumentError(absl::StrCat("id ", id,
+                                                         " is out of range for variable '", name,
+                                                         "' (valid ids: [0, ", var.rows, "))"));
+        }
+        (*local)[i] = id;
+        break;
+      case proto::MOD:
+      case proto::DIV: {
+        const int64_t n = spec.full_shape(0);
+        if (id < 0 || id >= n) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("id ", id, " is out of range for variable '", LogicalName(spec),
+                           "' (valid ids: [0, ", n, "); sent to its partition '", name, "')"));
+        }
+        if (spec.routing() == proto::MOD) {
+          if (id % np != p) {
+            return absl::InvalidArgumentError(absl::StrCat(
+                "id ", id, " belongs to partition ", id % np, " of variable '", LogicalName(spec),
+                "' (MOD: id % ", np, "), not to '", name, "' (partition ", p, ")"));
+          }
+          (*local)[i] = id / np;
+        } else {
+          const int64_t lo = spec.row_offset(), hi = lo + var.rows;
+          if (id < lo || id >= hi) {
+            return absl::InvalidArgumentError(absl::StrCat(
+                "id ", id, " is not in '", name, "': DIV partition ", p, " of ", np,
+                " of variable '", LogicalName(spec), "' holds ids [", lo, ", ", hi, ")"));
+          }
+          (*local)[i] = id - lo;
+        }
+        break;
+      }
+      case proto::HASH: {
+        const int q = HashPartitionOf(id, static_cast<int>(np));
+        if (q != p) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "id ", id, " belongs to partition ", q, " of hash variable '", LogicalName(spec),
+              "' (uint64(id) % ", np, "), not to '", name, "' (partition ", p, ")"));
+        }
+        (*local)[i] = id;
+        break;
+      }
+      default:
+        return absl::InternalError(absl::StrCat("variable '", name, "' has an unknown routing"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+float* VariableStore::TouchHashRow(Variable& var, int64_t id) const {
+  auto it = var.hash_rows.find(id);
+  if (it != var.hash_rows.end()) return it->second.data();
+  const int32_t admit_after = var.spec.admit_after();
+  if (admit_after > 1) {
+    int64_t count;
+    auto pending = var.pending.find(id);
+    uint32_t* shared = nullptr;
+    if (pending == var.pending.end() && !var.overflow_counts.empty()) {
+      // An id once counted in the shared counters keeps counting there
+      // (they never decrease), even after the exact map has room again.
+      shared = &var.overflow_counts[MixId(id) % var.overflow_counts.size()];
+      if (*shared == 0) shared = nullptr;
+    }
+    if (pending != var.pending.end()) {
+      count = ++pending->second;
+    } else if (shared == nullptr &&
+               static_cast<int64_t>(var.pending.size()) < options_.max_pending_ids) {
+      var.pending.emplace(id, 1);
+      count = 1;
+    } else {
+      // The exact map is full: count in shared, saturating counters.
+      if (var.overflow_counts.empty()) {
+        var.overflow_counts.assign(std::max<int64_t>(1, options_.admission_overflow_counters), 0);
+      }
+      uint32_t& c = var.overflow_counts[MixId(id) % var.overflow_counts.size()];
+      if (c < std::numeric_limits<uint32_t>::max()) ++c;
+      count = c;
+    }
+    if (count < admit_after) return nullptr;
+    var.pending.erase(id);
+  }
+  const int64_t dim = var.dim;
+  const int num_slots = optimizer_->num_slots();
+  std::vector<float> row(dim * (1 + num_slots));
+  const uint64_t first =
+      (static_cast<uint64_t>(id) & (kHashRowSpace - 1)) * static_cast<uint64_t>(dim);
+  common::FillInitialValues(var.fill_spec, static_cast<int64_t>(first),
+                            std::span<float>(row.data(), dim));
+  for (int s = 0; s < num_slots; ++s) {
+    std::fill_n(row.data() + (s + 1) * dim, dim, optimizer_->SlotInitialValue(s));
+  }
+  float* data = var.hash_rows.emplace(id, std::move(row)).first->second.data();
+  var.num_hash_rows.fetch_add(1, std::memory_order_relaxed);
+  return data;
+}
+
+absl::Status VariableStore::PullRows(const proto::PullRowsRequest& request,
+                                     proto::PullRowsResponse* response) const {
+  absl::ReaderMutexLock lock(&mu_);
+  // Validate everything first.
+  std::vector<Variable*> vars(request.rows_size());
+  std::vector<std::vector<int64_t>> local(request.rows_size());
+  for (int i = 0; i < request.rows_size(); ++i) {
+    PST_ASSIGN_OR_RETURN(vars[i], Find(request.rows(i).name()));
+    PST_RETURN_IF_ERROR(CheckRowIds(*vars[i], request.rows(i), &local[i]));
+  }
+  response->Clear();
+  std::vector<float> out;
+  for (int i = 0; i < request.rows_size(); ++i) {
+    Variable& var = *vars[i];
+    const int64_t dim = var.dim;
+    const std::vector<int64_t>& rows = local[i];
+    out.assign(rows.size() * dim, 0.0f);
+    int64_t version;
+    bool done = false;
+    {
+      absl::ReaderMutexLock var_lock(&var.mu);
+      if (!var.is_hash) {
+        for (size_t r = 0; r < rows.size(); ++r) {
+          std::copy_n(var.values.data() + rows[r] * dim, dim, out.data() + r * dim);
+        }
+        done = true;
+      } else if (std::all_of(rows.begin(), rows.end(),
+                             [&](int64_t id) { return var.hash_rows.contains(id); })) {
+        for (size_t r = 0; r < rows.size(); ++r) {
+          std::copy_n(var.hash_rows.find(rows[r])->second.data(), dim, out.data() + r * dim);
+        }
+        done = true;
+      }
+      version = var.version;
+    }
+    if (!done) {
+      // Some rows are new or pending: count the touches, create what is
+      // admitted. Not-admitted rows read as zeros.
+      absl::MutexLock var_lock(&var.mu);
+      for (size_t r = 0; r < rows.size(); ++r) {
+        const float* row = TouchHashRow(var, rows[r]);
+        if (row != nullptr) std::copy_n(row, dim, out.data() + r * dim);
+      }
+      version = var.version;
+    }
+    common::Shape shape;
+    shape.Add(static_cast<int64_t>(rows.size()));
+    shape.Add(dim);
+    common::PackFloats(out, shape, response->add_values());
+    response->add_versions(version);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status VariableStore::PushRows(const proto::PushRowsRequest& request,
+                                     proto::PushRowsResponse* response) {
+  if (request.rows_size() != request.gradients_size()) {
+    return absl::InvalidArgumentError(absl::StrCat("push has ", request.rows_size(),
+                                                   " row lists but ", request.gradients_size(),
+                                                   " gradients"));
+  }
+  absl::ReaderMutexLock lock(&mu_);
+  if (optimizer_ == nullptr) {
+    return absl::FailedPreconditionError("no variables have been created on this ps yet");
+  }
+  const bool skip_nonfinite = optimizer_config_.skip_nonfinite();
+  // Validate every gradient before touching any variable.
+  absl::flat_hash_set<std::string_view> seen;
+  std::vector<RowUpdate> updates(request.rows_size());
+  int64_t skipped = 0;
+  for (int i = 0; i < request.rows_size(); ++i) {
+    const proto::RowIds& ids = request.rows(i);
+    const std::string& name = ids.name();
+    RowUpdate& u = updates[i];
+    if (!seen.insert(name).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("variable '", name, "' appears twice in one push"));
+    }
+    PST_ASSIGN_OR_RETURN(u.var, Find(name));
+    PST_RETURN_IF_ERROR(CheckRowIds(*u.var, ids, &u.local));
+    const int64_t n = ids.ids_size(), dim = u.var->dim;
+    common::Shape shape;
+    shape.Add(n);
+    shape.Add(dim);
+    PST_RETURN_IF_ERROR(
+        common::CheckTensorMatches(request.gradients(i), shape,
+                                   absl::StrCat("gradient for the ", n, " rows of '", name, "'")));
+    u.grad.resize(n * dim);
+    common::UnpackFloats(request.gradients(i), u.grad);
+    u.skip.assign(n, false);
+    for (int64_t r = 0; r < n; ++r) {
+      for (int64_t j = 0; j < dim; ++j) {
+        const float g = u.grad[r * dim + j];
+        if (std::isfinite(g)) continue;
+        if (!skip_nonfinite) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "gradient for '", name, "' has a ", std::isnan(g) ? "NaN" : "Inf", " at row ", r,
+              " (id ", ids.ids(r), "), element ", j, "; nothing applied"));
+        }
+        u.skip[r] = true;
+        ++skipped;
+        break;
+      }
+    }
+  }
+  response->Clear();
+  int64_t dropped = 0;
+  const int num_slots = optimizer_->num_slots();
+  std::vector<std::span<float>> slots(num_slots);
+  for (RowUpdate& u : updates) {
+    Variable& var = *u.var;
+    const int64_t dim = var.dim;
+    absl::MutexLock var_lock(&var.mu);
+    const int64_t t = var.version + 1;
+    for (size_t r = 0; r < u.local.size(); ++r) {
+      if (u.skip[r]) continue;
+      float* row;
+      if (var.is_hash) {
+        row = TouchHashRow(var, u.local[r]);
+        if (row == nullptr) {
+          ++dropped;
+          continue;
+        }
+        for (int s = 0; s < num_slots; ++s)
+          slots[s] = {row + (s + 1) * dim, static_cast<size_t>(dim)};
+      } else {
+        const int64_t offset = u.local[r] * dim;
+        row = var.values.data() + offset;
+        for (int s = 0; s < num_slots; ++s)
+          slots[s] = {var.slots[s].data() + offset, static_cast<size_t>(dim)};
+      }
+      optimizer_->ApplyDense(std::span<float>(row, dim),
+                             std::span<const float>(u.grad.data() + r * dim, dim), slots, t);
+    }
+    var.version = t;
+    response->add_versions(t);
+  }
+  response->set_rows_skipped(skipped);
+  if (skipped > 0) nonfinite_skipped_.fetch_add(skipped, std::memory_order_relaxed);
+  if (dropped > 0) unadmitted_dropped_.fetch_add(dropped, std::memory_order_relaxed);
   pushes_applied_.fetch_add(1, std::memory_order_relaxed);
   return absl::OkStatus();
 }
@@ -151,9 +663,17 @@ VariableStore::Stats VariableStore::GetStats() const {
   Stats stats;
   stats.num_variables = static_cast<int>(variables_.size());
   for (const auto& [name, var] : variables_) {
-    stats.num_elements += *common::NumElements(var->spec.shape());
+    if (var->is_hash) {
+      const int64_t rows = var->num_hash_rows.load(std::memory_order_relaxed);
+      stats.hash_rows += rows;
+      stats.num_elements += rows * var->dim;
+    } else {
+      stats.num_elements += var->rows * var->dim;
+    }
   }
   stats.pushes_applied = pushes_applied_.load(std::memory_order_relaxed);
+  stats.nonfinite_skipped = nonfinite_skipped_.load(std::memory_order_relaxed);
+  stats.unadmitted_dropped = unadmitted_dropped_.load(std::memory_order_relaxed);
   return stats;
 }
 

@@ -1,14 +1,37 @@
 // The variables one ps holds, and the logic of every data-plane request:
-// create, pull, push (apply the optimizer), with full validation.
+// create, pull, push (apply the optimizer), and their sparse forms by row
+// id (PullRows, PushRows), with full validation.
 //
 // A request is checked completely before any state changes: a push with one
 // bad gradient among ten applies none of them.
+//
+// Kinds of variable (VariableSpec.routing):
+//   ROUTING_NONE  a whole variable; row ids are 0 .. shape[0)-1.
+//   MOD, DIV      one partition of a logical variable of full_shape; row ids
+//                 are global (ids of the logical variable) and must belong
+//                 to this partition. Local row r holds global row
+//                 row_offset + r * row_stride, and starts with the values the
+//                 unpartitioned variable has there.
+//   HASH          a hash embedding, shape [0, dim...]: any int64 id with
+//                 uint64(id) % num_partitions == partition; a row is made on
+//                 first touch (a pull or a push), or with admit_after > 1 on
+//                 the admit_after-th touch. Element j of row `id` starts at
+//                 element (uint64(id) mod 2^62) * dim + j of the initializer
+//                 (so a non-negative id gets the values row `id` of a dense
+//                 variable with the same initializer has; ids equal modulo
+//                 2^62 start alike). GLOROT_UNIFORM takes its fans from
+//                 full_shape, which must then have full_shape[0] > 0.
+// Row values travel as [len(ids), dim] tensors, dim being the product of the
+// dimensions after the first (1 for a rank-1 variable).
 //
 // Thread-safety: all methods are safe to call concurrently. The name->variable
 // map is guarded by mu_; each variable's values by its own mutex, so pushes
 // to different variables proceed in parallel. Pushes to the same variable are
 // applied one at a time, each atomically (async mode: a pull sees a variable
-// before or after a push, never half of one).
+// before or after a push, never half of one); this holds for row pushes too
+// (one lock per variable, no striped row locks). PullRows of a hash variable
+// takes the variable's lock exclusively when it has to create or count rows,
+// shared otherwise.
 #ifndef PST_PS_SERVER_VARIABLE_STORE_H_
 #define PST_PS_SERVER_VARIABLE_STORE_H_
 
@@ -31,7 +54,17 @@ class VariableStore {
  public:
   struct Options {
     // Largest variable accepted, in elements (default 4 Gi floats = 16 GiB).
+    // For a hash variable, the limit applies to one row.
     int64_t max_variable_elements = int64_t{1} << 32;
+    // Admission (admit_after > 1): touch counts of at most this many
+    // not-yet-admitted ids are kept exactly, per variable (an id leaves the
+    // map when admitted). Ids that find it full are counted in
+    // `admission_overflow_counters` shared saturating counters indexed by a
+    // hash of the id (allocated on first need), and keep counting there:
+    // bounded memory; ids that share a counter may be admitted early, never
+    // late.
+    int64_t max_pending_ids = int64_t{1} << 20;
+    int64_t admission_overflow_counters = int64_t{1} << 16;
   };
 
   VariableStore() : VariableStore(Options()) {}
@@ -41,42 +74,109 @@ class VariableStore {
   // already exists with an identical spec is left as it is (the call is
   // idempotent, so a restarted chief can repeat it). Returns how many were
   // new.
-  // Errors: InvalidArgument for a bad spec, initializer or optimizer, or a
-  // name repeated in the request; AlreadyExists for a name that exists with
-  // a different spec; FailedPrecondition if the optimizer differs from the
-  // one the store was first created with.
+  // Errors: InvalidArgument for a bad spec (partition fields included),
+  // initializer or optimizer, or a name repeated in the request;
+  // AlreadyExists for a name that exists with a different spec;
+  // FailedPrecondition if the optimizer differs from the one the store was
+  // first created with.
   absl::StatusOr<int> Create(const proto::CreateVariablesRequest& request);
 
-  // Copies the named variables (all, if `names` is empty, sorted by name).
-  // Errors: NotFound for an unknown name.
+  // Copies the named variables (all but hash variables, if `names` is empty,
+  // sorted by name).
+  // Errors: NotFound for an unknown name; FailedPrecondition for a hash
+  // variable (use PullRows).
   absl::Status Pull(const google::protobuf::RepeatedPtrField<std::string>& names,
                     proto::PullResponse* response) const;
 
   // Applies each gradient with the optimizer.
   // Errors: InvalidArgument if names and gradients differ in count, a name
   // repeats, a gradient's dtype/shape/size does not match its variable, or
-  // a gradient holds NaN or Inf; NotFound for an unknown variable. On any
-  // error nothing is applied.
+  // a gradient holds NaN or Inf; NotFound for an unknown variable;
+  // FailedPrecondition for a hash variable (use PushRows). On any error
+  // nothing is applied. With OptimizerConfig.skip_nonfinite, rows (slices
+  // along axis 0) holding NaN or Inf are skipped and counted in the stats
+  // instead.
   absl::Status Push(const proto::PushRequest& request, proto::PushResponse* response);
+
+  // Push, then Pull of the pushed names (the values after this push, and
+  // possibly after others that came in between). Errors: as Push.
+  absl::Status PushPull(const proto::PushPullRequest& request, proto::PullResponse* response);
+
+  // Copies rows by global id: one [len(ids), dim] tensor and the variable's
+  // version per RowIds, in order. Not-yet-admitted hash ids read as zeros;
+  // every listed hash id counts as one touch (and may create its row).
+  // Errors: NotFound for an unknown name; InvalidArgument for an id out of
+  // range, in another partition, or repeated within one RowIds. On any
+  // error nothing changes (no rows made, no touches counted).
+  absl::Status PullRows(const proto::PullRowsRequest& request,
+                        proto::PullRowsResponse* response) const;
+
+  // Applies each [len(ids), dim] gradient to its rows with the optimizer
+  // (lazily: untouched rows and their slots stay; Adam's t is the variable's
+  // update count). Each variable's version grows by one per push, and the
+  // push counts in pushes_applied. Gradients of not-yet-admitted hash ids
+  // count as touches and are dropped (Stats::unadmitted_dropped).
+  // Errors: as Pull rows, plus InvalidArgument for rows and gradients
+  // differing in count, a variable twice in one push, a gradient not of
+  // dtype float32 and shape [len(ids), dim] with the matching payload, or
+  // NaN/Inf in a gradient; FailedPrecondition before any variable exists.
+  // On any error nothing is applied. With OptimizerConfig.skip_nonfinite,
+  // rows holding NaN/Inf are skipped instead, counted in
+  // response->rows_skipped() and Stats::nonfinite_skipped.
+  absl::Status PushRows(const proto::PushRowsRequest& request, proto::PushRowsResponse* response);
 
   struct Stats {
     int num_variables = 0;
-    int64_t num_elements = 0;
+    int64_t num_elements = 0;  // hash variables: rows held * dim
     int64_t pushes_applied = 0;
+    int64_t hash_rows = 0;           // rows held by hash variables
+    int64_t nonfinite_skipped = 0;   // gradient rows skipped for NaN/Inf
+    int64_t unadmitted_dropped = 0;  // gradient rows of not-yet-admitted ids
   };
   Stats GetStats() const;
 
  private:
   struct Variable {
-    explicit Variable(proto::VariableSpec s) : spec(std::move(s)) {}
+    explicit Variable(proto::VariableSpec s);
     const proto::VariableSpec spec;
+    const bool is_hash;
+    const int64_t rows;  // shape[0]; 0 for a hash variable
+    const int64_t dim;   // elements per row
+    // `spec` with the logical variable's shape, to draw initial values.
+    proto::VariableSpec fill_spec;
+
     mutable absl::Mutex mu;
     std::vector<float> values ABSL_GUARDED_BY(mu);
     std::vector<std::vector<float>> slots ABSL_GUARDED_BY(mu);
     int64_t version ABSL_GUARDED_BY(mu) = 0;
+
+    // Hash variables: id -> the row's dim values, then each slot's dim.
+    absl::flat_hash_map<int64_t, std::vector<float>> hash_rows ABSL_GUARDED_BY(mu);
+    std::atomic<int64_t> num_hash_rows{0};
+    // Admission: touches of ids not yet admitted.
+    absl::flat_hash_map<int64_t, int32_t> pending ABSL_GUARDED_BY(mu);
+    std::vector<uint32_t> overflow_counts ABSL_GUARDED_BY(mu);
+  };
+
+  // A row push, checked and ready to apply.
+  struct RowUpdate {
+    Variable* var = nullptr;
+    std::vector<int64_t> local;  // local row per id (hash: the id)
+    std::vector<float> grad;     // [len(ids), dim]
+    std::vector<bool> skip;      // non-finite rows (skip_nonfinite)
   };
 
   absl::StatusOr<Variable*> Find(const std::string& name) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // Checks one RowIds against its variable; fills the local row of each id.
+  static absl::Status CheckRowIds(const Variable& var, const proto::RowIds& ids,
+                                  std::vector<int64_t>* local);
+  // The row of hash id `id`, counting a touch and creating it when admitted;
+  // nullptr while not admitted.
+  float* TouchHashRow(Variable& var, int64_t id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(var.mu)
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // Copies the rows of `local` into `out` ([n, dim]), touching hash rows.
+  void CopyRowsLocked(Variable& var, const std::vector<int64_t>& local, float* out) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(var.mu) ABSL_SHARED_LOCKS_REQUIRED(mu_);
 
   const Options options_;
   mutable absl::Mutex mu_;
@@ -84,6 +184,8 @@ class VariableStore {
   std::unique_ptr<Optimizer> optimizer_ ABSL_GUARDED_BY(mu_);
   proto::OptimizerConfig optimizer_config_ ABSL_GUARDED_BY(mu_);
   std::atomic<int64_t> pushes_applied_{0};
+  std::atomic<int64_t> nonfinite_skipped_{0};
+  std::atomic<int64_t> unadmitted_dropped_{0};
 };
 
 }  // namespace pst::ps

@@ -1,9 +1,13 @@
 // pstrain: the user-facing launcher.
 //
-//   pstrain local --ps 2 --workers 2 [--epochs N] [model flags]
-//       runs a whole cluster on this machine, one process per task.
+//   pstrain local | plan | reference | generate_criteo  (see kUsage)
+#include <unistd.h>
+
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -11,39 +15,151 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/reflection.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "common/job_flags.h"
 #include "common/process.h"
+#include "common/tf_config.h"
 #include "tools/local_cluster.h"
+#include "tools/reference.h"
 #include "tools/subprocess.h"
+#include "worker/criteo.h"
+#include "worker/model_spec.h"
 
-ABSL_FLAG(int32_t, ps, 2, "local: number of ps tasks.");
+ABSL_FLAG(int32_t, ps, 2, "local, plan, reference: number of ps tasks.");
 ABSL_FLAG(int32_t, workers, 2, "local: number of worker tasks.");
 ABSL_FLAG(bool, chief, true, "local: run a separate chief (false: worker 0 acts as chief).");
 ABSL_FLAG(std::string, host, "127.0.0.1", "local: address every task listens on.");
 ABSL_FLAG(double, timeout_s, 0, "local: stop the whole job after this many seconds (0: never).");
 ABSL_FLAG(double, grace_s, 10, "local: seconds between SIGTERM and SIGKILL when stopping.");
+ABSL_FLAG(std::string, out, "", "generate_criteo: the file to write.");
+ABSL_FLAG(int64_t, rows, 200000, "generate_criteo: rows to write.");
+ABSL_FLAG(int64_t, vocab, 10000, "generate_criteo: raw values per categorical field.");
 
 namespace {
 
 // Job flags the launcher forwards, with their current values, to every daemon.
-constexpr const char* kForwardedFlags[] = {
-    "data_dir",     "model",         "hidden",       "epochs",         "max_steps",
-    "batch_size",   "learning_rate", "optimizer",    "momentum",       "nesterov",
-    "seed",         "log_every_s",   "heartbeat_ms", "peer_timeout_s", "startup_timeout_s",
-    "rpc_timeout_s"};
+constexpr const char* kForwardedFlags[] = {"data_dir",
+                                           "model",
+                                           "hidden",
+                                           "epochs",
+                                           "max_steps",
+                                           "batch_size",
+                                           "learning_rate",
+                                           "optimizer",
+                                           "momentum",
+                                           "nesterov",
+                                           "beta1",
+                                           "beta2",
+                                           "epsilon",
+                                           "initial_accumulator",
+                                           "l1",
+                                           "l2",
+                                           "lr_power",
+                                           "skip_nonfinite",
+                                           "seed",
+                                           "log_every_s",
+                                           "heartbeat_ms",
+                                           "peer_timeout_s",
+                                           "startup_timeout_s",
+                                           "rpc_timeout_s",
+                                           "data",
+                                           "eval_fraction",
+                                           "embedding_dim",
+                                           "buckets_per_field",
+                                           "admit_after",
+                                           "placement",
+                                           "partitioner",
+                                           "num_shards",
+                                           "min_slice_bytes",
+                                           "max_partitions",
+                                           "max_shard_bytes",
+                                           "routing"};
 
 constexpr char kUsage[] =
     "pstrain: parameter-server training.\n"
     "\n"
-    "  pstrain local [--ps=2] [--workers=2] [--chief=true] [--epochs=3] [--batch_size=64]\n"
-    "                [--optimizer=adam] [--learning_rate=0.001] [--hidden=256,128]\n"
-    "                [--max_steps=0] [--data_dir=DIR] [--summary_json=PATH] [--timeout_s=0]\n"
+    "  pstrain local [--ps=2] [--workers=2] [--chief=true] [--model=mlp|wide_deep]\n"
+    "                [--epochs=3] [--batch_size=64] [--optimizer=adam] [--learning_rate=0.001]\n"
+    "                [--data=FILE|generate[:rows=N,vocab=V,seed=S]] [--summary_json=PATH] ...\n"
     "      Runs a whole cluster on this machine and trains the model.\n"
+    "  pstrain plan [--tf_config=JSON|@FILE | --ps=N] [model flags]\n"
+    "      Prints the placement plan: every variable and partition, its ps, bytes per ps.\n"
+    "  pstrain reference [model flags]\n"
+    "      Trains the same model in one process (in-process ps) and prints its metrics.\n"
+    "  pstrain generate_criteo --out=PATH [--rows=N] [--vocab=V] [--seed=S]\n"
+    "      Writes synthetic Criteo-format data and prints its best achievable AUC.\n"
     "\n"
     "Run 'pstrain --helpfull' for every flag.";
 
+int Fail(const std::string& command, const absl::Status& status) {
+  std::fprintf(stderr, "pstrain %s: %s\n", command.c_str(), std::string(status.message()).c_str());
+  return 2;
+}
+
+// "generate" or "generate:rows=N,vocab=V,seed=S" -> a synthetic Criteo file,
+// cached by its parameters under $TMPDIR; anything else is a path.
+absl::StatusOr<std::string> ResolveData(const std::string& data) {
+  if (data != "generate" && !absl::StartsWith(data, "generate:")) return data;
+  pst::worker::SyntheticCriteoConfig config;
+  config.rows = 200000;
+  config.vocab_per_field = 10000;
+  if (data.size() > 9) {
+    for (absl::string_view item : absl::StrSplit(data.substr(9), ',', absl::SkipEmpty())) {
+      std::pair<std::string, std::string> kv = absl::StrSplit(item, absl::MaxSplits('=', 1));
+      int64_t value = 0;
+      if (!absl::SimpleAtoi(kv.second, &value) || value < 1) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--data=", data, ": '", item, "' needs a positive integer value"));
+      }
+      if (kv.first == "rows") {
+        config.rows = value;
+      } else if (kv.first == "vocab") {
+        config.vocab_per_field = value;
+      } else if (kv.first == "seed") {
+        config.seed = static_cast<uint64_t>(value);
+      } else {
+        return absl::InvalidArgumentError(absl::StrCat("--data=", data, ": unknown key '", kv.first,
+                                                       "' (known: rows, vocab, seed)"));
+      }
+    }
+  }
+  const char* tmp = std::getenv("TMPDIR");
+  const std::string path =
+      absl::StrCat(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp", "/pstrain_criteo_r", config.rows,
+                   "_v", config.vocab_per_field, "_s", config.seed, ".tsv");
+  if (std::filesystem::exists(path)) return path;
+  const std::string partial = absl::StrCat(path, ".", getpid(), ".tmp");
+  absl::StatusOr<pst::worker::SyntheticCriteoStats> stats =
+      pst::worker::WriteSyntheticCriteo(partial, config);
+  if (!stats.ok()) return stats.status();
+  std::error_code ec;
+  std::filesystem::rename(partial, path, ec);
+  if (ec) return absl::InternalError(absl::StrCat("cannot rename ", partial, ": ", ec.message()));
+  std::printf("pstrain: generated %s: %lld rows, %.1f%% positive, best achievable AUC %.4f\n",
+              path.c_str(), static_cast<long long>(stats->rows), 100 * stats->positive_rate,
+              stats->best_auc);
+  return path;
+}
+
+// The job flags as a TrainingConfig, with --data resolved.
+absl::StatusOr<pst::proto::TrainingConfig> JobConfig() {
+  absl::StatusOr<pst::proto::TrainingConfig> training = pst::common::TrainingConfigFromFlags();
+  if (!training.ok()) return training.status();
+  if (training->model() == "wide_deep") {
+    absl::StatusOr<std::string> data = ResolveData(training->data());
+    if (!data.ok()) return data.status();
+    training->set_data(*data);
+  }
+  return training;
+}
+
 int Local() {
+  absl::StatusOr<pst::proto::TrainingConfig> training = JobConfig();
+  if (!training.ok()) return Fail("local", training.status());
+  if (absl::Status s = pst::common::TimingFromFlags().status(); !s.ok()) return Fail("local", s);
   pst::common::StopSignal stop;
   pst::common::HandleTerminationSignals(
       [&stop](int signo) { stop.Stop(absl::StrCat("interrupted by signal ", signo)); });
@@ -57,21 +173,67 @@ int Local() {
   options.timeout = absl::Seconds(absl::GetFlag(FLAGS_timeout_s));
   options.grace = absl::Seconds(absl::GetFlag(FLAGS_grace_s));
   for (const char* name : kForwardedFlags) {
+    if (std::string(name) == "data") continue;
     const absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
-    if (flag != nullptr)
+    if (flag != nullptr) {
       options.daemon_flags.push_back(absl::StrCat("--", name, "=", flag->CurrentValue()));
+    }
   }
-  // Check the job flags here, so a typo fails before any process starts.
-  if (absl::StatusOr<pst::proto::TrainingConfig> training = pst::common::TrainingConfigFromFlags();
-      !training.ok()) {
-    std::fprintf(stderr, "pstrain local: %s\n", std::string(training.status().message()).c_str());
-    return 2;
-  }
-  if (absl::StatusOr<pst::common::Timing> timing = pst::common::TimingFromFlags(); !timing.ok()) {
-    std::fprintf(stderr, "pstrain local: %s\n", std::string(timing.status().message()).c_str());
-    return 2;
-  }
+  options.daemon_flags.push_back(absl::StrCat("--data=", training->data()));
   return pst::tools::RunLocalCluster(options, &stop);
+}
+
+int Plan() {
+  absl::StatusOr<pst::proto::TrainingConfig> training = pst::common::TrainingConfigFromFlags();
+  if (!training.ok()) return Fail("plan", training.status());
+  int num_ps = absl::GetFlag(FLAGS_ps);
+  const std::string tf_flag = absl::GetFlag(FLAGS_tf_config);
+  if (!tf_flag.empty() || std::getenv("TF_CONFIG") != nullptr) {
+    absl::StatusOr<pst::common::TfConfig> tf = pst::common::LoadTfConfig(tf_flag, std::nullopt);
+    if (!tf.ok()) return Fail("plan", tf.status());
+    num_ps = static_cast<int>(tf->cluster.ps.size());
+  }
+  absl::StatusOr<pst::proto::PlacementPlan> plan = pst::worker::BuildPlan(*training, num_ps);
+  if (!plan.ok()) return Fail("plan", plan.status());
+  std::printf("%s", pst::tools::FormatPlan(*plan).c_str());
+  return 0;
+}
+
+int Reference() {
+  absl::StatusOr<pst::proto::TrainingConfig> training = JobConfig();
+  if (!training.ok()) return Fail("reference", training.status());
+  absl::StatusOr<nlohmann::json> result =
+      pst::tools::TrainReference(*training, absl::GetFlag(FLAGS_ps), absl::GetFlag(FLAGS_data_dir));
+  if (!result.ok()) return Fail("reference", result.status());
+  const std::string path = absl::GetFlag(FLAGS_summary_json);
+  if (!path.empty()) {
+    std::ofstream out(path);
+    out << result->dump(2) << "\n";
+    if (!out) return Fail("reference", absl::InternalError("cannot write " + path));
+  }
+  std::printf("%s\n", result->dump(2).c_str());
+  return 0;
+}
+
+int GenerateCriteo() {
+  const std::string out = absl::GetFlag(FLAGS_out);
+  if (out.empty()) return Fail("generate_criteo", absl::InvalidArgumentError("--out is required"));
+  pst::worker::SyntheticCriteoConfig config;
+  config.rows = absl::GetFlag(FLAGS_rows);
+  config.vocab_per_field = absl::GetFlag(FLAGS_vocab);
+  config.seed = absl::GetFlag(FLAGS_seed);
+  if (config.rows < 1 || config.vocab_per_field < 1) {
+    return Fail("generate_criteo", absl::InvalidArgumentError("--rows and --vocab must be >= 1"));
+  }
+  absl::StatusOr<pst::worker::SyntheticCriteoStats> stats =
+      pst::worker::WriteSyntheticCriteo(out, config);
+  if (!stats.ok()) return Fail("generate_criteo", stats.status());
+  nlohmann::json j = {{"path", out},
+                      {"rows", stats->rows},
+                      {"positive_rate", stats->positive_rate},
+                      {"best_auc", stats->best_auc}};
+  std::printf("%s\n", j.dump(2).c_str());
+  return 0;
 }
 
 }  // namespace
@@ -84,10 +246,18 @@ int main(int argc, char** argv) {
     return 2;
   }
   const std::string command = args[1];
-  if (command == "local" && args.size() == 2) return Local();
-  if (command == "local") {
-    std::fprintf(stderr, "pstrain local: unexpected argument '%s'\n", args[2]);
+  if (args.size() > 2) {
+    std::fprintf(stderr, "pstrain %s: unexpected argument '%s'\n", command.c_str(), args[2]);
     return 2;
+  }
+  try {
+    if (command == "local") return Local();
+    if (command == "plan") return Plan();
+    if (command == "reference") return Reference();
+    if (command == "generate_criteo") return GenerateCriteo();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "pstrain %s: fatal: %s\n", command.c_str(), e.what());
+    return 1;
   }
   if (command == "help") {
     std::printf("%s\n", kUsage);

@@ -1,109 +1,135 @@
 #include "worker/ps_client.h"
 
 #include <algorithm>
+#include <cstring>
 #include <limits>
 
-#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/blocking_counter.h"
-#include "common/grpc_channel.h"
-#include "common/grpc_status.h"
+#include "common/partition.h"
 #include "common/tensor_util.h"
+#include "worker/wide_deep.h"
 
 namespace pst::worker {
 namespace {
 
-// Issues one call per shard with `start(i, context, done)` and waits for all.
-// Returns the first error, annotated with the ps address.
-template <typename Start>
-absl::Status FanOut(size_t n, absl::Duration timeout, const std::vector<std::string>& addresses,
-                    Start&& start) {
-  std::vector<grpc::ClientContext> contexts(n);
-  std::vector<grpc::Status> statuses(n);
-  absl::BlockingCounter pending(static_cast<int>(n));
-  for (size_t i = 0; i < n; ++i) {
-    common::SetDeadline(&contexts[i], timeout);
-    start(i, &contexts[i], [&statuses, &pending, i](grpc::Status status) {
+common::Shape ToShape(const std::vector<int64_t>& dims) {
+  return common::Shape(dims.begin(), dims.end());
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<PsClient>> PsClient::Create(
+    const proto::PlacementPlan& plan, const std::vector<std::string>& dense_names,
+    std::shared_ptr<common::PsTransport> transport, int worker_index, uint64_t incarnation) {
+  const int num_ps = transport->num_ps();
+  absl::flat_hash_map<std::string, const proto::PlacementPlan::Entry*> whole;
+  absl::flat_hash_map<std::string, Table> tables;
+  for (const auto& entry : plan.variables()) {
+    if (entry.ps_index() < 0 || entry.ps_index() >= num_ps) {
+      return absl::FailedPreconditionError(absl::StrCat("variable '", entry.spec().name(),
+                                                        "' is placed on ps ", entry.ps_index(),
+                                                        " but the cluster has ", num_ps, " ps"));
+    }
+    const proto::VariableSpec& spec = entry.spec();
+    if (spec.variable().empty()) {
+      whole[spec.name()] = &entry;
+      continue;
+    }
+    Table& table = tables[spec.variable()];
+    table.name = spec.variable();
+    const int parts = spec.num_partitions();
+    if (parts < 1 || spec.partition() < 0 || spec.partition() >= parts ||
+        spec.full_shape_size() < 1 || spec.shape_size() != spec.full_shape_size()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("partition '", spec.name(), "' in the plan is malformed"));
+    }
+    table.rows = spec.full_shape(0);
+    table.dim = 1;
+    for (int d = 1; d < spec.full_shape_size(); ++d)
+      table.dim *= static_cast<int>(spec.full_shape(d));
+    table.routing = spec.routing();
+    table.partition_names.resize(parts);
+    table.partition_ps.resize(parts, -1);
+    table.partition_names[spec.partition()] = spec.name();
+    table.partition_ps[spec.partition()] = entry.ps_index();
+  }
+  for (const auto& [name, table] : tables) {
+    for (size_t p = 0; p < table.partition_ps.size(); ++p) {
+      if (table.partition_ps[p] < 0) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("table '", name, "' has no partition ", p, " in the plan"));
+      }
+    }
+  }
+  std::vector<DenseVar> dense;
+  for (const std::string& name : dense_names) {
+    auto it = whole.find(name);
+    if (it == whole.end()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("variable '", name, "' is not a whole variable in the placement plan"));
+    }
+    const auto& shape = it->second->spec().shape();
+    dense.push_back(
+        {name, std::vector<int64_t>(shape.begin(), shape.end()), it->second->ps_index()});
+  }
+  return std::unique_ptr<PsClient>(new PsClient(std::move(dense), std::move(tables),
+                                                std::move(transport), worker_index, incarnation));
+}
+
+PsClient::PsClient(std::vector<DenseVar> dense, absl::flat_hash_map<std::string, Table> tables,
+                   std::shared_ptr<common::PsTransport> transport, int worker_index,
+                   uint64_t incarnation)
+    : dense_(std::move(dense)),
+      tables_(std::move(tables)),
+      transport_(std::move(transport)),
+      worker_index_(worker_index),
+      incarnation_(incarnation) {
+  dense_by_ps_.resize(transport_->num_ps());
+  for (size_t i = 0; i < dense_.size(); ++i)
+    dense_by_ps_[dense_[i].ps].push_back(static_cast<int>(i));
+}
+
+absl::Status PsClient::FanOut(const std::vector<int>& targets,
+                              const std::function<void(int, common::PsTransport::Done)>& start) {
+  std::vector<absl::Status> statuses(targets.size());
+  absl::BlockingCounter pending(static_cast<int>(targets.size()));
+  for (size_t i = 0; i < targets.size(); ++i) {
+    start(targets[i], [&statuses, &pending, i](absl::Status status) {
       statuses[i] = std::move(status);
       pending.DecrementCount();
     });
   }
   pending.Wait();
-  for (size_t i = 0; i < n; ++i) {
+  for (size_t i = 0; i < targets.size(); ++i) {
     if (!statuses[i].ok()) {
-      absl::Status s = common::FromGrpcStatus(statuses[i]);
-      return absl::Status(s.code(), absl::StrCat("ps at ", addresses[i], ": ", s.message()));
+      return absl::Status(statuses[i].code(), absl::StrCat(transport_->Describe(targets[i]), ": ",
+                                                           statuses[i].message()));
     }
   }
   return absl::OkStatus();
 }
 
-}  // namespace
-
-absl::StatusOr<std::unique_ptr<PsClient>> PsClient::Create(const proto::ClusterState& state,
-                                                           const std::vector<std::string>& names,
-                                                           int worker_index, uint64_t incarnation,
-                                                           absl::Duration rpc_timeout) {
-  absl::flat_hash_map<std::string, const proto::PlacementPlan::Entry*> plan;
-  for (const auto& entry : state.plan().variables()) plan[entry.spec().name()] = &entry;
-  std::vector<Shard> shards(state.ps_addresses_size());
-  for (int p = 0; p < state.ps_addresses_size(); ++p) {
-    shards[p].address = state.ps_addresses(p);
-    shards[p].stub = proto::ParameterServer::NewStub(common::MakeChannel(shards[p].address));
-  }
-  std::vector<std::vector<int64_t>> shapes;
-  for (size_t i = 0; i < names.size(); ++i) {
-    auto it = plan.find(names[i]);
-    if (it == plan.end()) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("variable '", names[i], "' is not in the placement plan"));
-    }
-    const int ps = it->second->ps_index();
-    if (ps < 0 || ps >= static_cast<int>(shards.size())) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("variable '", names[i], "' is placed on ps ", ps, " but the cluster has ",
-                       shards.size(), " ps"));
-    }
-    shards[ps].indices.push_back(static_cast<int>(i));
-    const auto& shape = it->second->spec().shape();
-    shapes.emplace_back(shape.begin(), shape.end());
-  }
-  // Only ps that hold something take part in requests.
-  std::erase_if(shards, [](const Shard& s) { return s.indices.empty(); });
-  return std::unique_ptr<PsClient>(new PsClient(names, std::move(shapes), std::move(shards),
-                                                worker_index, incarnation, rpc_timeout));
-}
-
-PsClient::PsClient(std::vector<std::string> names, std::vector<std::vector<int64_t>> shapes,
-                   std::vector<Shard> shards, int worker_index, uint64_t incarnation,
-                   absl::Duration rpc_timeout)
-    : names_(std::move(names)),
-      shapes_(std::move(shapes)),
-      shards_(std::move(shards)),
-      worker_index_(worker_index),
-      incarnation_(incarnation),
-      rpc_timeout_(rpc_timeout) {}
-
-absl::Status PsClient::Unpack(const Shard& shard, const proto::PullResponse& response,
-                              Values* values, int64_t* min_version) const {
-  if (response.names_size() != static_cast<int>(shard.indices.size()) ||
+absl::Status PsClient::UnpackDense(int ps, const proto::PullResponse& response, Values* values,
+                                   int64_t* min_version) const {
+  const std::vector<int>& held = dense_by_ps_[ps];
+  if (response.names_size() != static_cast<int>(held.size()) ||
       response.values_size() != response.names_size() ||
       response.versions_size() != response.names_size()) {
-    return absl::DataLossError(absl::StrCat("ps at ", shard.address, " answered with ",
+    return absl::DataLossError(absl::StrCat(transport_->Describe(ps), " answered with ",
                                             response.names_size(), " variables, asked for ",
-                                            shard.indices.size()));
+                                            held.size()));
   }
-  for (size_t k = 0; k < shard.indices.size(); ++k) {
-    const int i = shard.indices[k];
-    if (response.names(k) != names_[i]) {
-      return absl::DataLossError(absl::StrCat("ps at ", shard.address, " answered '",
-                                              response.names(k), "' for '", names_[i], "'"));
+  for (size_t k = 0; k < held.size(); ++k) {
+    const DenseVar& var = dense_[held[k]];
+    if (response.names(k) != var.name) {
+      return absl::DataLossError(absl::StrCat(transport_->Describe(ps), " answered '",
+                                              response.names(k), "' for '", var.name, "'"));
     }
-    google::protobuf::RepeatedField<int64_t> shape(shapes_[i].begin(), shapes_[i].end());
-    absl::Status ok = common::CheckTensorMatches(response.values(k), shape,
-                                                 absl::StrCat("value of '", names_[i], "'"));
+    absl::Status ok = common::CheckTensorMatches(response.values(k), ToShape(var.shape),
+                                                 absl::StrCat("value of '", var.name, "'"));
     if (!ok.ok()) return absl::DataLossError(ok.message());
-    std::vector<float>& out = (*values)[i];
+    std::vector<float>& out = (*values)[held[k]];
     out.resize(response.values(k).data().size() / sizeof(float));
     common::UnpackFloats(response.values(k), out);
     *min_version = std::min(*min_version, response.versions(k));
@@ -112,64 +138,258 @@ absl::Status PsClient::Unpack(const Shard& shard, const proto::PullResponse& res
 }
 
 absl::StatusOr<int64_t> PsClient::Pull(Values* values) {
-  values->resize(names_.size());
-  std::vector<proto::PullRequest> requests(shards_.size());
-  std::vector<proto::PullResponse> responses(shards_.size());
-  std::vector<std::string> addresses;
-  for (size_t s = 0; s < shards_.size(); ++s) {
-    addresses.push_back(shards_[s].address);
-    for (int i : shards_[s].indices) requests[s].add_names(names_[i]);
+  values->resize(dense_.size());
+  const int n = transport_->num_ps();
+  std::vector<proto::PullRequest> requests(n);
+  std::vector<proto::PullResponse> responses(n);
+  std::vector<int> targets;
+  for (int ps = 0; ps < n; ++ps) {
+    if (dense_by_ps_[ps].empty()) continue;
+    targets.push_back(ps);
+    for (int i : dense_by_ps_[ps]) requests[ps].add_names(dense_[i].name);
   }
-  absl::Status status = FanOut(
-      shards_.size(), rpc_timeout_, addresses, [&](size_t s, grpc::ClientContext* ctx, auto done) {
-        shards_[s].stub->async()->Pull(ctx, &requests[s], &responses[s], std::move(done));
-      });
+  absl::Status status = FanOut(targets, [&](int ps, common::PsTransport::Done done) {
+    transport_->Pull(ps, &requests[ps], &responses[ps], std::move(done));
+  });
   if (!status.ok()) return status;
   int64_t min_version = std::numeric_limits<int64_t>::max();
-  for (size_t s = 0; s < shards_.size(); ++s) {
-    absl::Status ok = Unpack(shards_[s], responses[s], values, &min_version);
+  for (int ps : targets) {
+    absl::Status ok = UnpackDense(ps, responses[ps], values, &min_version);
     if (!ok.ok()) return ok;
   }
-  return shards_.empty() ? 0 : min_version;
+  return targets.empty() ? 0 : min_version;
 }
 
 absl::StatusOr<int64_t> PsClient::PushPull(int64_t step, const Values& grads, Values* values) {
-  if (grads.size() != names_.size()) {
+  if (grads.size() != dense_.size()) {
     return absl::InvalidArgumentError(
-        absl::StrCat("push of ", grads.size(), " gradients for ", names_.size(), " variables"));
+        absl::StrCat("push of ", grads.size(), " gradients for ", dense_.size(), " variables"));
   }
-  values->resize(names_.size());
-  std::vector<proto::PushPullRequest> requests(shards_.size());
-  std::vector<proto::PullResponse> responses(shards_.size());
-  std::vector<std::string> addresses;
-  for (size_t s = 0; s < shards_.size(); ++s) {
-    addresses.push_back(shards_[s].address);
-    proto::PushRequest* push = requests[s].mutable_push();
+  values->resize(dense_.size());
+  const int n = transport_->num_ps();
+  std::vector<proto::PushPullRequest> requests(n);
+  std::vector<proto::PullResponse> responses(n);
+  std::vector<int> targets;
+  for (int ps = 0; ps < n; ++ps) {
+    if (dense_by_ps_[ps].empty()) continue;
+    targets.push_back(ps);
+    proto::PushRequest* push = requests[ps].mutable_push();
     push->set_worker_index(worker_index_);
     push->set_incarnation(incarnation_);
     push->set_step(step);
-    for (int i : shards_[s].indices) {
-      push->add_names(names_[i]);
-      google::protobuf::RepeatedField<int64_t> shape(shapes_[i].begin(), shapes_[i].end());
+    for (int i : dense_by_ps_[ps]) {
+      const DenseVar& var = dense_[i];
+      const common::Shape shape = ToShape(var.shape);
       if (static_cast<int64_t>(grads[i].size()) != *common::NumElements(shape)) {
-        return absl::InvalidArgumentError(absl::StrCat("gradient for '", names_[i], "' has ",
+        return absl::InvalidArgumentError(absl::StrCat("gradient for '", var.name, "' has ",
                                                        grads[i].size(), " values, expected ",
                                                        *common::NumElements(shape)));
       }
+      push->add_names(var.name);
       common::PackFloats(grads[i], shape, push->add_gradients());
     }
   }
-  absl::Status status = FanOut(
-      shards_.size(), rpc_timeout_, addresses, [&](size_t s, grpc::ClientContext* ctx, auto done) {
-        shards_[s].stub->async()->PushPull(ctx, &requests[s], &responses[s], std::move(done));
-      });
+  absl::Status status = FanOut(targets, [&](int ps, common::PsTransport::Done done) {
+    transport_->PushPull(ps, &requests[ps], &responses[ps], std::move(done));
+  });
   if (!status.ok()) return status;
   int64_t min_version = std::numeric_limits<int64_t>::max();
-  for (size_t s = 0; s < shards_.size(); ++s) {
-    absl::Status ok = Unpack(shards_[s], responses[s], values, &min_version);
+  for (int ps : targets) {
+    absl::Status ok = UnpackDense(ps, responses[ps], values, &min_version);
     if (!ok.ok()) return ok;
   }
-  return shards_.empty() ? 0 : min_version;
+  return targets.empty() ? 0 : min_version;
+}
+
+absl::StatusOr<const PsClient::Table*> PsClient::FindTable(const std::string& name) const {
+  auto it = tables_.find(name);
+  if (it == tables_.end()) {
+    return absl::NotFoundError(absl::StrCat("no partitioned table '", name, "' in the plan"));
+  }
+  return &it->second;
+}
+
+absl::StatusOr<int> PsClient::TableDim(const std::string& table) const {
+  absl::StatusOr<const Table*> t = FindTable(table);
+  if (!t.ok()) return t.status();
+  return (*t)->dim;
+}
+
+std::vector<std::string> PsClient::TableNames() const {
+  std::vector<std::string> names;
+  for (const auto& [name, table] : tables_) names.push_back(name);
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+absl::StatusOr<PsClient::Routed> PsClient::Route(const Table& table,
+                                                 std::span<const int64_t> ids) const {
+  Routed routed;
+  UniqueIds(ids.data(), static_cast<int64_t>(ids.size()), &routed.unique, &routed.index);
+  const int parts = static_cast<int>(table.partition_names.size());
+  routed.partition.resize(routed.unique.size());
+  for (size_t u = 0; u < routed.unique.size(); ++u) {
+    const int64_t id = routed.unique[u];
+    if (table.routing == proto::HASH) {
+      routed.partition[u] = common::HashPartition(id, parts);
+      continue;
+    }
+    absl::StatusOr<common::RowLocation> where =
+        common::RouteId(id, table.rows, parts, table.routing);
+    if (!where.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("table '", table.name, "': ", where.status().message()));
+    }
+    routed.partition[u] = where->partition;
+  }
+  return routed;
+}
+
+absl::Status PsClient::PullRows(std::span<const TableIds> tables, Values* out) {
+  const int n = transport_->num_ps();
+  std::vector<proto::PullRowsRequest> requests(n);
+  std::vector<proto::PullRowsResponse> responses(n);
+  // For each table and unique id: (ps, entry in that ps's request, row in it).
+  struct Slot {
+    int ps, entry;
+    int64_t row;
+  };
+  std::vector<Routed> routed(tables.size());
+  std::vector<std::vector<Slot>> slots(tables.size());
+  std::vector<const Table*> found(tables.size());
+  for (size_t k = 0; k < tables.size(); ++k) {
+    absl::StatusOr<const Table*> table = FindTable(tables[k].table);
+    if (!table.ok()) return table.status();
+    found[k] = *table;
+    absl::StatusOr<Routed> r = Route(**table, tables[k].ids);
+    if (!r.ok()) return r.status();
+    routed[k] = *std::move(r);
+    // One RowIds entry per touched partition.
+    std::vector<int> entry_of(found[k]->partition_names.size(), -1);
+    for (size_t u = 0; u < routed[k].unique.size(); ++u) {
+      const int p = routed[k].partition[u];
+      const int ps = found[k]->partition_ps[p];
+      if (entry_of[p] < 0) {
+        entry_of[p] = requests[ps].rows_size();
+        requests[ps].add_rows()->set_name(found[k]->partition_names[p]);
+      }
+      proto::RowIds* ids = requests[ps].mutable_rows(entry_of[p]);
+      slots[k].push_back({ps, entry_of[p], ids->ids_size()});
+      ids->add_ids(routed[k].unique[u]);
+    }
+  }
+  std::vector<int> targets;
+  for (int ps = 0; ps < n; ++ps) {
+    if (requests[ps].rows_size() > 0) targets.push_back(ps);
+  }
+  absl::Status status = FanOut(targets, [&](int ps, common::PsTransport::Done done) {
+    transport_->PullRows(ps, &requests[ps], &responses[ps], std::move(done));
+  });
+  if (!status.ok()) return status;
+  for (int ps : targets) {
+    if (responses[ps].values_size() != requests[ps].rows_size()) {
+      return absl::DataLossError(absl::StrCat(transport_->Describe(ps), " answered ",
+                                              responses[ps].values_size(), " tensors for ",
+                                              requests[ps].rows_size(), " row sets"));
+    }
+    for (int e = 0; e < requests[ps].rows_size(); ++e) {
+      const proto::Tensor& t = responses[ps].values(e);
+      const int64_t want = static_cast<int64_t>(requests[ps].rows(e).ids_size());
+      if (t.dtype() != proto::DT_FLOAT32 || t.shape_size() != 2 || t.shape(0) != want ||
+          t.data().size() % sizeof(float) != 0 ||
+          static_cast<int64_t>(t.data().size()) != t.shape(0) * t.shape(1) * 4) {
+        return absl::DataLossError(absl::StrCat(transport_->Describe(ps), " answered rows of '",
+                                                requests[ps].rows(e).name(), "' with shape ",
+                                                common::ShapeString(t.shape())));
+      }
+    }
+  }
+  out->resize(tables.size());
+  for (size_t k = 0; k < tables.size(); ++k) {
+    const int dim = found[k]->dim;
+    std::vector<float> unique_rows(routed[k].unique.size() * dim);
+    for (size_t u = 0; u < slots[k].size(); ++u) {
+      const Slot& s = slots[k][u];
+      const proto::Tensor& t = responses[s.ps].values(s.entry);
+      if (t.shape(1) != dim) {
+        return absl::DataLossError(absl::StrCat("rows of '", found[k]->name, "' have width ",
+                                                t.shape(1), ", expected ", dim));
+      }
+      std::memcpy(&unique_rows[u * dim], t.data().data() + s.row * dim * sizeof(float),
+                  dim * sizeof(float));
+    }
+    std::vector<float>& rows = (*out)[k];
+    rows.resize(tables[k].ids.size() * dim);
+    for (size_t i = 0; i < tables[k].ids.size(); ++i) {
+      std::memcpy(&rows[i * dim], &unique_rows[routed[k].index[i] * dim], dim * sizeof(float));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status PsClient::PushRows(int64_t step, std::span<const TableIds> tables,
+                                const Values& grads) {
+  if (grads.size() != tables.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("push of ", grads.size(), " gradient sets for ", tables.size(), " tables"));
+  }
+  const int n = transport_->num_ps();
+  std::vector<proto::PushRowsRequest> requests(n);
+  std::vector<proto::PushRowsResponse> responses(n);
+  // Per ps and entry: the gradient rows, in the order of that entry's ids.
+  std::vector<std::vector<std::vector<float>>> payload(n);
+  for (size_t k = 0; k < tables.size(); ++k) {
+    absl::StatusOr<const Table*> table = FindTable(tables[k].table);
+    if (!table.ok()) return table.status();
+    const int dim = (*table)->dim;
+    if (grads[k].size() != tables[k].ids.size() * dim) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("gradient for table '", tables[k].table, "' has ", grads[k].size(),
+                       " values, expected ", tables[k].ids.size(), " rows of ", dim));
+    }
+    absl::StatusOr<Routed> routed = Route(**table, tables[k].ids);
+    if (!routed.ok()) return routed.status();
+    // Sum the gradients of duplicate ids.
+    std::vector<float> summed(routed->unique.size() * dim, 0.0f);
+    for (size_t i = 0; i < tables[k].ids.size(); ++i) {
+      float* dst = &summed[routed->index[i] * dim];
+      const float* src = &grads[k][i * dim];
+      for (int d = 0; d < dim; ++d) dst[d] += src[d];
+    }
+    std::vector<int> entry_of((*table)->partition_names.size(), -1);
+    for (size_t u = 0; u < routed->unique.size(); ++u) {
+      const int p = routed->partition[u];
+      const int ps = (*table)->partition_ps[p];
+      if (entry_of[p] < 0) {
+        entry_of[p] = requests[ps].rows_size();
+        requests[ps].add_rows()->set_name((*table)->partition_names[p]);
+        payload[ps].emplace_back();
+      }
+      requests[ps].mutable_rows(entry_of[p])->add_ids(routed->unique[u]);
+      std::vector<float>& rows = payload[ps][entry_of[p]];
+      rows.insert(rows.end(), &summed[u * dim], &summed[u * dim] + dim);
+    }
+    for (size_t p = 0; p < entry_of.size(); ++p) {
+      if (entry_of[p] < 0) continue;
+      const int ps = (*table)->partition_ps[p];
+      // Tensors are added in entry order; fill placeholders up to this one.
+      while (requests[ps].gradients_size() <= entry_of[p]) requests[ps].add_gradients();
+      const int64_t count = requests[ps].rows(entry_of[p]).ids_size();
+      common::PackFloats(payload[ps][entry_of[p]], ToShape({count, int64_t{dim}}),
+                         requests[ps].mutable_gradients(entry_of[p]));
+    }
+  }
+  std::vector<int> targets;
+  for (int ps = 0; ps < n; ++ps) {
+    if (requests[ps].rows_size() == 0) continue;
+    targets.push_back(ps);
+    requests[ps].set_worker_index(worker_index_);
+    requests[ps].set_incarnation(incarnation_);
+    requests[ps].set_step(step);
+  }
+  return FanOut(targets, [&](int ps, common::PsTransport::Done done) {
+    transport_->PushRows(ps, &requests[ps], &responses[ps], std::move(done));
+  });
 }
 
 }  // namespace pst::worker

@@ -1,23 +1,29 @@
-// The worker's view of the parameter servers: routes each variable to the
-// ps that holds it (per the chief's placement plan) and fans every request
-// out to all ps in parallel.
+// The worker's view of the parameter servers. It routes by the chief's
+// placement plan and fans every request out to all ps in parallel:
 //
-// Values are exchanged as one flat float vector per variable, in the order
-// of the `names` given at construction.
+//  - Dense variables (whole variables in the plan) are exchanged as one flat
+//    float vector per variable, in the order of `dense_names`.
+//  - Sparse tables (logical variables split into partitions, or hash
+//    embeddings) are read and updated by rows, by global id. The client
+//    deduplicates ids before sending, sums the gradients of duplicate ids,
+//    routes each id to its partition ('mod', 'div' or hash), and reassembles
+//    the rows in the caller's order.
 //
 // Thread-compatible: one caller at a time (the training loop). Distinct
-// PsClients may be used concurrently.
+// PsClients may share a transport and be used concurrently.
 #ifndef PST_WORKER_PS_CLIENT_H_
 #define PST_WORKER_PS_CLIENT_H_
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
-#include "absl/time/time.h"
-#include "proto/pstrain.grpc.pb.h"
+#include "common/ps_transport.h"
+#include "proto/pstrain.pb.h"
 
 namespace pst::worker {
 
@@ -25,43 +31,80 @@ using Values = std::vector<std::vector<float>>;
 
 class PsClient {
  public:
-  // Every name must be in state.plan. Errors: FailedPrecondition if not, or
-  // if the plan names a ps index the state has no address for.
-  static absl::StatusOr<std::unique_ptr<PsClient>> Create(const proto::ClusterState& state,
-                                                          const std::vector<std::string>& names,
-                                                          int worker_index, uint64_t incarnation,
-                                                          absl::Duration rpc_timeout);
+  // Errors: FailedPrecondition if a dense name is not a whole variable in
+  // the plan, or the plan names a ps the transport does not have.
+  static absl::StatusOr<std::unique_ptr<PsClient>> Create(
+      const proto::PlacementPlan& plan, const std::vector<std::string>& dense_names,
+      std::shared_ptr<common::PsTransport> transport, int worker_index, uint64_t incarnation);
 
-  // Fetches every variable into `values` (resized as needed). Returns the
-  // smallest version among them: the number of pushes every variable has
-  // seen, i.e. the global step in async training.
+  // Fetches every dense variable into `values` (resized as needed). Returns
+  // the smallest version among them: the number of pushes every variable
+  // has seen, i.e. the global step in async training.
   absl::StatusOr<int64_t> Pull(Values* values);
 
   // Pushes `grads` tagged with `step`, then fetches the updated values, in
   // one round trip per ps. Returns the smallest version, as Pull does.
   absl::StatusOr<int64_t> PushPull(int64_t step, const Values& grads, Values* values);
 
- private:
-  struct Shard {
-    std::unique_ptr<proto::ParameterServer::Stub> stub;
-    std::string address;
-    std::vector<int> indices;  // positions in `names_` held by this ps
+  // The ids of one table in one request.
+  struct TableIds {
+    std::string table;  // the logical variable's name
+    std::span<const int64_t> ids;
   };
-  PsClient(std::vector<std::string> names, std::vector<std::vector<int64_t>> shapes,
-           std::vector<Shard> shards, int worker_index, uint64_t incarnation,
-           absl::Duration rpc_timeout);
 
-  // Copies a PullResponse from shard `s` into `values`, checking every name
-  // and size against what was asked (the response came over the network).
-  absl::Status Unpack(const Shard& shard, const proto::PullResponse& response, Values* values,
-                      int64_t* min_version) const;
+  // Rows of one or more tables: out[k] gets [tables[k].ids.size(), dim]
+  // row-major, in the caller's id order.
+  // Errors: NotFound for an unknown table; InvalidArgument for an id out of
+  // range (checked here, before anything is sent, and again by the ps).
+  absl::Status PullRows(std::span<const TableIds> tables, Values* out);
 
-  std::vector<std::string> names_;
-  std::vector<std::vector<int64_t>> shapes_;
-  std::vector<Shard> shards_;
+  // Adds gradient rows: grads[k] is [tables[k].ids.size(), dim].
+  // Errors: as PullRows, and InvalidArgument for a gradient of the wrong size.
+  absl::Status PushRows(int64_t step, std::span<const TableIds> tables, const Values& grads);
+
+  // Width of a table's rows. Errors: NotFound.
+  absl::StatusOr<int> TableDim(const std::string& table) const;
+  std::vector<std::string> TableNames() const;
+
+ private:
+  struct DenseVar {
+    std::string name;
+    std::vector<int64_t> shape;
+    int ps = 0;
+  };
+  struct Table {
+    std::string name;
+    int64_t rows = 0;  // 0 for hash embeddings
+    int dim = 1;
+    proto::Routing routing = proto::ROUTING_NONE;
+    std::vector<std::string> partition_names;  // by partition index
+    std::vector<int> partition_ps;
+  };
+  // Where each unique id of a table goes.
+  struct Routed {
+    std::vector<int64_t> unique;
+    std::vector<int32_t> index;  // caller position -> unique position
+    std::vector<int> partition;  // per unique id
+  };
+
+  PsClient(std::vector<DenseVar> dense, absl::flat_hash_map<std::string, Table> tables,
+           std::shared_ptr<common::PsTransport> transport, int worker_index, uint64_t incarnation);
+
+  absl::StatusOr<const Table*> FindTable(const std::string& name) const;
+  absl::StatusOr<Routed> Route(const Table& table, std::span<const int64_t> ids) const;
+  // Runs one call per ps in `targets` and waits for all; the first error,
+  // annotated with the ps.
+  absl::Status FanOut(const std::vector<int>& targets,
+                      const std::function<void(int ps, common::PsTransport::Done)>& start);
+  absl::Status UnpackDense(int ps, const proto::PullResponse& response, Values* values,
+                           int64_t* min_version) const;
+
+  std::vector<DenseVar> dense_;
+  std::vector<std::vector<int>> dense_by_ps_;  // ps -> positions in dense_
+  absl::flat_hash_map<std::string, Table> tables_;
+  std::shared_ptr<common::PsTransport> transport_;
   const int worker_index_;
   const uint64_t incarnation_;
-  const absl::Duration rpc_timeout_;
 };
 
 }  // namespace pst::worker

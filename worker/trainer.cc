@@ -1,8 +1,6 @@
 #include "worker/trainer.h"
 
 #include <algorithm>
-#include <numeric>
-#include <random>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -13,10 +11,11 @@
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "proto/pstrain.grpc.pb.h"
-#include "worker/mlp.h"
+#include "worker/grpc_ps_transport.h"
 #include "worker/mnist_reader.h"
 #include "worker/model_spec.h"
 #include "worker/ps_client.h"
+#include "worker/training_loops.h"
 
 namespace pst::worker {
 namespace {
@@ -86,29 +85,36 @@ absl::Status RunWorker(const TrainerOptions& options, const common::StopSignal& 
   auto coordinator = proto::Coordinator::NewStub(common::MakeChannel(options.coordinator_address));
   PST_ASSIGN_OR_RETURN(proto::ClusterState state, Register(coordinator.get(), options, stop));
   const proto::TrainingConfig& training = state.training();
-  spdlog::info("registered with the coordinator at {}: {} worker(s), {} ps, batch {}, {} epoch(s)",
-               options.coordinator_address, state.num_workers(), state.ps_addresses_size(),
-               training.batch_size(), training.epochs());
+  spdlog::info(
+      "registered with the coordinator at {}: {} worker(s), {} ps, model {}, batch {}, "
+      "{} epoch(s)",
+      options.coordinator_address, state.num_workers(), state.ps_addresses_size(), training.model(),
+      training.batch_size(), training.epochs());
 
-  PST_ASSIGN_OR_RETURN(MlpConfig mlp_config, MlpConfigFor(training));
-  PST_ASSIGN_OR_RETURN(std::vector<proto::VariableSpec> specs, ModelVariables(training));
-  PST_RETURN_IF_ERROR(CheckPlanMatches(state.plan(), specs));
-  std::vector<std::string> names;
-  for (const auto& spec : specs) names.push_back(spec.name());
+  PST_ASSIGN_OR_RETURN(std::vector<ModelVariable> variables, ModelVariables(training));
+  PST_RETURN_IF_ERROR(CheckPlanMatches(state.plan(), variables));
+  const std::vector<std::string> ps_addresses(state.ps_addresses().begin(),
+                                              state.ps_addresses().end());
+  PST_ASSIGN_OR_RETURN(std::unique_ptr<PsClient> ps,
+                       PsClient::Create(state.plan(), DenseNames(variables),
+                                        MakeGrpcPsTransport(ps_addresses, options.rpc_timeout),
+                                        options.worker_index, options.incarnation));
 
-  PST_ASSIGN_OR_RETURN(Dataset all, LoadFashionMnist(options.data_dir, Split::kTrain));
-  const Dataset data = ShardDataset(all, options.worker_index, state.num_workers());
-  all = Dataset();
-  if (data.num_examples == 0) {
+  // This worker's shard of the data.
+  Dataset images;
+  CtrDataset clicks;
+  if (training.model() == "mlp") {
+    PST_ASSIGN_OR_RETURN(Dataset all, LoadFashionMnist(options.data_dir, Split::kTrain));
+    images = ShardDataset(all, options.worker_index, state.num_workers());
+    spdlog::info("training on {} example(s) of {}", images.num_examples, options.data_dir);
+  } else {
+    PST_ASSIGN_OR_RETURN(clicks, LoadCtrSplit(training, /*held_out=*/false, options.worker_index,
+                                              state.num_workers()));
+    spdlog::info("training on {} example(s) of {}", clicks.size, training.data());
+  }
+  if (images.num_examples == 0 && clicks.size == 0) {
     return absl::FailedPreconditionError("this worker's shard of the training data is empty");
   }
-  spdlog::info("training on {} example(s) of {}", data.num_examples, options.data_dir);
-
-  PST_ASSIGN_OR_RETURN(std::unique_ptr<PsClient> ps,
-                       PsClient::Create(state, names, options.worker_index, options.incarnation,
-                                        options.rpc_timeout));
-  Values params, grads;
-  PST_ASSIGN_OR_RETURN(int64_t global_step, ps->Pull(&params));
 
   // Heartbeats: progress out, "should stop" back.
   Progress progress;
@@ -138,46 +144,17 @@ absl::Status RunWorker(const TrainerOptions& options, const common::StopSignal& 
     }
   });
 
-  Mlp model(mlp_config);
-  const int batch = training.batch_size();
-  const int dim = data.dim;
-  std::vector<int> order(data.num_examples);
-  std::iota(order.begin(), order.end(), 0);
-  std::vector<float> x(static_cast<size_t>(batch) * dim);
-  std::vector<int32_t> y(batch);
-  int64_t step = 0;
-  absl::Status status;
-  bool completed = true;
-  for (int epoch = 0; epoch < training.epochs() && status.ok(); ++epoch) {
-    std::mt19937_64 rng(training.seed() ^ (uint64_t(options.worker_index) << 32) ^ epoch);
-    std::shuffle(order.begin(), order.end(), rng);
-    for (int start = 0; start < data.num_examples; start += batch) {
-      if (stop.stopped() || told_to_stop.stopped()) break;
-      if (training.max_steps() > 0 && global_step >= training.max_steps()) break;
-      const int n = std::min(batch, data.num_examples - start);
-      for (int k = 0; k < n; ++k) {
-        const int e = order[start + k];
-        std::copy_n(&data.features[static_cast<size_t>(e) * dim], dim,
-                    &x[static_cast<size_t>(k) * dim]);
-        y[k] = data.labels[e];
-      }
-      absl::StatusOr<float> loss = model.LossAndGradients(params, x.data(), y.data(), n, &grads);
-      if (!loss.ok()) {
-        status = loss.status();
-        break;
-      }
-      absl::StatusOr<int64_t> version = ps->PushPull(step, grads, &params);
-      if (!version.ok()) {
-        status = version.status();
-        break;
-      }
-      global_step = *version;
-      ++step;
-      progress.Step(n, *loss, epoch);
-    }
-    if (stop.stopped() || told_to_stop.stopped()) break;
-    if (training.max_steps() > 0 && global_step >= training.max_steps()) break;
-  }
+  LoopControl control;
+  control.should_stop = [&] { return stop.stopped() || told_to_stop.stopped(); };
+  control.on_step = [&](int64_t examples, float loss, int epoch) {
+    progress.Step(examples, loss, epoch);
+  };
+  const uint64_t shuffle_seed = training.seed() ^ (uint64_t(options.worker_index) << 32);
+  absl::StatusOr<int64_t> global_step =
+      training.model() == "mlp" ? TrainMlp(training, images, shuffle_seed, ps.get(), control)
+                                : TrainWideDeep(training, clicks, shuffle_seed, ps.get(), control);
+  absl::Status status = global_step.status();
+  bool completed = status.ok();
   if (stop.stopped()) {
     completed = false;
     spdlog::info("stopping early: {}", stop.reason());
@@ -203,7 +180,8 @@ absl::Status RunWorker(const TrainerOptions& options, const common::StopSignal& 
     status = absl::UnavailableError(
         absl::StrCat("could not report completion to the coordinator: ", reported.error_message()));
   }
-  spdlog::info("worker finished: {} step(s), global step {}", step, global_step);
+  spdlog::info("worker finished: {} step(s), global step {}", done.final_progress().steps(),
+               global_step.ok() ? *global_step : -1);
   return status;
 }
 

@@ -1,0 +1,35 @@
+#include "ps_server/in_process_transport.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace pst::ps {
+
+InProcessPsTransport::InProcessPsTransport(int num_ps) {
+  for (int i = 0; i < num_ps; ++i) stores_.push_back(std::make_unique<VariableStore>());
+}
+
+void InProcessPsTransport::Pull(int ps, const proto::PullRequest* request,
+                                proto::PullResponse* response, Done done) {
+  done(stores_[ps]->Pull(request->names(), response));
+}
+
+void InProcessPsTransport::PushPull(int ps, const proto::PushPullRequest* request,
+                                    proto::PullResponse* response, Done done) {
+  done(stores_[ps]->PushPull(*request, response));
+}
+
+void InProcessPsTransport::PullRows(int ps, const proto::PullRowsRequest* request,
+                                    proto::PullRowsResponse* response, Done done) {
+  done(stores_[ps]->PullRows(*request, response));
+}
+
+void InProcessPsTransport::PushRows(int ps, const proto::PushRowsRequest* request,
+                                    proto::PushRowsResponse* response, Done done) {
+  done(stores_[ps]->PushRows(*request, response));
+}
+
+std::string InProcessPsTransport::Describe(int ps) const {
+  return absl::StrCat("in-process ps ", ps);
+}
+
+}  // namespace pst::ps

@@ -1,0 +1,40 @@
+// A PsTransport whose ps are VariableStores in this process: calls run
+// synchronously on the caller's thread. The single-process reference trainer
+// uses it, so a model trained "in one process" runs exactly the optimizer,
+// validation and partition code the cluster runs, without the network.
+#ifndef PST_PS_SERVER_IN_PROCESS_TRANSPORT_H_
+#define PST_PS_SERVER_IN_PROCESS_TRANSPORT_H_
+
+#include <memory>
+#include <vector>
+
+#include "common/ps_transport.h"
+#include "ps_server/variable_store.h"
+
+namespace pst::ps {
+
+// Thread-safe (the stores are).
+class InProcessPsTransport final : public common::PsTransport {
+ public:
+  explicit InProcessPsTransport(int num_ps);
+
+  VariableStore* store(int ps) { return stores_[ps].get(); }
+
+  int num_ps() const override { return static_cast<int>(stores_.size()); }
+  void Pull(int ps, const proto::PullRequest* request, proto::PullResponse* response,
+            Done done) override;
+  void PushPull(int ps, const proto::PushPullRequest* request, proto::PullResponse* response,
+                Done done) override;
+  void PullRows(int ps, const proto::PullRowsRequest* request, proto::PullRowsResponse* response,
+                Done done) override;
+  void PushRows(int ps, const proto::PushRowsRequest* request, proto::PushRowsResponse* response,
+                Done done) override;
+  std::string Describe(int ps) const override;
+
+ private:
+  std::vector<std::unique_ptr<VariableStore>> stores_;
+};
+
+}  // namespace pst::ps
+
+#endif  // PST_PS_SERVER_IN_PROCESS_TRANSPORT_H_

@@ -1,0 +1,129 @@
+#include "tools/reference.h"
+
+#include <algorithm>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "common/placement.h"
+#include "common/status_macros.h"
+#include "common/tensor_util.h"
+#include "ps_server/in_process_transport.h"
+#include "worker/mlp.h"
+#include "worker/model_spec.h"
+#include "worker/training_loops.h"
+
+namespace pst::tools {
+
+absl::StatusOr<nlohmann::json> TrainReference(const proto::TrainingConfig& training, int num_ps,
+                                              const std::string& data_dir) {
+  PST_ASSIGN_OR_RETURN(proto::PlacementPlan plan, worker::BuildPlan(training, num_ps));
+  PST_ASSIGN_OR_RETURN(std::vector<worker::ModelVariable> variables,
+                       worker::ModelVariables(training));
+  auto transport = std::make_shared<ps::InProcessPsTransport>(num_ps);
+  for (int p = 0; p < num_ps; ++p) {
+    proto::CreateVariablesRequest request;
+    *request.mutable_optimizer() = training.optimizer();
+    for (const auto& entry : plan.variables()) {
+      if (entry.ps_index() == p) *request.add_variables() = entry.spec();
+    }
+    PST_RETURN_IF_ERROR(transport->store(p)->Create(request).status());
+  }
+  PST_ASSIGN_OR_RETURN(std::unique_ptr<worker::PsClient> client,
+                       worker::PsClient::Create(plan, worker::DenseNames(variables), transport,
+                                                /*worker_index=*/0, /*incarnation=*/1));
+  const absl::Time start = absl::Now();
+  nlohmann::json result;
+  const uint64_t shuffle_seed = training.seed();
+  if (training.model() == "wide_deep") {
+    PST_ASSIGN_OR_RETURN(worker::CtrDataset train, worker::LoadCtrSplit(training, false, 0, 1));
+    PST_ASSIGN_OR_RETURN(worker::CtrDataset held_out, worker::LoadCtrSplit(training, true, 0, 1));
+    PST_ASSIGN_OR_RETURN(int64_t step, worker::TrainWideDeep(training, train, shuffle_seed,
+                                                             client.get(), worker::LoopControl()));
+    const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
+    PST_ASSIGN_OR_RETURN(worker::CtrEval eval,
+                         worker::EvaluateWideDeep(training, held_out, client.get()));
+    result = {{"test_auc", eval.auc},
+              {"test_logloss", eval.logloss},
+              {"test_examples", eval.examples},
+              {"global_step", step},
+              {"train_seconds", seconds},
+              {"examples_per_sec", train.size * training.epochs() / seconds}};
+    return result;
+  }
+  PST_ASSIGN_OR_RETURN(worker::Dataset train,
+                       worker::LoadFashionMnist(data_dir, worker::Split::kTrain));
+  PST_ASSIGN_OR_RETURN(worker::Dataset test,
+                       worker::LoadFashionMnist(data_dir, worker::Split::kTest));
+  PST_ASSIGN_OR_RETURN(int64_t step, worker::TrainMlp(training, train, shuffle_seed, client.get(),
+                                                      worker::LoopControl()));
+  const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  PST_ASSIGN_OR_RETURN(worker::MlpConfig config, worker::MlpConfigFor(training));
+  worker::Values params;
+  PST_RETURN_IF_ERROR(client->Pull(&params).status());
+  worker::Mlp model(config);
+  PST_ASSIGN_OR_RETURN(
+      worker::Mlp::Eval eval,
+      model.Evaluate(params, test.features.data(), test.labels.data(), test.num_examples));
+  result = {{"test_accuracy", eval.accuracy},
+            {"test_loss", eval.loss},
+            {"global_step", step},
+            {"train_seconds", seconds}};
+  return result;
+}
+
+double Imbalance(const proto::PlacementPlan& plan) {
+  const std::vector<int64_t> bytes = common::BytesPerPs(plan);
+  if (bytes.empty()) return 1.0;
+  double total = 0;
+  for (int64_t b : bytes) total += static_cast<double>(b);
+  const double mean = total / bytes.size();
+  return mean > 0 ? *std::max_element(bytes.begin(), bytes.end()) / mean : 1.0;
+}
+
+std::string FormatPlan(const proto::PlacementPlan& plan) {
+  std::string out = absl::StrFormat("placement: %s over %d ps\n\n", plan.policy(), plan.num_ps());
+  // Partitioned tables first, as the logical variables they are.
+  std::vector<std::string> tables;
+  absl::flat_hash_map<std::string, const proto::VariableSpec*> first_part;
+  for (const auto& entry : plan.variables()) {
+    const proto::VariableSpec& spec = entry.spec();
+    if (spec.variable().empty() || first_part.contains(spec.variable())) continue;
+    first_part[spec.variable()] = &spec;
+    tables.push_back(spec.variable());
+  }
+  for (const std::string& table : tables) {
+    const proto::VariableSpec& spec = *first_part[table];
+    const char* routing = spec.routing() == proto::MOD   ? "mod"
+                          : spec.routing() == proto::DIV ? "div"
+                                                         : "hash";
+    absl::StrAppendFormat(&out, "%s %s: %d partition(s), '%s' routing\n", table,
+                          spec.routing() == proto::HASH
+                              ? absl::StrCat("[hash, ", spec.full_shape(1), "]")
+                              : common::ShapeString(spec.full_shape()),
+                          spec.num_partitions(), routing);
+  }
+  if (!tables.empty()) out += "\n";
+  absl::StrAppendFormat(&out, "%-36s %-18s %14s %4s\n", "variable", "shape", "bytes", "ps");
+  for (const auto& entry : plan.variables()) {
+    const proto::VariableSpec& spec = entry.spec();
+    std::string shape = common::ShapeString(spec.shape());
+    if (spec.routing() == proto::HASH) shape = absl::StrCat("hash x ", spec.shape(1));
+    absl::StrAppendFormat(&out, "%-36s %-18s %14d %4d\n", spec.name(), shape,
+                          common::SpecBytes(spec), entry.ps_index());
+  }
+  const std::vector<int64_t> bytes = common::BytesPerPs(plan);
+  int64_t total = 0;
+  for (int64_t b : bytes) total += b;
+  absl::StrAppendFormat(&out, "\n%-4s %16s %8s\n", "ps", "bytes", "share");
+  for (size_t p = 0; p < bytes.size(); ++p) {
+    absl::StrAppendFormat(&out, "%-4d %16d %7.2f%%\n", p, bytes[p],
+                          total > 0 ? 100.0 * bytes[p] / total : 0.0);
+  }
+  absl::StrAppendFormat(&out, "total %15d bytes\nimbalance (most-loaded ps / mean): %.4f\n", total,
+                        Imbalance(plan));
+  return out;
+}
+
+}  // namespace pst::tools

@@ -1,0 +1,187 @@
+#include "worker/training_loops.h"
+
+#include <algorithm>
+#include <numeric>
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "worker/mlp.h"
+#include "worker/model_spec.h"
+#include "worker/wide_deep.h"
+
+namespace pst::worker {
+namespace {
+
+bool ReachedMaxSteps(const proto::TrainingConfig& training, int64_t global_step) {
+  return training.max_steps() > 0 && global_step >= training.max_steps();
+}
+
+// Calls step(first, count, epoch) for every batch of a shuffled pass, for
+// each epoch, until step fails or asks to stop.
+template <typename Step>
+absl::Status ForEachBatch(const proto::TrainingConfig& training, int64_t num_examples,
+                          uint64_t shuffle_seed, std::vector<int64_t>* order, Step&& step) {
+  order->resize(num_examples);
+  std::iota(order->begin(), order->end(), 0);
+  const int64_t batch = training.batch_size();
+  for (int epoch = 0; epoch < training.epochs(); ++epoch) {
+    std::mt19937_64 rng(shuffle_seed ^ (static_cast<uint64_t>(epoch) * 0x9e3779b97f4a7c15ULL));
+    std::shuffle(order->begin(), order->end(), rng);
+    for (int64_t start = 0; start < num_examples; start += batch) {
+      absl::StatusOr<bool> go_on = step(start, std::min(batch, num_examples - start), epoch);
+      if (!go_on.ok()) return go_on.status();
+      if (!*go_on) return absl::OkStatus();
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<int64_t> TrainMlp(const proto::TrainingConfig& training, const Dataset& data,
+                                 uint64_t shuffle_seed, PsClient* ps, const LoopControl& control) {
+  PST_ASSIGN_OR_RETURN(MlpConfig config, MlpConfigFor(training));
+  Mlp model(config);
+  Values params, grads;
+  PST_ASSIGN_OR_RETURN(int64_t global_step, ps->Pull(&params));
+  const int dim = data.dim;
+  std::vector<float> x(static_cast<size_t>(training.batch_size()) * dim);
+  std::vector<int32_t> y(training.batch_size());
+  std::vector<int64_t> order;
+  int64_t step = 0;
+  PST_RETURN_IF_ERROR(ForEachBatch(
+      training, data.num_examples, shuffle_seed, &order,
+      [&](int64_t first, int64_t n, int epoch) -> absl::StatusOr<bool> {
+        if (control.should_stop() || ReachedMaxSteps(training, global_step)) return false;
+        for (int64_t k = 0; k < n; ++k) {
+          const int64_t e = order[first + k];
+          std::copy_n(&data.features[e * dim], dim, &x[k * dim]);
+          y[k] = data.labels[e];
+        }
+        PST_ASSIGN_OR_RETURN(float loss, model.LossAndGradients(params, x.data(), y.data(),
+                                                                static_cast<int>(n), &grads));
+        PST_ASSIGN_OR_RETURN(global_step, ps->PushPull(step++, grads, &params));
+        control.on_step(n, loss, epoch);
+        return true;
+      }));
+  return global_step;
+}
+
+namespace {
+
+// A gathered wide & deep batch: dense features, labels and the unique ids.
+struct CtrBatchData {
+  std::vector<float> dense, labels;
+  std::vector<int64_t> ids, unique;
+  std::vector<int32_t> slot;
+  Values rows;  // [deep rows, wide rows] of the unique ids
+
+  void Gather(const CtrDataset& data, const int64_t* examples, int64_t n) {
+    dense.resize(n * kCriteoDense);
+    labels.resize(n);
+    ids.resize(n * kCriteoFields);
+    for (int64_t k = 0; k < n; ++k) {
+      const int64_t e = examples[k];
+      std::copy_n(&data.dense[e * kCriteoDense], kCriteoDense, &dense[k * kCriteoDense]);
+      std::copy_n(&data.ids[e * kCriteoFields], kCriteoFields, &ids[k * kCriteoFields]);
+      labels[k] = data.labels[e];
+    }
+    UniqueIds(ids.data(), static_cast<int64_t>(ids.size()), &unique, &slot);
+  }
+  std::vector<PsClient::TableIds> Tables() const {
+    return {{kDeepEmbedding, unique}, {kWideEmbedding, unique}};
+  }
+  CtrBatch View(int64_t n) const {
+    CtrBatch b;
+    b.size = static_cast<int>(n);
+    b.dense = dense.data();
+    b.slot = slot.data();
+    b.labels = labels.data();
+    b.num_unique = static_cast<int>(unique.size());
+    b.deep_rows = rows[0].data();
+    b.wide_rows = rows[1].data();
+    return b;
+  }
+};
+
+}  // namespace
+
+absl::StatusOr<int64_t> TrainWideDeep(const proto::TrainingConfig& training, const CtrDataset& data,
+                                      uint64_t shuffle_seed, PsClient* ps,
+                                      const LoopControl& control) {
+  PST_ASSIGN_OR_RETURN(WideDeepConfig config, WideDeepConfigFor(training));
+  WideDeep model(config);
+  Values params, grads, row_grads(2);
+  PST_ASSIGN_OR_RETURN(int64_t global_step, ps->Pull(&params));
+  CtrBatchData batch;
+  std::vector<int64_t> order;
+  int64_t step = 0;
+  PST_RETURN_IF_ERROR(ForEachBatch(
+      training, data.size, shuffle_seed, &order,
+      [&](int64_t first, int64_t n, int epoch) -> absl::StatusOr<bool> {
+        if (control.should_stop() || ReachedMaxSteps(training, global_step)) return false;
+        batch.Gather(data, &order[first], n);
+        const std::vector<PsClient::TableIds> tables = batch.Tables();
+        PST_RETURN_IF_ERROR(ps->PullRows(tables, &batch.rows));
+        PST_ASSIGN_OR_RETURN(float loss, model.LossAndGradients(params, batch.View(n), &grads,
+                                                                &row_grads[0], &row_grads[1]));
+        PST_RETURN_IF_ERROR(ps->PushRows(step, tables, row_grads));
+        PST_ASSIGN_OR_RETURN(global_step, ps->PushPull(step, grads, &params));
+        ++step;
+        control.on_step(n, loss, epoch);
+        return true;
+      }));
+  return global_step;
+}
+
+absl::StatusOr<CtrEval> EvaluateWideDeep(const proto::TrainingConfig& training,
+                                         const CtrDataset& data, PsClient* ps) {
+  PST_ASSIGN_OR_RETURN(WideDeepConfig config, WideDeepConfigFor(training));
+  WideDeep model(config);
+  Values params;
+  PST_RETURN_IF_ERROR(ps->Pull(&params).status());
+  CtrBatchData batch;
+  std::vector<float> probs, all_probs;
+  std::vector<int64_t> examples;
+  constexpr int64_t kChunk = 4096;
+  for (int64_t first = 0; first < data.size; first += kChunk) {
+    const int64_t n = std::min(kChunk, data.size - first);
+    examples.resize(n);
+    std::iota(examples.begin(), examples.end(), first);
+    batch.Gather(data, examples.data(), n);
+    PST_RETURN_IF_ERROR(ps->PullRows(batch.Tables(), &batch.rows));
+    PST_RETURN_IF_ERROR(model.Predict(params, batch.View(n), &probs));
+    all_probs.insert(all_probs.end(), probs.begin(), probs.end());
+  }
+  CtrEval eval;
+  eval.examples = data.size;
+  eval.auc = Auc(all_probs, data.labels);
+  eval.logloss = LogLoss(all_probs, data.labels);
+  return eval;
+}
+
+absl::StatusOr<CtrDataset> LoadCtrSplit(const proto::TrainingConfig& training, bool held_out,
+                                        int shard, int num_shards) {
+  if (training.data().empty()) {
+    return absl::InvalidArgumentError("the wide_deep model needs --data=<Criteo-format file>");
+  }
+  CtrFeatureConfig features;
+  features.buckets_per_field = training.buckets_per_field();
+  PST_ASSIGN_OR_RETURN(CtrDataset all, ReadCriteo(training.data(), features));
+  CtrDataset tail;
+  SplitHeldOut(&all, training.eval_fraction(), &tail);
+  if (held_out) return tail;
+  if (num_shards <= 1) return all;
+  CtrDataset mine;
+  for (int64_t i = shard; i < all.size; i += num_shards) {
+    mine.dense.insert(mine.dense.end(), &all.dense[i * kCriteoDense],
+                      &all.dense[(i + 1) * kCriteoDense]);
+    mine.ids.insert(mine.ids.end(), &all.ids[i * kCriteoFields], &all.ids[(i + 1) * kCriteoFields]);
+    mine.labels.push_back(all.labels[i]);
+    ++mine.size;
+  }
+  return mine;
+}
+
+}  // namespace pst::worker

@@ -1,0 +1,50 @@
+// The per-model training loops, independent of how the ps are reached and
+// of who drives them: a worker runs them against remote ps, the
+// single-process reference trainer against in-process ones.
+#ifndef PST_WORKER_TRAINING_LOOPS_H_
+#define PST_WORKER_TRAINING_LOOPS_H_
+
+#include <cstdint>
+#include <functional>
+
+#include "absl/status/statusor.h"
+#include "proto/pstrain.pb.h"
+#include "worker/criteo.h"
+#include "worker/mnist_reader.h"
+#include "worker/ps_client.h"
+
+namespace pst::worker {
+
+struct LoopControl {
+  // Polled before every step; true ends the loop (not an error).
+  std::function<bool()> should_stop = [] { return false; };
+  // After every step: examples in it, its loss, the epoch (0-based).
+  std::function<void(int64_t examples, float loss, int epoch)> on_step = [](int64_t, float, int) {};
+};
+
+// Each returns the global step (the dense variables' version) at the end.
+// The loop stops after training.epochs() passes over `data`, when
+// training.max_steps() > 0 is reached, or when control.should_stop().
+absl::StatusOr<int64_t> TrainMlp(const proto::TrainingConfig& training, const Dataset& data,
+                                 uint64_t shuffle_seed, PsClient* ps, const LoopControl& control);
+absl::StatusOr<int64_t> TrainWideDeep(const proto::TrainingConfig& training, const CtrDataset& data,
+                                      uint64_t shuffle_seed, PsClient* ps,
+                                      const LoopControl& control);
+
+struct CtrEval {
+  double auc = 0;
+  double logloss = 0;
+  int64_t examples = 0;
+};
+absl::StatusOr<CtrEval> EvaluateWideDeep(const proto::TrainingConfig& training,
+                                         const CtrDataset& data, PsClient* ps);
+
+// Reads training.data(): the held-out tail (the last eval_fraction of the
+// rows) or shard `shard` of `num_shards` of the rest (rows i with
+// i % num_shards == shard).
+absl::StatusOr<CtrDataset> LoadCtrSplit(const proto::TrainingConfig& training, bool held_out,
+                                        int shard, int num_shards);
+
+}  // namespace pst::worker
+
+#endif  // PST_WORKER_TRAINING_LOOPS_H_
