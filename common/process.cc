@@ -1,22 +1,53 @@
 #include "common/process.h"
 
+#include <fcntl.h>
 #include <signal.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <random>
 #include <thread>
 
 namespace pst::common {
 
+namespace {
+
+// The write end of the pipe the signal handler reports to.
+int signal_pipe_write = -1;
+
+void OnSignal(int signo) {
+  const int saved_errno = errno;
+  const unsigned char byte = static_cast<unsigned char>(signo);
+  (void)!write(signal_pipe_write, &byte, 1);
+  errno = saved_errno;
+}
+
+}  // namespace
+
 void HandleTerminationSignals(std::function<void(int)> on_signal) {
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGINT);
-  sigaddset(&set, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &set, nullptr);
-  std::thread([set, on_signal = std::move(on_signal)] {
+  // A handler (not sigwait) so that whichever thread the kernel picks, a
+  // library's thread pool included, the signal reaches us; it only writes
+  // the signal number to a pipe that an ordinary thread reads.
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC) != 0) return;
+  signal_pipe_write = fds[1];
+  struct sigaction action {};
+  action.sa_handler = OnSignal;
+  sigemptyset(&action.sa_mask);
+  action.sa_flags = SA_RESTART;
+  sigaction(SIGINT, &action, nullptr);
+  sigaction(SIGTERM, &action, nullptr);
+  std::thread([read_fd = fds[0], on_signal = std::move(on_signal)] {
     for (;;) {
-      int signo = 0;
-      if (sigwait(&set, &signo) == 0) on_signal(signo);
+      unsigned char byte = 0;
+      const ssize_t n = read(read_fd, &byte, 1);
+      if (n == 1) {
+        on_signal(byte);
+      } else if (n < 0 && errno == EINTR) {
+        continue;
+      } else {
+        return;
+      }
     }
   }).detach();
 }

@@ -13,11 +13,10 @@
 
 namespace pst::common {
 
-// Blocks SIGINT and SIGTERM in the calling thread and starts a thread that
-// calls `on_signal(signo)` when one arrives (each time one arrives). Threads
-// created afterwards inherit the mask, so the handler runs in an ordinary
-// thread and may lock mutexes and call gRPC.
-// REQUIRES: called from main() before any other thread is started.
+// Routes SIGINT and SIGTERM to `on_signal(signo)`, called from an ordinary
+// thread (so it may lock mutexes and call gRPC) each time one arrives. Works
+// whichever thread the kernel delivers the signal to.
+// REQUIRES: called once per process, early in main().
 void HandleTerminationSignals(std::function<void(int)> on_signal);
 
 // A random, nonzero id for this process's life. A restarted process gets a
