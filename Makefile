@@ -11,7 +11,7 @@ DEBIAN_PACKAGES := cmake make g++ pkg-config ccache \
   libabsl-dev libspdlog-dev libopenblas-dev nlohmann-json3-dev zlib1g-dev \
   libgtest-dev dataset-fashion-mnist
 
-.PHONY: all deps configure build demo test clean
+.PHONY: all deps configure build demo test bench-modes clean
 
 all: build
 
@@ -30,6 +30,10 @@ demo: build
 
 test: build
 	cd $(BUILD_DIR) && ctest --output-on-failure -j$(JOBS)
+
+# Every training mode with and without a slow worker, side by side.
+bench-modes: build
+	bench/modes.sh $(BUILD_DIR)
 
 clean:
 	rm -rf $(BUILD_DIR)

@@ -4,6 +4,7 @@
 #include <fstream>
 #include <thread>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -87,8 +88,9 @@ void ShutdownAllPs(std::vector<PsPeer>& ps, const std::string& reason) {
 
 // The model's quality on held-out data, with the parameters the ps hold now.
 struct EvalResult {
-  nlohmann::json metrics;  // test_accuracy/test_loss, or test_auc/test_logloss
-  std::string line;        // for the log
+  nlohmann::json metrics;   // test_accuracy/test_loss, or test_auc/test_logloss
+  std::string line;         // for the log
+  int64_t global_step = 0;  // updates applied to the dense variables
 };
 
 absl::StatusOr<EvalResult> Evaluate(const proto::ClusterState& state, const ChiefOptions& options) {
@@ -111,11 +113,12 @@ absl::StatusOr<EvalResult> Evaluate(const proto::ClusterState& state, const Chie
         {"test_auc", eval.auc}, {"test_logloss", eval.logloss}, {"test_examples", eval.examples}};
     result.line = absl::StrFormat("test AUC %.4f, test log-loss %.4f on %d held-out example(s)",
                                   eval.auc, eval.logloss, eval.examples);
+    result.global_step = eval.version;
     return result;
   }
   PST_ASSIGN_OR_RETURN(worker::MlpConfig mlp_config, worker::MlpConfigFor(options.training));
   worker::Values params;
-  PST_RETURN_IF_ERROR(client->Pull(&params).status());
+  PST_ASSIGN_OR_RETURN(result.global_step, client->Pull(&params));
   PST_ASSIGN_OR_RETURN(worker::Dataset test,
                        worker::LoadFashionMnist(options.data_dir, worker::Split::kTest));
   worker::Mlp model(mlp_config);
@@ -156,6 +159,20 @@ absl::Status RunChief(const ChiefOptions& options, const common::StopSignal& sto
   for (const std::string& address : cluster.ps) initial.add_ps_addresses(address);
   initial.set_num_workers(static_cast<int>(cluster.worker.size()));
   *initial.mutable_training() = options.training;
+  proto::SyncConfig* sync = initial.mutable_training()->mutable_sync();
+  sync->set_num_workers(static_cast<int>(cluster.worker.size()));
+  if (sync->replicas_to_aggregate() > sync->num_workers()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--replicas_to_aggregate=", sync->replicas_to_aggregate(), " exceeds the ",
+                     sync->num_workers(), " worker(s) in the cluster"));
+  }
+  const int quorum =
+      sync->replicas_to_aggregate() > 0 ? sync->replicas_to_aggregate() : sync->num_workers();
+  spdlog::info("mode {}{}", absl::AsciiStrToLower(proto::SyncMode_Name(sync->mode())),
+               sync->mode() == proto::SYNC ? absl::StrCat(": ", quorum, " of ", sync->num_workers(),
+                                                          " gradients averaged per step")
+               : sync->mode() == proto::SSP ? absl::StrCat(": staleness ", sync->staleness())
+                                            : std::string());
   const std::vector<int64_t> bytes = common::BytesPerPs(plan);
   spdlog::info("placement ({}): {} variable(s) over {} ps, bytes per ps: [{}]", plan.policy(),
                plan.variables_size(), plan.num_ps(), absl::StrJoin(bytes, ", "));
@@ -184,6 +201,7 @@ absl::Status RunChief(const ChiefOptions& options, const common::StopSignal& sto
         threads.emplace_back([&, i] {
           proto::CreateVariablesRequest request;
           *request.mutable_optimizer() = options.training.optimizer();
+          *request.mutable_sync() = initial.training().sync();
           for (const auto& entry : plan.variables()) {
             if (entry.ps_index() == static_cast<int>(i)) *request.add_variables() = entry.spec();
           }
@@ -205,6 +223,7 @@ absl::Status RunChief(const ChiefOptions& options, const common::StopSignal& sto
 
     // Watch until every worker is done.
     const absl::Time running_since = absl::Now();
+    std::vector<int> active;  // workers still training, as last told to the ps
     absl::Time next_log = running_since + timing.log_every;
     for (;;) {
       stop.WaitFor(timing.heartbeat_interval);
@@ -216,6 +235,27 @@ absl::Status RunChief(const ChiefOptions& options, const common::StopSignal& sto
       }
       const Coordinator::Snapshot snap = coordinator.Check(now);
       if (snap.all_done) break;
+      // A worker that finished or left no longer counts: lower the SYNC
+      // quorum and drop it from SSP's slowest clock, so nobody waits for it.
+      if (snap.active != active) {
+        active = snap.active;
+        proto::MembershipRequest membership;
+        for (int w : active) membership.add_active_workers(w);
+        membership.set_replicas_to_aggregate(quorum);
+        for (PsPeer& p : ps) {
+          grpc::ClientContext context;
+          common::SetDeadline(&context, absl::Seconds(5));
+          proto::MembershipResponse response;
+          grpc::Status s = p.stub->SetMembership(&context, membership, &response);
+          if (!s.ok()) {
+            spdlog::warn("could not update membership on {}: {}", p.address, s.error_message());
+          }
+        }
+        if (initial.training().sync().mode() != proto::ASYNC) {
+          spdlog::info("{} worker(s) still training; sync quorum now {}", active.size(),
+                       std::max<size_t>(1, std::min<size_t>(quorum, active.size())));
+        }
+      }
       if (!snap.silent.empty()) {
         return absl::UnavailableError(absl::StrCat("worker(s) ", absl::StrJoin(snap.silent, ", "),
                                                    " sent no heartbeat for ",
@@ -258,22 +298,52 @@ absl::Status RunChief(const ChiefOptions& options, const common::StopSignal& sto
     PST_ASSIGN_OR_RETURN(EvalResult eval, Evaluate(coordinator.State(), options));
     const double examples_per_sec = train_secs > 0 ? final_snap.examples / train_secs : 0;
     spdlog::info("done: {}, global step {}, {:.0f} examples/s, {:.1f} s training", eval.line,
-                 final_snap.global_step, examples_per_sec, train_secs);
-    // Rows each ps created for hash embeddings (0 without them).
+                 eval.global_step, examples_per_sec, train_secs);
+    // Rows each ps created for hash embeddings (0 without them), and the
+    // training-mode figures. Every push reaches each ps holding dense
+    // variables, so counts are taken from the ps that saw the most.
     std::vector<int64_t> hash_rows;
+    int64_t applied = 0, staleness_sum = 0, staleness_max = 0, stale_dropped = 0, duplicates = 0,
+            max_clock_gap = 0;
+    double parked_seconds = 0;
     for (PsPeer& p : ps) {
       absl::StatusOr<proto::HealthResponse> health = ProbePs(&p, absl::Seconds(5));
       hash_rows.push_back(health.ok() ? health->hash_rows() : -1);
+      if (!health.ok()) continue;
+      if (health->gradients_applied() > applied) {
+        applied = health->gradients_applied();
+        staleness_sum = health->staleness_sum();
+      }
+      staleness_max = std::max(staleness_max, health->staleness_max());
+      stale_dropped = std::max(stale_dropped, health->stale_dropped());
+      duplicates = std::max(duplicates, health->duplicates_ignored());
+      max_clock_gap = std::max(max_clock_gap, health->max_clock_gap());
+      parked_seconds = std::max(parked_seconds, health->parked_seconds());
     }
+    const double mean_staleness = applied > 0 ? double(staleness_sum) / applied : 0.0;
+    spdlog::info(
+        "mode {}: staleness mean {:.2f} max {}, {} stale gradient(s) dropped, {} "
+        "duplicate(s) ignored, {:.1f} s waited at barriers",
+        absl::AsciiStrToLower(proto::SyncMode_Name(initial.training().sync().mode())),
+        mean_staleness, staleness_max, stale_dropped, duplicates, parked_seconds);
     if (options.training.model() == "wide_deep" && options.training.buckets_per_field() == 0) {
       spdlog::info("hash embedding rows per ps: [{}]", absl::StrJoin(hash_rows, ", "));
     }
     if (!options.summary_json.empty()) {
       nlohmann::json summary = eval.metrics;
       summary["hash_rows_per_ps"] = hash_rows;
+      summary["mode"] =
+          absl::AsciiStrToLower(proto::SyncMode_Name(initial.training().sync().mode()));
+      summary["staleness_mean"] = mean_staleness;
+      summary["staleness_max"] = staleness_max;
+      summary["stale_dropped"] = stale_dropped;
+      summary["duplicates_ignored"] = duplicates;
+      summary["barrier_wait_seconds"] = parked_seconds;
+      summary["max_clock_gap"] = max_clock_gap;
       summary.update({
           {"model", options.training.model()},
-          {"global_step", final_snap.global_step},
+          {"global_step", eval.global_step},
+          {"pushes", final_snap.pushes},
           {"examples", final_snap.examples},
           {"examples_per_sec", examples_per_sec},
           {"train_seconds", train_secs},

@@ -68,6 +68,7 @@ void Coordinator::Record(WorkerState* worker, const proto::HeartbeatRequest& pro
                          absl::Time now) {
   worker->last_seen = now;
   worker->steps = std::max(worker->steps, progress.steps());
+  worker->version = std::max(worker->version, progress.version());
   worker->examples = std::max(worker->examples, progress.examples());
   worker->epoch = progress.epoch();
   if (progress.loss() > 0) {
@@ -108,9 +109,9 @@ void Coordinator::RequestStop(std::string reason) {
 }
 
 int64_t Coordinator::GlobalStepLocked() const {
-  int64_t total = 0;
-  for (const WorkerState& w : workers_) total += w.steps;
-  return total;
+  int64_t step = 0;
+  for (const WorkerState& w : workers_) step = std::max(step, w.version);
+  return step;
 }
 
 bool Coordinator::AllDoneLocked() const {
@@ -122,6 +123,7 @@ Coordinator::Snapshot Coordinator::Check(absl::Time now) const {
   Snapshot s;
   s.phase = state_.phase();
   s.global_step = GlobalStepLocked();
+  for (const WorkerState& w : workers_) s.pushes += w.steps;
   double loss_sum = 0;
   int losses = 0;
   for (size_t i = 0; i < workers_.size(); ++i) {
@@ -133,6 +135,7 @@ Coordinator::Snapshot Coordinator::Check(absl::Time now) const {
       ++losses;
     }
     if (w.registered) ++s.registered;
+    if (!w.done) s.active.push_back(static_cast<int>(i));
     if (w.done) {
       ++s.done;
       if (!w.completed) ++s.left_early;

@@ -6,7 +6,9 @@
 //
 // (RECOVERING arrives with failure recovery.) Workers register, send
 // heartbeats with their progress, and report when they are done. The global
-// step is the sum of the steps the workers have pushed.
+// step is the number of updates applied to the dense variables (their
+// version), the highest any worker has seen; in SYNC mode it takes several
+// pushes to make one.
 //
 // Thread-safety: every method is safe to call concurrently.
 #ifndef PST_CHIEF_COORDINATOR_H_
@@ -53,6 +55,7 @@ class Coordinator {
   struct Snapshot {
     proto::Phase phase = proto::PHASE_INIT;
     int64_t global_step = 0;
+    int64_t pushes = 0;  // summed over workers
     int64_t examples = 0;
     double loss = 0;  // mean of the workers' latest reported losses
     int epoch = 0;    // highest epoch any worker is in
@@ -61,6 +64,7 @@ class Coordinator {
     int left_early = 0;
     bool all_done = false;
     std::vector<int> silent;  // registered, not done, no heartbeat for peer_timeout
+    std::vector<int> active;  // not done (registered or still expected)
   };
   Snapshot Check(absl::Time now) const;
 
@@ -75,6 +79,7 @@ class Coordinator {
     uint64_t incarnation = 0;
     absl::Time last_seen;
     int64_t steps = 0;
+    int64_t version = 0;
     int64_t examples = 0;
     float loss = 0;
     bool has_loss = false;

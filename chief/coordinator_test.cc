@@ -24,11 +24,13 @@ proto::RegisterRequest Reg(int index, uint64_t incarnation) {
   return r;
 }
 
-proto::HeartbeatRequest Beat(int index, uint64_t incarnation, int64_t steps, float loss = 1.0f) {
+proto::HeartbeatRequest Beat(int index, uint64_t incarnation, int64_t steps, float loss = 1.0f,
+                             int64_t version = 0) {
   proto::HeartbeatRequest r;
   r.set_worker_index(index);
   r.set_incarnation(incarnation);
   r.set_steps(steps);
+  r.set_version(version);
   r.set_examples(steps * 10);
   r.set_loss(loss);
   return r;
@@ -64,18 +66,19 @@ TEST(CoordinatorTest, Register_AfterDone_IsFailedPrecondition) {
   EXPECT_EQ(c.Register(Reg(0, 1), kT0).status().code(), absl::StatusCode::kFailedPrecondition);
 }
 
-TEST(CoordinatorTest, Heartbeat_SumsStepsIntoGlobalStep) {
+TEST(CoordinatorTest, Heartbeat_GlobalStepIsHighestVersion_PushesAreSummed) {
   Coordinator c(TwoWorkers(), absl::Seconds(10));
   c.SetPhase(proto::PHASE_RUNNING);
   ASSERT_TRUE(c.Register(Reg(0, 11), kT0).ok());
   ASSERT_TRUE(c.Register(Reg(1, 22), kT0).ok());
-  ASSERT_TRUE(c.Heartbeat(Beat(0, 11, 5, 2.0f), kT0).ok());
-  absl::StatusOr<proto::HeartbeatResponse> r = c.Heartbeat(Beat(1, 22, 7, 1.0f), kT0);
+  ASSERT_TRUE(c.Heartbeat(Beat(0, 11, 5, 2.0f, /*version=*/10), kT0).ok());
+  absl::StatusOr<proto::HeartbeatResponse> r = c.Heartbeat(Beat(1, 22, 7, 1.0f, 9), kT0);
   ASSERT_TRUE(r.ok());
-  EXPECT_EQ(r->global_step(), 12);
+  EXPECT_EQ(r->global_step(), 10);
   EXPECT_FALSE(r->should_stop());
   const Coordinator::Snapshot s = c.Check(kT0);
-  EXPECT_EQ(s.global_step, 12);
+  EXPECT_EQ(s.global_step, 10);
+  EXPECT_EQ(s.pushes, 12);
   EXPECT_EQ(s.examples, 120);
   EXPECT_DOUBLE_EQ(s.loss, 1.5);
   EXPECT_EQ(s.registered, 2);
@@ -96,8 +99,8 @@ TEST(CoordinatorTest, Heartbeat_MaxStepsReached_SaysStop) {
   Coordinator c(TwoWorkers(/*max_steps=*/10), absl::Seconds(10));
   c.SetPhase(proto::PHASE_RUNNING);
   ASSERT_TRUE(c.Register(Reg(0, 1), kT0).ok());
-  EXPECT_FALSE(c.Heartbeat(Beat(0, 1, 9), kT0)->should_stop());
-  EXPECT_TRUE(c.Heartbeat(Beat(0, 1, 10), kT0)->should_stop());
+  EXPECT_FALSE(c.Heartbeat(Beat(0, 1, 20, 1.0f, /*version=*/9), kT0)->should_stop());
+  EXPECT_TRUE(c.Heartbeat(Beat(0, 1, 21, 1.0f, /*version=*/10), kT0)->should_stop());
 }
 
 TEST(CoordinatorTest, RequestStop_MakesHeartbeatsSayStop) {
@@ -135,7 +138,8 @@ TEST(CoordinatorTest, WorkerDone_AllWorkers_CompletesAndWakesWaiter) {
   EXPECT_TRUE(s.all_done);
   EXPECT_EQ(s.done, 2);
   EXPECT_EQ(s.left_early, 1);
-  EXPECT_EQ(s.global_step, 10);
+  EXPECT_EQ(s.pushes, 10);
+  EXPECT_EQ(s.active, std::vector<int>());
 }
 
 }  // namespace

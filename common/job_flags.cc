@@ -39,6 +39,13 @@ ABSL_FLAG(int64_t, min_slice_bytes, 256 << 10, "min_max partitioner: smallest sl
 ABSL_FLAG(int32_t, max_partitions, 0, "min_max partitioner: most partitions (0: 4 per ps).");
 ABSL_FLAG(int64_t, max_shard_bytes, 64 << 20, "axis_size partitioner: largest slice.");
 ABSL_FLAG(std::string, routing, "mod", "Id routing of partitioned tables: mod or div.");
+ABSL_FLAG(std::string, mode, "async",
+          "How workers agree on parameters: async, sync (bulk synchronous, averaged steps) or ssp "
+          "(stale synchronous, bounded by --staleness).");
+ABSL_FLAG(int32_t, staleness, 2, "ssp: how many steps a worker may run ahead of the slowest.");
+ABSL_FLAG(int32_t, replicas_to_aggregate, 0,
+          "sync: gradients averaged per step (0: every worker). Fewer than the workers makes the "
+          "rest backup workers: the slowest pushes of each step are dropped.");
 ABSL_FLAG(int32_t, epochs, 3, "Passes over each worker's shard of the training data.");
 ABSL_FLAG(int64_t, max_steps, 0,
           "Stop when the global step (pushes applied) reaches this; 0 means no limit.");
@@ -153,6 +160,28 @@ absl::StatusOr<proto::TrainingConfig> TrainingConfigFromFlags() {
       partitioner->max_partitions() < 0) {
     return absl::InvalidArgumentError(
         "--min_slice_bytes and --max_shard_bytes must be positive, --max_partitions >= 0");
+  }
+  const std::string mode = absl::GetFlag(FLAGS_mode);
+  proto::SyncConfig* sync = config.mutable_sync();
+  if (mode == "async") {
+    sync->set_mode(proto::ASYNC);
+  } else if (mode == "sync") {
+    sync->set_mode(proto::SYNC);
+  } else if (mode == "ssp") {
+    sync->set_mode(proto::SSP);
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--mode=", mode, " is not known (known: async, sync, ssp)"));
+  }
+  sync->set_staleness(absl::GetFlag(FLAGS_staleness));
+  sync->set_replicas_to_aggregate(absl::GetFlag(FLAGS_replicas_to_aggregate));
+  if (sync->staleness() < 0 || sync->replicas_to_aggregate() < 0) {
+    return absl::InvalidArgumentError("--staleness and --replicas_to_aggregate must be >= 0");
+  }
+  if (sync->mode() == proto::SYNC && config.model() == "wide_deep") {
+    return absl::InvalidArgumentError(
+        "--mode=sync aggregates dense variables only; wide_deep's embedding tables need "
+        "--mode=async or --mode=ssp");
   }
   const std::string routing = absl::GetFlag(FLAGS_routing);
   if (routing == "mod") {

@@ -27,6 +27,59 @@ grpc::ServerUnaryReactor* FinishWith(grpc::CallbackServerContext* context, Fn&& 
   return reactor;
 }
 
+// A call that may be parked in the store until it can be served: finished
+// by the store's callback, or by a cancellation (deadline, client gone,
+// server shutdown) if that comes first. Deletes itself when gRPC is done.
+class ParkedCall final : public grpc::ServerUnaryReactor {
+ public:
+  explicit ParkedCall(VariableStore* store) : store_(store) {}
+
+  // `park` hands the store the completion callback and returns its ticket.
+  // The callback may run (and finish the call) before `park` returns, on this
+  // or another thread; the reactor stays alive until both Start and OnDone
+  // have happened.
+  void Start(const std::function<uint64_t(VariableStore::Done)>& park) {
+    const uint64_t ticket =
+        park([this](absl::Status status) { Finish(common::ToGrpcStatus(status)); });
+    bool delete_now;
+    {
+      absl::MutexLock lock(&mu_);
+      ticket_ = ticket;
+      if (cancelled_ && ticket_ != 0 && store_->CancelWaiter(ticket_)) {
+        Finish(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled while waiting"));
+      }
+      started_ = true;
+      delete_now = done_;
+    }
+    if (delete_now) delete this;
+  }
+
+  void OnCancel() override {
+    absl::MutexLock lock(&mu_);
+    cancelled_ = true;
+    if (ticket_ != 0 && store_->CancelWaiter(ticket_)) {
+      Finish(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled while waiting"));
+    }
+  }
+  void OnDone() override {
+    bool delete_now;
+    {
+      absl::MutexLock lock(&mu_);
+      done_ = true;
+      delete_now = started_;
+    }
+    if (delete_now) delete this;
+  }
+
+ private:
+  VariableStore* const store_;
+  absl::Mutex mu_;
+  uint64_t ticket_ ABSL_GUARDED_BY(mu_) = 0;
+  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
+  bool started_ ABSL_GUARDED_BY(mu_) = false;
+  bool done_ ABSL_GUARDED_BY(mu_) = false;
+};
+
 }  // namespace
 
 GrpcPsService::GrpcPsService(VariableStore* store, std::string task, uint64_t incarnation,
@@ -59,7 +112,11 @@ grpc::ServerUnaryReactor* GrpcPsService::CreateVariables(
 grpc::ServerUnaryReactor* GrpcPsService::Pull(grpc::CallbackServerContext* context,
                                               const proto::PullRequest* request,
                                               proto::PullResponse* response) {
-  return FinishWith(context, [&] { return store_->Pull(request->names(), response); });
+  auto* call = new ParkedCall(store_);
+  call->Start([&](VariableStore::Done done) {
+    return store_->PullWhenReady(request, response, std::move(done));
+  });
+  return call;
 }
 
 grpc::ServerUnaryReactor* GrpcPsService::Push(grpc::CallbackServerContext* context,
@@ -71,7 +128,11 @@ grpc::ServerUnaryReactor* GrpcPsService::Push(grpc::CallbackServerContext* conte
 grpc::ServerUnaryReactor* GrpcPsService::PushPull(grpc::CallbackServerContext* context,
                                                   const proto::PushPullRequest* request,
                                                   proto::PullResponse* response) {
-  return FinishWith(context, [&] { return store_->PushPull(*request, response); });
+  auto* call = new ParkedCall(store_);
+  call->Start([&](VariableStore::Done done) {
+    return store_->PushPullWhenReady(request, response, std::move(done));
+  });
+  return call;
 }
 
 grpc::ServerUnaryReactor* GrpcPsService::PullRows(grpc::CallbackServerContext* context,
@@ -84,6 +145,13 @@ grpc::ServerUnaryReactor* GrpcPsService::PushRows(grpc::CallbackServerContext* c
                                                   const proto::PushRowsRequest* request,
                                                   proto::PushRowsResponse* response) {
   return FinishWith(context, [&] { return store_->PushRows(*request, response); });
+}
+
+grpc::ServerUnaryReactor* GrpcPsService::SetMembership(grpc::CallbackServerContext* context,
+                                                       const proto::MembershipRequest* request,
+                                                       proto::MembershipResponse* response) {
+  TouchChief();
+  return FinishWith(context, [&] { return store_->SetMembership(*request); });
 }
 
 grpc::ServerUnaryReactor* GrpcPsService::Health(grpc::CallbackServerContext* context,
@@ -99,6 +167,14 @@ grpc::ServerUnaryReactor* GrpcPsService::Health(grpc::CallbackServerContext* con
     response->set_pushes_applied(stats.pushes_applied);
     response->set_hash_rows(stats.hash_rows);
     response->set_nonfinite_skipped(stats.nonfinite_skipped);
+    response->set_gradients_applied(stats.gradients_applied);
+    response->set_staleness_sum(stats.staleness_sum);
+    response->set_staleness_max(stats.staleness_max);
+    response->set_stale_dropped(stats.stale_dropped);
+    response->set_duplicates_ignored(stats.duplicates_ignored);
+    response->set_parked_pulls(stats.parked_pulls);
+    response->set_parked_seconds(stats.parked_seconds);
+    response->set_max_clock_gap(stats.max_clock_gap);
     return absl::OkStatus();
   });
 }

@@ -2,7 +2,9 @@
 // VariableStore, converts the status and finishes. No training logic here.
 //
 // Uses gRPC's callback API. Handlers do bounded CPU work (validate, copy,
-// apply) and never wait on other requests.
+// apply) and never wait: a pull that must wait for a version (SYNC) or for
+// slower workers (SSP) is parked in the store and finished later by the
+// push that makes it ready, holding no gRPC thread meanwhile.
 #ifndef PST_PS_SERVER_GRPC_PS_SERVICE_H_
 #define PST_PS_SERVER_GRPC_PS_SERVICE_H_
 
@@ -41,6 +43,9 @@ class GrpcPsService final : public proto::ParameterServer::CallbackService {
   grpc::ServerUnaryReactor* PushRows(grpc::CallbackServerContext* context,
                                      const proto::PushRowsRequest* request,
                                      proto::PushRowsResponse* response) override;
+  grpc::ServerUnaryReactor* SetMembership(grpc::CallbackServerContext* context,
+                                          const proto::MembershipRequest* request,
+                                          proto::MembershipResponse* response) override;
   grpc::ServerUnaryReactor* Health(grpc::CallbackServerContext* context,
                                    const proto::HealthRequest* request,
                                    proto::HealthResponse* response) override;

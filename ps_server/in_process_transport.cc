@@ -10,12 +10,12 @@ InProcessPsTransport::InProcessPsTransport(int num_ps) {
 
 void InProcessPsTransport::Pull(int ps, const proto::PullRequest* request,
                                 proto::PullResponse* response, Done done) {
-  done(stores_[ps]->Pull(request->names(), response));
+  stores_[ps]->PullWhenReady(request, response, std::move(done));
 }
 
 void InProcessPsTransport::PushPull(int ps, const proto::PushPullRequest* request,
                                     proto::PullResponse* response, Done done) {
-  done(stores_[ps]->PushPull(*request, response));
+  stores_[ps]->PushPullWhenReady(request, response, std::move(done));
 }
 
 void InProcessPsTransport::PullRows(int ps, const proto::PullRowsRequest* request,

@@ -8,6 +8,8 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
 #include "common/initializer.h"
 #include "common/status_macros.h"
 #include "common/tensor_util.h"
@@ -224,6 +226,28 @@ absl::StatusOr<int> VariableStore::Create(const proto::CreateVariablesRequest& r
         optimizer_config_.learning_rate(), "); it cannot change to '", request.optimizer().name(),
         "' (learning_rate ", request.optimizer().learning_rate(), ")"));
   }
+  // The training mode: set by the first Create, the same ever after.
+  const proto::SyncConfig& sync = request.sync();
+  if (sync.num_workers() < 0 || sync.replicas_to_aggregate() < 0 || sync.staleness() < 0 ||
+      sync.replicas_to_aggregate() > sync.num_workers()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "sync config: need 0 <= replicas_to_aggregate <= num_workers and staleness >= 0; got ",
+        sync.replicas_to_aggregate(), " of ", sync.num_workers(), ", staleness ",
+        sync.staleness()));
+  }
+  if (sync.mode() != proto::ASYNC && sync.num_workers() < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "sync config: mode ", proto::SyncMode_Name(sync.mode()), " needs num_workers >= 1"));
+  }
+  {
+    absl::MutexLock wait_lock(&wait_mu_);
+    if (sync_set_ && !MessageDifferencer::Equals(sync_, sync)) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("this ps already trains in mode ", proto::SyncMode_Name(sync_.mode()),
+                       " with ", sync_.num_workers(), " worker(s); it cannot change to ",
+                       proto::SyncMode_Name(sync.mode()), " with ", sync.num_workers()));
+    }
+  }
   // Check everything before creating anything.
   absl::flat_hash_set<std::string_view> seen;
   std::vector<const proto::VariableSpec*> to_create;
@@ -274,6 +298,16 @@ absl::StatusOr<int> VariableStore::Create(const proto::CreateVariablesRequest& r
     optimizer_ = std::move(optimizer);
     optimizer_config_ = request.optimizer();
   }
+  absl::MutexLock wait_lock(&wait_mu_);
+  if (!sync_set_) {
+    sync_set_ = true;
+    sync_ = sync;
+    active_.assign(sync.num_workers(), true);
+    clocks_.assign(sync.num_workers(), 0);
+    const int r =
+        sync.replicas_to_aggregate() > 0 ? sync.replicas_to_aggregate() : sync.num_workers();
+    quorum_.store(std::max(1, r));
+  }
   return static_cast<int>(created.size());
 }
 
@@ -323,6 +357,13 @@ absl::Status VariableStore::Pull(const google::protobuf::RepeatedPtrField<std::s
 }
 
 absl::Status VariableStore::Push(const proto::PushRequest& request, proto::PushResponse* response) {
+  absl::Status status = PushNoWake(request, response);
+  if (status.ok()) WakeWaiters();
+  return status;
+}
+
+absl::Status VariableStore::PushNoWake(const proto::PushRequest& request,
+                                       proto::PushResponse* response) {
   if (request.names_size() != request.gradients_size()) {
     return absl::InvalidArgumentError(absl::StrCat("push has ", request.names_size(), " names but ",
                                                    request.gradients_size(), " gradients"));
@@ -368,37 +409,270 @@ absl::Status VariableStore::Push(const proto::PushRequest& request, proto::PushR
     vars.push_back(var);
   }
   response->Clear();
-  for (size_t i = 0; i < vars.size(); ++i) {
-    Variable* var = vars[i];
-    absl::MutexLock var_lock(&var->mu);
-    std::vector<std::span<float>> slots(var->slots.begin(), var->slots.end());
-    const int64_t t = var->version + 1;
-    if (skip[i].empty()) {
-      optimizer_->ApplyDense(var->values, grads[i], slots, t);
-    } else {
-      const int64_t dim = var->dim;
-      std::vector<std::span<float>> row_slots(slots.size());
-      for (int64_t r = 0; r < var->rows; ++r) {
-        if (skip[i][r]) continue;
-        for (size_t s = 0; s < slots.size(); ++s) row_slots[s] = slots[s].subspan(r * dim, dim);
-        optimizer_->ApplyDense(std::span<float>(var->values).subspan(r * dim, dim),
-                               std::span<const float>(grads[i]).subspan(r * dim, dim), row_slots,
-                               t);
+  const int32_t worker = request.worker_index();
+  proto::SyncMode mode;
+  {
+    absl::MutexLock wait_lock(&wait_mu_);
+    mode = sync_.mode();
+    // A push is identified by (worker, incarnation, step) when it carries an
+    // incarnation; a repeat (a retry) is acknowledged and not applied again.
+    // SYNC recognizes repeats per variable version instead (below).
+    if (mode != proto::SYNC && request.incarnation() != 0) {
+      PushKey& key = last_push_[worker];
+      if (key.incarnation != request.incarnation()) key = PushKey{request.incarnation(), -1, -1};
+      if (request.step() <= key.dense_step) {
+        duplicates_ignored_.fetch_add(1, std::memory_order_relaxed);
+        response->set_duplicate(true);
+        return absl::OkStatus();
+      }
+      key.dense_step = request.step();
+    }
+  }
+  if (mode == proto::SYNC) {
+    // A gradient for a version not reached yet cannot be right.
+    for (Variable* var : vars) {
+      absl::ReaderMutexLock var_lock(&var->mu);
+      if (request.step() > var->version) {
+        return absl::AbortedError(absl::StrCat("push for step ", request.step(), " but '",
+                                               var->spec.name(), "' is at version ", var->version,
+                                               "; pull before pushing"));
       }
     }
-    var->version = t;
-    response->add_versions(t);
+  }
+  bool applied = false, stale = false, duplicate = false;
+  int64_t staleness = 0;
+  for (size_t i = 0; i < vars.size(); ++i) {
+    Variable& var = *vars[i];
+    absl::MutexLock var_lock(&var.mu);
+    if (mode == proto::SYNC) {
+      if (request.step() < var.version) {
+        stale = true;
+      } else if (std::find(var.contributors.begin(), var.contributors.end(), worker) !=
+                 var.contributors.end()) {
+        duplicate = true;
+      } else {
+        if (var.accum.empty()) var.accum.assign(var.values.size(), 0.0f);
+        for (size_t k = 0; k < grads[i].size(); ++k) {
+          if (skip[i].empty() || !skip[i][k / var.dim]) var.accum[k] += grads[i][k];
+        }
+        var.contributors.push_back(worker);
+        MaybeApplyAggregateLocked(var, quorum_.load());
+        applied = true;
+      }
+    } else {
+      staleness = std::max<int64_t>(staleness, var.version - request.base_version());
+      ApplyLocked(var, grads[i], skip[i]);
+      applied = true;
+    }
+    response->add_versions(var.version);
   }
   if (skipped > 0) nonfinite_skipped_.fetch_add(skipped, std::memory_order_relaxed);
-  pushes_applied_.fetch_add(1, std::memory_order_relaxed);
+  if (stale) stale_dropped_.fetch_add(1, std::memory_order_relaxed);
+  if (duplicate && !applied) duplicates_ignored_.fetch_add(1, std::memory_order_relaxed);
+  response->set_stale(stale && !applied);
+  response->set_duplicate(duplicate && !applied);
+  if (applied) {
+    pushes_applied_.fetch_add(1, std::memory_order_relaxed);
+    gradients_applied_.fetch_add(1, std::memory_order_relaxed);
+    staleness_sum_.fetch_add(staleness, std::memory_order_relaxed);
+    int64_t prev = staleness_max_.load();
+    while (staleness > prev && !staleness_max_.compare_exchange_weak(prev, staleness)) {
+    }
+  }
+  if (mode == proto::SSP) {
+    absl::MutexLock wait_lock(&wait_mu_);
+    if (worker >= 0 && worker < static_cast<int>(clocks_.size())) {
+      clocks_[worker] = std::max(clocks_[worker], request.step() + 1);
+    }
+  }
+  return absl::OkStatus();
+}
+
+void VariableStore::ApplyLocked(Variable& var, const std::vector<float>& grad,
+                                const std::vector<bool>& skip) {
+  std::vector<std::span<float>> slots(var.slots.begin(), var.slots.end());
+  const int64_t t = var.version + 1;
+  if (skip.empty()) {
+    optimizer_->ApplyDense(var.values, grad, slots, t);
+  } else {
+    const int64_t dim = var.dim;
+    std::vector<std::span<float>> row_slots(slots.size());
+    for (int64_t r = 0; r < var.rows; ++r) {
+      if (skip[r]) continue;
+      for (size_t s = 0; s < slots.size(); ++s) row_slots[s] = slots[s].subspan(r * dim, dim);
+      optimizer_->ApplyDense(std::span<float>(var.values).subspan(r * dim, dim),
+                             std::span<const float>(grad).subspan(r * dim, dim), row_slots, t);
+    }
+  }
+  var.version = t;
+}
+
+void VariableStore::MaybeApplyAggregateLocked(Variable& var, int quorum) {
+  if (var.contributors.empty() || static_cast<int>(var.contributors.size()) < quorum) return;
+  const float scale = 1.0f / static_cast<float>(var.contributors.size());
+  for (float& g : var.accum) g *= scale;
+  ApplyLocked(var, var.accum, {});
+  std::fill(var.accum.begin(), var.accum.end(), 0.0f);
+  var.contributors.clear();
+}
+
+int64_t VariableStore::MinActiveClockLocked() const {
+  int64_t min_clock = std::numeric_limits<int64_t>::max();
+  for (size_t w = 0; w < clocks_.size(); ++w) {
+    if (active_[w]) min_clock = std::min(min_clock, clocks_[w]);
+  }
+  return min_clock;
+}
+
+bool VariableStore::ReadyLocked(const proto::PullRequest& request) {
+  if (request.worker_index() < 0 || !sync_set_) return true;
+  switch (sync_.mode()) {
+    case proto::SYNC: {
+      auto reached = [&](const Variable& var) {
+        absl::ReaderMutexLock var_lock(&var.mu);
+        return var.version >= request.min_version();
+      };
+      if (request.names().empty()) {
+        for (const auto& [name, var] : variables_) {
+          if (!var->is_hash && !reached(*var)) return false;
+        }
+        return true;
+      }
+      for (const std::string& name : request.names()) {
+        auto it = variables_.find(name);
+        if (it != variables_.end() && !reached(*it->second)) return false;
+      }
+      return true;
+    }
+    case proto::SSP: {
+      const int64_t min_clock = MinActiveClockLocked();
+      if (min_clock == std::numeric_limits<int64_t>::max()) return true;
+      if (request.clock() - sync_.staleness() > min_clock) return false;
+      max_clock_gap_ = std::max(max_clock_gap_, request.clock() - min_clock);
+      return true;
+    }
+    default:
+      return true;
+  }
+}
+
+uint64_t VariableStore::PullWhenReady(const proto::PullRequest* request,
+                                      proto::PullResponse* response, Done done) {
+  {
+    absl::ReaderMutexLock lock(&mu_);
+    absl::MutexLock wait_lock(&wait_mu_);
+    if (!ReadyLocked(*request)) {
+      const uint64_t ticket = next_ticket_++;
+      waiters_.push_back({ticket, *request, response, std::move(done), absl::Now()});
+      ++parked_pulls_;
+      return ticket;
+    }
+  }
+  done(Pull(request->names(), response));
+  return 0;
+}
+
+uint64_t VariableStore::PushPullWhenReady(const proto::PushPullRequest* request,
+                                          proto::PullResponse* response, Done done) {
+  proto::PushResponse pushed;
+  absl::Status status = Push(request->push(), &pushed);
+  if (!status.ok()) {
+    done(status);
+    return 0;
+  }
+  proto::PullRequest pull;
+  *pull.mutable_names() = request->push().names();
+  pull.set_worker_index(request->push().worker_index());
+  pull.set_min_version(request->push().step() + 1);
+  pull.set_clock(request->push().step() + 1);
+  // PullWhenReady copies the request when it parks.
+  return PullWhenReady(&pull, response, std::move(done));
+}
+
+void VariableStore::WakeWaiters() {
+  std::vector<Waiter> ready;
+  {
+    absl::ReaderMutexLock lock(&mu_);
+    absl::MutexLock wait_lock(&wait_mu_);
+    if (waiters_.empty()) return;
+    const absl::Time now = absl::Now();
+    for (size_t i = 0; i < waiters_.size();) {
+      if (ReadyLocked(waiters_[i].request)) {
+        parked_seconds_ += absl::ToDoubleSeconds(now - waiters_[i].since);
+        ready.push_back(std::move(waiters_[i]));
+        waiters_.erase(waiters_.begin() + i);
+      } else {
+        ++i;
+      }
+    }
+  }
+  for (Waiter& w : ready) w.done(Pull(w.request.names(), w.response));
+}
+
+bool VariableStore::CancelWaiter(uint64_t ticket) {
+  absl::MutexLock wait_lock(&wait_mu_);
+  for (size_t i = 0; i < waiters_.size(); ++i) {
+    if (waiters_[i].ticket == ticket) {
+      parked_seconds_ += absl::ToDoubleSeconds(absl::Now() - waiters_[i].since);
+      waiters_.erase(waiters_.begin() + i);
+      return true;
+    }
+  }
+  return false;
+}
+
+void VariableStore::CancelAllWaiters(const absl::Status& status) {
+  std::vector<Waiter> all;
+  {
+    absl::MutexLock wait_lock(&wait_mu_);
+    all.swap(waiters_);
+  }
+  for (Waiter& w : all) w.done(status);
+}
+
+absl::Status VariableStore::SetMembership(const proto::MembershipRequest& request) {
+  {
+    absl::ReaderMutexLock lock(&mu_);
+    absl::MutexLock wait_lock(&wait_mu_);
+    if (request.replicas_to_aggregate() < 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("membership: replicas_to_aggregate must be "
+                       ">= 1, got ",
+                       request.replicas_to_aggregate()));
+    }
+    std::vector<bool> active(active_.size(), false);
+    for (int32_t w : request.active_workers()) {
+      if (w < 0 || w >= static_cast<int>(active.size())) {
+        return absl::InvalidArgumentError(absl::StrCat("membership: worker ", w,
+                                                       " is out of range: this job has ",
+                                                       active.size(), " worker(s)"));
+      }
+      active[w] = true;
+    }
+    active_ = std::move(active);
+    const int live = std::max(1, static_cast<int>(request.active_workers_size()));
+    quorum_.store(std::min(request.replicas_to_aggregate(), live));
+    if (sync_.mode() == proto::SYNC) {
+      for (auto& [name, var] : variables_) {
+        absl::MutexLock var_lock(&var->mu);
+        MaybeApplyAggregateLocked(*var, quorum_.load());
+      }
+    }
+  }
+  WakeWaiters();
   return absl::OkStatus();
 }
 
 absl::Status VariableStore::PushPull(const proto::PushPullRequest& request,
                                      proto::PullResponse* response) {
-  proto::PushResponse pushed;
-  PST_RETURN_IF_ERROR(Push(request.push(), &pushed));
-  return Pull(request.push().names(), response);
+  absl::Notification done;
+  absl::Status result;
+  PushPullWhenReady(&request, response, [&](absl::Status status) {
+    result = std::move(status);
+    done.Notify();
+  });
+  done.WaitForNotification();
+  return result;
 }
 
 absl::Status VariableStore::CheckRowIds(const Variable& var, const proto::RowIds& ids,
@@ -620,6 +894,20 @@ absl::Status VariableStore::PushRows(const proto::PushRowsRequest& request,
     }
   }
   response->Clear();
+  {
+    // A repeat of an applied row push (worker, incarnation, step) is
+    // acknowledged and not applied again.
+    absl::MutexLock wait_lock(&wait_mu_);
+    if (request.incarnation() != 0) {
+      PushKey& key = last_push_[request.worker_index()];
+      if (key.incarnation != request.incarnation()) key = PushKey{request.incarnation(), -1, -1};
+      if (request.step() <= key.rows_step) {
+        duplicates_ignored_.fetch_add(1, std::memory_order_relaxed);
+        return absl::OkStatus();
+      }
+      key.rows_step = request.step();
+    }
+  }
   int64_t dropped = 0;
   const int num_slots = optimizer_->num_slots();
   std::vector<std::span<float>> slots(num_slots);
@@ -674,6 +962,18 @@ VariableStore::Stats VariableStore::GetStats() const {
   stats.pushes_applied = pushes_applied_.load(std::memory_order_relaxed);
   stats.nonfinite_skipped = nonfinite_skipped_.load(std::memory_order_relaxed);
   stats.unadmitted_dropped = unadmitted_dropped_.load(std::memory_order_relaxed);
+  stats.gradients_applied = gradients_applied_.load();
+  stats.staleness_sum = staleness_sum_.load();
+  stats.staleness_max = staleness_max_.load();
+  stats.stale_dropped = stale_dropped_.load();
+  stats.duplicates_ignored = duplicates_ignored_.load();
+  absl::MutexLock wait_lock(&wait_mu_);
+  stats.parked_pulls = parked_pulls_;
+  stats.parked_seconds = parked_seconds_;
+  for (const Waiter& w : waiters_) {
+    stats.parked_seconds += absl::ToDoubleSeconds(absl::Now() - w.since);
+  }
+  stats.max_clock_gap = max_clock_gap_;
   return stats;
 }
 

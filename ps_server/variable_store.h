@@ -24,6 +24,16 @@
 // Row values travel as [len(ids), dim] tensors, dim being the product of the
 // dimensions after the first (1 for a rank-1 variable).
 //
+// Training modes (SyncConfig, set by the first Create): ASYNC applies each
+// push when it arrives. SYNC averages replicas_to_aggregate pushes for the
+// variable's current version into one update; pushes for an older version
+// are dropped as stale. SSP applies pushes at once and tracks each worker's
+// clock. A pull that may not proceed yet (SYNC: a version not reached; SSP:
+// too far ahead of the slowest active worker) is parked: PullWhenReady
+// returns at once and completes its callback later, from the thread whose
+// push or membership change makes it ready. Every mode drops a repeated
+// (worker, incarnation, step) push: a retry is applied exactly once.
+//
 // Thread-safety: all methods are safe to call concurrently. The name->variable
 // map is guarded by mu_; each variable's values by its own mutex, so pushes
 // to different variables proceed in parallel. Pushes to the same variable are
@@ -37,6 +47,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -98,9 +109,38 @@ class VariableStore {
   // instead.
   absl::Status Push(const proto::PushRequest& request, proto::PushResponse* response);
 
-  // Push, then Pull of the pushed names (the values after this push, and
-  // possibly after others that came in between). Errors: as Push.
+  // Push, then Pull of the pushed names once they may be read (SYNC: version
+  // push.step + 1; SSP: clock push.step + 1), blocking the caller until then.
+  // For in-process use; the gRPC service parks with PushPullWhenReady.
+  // Errors: as Push.
   absl::Status PushPull(const proto::PushPullRequest& request, proto::PullResponse* response);
+
+  // Completion callback of a parked call; runs exactly once.
+  using Done = std::function<void(absl::Status)>;
+
+  // Pull that waits, without blocking the caller, until the request may be
+  // served (see the class comment); then fills `response` and runs `done`,
+  // on this thread if it can be served now. Returns a ticket for
+  // CancelWaiter, or 0 when `done` already ran. `request` and `response`
+  // must live until `done` runs.
+  uint64_t PullWhenReady(const proto::PullRequest* request, proto::PullResponse* response,
+                         Done done);
+  // Push, then PullWhenReady for the pushed names at push.step + 1. A push
+  // error completes `done` at once.
+  uint64_t PushPullWhenReady(const proto::PushPullRequest* request, proto::PullResponse* response,
+                             Done done);
+  // Removes a parked call; true if it was still parked (then the caller
+  // finishes the call and `done` never runs).
+  bool CancelWaiter(uint64_t ticket);
+  // Completes every parked call with `status` (shutdown).
+  void CancelAllWaiters(const absl::Status& status);
+
+  // Sets the workers that take part and the SYNC quorum (lowered to the
+  // number of active workers if larger). Applies any aggregation the new
+  // quorum completes, and wakes parked pulls.
+  // Errors: InvalidArgument for a worker index outside [0, num_workers) or
+  // a quorum < 1.
+  absl::Status SetMembership(const proto::MembershipRequest& request);
 
   // Copies rows by global id: one [len(ids), dim] tensor and the variable's
   // version per RowIds, in order. Not-yet-admitted hash ids read as zeros;
@@ -122,7 +162,9 @@ class VariableStore {
   // NaN/Inf in a gradient; FailedPrecondition before any variable exists.
   // On any error nothing is applied. With OptimizerConfig.skip_nonfinite,
   // rows holding NaN/Inf are skipped instead, counted in
-  // response->rows_skipped() and Stats::nonfinite_skipped.
+  // response->rows_skipped() and Stats::nonfinite_skipped. A repeat of an
+  // applied push (same worker, nonzero incarnation and step) is acknowledged
+  // and not applied again.
   absl::Status PushRows(const proto::PushRowsRequest& request, proto::PushRowsResponse* response);
 
   struct Stats {
@@ -132,6 +174,15 @@ class VariableStore {
     int64_t hash_rows = 0;           // rows held by hash variables
     int64_t nonfinite_skipped = 0;   // gradient rows skipped for NaN/Inf
     int64_t unadmitted_dropped = 0;  // gradient rows of not-yet-admitted ids
+    // Training-mode figures (dense pushes).
+    int64_t gradients_applied = 0;
+    int64_t staleness_sum = 0;
+    int64_t staleness_max = 0;
+    int64_t stale_dropped = 0;
+    int64_t duplicates_ignored = 0;
+    int64_t parked_pulls = 0;
+    double parked_seconds = 0;
+    int64_t max_clock_gap = 0;
   };
   Stats GetStats() const;
 
@@ -149,6 +200,10 @@ class VariableStore {
     std::vector<float> values ABSL_GUARDED_BY(mu);
     std::vector<std::vector<float>> slots ABSL_GUARDED_BY(mu);
     int64_t version ABSL_GUARDED_BY(mu) = 0;
+
+    // SYNC: the sum of this version's gradients so far, and who sent them.
+    std::vector<float> accum ABSL_GUARDED_BY(mu);
+    std::vector<int32_t> contributors ABSL_GUARDED_BY(mu);
 
     // Hash variables: id -> the row's dim values, then each slot's dim.
     absl::flat_hash_map<int64_t, std::vector<float>> hash_rows ABSL_GUARDED_BY(mu);
@@ -178,7 +233,56 @@ class VariableStore {
   void CopyRowsLocked(Variable& var, const std::vector<int64_t>& local, float* out) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(var.mu) ABSL_SHARED_LOCKS_REQUIRED(mu_);
 
+  // Push without waking parked pulls (the caller wakes them).
+  absl::Status PushNoWake(const proto::PushRequest& request, proto::PushResponse* response)
+      ABSL_LOCKS_EXCLUDED(mu_, wait_mu_);
+  // A parked pull.
+  struct Waiter {
+    uint64_t ticket = 0;
+    proto::PullRequest request;
+    proto::PullResponse* response = nullptr;
+    Done done;
+    absl::Time since;
+  };
+  // Applies `grad` to `var` with the optimizer (all of it, or the rows not
+  // in `skip`) and bumps the version.
+  void ApplyLocked(Variable& var, const std::vector<float>& grad, const std::vector<bool>& skip)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(var.mu) ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // SYNC: applies the mean of the accumulated gradients once `quorum` have
+  // arrived.
+  void MaybeApplyAggregateLocked(Variable& var, int quorum) ABSL_EXCLUSIVE_LOCKS_REQUIRED(var.mu)
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // Whether a parked pull may be served now; records the SSP clock gap when
+  // it may.
+  bool ReadyLocked(const proto::PullRequest& request) ABSL_EXCLUSIVE_LOCKS_REQUIRED(wait_mu_)
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // Serves every parked pull that is ready now.
+  void WakeWaiters() ABSL_LOCKS_EXCLUDED(wait_mu_);
+  int64_t MinActiveClockLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(wait_mu_);
+
   const Options options_;
+
+  // Mode state: membership, clocks, duplicate detection, parked pulls. Lock
+  // order: mu_, then wait_mu_, then a variable's mu.
+  mutable absl::Mutex wait_mu_;
+  proto::SyncConfig sync_ ABSL_GUARDED_BY(wait_mu_);
+  bool sync_set_ ABSL_GUARDED_BY(wait_mu_) = false;
+  std::atomic<int> quorum_{1};
+  std::vector<bool> active_ ABSL_GUARDED_BY(wait_mu_);
+  std::vector<int64_t> clocks_ ABSL_GUARDED_BY(wait_mu_);
+  // (worker, incarnation) -> last dense push step and last row push step.
+  struct PushKey {
+    uint64_t incarnation = 0;
+    int64_t dense_step = -1;
+    int64_t rows_step = -1;
+  };
+  absl::flat_hash_map<int32_t, PushKey> last_push_ ABSL_GUARDED_BY(wait_mu_);
+  std::vector<Waiter> waiters_ ABSL_GUARDED_BY(wait_mu_);
+  uint64_t next_ticket_ ABSL_GUARDED_BY(wait_mu_) = 1;
+  int64_t parked_pulls_ ABSL_GUARDED_BY(wait_mu_) = 0;
+  double parked_seconds_ ABSL_GUARDED_BY(wait_mu_) = 0;
+  int64_t max_clock_gap_ ABSL_GUARDED_BY(wait_mu_) = 0;
+
   mutable absl::Mutex mu_;
   absl::flat_hash_map<std::string, std::unique_ptr<Variable>> variables_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<Optimizer> optimizer_ ABSL_GUARDED_BY(mu_);
@@ -186,6 +290,11 @@ class VariableStore {
   std::atomic<int64_t> pushes_applied_{0};
   std::atomic<int64_t> nonfinite_skipped_{0};
   std::atomic<int64_t> unadmitted_dropped_{0};
+  std::atomic<int64_t> gradients_applied_{0};
+  std::atomic<int64_t> staleness_sum_{0};
+  std::atomic<int64_t> staleness_max_{0};
+  std::atomic<int64_t> stale_dropped_{0};
+  std::atomic<int64_t> duplicates_ignored_{0};
 };
 
 }  // namespace pst::ps

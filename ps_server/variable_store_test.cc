@@ -961,3 +961,48 @@ TEST(ConcurrentRowsTest, ConcurrentPushRows_OverlappingRows_EachAppliedOnce) {
 
 }  // namespace
 }  // namespace pst::ps
+
+namespace pst::ps {
+namespace {
+
+TEST(VariableStoreRetryTest, RetriedRowPush_IsAppliedOnce) {
+  VariableStore store;
+  proto::CreateVariablesRequest create;
+  proto::VariableSpec* spec = create.add_variables();
+  spec->set_name("t");
+  spec->set_dtype(proto::DT_FLOAT32);
+  spec->add_shape(4);
+  spec->add_shape(2);
+  create.mutable_optimizer()->set_name("sgd");
+  create.mutable_optimizer()->set_learning_rate(1.0f);
+  ASSERT_TRUE(store.Create(create).ok());
+  proto::PushRowsRequest push;
+  push.set_worker_index(1);
+  push.set_incarnation(5);
+  push.set_step(0);
+  proto::RowIds* ids = push.add_rows();
+  ids->set_name("t");
+  ids->add_ids(2);
+  const std::vector<float> grad = {1.0f, 2.0f};
+  const std::vector<int64_t> dims = {1, 2};
+  common::PackFloats(grad, common::Shape(dims.begin(), dims.end()), push.add_gradients());
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    proto::PushRowsResponse response;
+    ASSERT_TRUE(store.PushRows(push, &response).ok());
+  }
+  proto::PullResponse values;
+  ASSERT_TRUE(store.Pull({}, &values).ok());
+  std::vector<float> t(8);
+  common::UnpackFloats(values.values(0), t);
+  EXPECT_EQ(t[4], -1.0f) << "applied once, not twice";
+  EXPECT_EQ(t[5], -2.0f);
+  EXPECT_EQ(values.versions(0), 1);
+  EXPECT_EQ(store.GetStats().duplicates_ignored, 1);
+  push.set_step(1);
+  proto::PushRowsResponse response;
+  ASSERT_TRUE(store.PushRows(push, &response).ok());
+  EXPECT_EQ(response.versions(0), 2);
+}
+
+}  // namespace
+}  // namespace pst::ps

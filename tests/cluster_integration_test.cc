@@ -23,37 +23,15 @@ class ClusterTest : public ::testing::Test {
     if (!std::filesystem::exists(kDataDir)) {
       GTEST_SKIP() << kDataDir << " is missing: install Debian's dataset-fashion-mnist";
     }
-    dir_ = absl::StrCat(::testing::TempDir(), "/cluster_test_", getpid(), "_",
-                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    std::filesystem::create_directories(dir_);
+    dir_ = TestDir();
   }
 
-  // Starts `pstrain local` with fast heartbeats and the given flags.
-  std::unique_ptr<TestProcess> Launch(std::vector<std::string> flags) {
-    std::vector<std::string> argv = {BinaryPath("pstrain"), "local",
-                                     "--heartbeat_ms=200",  "--log_every_s=1",
-                                     "--peer_timeout_s=30", "--startup_timeout_s=60",
-                                     "--timeout_s=240",     "--grace_s=5"};
-    argv.insert(argv.end(), flags.begin(), flags.end());
-    auto process = TestProcess::Start(argv);
-    EXPECT_TRUE(process.ok()) << process.status();
-    return process.ok() ? *std::move(process) : nullptr;
+  static std::unique_ptr<TestProcess> Launch(std::vector<std::string> flags) {
+    auto process = LaunchLocal(flags);
+    EXPECT_NE(process, nullptr);
+    return process;
   }
-
-  // The daemons the launcher reported starting: task -> pid.
-  static std::map<std::string, pid_t> DaemonPids(const std::string& output) {
-    std::map<std::string, pid_t> pids;
-    const std::regex started(R"(started (\S+) \(pid (\d+)\))");
-    for (std::sregex_iterator it(output.begin(), output.end(), started), end; it != end; ++it) {
-      pids[(*it)[1]] = std::stoi((*it)[2]);
-    }
-    return pids;
-  }
-
-  static nlohmann::json ReadJson(const std::string& path) {
-    std::ifstream in(path);
-    return nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
-  }
+  static nlohmann::json ReadJson(const std::string& path) { return ReadJsonFile(path); }
 
   std::string dir_;
 };

@@ -163,6 +163,43 @@ TEST_F(PsServerTest, BadRequests_AreRejectedWithClearStatus_AndLeaveParametersUn
   EXPECT_EQ(ExitCode(*exited), 0) << ps_->output();
 }
 
+TEST_F(PsServerTest, RetriedPush_IsAppliedExactlyOnce) {
+  proto::CreateVariablesRequest create;
+  *create.add_variables() = Spec("b", {4});
+  create.mutable_optimizer()->set_name("sgd");
+  create.mutable_optimizer()->set_learning_rate(1.0f);
+  ASSERT_TRUE(CreateVariables(create).ok()) << ps_->output();
+  proto::PullResponse before;
+  ASSERT_TRUE(Pull(&before).ok());
+  proto::PushRequest push;
+  push.set_worker_index(0);
+  push.set_incarnation(7);
+  push.set_step(0);
+  AddGradient(&push, "b", {4}, {1, 1, 1, 1});
+  for (int attempt = 0; attempt < 3; ++attempt) {  // the first, then two retries
+    grpc::ClientContext context;
+    common::SetDeadline(&context, kTimeout);
+    proto::PushResponse response;
+    ASSERT_TRUE(stub_->Push(&context, push, &response).ok());
+    EXPECT_EQ(response.duplicate(), attempt > 0) << "attempt " << attempt;
+  }
+  proto::PullResponse after;
+  ASSERT_TRUE(Pull(&after).ok());
+  EXPECT_EQ(after.versions(0), 1);
+  std::vector<float> b0(4), b1(4);
+  common::UnpackFloats(before.values(0), b0);
+  common::UnpackFloats(after.values(0), b1);
+  for (int i = 0; i < 4; ++i) EXPECT_FLOAT_EQ(b1[i], b0[i] - 1.0f);
+  // The worker's next step is applied.
+  push.set_step(1);
+  grpc::ClientContext context;
+  common::SetDeadline(&context, kTimeout);
+  proto::PushResponse response;
+  ASSERT_TRUE(stub_->Push(&context, push, &response).ok());
+  EXPECT_FALSE(response.duplicate());
+  EXPECT_EQ(response.versions(0), 2);
+}
+
 TEST_F(PsServerTest, Sigterm_DrainsAndExitsZero) {
   proto::HealthRequest request;
   proto::HealthResponse health;

@@ -1,5 +1,6 @@
 #include "tests/test_cluster.h"
 
+#include <gtest/gtest.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/syscall.h>
@@ -7,6 +8,9 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <filesystem>
+#include <fstream>
+#include <regex>
 
 #include "absl/strings/str_cat.h"
 #include "common/tf_config.h"
@@ -112,5 +116,41 @@ std::string TfConfigJson(const LocalSpec& spec, const std::string& type, int ind
 }
 
 int ExitCode(int wait_status) { return WIFEXITED(wait_status) ? WEXITSTATUS(wait_status) : -1; }
+
+std::unique_ptr<TestProcess> LaunchLocal(const std::vector<std::string>& flags) {
+  std::vector<std::string> argv = {BinaryPath("pstrain"), "local",
+                                   "--heartbeat_ms=200",  "--log_every_s=1",
+                                   "--peer_timeout_s=30", "--startup_timeout_s=60",
+                                   "--timeout_s=240",     "--grace_s=5"};
+  argv.insert(argv.end(), flags.begin(), flags.end());
+  absl::StatusOr<std::unique_ptr<TestProcess>> process = TestProcess::Start(argv);
+  return process.ok() ? *std::move(process) : nullptr;
+}
+
+std::map<std::string, pid_t> DaemonPids(const std::string& launcher_output) {
+  std::map<std::string, pid_t> pids;
+  const std::regex started(R"(started (\S+) \(pid (\d+)\))");
+  for (std::sregex_iterator it(launcher_output.begin(), launcher_output.end(), started), end;
+       it != end; ++it) {
+    pids[(*it)[1]] = std::stoi((*it)[2]);
+  }
+  return pids;
+}
+
+nlohmann::json ReadJsonFile(const std::string& path) {
+  std::ifstream in(path);
+  return nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+}
+
+std::string TestDir() {
+  const ::testing::TestInfo* info = ::testing::UnitTest::GetInstance()->current_test_info();
+  std::string name = absl::StrCat(info->test_suite_name(), "_", info->name());
+  for (char& c : name) {
+    if (c == '/') c = '_';
+  }
+  const std::string dir = absl::StrCat(::testing::TempDir(), "/pst_", getpid(), "_", name);
+  std::filesystem::create_directories(dir);
+  return dir;
+}
 
 }  // namespace pst::testing

@@ -4,6 +4,7 @@
 
 #include <sys/types.h>
 
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -15,6 +16,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
+#include "nlohmann/json.hpp"
 
 namespace pst::testing {
 
@@ -65,6 +67,20 @@ std::string TfConfigJson(const LocalSpec& spec, const std::string& type, int ind
 
 // Exit code of a wait status, or -1 when the process was killed by a signal.
 int ExitCode(int wait_status);
+
+// Starts `pstrain local` with test-friendly timing (fast heartbeats and
+// progress lines, bounded startup, a 240 s job timeout) and `flags`, which
+// come last and so override those.
+std::unique_ptr<TestProcess> LaunchLocal(const std::vector<std::string>& flags);
+
+// The daemons `pstrain local` reported starting: task -> pid.
+std::map<std::string, pid_t> DaemonPids(const std::string& launcher_output);
+
+// A file's JSON; a discarded value (not an object) when unreadable or bad.
+nlohmann::json ReadJsonFile(const std::string& path);
+
+// A fresh directory for the current test's files.
+std::string TestDir();
 
 }  // namespace pst::testing
 

@@ -98,6 +98,9 @@ int RunLocalCluster(const LocalClusterOptions& options, common::StopSignal* stop
     SpawnOptions spawn;
     spawn.argv = {absl::StrCat(options.bin_dir, "/", launches[i].binary)};
     for (const std::string& flag : options.daemon_flags) spawn.argv.push_back(flag);
+    if (tf.task.type == common::TaskType::kWorker && tf.task.index == options.slow_worker) {
+      spawn.argv.push_back(absl::StrCat("--step_delay_ms=", options.slow_worker_delay_ms));
+    }
     if (!options.summary_json.empty() && tf.IsCoordinator()) {
       spawn.argv.push_back(absl::StrCat("--summary_json=", options.summary_json));
     }

@@ -22,9 +22,11 @@ struct LocalClusterOptions {
   int num_workers = 2;
   bool with_chief = true;  // false: worker 0 acts as chief
   std::string host = "127.0.0.1";
-  std::string bin_dir;                            // where ps_server, worker, chief live
-  std::vector<std::string> daemon_flags;          // passed to every daemon
-  std::string summary_json;                       // passed to the coordinator task
+  std::string bin_dir;                    // where ps_server, worker, chief live
+  std::vector<std::string> daemon_flags;  // passed to every daemon
+  std::string summary_json;               // passed to the coordinator task
+  int slow_worker = -1;                   // this worker gets --step_delay_ms
+  int slow_worker_delay_ms = 0;
   absl::Duration timeout = absl::ZeroDuration();  // zero: none
   absl::Duration grace = absl::Seconds(10);       // SIGTERM -> SIGKILL
 };

@@ -34,6 +34,9 @@ ABSL_FLAG(bool, chief, true, "local: run a separate chief (false: worker 0 acts 
 ABSL_FLAG(std::string, host, "127.0.0.1", "local: address every task listens on.");
 ABSL_FLAG(double, timeout_s, 0, "local: stop the whole job after this many seconds (0: never).");
 ABSL_FLAG(double, grace_s, 10, "local: seconds between SIGTERM and SIGKILL when stopping.");
+ABSL_FLAG(int32_t, slow_worker, -1,
+          "local: make this worker slow (it sleeps --slow_worker_delay_ms every step).");
+ABSL_FLAG(int32_t, slow_worker_delay_ms, 0, "local: the slow worker's extra time per step.");
 ABSL_FLAG(std::string, out, "", "generate_criteo: the file to write.");
 ABSL_FLAG(int64_t, rows, 200000, "generate_criteo: rows to write.");
 ABSL_FLAG(int64_t, vocab, 10000, "generate_criteo: raw values per categorical field.");
@@ -76,7 +79,10 @@ constexpr const char* kForwardedFlags[] = {"data_dir",
                                            "min_slice_bytes",
                                            "max_partitions",
                                            "max_shard_bytes",
-                                           "routing"};
+                                           "routing",
+                                           "mode",
+                                           "staleness",
+                                           "replicas_to_aggregate"};
 
 constexpr char kUsage[] =
     "pstrain: parameter-server training.\n"
@@ -180,6 +186,8 @@ int Local() {
     }
   }
   options.daemon_flags.push_back(absl::StrCat("--data=", training->data()));
+  options.slow_worker = absl::GetFlag(FLAGS_slow_worker);
+  options.slow_worker_delay_ms = absl::GetFlag(FLAGS_slow_worker_delay_ms);
   return pst::tools::RunLocalCluster(options, &stop);
 }
 

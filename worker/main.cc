@@ -12,6 +12,10 @@
 #include "common/logging.h"
 #include "worker/trainer.h"
 
+ABSL_FLAG(int32_t, step_delay_ms, 0,
+          "Sleep this long on every training step: an artificially slow worker, for tests and "
+          "demos of backup workers and bounded staleness.");
+
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "pstrain worker. Usage: TF_CONFIG='{...\"task\":{\"type\":\"worker\",\"index\":I}}' worker "
@@ -47,6 +51,7 @@ int main(int argc, char** argv) {
     options.peer_timeout = setup->timing.peer_timeout;
     options.startup_timeout = setup->timing.startup_timeout;
     options.rpc_timeout = setup->timing.rpc_timeout;
+    options.step_delay = absl::Milliseconds(absl::GetFlag(FLAGS_step_delay_ms));
     absl::Status status = pst::worker::RunWorker(options, stop);
     if (!status.ok()) spdlog::error("worker failed: {}", status.ToString());
     if (chief_thread.joinable()) {

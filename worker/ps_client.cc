@@ -146,6 +146,7 @@ absl::StatusOr<int64_t> PsClient::Pull(Values* values) {
   for (int ps = 0; ps < n; ++ps) {
     if (dense_by_ps_[ps].empty()) continue;
     targets.push_back(ps);
+    requests[ps].set_worker_index(worker_index_);
     for (int i : dense_by_ps_[ps]) requests[ps].add_names(dense_[i].name);
   }
   absl::Status status = FanOut(targets, [&](int ps, common::PsTransport::Done done) {
@@ -160,7 +161,8 @@ absl::StatusOr<int64_t> PsClient::Pull(Values* values) {
   return targets.empty() ? 0 : min_version;
 }
 
-absl::StatusOr<int64_t> PsClient::PushPull(int64_t step, const Values& grads, Values* values) {
+absl::StatusOr<int64_t> PsClient::PushPull(int64_t step, int64_t base_version, const Values& grads,
+                                           Values* values) {
   if (grads.size() != dense_.size()) {
     return absl::InvalidArgumentError(
         absl::StrCat("push of ", grads.size(), " gradients for ", dense_.size(), " variables"));
@@ -177,6 +179,7 @@ absl::StatusOr<int64_t> PsClient::PushPull(int64_t step, const Values& grads, Va
     push->set_worker_index(worker_index_);
     push->set_incarnation(incarnation_);
     push->set_step(step);
+    push->set_base_version(base_version);
     for (int i : dense_by_ps_[ps]) {
       const DenseVar& var = dense_[i];
       const common::Shape shape = ToShape(var.shape);

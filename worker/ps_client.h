@@ -42,9 +42,13 @@ class PsClient {
   // has seen, i.e. the global step in async training.
   absl::StatusOr<int64_t> Pull(Values* values);
 
-  // Pushes `grads` tagged with `step`, then fetches the updated values, in
-  // one round trip per ps. Returns the smallest version, as Pull does.
-  absl::StatusOr<int64_t> PushPull(int64_t step, const Values& grads, Values* values);
+  // Pushes `grads` tagged with `step` (SYNC: the version they were computed
+  // from; ASYNC and SSP: this worker's push count) and `base_version` (the
+  // version they were computed from), then fetches the values, in one round
+  // trip per ps. In SYNC and SSP the ps answer once this worker may go on.
+  // Returns the smallest version, as Pull does.
+  absl::StatusOr<int64_t> PushPull(int64_t step, int64_t base_version, const Values& grads,
+                                   Values* values);
 
   // The ids of one table in one request.
   struct TableIds {

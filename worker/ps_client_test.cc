@@ -120,7 +120,7 @@ TEST_P(PsClientTest, DensePushPull_RoutesToTheHoldingPs) {
   ASSERT_EQ(*client_->Pull(&values), 0);
   ASSERT_EQ(values.size(), 1u);
   EXPECT_EQ(values[0], std::vector<float>(3, 0.0f));
-  absl::StatusOr<int64_t> version = client_->PushPull(0, Values{{1, 2, 3}}, &values);
+  absl::StatusOr<int64_t> version = client_->PushPull(0, 0, Values{{1, 2, 3}}, &values);
   ASSERT_TRUE(version.ok()) << version.status();
   EXPECT_EQ(*version, 1);
   EXPECT_EQ(values[0], (std::vector<float>{-1, -2, -3}));

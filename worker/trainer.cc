@@ -23,8 +23,9 @@ namespace {
 // Progress shared between the training loop and the heartbeat thread.
 class Progress {
  public:
-  void Step(int64_t examples, float loss, int epoch) {
+  void Step(int64_t examples, float loss, int epoch, int64_t version) {
     absl::MutexLock lock(&mu_);
+    version_ = std::max(version_, version);
     ++steps_;
     examples_ += examples;
     loss_sum_ += loss;
@@ -35,6 +36,7 @@ class Progress {
   void Report(proto::HeartbeatRequest* request) {
     absl::MutexLock lock(&mu_);
     request->set_steps(steps_);
+    request->set_version(version_);
     request->set_examples(examples_);
     request->set_epoch(epoch_);
     if (loss_count_ > 0) request->set_loss(static_cast<float>(loss_sum_ / loss_count_));
@@ -45,6 +47,7 @@ class Progress {
  private:
   absl::Mutex mu_;
   int64_t steps_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t version_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t examples_ ABSL_GUARDED_BY(mu_) = 0;
   double loss_sum_ ABSL_GUARDED_BY(mu_) = 0;
   int loss_count_ ABSL_GUARDED_BY(mu_) = 0;
@@ -146,8 +149,9 @@ absl::Status RunWorker(const TrainerOptions& options, const common::StopSignal& 
 
   LoopControl control;
   control.should_stop = [&] { return stop.stopped() || told_to_stop.stopped(); };
-  control.on_step = [&](int64_t examples, float loss, int epoch) {
-    progress.Step(examples, loss, epoch);
+  control.step_delay = options.step_delay;
+  control.on_step = [&](int64_t examples, float loss, int epoch, int64_t version) {
+    progress.Step(examples, loss, epoch, version);
   };
   const uint64_t shuffle_seed = training.seed() ^ (uint64_t(options.worker_index) << 32);
   absl::StatusOr<int64_t> global_step =

@@ -23,6 +23,7 @@ struct TrainerOptions {
   absl::Duration peer_timeout = absl::Seconds(60);
   absl::Duration startup_timeout = absl::Seconds(120);
   absl::Duration rpc_timeout = absl::Seconds(60);
+  absl::Duration step_delay = absl::ZeroDuration();  // an artificially slow worker
 };
 
 // Runs one worker to the end of the job. Returns OK when the worker finished

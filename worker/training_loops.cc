@@ -5,6 +5,7 @@
 #include <random>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "common/status_macros.h"
 #include "worker/mlp.h"
 #include "worker/model_spec.h"
@@ -42,6 +43,7 @@ absl::Status ForEachBatch(const proto::TrainingConfig& training, int64_t num_exa
 absl::StatusOr<int64_t> TrainMlp(const proto::TrainingConfig& training, const Dataset& data,
                                  uint64_t shuffle_seed, PsClient* ps, const LoopControl& control) {
   PST_ASSIGN_OR_RETURN(MlpConfig config, MlpConfigFor(training));
+  const bool sync = training.sync().mode() == proto::SYNC;
   Mlp model(config);
   Values params, grads;
   PST_ASSIGN_OR_RETURN(int64_t global_step, ps->Pull(&params));
@@ -61,8 +63,13 @@ absl::StatusOr<int64_t> TrainMlp(const proto::TrainingConfig& training, const Da
         }
         PST_ASSIGN_OR_RETURN(float loss, model.LossAndGradients(params, x.data(), y.data(),
                                                                 static_cast<int>(n), &grads));
-        PST_ASSIGN_OR_RETURN(global_step, ps->PushPull(step++, grads, &params));
-        control.on_step(n, loss, epoch);
+        if (control.step_delay > absl::ZeroDuration()) absl::SleepFor(control.step_delay);
+        // SYNC tags a push with the version it was computed from; the other
+        // modes with this worker's own count.
+        const int64_t tag = sync ? global_step : step;
+        PST_ASSIGN_OR_RETURN(global_step, ps->PushPull(tag, global_step, grads, &params));
+        ++step;
+        control.on_step(n, loss, epoch, global_step);
         return true;
       }));
   return global_step;
@@ -126,10 +133,11 @@ absl::StatusOr<int64_t> TrainWideDeep(const proto::TrainingConfig& training, con
         PST_RETURN_IF_ERROR(ps->PullRows(tables, &batch.rows));
         PST_ASSIGN_OR_RETURN(float loss, model.LossAndGradients(params, batch.View(n), &grads,
                                                                 &row_grads[0], &row_grads[1]));
+        if (control.step_delay > absl::ZeroDuration()) absl::SleepFor(control.step_delay);
         PST_RETURN_IF_ERROR(ps->PushRows(step, tables, row_grads));
-        PST_ASSIGN_OR_RETURN(global_step, ps->PushPull(step, grads, &params));
+        PST_ASSIGN_OR_RETURN(global_step, ps->PushPull(step, global_step, grads, &params));
         ++step;
-        control.on_step(n, loss, epoch);
+        control.on_step(n, loss, epoch, global_step);
         return true;
       }));
   return global_step;
@@ -140,7 +148,7 @@ absl::StatusOr<CtrEval> EvaluateWideDeep(const proto::TrainingConfig& training,
   PST_ASSIGN_OR_RETURN(WideDeepConfig config, WideDeepConfigFor(training));
   WideDeep model(config);
   Values params;
-  PST_RETURN_IF_ERROR(ps->Pull(&params).status());
+  PST_ASSIGN_OR_RETURN(const int64_t version, ps->Pull(&params));
   CtrBatchData batch;
   std::vector<float> probs, all_probs;
   std::vector<int64_t> examples;
@@ -156,6 +164,7 @@ absl::StatusOr<CtrEval> EvaluateWideDeep(const proto::TrainingConfig& training,
   }
   CtrEval eval;
   eval.examples = data.size;
+  eval.version = version;
   eval.auc = Auc(all_probs, data.labels);
   eval.logloss = LogLoss(all_probs, data.labels);
   return eval;

@@ -8,6 +8,7 @@
 #include <functional>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "proto/pstrain.pb.h"
 #include "worker/criteo.h"
 #include "worker/mnist_reader.h"
@@ -18,8 +19,13 @@ namespace pst::worker {
 struct LoopControl {
   // Polled before every step; true ends the loop (not an error).
   std::function<bool()> should_stop = [] { return false; };
-  // After every step: examples in it, its loss, the epoch (0-based).
-  std::function<void(int64_t examples, float loss, int epoch)> on_step = [](int64_t, float, int) {};
+  // After every step: examples in it, its loss, the epoch (0-based), and the
+  // version of the dense variables now.
+  std::function<void(int64_t examples, float loss, int epoch, int64_t version)> on_step =
+      [](int64_t, float, int, int64_t) {};
+  // Extra time spent on every step: an artificially slow worker, for tests
+  // and demos of backup workers and bounded staleness.
+  absl::Duration step_delay = absl::ZeroDuration();
 };
 
 // Each returns the global step (the dense variables' version) at the end.
@@ -35,6 +41,7 @@ struct CtrEval {
   double auc = 0;
   double logloss = 0;
   int64_t examples = 0;
+  int64_t version = 0;  // of the dense variables evaluated: the global step
 };
 absl::StatusOr<CtrEval> EvaluateWideDeep(const proto::TrainingConfig& training,
                                          const CtrDataset& data, PsClient* ps);

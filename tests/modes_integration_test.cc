@@ -1,0 +1,149 @@
+// Training modes on real clusters (`pstrain local`, Fashion-MNIST, 2 ps and
+// 3 workers): every mode trains to 0.85; an artificially slow worker holds
+// back neither sync with a backup worker nor async, and holds ssp to its
+// staleness bound; a worker that leaves a sync job lowers the quorum instead
+// of hanging the others.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <filesystem>
+#include <regex>
+
+#include "absl/strings/str_cat.h"
+#include "tests/test_cluster.h"
+
+namespace pst::testing {
+namespace {
+
+constexpr absl::Duration kJobTimeout = absl::Seconds(240);
+constexpr char kDataDir[] = "/usr/share/datasets/fashion-mnist";
+
+class ModesTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!std::filesystem::exists(kDataDir)) {
+      GTEST_SKIP() << kDataDir << " is missing: install Debian's dataset-fashion-mnist";
+    }
+    dir_ = TestDir();
+  }
+
+  // Runs a job to the end; returns its summary, with the launcher's output
+  // kept in output_.
+  nlohmann::json RunJob(std::vector<std::string> flags) {
+    const std::string summary = dir_ + "/summary.json";
+    flags.insert(flags.begin(), {"--ps=2", "--workers=3", "--summary_json=" + summary});
+    std::unique_ptr<TestProcess> launcher = LaunchLocal(flags);
+    EXPECT_NE(launcher, nullptr);
+    if (launcher == nullptr) return {};
+    std::optional<int> exited = launcher->WaitForExit(kJobTimeout);
+    output_ = launcher->output();
+    EXPECT_TRUE(exited.has_value()) << output_;
+    EXPECT_EQ(exited.has_value() ? ExitCode(*exited) : -1, 0) << output_;
+    return ReadJsonFile(summary);
+  }
+
+  // Steps worker `index` reported making when it finished.
+  int64_t WorkerSteps(int index) const {
+    std::smatch m;
+    const std::regex re(absl::StrCat(R"(worker:)", index, R"(\] worker finished: (\d+) step)"));
+    return std::regex_search(output_, m, re) ? std::stoll(m[1]) : -1;
+  }
+
+  std::string dir_, output_;
+};
+
+struct ModeCase {
+  const char* mode;
+  const char* learning_rate;  // sync averages 3 gradients: a 3x batch, a larger step
+};
+
+class EveryModeTest : public ModesTest, public ::testing::WithParamInterface<ModeCase> {};
+
+TEST_P(EveryModeTest, TwoPsThreeWorkers_ReachEightyFivePercent) {
+  const nlohmann::json result =
+      RunJob({absl::StrCat("--mode=", GetParam().mode), "--epochs=5",
+              absl::StrCat("--learning_rate=", GetParam().learning_rate)});
+  ASSERT_TRUE(result.is_object()) << output_;
+  std::printf(
+      "mode %s: accuracy %.4f, %.0f examples/s, staleness mean %.2f max %lld, "
+      "%.1f s at barriers\n",
+      GetParam().mode, result["test_accuracy"].get<double>(),
+      result["examples_per_sec"].get<double>(), result["staleness_mean"].get<double>(),
+      static_cast<long long>(result["staleness_max"].get<int64_t>()),
+      result["barrier_wait_seconds"].get<double>());
+  EXPECT_EQ(result["mode"], GetParam().mode);
+  EXPECT_GE(result["test_accuracy"].get<double>(), 0.85) << result.dump();
+  if (std::string(GetParam().mode) == "sync") {
+    EXPECT_EQ(result["staleness_max"].get<int64_t>(), 0) << "sync applies only fresh gradients";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, EveryModeTest,
+                         ::testing::Values(ModeCase{"async", "0.001"}, ModeCase{"sync", "0.002"},
+                                           ModeCase{"ssp", "0.001"}),
+                         [](const auto& info) { return std::string(info.param.mode); });
+
+// Worker 2 takes 1.5 s a step; the others take milliseconds.
+const std::vector<std::string> kSlowWorker = {"--slow_worker=2", "--slow_worker_delay_ms=1500"};
+
+TEST_F(ModesTest, SyncWithBackupWorker_DoesNotWaitForTheSlowOne) {
+  std::vector<std::string> flags = {"--mode=sync", "--replicas_to_aggregate=2", "--max_steps=100"};
+  flags.insert(flags.end(), kSlowWorker.begin(), kSlowWorker.end());
+  const nlohmann::json result = RunJob(flags);
+  ASSERT_TRUE(result.is_object()) << output_;
+  EXPECT_GE(result["global_step"].get<int64_t>(), 100);
+  // Had the steps waited for worker 2, it would have pushed once per step.
+  const int64_t slow = WorkerSteps(2);
+  EXPECT_GE(slow, 1) << output_;
+  EXPECT_LT(slow, 20) << output_;
+  EXPECT_GE(WorkerSteps(0) + WorkerSteps(1), 2 * 100 - 40) << output_;
+  EXPECT_EQ(result["staleness_max"].get<int64_t>(), 0);
+}
+
+TEST_F(ModesTest, Ssp_NeverLetsAWorkerRunMoreThanStalenessAhead) {
+  std::vector<std::string> flags = {"--mode=ssp", "--staleness=2", "--max_steps=60",
+                                    "--slow_worker=2", "--slow_worker_delay_ms=100"};
+  const nlohmann::json result = RunJob(flags);
+  ASSERT_TRUE(result.is_object()) << output_;
+  EXPECT_LE(result["max_clock_gap"].get<int64_t>(), 2) << result.dump();
+  // The bound was exercised: fast workers waited for the slow one.
+  EXPECT_GT(result["barrier_wait_seconds"].get<double>(), 0.0) << result.dump();
+  // And nobody got more than staleness + 1 pushes ahead of worker 2 overall.
+  const int64_t slow = WorkerSteps(2);
+  for (int w : {0, 1}) EXPECT_LE(WorkerSteps(w), slow + 2 + 1) << output_;
+}
+
+TEST_F(ModesTest, Async_IsNeverBlockedBySlowWorker) {
+  std::vector<std::string> flags = {"--mode=async", "--max_steps=300"};
+  flags.insert(flags.end(), kSlowWorker.begin(), kSlowWorker.end());
+  const nlohmann::json result = RunJob(flags);
+  ASSERT_TRUE(result.is_object()) << output_;
+  EXPECT_EQ(result["barrier_wait_seconds"].get<double>(), 0.0) << result.dump();
+  EXPECT_LT(WorkerSteps(2), 20) << output_;
+  EXPECT_GE(WorkerSteps(0) + WorkerSteps(1), 300 - 20) << output_;
+}
+
+TEST_F(ModesTest, WorkerLeavingSyncJob_LowersQuorum_AndTheJobFinishes) {
+  const std::string summary = dir_ + "/summary.json";
+  std::unique_ptr<TestProcess> launcher =
+      LaunchLocal({"--ps=2", "--workers=3", "--mode=sync", "--epochs=20", "--max_steps=600",
+                   "--summary_json=" + summary});
+  ASSERT_NE(launcher, nullptr);
+  ASSERT_TRUE(launcher->WaitForOutput("worker:2] training on", absl::Seconds(120)))
+      << launcher->output();
+  const auto pids = DaemonPids(launcher->output());
+  ASSERT_TRUE(pids.contains("worker:2")) << launcher->output();
+  kill(pids.at("worker:2"), SIGTERM);
+  std::optional<int> exited = launcher->WaitForExit(kJobTimeout);
+  const std::string output = launcher->output();
+  ASSERT_TRUE(exited.has_value()) << output;
+  EXPECT_EQ(ExitCode(*exited), 0) << output;
+  EXPECT_NE(output.find("2 worker(s) still training; sync quorum now 2"), std::string::npos)
+      << output;
+  const nlohmann::json result = ReadJsonFile(summary);
+  ASSERT_TRUE(result.is_object()) << output;
+  EXPECT_GE(result["global_step"].get<int64_t>(), 600);
+}
+
+}  // namespace
+}  // namespace pst::testing
