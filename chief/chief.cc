@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <fstream>
+#include <functional>
+#include <optional>
 #include <thread>
 
 #include "absl/strings/ascii.h"
@@ -12,6 +14,7 @@
 #include "absl/time/clock.h"
 #include "chief/coordinator.h"
 #include "chief/grpc_coordinator_service.h"
+#include "common/checkpoint_format.h"
 #include "common/grpc_channel.h"
 #include "common/grpc_status.h"
 #include "common/logging.h"
@@ -87,6 +90,100 @@ void ShutdownAllPs(std::vector<PsPeer>& ps, const std::string& reason) {
 }
 
 // The model's quality on held-out data, with the parameters the ps hold now.
+// Runs `call(i)` for every ps on its own thread and returns the first error.
+absl::Status ForEachPs(size_t n, const std::function<absl::Status(size_t)>& call) {
+  std::vector<absl::Status> statuses(n);
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < n; ++i) threads.emplace_back([&, i] { statuses[i] = call(i); });
+  for (std::thread& t : threads) t.join();
+  for (const absl::Status& s : statuses) PST_RETURN_IF_ERROR(s);
+  return absl::OkStatus();
+}
+
+// Saves a checkpoint of every ps at `step` and commits it with the manifest.
+absl::Status SaveCheckpoint(std::vector<PsPeer>& ps, const ChiefOptions& options,
+                            const proto::ClusterState& state, int64_t step) {
+  const std::string dir =
+      absl::StrCat(options.checkpoint_dir, "/", common::CheckpointDirName(step));
+  if (common::ReadManifest(dir).ok()) return absl::OkStatus();  // saved already
+  const absl::Time start = absl::Now();
+  std::vector<proto::SaveResponse> saved(ps.size());
+  PST_RETURN_IF_ERROR(ForEachPs(ps.size(), [&](size_t i) -> absl::Status {
+    grpc::ClientContext context;
+    common::SetDeadline(&context, absl::Minutes(10));
+    proto::SaveRequest request;
+    request.set_directory(dir);
+    request.set_num_ps(static_cast<int>(ps.size()));
+    grpc::Status s = ps[i].stub->Save(&context, request, &saved[i]);
+    if (!s.ok()) {
+      return absl::Status(
+          common::FromGrpcStatus(s).code(),
+          absl::StrCat("saving ps ", i, " at ", ps[i].address, ": ", s.error_message()));
+    }
+    return absl::OkStatus();
+  }));
+  proto::CheckpointManifest manifest;
+  manifest.set_format_version(1);
+  manifest.set_global_step(step);
+  *manifest.mutable_plan() = state.plan();
+  *manifest.mutable_training() = state.training();
+  manifest.set_created_unix_ms(absl::ToUnixMillis(absl::Now()));
+  int64_t bytes = 0;
+  double snapshot = 0;
+  for (const proto::SaveResponse& r : saved) {
+    *manifest.add_shards() = r.shard();
+    bytes += r.shard().bytes();
+    snapshot = std::max(snapshot, r.snapshot_seconds());
+  }
+  PST_RETURN_IF_ERROR(common::WriteManifest(dir, manifest));
+  const double secs = absl::ToDoubleSeconds(absl::Now() - start);
+  spdlog::info(
+      "saved checkpoint {}: {:.1f} MB in {:.2f} s ({:.0f} MB/s), variables locked "
+      "{:.1f} ms at most for the snapshot",
+      dir, bytes / 1e6, secs, secs > 0 ? bytes / 1e6 / secs : 0.0, snapshot * 1e3);
+  return common::PruneCheckpoints(options.checkpoint_dir, options.keep_checkpoints);
+}
+
+// Restores every ps from the newest checkpoint that passes its checks; an
+// unusable one is reported by name and the next older is tried. Returns the
+// step restored, or nullopt when there is no checkpoint.
+absl::StatusOr<std::optional<int64_t>> RestoreLatest(std::vector<PsPeer>& ps,
+                                                     const ChiefOptions& options) {
+  for (const std::string& dir : common::ListCheckpoints(options.checkpoint_dir)) {
+    absl::StatusOr<common::CheckpointReport> report = common::InspectCheckpoint(dir);
+    if (!report.ok()) {
+      spdlog::warn("checkpoint {} is unusable, trying an older one: {}", dir,
+                   report.status().message());
+      continue;
+    }
+    PST_ASSIGN_OR_RETURN(proto::CheckpointManifest manifest, common::ReadManifest(dir));
+    const absl::Time start = absl::Now();
+    std::vector<proto::RestoreResponse> restored(ps.size());
+    PST_RETURN_IF_ERROR(ForEachPs(ps.size(), [&](size_t i) -> absl::Status {
+      grpc::ClientContext context;
+      common::SetDeadline(&context, absl::Minutes(10));
+      proto::RestoreRequest request;
+      request.set_directory(dir);
+      *request.mutable_manifest() = manifest;
+      grpc::Status s = ps[i].stub->Restore(&context, request, &restored[i]);
+      if (!s.ok()) {
+        return absl::Status(common::FromGrpcStatus(s).code(),
+                            absl::StrCat("restoring ps ", i, " at ", ps[i].address, " from ", dir,
+                                         ": ", s.error_message()));
+      }
+      return absl::OkStatus();
+    }));
+    const double secs = absl::ToDoubleSeconds(absl::Now() - start);
+    spdlog::info(
+        "restored from {} (step {}, written by {} ps, loaded onto {}): every ps read the "
+        "{:.1f} MB checkpoint in {:.2f} s ({:.0f} MB/s each)",
+        dir, manifest.global_step(), manifest.shards_size(), ps.size(), report->total_bytes / 1e6,
+        secs, secs > 0 ? report->total_bytes / 1e6 / secs : 0.0);
+    return std::optional<int64_t>(manifest.global_step());
+  }
+  return std::optional<int64_t>();
+}
+
 struct EvalResult {
   nlohmann::json metrics;   // test_accuracy/test_loss, or test_auc/test_logloss
   std::string line;         // for the log
@@ -218,8 +315,14 @@ absl::Status RunChief(const ChiefOptions& options, const common::StopSignal& sto
       spdlog::info("{} at {} holds {} variable(s), {} element(s)", health.task(), p.address,
                    health.num_variables(), health.num_elements());
     }
+    int64_t last_saved_step = 0;
+    if (!options.checkpoint_dir.empty()) {
+      PST_ASSIGN_OR_RETURN(std::optional<int64_t> step, RestoreLatest(ps, options));
+      if (step.has_value()) last_saved_step = *step;
+    }
     coordinator.SetPhase(proto::PHASE_RUNNING);
     spdlog::info("variables initialized; waiting for {} worker(s)", cluster.worker.size());
+    absl::Time last_save_time = absl::Now();
 
     // Watch until every worker is done.
     const absl::Time running_since = absl::Now();
@@ -235,6 +338,13 @@ absl::Status RunChief(const ChiefOptions& options, const common::StopSignal& sto
       }
       const Coordinator::Snapshot snap = coordinator.Check(now);
       if (snap.all_done) break;
+      if (!options.checkpoint_dir.empty() &&
+          ((options.save_steps > 0 && snap.global_step >= last_saved_step + options.save_steps) ||
+           (options.save_secs > 0 && now - last_save_time >= absl::Seconds(options.save_secs)))) {
+        PST_RETURN_IF_ERROR(SaveCheckpoint(ps, options, coordinator.State(), snap.global_step));
+        last_saved_step = snap.global_step;
+        last_save_time = absl::Now();
+      }
       // A worker that finished or left no longer counts: lower the SYNC
       // quorum and drop it from SSP's slowest clock, so nobody waits for it.
       if (snap.active != active) {
@@ -296,6 +406,9 @@ absl::Status RunChief(const ChiefOptions& options, const common::StopSignal& sto
     }
 
     PST_ASSIGN_OR_RETURN(EvalResult eval, Evaluate(coordinator.State(), options));
+    if (!options.checkpoint_dir.empty()) {
+      PST_RETURN_IF_ERROR(SaveCheckpoint(ps, options, coordinator.State(), eval.global_step));
+    }
     const double examples_per_sec = train_secs > 0 ? final_snap.examples / train_secs : 0;
     spdlog::info("done: {}, global step {}, {:.0f} examples/s, {:.1f} s training", eval.line,
                  eval.global_step, examples_per_sec, train_secs);

@@ -20,6 +20,13 @@ struct ChiefOptions {
   common::Timing timing;
   std::string data_dir;
   std::string summary_json;  // written at the end when non-empty
+  // Checkpoints: saved under checkpoint_dir every save_steps updates and/or
+  // save_secs seconds (0: never by that measure) and at the end; the newest
+  // keep are kept. A job started with a checkpoint there resumes from it.
+  std::string checkpoint_dir;
+  int64_t save_steps = 0;
+  double save_secs = 0;
+  int keep_checkpoints = 5;
 };
 
 // Runs the job to the end. OK when every worker finished and the model was

@@ -1,5 +1,6 @@
 // chief: plans the placement, initializes the variables, drives the job to
 // completion, evaluates the model, and tells every daemon to exit.
+#include <algorithm>
 #include <cstdio>
 
 #include "absl/flags/flag.h"
@@ -25,6 +26,10 @@ int main(int argc, char** argv) {
     options.timing = setup->timing;
     options.data_dir = absl::GetFlag(FLAGS_data_dir);
     options.summary_json = absl::GetFlag(FLAGS_summary_json);
+    options.checkpoint_dir = absl::GetFlag(FLAGS_checkpoint_dir);
+    options.save_steps = absl::GetFlag(FLAGS_save_checkpoints_steps);
+    options.save_secs = absl::GetFlag(FLAGS_save_checkpoints_secs);
+    options.keep_checkpoints = std::max(1, absl::GetFlag(FLAGS_keep_checkpoints));
     absl::Status status = pst::chief::RunChief(options, stop);
     if (!status.ok()) {
       spdlog::error("job failed: {}", status.ToString());

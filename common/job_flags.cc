@@ -67,6 +67,13 @@ ABSL_FLAG(uint64_t, seed, 1, "Seed for initialization and data shuffling.");
 ABSL_FLAG(std::string, summary_json, "",
           "If set, the chief writes the job's final figures to this file as JSON.");
 ABSL_FLAG(double, log_every_s, 5, "Seconds between the chief's progress lines.");
+ABSL_FLAG(std::string, checkpoint_dir, "",
+          "Where the chief saves sharded checkpoints (a directory every ps can write); a job "
+          "started with a checkpoint there resumes from the newest valid one.");
+ABSL_FLAG(int64_t, save_checkpoints_steps, 0,
+          "Save a checkpoint every this many updates (0: off).");
+ABSL_FLAG(double, save_checkpoints_secs, 0, "Save a checkpoint every this many seconds (0: off).");
+ABSL_FLAG(int32_t, keep_checkpoints, 5, "Checkpoints kept; older ones are deleted.");
 ABSL_FLAG(int32_t, heartbeat_ms, 1000, "Milliseconds between heartbeats.");
 ABSL_FLAG(double, peer_timeout_s, 60,
           "Seconds without a heartbeat after which a peer is declared dead.");

@@ -1,11 +1,16 @@
 #include "ps_server/grpc_ps_service.h"
 
 #include <exception>
+#include <filesystem>
+#include <memory>
 #include <new>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "common/checkpoint_format.h"
 #include "common/grpc_status.h"
 #include "common/logging.h"
+#include "common/status_macros.h"
 
 namespace pst::ps {
 namespace {
@@ -82,9 +87,13 @@ class ParkedCall final : public grpc::ServerUnaryReactor {
 
 }  // namespace
 
-GrpcPsService::GrpcPsService(VariableStore* store, std::string task, uint64_t incarnation,
-                             common::StopSignal* stop)
-    : store_(store), task_(std::move(task)), incarnation_(incarnation), stop_(stop) {
+GrpcPsService::GrpcPsService(VariableStore* store, int ps_index, std::string task,
+                             uint64_t incarnation, common::StopSignal* stop)
+    : store_(store),
+      ps_index_(ps_index),
+      task_(std::move(task)),
+      incarnation_(incarnation),
+      stop_(stop) {
   TouchChief();
 }
 
@@ -152,6 +161,75 @@ grpc::ServerUnaryReactor* GrpcPsService::SetMembership(grpc::CallbackServerConte
                                                        proto::MembershipResponse* response) {
   TouchChief();
   return FinishWith(context, [&] { return store_->SetMembership(*request); });
+}
+
+grpc::ServerUnaryReactor* GrpcPsService::Save(grpc::CallbackServerContext* context,
+                                              const proto::SaveRequest* request,
+                                              proto::SaveResponse* response) {
+  TouchChief();
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  if (request->directory().empty() || request->num_ps() < 1 || ps_index_ >= request->num_ps()) {
+    reactor->Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                                 "save needs a directory and num_ps > this ps's index"));
+    return reactor;
+  }
+  std::error_code ec;
+  std::filesystem::create_directories(request->directory(), ec);
+  if (ec) {
+    reactor->Finish(
+        grpc::Status(grpc::StatusCode::INTERNAL,
+                     absl::StrCat("cannot create ", request->directory(), ": ", ec.message())));
+    return reactor;
+  }
+  const absl::Time start = absl::Now();
+  auto records = std::make_shared<std::vector<common::ShardRecord>>(store_->Snapshot());
+  response->set_snapshot_seconds(absl::ToDoubleSeconds(absl::Now() - start));
+  const std::string path =
+      absl::StrCat(request->directory(), "/", common::ShardFileName(ps_index_, request->num_ps()));
+  std::thread([reactor, response, records, path, index = ps_index_] {
+    const absl::Time write_start = absl::Now();
+    absl::Status status = common::WriteShardFile(path, *records, response->mutable_shard());
+    response->mutable_shard()->set_ps_index(index);
+    response->set_write_seconds(absl::ToDoubleSeconds(absl::Now() - write_start));
+    if (status.ok()) {
+      spdlog::info("saved {} ({} bytes) in {:.3f} s", path, response->shard().bytes(),
+                   response->write_seconds());
+    }
+    reactor->Finish(common::ToGrpcStatus(status));
+  }).detach();
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* GrpcPsService::Restore(grpc::CallbackServerContext* context,
+                                                 const proto::RestoreRequest* request,
+                                                 proto::RestoreResponse* response) {
+  TouchChief();
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  std::thread([this, reactor, request, response] {
+    absl::Status status = [&]() -> absl::Status {
+      std::vector<std::vector<common::ShardRecord>> shards;
+      std::vector<const common::ShardRecord*> records;
+      int64_t bytes = 0;
+      for (const proto::CheckpointShard& shard : request->manifest().shards()) {
+        const std::string path = absl::StrCat(request->directory(), "/", shard.file());
+        absl::StatusOr<std::vector<common::ShardRecord>> read = common::ReadShardFile(path);
+        if (!read.ok()) return read.status();
+        shards.push_back(*std::move(read));
+        bytes += shard.bytes();
+      }
+      for (const auto& shard : shards) {
+        for (const common::ShardRecord& r : shard) records.push_back(&r);
+      }
+      PST_RETURN_IF_ERROR(store_->Restore(records));
+      response->set_bytes_read(bytes);
+      response->set_variables_restored(store_->GetStats().num_variables);
+      spdlog::info("restored {} variable(s) from {} ({} bytes read)",
+                   response->variables_restored(), request->directory(), bytes);
+      return absl::OkStatus();
+    }();
+    reactor->Finish(common::ToGrpcStatus(status));
+  }).detach();
+  return reactor;
 }
 
 grpc::ServerUnaryReactor* GrpcPsService::Health(grpc::CallbackServerContext* context,

@@ -22,7 +22,7 @@ namespace pst::ps {
 class GrpcPsService final : public proto::ParameterServer::CallbackService {
  public:
   // A Shutdown call stops `stop`.
-  GrpcPsService(VariableStore* store, std::string task, uint64_t incarnation,
+  GrpcPsService(VariableStore* store, int ps_index, std::string task, uint64_t incarnation,
                 common::StopSignal* stop);
 
   grpc::ServerUnaryReactor* CreateVariables(grpc::CallbackServerContext* context,
@@ -46,6 +46,16 @@ class GrpcPsService final : public proto::ParameterServer::CallbackService {
   grpc::ServerUnaryReactor* SetMembership(grpc::CallbackServerContext* context,
                                           const proto::MembershipRequest* request,
                                           proto::MembershipResponse* response) override;
+  // Snapshots the variables (a short lock per variable), then writes the
+  // shard on a thread of its own; the call finishes when the file is durable.
+  grpc::ServerUnaryReactor* Save(grpc::CallbackServerContext* context,
+                                 const proto::SaveRequest* request,
+                                 proto::SaveResponse* response) override;
+  // Reads every shard of the checkpoint on a thread of its own, then loads
+  // what belongs to this ps.
+  grpc::ServerUnaryReactor* Restore(grpc::CallbackServerContext* context,
+                                    const proto::RestoreRequest* request,
+                                    proto::RestoreResponse* response) override;
   grpc::ServerUnaryReactor* Health(grpc::CallbackServerContext* context,
                                    const proto::HealthRequest* request,
                                    proto::HealthResponse* response) override;
@@ -61,6 +71,7 @@ class GrpcPsService final : public proto::ParameterServer::CallbackService {
   void TouchChief();
 
   VariableStore* const store_;
+  const int ps_index_;
   const std::string task_;
   const uint64_t incarnation_;
   std::atomic<int64_t> last_chief_contact_ns_;

@@ -41,7 +41,7 @@ int Run() {
       [&stop](int signo) { stop.Stop(absl::StrCat("signal ", signo)); });
 
   VariableStore store;
-  GrpcPsService service(&store, task, incarnation, &stop);
+  GrpcPsService service(&store, tf->task.index, task, incarnation, &stop);
   absl::StatusOr<std::unique_ptr<grpc::Server>> server =
       common::StartServer(tf->SelfAddress(), {&service});
   if (!server.ok()) {

@@ -11,6 +11,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "common/initializer.h"
+#include "common/partition.h"
 #include "common/status_macros.h"
 #include "common/tensor_util.h"
 #include "google/protobuf/util/message_differencer.h"
@@ -943,6 +944,163 @@ absl::Status VariableStore::PushRows(const proto::PushRowsRequest& request,
   if (skipped > 0) nonfinite_skipped_.fetch_add(skipped, std::memory_order_relaxed);
   if (dropped > 0) unadmitted_dropped_.fetch_add(dropped, std::memory_order_relaxed);
   pushes_applied_.fetch_add(1, std::memory_order_relaxed);
+  return absl::OkStatus();
+}
+
+std::vector<common::ShardRecord> VariableStore::Snapshot() const {
+  absl::ReaderMutexLock lock(&mu_);
+  std::vector<const Variable*> vars;
+  for (const auto& [name, var] : variables_) vars.push_back(var.get());
+  std::sort(vars.begin(), vars.end(),
+            [](const Variable* a, const Variable* b) { return a->spec.name() < b->spec.name(); });
+  const int num_slots = optimizer_ == nullptr ? 0 : optimizer_->num_slots();
+  std::vector<common::ShardRecord> records;
+  for (const Variable* var : vars) {
+    common::ShardRecord r;
+    r.spec = var->spec;
+    absl::ReaderMutexLock var_lock(&var->mu);
+    r.version = var->version;
+    if (!var->is_hash) {
+      r.rows = var->rows;
+      r.values = var->values;
+      r.slots = var->slots;
+    } else {
+      const int64_t dim = var->dim;
+      r.rows = static_cast<int64_t>(var->hash_rows.size());
+      r.values.reserve(r.rows * dim);
+      r.slots.assign(num_slots, {});
+      for (const auto& [id, row] : var->hash_rows) {
+        r.hash_ids.push_back(id);
+        r.values.insert(r.values.end(), row.begin(), row.begin() + dim);
+        for (int s = 0; s < num_slots; ++s) {
+          r.slots[s].insert(r.slots[s].end(), row.begin() + (s + 1) * dim,
+                            row.begin() + (s + 2) * dim);
+        }
+      }
+    }
+    records.push_back(std::move(r));
+  }
+  return records;
+}
+
+namespace {
+
+// The global row of local row r of `spec` (whole variables: r itself).
+int64_t GlobalRow(const proto::VariableSpec& spec, int64_t r) {
+  if (spec.variable().empty() || spec.routing() == proto::ROUTING_NONE) return r;
+  return spec.row_offset() + r * spec.row_stride();
+}
+// The local row holding global row g in `spec`, or -1 if another partition
+// holds it.
+int64_t LocalRow(const proto::VariableSpec& spec, int64_t rows, int64_t g) {
+  if (spec.variable().empty() || spec.routing() == proto::ROUTING_NONE) {
+    return g >= 0 && g < rows ? g : -1;
+  }
+  const int64_t stride = spec.row_stride() > 0 ? spec.row_stride() : 1;
+  const int64_t d = g - spec.row_offset();
+  if (d < 0 || d % stride != 0 || d / stride >= rows) return -1;
+  return d / stride;
+}
+
+}  // namespace
+
+absl::Status VariableStore::Restore(const std::vector<const common::ShardRecord*>& records) {
+  absl::ReaderMutexLock lock(&mu_);
+  const int num_slots = optimizer_ == nullptr ? 0 : optimizer_->num_slots();
+  absl::flat_hash_map<std::string, std::vector<const common::ShardRecord*>> by_logical;
+  for (const common::ShardRecord* r : records) by_logical[LogicalName(r->spec)].push_back(r);
+
+  // Build every variable's new contents first.
+  struct Loaded {
+    Variable* var = nullptr;
+    int64_t version = 0;
+    std::vector<float> values;
+    std::vector<std::vector<float>> slots;
+    absl::flat_hash_map<int64_t, std::vector<float>> hash_rows;
+  };
+  std::vector<Loaded> loaded;
+  for (const auto& [name, var_ptr] : variables_) {
+    Variable& var = *var_ptr;
+    const std::string logical = LogicalName(var.spec);
+    auto it = by_logical.find(logical);
+    if (it == by_logical.end()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("the checkpoint has no variable '", logical, "' (for '", name, "')"));
+    }
+    Loaded l;
+    l.var = &var;
+    const int64_t dim = var.dim;
+    for (const common::ShardRecord* r : it->second) {
+      const int64_t rdim = r->rows > 0 ? static_cast<int64_t>(r->values.size()) / r->rows : dim;
+      if (r->rows > 0 && rdim != dim) {
+        return absl::FailedPreconditionError(absl::StrCat("variable '", logical, "' has rows of ",
+                                                          rdim, " in the checkpoint but ", dim,
+                                                          " here"));
+      }
+      if (static_cast<int>(r->slots.size()) != num_slots) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "variable '", r->spec.name(), "' has ", r->slots.size(),
+            " optimizer slot(s) in the checkpoint but this optimizer keeps ", num_slots));
+      }
+      l.version = std::max(l.version, r->version);
+    }
+    if (var.is_hash) {
+      for (const common::ShardRecord* r : it->second) {
+        for (int64_t k = 0; k < static_cast<int64_t>(r->hash_ids.size()); ++k) {
+          const int64_t id = r->hash_ids[k];
+          if (common::HashPartition(id, var.spec.num_partitions()) != var.spec.partition())
+            continue;
+          std::vector<float> row(dim * (1 + num_slots));
+          std::copy_n(&r->values[k * dim], dim, row.begin());
+          for (int s = 0; s < num_slots; ++s) {
+            std::copy_n(&r->slots[s][k * dim], dim, row.begin() + (s + 1) * dim);
+          }
+          l.hash_rows[id] = std::move(row);
+        }
+      }
+    } else {
+      l.values.assign(var.rows * dim, 0.0f);
+      l.slots.assign(num_slots, std::vector<float>(var.rows * dim, 0.0f));
+      std::vector<bool> filled(var.rows, false);
+      int64_t count = 0;
+      for (const common::ShardRecord* r : it->second) {
+        for (int64_t k = 0; k < r->rows; ++k) {
+          const int64_t local = LocalRow(var.spec, var.rows, GlobalRow(r->spec, k));
+          if (local < 0 || filled[local]) continue;
+          filled[local] = true;
+          ++count;
+          std::copy_n(&r->values[k * dim], dim, &l.values[local * dim]);
+          for (int s = 0; s < num_slots; ++s) {
+            std::copy_n(&r->slots[s][k * dim], dim, &l.slots[s][local * dim]);
+          }
+        }
+      }
+      if (count != var.rows) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "the checkpoint holds ", count, " of the ", var.rows, " rows of '", name, "'"));
+      }
+    }
+    loaded.push_back(std::move(l));
+  }
+  // Then swap them in.
+  for (Loaded& l : loaded) {
+    Variable& var = *l.var;
+    absl::MutexLock var_lock(&var.mu);
+    var.version = l.version;
+    var.accum.clear();
+    var.contributors.clear();
+    if (var.is_hash) {
+      var.hash_rows = std::move(l.hash_rows);
+      var.num_hash_rows.store(static_cast<int64_t>(var.hash_rows.size()));
+      var.pending.clear();
+    } else {
+      var.values = std::move(l.values);
+      var.slots = std::move(l.slots);
+    }
+  }
+  absl::MutexLock wait_lock(&wait_mu_);
+  std::fill(clocks_.begin(), clocks_.end(), 0);
+  last_push_.clear();
   return absl::OkStatus();
 }
 

@@ -56,6 +56,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "common/checkpoint_format.h"
 #include "proto/pstrain.pb.h"
 #include "ps_server/optimizer.h"
 
@@ -166,6 +167,22 @@ class VariableStore {
   // applied push (same worker, nonzero incarnation and step) is acknowledged
   // and not applied again.
   absl::Status PushRows(const proto::PushRowsRequest& request, proto::PushRowsResponse* response);
+
+  // A copy of every variable: values, slots, version and hash rows, taken
+  // under each variable's lock in turn, so training is held up only for the
+  // copy of one variable at a time. Sorted by name.
+  std::vector<common::ShardRecord> Snapshot() const;
+
+  // Loads the variables this store holds from `records`, the shards of a
+  // checkpoint written by any number of ps: each variable or partition takes
+  // the rows that belong to it (by global row, or by hash id) from every
+  // record of the same logical variable, with its slots, and the highest
+  // version among them. Sync accumulators, clocks and duplicate detection
+  // restart. Everything is checked before anything changes.
+  // Errors: FailedPrecondition naming the variable when the checkpoint lacks
+  // it or some of its rows, when its row width differs, or when its slots do
+  // not match this optimizer's.
+  absl::Status Restore(const std::vector<const common::ShardRecord*>& records);
 
   struct Stats {
     int num_variables = 0;

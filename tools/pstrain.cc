@@ -19,6 +19,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/checkpoint_format.h"
 #include "common/job_flags.h"
 #include "common/process.h"
 #include "common/tf_config.h"
@@ -44,45 +45,18 @@ ABSL_FLAG(int64_t, vocab, 10000, "generate_criteo: raw values per categorical fi
 namespace {
 
 // Job flags the launcher forwards, with their current values, to every daemon.
-constexpr const char* kForwardedFlags[] = {"data_dir",
-                                           "model",
-                                           "hidden",
-                                           "epochs",
-                                           "max_steps",
-                                           "batch_size",
-                                           "learning_rate",
-                                           "optimizer",
-                                           "momentum",
-                                           "nesterov",
-                                           "beta1",
-                                           "beta2",
-                                           "epsilon",
-                                           "initial_accumulator",
-                                           "l1",
-                                           "l2",
-                                           "lr_power",
-                                           "skip_nonfinite",
-                                           "seed",
-                                           "log_every_s",
-                                           "heartbeat_ms",
-                                           "peer_timeout_s",
-                                           "startup_timeout_s",
-                                           "rpc_timeout_s",
-                                           "data",
-                                           "eval_fraction",
-                                           "embedding_dim",
-                                           "buckets_per_field",
-                                           "admit_after",
-                                           "placement",
-                                           "partitioner",
-                                           "num_shards",
-                                           "min_slice_bytes",
-                                           "max_partitions",
-                                           "max_shard_bytes",
-                                           "routing",
-                                           "mode",
-                                           "staleness",
-                                           "replicas_to_aggregate"};
+// clang-format off
+constexpr const char* kForwardedFlags[] = {
+    "data_dir", "model", "hidden", "epochs", "max_steps", "batch_size", "learning_rate",
+    "optimizer", "momentum", "nesterov", "beta1", "beta2", "epsilon", "initial_accumulator", "l1",
+    "l2", "lr_power", "skip_nonfinite", "seed", "log_every_s", "heartbeat_ms", "peer_timeout_s",
+    "startup_timeout_s", "rpc_timeout_s", "data", "eval_fraction", "embedding_dim",
+    "buckets_per_field", "admit_after", "placement", "partitioner", "num_shards",
+    "min_slice_bytes", "max_partitions", "max_shard_bytes", "routing", "mode", "staleness",
+    "replicas_to_aggregate", "checkpoint_dir", "save_checkpoints_steps", "save_checkpoints_secs",
+    "keep_checkpoints",
+};
+// clang-format on
 
 constexpr char kUsage[] =
     "pstrain: parameter-server training.\n"
@@ -97,6 +71,9 @@ constexpr char kUsage[] =
     "      Trains the same model in one process (in-process ps) and prints its metrics.\n"
     "  pstrain generate_criteo --out=PATH [--rows=N] [--vocab=V] [--seed=S]\n"
     "      Writes synthetic Criteo-format data and prints its best achievable AUC.\n"
+    "  pstrain checkpoint inspect DIR\n"
+    "      Lists a checkpoint's (or every checkpoint's in a root) step, variables and sizes,\n"
+    "      and verifies every checksum; exits 1 if any is corrupt.\n"
     "\n"
     "Run 'pstrain --helpfull' for every flag.";
 
@@ -244,6 +221,39 @@ int GenerateCriteo() {
   return 0;
 }
 
+// DIR is one checkpoint or a checkpoint root (then every checkpoint in
+// it, and any directory that looks like an unfinished one, is reported).
+int InspectCheckpoints(const std::string& dir) {
+  std::vector<std::string> dirs;
+  if (std::filesystem::exists(std::filesystem::path(dir) / pst::common::kManifestFile)) {
+    dirs.push_back(dir);
+  } else {
+    dirs = pst::common::ListCheckpoints(dir);
+    if (dirs.empty()) {
+      std::fprintf(stderr, "pstrain checkpoint inspect: no checkpoint in %s\n", dir.c_str());
+      return 1;
+    }
+  }
+  int bad = 0;
+  for (const std::string& d : dirs) {
+    absl::StatusOr<pst::common::CheckpointReport> report = pst::common::InspectCheckpoint(d);
+    if (!report.ok()) {
+      ++bad;
+      std::printf("%s: CORRUPT: %s\n", d.c_str(), std::string(report.status().message()).c_str());
+      continue;
+    }
+    std::printf("%s: step %lld, %d shard(s), %lld bytes, checksums OK\n", d.c_str(),
+                static_cast<long long>(report->global_step), report->num_ps,
+                static_cast<long long>(report->total_bytes));
+    for (const auto& v : report->variables) {
+      std::printf("  %-34s %-20s rows %-10lld version %-8lld slots %d  ps %d\n", v.name.c_str(),
+                  v.shape.c_str(), static_cast<long long>(v.rows),
+                  static_cast<long long>(v.version), v.slots, v.ps_index);
+    }
+  }
+  return bad == 0 ? 0 : 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -254,6 +264,13 @@ int main(int argc, char** argv) {
     return 2;
   }
   const std::string command = args[1];
+  if (command == "checkpoint") {
+    if (args.size() != 4 || std::string(args[2]) != "inspect") {
+      std::fprintf(stderr, "usage: pstrain checkpoint inspect DIR\n");
+      return 2;
+    }
+    return InspectCheckpoints(args[3]);
+  }
   if (args.size() > 2) {
     std::fprintf(stderr, "pstrain %s: unexpected argument '%s'\n", command.c_str(), args[2]);
     return 2;

@@ -1,6 +1,7 @@
 // worker: trains on its shard of the data, pulling parameters from and
 // pushing gradients to the ps. When the cluster lists no chief, worker 0
 // also runs the coordinator, as in TensorFlow and TFJob.
+#include <algorithm>
 #include <cstdio>
 #include <thread>
 
@@ -38,6 +39,10 @@ int main(int argc, char** argv) {
       options.timing = setup->timing;
       options.data_dir = absl::GetFlag(FLAGS_data_dir);
       options.summary_json = absl::GetFlag(FLAGS_summary_json);
+      options.checkpoint_dir = absl::GetFlag(FLAGS_checkpoint_dir);
+      options.save_steps = absl::GetFlag(FLAGS_save_checkpoints_steps);
+      options.save_secs = absl::GetFlag(FLAGS_save_checkpoints_secs);
+      options.keep_checkpoints = std::max(1, absl::GetFlag(FLAGS_keep_checkpoints));
       chief_thread = std::thread(
           [options, &stop, &chief_status] { chief_status = pst::chief::RunChief(options, stop); });
     }

@@ -1,0 +1,104 @@
+// The checkpoint file format: shard files and manifests.
+//
+// A checkpoint lives in <root>/ckpt-<step, 12 digits>/ and holds:
+//   shard-<ps>-of-<num_ps>.pst   one per ps, written by that ps
+//   MANIFEST.json                written last by the chief: the commit point
+// A directory without a readable manifest is not a checkpoint (a crash in
+// the middle of a save leaves the previous checkpoint the latest one).
+//
+// Shard file, little-endian:
+//   "PSTSHRD1"                       8-byte magic
+//   uint32 record_count
+//   record_count records, each:
+//     uint32 header_bytes, header    a serialized proto::VariableSpec
+//     int64  version                 updates applied to the variable
+//     int64  rows                    rows stored (hash variables: ids stored)
+//     uint32 tensor_count            values, then each slot, then (hash) ids
+//     tensor_count tensors, each:
+//       uint64 payload_bytes, payload, uint32 crc32 of the payload
+//     uint32 crc32 of the record's bytes before this field
+//   "PSTEND01"                       8-byte trailer
+// Values and slots are float32 [rows, dim]; hash ids are int64 [rows].
+// Every file is written to "<name>.tmp", fsync'ed and renamed into place.
+//
+// Thread-safety: pure functions of their arguments and the files.
+#ifndef PST_COMMON_CHECKPOINT_FORMAT_H_
+#define PST_COMMON_CHECKPOINT_FORMAT_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "proto/pstrain.pb.h"
+
+namespace pst::common {
+
+inline constexpr char kManifestFile[] = "MANIFEST.json";
+
+// One variable (or partition) as saved by a ps.
+struct ShardRecord {
+  proto::VariableSpec spec;
+  int64_t version = 0;
+  int64_t rows = 0;                       // rows in values (and each slot)
+  std::vector<float> values;              // [rows, dim]
+  std::vector<std::vector<float>> slots;  // each [rows, dim]
+  std::vector<int64_t> hash_ids;          // hash variables: the id of each row
+};
+
+// "ckpt-000000001200" for step 1200.
+std::string CheckpointDirName(int64_t step);
+// "shard-1-of-3.pst".
+std::string ShardFileName(int ps_index, int num_ps);
+
+// Writes `records` to `path` atomically (tmp, fsync, rename, fsync of the
+// directory). Fills `shard` (file name, bytes, crc32 of the whole file).
+// Errors: Internal naming the path and the OS error.
+absl::Status WriteShardFile(const std::string& path, const std::vector<ShardRecord>& records,
+                            proto::CheckpointShard* shard);
+
+// Reads and checks a shard file. Errors: NotFound for a missing file;
+// DataLoss naming the file (and the record/variable when known) for a bad
+// magic, a truncated file, a size that does not match the spec, or a
+// checksum mismatch.
+absl::StatusOr<std::vector<ShardRecord>> ReadShardFile(const std::string& path);
+
+// Writes <dir>/MANIFEST.json atomically (the commit point). Errors: Internal.
+absl::Status WriteManifest(const std::string& dir, const proto::CheckpointManifest& manifest);
+// Errors: NotFound when absent; DataLoss when it does not parse.
+absl::StatusOr<proto::CheckpointManifest> ReadManifest(const std::string& dir);
+
+// Checkpoint directories under `root` that have a manifest, newest (highest
+// step) first. A missing root gives an empty list.
+std::vector<std::string> ListCheckpoints(const std::string& root);
+
+// Removes all but the newest `keep` checkpoints, and directories without a
+// manifest older than the newest checkpoint (debris of interrupted saves).
+// Errors: Internal naming what could not be removed.
+absl::Status PruneCheckpoints(const std::string& root, int keep);
+
+// What `pstrain checkpoint inspect` prints about one checkpoint.
+struct CheckpointReport {
+  int64_t global_step = 0;
+  int num_ps = 0;
+  int64_t total_bytes = 0;
+  struct Variable {
+    std::string name;  // partition or variable
+    std::string shape;
+    int64_t rows = 0;
+    int64_t version = 0;
+    int slots = 0;
+    int ps_index = 0;
+  };
+  std::vector<Variable> variables;
+};
+
+// Reads the manifest and every shard, checking the file sizes and checksums
+// against the manifest and every tensor's checksum. Errors: as ReadManifest
+// and ReadShardFile, and DataLoss for a shard whose size or crc32 differs
+// from the manifest.
+absl::StatusOr<CheckpointReport> InspectCheckpoint(const std::string& dir);
+
+}  // namespace pst::common
+
+#endif  // PST_COMMON_CHECKPOINT_FORMAT_H_

@@ -1,0 +1,645 @@
+#include "common/checkpoint_format.h"
+
+#include <unistd.h>
+#include <zlib.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <system_error>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+
+namespace pst::common {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Whether `text` contains `part`, showing both when not.
+::testing::AssertionResult Contains(const std::string& text, const std::string& part) {
+  if (text.find(part) != std::string::npos) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << "'" << text << "' does not contain '" << part << "'";
+}
+
+class CheckpointFormatTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const ::testing::TestInfo* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    dir_ = (fs::path(::testing::TempDir()) /
+            absl::StrCat("checkpoint_format_test-", getpid(), "-", info->name()))
+               .string();
+    std::error_code ec;
+    fs::remove_all(dir_, ec);
+    fs::create_directories(dir_, ec);
+    ASSERT_FALSE(ec) << ec.message();
+  }
+  void TearDown() override {
+    std::error_code ec;
+    fs::remove_all(dir_, ec);
+  }
+
+  std::string Path(const std::string& name) const { return (fs::path(dir_) / name).string(); }
+
+  static std::string ReadBytes(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  static void WriteBytes(const std::string& path, const std::string& bytes) {
+    std::ofstream out(path, std::ios::binary | std::ios::trunc);
+    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  }
+
+  // Expects DataLoss naming `path` from reading it as a shard file.
+  static void ExpectDataLoss(const std::string& path, const std::string& context) {
+    absl::StatusOr<std::vector<ShardRecord>> got = ReadShardFile(path);
+    ASSERT_FALSE(got.ok()) << context;
+    EXPECT_EQ(got.status().code(), absl::StatusCode::kDataLoss) << context << ": " << got.status();
+    EXPECT_TRUE(Contains(std::string(got.status().message()), path)) << context;
+  }
+
+  std::string dir_;
+};
+
+proto::VariableSpec DenseSpec(const std::string& name, std::vector<int64_t> shape) {
+  proto::VariableSpec spec;
+  spec.set_name(name);
+  spec.set_dtype(proto::DT_FLOAT32);
+  for (int64_t d : shape) spec.add_shape(d);
+  spec.mutable_initializer()->set_kind(proto::Initializer::GLOROT_UNIFORM);
+  spec.mutable_initializer()->set_seed(42);
+  return spec;
+}
+
+std::vector<float> Ramp(size_t n, float start) {
+  std::vector<float> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = start + 0.5f * static_cast<float>(i);
+  return v;
+}
+
+// Four records: dense rank 2 with two slots, rank 1 with no slot, a hash
+// embedding with ids, and a MOD partition.
+std::vector<ShardRecord> SampleRecords() {
+  std::vector<ShardRecord> records;
+  {
+    ShardRecord r;
+    r.spec = DenseSpec("dense_0/kernel", {3, 4});
+    r.version = 17;
+    r.rows = 3;
+    r.values = Ramp(12, 1.0f);
+    r.slots = {Ramp(12, -3.0f), Ramp(12, 100.0f)};
+    records.push_back(r);
+  }
+  {
+    ShardRecord r;
+    r.spec = DenseSpec("dense_0/bias", {5});
+    r.version = 17;
+    r.rows = 5;
+    r.values = Ramp(5, 0.25f);
+    records.push_back(r);
+  }
+  {
+    ShardRecord r;
+    r.spec = DenseSpec("emb/part_0", {0, 3});
+    r.spec.set_variable("emb");
+    r.spec.set_routing(proto::HASH);
+    r.spec.set_partition(0);
+    r.spec.set_num_partitions(2);
+    r.spec.set_admit_after(2);
+    r.version = 9;
+    r.rows = 4;
+    r.values = Ramp(12, 7.0f);
+    r.slots = {Ramp(12, 0.1f)};
+    r.hash_ids = {-5, 12, 1LL << 40, 3};
+    records.push_back(r);
+  }
+  {
+    ShardRecord r;
+    r.spec = DenseSpec("table/part_1", {2, 2});
+    r.spec.set_variable("table");
+    r.spec.add_full_shape(5);
+    r.spec.add_full_shape(2);
+    r.spec.set_partition(1);
+    r.spec.set_num_partitions(3);
+    r.spec.set_routing(proto::MOD);
+    r.spec.set_row_offset(1);
+    r.spec.set_row_stride(3);
+    r.version = 2;
+    r.rows = 2;
+    r.values = Ramp(4, -1.0f);
+    r.slots = {Ramp(4, 2.0f)};
+    records.push_back(r);
+  }
+  return records;
+}
+
+void ExpectSameRecords(const std::vector<ShardRecord>& got, const std::vector<ShardRecord>& want) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    SCOPED_TRACE(want[i].spec.name());
+    EXPECT_EQ(got[i].spec.SerializeAsString(), want[i].spec.SerializeAsString());
+    EXPECT_EQ(got[i].version, want[i].version);
+    EXPECT_EQ(got[i].rows, want[i].rows);
+    EXPECT_EQ(got[i].values, want[i].values);
+    EXPECT_EQ(got[i].slots, want[i].slots);
+    EXPECT_EQ(got[i].hash_ids, want[i].hash_ids);
+  }
+}
+
+TEST_F(CheckpointFormatTest, Names) {
+  EXPECT_EQ(CheckpointDirName(1200), "ckpt-000000001200");
+  EXPECT_EQ(CheckpointDirName(0), "ckpt-000000000000");
+  EXPECT_EQ(ShardFileName(1, 3), "shard-1-of-3.pst");
+}
+
+TEST_F(CheckpointFormatTest, WriteThenRead_RoundTripsEveryField) {
+  const std::vector<ShardRecord> records = SampleRecords();
+  const std::string path = Path(ShardFileName(0, 2));
+  proto::CheckpointShard shard;
+  ASSERT_TRUE(WriteShardFile(path, records, &shard).ok());
+  EXPECT_EQ(shard.file(), "shard-0-of-2.pst");
+  EXPECT_EQ(shard.bytes(), static_cast<int64_t>(fs::file_size(path)));
+  EXPECT_NE(shard.crc32(), 0u);
+
+  absl::StatusOr<std::vector<ShardRecord>> got = ReadShardFile(path);
+  ASSERT_TRUE(got.ok()) << got.status();
+  ExpectSameRecords(*got, records);
+  EXPECT_EQ((*got)[3].spec.routing(), proto::MOD);
+  EXPECT_EQ((*got)[3].spec.row_stride(), 3);
+}
+
+TEST_F(CheckpointFormatTest, WriteThenRead_NoRecords) {
+  const std::string path = Path("empty.pst");
+  proto::CheckpointShard shard;
+  ASSERT_TRUE(WriteShardFile(path, {}, &shard).ok());
+  EXPECT_EQ(shard.bytes(), 8 + 4 + 8);
+  absl::StatusOr<std::vector<ShardRecord>> got = ReadShardFile(path);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_TRUE(got->empty());
+}
+
+TEST_F(CheckpointFormatTest, WriteShardFile_LeavesNoTmpFile) {
+  const std::string path = Path("shard-0-of-1.pst");
+  ASSERT_TRUE(WriteShardFile(path, SampleRecords(), nullptr).ok());
+  // Overwriting works and is atomic too.
+  ASSERT_TRUE(WriteShardFile(path, SampleRecords(), nullptr).ok());
+  EXPECT_TRUE(fs::exists(path));
+  EXPECT_FALSE(fs::exists(path + ".tmp"));
+  int files = 0;
+  for (const auto& entry : fs::directory_iterator(dir_)) {
+    ++files;
+    EXPECT_EQ(entry.path().filename().string(), "shard-0-of-1.pst");
+  }
+  EXPECT_EQ(files, 1);
+}
+
+TEST_F(CheckpointFormatTest, WriteShardFile_MissingDirectory_IsInternalNamingThePath) {
+  const std::string path = Path("no/such/dir/shard-0-of-1.pst");
+  absl::Status s = WriteShardFile(path, SampleRecords(), nullptr);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInternal) << s;
+  EXPECT_TRUE(Contains(std::string(s.message()), path));
+}
+
+TEST_F(CheckpointFormatTest, WriteShardFile_InconsistentRecord_IsRejected) {
+  std::vector<ShardRecord> records = SampleRecords();
+  records[0].slots[1].pop_back();
+  absl::Status s = WriteShardFile(Path("bad.pst"), records, nullptr);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_TRUE(Contains(std::string(s.message()), "dense_0/kernel"));
+  EXPECT_FALSE(fs::exists(Path("bad.pst")));
+}
+
+TEST_F(CheckpointFormatTest, ReadShard_MissingFile_IsNotFound) {
+  absl::StatusOr<std::vector<ShardRecord>> got = ReadShardFile(Path("absent.pst"));
+  EXPECT_EQ(got.status().code(), absl::StatusCode::kNotFound) << got.status();
+}
+
+TEST_F(CheckpointFormatTest, ReadShard_FlippedByte_IsDataLossNamingTheFile) {
+  const std::string path = Path("shard-0-of-1.pst");
+  ASSERT_TRUE(WriteShardFile(path, SampleRecords(), nullptr).ok());
+  const std::string good = ReadBytes(path);
+  // Every single byte: magic, counts, headers, payloads, crcs, trailer.
+  for (size_t i = 0; i < good.size(); ++i) {
+    std::string bad = good;
+    bad[i] = static_cast<char>(bad[i] ^ 0x5a);
+    WriteBytes(path, bad);
+    ExpectDataLoss(path, absl::StrCat("byte ", i, " flipped"));
+  }
+}
+
+TEST_F(CheckpointFormatTest, ReadShard_FlippedPayloadByte_NamesTheVariable) {
+  const std::string path = Path("shard-0-of-1.pst");
+  ASSERT_TRUE(WriteShardFile(path, SampleRecords(), nullptr).ok());
+  std::string bytes = ReadBytes(path);
+  // Find the bias record's values by content: the first float of Ramp(5, 0.25f).
+  const float marker = 0.25f;
+  const size_t at = bytes.find(std::string(reinterpret_cast<const char*>(&marker), 4));
+  ASSERT_NE(at, std::string::npos);
+  bytes[at + 1] = static_cast<char>(bytes[at + 1] ^ 1);
+  WriteBytes(path, bytes);
+  absl::StatusOr<std::vector<ShardRecord>> got = ReadShardFile(path);
+  EXPECT_EQ(got.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_TRUE(Contains(std::string(got.status().message()), "dense_0/bias"));
+  EXPECT_TRUE(Contains(std::string(got.status().message()), path));
+}
+
+TEST_F(CheckpointFormatTest, ReadShard_Truncated_IsDataLossAtEveryCut) {
+  const std::string path = Path("shard-0-of-1.pst");
+  ASSERT_TRUE(WriteShardFile(path, SampleRecords(), nullptr).ok());
+  const std::string good = ReadBytes(path);
+  ASSERT_GT(good.size(), 9u);
+  for (size_t cut = 0; cut < good.size(); ++cut) {
+    WriteBytes(path, good.substr(0, cut));
+    ExpectDataLoss(path, absl::StrCat("cut at ", cut, " of ", good.size()));
+  }
+  // Explicitly: just before the trailer and one byte short of the end.
+  WriteBytes(path, good.substr(0, good.size() - 8));
+  ExpectDataLoss(path, "no trailer");
+  WriteBytes(path, good.substr(0, good.size() - 1));
+  ExpectDataLoss(path, "last byte missing");
+}
+
+TEST_F(CheckpointFormatTest, ReadShard_BadMagic_IsDataLoss) {
+  const std::string path = Path("shard-0-of-1.pst");
+  ASSERT_TRUE(WriteShardFile(path, SampleRecords(), nullptr).ok());
+  std::string bytes = ReadBytes(path);
+  bytes.replace(0, 8, "PSTSHRD2");
+  WriteBytes(path, bytes);
+  ExpectDataLoss(path, "bad magic");
+  absl::StatusOr<std::vector<ShardRecord>> got = ReadShardFile(path);
+  EXPECT_TRUE(Contains(std::string(got.status().message()), "magic"));
+}
+
+TEST_F(CheckpointFormatTest, ReadShard_BadTrailer_IsDataLoss) {
+  const std::string path = Path("shard-0-of-1.pst");
+  ASSERT_TRUE(WriteShardFile(path, SampleRecords(), nullptr).ok());
+  std::string bytes = ReadBytes(path);
+  bytes.replace(bytes.size() - 8, 8, "PSTEND02");
+  WriteBytes(path, bytes);
+  ExpectDataLoss(path, "bad trailer");
+  absl::StatusOr<std::vector<ShardRecord>> got = ReadShardFile(path);
+  EXPECT_TRUE(Contains(std::string(got.status().message()), "trailer"));
+}
+
+TEST_F(CheckpointFormatTest, ReadShard_TrailingGarbage_IsDataLoss) {
+  const std::string path = Path("shard-0-of-1.pst");
+  ASSERT_TRUE(WriteShardFile(path, SampleRecords(), nullptr).ok());
+  const std::string good = ReadBytes(path);
+  WriteBytes(path, good + "x");
+  ExpectDataLoss(path, "one extra byte");
+  WriteBytes(path, good + good);
+  ExpectDataLoss(path, "file twice");
+}
+
+TEST_F(CheckpointFormatTest, ReadShard_HugeLengths_AreDataLossWithoutHugeAllocations) {
+  const std::string path = Path("shard-0-of-1.pst");
+  ShardRecord r;
+  r.spec = DenseSpec("v", {2});
+  r.rows = 2;
+  r.values = {1.0f, 2.0f};
+  ASSERT_TRUE(WriteShardFile(path, {r}, nullptr).ok());
+  const std::string good = ReadBytes(path);
+  const std::string header = r.spec.SerializeAsString();
+  // Offsets of the length fields.
+  const size_t record_count_at = 8;
+  const size_t header_bytes_at = 12;
+  const size_t tensor_count_at = header_bytes_at + 4 + header.size() + 16;
+  const size_t payload_bytes_at = tensor_count_at + 4;
+  ASSERT_EQ(good.size(), payload_bytes_at + 8 + 8 + 4 + 4 + 8);
+  auto patch = [&](size_t at, const void* v, size_t n) {
+    std::string bad = good;
+    std::memcpy(bad.data() + at, v, n);
+    WriteBytes(path, bad);
+  };
+  const uint32_t big32 = 0xffffffffu;
+  const uint64_t big64 = 0xffffffffffffff00ull;
+  patch(record_count_at, &big32, 4);
+  ExpectDataLoss(path, "huge record count");
+  patch(header_bytes_at, &big32, 4);
+  ExpectDataLoss(path, "huge header length");
+  patch(tensor_count_at, &big32, 4);
+  ExpectDataLoss(path, "huge tensor count");
+  patch(payload_bytes_at, &big64, 8);
+  ExpectDataLoss(path, "huge payload length");
+  const int64_t huge_rows = INT64_MAX / 2;
+  patch(header_bytes_at + 4 + header.size() + 8, &huge_rows, 8);
+  ExpectDataLoss(path, "huge row count");
+}
+
+// An encoder written from the header's description of the format, to build
+// files the writer refuses to make (sizes that disagree with the spec) with
+// valid checksums.
+class RawShard {
+ public:
+  RawShard() : bytes_("PSTSHRD1") {}
+
+  // One record; `payloads` are the tensors' bytes, in order.
+  void AddRecord(const proto::VariableSpec& spec, int64_t version, int64_t rows,
+                 const std::vector<std::string>& payloads) {
+    std::string r;
+    const std::string header = spec.SerializeAsString();
+    U32(static_cast<uint32_t>(header.size()), &r);
+    r += header;
+    U64(static_cast<uint64_t>(version), &r);
+    U64(static_cast<uint64_t>(rows), &r);
+    U32(static_cast<uint32_t>(payloads.size()), &r);
+    for (const std::string& p : payloads) {
+      U64(p.size(), &r);
+      r += p;
+      U32(Crc(p), &r);
+    }
+    U32(Crc(r), &r);
+    records_ += r;
+    ++count_;
+  }
+  std::string Bytes() const {
+    std::string out = bytes_;
+    U32(count_, &out);
+    return out + records_ + "PSTEND01";
+  }
+
+  static std::string Floats(const std::vector<float>& v) {
+    return std::string(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float));
+  }
+  static std::string Ids(const std::vector<int64_t>& v) {
+    return std::string(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(int64_t));
+  }
+
+ private:
+  static uint32_t Crc(const std::string& s) {
+    return static_cast<uint32_t>(crc32(crc32(0L, Z_NULL, 0),
+                                       reinterpret_cast<const Bytef*>(s.data()),
+                                       static_cast<uInt>(s.size())));
+  }
+  static void U32(uint32_t v, std::string* out) {
+    for (int i = 0; i < 4; ++i) out->push_back(static_cast<char>(v >> (8 * i)));
+  }
+  static void U64(uint64_t v, std::string* out) {
+    for (int i = 0; i < 8; ++i) out->push_back(static_cast<char>(v >> (8 * i)));
+  }
+
+  std::string bytes_;
+  std::string records_;
+  uint32_t count_ = 0;
+};
+
+TEST_F(CheckpointFormatTest, ReadShard_FileBuiltFromTheDocumentedLayout_IsWhatTheWriterWrites) {
+  const std::vector<ShardRecord> records = SampleRecords();
+  RawShard raw;
+  for (const ShardRecord& r : records) {
+    std::vector<std::string> payloads = {RawShard::Floats(r.values)};
+    for (const auto& slot : r.slots) payloads.push_back(RawShard::Floats(slot));
+    if (r.spec.routing() == proto::HASH) payloads.push_back(RawShard::Ids(r.hash_ids));
+    raw.AddRecord(r.spec, r.version, r.rows, payloads);
+  }
+  const std::string path = Path("shard-0-of-1.pst");
+  ASSERT_TRUE(WriteShardFile(path, records, nullptr).ok());
+  EXPECT_EQ(ReadBytes(path), raw.Bytes());
+}
+
+TEST_F(CheckpointFormatTest, ReadShard_SizeNotMatchingSpec_IsDataLossNamingTheVariable) {
+  const std::string path = Path("shard-0-of-1.pst");
+  const proto::VariableSpec dense = DenseSpec("dense", {2, 3});
+  auto hash_spec = [](const std::string& name, std::vector<int64_t> shape) {
+    proto::VariableSpec spec = DenseSpec(name, std::move(shape));
+    spec.set_routing(proto::HASH);
+    return spec;
+  };
+  const proto::VariableSpec hash = hash_spec("emb", {0, 2});
+  struct Case {
+    std::string what;
+    proto::VariableSpec spec;
+    int64_t rows;
+    std::vector<std::string> payloads;
+  };
+  const std::vector<Case> cases = {
+      {"values one float short", dense, 2, {RawShard::Floats(Ramp(5, 0))}},
+      {"slot one float long",
+       dense,
+       2,
+       {RawShard::Floats(Ramp(6, 0)), RawShard::Floats(Ramp(7, 0))}},
+      {"rows not the shape's", dense, 1, {RawShard::Floats(Ramp(3, 0))}},
+      {"no tensor", dense, 2, {}},
+      {"negative rows", dense, -2, {RawShard::Floats(Ramp(6, 0))}},
+      {"hash without ids", hash, 1, {RawShard::Floats(Ramp(2, 0))}},
+      {"hash ids short", hash, 2, {RawShard::Floats(Ramp(4, 0)), RawShard::Ids({7})}},
+      {"hash ids not whole", hash, 1, {RawShard::Floats(Ramp(2, 0)), std::string(9, 'x')}},
+      // rows * 8 wraps to 0 and dim 0 makes the values empty: must not
+      // allocate 2^61 ids.
+      {"hash rows wrapping", hash_spec("emb0", {0, 0}), int64_t{1} << 61, {"", ""}},
+  };
+  for (const Case& c : cases) {
+    RawShard raw;
+    raw.AddRecord(c.spec, 1, c.rows, c.payloads);
+    WriteBytes(path, raw.Bytes());
+    ExpectDataLoss(path, c.what);
+    EXPECT_TRUE(Contains(std::string(ReadShardFile(path).status().message()),
+                         absl::StrCat("'", c.spec.name(), "'")))
+        << c.what;
+  }
+}
+
+TEST_F(CheckpointFormatTest, ReadShard_NotAFile_IsDataLoss) {
+  const std::string path = Path("a_directory.pst");
+  fs::create_directory(path);
+  ExpectDataLoss(path, "directory");
+}
+
+TEST_F(CheckpointFormatTest, Manifest_RoundTrips) {
+  proto::CheckpointManifest m;
+  m.set_format_version(1);
+  m.set_global_step(1200);
+  m.set_created_unix_ms(1700000000123);
+  m.mutable_plan()->set_num_ps(2);
+  m.mutable_plan()->set_policy("round_robin");
+  proto::PlacementPlan::Entry* e = m.mutable_plan()->add_variables();
+  *e->mutable_spec() = DenseSpec("dense_0/kernel", {3, 4});
+  e->set_ps_index(1);
+  proto::CheckpointShard* s = m.add_shards();
+  s->set_file("shard-0-of-2.pst");
+  s->set_ps_index(0);
+  s->set_bytes(1234);
+  s->set_crc32(0xdeadbeefu);
+  ASSERT_TRUE(WriteManifest(dir_, m).ok());
+  EXPECT_FALSE(fs::exists(Path(std::string(kManifestFile) + ".tmp")));
+  EXPECT_TRUE(Contains(ReadBytes(Path(kManifestFile)), "global_step"));
+
+  absl::StatusOr<proto::CheckpointManifest> got = ReadManifest(dir_);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->SerializeAsString(), m.SerializeAsString());
+}
+
+TEST_F(CheckpointFormatTest, Manifest_Garbage_IsDataLoss) {
+  WriteBytes(Path(kManifestFile), "{\"global_step\": [oops");
+  absl::StatusOr<proto::CheckpointManifest> got = ReadManifest(dir_);
+  EXPECT_EQ(got.status().code(), absl::StatusCode::kDataLoss) << got.status();
+  EXPECT_TRUE(Contains(std::string(got.status().message()), kManifestFile));
+}
+
+TEST_F(CheckpointFormatTest, Manifest_Missing_IsNotFound) {
+  absl::StatusOr<proto::CheckpointManifest> got = ReadManifest(dir_);
+  EXPECT_EQ(got.status().code(), absl::StatusCode::kNotFound) << got.status();
+}
+
+// Creates <root>/ckpt-<step>, with a manifest when `committed`.
+void MakeCheckpointDir(const std::string& root, int64_t step, bool committed) {
+  const std::string dir = (fs::path(root) / CheckpointDirName(step)).string();
+  fs::create_directories(dir);
+  std::ofstream(fs::path(dir) / "shard-0-of-1.pst") << "partial";
+  if (committed) {
+    proto::CheckpointManifest m;
+    m.set_format_version(1);
+    m.set_global_step(step);
+    ASSERT_TRUE(WriteManifest(dir, m).ok());
+  }
+}
+
+TEST_F(CheckpointFormatTest, ListCheckpoints_NewestFirstAndOnlyCommitted) {
+  MakeCheckpointDir(dir_, 100, true);
+  MakeCheckpointDir(dir_, 2000, true);
+  MakeCheckpointDir(dir_, 300, true);
+  MakeCheckpointDir(dir_, 5000, false);  // no manifest
+  // A manifest that does not parse is not a checkpoint either.
+  fs::create_directories(Path("ckpt-000000000400"));
+  WriteBytes(Path("ckpt-000000000400/MANIFEST.json"), "not json");
+  fs::create_directories(Path("ckpt-abc"));  // not a step
+  WriteBytes(Path("ckpt-000000000700"), "a file, not a directory");
+
+  const std::vector<std::string> want = {Path("ckpt-000000002000"), Path("ckpt-000000000300"),
+                                         Path("ckpt-000000000100")};
+  EXPECT_EQ(ListCheckpoints(dir_), want);
+  EXPECT_TRUE(ListCheckpoints(Path("absent")).empty());
+}
+
+TEST_F(CheckpointFormatTest, PruneCheckpoints_KeepsNewestAndRemovesOldDebrisOnly) {
+  MakeCheckpointDir(dir_, 100, true);
+  MakeCheckpointDir(dir_, 200, true);
+  MakeCheckpointDir(dir_, 300, true);
+  MakeCheckpointDir(dir_, 400, true);
+  MakeCheckpointDir(dir_, 250, false);  // old debris of an interrupted save
+  MakeCheckpointDir(dir_, 500, false);  // a save in progress
+  WriteBytes(Path("notes.txt"), "keep me");
+  fs::create_directories(Path("other_dir"));
+  fs::create_directories(Path("ckpt-latest"));
+
+  ASSERT_TRUE(PruneCheckpoints(dir_, 2).ok());
+  const std::vector<std::string> want = {Path("ckpt-000000000400"), Path("ckpt-000000000300")};
+  EXPECT_EQ(ListCheckpoints(dir_), want);
+  EXPECT_FALSE(fs::exists(Path("ckpt-000000000100")));
+  EXPECT_FALSE(fs::exists(Path("ckpt-000000000200")));
+  EXPECT_FALSE(fs::exists(Path("ckpt-000000000250")));
+  EXPECT_TRUE(fs::exists(Path("ckpt-000000000500/shard-0-of-1.pst")));
+  EXPECT_TRUE(fs::exists(Path("notes.txt")));
+  EXPECT_TRUE(fs::exists(Path("other_dir")));
+  EXPECT_TRUE(fs::exists(Path("ckpt-latest")));
+
+  // Keeping more than exist changes nothing.
+  ASSERT_TRUE(PruneCheckpoints(dir_, 10).ok());
+  EXPECT_EQ(ListCheckpoints(dir_), want);
+}
+
+TEST_F(CheckpointFormatTest, PruneCheckpoints_WithoutCommittedCheckpoint_TouchesNothing) {
+  MakeCheckpointDir(dir_, 100, false);
+  ASSERT_TRUE(PruneCheckpoints(dir_, 1).ok());
+  EXPECT_TRUE(fs::exists(Path("ckpt-000000000100")));
+  EXPECT_TRUE(PruneCheckpoints(Path("absent"), 1).ok());
+}
+
+TEST_F(CheckpointFormatTest, PruneCheckpoints_KeepBelowOne_IsInvalidArgument) {
+  MakeCheckpointDir(dir_, 100, true);
+  EXPECT_EQ(PruneCheckpoints(dir_, 0).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(fs::exists(Path("ckpt-000000000100")));
+}
+
+// Writes a two-ps checkpoint at step 1200 and returns its directory.
+std::string WriteGoodCheckpoint(const std::string& root) {
+  const std::string dir = (fs::path(root) / CheckpointDirName(1200)).string();
+  fs::create_directories(dir);
+  std::vector<ShardRecord> all = SampleRecords();
+  std::vector<std::vector<ShardRecord>> per_ps = {{all[0], all[1]}, {all[2], all[3]}};
+  proto::CheckpointManifest m;
+  m.set_format_version(1);
+  m.set_global_step(1200);
+  m.mutable_plan()->set_num_ps(2);
+  for (int ps = 0; ps < 2; ++ps) {
+    proto::CheckpointShard shard;
+    const std::string path = (fs::path(dir) / ShardFileName(ps, 2)).string();
+    EXPECT_TRUE(WriteShardFile(path, per_ps[ps], &shard).ok());
+    shard.set_ps_index(ps);
+    *m.add_shards() = shard;
+  }
+  EXPECT_TRUE(WriteManifest(dir, m).ok());
+  return dir;
+}
+
+TEST_F(CheckpointFormatTest, InspectCheckpoint_GoodCheckpoint) {
+  const std::string dir = WriteGoodCheckpoint(dir_);
+  absl::StatusOr<CheckpointReport> report = InspectCheckpoint(dir);
+  ASSERT_TRUE(report.ok()) << report.status();
+  EXPECT_EQ(report->global_step, 1200);
+  EXPECT_EQ(report->num_ps, 2);
+  EXPECT_EQ(report->total_bytes, static_cast<int64_t>(fs::file_size(dir + "/shard-0-of-2.pst") +
+                                                      fs::file_size(dir + "/shard-1-of-2.pst")));
+  ASSERT_EQ(report->variables.size(), 4u);
+  const auto& v = report->variables;
+  EXPECT_EQ(v[0].name, "dense_0/kernel");
+  EXPECT_EQ(v[0].shape, "[3, 4]");
+  EXPECT_EQ(v[0].rows, 3);
+  EXPECT_EQ(v[0].version, 17);
+  EXPECT_EQ(v[0].slots, 2);
+  EXPECT_EQ(v[0].ps_index, 0);
+  EXPECT_EQ(v[1].name, "dense_0/bias");
+  EXPECT_EQ(v[1].shape, "[5]");
+  EXPECT_EQ(v[1].slots, 0);
+  EXPECT_EQ(v[2].name, "emb/part_0");
+  EXPECT_EQ(v[2].shape, "[4 ids, 3]");
+  EXPECT_EQ(v[2].rows, 4);
+  EXPECT_EQ(v[2].version, 9);
+  EXPECT_EQ(v[2].slots, 1);
+  EXPECT_EQ(v[2].ps_index, 1);
+  EXPECT_EQ(v[3].name, "table/part_1");
+  EXPECT_EQ(v[3].shape, "[2, 2]");
+  EXPECT_EQ(v[3].ps_index, 1);
+}
+
+TEST_F(CheckpointFormatTest, InspectCheckpoint_ShardDiffersFromManifest_IsDataLoss) {
+  const std::string dir = WriteGoodCheckpoint(dir_);
+  const std::string shard = dir + "/shard-1-of-2.pst";
+  {
+    // Overwrite one byte in place: same size, different crc32.
+    std::fstream f(shard, std::ios::binary | std::ios::in | std::ios::out);
+    f.seekg(20);
+    char c = 0;
+    f.read(&c, 1);
+    f.seekp(20);
+    c = static_cast<char>(c ^ 0x10);
+    f.write(&c, 1);
+  }
+  absl::StatusOr<CheckpointReport> report = InspectCheckpoint(dir);
+  EXPECT_EQ(report.status().code(), absl::StatusCode::kDataLoss) << report.status();
+  EXPECT_TRUE(Contains(std::string(report.status().message()), "shard-1-of-2.pst"));
+  EXPECT_TRUE(Contains(std::string(report.status().message()), "crc32"));
+}
+
+TEST_F(CheckpointFormatTest, InspectCheckpoint_ShardSizeDiffers_IsDataLoss) {
+  const std::string dir = WriteGoodCheckpoint(dir_);
+  const std::string shard = dir + "/shard-0-of-2.pst";
+  WriteBytes(shard, ReadBytes(shard) + "!");
+  absl::StatusOr<CheckpointReport> report = InspectCheckpoint(dir);
+  EXPECT_EQ(report.status().code(), absl::StatusCode::kDataLoss) << report.status();
+  EXPECT_TRUE(Contains(std::string(report.status().message()), "shard-0-of-2.pst"));
+}
+
+TEST_F(CheckpointFormatTest, InspectCheckpoint_MissingShardOrManifest_IsNotFound) {
+  const std::string dir = WriteGoodCheckpoint(dir_);
+  fs::remove(dir + "/shard-1-of-2.pst");
+  EXPECT_EQ(InspectCheckpoint(dir).status().code(), absl::StatusCode::kNotFound);
+  fs::remove(dir + "/" + kManifestFile);
+  EXPECT_EQ(InspectCheckpoint(dir).status().code(), absl::StatusCode::kNotFound);
+}
+
+}  // namespace
+}  // namespace pst::common

@@ -1,0 +1,107 @@
+// Sharded checkpoints on real clusters: saved while training, checked by
+// `pstrain checkpoint inspect`, resumed onto another number of ps, and a
+// corrupt newest checkpoint skipped for the next older one.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "absl/strings/str_cat.h"
+#include "common/checkpoint_format.h"
+#include "tests/test_cluster.h"
+
+namespace pst::testing {
+namespace {
+
+constexpr absl::Duration kTimeout = absl::Seconds(240);
+
+class CheckpointTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!std::filesystem::exists("/usr/share/datasets/fashion-mnist")) {
+      GTEST_SKIP() << "Fashion-MNIST is missing: install Debian's dataset-fashion-mnist";
+    }
+    dir_ = TestDir();
+    ckpt_ = dir_ + "/ckpt";
+  }
+
+  // Runs a job; returns its summary and keeps its output.
+  nlohmann::json Run(int ps, int64_t max_steps) {
+    const std::string summary = absl::StrCat(dir_, "/summary_", max_steps, ".json");
+    std::unique_ptr<TestProcess> launcher =
+        LaunchLocal({absl::StrCat("--ps=", ps), "--workers=2", "--epochs=20",
+                     absl::StrCat("--max_steps=", max_steps), "--checkpoint_dir=" + ckpt_,
+                     "--save_checkpoints_steps=50", "--summary_json=" + summary});
+    EXPECT_NE(launcher, nullptr);
+    if (launcher == nullptr) return {};
+    std::optional<int> exited = launcher->WaitForExit(kTimeout);
+    output_ = launcher->output();
+    EXPECT_TRUE(exited.has_value()) << output_;
+    EXPECT_EQ(exited.has_value() ? ExitCode(*exited) : -1, 0) << output_;
+    return ReadJsonFile(summary);
+  }
+
+  // `pstrain checkpoint inspect` on the root: its exit code.
+  int Inspect(std::string* output) {
+    auto inspect = TestProcess::Start({BinaryPath("pstrain"), "checkpoint", "inspect", ckpt_});
+    EXPECT_TRUE(inspect.ok());
+    std::optional<int> exited = (*inspect)->WaitForExit(kTimeout);
+    *output = (*inspect)->output();
+    return exited.has_value() ? ExitCode(*exited) : -1;
+  }
+
+  std::string dir_, ckpt_, output_;
+};
+
+TEST_F(CheckpointTest, SavedWhileTraining_ResumesOntoThreePs) {
+  const nlohmann::json first = Run(/*ps=*/2, /*max_steps=*/200);
+  ASSERT_TRUE(first.is_object()) << output_;
+  const std::vector<std::string> saved = common::ListCheckpoints(ckpt_);
+  ASSERT_GE(saved.size(), 2u) << output_;
+  std::string report;
+  EXPECT_EQ(Inspect(&report), 0) << report;
+  EXPECT_NE(report.find("checksums OK"), std::string::npos) << report;
+  const int64_t newest = common::ReadManifest(saved[0])->global_step();
+  EXPECT_GE(newest, 200);
+
+  const nlohmann::json second = Run(/*ps=*/3, /*max_steps=*/400);
+  ASSERT_TRUE(second.is_object()) << output_;
+  EXPECT_NE(output_.find(absl::StrCat("restored from ", saved[0])), std::string::npos) << output_;
+  EXPECT_NE(output_.find("written by 2 ps, loaded onto 3"), std::string::npos) << output_;
+  EXPECT_GE(second["global_step"].get<int64_t>(), 400);
+  // It went on from the checkpoint: far fewer than 400 new pushes.
+  EXPECT_LE(second["pushes"].get<int64_t>(), 400 - newest + 20) << second.dump();
+  EXPECT_EQ(Inspect(&report), 0) << report;
+}
+
+TEST_F(CheckpointTest, CorruptNewestCheckpoint_IsReportedAndTheOlderOneUsed) {
+  ASSERT_TRUE(Run(/*ps=*/2, /*max_steps=*/150).is_object()) << output_;
+  const std::vector<std::string> saved = common::ListCheckpoints(ckpt_);
+  ASSERT_GE(saved.size(), 2u) << output_;
+  // Flip one byte in the middle of the newest checkpoint's first shard.
+  const std::string shard = saved[0] + "/" + common::ShardFileName(0, 2);
+  {
+    std::fstream f(shard, std::ios::in | std::ios::out | std::ios::binary);
+    ASSERT_TRUE(f.good()) << shard;
+    f.seekg(0, std::ios::end);
+    const std::streamoff middle = f.tellg() / 2;
+    f.seekg(middle);
+    char byte = 0;
+    f.read(&byte, 1);
+    byte ^= 0x10;
+    f.seekp(middle);
+    f.write(&byte, 1);
+  }
+  std::string report;
+  EXPECT_EQ(Inspect(&report), 1) << report;
+  EXPECT_NE(report.find("CORRUPT"), std::string::npos) << report;
+  EXPECT_NE(report.find(shard), std::string::npos) << report;
+
+  ASSERT_TRUE(Run(/*ps=*/2, /*max_steps=*/250).is_object()) << output_;
+  EXPECT_NE(output_.find(absl::StrCat("checkpoint ", saved[0], " is unusable")), std::string::npos)
+      << output_;
+  EXPECT_NE(output_.find(absl::StrCat("restored from ", saved[1])), std::string::npos) << output_;
+}
+
+}  // namespace
+}  // namespace pst::testing
