@@ -1,12 +1,12 @@
 // chief: plans the placement, initializes the variables, drives the job to
 // completion, evaluates the model, and tells every daemon to exit.
-#include <algorithm>
 #include <cstdio>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "chief/chief.h"
+#include "chief/options_from_flags.h"
 #include "common/daemon_main.h"
 #include "common/logging.h"
 
@@ -20,17 +20,7 @@ int main(int argc, char** argv) {
     absl::StatusOr<pst::common::DaemonSetup> setup =
         pst::common::SetUpDaemon("chief", pst::common::TaskType::kChief, &stop);
     if (!setup.ok()) return 2;
-    pst::chief::ChiefOptions options;
-    options.tf = setup->tf;
-    options.training = setup->training;
-    options.timing = setup->timing;
-    options.data_dir = absl::GetFlag(FLAGS_data_dir);
-    options.summary_json = absl::GetFlag(FLAGS_summary_json);
-    options.checkpoint_dir = absl::GetFlag(FLAGS_checkpoint_dir);
-    options.save_steps = absl::GetFlag(FLAGS_save_checkpoints_steps);
-    options.save_secs = absl::GetFlag(FLAGS_save_checkpoints_secs);
-    options.keep_checkpoints = std::max(1, absl::GetFlag(FLAGS_keep_checkpoints));
-    absl::Status status = pst::chief::RunChief(options, stop);
+    absl::Status status = pst::chief::RunChief(pst::chief::ChiefOptionsFromFlags(*setup), stop);
     if (!status.ok()) {
       spdlog::error("job failed: {}", status.ToString());
       return 1;

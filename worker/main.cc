@@ -1,7 +1,6 @@
 // worker: trains on its shard of the data, pulling parameters from and
 // pushing gradients to the ps. When the cluster lists no chief, worker 0
 // also runs the coordinator, as in TensorFlow and TFJob.
-#include <algorithm>
 #include <cstdio>
 #include <thread>
 
@@ -9,6 +8,7 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "chief/chief.h"
+#include "chief/options_from_flags.h"
 #include "common/daemon_main.h"
 #include "common/logging.h"
 #include "worker/trainer.h"
@@ -33,16 +33,7 @@ int main(int argc, char** argv) {
     std::thread chief_thread;
     if (setup->tf.IsCoordinator()) {
       spdlog::info("no chief in the cluster: this worker also acts as chief");
-      pst::chief::ChiefOptions options;
-      options.tf = setup->tf;
-      options.training = setup->training;
-      options.timing = setup->timing;
-      options.data_dir = absl::GetFlag(FLAGS_data_dir);
-      options.summary_json = absl::GetFlag(FLAGS_summary_json);
-      options.checkpoint_dir = absl::GetFlag(FLAGS_checkpoint_dir);
-      options.save_steps = absl::GetFlag(FLAGS_save_checkpoints_steps);
-      options.save_secs = absl::GetFlag(FLAGS_save_checkpoints_secs);
-      options.keep_checkpoints = std::max(1, absl::GetFlag(FLAGS_keep_checkpoints));
+      const pst::chief::ChiefOptions options = pst::chief::ChiefOptionsFromFlags(*setup);
       chief_thread = std::thread(
           [options, &stop, &chief_status] { chief_status = pst::chief::RunChief(options, stop); });
     }

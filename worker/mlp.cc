@@ -126,15 +126,19 @@ absl::Status Mlp::CheckParams(const ParamSet& params) const {
           absl::StrCat("MlpConfig has a non-positive layer width (", d, ")"));
     }
   }
-  if (params.size() != specs_.size()) {
+  return CheckParamSizes(specs_, params);
+}
+
+absl::Status CheckParamSizes(const std::vector<ParamSpec>& specs, const ParamSet& params) {
+  if (params.size() != specs.size()) {
     return absl::InvalidArgumentError(
-        absl::StrCat("expected ", specs_.size(), " parameter tensors, got ", params.size()));
+        absl::StrCat("expected ", specs.size(), " parameter tensors, got ", params.size()));
   }
-  for (size_t i = 0; i < specs_.size(); ++i) {
+  for (size_t i = 0; i < specs.size(); ++i) {
     int64_t expected = 1;
-    for (int64_t d : specs_[i].shape) expected *= d;
+    for (int64_t d : specs[i].shape) expected *= d;
     if (static_cast<int64_t>(params[i].size()) != expected) {
-      return absl::InvalidArgumentError(absl::StrCat("parameter ", specs_[i].name, " has ",
+      return absl::InvalidArgumentError(absl::StrCat("parameter ", specs[i].name, " has ",
                                                      params[i].size(), " elements, expected ",
                                                      expected));
     }

@@ -40,6 +40,10 @@ using ParamSet = std::vector<std::vector<float>>;
 
 std::vector<ParamSpec> MlpParamSpecs(const MlpConfig& config);
 
+// Checks that `params` has one vector per spec, each with the spec's number
+// of elements. InvalidArgument names the first mismatch.
+absl::Status CheckParamSizes(const std::vector<ParamSpec>& specs, const ParamSet& params);
+
 class Mlp {
  public:
   explicit Mlp(MlpConfig config);

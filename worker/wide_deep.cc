@@ -67,20 +67,7 @@ absl::Status CheckConfig(const WideDeepConfig& config) {
 absl::Status CheckParams(const WideDeepConfig& config, const std::vector<ParamSpec>& specs,
                          const ParamSet& params) {
   PST_RETURN_IF_ERROR(CheckConfig(config));
-  if (params.size() != specs.size()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("expected ", specs.size(), " dense parameter tensors, got ", params.size()));
-  }
-  for (size_t i = 0; i < specs.size(); ++i) {
-    int64_t expected = 1;
-    for (int64_t d : specs[i].shape) expected *= d;
-    if (static_cast<int64_t>(params[i].size()) != expected) {
-      return absl::InvalidArgumentError(absl::StrCat("parameter ", specs[i].name, " has ",
-                                                     params[i].size(), " elements, expected ",
-                                                     expected));
-    }
-  }
-  return absl::OkStatus();
+  return CheckParamSizes(specs, params);
 }
 
 // Everything about `batch` except its labels.
