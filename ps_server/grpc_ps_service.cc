@@ -186,7 +186,8 @@ grpc::ServerUnaryReactor* GrpcPsService::Save(grpc::CallbackServerContext* conte
   response->set_snapshot_seconds(absl::ToDoubleSeconds(absl::Now() - start));
   const std::string path =
       absl::StrCat(request->directory(), "/", common::ShardFileName(ps_index_, request->num_ps()));
-  std::thread([reactor, response, records, path, index = ps_index_] {
+  BackgroundStarted();
+  std::thread([this, reactor, response, records, path, index = ps_index_] {
     const absl::Time write_start = absl::Now();
     absl::Status status = common::WriteShardFile(path, *records, response->mutable_shard());
     response->mutable_shard()->set_ps_index(index);
@@ -196,8 +197,25 @@ grpc::ServerUnaryReactor* GrpcPsService::Save(grpc::CallbackServerContext* conte
                    response->write_seconds());
     }
     reactor->Finish(common::ToGrpcStatus(status));
+    BackgroundDone();
   }).detach();
   return reactor;
+}
+
+void GrpcPsService::BackgroundStarted() {
+  absl::MutexLock lock(&background_mu_);
+  ++background_;
+}
+
+void GrpcPsService::BackgroundDone() {
+  absl::MutexLock lock(&background_mu_);
+  --background_;
+}
+
+void GrpcPsService::WaitForBackgroundWork() {
+  absl::MutexLock lock(&background_mu_);
+  background_mu_.Await(absl::Condition(
+      +[](int* n) { return *n == 0; }, &background_));
 }
 
 grpc::ServerUnaryReactor* GrpcPsService::Restore(grpc::CallbackServerContext* context,
@@ -205,6 +223,7 @@ grpc::ServerUnaryReactor* GrpcPsService::Restore(grpc::CallbackServerContext* co
                                                  proto::RestoreResponse* response) {
   TouchChief();
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  BackgroundStarted();
   std::thread([this, reactor, request, response] {
     absl::Status status = [&]() -> absl::Status {
       std::vector<std::vector<common::ShardRecord>> shards;
@@ -228,6 +247,7 @@ grpc::ServerUnaryReactor* GrpcPsService::Restore(grpc::CallbackServerContext* co
       return absl::OkStatus();
     }();
     reactor->Finish(common::ToGrpcStatus(status));
+    BackgroundDone();
   }).detach();
   return reactor;
 }

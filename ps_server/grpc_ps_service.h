@@ -67,6 +67,10 @@ class GrpcPsService final : public proto::ParameterServer::CallbackService {
   // any CreateVariables), for the ps's own chief-lost timeout.
   absl::Time last_chief_contact() const;
 
+  // Waits until every Save and Restore running on its own thread has
+  // finished its call. REQUIRES: called before the server shuts down.
+  void WaitForBackgroundWork();
+
  private:
   void TouchChief();
 
@@ -76,6 +80,11 @@ class GrpcPsService final : public proto::ParameterServer::CallbackService {
   const uint64_t incarnation_;
   std::atomic<int64_t> last_chief_contact_ns_;
   common::StopSignal* const stop_;
+  // Save and Restore calls still running on their own threads.
+  absl::Mutex background_mu_;
+  int background_ ABSL_GUARDED_BY(background_mu_) = 0;
+  void BackgroundStarted();
+  void BackgroundDone();
 };
 
 }  // namespace pst::ps

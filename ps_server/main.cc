@@ -64,6 +64,7 @@ int Run() {
   (exit_code == 0 ? spdlog::info("stopping: {}", stop.reason())
                   : spdlog::error("stopping: {}", stop.reason()));
   store.CancelAllWaiters(absl::UnavailableError("the ps is shutting down"));
+  service.WaitForBackgroundWork();  // a save in progress finishes its file
   (*server)->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
   const VariableStore::Stats stats = store.GetStats();
   spdlog::info("exiting: {} variable(s), {} push(es) applied", stats.num_variables,
