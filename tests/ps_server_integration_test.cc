@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "absl/synchronization/notification.h"
 #include "common/grpc_channel.h"
 #include "common/tensor_util.h"
 #include "proto/pstrain.grpc.pb.h"
@@ -198,6 +199,64 @@ TEST_F(PsServerTest, RetriedPush_IsAppliedExactlyOnce) {
   ASSERT_TRUE(stub_->Push(&context, push, &response).ok());
   EXPECT_FALSE(response.duplicate());
   EXPECT_EQ(response.versions(0), 2);
+}
+
+// A pull parked in sync mode: a client deadline cancels it cleanly, and a
+// shutdown finishes the ones still waiting.
+TEST_F(PsServerTest, ParkedPull_IsCancelledByDeadline_AndFinishedByShutdown) {
+  proto::CreateVariablesRequest create;
+  *create.add_variables() = Spec("b", {4});
+  create.mutable_optimizer()->set_name("sgd");
+  create.mutable_optimizer()->set_learning_rate(1.0f);
+  create.mutable_sync()->set_mode(proto::SYNC);
+  create.mutable_sync()->set_num_workers(2);
+  ASSERT_TRUE(CreateVariables(create).ok()) << ps_->output();
+  proto::PullRequest wait_for_step_1;
+  wait_for_step_1.set_worker_index(0);
+  wait_for_step_1.set_min_version(1);
+  {
+    grpc::ClientContext context;
+    common::SetDeadline(&context, absl::Milliseconds(300));
+    proto::PullResponse response;
+    EXPECT_EQ(stub_->Pull(&context, wait_for_step_1, &response).error_code(),
+              grpc::StatusCode::DEADLINE_EXCEEDED);
+  }
+  proto::HealthResponse health;
+  {
+    grpc::ClientContext context;
+    common::SetDeadline(&context, kTimeout);
+    ASSERT_TRUE(stub_->Health(&context, proto::HealthRequest(), &health).ok());
+  }
+  EXPECT_EQ(health.parked_pulls(), 1);
+
+  // Park another, then stop the ps: the waiting pull gets an answer.
+  grpc::ClientContext parked_context;
+  common::SetDeadline(&parked_context, kTimeout);
+  proto::PullResponse parked_response;
+  absl::Notification answered;
+  grpc::Status parked_status;
+  stub_->async()->Pull(&parked_context, &wait_for_step_1, &parked_response, [&](grpc::Status s) {
+    parked_status = std::move(s);
+    answered.Notify();
+  });
+  // Wait until the ps holds it (its count of parked pulls reaches 2).
+  for (int64_t parked = 1; parked < 2;) {
+    grpc::ClientContext context;
+    common::SetDeadline(&context, kTimeout);
+    proto::HealthRequest request;
+    ASSERT_TRUE(stub_->Health(&context, request, &health).ok());
+    parked = health.parked_pulls();
+    if (parked < 2) {
+      // Not parked yet: it must not have been answered either.
+      ASSERT_FALSE(answered.WaitForNotificationWithTimeout(absl::Milliseconds(20)));
+    }
+  }
+  ps_->Signal(SIGTERM);
+  ASSERT_TRUE(answered.WaitForNotificationWithTimeout(kTimeout));
+  EXPECT_FALSE(parked_status.ok());
+  std::optional<int> exited = ps_->WaitForExit(kTimeout);
+  ASSERT_TRUE(exited.has_value());
+  EXPECT_EQ(ExitCode(*exited), 0) << ps_->output();
 }
 
 TEST_F(PsServerTest, Sigterm_DrainsAndExitsZero) {
