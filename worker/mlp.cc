@@ -94,26 +94,28 @@ double RowCrossEntropy(const float* z, int num_classes, int label, float* probs)
 
 }  // namespace
 
-std::vector<ParamSpec> MlpParamSpecs(const MlpConfig& config) {
-  const std::vector<int> dims = LayerDims(config);
-  std::vector<ParamSpec> specs;
-  specs.reserve(2 * (dims.size() - 1));
+void AppendDenseLayerSpecs(const std::vector<int>& dims, const std::string& prefix,
+                           std::vector<ParamSpec>* specs) {
   for (size_t l = 0; l + 1 < dims.size(); ++l) {
     const int in = dims[l];
     const int out = dims[l + 1];
     ParamSpec kernel;
-    kernel.name = absl::StrCat("dense_", l, "/kernel");
+    kernel.name = absl::StrCat(prefix, "dense_", l, "/kernel");
     kernel.shape = {in, out};
     kernel.is_kernel = true;
     kernel.fan_in = in;
     kernel.fan_out = out;
-    specs.push_back(std::move(kernel));
+    specs->push_back(std::move(kernel));
     ParamSpec bias;
-    bias.name = absl::StrCat("dense_", l, "/bias");
+    bias.name = absl::StrCat(prefix, "dense_", l, "/bias");
     bias.shape = {out};
-    bias.is_kernel = false;
-    specs.push_back(std::move(bias));
+    specs->push_back(std::move(bias));
   }
+}
+
+std::vector<ParamSpec> MlpParamSpecs(const MlpConfig& config) {
+  std::vector<ParamSpec> specs;
+  AppendDenseLayerSpecs(LayerDims(config), "", &specs);
   return specs;
 }
 

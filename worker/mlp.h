@@ -40,6 +40,12 @@ using ParamSet = std::vector<std::vector<float>>;
 
 std::vector<ParamSpec> MlpParamSpecs(const MlpConfig& config);
 
+// Appends the kernel and bias of each dense layer between consecutive widths
+// in `dims`: "<prefix>dense_<i>/kernel" [dims[i], dims[i+1]] and
+// "<prefix>dense_<i>/bias" [dims[i+1]].
+void AppendDenseLayerSpecs(const std::vector<int>& dims, const std::string& prefix,
+                           std::vector<ParamSpec>* specs);
+
 // Checks that `params` has one vector per spec, each with the spec's number
 // of elements. InvalidArgument names the first mismatch.
 absl::Status CheckParamSizes(const std::vector<ParamSpec>& specs, const ParamSet& params);

@@ -178,28 +178,12 @@ void ForwardLogits(const WideDeepConfig& config, const std::vector<int>& dims,
 }  // namespace
 
 std::vector<ParamSpec> WideDeepDenseSpecs(const WideDeepConfig& config) {
-  const std::vector<int> dims = DeepDims(config);
   std::vector<ParamSpec> specs;
-  specs.reserve(1 + 2 * (dims.size() - 1));
   ParamSpec wide_bias;
   wide_bias.name = "wide/bias";
   wide_bias.shape = {1};
   specs.push_back(std::move(wide_bias));
-  for (size_t l = 0; l + 1 < dims.size(); ++l) {
-    const int in = dims[l];
-    const int out = dims[l + 1];
-    ParamSpec kernel;
-    kernel.name = absl::StrCat("deep/dense_", l, "/kernel");
-    kernel.shape = {in, out};
-    kernel.is_kernel = true;
-    kernel.fan_in = in;
-    kernel.fan_out = out;
-    specs.push_back(std::move(kernel));
-    ParamSpec bias;
-    bias.name = absl::StrCat("deep/dense_", l, "/bias");
-    bias.shape = {out};
-    specs.push_back(std::move(bias));
-  }
+  AppendDenseLayerSpecs(DeepDims(config), "deep/", &specs);
   return specs;
 }
 
