@@ -34,17 +34,8 @@ void AddGradient(proto::PushRequest* push, const std::string& name, std::vector<
   common::PackFloats(values, common::Shape(shape.begin(), shape.end()), push->add_gradients());
 }
 
-class PsServerTest : public ::testing::Test {
+class PsServerTest : public LonePsTest {
  protected:
-  void SetUp() override {
-    spec_ = PickLocalSpec(1, 1, 1);
-    auto ps = TestProcess::Start({BinaryPath("ps_server")},
-                                 {"TF_CONFIG=" + TfConfigJson(spec_, "ps", 0)});
-    ASSERT_TRUE(ps.ok()) << ps.status();
-    ps_ = *std::move(ps);
-    stub_ = proto::ParameterServer::NewStub(common::MakeChannel(spec_.ps[0]));
-  }
-
   grpc::Status CreateVariables(const proto::CreateVariablesRequest& request) {
     grpc::ClientContext context;
     common::SetDeadline(&context, kTimeout, /*wait_for_ready=*/true);
@@ -64,10 +55,6 @@ class PsServerTest : public ::testing::Test {
     for (auto& n : names) request.add_names(n);
     return stub_->Pull(&context, request, response);
   }
-
-  LocalSpec spec_;
-  std::unique_ptr<TestProcess> ps_;
-  std::unique_ptr<proto::ParameterServer::Stub> stub_;
 };
 
 TEST_F(PsServerTest, BadRequests_AreRejectedWithClearStatus_AndLeaveParametersUnchanged) {

@@ -24,17 +24,8 @@ namespace {
 constexpr absl::Duration kTimeout = absl::Seconds(60);
 
 // A 10x3 table split in 2 'mod' partitions, both on one ps.
-class SparsePsTest : public ::testing::Test {
+class SparsePsTest : public LonePsTest {
  protected:
-  void SetUp() override {
-    spec_ = PickLocalSpec(1, 1, 1);
-    auto ps = TestProcess::Start({BinaryPath("ps_server")},
-                                 {"TF_CONFIG=" + TfConfigJson(spec_, "ps", 0)});
-    ASSERT_TRUE(ps.ok()) << ps.status();
-    ps_ = *std::move(ps);
-    stub_ = proto::ParameterServer::NewStub(common::MakeChannel(spec_.ps[0]));
-  }
-
   void CreateTable(bool skip_nonfinite) {
     proto::VariableSpec table;
     table.set_name("emb");
@@ -85,10 +76,6 @@ class SparsePsTest : public ::testing::Test {
     common::SetDeadline(&context, kTimeout);
     return stub_->PushRows(&context, push, response);
   }
-
-  LocalSpec spec_;
-  std::unique_ptr<TestProcess> ps_;
-  std::unique_ptr<proto::ParameterServer::Stub> stub_;
 };
 
 TEST_F(SparsePsTest, BadSparsePushes_AreRejectedClearly_AndChangeNothing) {

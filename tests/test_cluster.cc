@@ -13,6 +13,7 @@
 #include <regex>
 
 #include "absl/strings/str_cat.h"
+#include "common/grpc_channel.h"
 #include "common/tf_config.h"
 #include "tools/subprocess.h"
 
@@ -116,6 +117,15 @@ std::string TfConfigJson(const LocalSpec& spec, const std::string& type, int ind
 }
 
 int ExitCode(int wait_status) { return WIFEXITED(wait_status) ? WEXITSTATUS(wait_status) : -1; }
+
+void LonePsTest::SetUp() {
+  spec_ = PickLocalSpec(1, 1, 1);
+  auto ps =
+      TestProcess::Start({BinaryPath("ps_server")}, {"TF_CONFIG=" + TfConfigJson(spec_, "ps", 0)});
+  ASSERT_TRUE(ps.ok()) << ps.status();
+  ps_ = *std::move(ps);
+  stub_ = proto::ParameterServer::NewStub(common::MakeChannel(spec_.ps[0]));
+}
 
 std::unique_ptr<TestProcess> LaunchLocal(const std::vector<std::string>& flags) {
   std::vector<std::string> argv = {BinaryPath("pstrain"), "local",

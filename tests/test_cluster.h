@@ -2,6 +2,7 @@
 #ifndef PST_TESTS_TEST_CLUSTER_H_
 #define PST_TESTS_TEST_CLUSTER_H_
 
+#include <gtest/gtest.h>
 #include <sys/types.h>
 
 #include <map>
@@ -17,6 +18,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "nlohmann/json.hpp"
+#include "proto/pstrain.grpc.pb.h"
 
 namespace pst::testing {
 
@@ -67,6 +69,17 @@ std::string TfConfigJson(const LocalSpec& spec, const std::string& type, int ind
 
 // Exit code of a wait status, or -1 when the process was killed by a signal.
 int ExitCode(int wait_status);
+
+// A fixture that starts one ps_server (cluster: 1 chief, 1 ps, 1 worker on
+// free ports) and holds a stub to it.
+class LonePsTest : public ::testing::Test {
+ protected:
+  void SetUp() override;
+
+  LocalSpec spec_;
+  std::unique_ptr<TestProcess> ps_;
+  std::unique_ptr<proto::ParameterServer::Stub> stub_;
+};
 
 // Starts `pstrain local` with test-friendly timing (fast heartbeats and
 // progress lines, bounded startup, a 240 s job timeout) and `flags`, which
