@@ -23,6 +23,7 @@
 #include "common/job_flags.h"
 #include "common/process.h"
 #include "common/tf_config.h"
+#include "tools/checkpoint_export.h"
 #include "tools/local_cluster.h"
 #include "tools/reference.h"
 #include "tools/subprocess.h"
@@ -41,6 +42,9 @@ ABSL_FLAG(int32_t, slow_worker_delay_ms, 0, "local: the slow worker's extra time
 ABSL_FLAG(std::string, out, "", "generate_criteo: the file to write.");
 ABSL_FLAG(int64_t, rows, 200000, "generate_criteo: rows to write.");
 ABSL_FLAG(int64_t, vocab, 10000, "generate_criteo: raw values per categorical field.");
+ABSL_FLAG(std::string, format, "safetensors", "checkpoint export: the file format (safetensors).");
+ABSL_FLAG(bool, include_slots, false,
+          "checkpoint export: also export the optimizer slots, as <variable>/<slot>.");
 
 namespace {
 
@@ -74,6 +78,9 @@ constexpr char kUsage[] =
     "  pstrain checkpoint inspect DIR\n"
     "      Lists a checkpoint's (or every checkpoint's in a root) step, variables and sizes,\n"
     "      and verifies every checksum; exits 1 if any is corrupt.\n"
+    "  pstrain checkpoint export [--format=safetensors] [--include_slots] DIR OUT\n"
+    "      Writes a checkpoint (DIR, or the newest valid one in a root) as one file with\n"
+    "      partitions merged into whole tensors, for use outside pstrain.\n"
     "\n"
     "Run 'pstrain --helpfull' for every flag.";
 
@@ -254,6 +261,34 @@ int InspectCheckpoints(const std::string& dir) {
   return bad == 0 ? 0 : 1;
 }
 
+// Exports checkpoint DIR (or the newest valid one in a root) to OUT.
+int ExportCheckpoint(const std::string& dir, const std::string& out) {
+  const std::string format = absl::GetFlag(FLAGS_format);
+  if (format != "safetensors") {
+    std::fprintf(stderr,
+                 "pstrain checkpoint export: unknown --format=%s (supported: safetensors)\n",
+                 format.c_str());
+    return 2;
+  }
+  pst::tools::ExportOptions options;
+  options.include_slots = absl::GetFlag(FLAGS_include_slots);
+  absl::StatusOr<pst::tools::ExportResult> result =
+      pst::tools::ExportSafetensors(dir, out, options);
+  if (!result.ok()) {
+    std::fprintf(stderr, "pstrain checkpoint export: %s\n",
+                 std::string(result.status().message()).c_str());
+    return 1;
+  }
+  for (const std::string& skipped : result->skipped) {
+    std::fprintf(stderr, "pstrain checkpoint export: skipped %s\n", skipped.c_str());
+  }
+  std::printf("%s: %d tensors, %lld bytes, step %lld (from %s)\n", out.c_str(), result->tensors,
+              static_cast<long long>(result->bytes), static_cast<long long>(result->global_step),
+              result->checkpoint.c_str());
+  return 0;
+}
+
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -265,11 +300,14 @@ int main(int argc, char** argv) {
   }
   const std::string command = args[1];
   if (command == "checkpoint") {
-    if (args.size() != 4 || std::string(args[2]) != "inspect") {
-      std::fprintf(stderr, "usage: pstrain checkpoint inspect DIR\n");
-      return 2;
-    }
-    return InspectCheckpoints(args[3]);
+    const std::string sub = args.size() > 2 ? args[2] : "";
+    if (sub == "inspect" && args.size() == 4) return InspectCheckpoints(args[3]);
+    if (sub == "export" && args.size() == 5) return ExportCheckpoint(args[3], args[4]);
+    std::fprintf(stderr,
+                 "usage: pstrain checkpoint inspect DIR\n"
+                 "       pstrain checkpoint export [--format=safetensors] [--include_slots] DIR "
+                 "OUT\n");
+    return 2;
   }
   if (args.size() > 2) {
     std::fprintf(stderr, "pstrain %s: unexpected argument '%s'\n", command.c_str(), args[2]);
