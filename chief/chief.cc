@@ -1,6 +1,7 @@
 #include "chief/chief.h"
 
 #include <algorithm>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <optional>
@@ -39,16 +40,17 @@ struct PsPeer {
   absl::Time last_ok;
 };
 
-// Creates this ps's variables, retrying while it is not up yet.
-absl::Status CreateOnPs(PsPeer* ps, const proto::CreateVariablesRequest& request,
-                        absl::Time deadline, const common::StopSignal& stop) {
+// Creates this ps's variables, retrying while it is not up yet. Returns how
+// many were new (the rest existed already: a ps that kept its state).
+absl::StatusOr<int> CreateOnPs(PsPeer* ps, const proto::CreateVariablesRequest& request,
+                               absl::Time deadline, const common::StopSignal& stop) {
   absl::Duration backoff = absl::Milliseconds(50);
   for (;; backoff = std::min(2 * backoff, absl::Seconds(1))) {
     grpc::ClientContext context;
     common::SetDeadline(&context, absl::Seconds(2), /*wait_for_ready=*/true);
     proto::CreateVariablesResponse response;
     grpc::Status status = ps->stub->CreateVariables(&context, request, &response);
-    if (status.ok()) break;
+    if (status.ok()) return response.created();
     const bool retry = status.error_code() == grpc::StatusCode::UNAVAILABLE ||
                        status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED;
     absl::Status s = common::FromGrpcStatus(status);
@@ -61,7 +63,6 @@ absl::Status CreateOnPs(PsPeer* ps, const proto::CreateVariablesRequest& request
           "ps at ", ps->address, " did not come up within --startup_timeout_s: ", s.message()));
     }
   }
-  return absl::OkStatus();
 }
 
 absl::StatusOr<proto::HealthResponse> ProbePs(PsPeer* ps, absl::Duration timeout) {
@@ -102,13 +103,14 @@ absl::Status ForEachPs(size_t n, const std::function<absl::Status(size_t)>& call
 
 // Saves a checkpoint of every ps at `step` and commits it with the manifest.
 absl::Status SaveCheckpoint(std::vector<PsPeer>& ps, const ChiefOptions& options,
-                            const proto::ClusterState& state, int64_t step) {
+                            const proto::ClusterState& state, int64_t step,
+                            const std::vector<int64_t>& positions) {
   const std::string dir =
       absl::StrCat(options.checkpoint_dir, "/", common::CheckpointDirName(step));
   if (common::ReadManifest(dir).ok()) return absl::OkStatus();  // saved already
   const absl::Time start = absl::Now();
   std::vector<proto::SaveResponse> saved(ps.size());
-  PST_RETURN_IF_ERROR(ForEachPs(ps.size(), [&](size_t i) -> absl::Status {
+  absl::Status written = ForEachPs(ps.size(), [&](size_t i) -> absl::Status {
     grpc::ClientContext context;
     common::SetDeadline(&context, absl::Minutes(10));
     proto::SaveRequest request;
@@ -121,13 +123,20 @@ absl::Status SaveCheckpoint(std::vector<PsPeer>& ps, const ChiefOptions& options
           absl::StrCat("saving ps ", i, " at ", ps[i].address, ": ", s.error_message()));
     }
     return absl::OkStatus();
-  }));
+  });
+  if (!written.ok()) {
+    // Not a checkpoint (it has no manifest); remove what was written.
+    std::error_code ignored;
+    std::filesystem::remove_all(dir, ignored);
+    return written;
+  }
   proto::CheckpointManifest manifest;
   manifest.set_format_version(1);
   manifest.set_global_step(step);
   *manifest.mutable_plan() = state.plan();
   *manifest.mutable_training() = state.training();
   manifest.set_created_unix_ms(absl::ToUnixMillis(absl::Now()));
+  for (int64_t p : positions) manifest.add_worker_positions(p);
   int64_t bytes = 0;
   double snapshot = 0;
   for (const proto::SaveResponse& r : saved) {
@@ -144,11 +153,13 @@ absl::Status SaveCheckpoint(std::vector<PsPeer>& ps, const ChiefOptions& options
   return common::PruneCheckpoints(options.checkpoint_dir, options.keep_checkpoints);
 }
 
-// Restores every ps from the newest checkpoint that passes its checks; an
-// unusable one is reported by name and the next older is tried. Returns the
-// step restored, or nullopt when there is no checkpoint.
-absl::StatusOr<std::optional<int64_t>> RestoreLatest(std::vector<PsPeer>& ps,
-                                                     const ChiefOptions& options) {
+// Restores every ps from the newest checkpoint that passes its checks, into
+// restore generation `generation`; an unusable one is reported by name and
+// the next older is tried. Returns the manifest of the checkpoint restored,
+// or nullopt when there is none.
+absl::StatusOr<std::optional<proto::CheckpointManifest>> RestoreLatest(std::vector<PsPeer>& ps,
+                                                                       const ChiefOptions& options,
+                                                                       int64_t generation) {
   for (const std::string& dir : common::ListCheckpoints(options.checkpoint_dir)) {
     absl::StatusOr<common::CheckpointReport> report = common::InspectCheckpoint(dir);
     if (!report.ok()) {
@@ -165,6 +176,7 @@ absl::StatusOr<std::optional<int64_t>> RestoreLatest(std::vector<PsPeer>& ps,
       proto::RestoreRequest request;
       request.set_directory(dir);
       *request.mutable_manifest() = manifest;
+      request.set_generation(generation);
       grpc::Status s = ps[i].stub->Restore(&context, request, &restored[i]);
       if (!s.ok()) {
         return absl::Status(common::FromGrpcStatus(s).code(),
@@ -179,9 +191,9 @@ absl::StatusOr<std::optional<int64_t>> RestoreLatest(std::vector<PsPeer>& ps,
         "{:.1f} MB checkpoint in {:.2f} s ({:.0f} MB/s each)",
         dir, manifest.global_step(), manifest.shards_size(), ps.size(), report->total_bytes / 1e6,
         secs, secs > 0 ? report->total_bytes / 1e6 / secs : 0.0);
-    return std::optional<int64_t>(manifest.global_step());
+    return std::optional<proto::CheckpointManifest>(std::move(manifest));
   }
-  return std::optional<int64_t>();
+  return std::optional<proto::CheckpointManifest>();
 }
 
 struct EvalResult {
@@ -241,6 +253,329 @@ absl::Status WriteSummary(const std::string& path, const nlohmann::json& summary
   return absl::OkStatus();
 }
 
+// One recovery from a lost ps, for the log and the summary.
+struct RecoveryRecord {
+  std::string cause;
+  absl::Time detected;
+  absl::Time resumed;
+  int64_t step_before = 0;  // global step when the loss was detected
+  int64_t restored_step = 0;
+};
+
+// The job from the chief's side: set up, watch, recover, finish.
+class Job {
+ public:
+  Job(const ChiefOptions& options, const common::StopSignal& stop, Coordinator* coordinator,
+      const proto::ClusterState& initial, int quorum)
+      : options_(options),
+        timing_(options.timing),
+        stop_(stop),
+        coordinator_(coordinator),
+        initial_(initial),
+        quorum_(quorum) {
+    const common::ClusterSpec& cluster = options.tf.cluster;
+    ps_.resize(cluster.ps.size());
+    for (size_t i = 0; i < ps_.size(); ++i) {
+      ps_[i].address = cluster.ps[i];
+      ps_[i].stub = proto::ParameterServer::NewStub(common::MakeChannel(cluster.ps[i]));
+    }
+  }
+
+  std::vector<PsPeer>& ps() { return ps_; }
+  const std::vector<RecoveryRecord>& recoveries() const { return recoveries_; }
+  int given_up() const { return given_up_; }
+
+  // Creates the variables on every ps and decides where training starts: a
+  // fresh job, the latest checkpoint, or (a restarted chief whose ps kept
+  // their state) where the ps are now.
+  absl::Status Start() {
+    std::vector<absl::StatusOr<int>> created(ps_.size(), 0);
+    PST_RETURN_IF_ERROR(CreateEverywhere(absl::Now() + timing_.startup_timeout, &created));
+    int64_t max_generation = 0, min_generation = INT64_MAX;
+    bool some_kept = false, some_lost = false;
+    for (size_t i = 0; i < ps_.size(); ++i) {
+      PST_ASSIGN_OR_RETURN(proto::HealthResponse health, ProbePs(&ps_[i], absl::Seconds(5)));
+      ps_[i].incarnation = health.incarnation();
+      ps_[i].last_ok = absl::Now();
+      max_generation = std::max(max_generation, health.generation());
+      min_generation = std::min(min_generation, health.generation());
+      const int expected = VariablesOn(static_cast<int>(i));
+      if (expected > 0 && *created[i] == 0) some_kept = true;
+      if (expected > 0 && *created[i] > 0) some_lost = true;
+      spdlog::info("{} at {} holds {} variable(s), {} element(s){}", health.task(), ps_[i].address,
+                   health.num_variables(), health.num_elements(),
+                   expected > 0 && *created[i] == 0
+                       ? absl::StrCat(", kept from before (at version ", health.max_version(),
+                                      ", generation ", health.generation(), ")")
+                       : std::string());
+    }
+    if (some_kept && !some_lost && min_generation == max_generation) {
+      // A restarted chief: the ps kept everything. Go on where they are;
+      // live workers tell where they are when they register again.
+      coordinator_->SetGeneration(max_generation);
+      const std::vector<std::string> saved = common::ListCheckpoints(options_.checkpoint_dir);
+      if (!saved.empty()) {
+        absl::StatusOr<proto::CheckpointManifest> latest = common::ReadManifest(saved.front());
+        if (latest.ok()) last_saved_step_ = latest->global_step();
+      }
+      spdlog::info("every ps kept its state: going on from there (generation {}), no restore",
+                   max_generation);
+      return absl::OkStatus();
+    }
+    const int64_t generation = some_kept ? max_generation + 1 : 0;
+    coordinator_->SetGeneration(generation);
+    if (options_.checkpoint_dir.empty()) {
+      if (some_kept) return LostWithoutCheckpoint("a ps restarted while the chief was down");
+      return absl::OkStatus();
+    }
+    PST_ASSIGN_OR_RETURN(std::optional<proto::CheckpointManifest> manifest,
+                         RestoreLatest(ps_, options_, generation));
+    if (!manifest.has_value()) {
+      if (some_kept) return LostWithoutCheckpoint("a ps restarted while the chief was down");
+      return absl::OkStatus();
+    }
+    ApplyRestored(*manifest);
+    return absl::OkStatus();
+  }
+
+  // Watches until every worker is done.
+  absl::Status Watch() {
+    const common::ClusterSpec& cluster = options_.tf.cluster;
+    running_since_ = absl::Now();
+    last_save_time_ = running_since_;
+    absl::Time next_log = running_since_ + timing_.log_every;
+    for (;;) {
+      stop_.WaitFor(timing_.heartbeat_interval);
+      const absl::Time now = absl::Now();
+      if (stop_.stopped()) {
+        coordinator_->RequestStop(stop_.reason());
+        coordinator_->WaitAllDone(absl::Seconds(5));
+        return absl::CancelledError(stop_.reason());
+      }
+      Coordinator::Snapshot snap = coordinator_->Check(now);
+      if (snap.all_done) return absl::OkStatus();
+
+      // A ps that restarted (a new incarnation) lost its variables; one
+      // unreachable for --peer_timeout_s is taken for lost.
+      std::optional<std::string> lost = FindLostPs(now);
+      if (lost.has_value()) {
+        PST_RETURN_IF_ERROR(Recover(*lost, snap.global_step));
+        continue;
+      }
+      if (!options_.checkpoint_dir.empty() &&
+          ((options_.save_steps > 0 &&
+            snap.global_step >= last_saved_step_ + options_.save_steps) ||
+           (options_.save_secs > 0 &&
+            now - last_save_time_ >= absl::Seconds(options_.save_secs)))) {
+        absl::Status saved =
+            SaveCheckpoint(ps_, options_, coordinator_->State(), snap.global_step, snap.positions);
+        last_save_time_ = absl::Now();
+        if (saved.ok()) {
+          last_saved_step_ = snap.global_step;
+        } else {
+          // A ps lost in the middle of a save: the next look at the ps
+          // starts the recovery, from the previous checkpoint.
+          spdlog::warn("checkpoint at step {} not saved: {}", snap.global_step, saved.message());
+        }
+      }
+      // A worker that finished, left or fell silent no longer counts: lower
+      // the SYNC quorum and drop it from SSP's slowest clock, so nobody
+      // waits for it. It counts again when it comes back.
+      if (snap.active != active_ || membership_stale_) SendMembership(snap.active);
+      for (size_t k = 0; k < snap.silent.size(); ++k) {
+        const int w = snap.silent[k];
+        if (snap.silent_for[k] > timing_.recovery_timeout) {
+          spdlog::warn("worker {} sent no heartbeat for {}: giving up on it (--recovery_timeout_s)",
+                       w, absl::FormatDuration(snap.silent_for[k]));
+          coordinator_->GiveUp(w);
+          ++given_up_;
+        }
+      }
+      if (snap.registered < static_cast<int>(cluster.worker.size()) &&
+          now - running_since_ > timing_.startup_timeout) {
+        return absl::DeadlineExceededError(
+            absl::StrCat("only ", snap.registered, " of ", cluster.worker.size(),
+                         " worker(s) registered within --startup_timeout_s"));
+      }
+      if (now >= next_log) {
+        next_log = now + timing_.log_every;
+        const double secs = absl::ToDoubleSeconds(now - running_since_);
+        spdlog::info("step {} | epoch {} | loss {:.4f} | {:.0f} examples/s | workers {}/{} done",
+                     snap.global_step, snap.epoch + 1, snap.loss,
+                     secs > 0 ? snap.examples / secs : 0.0, snap.done, cluster.worker.size());
+      }
+    }
+  }
+
+  absl::Time running_since() const { return running_since_; }
+
+ private:
+  int VariablesOn(int ps_index) const {
+    int n = 0;
+    for (const auto& entry : initial_.plan().variables()) n += entry.ps_index() == ps_index;
+    return n;
+  }
+
+  // CreateVariables on every ps in parallel (idempotent: a ps that kept its
+  // variables creates none).
+  absl::Status CreateEverywhere(absl::Time deadline, std::vector<absl::StatusOr<int>>* created) {
+    std::vector<std::thread> threads;
+    for (size_t i = 0; i < ps_.size(); ++i) {
+      threads.emplace_back([&, i] {
+        proto::CreateVariablesRequest request;
+        *request.mutable_optimizer() = options_.training.optimizer();
+        *request.mutable_sync() = initial_.training().sync();
+        for (const auto& entry : initial_.plan().variables()) {
+          if (entry.ps_index() == static_cast<int>(i)) *request.add_variables() = entry.spec();
+        }
+        (*created)[i] = CreateOnPs(&ps_[i], request, deadline, stop_);
+      });
+    }
+    for (std::thread& t : threads) t.join();
+    for (const absl::StatusOr<int>& c : *created) PST_RETURN_IF_ERROR(c.status());
+    return absl::OkStatus();
+  }
+
+  absl::Status LostWithoutCheckpoint(const std::string& cause) const {
+    return absl::DataLossError(absl::StrCat(
+        cause, ", and there is no checkpoint to restore the ps from",
+        options_.checkpoint_dir.empty()
+            ? " (run with --checkpoint_dir and --save_checkpoints_steps or _secs to make them)"
+            : absl::StrCat(" in ", options_.checkpoint_dir)));
+  }
+
+  void ApplyRestored(const proto::CheckpointManifest& manifest) {
+    std::vector<int64_t> positions(manifest.worker_positions().begin(),
+                                   manifest.worker_positions().end());
+    if (positions.size() != options_.tf.cluster.worker.size()) {
+      spdlog::warn(
+          "the checkpoint has data positions for {} worker(s), this job has {}: every worker "
+          "starts its data from the beginning",
+          positions.size(), options_.tf.cluster.worker.size());
+      positions.assign(options_.tf.cluster.worker.size(), 0);
+    }
+    coordinator_->ResetProgress(manifest.global_step(), positions);
+    last_saved_step_ = manifest.global_step();
+  }
+
+  // Probes every ps; describes the first one lost, if any.
+  std::optional<std::string> FindLostPs(absl::Time now) {
+    std::vector<absl::StatusOr<proto::HealthResponse>> health(ps_.size(),
+                                                              absl::UnknownError("not probed"));
+    ForEachPs(ps_.size(), [&](size_t i) {
+      health[i] = ProbePs(&ps_[i], timing_.heartbeat_interval + absl::Seconds(1));
+      return absl::OkStatus();
+    }).IgnoreError();
+    for (size_t i = 0; i < ps_.size(); ++i) {
+      if (health[i].ok() && health[i]->incarnation() != ps_[i].incarnation) {
+        return absl::StrCat("ps ", i, " at ", ps_[i].address,
+                            " restarted (a new incarnation) and lost its variables");
+      }
+      if (health[i].ok()) {
+        ps_[i].last_ok = now;
+      } else if (now - ps_[i].last_ok > timing_.peer_timeout) {
+        return absl::StrCat("ps ", i, " at ", ps_[i].address, " has not answered for ",
+                            absl::FormatDuration(now - ps_[i].last_ok), ": ",
+                            health[i].status().message());
+      }
+    }
+    return std::nullopt;
+  }
+
+  // RUNNING -> RECOVERING -> RUNNING: waits for every ps to answer, creates
+  // the variables of the restarted ones, restores every ps from the latest
+  // checkpoint (a consistent cut), and sends the workers back to their
+  // positions in it.
+  absl::Status Recover(const std::string& cause, int64_t step_before) {
+    RecoveryRecord record;
+    record.cause = cause;
+    record.detected = absl::Now();
+    record.step_before = step_before;
+    const int64_t generation = coordinator_->BeginRecovery();
+    spdlog::warn("{}: recovering (generation {}); workers pause until every ps is restored", cause,
+                 generation);
+    if (options_.checkpoint_dir.empty()) return LostWithoutCheckpoint(cause);
+    const std::vector<std::string> saved = common::ListCheckpoints(options_.checkpoint_dir);
+    const std::string latest = saved.empty() ? "none" : saved.front();
+    const absl::Time deadline = record.detected + timing_.recovery_timeout;
+    for (size_t i = 0; i < ps_.size(); ++i) {
+      for (;;) {
+        absl::StatusOr<proto::HealthResponse> health = ProbePs(&ps_[i], absl::Seconds(1));
+        if (health.ok()) {
+          ps_[i].incarnation = health->incarnation();
+          ps_[i].last_ok = absl::Now();
+          break;
+        }
+        if (absl::Now() > deadline) {
+          return absl::UnavailableError(absl::StrCat(
+              "ps ", i, " at ", ps_[i].address, " did not come back within --recovery_timeout_s (",
+              absl::FormatDuration(timing_.recovery_timeout), "): ", health.status().message(),
+              ". The checkpoints in ", options_.checkpoint_dir, " are intact (latest: ", latest,
+              "); start the job again to resume from it"));
+        }
+        if (stop_.WaitFor(timing_.heartbeat_interval)) {
+          return absl::CancelledError(stop_.reason());
+        }
+      }
+    }
+    std::vector<absl::StatusOr<int>> created(ps_.size(), 0);
+    PST_RETURN_IF_ERROR(CreateEverywhere(deadline, &created));
+    PST_ASSIGN_OR_RETURN(std::optional<proto::CheckpointManifest> manifest,
+                         RestoreLatest(ps_, options_, generation));
+    if (!manifest.has_value()) return LostWithoutCheckpoint(cause);
+    ApplyRestored(*manifest);
+    membership_stale_ = true;  // a restarted ps knows nothing of who left
+    SendMembership(coordinator_->Check(absl::Now()).active);
+    coordinator_->SetPhase(proto::PHASE_RUNNING);
+    record.resumed = absl::Now();
+    record.restored_step = manifest->global_step();
+    spdlog::info(
+        "recovered in {:.2f} s: every ps restored to step {} ({} step(s) since that checkpoint "
+        "are redone); training resumes",
+        absl::ToDoubleSeconds(record.resumed - record.detected), record.restored_step,
+        std::max<int64_t>(0, step_before - record.restored_step));
+    recoveries_.push_back(record);
+    return absl::OkStatus();
+  }
+
+  void SendMembership(const std::vector<int>& active) {
+    active_ = active;
+    membership_stale_ = false;
+    proto::MembershipRequest membership;
+    for (int w : active) membership.add_active_workers(w);
+    membership.set_replicas_to_aggregate(quorum_);
+    for (PsPeer& p : ps_) {
+      grpc::ClientContext context;
+      common::SetDeadline(&context, absl::Seconds(5));
+      proto::MembershipResponse response;
+      grpc::Status s = p.stub->SetMembership(&context, membership, &response);
+      if (!s.ok()) {
+        membership_stale_ = true;  // try again next time
+        spdlog::warn("could not update membership on {}: {}", p.address, s.error_message());
+      }
+    }
+    if (initial_.training().sync().mode() != proto::ASYNC) {
+      spdlog::info("{} worker(s) training; sync quorum now {}", active.size(),
+                   std::max<size_t>(1, std::min<size_t>(quorum_, active.size())));
+    }
+  }
+
+  const ChiefOptions& options_;
+  const common::Timing& timing_;
+  const common::StopSignal& stop_;
+  Coordinator* const coordinator_;
+  const proto::ClusterState& initial_;
+  const int quorum_;
+  std::vector<PsPeer> ps_;
+  int64_t last_saved_step_ = 0;
+  absl::Time last_save_time_;
+  absl::Time running_since_;
+  std::vector<int> active_;  // workers taking part, as last told to the ps
+  bool membership_stale_ = false;
+  std::vector<RecoveryRecord> recoveries_;
+  int given_up_ = 0;
+};
+
 }  // namespace
 
 absl::Status RunChief(const ChiefOptions& options, const common::StopSignal& stop) {
@@ -282,132 +617,24 @@ absl::Status RunChief(const ChiefOptions& options, const common::StopSignal& sto
                        common::StartServer(cluster.CoordinatorAddress(), {&service}));
   spdlog::info("coordinator serving on {}", cluster.CoordinatorAddress());
 
-  std::vector<PsPeer> ps(cluster.ps.size());
-  for (size_t i = 0; i < ps.size(); ++i) {
-    ps[i].address = cluster.ps[i];
-    ps[i].stub = proto::ParameterServer::NewStub(common::MakeChannel(cluster.ps[i]));
-  }
-
+  Job job(options, stop, &coordinator, initial, quorum);
   absl::Status status = [&]() -> absl::Status {
-    // Create and initialize the variables, on every ps in parallel.
-    const absl::Time deadline = absl::Now() + timing.startup_timeout;
-    std::vector<absl::Status> created(ps.size());
-    {
-      std::vector<std::thread> threads;
-      for (size_t i = 0; i < ps.size(); ++i) {
-        threads.emplace_back([&, i] {
-          proto::CreateVariablesRequest request;
-          *request.mutable_optimizer() = options.training.optimizer();
-          *request.mutable_sync() = initial.training().sync();
-          for (const auto& entry : plan.variables()) {
-            if (entry.ps_index() == static_cast<int>(i)) *request.add_variables() = entry.spec();
-          }
-          created[i] = CreateOnPs(&ps[i], request, deadline, stop);
-        });
-      }
-      for (std::thread& t : threads) t.join();
-    }
-    for (const absl::Status& s : created) PST_RETURN_IF_ERROR(s);
-    for (PsPeer& p : ps) {
-      PST_ASSIGN_OR_RETURN(proto::HealthResponse health, ProbePs(&p, absl::Seconds(5)));
-      p.incarnation = health.incarnation();
-      p.last_ok = absl::Now();
-      spdlog::info("{} at {} holds {} variable(s), {} element(s)", health.task(), p.address,
-                   health.num_variables(), health.num_elements());
-    }
-    int64_t last_saved_step = 0;
-    if (!options.checkpoint_dir.empty()) {
-      PST_ASSIGN_OR_RETURN(std::optional<int64_t> step, RestoreLatest(ps, options));
-      if (step.has_value()) last_saved_step = *step;
-    }
+    PST_RETURN_IF_ERROR(job.Start());
     coordinator.SetPhase(proto::PHASE_RUNNING);
-    spdlog::info("variables initialized; waiting for {} worker(s)", cluster.worker.size());
-    absl::Time last_save_time = absl::Now();
+    spdlog::info("variables ready; waiting for {} worker(s)", cluster.worker.size());
+    PST_RETURN_IF_ERROR(job.Watch());
 
-    // Watch until every worker is done.
-    const absl::Time running_since = absl::Now();
-    std::vector<int> active;  // workers still training, as last told to the ps
-    absl::Time next_log = running_since + timing.log_every;
-    for (;;) {
-      stop.WaitFor(timing.heartbeat_interval);
-      const absl::Time now = absl::Now();
-      if (stop.stopped()) {
-        coordinator.RequestStop(stop.reason());
-        coordinator.WaitAllDone(absl::Seconds(5));
-        return absl::CancelledError(stop.reason());
-      }
-      const Coordinator::Snapshot snap = coordinator.Check(now);
-      if (snap.all_done) break;
-      if (!options.checkpoint_dir.empty() &&
-          ((options.save_steps > 0 && snap.global_step >= last_saved_step + options.save_steps) ||
-           (options.save_secs > 0 && now - last_save_time >= absl::Seconds(options.save_secs)))) {
-        PST_RETURN_IF_ERROR(SaveCheckpoint(ps, options, coordinator.State(), snap.global_step));
-        last_saved_step = snap.global_step;
-        last_save_time = absl::Now();
-      }
-      // A worker that finished or left no longer counts: lower the SYNC
-      // quorum and drop it from SSP's slowest clock, so nobody waits for it.
-      if (snap.active != active) {
-        active = snap.active;
-        proto::MembershipRequest membership;
-        for (int w : active) membership.add_active_workers(w);
-        membership.set_replicas_to_aggregate(quorum);
-        for (PsPeer& p : ps) {
-          grpc::ClientContext context;
-          common::SetDeadline(&context, absl::Seconds(5));
-          proto::MembershipResponse response;
-          grpc::Status s = p.stub->SetMembership(&context, membership, &response);
-          if (!s.ok()) {
-            spdlog::warn("could not update membership on {}: {}", p.address, s.error_message());
-          }
-        }
-        if (initial.training().sync().mode() != proto::ASYNC) {
-          spdlog::info("{} worker(s) still training; sync quorum now {}", active.size(),
-                       std::max<size_t>(1, std::min<size_t>(quorum, active.size())));
-        }
-      }
-      if (!snap.silent.empty()) {
-        return absl::UnavailableError(absl::StrCat("worker(s) ", absl::StrJoin(snap.silent, ", "),
-                                                   " sent no heartbeat for ",
-                                                   absl::FormatDuration(timing.peer_timeout)));
-      }
-      if (snap.registered < static_cast<int>(cluster.worker.size()) &&
-          now - running_since > timing.startup_timeout) {
-        return absl::DeadlineExceededError(
-            absl::StrCat("only ", snap.registered, " of ", cluster.worker.size(),
-                         " worker(s) registered within --startup_timeout_s"));
-      }
-      for (size_t i = 0; i < ps.size(); ++i) {
-        absl::StatusOr<proto::HealthResponse> health =
-            ProbePs(&ps[i], timing.heartbeat_interval + absl::Seconds(1));
-        if (health.ok() && health->incarnation() != ps[i].incarnation) {
-          return absl::DataLossError(
-              absl::StrCat("ps ", i, " at ", ps[i].address, " restarted and lost its variables"));
-        }
-        if (health.ok()) {
-          ps[i].last_ok = now;
-        } else if (now - ps[i].last_ok > timing.peer_timeout) {
-          return absl::UnavailableError(absl::StrCat(
-              "ps ", i, " at ", ps[i].address, " is unreachable: ", health.status().message()));
-        }
-      }
-      if (now >= next_log) {
-        next_log = now + timing.log_every;
-        const double secs = absl::ToDoubleSeconds(now - running_since);
-        spdlog::info("step {} | epoch {} | loss {:.4f} | {:.0f} examples/s | workers {}/{} done",
-                     snap.global_step, snap.epoch + 1, snap.loss,
-                     secs > 0 ? snap.examples / secs : 0.0, snap.done, cluster.worker.size());
-      }
-    }
-    const double train_secs = absl::ToDoubleSeconds(absl::Now() - running_since);
+    const double train_secs = absl::ToDoubleSeconds(absl::Now() - job.running_since());
     const Coordinator::Snapshot final_snap = coordinator.Check(absl::Now());
     if (final_snap.left_early == static_cast<int>(cluster.worker.size())) {
       return absl::AbortedError("every worker left before finishing; see their logs");
     }
 
     PST_ASSIGN_OR_RETURN(EvalResult eval, Evaluate(coordinator.State(), options));
+    std::vector<PsPeer>& ps = job.ps();
     if (!options.checkpoint_dir.empty()) {
-      PST_RETURN_IF_ERROR(SaveCheckpoint(ps, options, coordinator.State(), eval.global_step));
+      PST_RETURN_IF_ERROR(
+          SaveCheckpoint(ps, options, coordinator.State(), eval.global_step, final_snap.positions));
     }
     const double examples_per_sec = train_secs > 0 ? final_snap.examples / train_secs : 0;
     spdlog::info("done: {}, global step {}, {:.0f} examples/s, {:.1f} s training", eval.line,
@@ -453,6 +680,20 @@ absl::Status RunChief(const ChiefOptions& options, const common::StopSignal& sto
       summary["duplicates_ignored"] = duplicates;
       summary["barrier_wait_seconds"] = parked_seconds;
       summary["max_clock_gap"] = max_clock_gap;
+      nlohmann::json recoveries = nlohmann::json::array();
+      for (const RecoveryRecord& r : job.recoveries()) {
+        recoveries.push_back({
+            {"cause", r.cause},
+            {"detected_unix_ms", absl::ToUnixMillis(r.detected)},
+            {"resumed_unix_ms", absl::ToUnixMillis(r.resumed)},
+            {"seconds", absl::ToDoubleSeconds(r.resumed - r.detected)},
+            {"restored_step", r.restored_step},
+            {"steps_lost", std::max<int64_t>(0, r.step_before - r.restored_step)},
+        });
+      }
+      summary["recoveries"] = recoveries;
+      summary["workers_given_up"] = job.given_up();
+      summary["workers_left_early"] = final_snap.left_early;
       summary.update({
           {"model", options.training.model()},
           {"global_step", eval.global_step},
@@ -472,7 +713,8 @@ absl::Status RunChief(const ChiefOptions& options, const common::StopSignal& sto
 
   coordinator.SetPhase(proto::PHASE_DONE);
   coordinator.RequestStop(status.ok() ? "job done" : std::string(status.message()));
-  ShutdownAllPs(ps, status.ok() ? "job done" : absl::StrCat("job failed: ", status.message()));
+  ShutdownAllPs(job.ps(),
+                status.ok() ? "job done" : absl::StrCat("job failed: ", status.message()));
   server->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(2)));
   return status;
 }

@@ -29,10 +29,21 @@ struct ChiefOptions {
   int keep_checkpoints = 5;
 };
 
-// Runs the job to the end. OK when every worker finished and the model was
-// evaluated. Errors: DeadlineExceeded when a ps or worker did not come up in
-// time; Unavailable when a ps or worker was lost; Cancelled when `stop` was
-// stopped. In every case each ps is told to shut down before returning.
+// Runs the job to the end. OK when every worker finished (or was given up
+// on after --recovery_timeout_s of silence, as long as one finished) and the
+// model was evaluated.
+//
+// Failures: a ps that restarts (a new incarnation) or stays unreachable for
+// --peer_timeout_s is lost; the chief enters RECOVERING, waits up to
+// --recovery_timeout_s for every ps to answer, restores all of them from the
+// latest valid checkpoint (a consistent cut) in a new generation, and sends
+// the workers back to their data positions in it. A restarted chief whose ps
+// kept their state goes on without a restore.
+//
+// Errors: DeadlineExceeded when a ps or worker did not come up in time;
+// Unavailable when a lost ps did not come back; DataLoss when a ps lost its
+// state and there is no checkpoint; Cancelled when `stop` was stopped. In
+// every case each ps is told to shut down before returning.
 absl::Status RunChief(const ChiefOptions& options, const common::StopSignal& stop);
 
 }  // namespace pst::chief

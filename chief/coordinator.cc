@@ -21,11 +21,39 @@ proto::ClusterState Coordinator::State() const {
   absl::MutexLock lock(&mu_);
   proto::ClusterState state = state_;
   state.set_global_step(GlobalStepLocked());
+  state.set_generation(generation_);
   return state;
 }
 
-absl::StatusOr<proto::ClusterState> Coordinator::Register(const proto::RegisterRequest& request,
-                                                          absl::Time now) {
+void Coordinator::SetGeneration(int64_t generation) {
+  absl::MutexLock lock(&mu_);
+  generation_ = generation;
+}
+
+int64_t Coordinator::BeginRecovery() {
+  absl::MutexLock lock(&mu_);
+  state_.set_phase(proto::PHASE_RECOVERING);
+  return ++generation_;
+}
+
+void Coordinator::ResetProgress(int64_t step, const std::vector<int64_t>& positions) {
+  absl::MutexLock lock(&mu_);
+  const bool have_positions = positions.size() == workers_.size();
+  for (size_t i = 0; i < workers_.size(); ++i) {
+    workers_[i].version = step;
+    if (have_positions) workers_[i].position = positions[i];
+  }
+}
+
+void Coordinator::GiveUp(int index) {
+  absl::MutexLock lock(&mu_);
+  if (index < 0 || index >= static_cast<int>(workers_.size())) return;
+  workers_[index].done = true;
+  workers_[index].completed = false;
+}
+
+absl::StatusOr<proto::RegisterResponse> Coordinator::Register(const proto::RegisterRequest& request,
+                                                              absl::Time now) {
   absl::MutexLock lock(&mu_);
   const int index = request.worker_index();
   if (index < 0 || index >= static_cast<int>(workers_.size())) {
@@ -35,17 +63,36 @@ absl::StatusOr<proto::ClusterState> Coordinator::Register(const proto::RegisterR
   if (state_.phase() == proto::PHASE_INIT) {
     return absl::UnavailableError("the cluster is still initializing its variables; retry");
   }
+  if (state_.phase() == proto::PHASE_RECOVERING) {
+    return absl::UnavailableError("the cluster is restoring its ps from a checkpoint; retry");
+  }
   if (state_.phase() == proto::PHASE_DONE) {
     return absl::FailedPreconditionError("the job is already done");
   }
   WorkerState& worker = workers_[index];
-  worker = WorkerState();
+  if (worker.registered && worker.incarnation != request.incarnation()) {
+    // A restarted worker: its counters start again from zero.
+    worker.earlier_steps += worker.steps;
+    worker.earlier_examples += worker.examples;
+    worker.steps = 0;
+    worker.examples = 0;
+  }
+  // A live worker this coordinator did not know (the chief restarted) tells
+  // where it is; a new one is told where to start.
+  if (request.position() >= 0 && request.generation() == generation_) {
+    worker.position = request.position();
+  }
   worker.registered = true;
+  worker.done = false;
+  worker.completed = false;
   worker.incarnation = request.incarnation();
   worker.last_seen = now;
-  proto::ClusterState state = state_;
-  state.set_global_step(GlobalStepLocked());
-  return state;
+  proto::RegisterResponse response;
+  *response.mutable_state() = state_;
+  response.mutable_state()->set_global_step(GlobalStepLocked());
+  response.mutable_state()->set_generation(generation_);
+  response.set_position(worker.position);
+  return response;
 }
 
 absl::StatusOr<Coordinator::WorkerState*> Coordinator::FindWorker(int index, uint64_t incarnation) {
@@ -68,8 +115,12 @@ void Coordinator::Record(WorkerState* worker, const proto::HeartbeatRequest& pro
                          absl::Time now) {
   worker->last_seen = now;
   worker->steps = std::max(worker->steps, progress.steps());
-  worker->version = std::max(worker->version, progress.version());
   worker->examples = std::max(worker->examples, progress.examples());
+  // Where the worker is, and what it has seen, count only in the current
+  // generation: a report from before a restore describes replaced state.
+  if (progress.generation() != generation_) return;
+  worker->version = std::max(worker->version, progress.version());
+  worker->position = std::max(worker->position, progress.position());
   worker->epoch = progress.epoch();
   if (progress.loss() > 0) {
     worker->loss = progress.loss();
@@ -83,9 +134,13 @@ absl::StatusOr<proto::HeartbeatResponse> Coordinator::Heartbeat(
   absl::StatusOr<WorkerState*> worker = FindWorker(request.worker_index(), request.incarnation());
   if (!worker.ok()) return worker.status();
   Record(*worker, request, now);
+  // A worker given up on that speaks again takes part again.
+  if ((*worker)->done && !(*worker)->completed) (*worker)->done = false;
   proto::HeartbeatResponse response;
   response.set_phase(state_.phase());
   response.set_global_step(GlobalStepLocked());
+  response.set_generation(generation_);
+  response.set_position((*worker)->position);
   const int64_t max_steps = state_.training().max_steps();
   response.set_should_stop(!stop_reason_.empty() || state_.phase() == proto::PHASE_DONE ||
                            (max_steps > 0 && response.global_step() >= max_steps));
@@ -97,6 +152,12 @@ absl::Status Coordinator::WorkerDone(const proto::WorkerDoneRequest& request, ab
   const proto::HeartbeatRequest& progress = request.final_progress();
   absl::StatusOr<WorkerState*> worker = FindWorker(progress.worker_index(), progress.incarnation());
   if (!worker.ok()) return worker.status();
+  if (request.completed() && progress.generation() != generation_) {
+    return absl::AbortedError(
+        absl::StrCat("the ps were restored from a checkpoint (generation ", generation_,
+                     ") while this worker finished in generation ", progress.generation(),
+                     "; go on from position ", (*worker)->position));
+  }
   Record(*worker, progress, now);
   (*worker)->done = true;
   (*worker)->completed = request.completed();
@@ -122,25 +183,29 @@ Coordinator::Snapshot Coordinator::Check(absl::Time now) const {
   absl::MutexLock lock(&mu_);
   Snapshot s;
   s.phase = state_.phase();
+  s.generation = generation_;
   s.global_step = GlobalStepLocked();
-  for (const WorkerState& w : workers_) s.pushes += w.steps;
   double loss_sum = 0;
   int losses = 0;
   for (size_t i = 0; i < workers_.size(); ++i) {
     const WorkerState& w = workers_[i];
-    s.examples += w.examples;
+    s.pushes += w.earlier_steps + w.steps;
+    s.examples += w.earlier_examples + w.examples;
+    s.positions.push_back(w.position);
     s.epoch = std::max(s.epoch, w.epoch);
     if (w.has_loss) {
       loss_sum += w.loss;
       ++losses;
     }
     if (w.registered) ++s.registered;
-    if (!w.done) s.active.push_back(static_cast<int>(i));
     if (w.done) {
       ++s.done;
       if (!w.completed) ++s.left_early;
     } else if (w.registered && now - w.last_seen > peer_timeout_) {
       s.silent.push_back(static_cast<int>(i));
+      s.silent_for.push_back(now - w.last_seen);
+    } else {
+      s.active.push_back(static_cast<int>(i));
     }
   }
   s.loss = losses > 0 ? loss_sum / losses : 0;

@@ -3,12 +3,19 @@
 //
 //   INIT ──(variables created on every ps)──> RUNNING ──(all workers done,
 //   or stop requested)──> DONE
+//   RUNNING ──(a ps lost)──> RECOVERING ──(every ps restored)──> RUNNING
 //
-// (RECOVERING arrives with failure recovery.) Workers register, send
-// heartbeats with their progress, and report when they are done. The global
-// step is the number of updates applied to the dense variables (their
-// version), the highest any worker has seen; in SYNC mode it takes several
-// pushes to make one.
+// Workers register, send heartbeats with their progress, and report when
+// they are done. The global step is the number of updates applied to the
+// dense variables (their version), the highest any worker has seen; in SYNC
+// mode it takes several pushes to make one.
+//
+// Each worker has a data position: the batches it has trained on since the
+// job began. A worker that restarts (a new incarnation) goes on from the
+// position it last reported. Every restore of the ps during training starts
+// a new generation: workers learn it from their heartbeats, drop what they
+// were doing, and go on from the positions recorded in the checkpoint
+// restored. Progress reported from an older generation does not count.
 //
 // Thread-safety: every method is safe to call concurrently.
 #ifndef PST_CHIEF_COORDINATOR_H_
@@ -34,11 +41,23 @@ class Coordinator {
   void SetPhase(proto::Phase phase);
   proto::ClusterState State() const;
 
+  // The generation a restarted chief found the ps in.
+  void SetGeneration(int64_t generation);
+  // Enters RECOVERING and starts a new generation; returns it.
+  int64_t BeginRecovery();
+  // The ps now hold the checkpoint of `step`: the global step becomes
+  // `step`, and each worker goes on from positions[i] (kept as they are
+  // when `positions` does not have one per worker).
+  void ResetProgress(int64_t step, const std::vector<int64_t>& positions);
+  // Gives up on a silent worker: it counts as having left early, so the job
+  // can finish without it. It may still come back by registering again.
+  void GiveUp(int index);
+
   // Errors: InvalidArgument for an index outside [0, num_workers);
-  // Unavailable while the phase is INIT (retry); FailedPrecondition once the
-  // job is DONE.
-  absl::StatusOr<proto::ClusterState> Register(const proto::RegisterRequest& request,
-                                               absl::Time now);
+  // Unavailable while the phase is INIT or RECOVERING (retry);
+  // FailedPrecondition once the job is DONE.
+  absl::StatusOr<proto::RegisterResponse> Register(const proto::RegisterRequest& request,
+                                                   absl::Time now);
 
   // Errors: InvalidArgument for a bad index; FailedPrecondition for a worker
   // that never registered; Aborted for a stale incarnation (a worker that
@@ -46,7 +65,8 @@ class Coordinator {
   absl::StatusOr<proto::HeartbeatResponse> Heartbeat(const proto::HeartbeatRequest& request,
                                                      absl::Time now);
 
-  // Errors: as Heartbeat.
+  // Errors: as Heartbeat, and Aborted for a report from an older generation
+  // (the ps were restored since: the worker must go on from its position).
   absl::Status WorkerDone(const proto::WorkerDoneRequest& request, absl::Time now);
 
   // From now on every heartbeat answers should_stop.
@@ -54,6 +74,7 @@ class Coordinator {
 
   struct Snapshot {
     proto::Phase phase = proto::PHASE_INIT;
+    int64_t generation = 0;
     int64_t global_step = 0;
     int64_t pushes = 0;  // summed over workers
     int64_t examples = 0;
@@ -64,7 +85,9 @@ class Coordinator {
     int left_early = 0;
     bool all_done = false;
     std::vector<int> silent;  // registered, not done, no heartbeat for peer_timeout
-    std::vector<int> active;  // not done (registered or still expected)
+    std::vector<absl::Duration> silent_for;  // for each of `silent`
+    std::vector<int> active;  // not done and not silent (registered or still expected)
+    std::vector<int64_t> positions;  // by worker
   };
   Snapshot Check(absl::Time now) const;
 
@@ -78,8 +101,11 @@ class Coordinator {
     bool completed = false;
     uint64_t incarnation = 0;
     absl::Time last_seen;
-    int64_t steps = 0;
+    int64_t steps = 0;  // as reported by the current incarnation
+    int64_t earlier_steps = 0;     // of the worker's earlier incarnations
+    int64_t earlier_examples = 0;  // likewise
     int64_t version = 0;
+    int64_t position = 0;
     int64_t examples = 0;
     float loss = 0;
     bool has_loss = false;
@@ -99,6 +125,7 @@ class Coordinator {
   proto::ClusterState state_ ABSL_GUARDED_BY(mu_);
   std::vector<WorkerState> workers_ ABSL_GUARDED_BY(mu_);
   std::string stop_reason_ ABSL_GUARDED_BY(mu_);
+  int64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace pst::chief

@@ -21,6 +21,7 @@ proto::RegisterRequest Reg(int index, uint64_t incarnation) {
   proto::RegisterRequest r;
   r.set_worker_index(index);
   r.set_incarnation(incarnation);
+  r.set_position(-1);  // a new worker
   return r;
 }
 
@@ -47,10 +48,11 @@ TEST(CoordinatorTest, Register_DuringInit_IsUnavailable) {
   Coordinator c(TwoWorkers(), absl::Seconds(10));
   EXPECT_EQ(c.Register(Reg(0, 1), kT0).status().code(), absl::StatusCode::kUnavailable);
   c.SetPhase(proto::PHASE_RUNNING);
-  absl::StatusOr<proto::ClusterState> state = c.Register(Reg(0, 1), kT0);
-  ASSERT_TRUE(state.ok()) << state.status();
-  EXPECT_EQ(state->phase(), proto::PHASE_RUNNING);
-  EXPECT_EQ(state->num_workers(), 2);
+  absl::StatusOr<proto::RegisterResponse> r = c.Register(Reg(0, 1), kT0);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->state().phase(), proto::PHASE_RUNNING);
+  EXPECT_EQ(r->state().num_workers(), 2);
+  EXPECT_EQ(r->position(), 0);
 }
 
 TEST(CoordinatorTest, Register_BadIndex_IsInvalidArgument) {
@@ -140,6 +142,109 @@ TEST(CoordinatorTest, WorkerDone_AllWorkers_CompletesAndWakesWaiter) {
   EXPECT_EQ(s.left_early, 1);
   EXPECT_EQ(s.pushes, 10);
   EXPECT_EQ(s.active, std::vector<int>());
+}
+
+proto::HeartbeatRequest BeatAt(int index, uint64_t incarnation, int64_t position,
+                               int64_t generation, int64_t version) {
+  proto::HeartbeatRequest r = Beat(index, incarnation, position, 1.0f, version);
+  r.set_position(position);
+  r.set_generation(generation);
+  return r;
+}
+
+TEST(CoordinatorTest, Register_RestartedWorker_GoesOnFromItsLastPosition) {
+  Coordinator c(TwoWorkers(), absl::Seconds(10));
+  c.SetPhase(proto::PHASE_RUNNING);
+  ASSERT_TRUE(c.Register(Reg(0, 1), kT0).ok());
+  ASSERT_TRUE(c.Heartbeat(BeatAt(0, 1, /*position=*/40, 0, /*version=*/70), kT0).ok());
+  // Killed and restarted: a new incarnation with no position of its own.
+  absl::StatusOr<proto::RegisterResponse> r = c.Register(Reg(0, 2), kT0);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->position(), 40);
+  // Its counters start again; the totals keep what the first one did.
+  ASSERT_TRUE(c.Heartbeat(BeatAt(0, 2, 45, 0, 80), kT0).ok());
+  const Coordinator::Snapshot s = c.Check(kT0);
+  EXPECT_EQ(s.pushes, 40 + 45);
+  EXPECT_EQ(s.positions, (std::vector<int64_t>{45, 0}));
+}
+
+TEST(CoordinatorTest, Register_LiveWorkerAfterChiefRestart_KeepsItsOwnPosition) {
+  Coordinator c(TwoWorkers(), absl::Seconds(10));
+  c.SetGeneration(3);  // what the ps said
+  c.SetPhase(proto::PHASE_RUNNING);
+  proto::RegisterRequest live = Reg(1, 7);
+  live.set_position(123);
+  live.set_generation(3);
+  absl::StatusOr<proto::RegisterResponse> r = c.Register(live, kT0);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->position(), 123);
+  EXPECT_EQ(r->state().generation(), 3);
+  // A position from another generation is not taken.
+  live.set_incarnation(8);
+  live.set_generation(2);
+  live.set_position(999);
+  EXPECT_EQ(c.Register(live, kT0)->position(), 123);
+}
+
+TEST(CoordinatorTest, Recovery_NewGeneration_ResetsStepAndPositions_IgnoresOldReports) {
+  Coordinator c(TwoWorkers(), absl::Seconds(10));
+  c.SetPhase(proto::PHASE_RUNNING);
+  ASSERT_TRUE(c.Register(Reg(0, 1), kT0).ok());
+  ASSERT_TRUE(c.Register(Reg(1, 2), kT0).ok());
+  ASSERT_TRUE(c.Heartbeat(BeatAt(0, 1, 50, 0, 100), kT0).ok());
+  ASSERT_TRUE(c.Heartbeat(BeatAt(1, 2, 48, 0, 99), kT0).ok());
+
+  EXPECT_EQ(c.BeginRecovery(), 1);
+  EXPECT_EQ(c.Check(kT0).phase, proto::PHASE_RECOVERING);
+  EXPECT_EQ(c.Register(Reg(0, 3), kT0).status().code(), absl::StatusCode::kUnavailable);
+  absl::StatusOr<proto::HeartbeatResponse> during = c.Heartbeat(BeatAt(0, 1, 51, 0, 101), kT0);
+  ASSERT_TRUE(during.ok());
+  EXPECT_EQ(during->phase(), proto::PHASE_RECOVERING);
+  EXPECT_EQ(during->generation(), 1);
+
+  c.ResetProgress(/*step=*/60, {30, 29});
+  c.SetPhase(proto::PHASE_RUNNING);
+  absl::StatusOr<proto::HeartbeatResponse> after = c.Heartbeat(BeatAt(1, 2, 49, 0, 102), kT0);
+  ASSERT_TRUE(after.ok());
+  EXPECT_EQ(after->generation(), 1);
+  EXPECT_EQ(after->position(), 29);     // where worker 1 goes on from
+  EXPECT_EQ(after->global_step(), 60);  // the old generation's report did not count
+  // A worker that finished in the old generation is sent back to work.
+  proto::WorkerDoneRequest done = Done(1, 2, 49, true);
+  done.mutable_final_progress()->set_generation(0);
+  EXPECT_EQ(c.WorkerDone(done, kT0).code(), absl::StatusCode::kAborted);
+  ASSERT_TRUE(c.Heartbeat(BeatAt(1, 2, 31, 1, 61), kT0).ok());
+  EXPECT_EQ(c.Check(kT0).global_step, 61);
+  EXPECT_EQ(c.Check(kT0).positions, (std::vector<int64_t>{30, 31}));
+}
+
+TEST(CoordinatorTest, Check_SilentWorker_IsNotActive_GiveUpLetsTheJobFinish) {
+  Coordinator c(TwoWorkers(), absl::Seconds(10));
+  c.SetPhase(proto::PHASE_RUNNING);
+  ASSERT_TRUE(c.Register(Reg(0, 1), kT0).ok());
+  ASSERT_TRUE(c.Register(Reg(1, 2), kT0).ok());
+  ASSERT_TRUE(c.Heartbeat(Beat(1, 2, 1), kT0 + absl::Seconds(20)).ok());
+  Coordinator::Snapshot s = c.Check(kT0 + absl::Seconds(21));
+  EXPECT_EQ(s.silent, std::vector<int>{0});
+  EXPECT_EQ(s.silent_for[0], absl::Seconds(21));
+  EXPECT_EQ(s.active, std::vector<int>{1});  // the quorum no longer counts worker 0
+  c.GiveUp(0);
+  ASSERT_TRUE(c.WorkerDone(Done(1, 2, 5, true), kT0 + absl::Seconds(22)).ok());
+  s = c.Check(kT0 + absl::Seconds(22));
+  EXPECT_TRUE(s.all_done);
+  EXPECT_EQ(s.left_early, 1);
+}
+
+TEST(CoordinatorTest, GiveUp_WorkerThatSpeaksAgain_TakesPartAgain) {
+  Coordinator c(TwoWorkers(), absl::Seconds(10));
+  c.SetPhase(proto::PHASE_RUNNING);
+  ASSERT_TRUE(c.Register(Reg(0, 1), kT0).ok());
+  c.GiveUp(0);
+  EXPECT_EQ(c.Check(kT0).done, 1);
+  ASSERT_TRUE(c.Heartbeat(Beat(0, 1, 3), kT0 + absl::Seconds(1)).ok());
+  const Coordinator::Snapshot s = c.Check(kT0 + absl::Seconds(1));
+  EXPECT_EQ(s.done, 0);
+  EXPECT_EQ(s.active, (std::vector<int>{0, 1}));
 }
 
 }  // namespace

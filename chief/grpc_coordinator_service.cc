@@ -17,9 +17,9 @@ grpc::ServerUnaryReactor* Finish(grpc::CallbackServerContext* context, const abs
 grpc::ServerUnaryReactor* GrpcCoordinatorService::Register(grpc::CallbackServerContext* context,
                                                            const proto::RegisterRequest* request,
                                                            proto::RegisterResponse* response) {
-  absl::StatusOr<proto::ClusterState> state = coordinator_->Register(*request, absl::Now());
-  if (state.ok()) *response->mutable_state() = *std::move(state);
-  return Finish(context, state.status());
+  absl::StatusOr<proto::RegisterResponse> result = coordinator_->Register(*request, absl::Now());
+  if (result.ok()) *response = *std::move(result);
+  return Finish(context, result.status());
 }
 
 grpc::ServerUnaryReactor* GrpcCoordinatorService::Heartbeat(grpc::CallbackServerContext* context,

@@ -79,6 +79,10 @@ ABSL_FLAG(double, peer_timeout_s, 60,
           "Seconds without a heartbeat after which a peer is declared dead.");
 ABSL_FLAG(double, startup_timeout_s, 120, "Seconds to wait for the cluster's tasks to come up.");
 ABSL_FLAG(double, rpc_timeout_s, 60, "Deadline of one Pull or Push RPC, in seconds.");
+ABSL_FLAG(double, recovery_timeout_s, 300,
+          "How long a failure may last before the job gives up: the chief waits this long for "
+          "a lost ps to come back, workers wait this long for the ps or the chief, and a "
+          "worker silent this long is given up on.");
 
 namespace pst::common {
 
@@ -208,6 +212,7 @@ absl::StatusOr<Timing> TimingFromFlags() {
   const double peer = absl::GetFlag(FLAGS_peer_timeout_s);
   const double startup = absl::GetFlag(FLAGS_startup_timeout_s);
   const double rpc = absl::GetFlag(FLAGS_rpc_timeout_s);
+  const double recovery = absl::GetFlag(FLAGS_recovery_timeout_s);
   if (heartbeat_ms < 10) return absl::InvalidArgumentError("--heartbeat_ms must be >= 10");
   if (!(log_every > 0)) return absl::InvalidArgumentError("--log_every_s must be > 0");
   if (!(peer * 1000 > 2 * heartbeat_ms)) {
@@ -216,11 +221,13 @@ absl::StatusOr<Timing> TimingFromFlags() {
   if (!(startup > 0) || !(rpc > 0)) {
     return absl::InvalidArgumentError("--startup_timeout_s and --rpc_timeout_s must be > 0");
   }
+  if (!(recovery > 0)) return absl::InvalidArgumentError("--recovery_timeout_s must be > 0");
   Timing t;
   t.heartbeat_interval = absl::Milliseconds(heartbeat_ms);
   t.peer_timeout = absl::Seconds(peer);
   t.startup_timeout = absl::Seconds(startup);
   t.rpc_timeout = absl::Seconds(rpc);
+  t.recovery_timeout = absl::Seconds(recovery);
   t.log_every = absl::Seconds(log_every);
   return t;
 }

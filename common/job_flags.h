@@ -55,6 +55,7 @@ ABSL_DECLARE_FLAG(int32_t, heartbeat_ms);
 ABSL_DECLARE_FLAG(double, peer_timeout_s);
 ABSL_DECLARE_FLAG(double, startup_timeout_s);
 ABSL_DECLARE_FLAG(double, rpc_timeout_s);
+ABSL_DECLARE_FLAG(double, recovery_timeout_s);
 
 namespace pst::common {
 
@@ -68,6 +69,7 @@ struct Timing {
   absl::Duration peer_timeout;     // a silent peer is declared dead after this
   absl::Duration startup_timeout;  // how long to wait for peers to come up
   absl::Duration rpc_timeout;      // deadline of one data-plane RPC
+  absl::Duration recovery_timeout;  // how long a failure may last
   absl::Duration log_every;
 };
 absl::StatusOr<Timing> TimingFromFlags();

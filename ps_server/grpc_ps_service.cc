@@ -1,11 +1,13 @@
 #include "ps_server/grpc_ps_service.h"
 
+#include <cstdlib>
 #include <exception>
 #include <filesystem>
 #include <memory>
 #include <new>
 #include <thread>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/checkpoint_format.h"
 #include "common/grpc_status.h"
@@ -95,6 +97,10 @@ GrpcPsService::GrpcPsService(VariableStore* store, int ps_index, std::string tas
       incarnation_(incarnation),
       stop_(stop) {
   TouchChief();
+  if (const char* delay = std::getenv(kSaveDelayEnv); delay != nullptr) {
+    int ms = 0;
+    if (absl::SimpleAtoi(delay, &ms) && ms > 0) save_delay_ = absl::Milliseconds(ms);
+  }
 }
 
 void GrpcPsService::TouchChief() {
@@ -188,6 +194,12 @@ grpc::ServerUnaryReactor* GrpcPsService::Save(grpc::CallbackServerContext* conte
       absl::StrCat(request->directory(), "/", common::ShardFileName(ps_index_, request->num_ps()));
   BackgroundStarted();
   std::thread([this, reactor, response, records, path, index = ps_index_] {
+    if (save_delay_ > absl::ZeroDuration()) {
+      // Fault injection for tests: a save slow enough to be killed during.
+      spdlog::info("writing {} after a delay of {} ({})", path, absl::FormatDuration(save_delay_),
+                   kSaveDelayEnv);
+      absl::SleepFor(save_delay_);
+    }
     const absl::Time write_start = absl::Now();
     absl::Status status = common::WriteShardFile(path, *records, response->mutable_shard());
     response->mutable_shard()->set_ps_index(index);
@@ -239,11 +251,12 @@ grpc::ServerUnaryReactor* GrpcPsService::Restore(grpc::CallbackServerContext* co
       for (const auto& shard : shards) {
         for (const common::ShardRecord& r : shard) records.push_back(&r);
       }
-      PST_RETURN_IF_ERROR(store_->Restore(records));
+      PST_RETURN_IF_ERROR(store_->Restore(records, request->generation()));
       response->set_bytes_read(bytes);
       response->set_variables_restored(store_->GetStats().num_variables);
-      spdlog::info("restored {} variable(s) from {} ({} bytes read)",
-                   response->variables_restored(), request->directory(), bytes);
+      spdlog::info("restored {} variable(s) from {} ({} bytes read), generation {}",
+                   response->variables_restored(), request->directory(), bytes,
+                   request->generation());
       return absl::OkStatus();
     }();
     reactor->Finish(common::ToGrpcStatus(status));
@@ -273,6 +286,8 @@ grpc::ServerUnaryReactor* GrpcPsService::Health(grpc::CallbackServerContext* con
     response->set_parked_pulls(stats.parked_pulls);
     response->set_parked_seconds(stats.parked_seconds);
     response->set_max_clock_gap(stats.max_clock_gap);
+    response->set_generation(stats.generation);
+    response->set_max_version(stats.max_version);
     return absl::OkStatus();
   });
 }

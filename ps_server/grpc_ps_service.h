@@ -18,6 +18,11 @@
 
 namespace pst::ps {
 
+// Fault injection for tests: when this environment variable holds N > 0,
+// every Save waits N ms after its snapshot before writing the shard (and
+// says so in the log), so a test can kill the ps in the middle of a save.
+inline constexpr char kSaveDelayEnv[] = "PSTRAIN_TEST_SAVE_DELAY_MS";
+
 // Thread-safe. Does not own the store.
 class GrpcPsService final : public proto::ParameterServer::CallbackService {
  public:
@@ -80,6 +85,7 @@ class GrpcPsService final : public proto::ParameterServer::CallbackService {
   const uint64_t incarnation_;
   std::atomic<int64_t> last_chief_contact_ns_;
   common::StopSignal* const stop_;
+  absl::Duration save_delay_ = absl::ZeroDuration();  // kSaveDelayEnv
   // Save and Restore calls still running on their own threads.
   absl::Mutex background_mu_;
   int background_ ABSL_GUARDED_BY(background_mu_) = 0;

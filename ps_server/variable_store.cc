@@ -373,6 +373,7 @@ absl::Status VariableStore::PushNoWake(const proto::PushRequest& request,
   if (optimizer_ == nullptr) {
     return absl::FailedPreconditionError("no variables have been created on this ps yet");
   }
+  PST_RETURN_IF_ERROR(CheckGeneration(request.generation()));
   const bool skip_nonfinite = optimizer_config_.skip_nonfinite();
   // Validate every gradient before touching any variable.
   absl::flat_hash_set<std::string_view> seen;
@@ -854,6 +855,7 @@ absl::Status VariableStore::PushRows(const proto::PushRowsRequest& request,
   if (optimizer_ == nullptr) {
     return absl::FailedPreconditionError("no variables have been created on this ps yet");
   }
+  PST_RETURN_IF_ERROR(CheckGeneration(request.generation()));
   const bool skip_nonfinite = optimizer_config_.skip_nonfinite();
   // Validate every gradient before touching any variable.
   absl::flat_hash_set<std::string_view> seen;
@@ -1004,13 +1006,27 @@ int64_t LocalRow(const proto::VariableSpec& spec, int64_t rows, int64_t g) {
 
 }  // namespace
 
-absl::Status VariableStore::Restore(const std::vector<const common::ShardRecord*>& records) {
-  absl::ReaderMutexLock lock(&mu_);
-  const int num_slots = optimizer_ == nullptr ? 0 : optimizer_->num_slots();
-  absl::flat_hash_map<std::string, std::vector<const common::ShardRecord*>> by_logical;
-  for (const common::ShardRecord* r : records) by_logical[LogicalName(r->spec)].push_back(r);
+absl::Status VariableStore::CheckGeneration(int64_t generation) const {
+  if (generation != generation_) {
+    return absl::AbortedError(absl::StrCat("gradient from restore generation ", generation,
+                                           ", but this ps was restored from a "
+                                           "checkpoint and is at generation ",
+                                           generation_, "; pull the restored values first"));
+  }
+  return absl::OkStatus();
+}
 
-  // Build every variable's new contents first.
+int64_t VariableStore::generation() const {
+  absl::ReaderMutexLock lock(&mu_);
+  return generation_;
+}
+
+absl::Status VariableStore::Restore(const std::vector<const common::ShardRecord*>& records,
+                                    int64_t generation) {
+  // Read what to load under a shared lock (training goes on), then swap it
+  // in under the exclusive one: no push is half-way through when the values
+  // and the generation change, and every later push is checked against the
+  // new generation.
   struct Loaded {
     Variable* var = nullptr;
     int64_t version = 0;
@@ -1019,88 +1035,107 @@ absl::Status VariableStore::Restore(const std::vector<const common::ShardRecord*
     absl::flat_hash_map<int64_t, std::vector<float>> hash_rows;
   };
   std::vector<Loaded> loaded;
-  for (const auto& [name, var_ptr] : variables_) {
-    Variable& var = *var_ptr;
-    const std::string logical = LogicalName(var.spec);
-    auto it = by_logical.find(logical);
-    if (it == by_logical.end()) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("the checkpoint has no variable '", logical, "' (for '", name, "')"));
-    }
-    Loaded l;
-    l.var = &var;
-    const int64_t dim = var.dim;
-    for (const common::ShardRecord* r : it->second) {
-      const int64_t rdim = r->rows > 0 ? static_cast<int64_t>(r->values.size()) / r->rows : dim;
-      if (r->rows > 0 && rdim != dim) {
-        return absl::FailedPreconditionError(absl::StrCat("variable '", logical, "' has rows of ",
-                                                          rdim, " in the checkpoint but ", dim,
-                                                          " here"));
+  {
+    absl::ReaderMutexLock lock(&mu_);
+    const int num_slots = optimizer_ == nullptr ? 0 : optimizer_->num_slots();
+    absl::flat_hash_map<std::string, std::vector<const common::ShardRecord*>> by_logical;
+    for (const common::ShardRecord* r : records) by_logical[LogicalName(r->spec)].push_back(r);
+
+    // Build every variable's new contents first.
+    for (const auto& [name, var_ptr] : variables_) {
+      Variable& var = *var_ptr;
+      const std::string logical = LogicalName(var.spec);
+      auto it = by_logical.find(logical);
+      if (it == by_logical.end()) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("the checkpoint has no variable '", logical, "' (for '", name, "')"));
       }
-      if (static_cast<int>(r->slots.size()) != num_slots) {
-        return absl::FailedPreconditionError(absl::StrCat(
-            "variable '", r->spec.name(), "' has ", r->slots.size(),
-            " optimizer slot(s) in the checkpoint but this optimizer keeps ", num_slots));
-      }
-      l.version = std::max(l.version, r->version);
-    }
-    if (var.is_hash) {
+      Loaded l;
+      l.var = &var;
+      const int64_t dim = var.dim;
       for (const common::ShardRecord* r : it->second) {
-        for (int64_t k = 0; k < static_cast<int64_t>(r->hash_ids.size()); ++k) {
-          const int64_t id = r->hash_ids[k];
-          if (common::HashPartition(id, var.spec.num_partitions()) != var.spec.partition())
-            continue;
-          std::vector<float> row(dim * (1 + num_slots));
-          std::copy_n(&r->values[k * dim], dim, row.begin());
-          for (int s = 0; s < num_slots; ++s) {
-            std::copy_n(&r->slots[s][k * dim], dim, row.begin() + (s + 1) * dim);
-          }
-          l.hash_rows[id] = std::move(row);
+        const int64_t rdim = r->rows > 0 ? static_cast<int64_t>(r->values.size()) / r->rows : dim;
+        if (r->rows > 0 && rdim != dim) {
+          return absl::FailedPreconditionError(absl::StrCat("variable '", logical, "' has rows of ",
+                                                            rdim, " in the checkpoint but ", dim,
+                                                            " here"));
         }
+        if (static_cast<int>(r->slots.size()) != num_slots) {
+          return absl::FailedPreconditionError(absl::StrCat(
+              "variable '", r->spec.name(), "' has ", r->slots.size(),
+              " optimizer slot(s) in the checkpoint but this optimizer keeps ", num_slots));
+        }
+        l.version = std::max(l.version, r->version);
       }
-    } else {
-      l.values.assign(var.rows * dim, 0.0f);
-      l.slots.assign(num_slots, std::vector<float>(var.rows * dim, 0.0f));
-      std::vector<bool> filled(var.rows, false);
-      int64_t count = 0;
-      for (const common::ShardRecord* r : it->second) {
-        for (int64_t k = 0; k < r->rows; ++k) {
-          const int64_t local = LocalRow(var.spec, var.rows, GlobalRow(r->spec, k));
-          if (local < 0 || filled[local]) continue;
-          filled[local] = true;
-          ++count;
-          std::copy_n(&r->values[k * dim], dim, &l.values[local * dim]);
-          for (int s = 0; s < num_slots; ++s) {
-            std::copy_n(&r->slots[s][k * dim], dim, &l.slots[s][local * dim]);
+      if (var.is_hash) {
+        for (const common::ShardRecord* r : it->second) {
+          for (int64_t k = 0; k < static_cast<int64_t>(r->hash_ids.size()); ++k) {
+            const int64_t id = r->hash_ids[k];
+            if (common::HashPartition(id, var.spec.num_partitions()) != var.spec.partition())
+              continue;
+            std::vector<float> row(dim * (1 + num_slots));
+            std::copy_n(&r->values[k * dim], dim, row.begin());
+            for (int s = 0; s < num_slots; ++s) {
+              std::copy_n(&r->slots[s][k * dim], dim, row.begin() + (s + 1) * dim);
+            }
+            l.hash_rows[id] = std::move(row);
           }
         }
+      } else {
+        l.values.assign(var.rows * dim, 0.0f);
+        l.slots.assign(num_slots, std::vector<float>(var.rows * dim, 0.0f));
+        std::vector<bool> filled(var.rows, false);
+        int64_t count = 0;
+        for (const common::ShardRecord* r : it->second) {
+          for (int64_t k = 0; k < r->rows; ++k) {
+            const int64_t local = LocalRow(var.spec, var.rows, GlobalRow(r->spec, k));
+            if (local < 0 || filled[local]) continue;
+            filled[local] = true;
+            ++count;
+            std::copy_n(&r->values[k * dim], dim, &l.values[local * dim]);
+            for (int s = 0; s < num_slots; ++s) {
+              std::copy_n(&r->slots[s][k * dim], dim, &l.slots[s][local * dim]);
+            }
+          }
+        }
+        if (count != var.rows) {
+          return absl::FailedPreconditionError(absl::StrCat(
+              "the checkpoint holds ", count, " of the ", var.rows, " rows of '", name, "'"));
+        }
       }
-      if (count != var.rows) {
-        return absl::FailedPreconditionError(absl::StrCat(
-            "the checkpoint holds ", count, " of the ", var.rows, " rows of '", name, "'"));
+      loaded.push_back(std::move(l));
+    }
+  }
+  // Then swap them in. (Variables are never removed, so the pointers hold.)
+  std::vector<Waiter> parked;
+  {
+    absl::MutexLock lock(&mu_);
+    for (Loaded& l : loaded) {
+      Variable& var = *l.var;
+      absl::MutexLock var_lock(&var.mu);
+      var.version = l.version;
+      var.accum.clear();
+      var.contributors.clear();
+      if (var.is_hash) {
+        var.hash_rows = std::move(l.hash_rows);
+        var.num_hash_rows.store(static_cast<int64_t>(var.hash_rows.size()));
+        var.pending.clear();
+      } else {
+        var.values = std::move(l.values);
+        var.slots = std::move(l.slots);
       }
     }
-    loaded.push_back(std::move(l));
+    generation_ = generation;
+    absl::MutexLock wait_lock(&wait_mu_);
+    std::fill(clocks_.begin(), clocks_.end(), 0);
+    last_push_.clear();
+    // Parked pulls waited for versions or clocks of the replaced state.
+    parked.swap(waiters_);
   }
-  // Then swap them in.
-  for (Loaded& l : loaded) {
-    Variable& var = *l.var;
-    absl::MutexLock var_lock(&var.mu);
-    var.version = l.version;
-    var.accum.clear();
-    var.contributors.clear();
-    if (var.is_hash) {
-      var.hash_rows = std::move(l.hash_rows);
-      var.num_hash_rows.store(static_cast<int64_t>(var.hash_rows.size()));
-      var.pending.clear();
-    } else {
-      var.values = std::move(l.values);
-      var.slots = std::move(l.slots);
-    }
+  for (Waiter& w : parked) {
+    w.done(absl::AbortedError(
+        "the ps was restored from a checkpoint while this call waited; pull again"));
   }
-  absl::MutexLock wait_lock(&wait_mu_);
-  std::fill(clocks_.begin(), clocks_.end(), 0);
-  last_push_.clear();
   return absl::OkStatus();
 }
 
@@ -1115,8 +1150,11 @@ VariableStore::Stats VariableStore::GetStats() const {
       stats.num_elements += rows * var->dim;
     } else {
       stats.num_elements += var->rows * var->dim;
+      absl::ReaderMutexLock var_lock(&var->mu);
+      stats.max_version = std::max(stats.max_version, var->version);
     }
   }
+  stats.generation = generation_;
   stats.pushes_applied = pushes_applied_.load(std::memory_order_relaxed);
   stats.nonfinite_skipped = nonfinite_skipped_.load(std::memory_order_relaxed);
   stats.unadmitted_dropped = unadmitted_dropped_.load(std::memory_order_relaxed);

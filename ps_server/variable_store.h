@@ -181,8 +181,13 @@ class VariableStore {
   // restart. Everything is checked before anything changes.
   // Errors: FailedPrecondition naming the variable when the checkpoint lacks
   // it or some of its rows, when its row width differs, or when its slots do
-  // not match this optimizer's.
-  absl::Status Restore(const std::vector<const common::ShardRecord*>& records);
+  // not match this optimizer's. Sets the store's restore generation: from
+  // then on, pushes (Push, PushPull, PushRows) of any other generation are
+  // refused with Aborted, and calls parked before the restore are answered
+  // Aborted. The generation starts at 0.
+  absl::Status Restore(const std::vector<const common::ShardRecord*>& records,
+                       int64_t generation = 0);
+  int64_t generation() const;
 
   struct Stats {
     int num_variables = 0;
@@ -200,6 +205,8 @@ class VariableStore {
     int64_t parked_pulls = 0;
     double parked_seconds = 0;
     int64_t max_clock_gap = 0;
+    int64_t generation = 0;   // restore generation
+    int64_t max_version = 0;  // highest version of a dense variable
   };
   Stats GetStats() const;
 
@@ -239,6 +246,8 @@ class VariableStore {
   };
 
   absl::StatusOr<Variable*> Find(const std::string& name) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // Aborted unless `generation` is this store's restore generation.
+  absl::Status CheckGeneration(int64_t generation) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // Checks one RowIds against its variable; fills the local row of each id.
   static absl::Status CheckRowIds(const Variable& var, const proto::RowIds& ids,
                                   std::vector<int64_t>* local);
@@ -303,6 +312,7 @@ class VariableStore {
   mutable absl::Mutex mu_;
   absl::flat_hash_map<std::string, std::unique_ptr<Variable>> variables_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<Optimizer> optimizer_ ABSL_GUARDED_BY(mu_);
+  int64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
   proto::OptimizerConfig optimizer_config_ ABSL_GUARDED_BY(mu_);
   std::atomic<int64_t> pushes_applied_{0};
   std::atomic<int64_t> nonfinite_skipped_{0};

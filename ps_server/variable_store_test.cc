@@ -10,6 +10,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/synchronization/notification.h"
 #include "common/tensor_util.h"
 
 namespace pst::ps {
@@ -1002,6 +1003,75 @@ TEST(VariableStoreRetryTest, RetriedRowPush_IsAppliedOnce) {
   proto::PushRowsResponse response;
   ASSERT_TRUE(store.PushRows(push, &response).ok());
   EXPECT_EQ(response.versions(0), 2);
+}
+
+}  // namespace
+}  // namespace pst::ps
+
+namespace pst::ps {
+namespace {
+
+std::vector<const common::ShardRecord*> Pointers(const std::vector<common::ShardRecord>& records) {
+  std::vector<const common::ShardRecord*> out;
+  for (const common::ShardRecord& r : records) out.push_back(&r);
+  return out;
+}
+
+TEST_F(VariableStoreTest, Restore_NewGeneration_RefusesPushesOfTheOldOne) {
+  const std::vector<common::ShardRecord> checkpoint = store_.Snapshot();
+  const std::vector<float> saved_w = Values(store_, "w");
+  proto::PushRequest push;
+  AddGradient(&push, "w", {2, 3}, {1, 1, 1, 1, 1, 1});
+  proto::PushResponse response;
+  ASSERT_TRUE(store_.Push(push, &response).ok());  // generation 0, like the store
+  ASSERT_NE(Values(store_, "w"), saved_w);
+
+  ASSERT_TRUE(store_.Restore(Pointers(checkpoint), /*generation=*/1).ok());
+  EXPECT_EQ(store_.generation(), 1);
+  EXPECT_EQ(store_.GetStats().generation, 1);
+  EXPECT_EQ(Values(store_, "w"), saved_w);
+  // A gradient computed before the restore is refused, dense or by rows.
+  absl::Status old = store_.Push(push, &response);
+  EXPECT_EQ(old.code(), absl::StatusCode::kAborted) << old;
+  EXPECT_NE(old.message().find("generation"), std::string::npos) << old;
+  proto::PushRowsRequest rows;
+  rows.add_rows()->set_name("w");
+  rows.mutable_rows(0)->add_ids(1);
+  const std::vector<int64_t> dims = {1, 3};
+  const std::vector<float> ones = {1, 1, 1};
+  common::PackFloats(ones, common::Shape(dims.begin(), dims.end()), rows.add_gradients());
+  proto::PushRowsResponse rows_response;
+  EXPECT_EQ(store_.PushRows(rows, &rows_response).code(), absl::StatusCode::kAborted);
+  EXPECT_EQ(Values(store_, "w"), saved_w) << "nothing applied";
+  // One of the new generation is applied.
+  push.set_generation(1);
+  ASSERT_TRUE(store_.Push(push, &response).ok());
+  EXPECT_NE(Values(store_, "w"), saved_w);
+}
+
+TEST(VariableStoreRestoreTest, Restore_AnswersParkedPullsAborted) {
+  VariableStore store;
+  proto::CreateVariablesRequest create = CreateRequest();
+  create.mutable_sync()->set_mode(proto::SYNC);
+  create.mutable_sync()->set_num_workers(2);
+  ASSERT_TRUE(store.Create(create).ok());
+  const std::vector<common::ShardRecord> checkpoint = store.Snapshot();
+  proto::PullRequest pull;
+  pull.set_worker_index(0);
+  pull.set_min_version(1);  // not reached: both workers must push first
+  proto::PullResponse response;
+  absl::Notification done;
+  absl::Status result;
+  const uint64_t ticket = store.PullWhenReady(&pull, &response, [&](absl::Status s) {
+    result = std::move(s);
+    done.Notify();
+  });
+  ASSERT_NE(ticket, 0u) << "the pull should have parked";
+  EXPECT_FALSE(done.HasBeenNotified());
+  ASSERT_TRUE(store.Restore(Pointers(checkpoint), /*generation=*/1).ok());
+  ASSERT_TRUE(done.HasBeenNotified());
+  EXPECT_EQ(result.code(), absl::StatusCode::kAborted) << result;
+  EXPECT_FALSE(store.CancelWaiter(ticket));
 }
 
 }  // namespace

@@ -66,6 +66,18 @@ bool TestProcess::WaitForOutput(const std::string& needle, absl::Duration timeou
   return output_.find(needle) != std::string::npos;
 }
 
+std::optional<size_t> TestProcess::WaitForOutputAfter(const std::string& needle, size_t from,
+                                                      absl::Duration timeout) {
+  absl::MutexLock lock(&mu_);
+  auto found_or_closed = [this, &needle, from]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return output_closed_ || output_.find(needle, from) != std::string::npos;
+  };
+  mu_.AwaitWithTimeout(absl::Condition(&found_or_closed), timeout);
+  const size_t at = output_.find(needle, from);
+  if (at == std::string::npos) return std::nullopt;
+  return at;
+}
+
 std::optional<int> TestProcess::WaitForExit(absl::Duration timeout) {
   const absl::Time deadline = absl::Now() + timeout;
   if (!exited_.WaitForNotificationWithTimeout(timeout)) return std::nullopt;
@@ -127,13 +139,14 @@ void LonePsTest::SetUp() {
   stub_ = proto::ParameterServer::NewStub(common::MakeChannel(spec_.ps[0]));
 }
 
-std::unique_ptr<TestProcess> LaunchLocal(const std::vector<std::string>& flags) {
+std::unique_ptr<TestProcess> LaunchLocal(const std::vector<std::string>& flags,
+                                         const std::vector<std::string>& env) {
   std::vector<std::string> argv = {BinaryPath("pstrain"), "local",
                                    "--heartbeat_ms=200",  "--log_every_s=1",
                                    "--peer_timeout_s=30", "--startup_timeout_s=60",
                                    "--timeout_s=240",     "--grace_s=5"};
   argv.insert(argv.end(), flags.begin(), flags.end());
-  absl::StatusOr<std::unique_ptr<TestProcess>> process = TestProcess::Start(argv);
+  absl::StatusOr<std::unique_ptr<TestProcess>> process = TestProcess::Start(argv, env);
   return process.ok() ? *std::move(process) : nullptr;
 }
 

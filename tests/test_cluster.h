@@ -36,6 +36,10 @@ class TestProcess {
   pid_t pid() const { return pid_; }
   // Waits until the output contains `needle`; false on timeout or exit.
   bool WaitForOutput(const std::string& needle, absl::Duration timeout);
+  // Waits until `needle` occurs at or after offset `from` of the output;
+  // where it starts, or nullopt on timeout or exit.
+  std::optional<size_t> WaitForOutputAfter(const std::string& needle, size_t from,
+                                           absl::Duration timeout);
   // Waits for the process to exit and for the end of its output; its wait
   // status, or nullopt on timeout.
   std::optional<int> WaitForExit(absl::Duration timeout);
@@ -83,8 +87,10 @@ class LonePsTest : public ::testing::Test {
 
 // Starts `pstrain local` with test-friendly timing (fast heartbeats and
 // progress lines, bounded startup, a 240 s job timeout) and `flags`, which
-// come last and so override those.
-std::unique_ptr<TestProcess> LaunchLocal(const std::vector<std::string>& flags);
+// come last and so override those. `env` ("NAME=value") is added to the
+// launcher's environment, which every daemon inherits.
+std::unique_ptr<TestProcess> LaunchLocal(const std::vector<std::string>& flags,
+                                         const std::vector<std::string>& env = {});
 
 // The daemons `pstrain local` reported starting: task -> pid.
 std::map<std::string, pid_t> DaemonPids(const std::string& launcher_output);

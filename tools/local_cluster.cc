@@ -17,9 +17,11 @@ namespace {
 
 struct Child {
   std::string task;  // "ps:0"
+  SpawnOptions spawn;
   pid_t pid = -1;
   bool running = false;
   int wait_status = 0;
+  int restarts = 0;
   std::thread reader;
 };
 
@@ -92,6 +94,25 @@ int RunLocalCluster(const LocalClusterOptions& options, common::StopSignal* stop
     }
   };
 
+  // Starts children[i] from its spawn options, with a thread streaming its
+  // output. REQUIRES: mu held, or no other thread running yet.
+  auto start = [&](size_t i) -> absl::Status {
+    Child& c = children[i];
+    int fd = -1;
+    absl::StatusOr<pid_t> pid = Spawn(c.spawn, &fd);
+    if (!pid.ok()) return pid.status();
+    c.pid = *pid;
+    c.running = true;
+    Print(absl::StrCat("pstrain local: started ", c.task, " (pid ", *pid, ")"));
+    const std::string prefix =
+        absl::StrCat(c.task, std::string(10 - std::min<size_t>(9, c.task.size()), ' '), "| ");
+    if (c.reader.joinable()) c.reader.join();  // the previous run's output has ended
+    c.reader = std::thread([fd, prefix] {
+      ForEachLine(fd, [&prefix](const std::string& line) { Print(prefix + line); });
+    });
+    return absl::OkStatus();
+  };
+
   for (size_t i = 0; i < launches.size(); ++i) {
     tf.task = launches[i].task;
     const std::string task = common::TaskIdString(tf.task);
@@ -105,26 +126,15 @@ int RunLocalCluster(const LocalClusterOptions& options, common::StopSignal* stop
       spawn.argv.push_back(absl::StrCat("--summary_json=", options.summary_json));
     }
     spawn.env = {absl::StrCat("TF_CONFIG=", common::TfConfigToJson(tf))};
-    int fd = -1;
-    absl::StatusOr<pid_t> pid = Spawn(spawn, &fd);
-    if (!pid.ok()) {
-      Print(absl::StrCat("pstrain local: cannot start ", task, ": ", pid.status().message()));
+    children[i].task = task;
+    children[i].spawn = std::move(spawn);
+    absl::Status started = start(i);  // no other thread runs yet
+    if (!started.ok()) {
+      Print(absl::StrCat("pstrain local: cannot start ", task, ": ", started.message()));
       end_job("a daemon could not be started");
       children.resize(i);
       break;
     }
-    {
-      absl::MutexLock lock(&mu);
-      children[i].task = task;
-      children[i].pid = *pid;
-      children[i].running = true;
-    }
-    Print(absl::StrCat("pstrain local: started ", task, " (pid ", *pid, ")"));
-    const std::string prefix =
-        absl::StrCat(task, std::string(10 - std::min<size_t>(9, task.size()), ' '), "| ");
-    children[i].reader = std::thread([fd, prefix] {
-      ForEachLine(fd, [&prefix](const std::string& line) { Print(prefix + line); });
-    });
   }
 
   absl::Notification all_exited;
@@ -156,12 +166,24 @@ int RunLocalCluster(const LocalClusterOptions& options, common::StopSignal* stop
       break;
     }
     absl::MutexLock lock(&mu);
-    for (Child& c : children) {
+    for (size_t i = 0; i < children.size(); ++i) {
+      Child& c = children[i];
       if (c.pid != pid || !c.running) continue;
       c.running = false;
       c.wait_status = wait_status;
-      --live;
       const bool ok = WIFEXITED(wait_status) && WEXITSTATUS(wait_status) == 0;
+      if (!ok && !stop->stopped() && options.restart_failed && WIFSIGNALED(wait_status) &&
+          c.restarts < options.max_restarts) {
+        // Like a supervisor's restart on failure: the same task, again.
+        ++c.restarts;
+        Print(absl::StrCat("pstrain local: ", c.task, " ", DescribeWaitStatus(wait_status),
+                           "; restarting it (", c.restarts, " of at most ", options.max_restarts,
+                           ")"));
+        absl::Status started = start(i);
+        if (started.ok()) break;
+        Print(absl::StrCat("pstrain local: cannot restart ", c.task, ": ", started.message()));
+      }
+      --live;
       if (!ok && !stop->stopped()) {
         exit_code = 1;
         stop->Stop(absl::StrCat(c.task, " ", DescribeWaitStatus(wait_status)));

@@ -5,7 +5,8 @@
 // prefix, and waits. When any daemon fails, or on Ctrl-C/SIGTERM or the
 // timeout, every remaining daemon gets SIGTERM, then SIGKILL after a grace
 // period. Children carry PR_SET_PDEATHSIG, so even a SIGKILLed launcher
-// leaves no daemon behind.
+// leaves no daemon behind. With restart_failed, a daemon killed by a signal
+// is started again instead.
 #ifndef PST_TOOLS_LOCAL_CLUSTER_H_
 #define PST_TOOLS_LOCAL_CLUSTER_H_
 
@@ -29,6 +30,12 @@ struct LocalClusterOptions {
   int slow_worker_delay_ms = 0;
   absl::Duration timeout = absl::ZeroDuration();  // zero: none
   absl::Duration grace = absl::Seconds(10);       // SIGTERM -> SIGKILL
+  // Restart a daemon killed by a signal (kill -9, a crash, the OOM killer)
+  // with the same task, at most max_restarts times each, as a supervisor
+  // with restart-on-failure would. A daemon that exits with an error code
+  // has given its own verdict and is not restarted.
+  bool restart_failed = false;
+  int max_restarts = 3;
 };
 
 // Runs the cluster until every daemon has exited. Stopping `stop` from

@@ -39,6 +39,10 @@ ABSL_FLAG(double, grace_s, 10, "local: seconds between SIGTERM and SIGKILL when 
 ABSL_FLAG(int32_t, slow_worker, -1,
           "local: make this worker slow (it sleeps --slow_worker_delay_ms every step).");
 ABSL_FLAG(int32_t, slow_worker_delay_ms, 0, "local: the slow worker's extra time per step.");
+ABSL_FLAG(bool, restart_failed, false,
+          "local: restart a daemon killed by a signal (kill -9, a crash) with the same task, "
+          "like Docker Compose's restart: on-failure.");
+ABSL_FLAG(int32_t, max_restarts, 3, "local: with --restart_failed, restarts allowed per task.");
 ABSL_FLAG(std::string, out, "", "generate_criteo: the file to write.");
 ABSL_FLAG(int64_t, rows, 200000, "generate_criteo: rows to write.");
 ABSL_FLAG(int64_t, vocab, 10000, "generate_criteo: raw values per categorical field.");
@@ -54,7 +58,7 @@ constexpr const char* kForwardedFlags[] = {
     "data_dir", "model", "hidden", "epochs", "max_steps", "batch_size", "learning_rate",
     "optimizer", "momentum", "nesterov", "beta1", "beta2", "epsilon", "initial_accumulator", "l1",
     "l2", "lr_power", "skip_nonfinite", "seed", "log_every_s", "heartbeat_ms", "peer_timeout_s",
-    "startup_timeout_s", "rpc_timeout_s", "data", "eval_fraction", "embedding_dim",
+    "startup_timeout_s", "rpc_timeout_s", "recovery_timeout_s", "data", "eval_fraction", "embedding_dim",
     "buckets_per_field", "admit_after", "placement", "partitioner", "num_shards",
     "min_slice_bytes", "max_partitions", "max_shard_bytes", "routing", "mode", "staleness",
     "replicas_to_aggregate", "checkpoint_dir", "save_checkpoints_steps", "save_checkpoints_secs",
@@ -172,6 +176,8 @@ int Local() {
   options.daemon_flags.push_back(absl::StrCat("--data=", training->data()));
   options.slow_worker = absl::GetFlag(FLAGS_slow_worker);
   options.slow_worker_delay_ms = absl::GetFlag(FLAGS_slow_worker_delay_ms);
+  options.restart_failed = absl::GetFlag(FLAGS_restart_failed);
+  options.max_restarts = absl::GetFlag(FLAGS_max_restarts);
   return pst::tools::RunLocalCluster(options, &stop);
 }
 

@@ -47,6 +47,7 @@ int main(int argc, char** argv) {
     options.peer_timeout = setup->timing.peer_timeout;
     options.startup_timeout = setup->timing.startup_timeout;
     options.rpc_timeout = setup->timing.rpc_timeout;
+    options.recovery_timeout = setup->timing.recovery_timeout;
     options.step_delay = absl::Milliseconds(absl::GetFlag(FLAGS_step_delay_ms));
     absl::Status status = pst::worker::RunWorker(options, stop);
     if (!status.ok()) spdlog::error("worker failed: {}", status.ToString());

@@ -178,6 +178,7 @@ absl::StatusOr<int64_t> PsClient::PushPull(int64_t step, int64_t base_version, c
     proto::PushRequest* push = requests[ps].mutable_push();
     push->set_worker_index(worker_index_);
     push->set_incarnation(incarnation_);
+    push->set_generation(generation_);
     push->set_step(step);
     push->set_base_version(base_version);
     for (int i : dense_by_ps_[ps]) {
@@ -388,6 +389,7 @@ absl::Status PsClient::PushRows(int64_t step, std::span<const TableIds> tables,
     targets.push_back(ps);
     requests[ps].set_worker_index(worker_index_);
     requests[ps].set_incarnation(incarnation_);
+    requests[ps].set_generation(generation_);
     requests[ps].set_step(step);
   }
   return FanOut(targets, [&](int ps, common::PsTransport::Done done) {

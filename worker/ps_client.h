@@ -66,6 +66,10 @@ class PsClient {
   // Errors: as PullRows, and InvalidArgument for a gradient of the wrong size.
   absl::Status PushRows(int64_t step, std::span<const TableIds> tables, const Values& grads);
 
+  // The restore generation pushes are tagged with (see PushRequest): the
+  // ps refuse pushes of another generation. Starts at 0.
+  void set_generation(int64_t generation) { generation_ = generation; }
+
   // Width of a table's rows. Errors: NotFound.
   absl::StatusOr<int> TableDim(const std::string& table) const;
   std::vector<std::string> TableNames() const;
@@ -109,6 +113,7 @@ class PsClient {
   std::shared_ptr<common::PsTransport> transport_;
   const int worker_index_;
   const uint64_t incarnation_;
+  int64_t generation_ = 0;
 };
 
 }  // namespace pst::worker

@@ -1,6 +1,7 @@
 #include "worker/trainer.h"
 
 #include <algorithm>
+#include <optional>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -23,7 +24,13 @@ namespace {
 // Progress shared between the training loop and the heartbeat thread.
 class Progress {
  public:
-  void Step(int64_t examples, float loss, int epoch, int64_t version) {
+  // A new attempt: training in `generation` from data position `position`.
+  void Begin(int64_t generation, int64_t position) {
+    absl::MutexLock lock(&mu_);
+    generation_ = generation;
+    position_ = position;
+  }
+  void Step(int64_t examples, float loss, int epoch, int64_t version, int64_t position) {
     absl::MutexLock lock(&mu_);
     version_ = std::max(version_, version);
     ++steps_;
@@ -31,6 +38,15 @@ class Progress {
     loss_sum_ += loss;
     ++loss_count_;
     epoch_ = epoch;
+    position_ = position;
+  }
+  int64_t position() const {
+    absl::MutexLock lock(&mu_);
+    return position_;
+  }
+  int64_t generation() const {
+    absl::MutexLock lock(&mu_);
+    return generation_;
   }
   // Fills `request` and resets the running loss.
   void Report(proto::HeartbeatRequest* request) {
@@ -39,45 +55,99 @@ class Progress {
     request->set_version(version_);
     request->set_examples(examples_);
     request->set_epoch(epoch_);
+    request->set_position(position_);
+    request->set_generation(generation_);
     if (loss_count_ > 0) request->set_loss(static_cast<float>(loss_sum_ / loss_count_));
     loss_sum_ = 0;
     loss_count_ = 0;
   }
 
  private:
-  absl::Mutex mu_;
+  mutable absl::Mutex mu_;
   int64_t steps_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t version_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t examples_ ABSL_GUARDED_BY(mu_) = 0;
   double loss_sum_ ABSL_GUARDED_BY(mu_) = 0;
   int loss_count_ ABSL_GUARDED_BY(mu_) = 0;
   int epoch_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t position_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
-// Registers with the coordinator, retrying while it is not up yet.
-absl::StatusOr<proto::ClusterState> Register(proto::Coordinator::Stub* coordinator,
-                                             const TrainerOptions& options,
-                                             const common::StopSignal& stop) {
-  const absl::Time deadline = absl::Now() + options.startup_timeout;
-  proto::RegisterRequest request;
-  request.set_worker_index(options.worker_index);
-  request.set_incarnation(options.incarnation);
+// What the coordinator last said, from heartbeats and registrations.
+class CoordinatorView {
+ public:
+  struct State {
+    proto::Phase phase = proto::PHASE_RUNNING;
+    int64_t generation = 0;
+    int64_t position = 0;  // where to go on from in `generation`
+    bool should_stop = false;
+    uint64_t updates = 0;  // bumped by every answer
+  };
+  void Update(proto::Phase phase, int64_t generation, int64_t position, bool should_stop) {
+    absl::MutexLock lock(&mu_);
+    state_.phase = phase;
+    state_.generation = generation;
+    state_.position = position;
+    state_.should_stop = state_.should_stop || should_stop;
+    ++state_.updates;
+  }
+  State Get() const {
+    absl::MutexLock lock(&mu_);
+    return state_;
+  }
+  // Waits until the coordinator answers again after `seen`, or `timeout`.
+  State WaitForUpdate(uint64_t seen, absl::Duration timeout) const {
+    absl::MutexLock lock(&mu_);
+    auto changed = [this, seen]()
+                       ABSL_SHARED_LOCKS_REQUIRED(mu_) { return state_.updates != seen; };
+    mu_.AwaitWithTimeout(absl::Condition(&changed), timeout);
+    return state_;
+  }
+
+ private:
+  mutable absl::Mutex mu_;
+  State state_ ABSL_GUARDED_BY(mu_);
+};
+
+bool Retryable(const absl::Status& status) {
+  switch (status.code()) {
+    case absl::StatusCode::kUnavailable:
+    case absl::StatusCode::kDeadlineExceeded:
+    case absl::StatusCode::kAborted:
+    case absl::StatusCode::kCancelled:
+    case absl::StatusCode::kUnknown:
+    // A ps that restarted and has no variables yet, or is being restored.
+    case absl::StatusCode::kNotFound:
+    case absl::StatusCode::kFailedPrecondition:
+      return true;
+    default:
+      return false;
+  }
+}
+
+// Registers with the coordinator, retrying while it is not up yet (or is
+// initializing or recovering) until `deadline`.
+absl::StatusOr<proto::RegisterResponse> Register(proto::Coordinator::Stub* coordinator,
+                                                 const TrainerOptions& options,
+                                                 const proto::RegisterRequest& request,
+                                                 absl::Time deadline,
+                                                 const common::StopSignal& stop) {
   absl::Duration backoff = absl::Milliseconds(50);
   for (;; backoff = std::min(2 * backoff, absl::Seconds(1))) {
     grpc::ClientContext context;
     common::SetDeadline(&context, absl::Seconds(1), /*wait_for_ready=*/true);
     proto::RegisterResponse response;
     grpc::Status status = coordinator->Register(&context, request, &response);
-    if (status.ok()) return response.state();
+    if (status.ok()) return response;
     const bool retry = status.error_code() == grpc::StatusCode::UNAVAILABLE ||
                        status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED;
     if (!retry) return common::FromGrpcStatus(status);
-    // The coordinator may be up but still initializing: wait a little.
     if (stop.WaitFor(backoff)) return absl::CancelledError("stopped before registering");
     if (absl::Now() > deadline) {
       return absl::DeadlineExceededError(
           absl::StrCat("the coordinator at ", options.coordinator_address,
-                       " did not answer within --startup_timeout_s: ", status.error_message()));
+                       " did not answer in time: ", status.error_message()));
     }
   }
 }
@@ -86,13 +156,20 @@ absl::StatusOr<proto::ClusterState> Register(proto::Coordinator::Stub* coordinat
 
 absl::Status RunWorker(const TrainerOptions& options, const common::StopSignal& stop) {
   auto coordinator = proto::Coordinator::NewStub(common::MakeChannel(options.coordinator_address));
-  PST_ASSIGN_OR_RETURN(proto::ClusterState state, Register(coordinator.get(), options, stop));
+  proto::RegisterRequest first;
+  first.set_worker_index(options.worker_index);
+  first.set_incarnation(options.incarnation);
+  first.set_position(-1);  // new: told where to start
+  PST_ASSIGN_OR_RETURN(
+      proto::RegisterResponse registered,
+      Register(coordinator.get(), options, first, absl::Now() + options.startup_timeout, stop));
+  const proto::ClusterState& state = registered.state();
   const proto::TrainingConfig& training = state.training();
   spdlog::info(
       "registered with the coordinator at {}: {} worker(s), {} ps, model {}, batch {}, "
-      "{} epoch(s)",
+      "{} epoch(s), starting at data position {}",
       options.coordinator_address, state.num_workers(), state.ps_addresses_size(), training.model(),
-      training.batch_size(), training.epochs());
+      training.batch_size(), training.epochs(), registered.position());
 
   PST_ASSIGN_OR_RETURN(std::vector<ModelVariable> variables, ModelVariables(training));
   PST_RETURN_IF_ERROR(CheckPlanMatches(state.plan(), variables));
@@ -119,9 +196,15 @@ absl::Status RunWorker(const TrainerOptions& options, const common::StopSignal& 
     return absl::FailedPreconditionError("this worker's shard of the training data is empty");
   }
 
-  // Heartbeats: progress out, "should stop" back.
   Progress progress;
-  common::StopSignal told_to_stop;
+  progress.Begin(state.generation(), registered.position());
+  CoordinatorView view;
+  view.Update(state.phase(), state.generation(), registered.position(), false);
+
+  // Heartbeats: progress out; phase, generation and "should stop" back. A
+  // coordinator that no longer knows this worker (a restarted chief) is
+  // told where it is. Without an answer for recovery_timeout, give up.
+  common::StopSignal lost_coordinator;
   absl::Notification loop_done;
   absl::Status heartbeat_error;
   std::thread heartbeat([&] {
@@ -137,55 +220,165 @@ absl::Status RunWorker(const TrainerOptions& options, const common::StopSignal& 
       grpc::Status status = coordinator->Heartbeat(&context, request, &response);
       if (status.ok()) {
         last_ok = absl::Now();
-        if (response.should_stop()) told_to_stop.Stop("the coordinator says stop");
-      } else if (absl::Now() - last_ok > options.peer_timeout) {
-        heartbeat_error = absl::UnavailableError(absl::StrCat(
-            "lost the coordinator at ", options.coordinator_address, ": ", status.error_message()));
-        told_to_stop.Stop("lost the coordinator");
+        view.Update(response.phase(), response.generation(), response.position(),
+                    response.should_stop());
+        continue;
+      }
+      if (status.error_code() == grpc::StatusCode::FAILED_PRECONDITION) {
+        proto::RegisterRequest again;
+        again.set_worker_index(options.worker_index);
+        again.set_incarnation(options.incarnation);
+        again.set_position(request.position());
+        again.set_generation(request.generation());
+        absl::StatusOr<proto::RegisterResponse> r =
+            Register(coordinator.get(), options, again, absl::Now(), stop);
+        if (r.ok()) {
+          spdlog::info("registered again with a restarted coordinator (generation {})",
+                       r->state().generation());
+          last_ok = absl::Now();
+          view.Update(r->state().phase(), r->state().generation(), r->position(), false);
+          continue;
+        }
+      } else if (status.error_code() == grpc::StatusCode::ABORTED) {
+        heartbeat_error = absl::AlreadyExistsError(
+            absl::StrCat("another process registered as worker ", options.worker_index, ": ",
+                         status.error_message()));
+        lost_coordinator.Stop("replaced");
+        return;
+      }
+      if (absl::Now() - last_ok > options.recovery_timeout) {
+        heartbeat_error = absl::UnavailableError(
+            absl::StrCat("lost the coordinator at ", options.coordinator_address, " for ",
+                         absl::FormatDuration(options.recovery_timeout),
+                         " (--recovery_timeout_s): ", status.error_message()));
+        lost_coordinator.Stop("lost the coordinator");
         return;
       }
     }
   });
 
-  LoopControl control;
-  control.should_stop = [&] { return stop.stopped() || told_to_stop.stopped(); };
-  control.step_delay = options.step_delay;
-  control.on_step = [&](int64_t examples, float loss, int epoch, int64_t version) {
-    progress.Step(examples, loss, epoch, version);
-  };
   const uint64_t shuffle_seed = training.seed() ^ (uint64_t(options.worker_index) << 32);
-  absl::StatusOr<int64_t> global_step =
-      training.model() == "mlp" ? TrainMlp(training, images, shuffle_seed, ps.get(), control)
-                                : TrainWideDeep(training, clicks, shuffle_seed, ps.get(), control);
-  absl::Status status = global_step.status();
-  bool completed = status.ok();
-  if (stop.stopped()) {
-    completed = false;
-    spdlog::info("stopping early: {}", stop.reason());
+  int64_t generation = state.generation();
+  ps->set_generation(generation);
+  auto recovering = [&](const CoordinatorView::State& v) {
+    return v.generation != generation || v.phase == proto::PHASE_RECOVERING;
+  };
+  LoopControl control;
+  control.should_stop = [&] {
+    const CoordinatorView::State v = view.Get();
+    return stop.stopped() || lost_coordinator.stopped() || v.should_stop || recovering(v);
+  };
+  control.step_delay = options.step_delay;
+  control.on_step = [&](int64_t examples, float loss, int epoch, int64_t version,
+                        int64_t position) {
+    progress.Step(examples, loss, epoch, version, position);
+  };
+
+  absl::Status status;
+  int64_t global_step = -1;
+  bool completed = false;
+  std::optional<absl::Time> failing_since;  // first failure since the last good step
+  absl::Duration backoff = absl::Milliseconds(100);
+  for (;;) {
+    control.start_position = progress.position();
+    const int64_t position_before = progress.position();
+    absl::StatusOr<int64_t> trained =
+        training.model() == "mlp"
+            ? TrainMlp(training, images, shuffle_seed, ps.get(), control)
+            : TrainWideDeep(training, clicks, shuffle_seed, ps.get(), control);
+    if (progress.position() != position_before) {
+      failing_since.reset();
+      backoff = absl::Milliseconds(100);
+    }
+    if (stop.stopped() || lost_coordinator.stopped()) {
+      status = trained.status();
+      break;
+    }
+    CoordinatorView::State v = view.Get();
+    if (trained.ok() && !recovering(v)) {
+      global_step = *trained;
+      // Finished (or told to stop): report it. The coordinator refuses a
+      // finish from an older generation; then the worker goes on.
+      proto::WorkerDoneRequest done;
+      done.mutable_final_progress()->set_worker_index(options.worker_index);
+      done.mutable_final_progress()->set_incarnation(options.incarnation);
+      progress.Report(done.mutable_final_progress());
+      done.set_completed(true);
+      done.set_reason("finished");
+      grpc::ClientContext context;
+      common::SetDeadline(&context, absl::Seconds(5));
+      proto::WorkerDoneResponse done_response;
+      grpc::Status reported = coordinator->WorkerDone(&context, done, &done_response);
+      if (reported.ok()) {
+        completed = true;
+        break;
+      }
+      spdlog::warn("could not report completion: {}", reported.error_message());
+      if (!failing_since.has_value()) failing_since = absl::Now();
+    } else if (!trained.ok() && !recovering(v) && !Retryable(trained.status())) {
+      status = trained.status();
+      break;
+    } else if (!trained.ok() || recovering(v)) {
+      if (!failing_since.has_value()) failing_since = absl::Now();
+      if (!trained.ok()) {
+        spdlog::warn("step at data position {} failed: {}; waiting for the cluster",
+                     progress.position(), trained.status().message());
+      }
+    }
+    // Wait: for a new generation (the ps restored), or a moment before a
+    // retry from the same position.
+    const absl::Time retry_at = absl::Now() + backoff;
+    backoff = std::min(2 * backoff, absl::Seconds(2));
+    for (;;) {
+      const absl::Time now = absl::Now();
+      if (stop.stopped() || lost_coordinator.stopped()) break;
+      if (now - *failing_since > options.recovery_timeout) break;
+      if (v.phase != proto::PHASE_RECOVERING && (v.generation != generation || now >= retry_at)) {
+        break;
+      }
+      // While the chief restores the ps, wait a heartbeat at a time.
+      v = view.WaitForUpdate(v.updates, v.phase == proto::PHASE_RECOVERING
+                                            ? options.heartbeat_interval
+                                            : retry_at - now);
+    }
+    if (stop.stopped() || lost_coordinator.stopped()) break;
+    if (absl::Now() - *failing_since > options.recovery_timeout) {
+      status = absl::UnavailableError(absl::StrCat(
+          "the cluster did not recover within --recovery_timeout_s (",
+          absl::FormatDuration(options.recovery_timeout), ")",
+          trained.ok() ? std::string() : absl::StrCat(": ", trained.status().message())));
+      break;
+    }
+    if (v.generation != generation) {
+      generation = v.generation;
+      ps->set_generation(generation);
+      progress.Begin(generation, v.position);
+      spdlog::info("the ps were restored (generation {}): going on from data position {}",
+                   generation, v.position);
+    } else {
+      spdlog::info("retrying from data position {}", progress.position());
+    }
   }
   loop_done.Notify();
   heartbeat.join();
   if (status.ok() && !heartbeat_error.ok()) status = heartbeat_error;
-  if (!status.ok()) completed = false;
+  if (stop.stopped()) spdlog::info("stopping early: {}", stop.reason());
 
-  // Tell the coordinator we are done (best effort when it is gone).
-  proto::WorkerDoneRequest done;
-  done.mutable_final_progress()->set_worker_index(options.worker_index);
-  done.mutable_final_progress()->set_incarnation(options.incarnation);
-  progress.Report(done.mutable_final_progress());
-  done.set_completed(completed);
-  done.set_reason(status.ok() ? (completed ? "finished" : stop.reason())
-                              : std::string(status.message()));
-  grpc::ClientContext context;
-  common::SetDeadline(&context, absl::Seconds(5));
-  proto::WorkerDoneResponse done_response;
-  grpc::Status reported = coordinator->WorkerDone(&context, done, &done_response);
-  if (!reported.ok() && status.ok() && completed) {
-    status = absl::UnavailableError(
-        absl::StrCat("could not report completion to the coordinator: ", reported.error_message()));
+  if (!completed) {
+    // Leaving early: tell the coordinator (best effort when it is gone).
+    proto::WorkerDoneRequest done;
+    done.mutable_final_progress()->set_worker_index(options.worker_index);
+    done.mutable_final_progress()->set_incarnation(options.incarnation);
+    progress.Report(done.mutable_final_progress());
+    done.set_completed(false);
+    done.set_reason(status.ok() ? stop.reason() : std::string(status.message()));
+    grpc::ClientContext context;
+    common::SetDeadline(&context, absl::Seconds(5));
+    proto::WorkerDoneResponse done_response;
+    coordinator->WorkerDone(&context, done, &done_response);
   }
-  spdlog::info("worker finished: {} step(s), global step {}", done.final_progress().steps(),
-               global_step.ok() ? *global_step : -1);
+  spdlog::info("worker finished at data position {}, global step {}", progress.position(),
+               global_step);
   return status;
 }
 

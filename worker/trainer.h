@@ -23,14 +23,24 @@ struct TrainerOptions {
   absl::Duration peer_timeout = absl::Seconds(60);
   absl::Duration startup_timeout = absl::Seconds(120);
   absl::Duration rpc_timeout = absl::Seconds(60);
+  // How long the worker waits out a failure (a lost ps or chief) before it
+  // gives up.
+  absl::Duration recovery_timeout = absl::Seconds(300);
   absl::Duration step_delay = absl::ZeroDuration();  // an artificially slow worker
 };
 
 // Runs one worker to the end of the job. Returns OK when the worker finished
 // its epochs or was told to stop; an error when the coordinator or a ps
-// could not be reached in time, the data could not be read, or the plan
-// does not match the model. When `stop` is stopped (SIGTERM), the loop ends
-// after the current step and the worker reports itself gone.
+// could not be reached within recovery_timeout, the data could not be read,
+// or the plan does not match the model. When `stop` is stopped (SIGTERM),
+// the loop ends after the current step and the worker reports itself gone.
+//
+// Failures: a step that fails on a ps (unreachable, restarted, restored) is
+// not the end. The worker waits: when the coordinator announces a new
+// generation (every ps restored from a checkpoint), it goes on from its
+// data position in that checkpoint; otherwise it retries from where it was,
+// with backoff. Without the coordinator it keeps training, and registers
+// again (with its position) when a restarted chief answers.
 absl::Status RunWorker(const TrainerOptions& options, const common::StopSignal& stop);
 
 }  // namespace pst::worker

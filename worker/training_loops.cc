@@ -18,19 +18,27 @@ bool ReachedMaxSteps(const proto::TrainingConfig& training, int64_t global_step)
   return training.max_steps() > 0 && global_step >= training.max_steps();
 }
 
-// Calls step(first, count, epoch) for every batch of a shuffled pass, for
-// each epoch, until step fails or asks to stop.
+// Calls step(first, count, epoch, position) for every batch of a shuffled
+// pass, for each epoch, from data position `start_position` on, until step
+// fails or asks to stop. `position` counts batches from the job's start.
 template <typename Step>
 absl::Status ForEachBatch(const proto::TrainingConfig& training, int64_t num_examples,
-                          uint64_t shuffle_seed, std::vector<int64_t>* order, Step&& step) {
-  order->resize(num_examples);
-  std::iota(order->begin(), order->end(), 0);
+                          uint64_t shuffle_seed, int64_t start_position,
+                          std::vector<int64_t>* order, Step&& step) {
   const int64_t batch = training.batch_size();
-  for (int epoch = 0; epoch < training.epochs(); ++epoch) {
+  const int64_t per_epoch = (num_examples + batch - 1) / batch;
+  if (per_epoch == 0) return absl::OkStatus();
+  int64_t position = std::max<int64_t>(0, start_position);
+  for (int epoch = static_cast<int>(position / per_epoch); epoch < training.epochs(); ++epoch) {
+    // Each epoch's order depends only on the seed and the epoch.
+    order->resize(num_examples);
+    std::iota(order->begin(), order->end(), 0);
     std::mt19937_64 rng(shuffle_seed ^ (static_cast<uint64_t>(epoch) * 0x9e3779b97f4a7c15ULL));
     std::shuffle(order->begin(), order->end(), rng);
-    for (int64_t start = 0; start < num_examples; start += batch) {
-      absl::StatusOr<bool> go_on = step(start, std::min(batch, num_examples - start), epoch);
+    for (int64_t b = position - epoch * per_epoch; b < per_epoch; ++b, ++position) {
+      const int64_t start = b * batch;
+      absl::StatusOr<bool> go_on =
+          step(start, std::min(batch, num_examples - start), epoch, position);
       if (!go_on.ok()) return go_on.status();
       if (!*go_on) return absl::OkStatus();
     }
@@ -51,10 +59,9 @@ absl::StatusOr<int64_t> TrainMlp(const proto::TrainingConfig& training, const Da
   std::vector<float> x(static_cast<size_t>(training.batch_size()) * dim);
   std::vector<int32_t> y(training.batch_size());
   std::vector<int64_t> order;
-  int64_t step = 0;
   PST_RETURN_IF_ERROR(ForEachBatch(
-      training, data.num_examples, shuffle_seed, &order,
-      [&](int64_t first, int64_t n, int epoch) -> absl::StatusOr<bool> {
+      training, data.num_examples, shuffle_seed, control.start_position, &order,
+      [&](int64_t first, int64_t n, int epoch, int64_t position) -> absl::StatusOr<bool> {
         if (control.should_stop() || ReachedMaxSteps(training, global_step)) return false;
         for (int64_t k = 0; k < n; ++k) {
           const int64_t e = order[first + k];
@@ -65,11 +72,10 @@ absl::StatusOr<int64_t> TrainMlp(const proto::TrainingConfig& training, const Da
                                                                 static_cast<int>(n), &grads));
         if (control.step_delay > absl::ZeroDuration()) absl::SleepFor(control.step_delay);
         // SYNC tags a push with the version it was computed from; the other
-        // modes with this worker's own count.
-        const int64_t tag = sync ? global_step : step;
+        // modes with the data position.
+        const int64_t tag = sync ? global_step : position;
         PST_ASSIGN_OR_RETURN(global_step, ps->PushPull(tag, global_step, grads, &params));
-        ++step;
-        control.on_step(n, loss, epoch, global_step);
+        control.on_step(n, loss, epoch, global_step, position + 1);
         return true;
       }));
   return global_step;
@@ -123,10 +129,9 @@ absl::StatusOr<int64_t> TrainWideDeep(const proto::TrainingConfig& training, con
   PST_ASSIGN_OR_RETURN(int64_t global_step, ps->Pull(&params));
   CtrBatchData batch;
   std::vector<int64_t> order;
-  int64_t step = 0;
   PST_RETURN_IF_ERROR(ForEachBatch(
-      training, data.size, shuffle_seed, &order,
-      [&](int64_t first, int64_t n, int epoch) -> absl::StatusOr<bool> {
+      training, data.size, shuffle_seed, control.start_position, &order,
+      [&](int64_t first, int64_t n, int epoch, int64_t position) -> absl::StatusOr<bool> {
         if (control.should_stop() || ReachedMaxSteps(training, global_step)) return false;
         batch.Gather(data, &order[first], n);
         const std::vector<PsClient::TableIds> tables = batch.Tables();
@@ -134,10 +139,9 @@ absl::StatusOr<int64_t> TrainWideDeep(const proto::TrainingConfig& training, con
         PST_ASSIGN_OR_RETURN(float loss, model.LossAndGradients(params, batch.View(n), &grads,
                                                                 &row_grads[0], &row_grads[1]));
         if (control.step_delay > absl::ZeroDuration()) absl::SleepFor(control.step_delay);
-        PST_RETURN_IF_ERROR(ps->PushRows(step, tables, row_grads));
-        PST_ASSIGN_OR_RETURN(global_step, ps->PushPull(step, global_step, grads, &params));
-        ++step;
-        control.on_step(n, loss, epoch, global_step);
+        PST_RETURN_IF_ERROR(ps->PushRows(position, tables, row_grads));
+        PST_ASSIGN_OR_RETURN(global_step, ps->PushPull(position, global_step, grads, &params));
+        control.on_step(n, loss, epoch, global_step, position + 1);
         return true;
       }));
   return global_step;

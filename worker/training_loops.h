@@ -19,10 +19,15 @@ namespace pst::worker {
 struct LoopControl {
   // Polled before every step; true ends the loop (not an error).
   std::function<bool()> should_stop = [] { return false; };
-  // After every step: examples in it, its loss, the epoch (0-based), and the
-  // version of the dense variables now.
-  std::function<void(int64_t examples, float loss, int epoch, int64_t version)> on_step =
-      [](int64_t, float, int, int64_t) {};
+  // After every step: examples in it, its loss, the epoch (0-based), the
+  // version of the dense variables now, and the data position after it.
+  std::function<void(int64_t examples, float loss, int epoch, int64_t version,
+                     int64_t position)>
+      on_step = [](int64_t, float, int, int64_t, int64_t) {};
+  // Where to start in the data: batches already trained on since the job
+  // began, over all epochs (each epoch's shuffle depends only on the seed
+  // and the epoch, so a position names the same batches in every run).
+  int64_t start_position = 0;
   // Extra time spent on every step: an artificially slow worker, for tests
   // and demos of backup workers and bounded staleness.
   absl::Duration step_delay = absl::ZeroDuration();
@@ -31,6 +36,8 @@ struct LoopControl {
 // Each returns the global step (the dense variables' version) at the end.
 // The loop stops after training.epochs() passes over `data`, when
 // training.max_steps() > 0 is reached, or when control.should_stop().
+// ASYNC and SSP pushes are tagged with the data position, so a batch
+// retried after a failure is applied at most once.
 absl::StatusOr<int64_t> TrainMlp(const proto::TrainingConfig& training, const Dataset& data,
                                  uint64_t shuffle_seed, PsClient* ps, const LoopControl& control);
 absl::StatusOr<int64_t> TrainWideDeep(const proto::TrainingConfig& training, const CtrDataset& data,

@@ -1,0 +1,249 @@
+// Fault injection on real clusters: `pstrain local --restart_failed` trains
+// the MLP on Fashion-MNIST while the test kill -9s one daemon at a random
+// moment (a worker, a ps, the chief, or a ps in the middle of a save). Each
+// job must finish with a test accuracy within 0.01 of a fault-free run of
+// the same job, and every checkpoint left must pass `pstrain checkpoint
+// inspect`. The figures of each recovery are printed.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <random>
+#include <regex>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/checkpoint_format.h"
+#include "ps_server/grpc_ps_service.h"
+#include "tests/test_cluster.h"
+
+namespace pst::testing {
+namespace {
+
+constexpr absl::Duration kTimeout = absl::Seconds(240);
+constexpr double kAccuracyTolerance = 0.01;
+
+std::vector<std::string> JobFlags(const std::string& dir) {
+  return {"--ps=2",
+          "--workers=2",
+          "--epochs=3",
+          "--peer_timeout_s=5",
+          "--recovery_timeout_s=60",
+          "--restart_failed",
+          "--checkpoint_dir=" + dir + "/ckpt",
+          "--save_checkpoints_steps=150",
+          "--keep_checkpoints=3",
+          "--summary_json=" + dir + "/summary.json"};
+}
+
+// Modification time of a built binary, to key the cached baseline.
+int64_t BinaryMtime(const std::string& name) {
+  struct stat st {};
+  if (stat(BinaryPath(name).c_str(), &st) != 0) return 0;
+  return static_cast<int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec;
+}
+
+// The fault-free run's summary. ctest runs every test in its own process,
+// often two at once, so the first test to need it trains it under a file
+// lock and leaves it for the others; a rebuild of any daemon makes a new
+// one.
+nlohmann::json Baseline() {
+  const std::string key = absl::StrCat(BinaryMtime("ps_server") ^ BinaryMtime("worker") ^
+                                       BinaryMtime("chief") ^ BinaryMtime("pstrain"));
+  const std::string root = absl::StrCat(::testing::TempDir(), "/pst_fault_baseline_", getuid());
+  std::filesystem::create_directories(root);
+  const int lock = open((root + "/lock").c_str(), O_CREAT | O_RDWR, 0600);
+  EXPECT_GE(lock, 0);
+  flock(lock, LOCK_EX);
+  const std::string path = absl::StrCat(root, "/summary_", key, ".json");
+  nlohmann::json summary = ReadJsonFile(path);
+  if (!summary.is_object()) {
+    const std::string dir = absl::StrCat(root, "/run_", key);
+    std::filesystem::remove_all(dir);
+    std::filesystem::create_directories(dir);
+    std::vector<std::string> flags = JobFlags(dir);
+    std::unique_ptr<TestProcess> launcher = LaunchLocal(flags);
+    EXPECT_NE(launcher, nullptr);
+    std::optional<int> exited = launcher ? launcher->WaitForExit(kTimeout) : std::nullopt;
+    EXPECT_TRUE(exited.has_value() && ExitCode(*exited) == 0)
+        << (launcher ? launcher->output() : "");
+    summary = ReadJsonFile(dir + "/summary.json");
+    if (summary.is_object()) std::filesystem::copy_file(dir + "/summary.json", path);
+    std::filesystem::remove_all(dir);
+  }
+  flock(lock, LOCK_UN);
+  close(lock);
+  return summary;
+}
+
+class FaultInjectionTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!std::filesystem::exists("/usr/share/datasets/fashion-mnist")) {
+      GTEST_SKIP() << "Fashion-MNIST is missing: install Debian's dataset-fashion-mnist";
+    }
+    dir_ = TestDir();
+    std::random_device seed;
+    seed_ = seed();
+    std::printf("random seed %u\n", seed_);
+  }
+
+  // A random moment: up to `max` from now.
+  absl::Duration RandomDelay(absl::Duration max) {
+    std::mt19937 rng(seed_);
+    std::uniform_int_distribution<int64_t> ms(0, absl::ToInt64Milliseconds(max));
+    return absl::Milliseconds(ms(rng));
+  }
+
+  std::unique_ptr<TestProcess> Launch(const std::vector<std::string>& env = {}) {
+    std::unique_ptr<TestProcess> launcher = LaunchLocal(JobFlags(dir_), env);
+    EXPECT_NE(launcher, nullptr);
+    return launcher;
+  }
+
+  // Kills `task` of `launcher`'s cluster with SIGKILL; returns when.
+  absl::Time Kill(TestProcess* launcher, const std::string& task) {
+    const std::map<std::string, pid_t> pids = DaemonPids(launcher->output());
+    EXPECT_EQ(pids.count(task), 1u) << launcher->output();
+    const absl::Time when = absl::Now();
+    if (pids.count(task) == 1) {
+      EXPECT_EQ(kill(pids.at(task), SIGKILL), 0);
+      std::printf("killed %s (pid %d)\n", task.c_str(), pids.at(task));
+    }
+    return when;
+  }
+
+  // Waits for the job; checks it succeeded, restarted the victim, reached
+  // the fault-free accuracy, and left only valid checkpoints. Returns the
+  // summary.
+  nlohmann::json Finish(TestProcess* launcher, const std::string& victim) {
+    std::optional<int> exited = launcher->WaitForExit(kTimeout);
+    output_ = launcher->output();
+    EXPECT_TRUE(exited.has_value()) << output_;
+    EXPECT_EQ(exited.has_value() ? ExitCode(*exited) : -1, 0) << output_;
+    EXPECT_NE(output_.find(absl::StrCat(victim, " killed by signal 9 (Killed); restarting it")),
+              std::string::npos)
+        << output_;
+    nlohmann::json summary = ReadJsonFile(dir_ + "/summary.json");
+    EXPECT_TRUE(summary.is_object()) << output_;
+    if (!summary.is_object()) return summary;
+    const nlohmann::json baseline = Baseline();
+    EXPECT_TRUE(baseline.is_object());
+    if (baseline.is_object()) {
+      const double with_fault = summary["test_accuracy"].get<double>();
+      const double without = baseline["test_accuracy"].get<double>();
+      std::printf("test accuracy %.4f with the fault, %.4f without\n", with_fault, without);
+      EXPECT_NEAR(with_fault, without, kAccuracyTolerance) << output_;
+    }
+    std::string report;
+    EXPECT_EQ(Inspect(&report), 0) << report;
+    EXPECT_NE(report.find("checksums OK"), std::string::npos) << report;
+    return summary;
+  }
+
+  int Inspect(std::string* report) {
+    auto inspect =
+        TestProcess::Start({BinaryPath("pstrain"), "checkpoint", "inspect", dir_ + "/ckpt"});
+    EXPECT_TRUE(inspect.ok());
+    if (!inspect.ok()) return -1;
+    std::optional<int> exited = (*inspect)->WaitForExit(kTimeout);
+    *report = (*inspect)->output();
+    return exited.has_value() ? ExitCode(*exited) : -1;
+  }
+
+  // Prints the figures of the recoveries in `summary`, the first measured
+  // from `killed`.
+  static void PrintRecoveries(const nlohmann::json& summary, absl::Time killed) {
+    for (const nlohmann::json& r : summary["recoveries"]) {
+      const double since_kill =
+          (r["resumed_unix_ms"].get<int64_t>() - absl::ToUnixMillis(killed)) / 1e3;
+      std::printf(
+          "recovery: %s; resumed %.2f s after the kill (restore took %.2f s), restored step "
+          "%lld, %lld step(s) lost\n",
+          r["cause"].get<std::string>().c_str(), since_kill, r["seconds"].get<double>(),
+          static_cast<long long>(r["restored_step"].get<int64_t>()),
+          static_cast<long long>(r["steps_lost"].get<int64_t>()));
+    }
+  }
+
+  std::string dir_, output_;
+  unsigned seed_ = 0;
+};
+
+TEST_F(FaultInjectionTest, KilledWorker_RestartsAndGoesOnFromItsDataPosition) {
+  std::unique_ptr<TestProcess> launcher = Launch();
+  ASSERT_NE(launcher, nullptr);
+  ASSERT_TRUE(launcher->WaitForOutput("saved checkpoint", kTimeout)) << launcher->output();
+  absl::SleepFor(RandomDelay(absl::Seconds(2)));  // the random moment itself
+  Kill(launcher.get(), "worker:1");
+  const nlohmann::json summary = Finish(launcher.get(), "worker:1");
+  // The second worker:1 went on from its data position, not from the start.
+  const std::string registered = "worker:1] registered with the coordinator";
+  const size_t first = output_.find(registered);
+  const size_t again = output_.rfind(registered);
+  ASSERT_NE(first, again) << output_;
+  const std::string line = output_.substr(again, output_.find('\n', again) - again);
+  std::smatch position;
+  ASSERT_TRUE(std::regex_search(line, position, std::regex(R"(starting at data position (\d+))")))
+      << line;
+  EXPECT_GT(std::stoll(position[1]), 0) << line;
+  EXPECT_EQ(summary["recoveries"].size(), 0u) << "a worker loss needs no restore";
+}
+
+TEST_F(FaultInjectionTest, KilledPs_EveryPsIsRestoredFromTheLatestCheckpoint) {
+  std::unique_ptr<TestProcess> launcher = Launch();
+  ASSERT_NE(launcher, nullptr);
+  ASSERT_TRUE(launcher->WaitForOutput("saved checkpoint", kTimeout)) << launcher->output();
+  absl::SleepFor(RandomDelay(absl::Seconds(2)));
+  const absl::Time killed = Kill(launcher.get(), "ps:0");
+  const nlohmann::json summary = Finish(launcher.get(), "ps:0");
+  ASSERT_GE(summary["recoveries"].size(), 1u) << output_;
+  PrintRecoveries(summary, killed);
+  EXPECT_NE(output_.find("the ps were restored (generation 1): going on from data position"),
+            std::string::npos)
+      << output_;
+}
+
+TEST_F(FaultInjectionTest, KilledChief_RestartsWithoutRestoringTheLivePs) {
+  std::unique_ptr<TestProcess> launcher = Launch();
+  ASSERT_NE(launcher, nullptr);
+  ASSERT_TRUE(launcher->WaitForOutput("saved checkpoint", kTimeout)) << launcher->output();
+  absl::SleepFor(RandomDelay(absl::Seconds(2)));
+  Kill(launcher.get(), "chief:0");
+  const nlohmann::json summary = Finish(launcher.get(), "chief:0");
+  EXPECT_NE(output_.find("every ps kept its state: going on from there"), std::string::npos)
+      << output_;
+  EXPECT_NE(output_.find("registered again with a restarted coordinator"), std::string::npos)
+      << output_;
+  EXPECT_EQ(summary["recoveries"].size(), 0u);
+}
+
+TEST_F(FaultInjectionTest, PsKilledDuringASave_LeavesThePreviousCheckpointTheLatest) {
+  // Every save waits 1.5 s between its snapshot and its file.
+  std::unique_ptr<TestProcess> launcher = Launch({absl::StrCat(ps::kSaveDelayEnv, "=1500")});
+  ASSERT_NE(launcher, nullptr);
+  // The first checkpoint is complete; kill ps:1 in the middle of the next.
+  std::optional<size_t> saved = launcher->WaitForOutputAfter("saved checkpoint", 0, kTimeout);
+  ASSERT_TRUE(saved.has_value()) << launcher->output();
+  ASSERT_TRUE(launcher->WaitForOutputAfter("ps:1] writing", *saved, kTimeout).has_value())
+      << launcher->output();
+  absl::SleepFor(RandomDelay(absl::Seconds(1)));  // within the 1.5 s delay
+  const absl::Time killed = Kill(launcher.get(), "ps:1");
+  const nlohmann::json summary = Finish(launcher.get(), "ps:1");
+  EXPECT_NE(output_.find("not saved"), std::string::npos) << output_;
+  ASSERT_GE(summary["recoveries"].size(), 1u) << output_;
+  PrintRecoveries(summary, killed);
+  // The interrupted save left no directory behind.
+  for (const auto& entry : std::filesystem::directory_iterator(dir_ + "/ckpt")) {
+    EXPECT_TRUE(common::ReadManifest(entry.path().string()).ok())
+        << entry.path() << " is not a committed checkpoint";
+  }
+}
+
+}  // namespace
+}  // namespace pst::testing
