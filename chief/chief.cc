@@ -102,12 +102,24 @@ absl::Status ForEachPs(size_t n, const std::function<absl::Status(size_t)>& call
 }
 
 // Saves a checkpoint of every ps at `step` and commits it with the manifest.
-absl::Status SaveCheckpoint(std::vector<PsPeer>& ps, const ChiefOptions& options,
-                            const proto::ClusterState& state, int64_t step,
-                            const std::vector<int64_t>& positions) {
+// What one save took.
+struct SaveFigures {
+  int64_t step = 0;
+  int64_t bytes = 0;
+  double seconds = 0;           // from the first request to the manifest
+  double snapshot_seconds = 0;  // longest snapshot (the copy in memory) on a ps
+  double locked_seconds = 0;    // longest time one variable was locked for it
+  int64_t pushes_during = 0;    // most pushes a ps applied during its save
+};
+
+absl::StatusOr<SaveFigures> SaveCheckpoint(std::vector<PsPeer>& ps, const ChiefOptions& options,
+                                           const proto::ClusterState& state, int64_t step,
+                                           const std::vector<int64_t>& positions) {
   const std::string dir =
       absl::StrCat(options.checkpoint_dir, "/", common::CheckpointDirName(step));
-  if (common::ReadManifest(dir).ok()) return absl::OkStatus();  // saved already
+  SaveFigures figures;
+  figures.step = step;
+  if (common::ReadManifest(dir).ok()) return figures;  // saved already
   const absl::Time start = absl::Now();
   std::vector<proto::SaveResponse> saved(ps.size());
   absl::Status written = ForEachPs(ps.size(), [&](size_t i) -> absl::Status {
@@ -137,20 +149,23 @@ absl::Status SaveCheckpoint(std::vector<PsPeer>& ps, const ChiefOptions& options
   *manifest.mutable_training() = state.training();
   manifest.set_created_unix_ms(absl::ToUnixMillis(absl::Now()));
   for (int64_t p : positions) manifest.add_worker_positions(p);
-  int64_t bytes = 0;
-  double snapshot = 0;
   for (const proto::SaveResponse& r : saved) {
     *manifest.add_shards() = r.shard();
-    bytes += r.shard().bytes();
-    snapshot = std::max(snapshot, r.snapshot_seconds());
+    figures.bytes += r.shard().bytes();
+    figures.snapshot_seconds = std::max(figures.snapshot_seconds, r.snapshot_seconds());
+    figures.locked_seconds = std::max(figures.locked_seconds, r.locked_seconds());
+    figures.pushes_during = std::max(figures.pushes_during, r.pushes_during());
   }
   PST_RETURN_IF_ERROR(common::WriteManifest(dir, manifest));
-  const double secs = absl::ToDoubleSeconds(absl::Now() - start);
+  figures.seconds = absl::ToDoubleSeconds(absl::Now() - start);
   spdlog::info(
-      "saved checkpoint {}: {:.1f} MB in {:.2f} s ({:.0f} MB/s), variables locked "
-      "{:.1f} ms at most for the snapshot",
-      dir, bytes / 1e6, secs, secs > 0 ? bytes / 1e6 / secs : 0.0, snapshot * 1e3);
-  return common::PruneCheckpoints(options.checkpoint_dir, options.keep_checkpoints);
+      "saved checkpoint {}: {:.1f} MB in {:.2f} s ({:.0f} MB/s); snapshot {:.0f} ms, a "
+      "variable locked {:.1f} ms at most",
+      dir, figures.bytes / 1e6, figures.seconds,
+      figures.seconds > 0 ? figures.bytes / 1e6 / figures.seconds : 0.0,
+      figures.snapshot_seconds * 1e3, figures.locked_seconds * 1e3);
+  PST_RETURN_IF_ERROR(common::PruneCheckpoints(options.checkpoint_dir, options.keep_checkpoints));
+  return figures;
 }
 
 // Restores every ps from the newest checkpoint that passes its checks, into
@@ -367,15 +382,19 @@ class Job {
             snap.global_step >= last_saved_step_ + options_.save_steps) ||
            (options_.save_secs > 0 &&
             now - last_save_time_ >= absl::Seconds(options_.save_secs)))) {
-        absl::Status saved =
+        const int64_t pushes_before = probed_pushes_;
+        const absl::Time save_start = absl::Now();
+        absl::StatusOr<SaveFigures> saved =
             SaveCheckpoint(ps_, options_, coordinator_->State(), snap.global_step, snap.positions);
         last_save_time_ = absl::Now();
         if (saved.ok()) {
           last_saved_step_ = snap.global_step;
+          RecordSave(*saved, pushes_before, save_start);
         } else {
           // A ps lost in the middle of a save: the next look at the ps
           // starts the recovery, from the previous checkpoint.
-          spdlog::warn("checkpoint at step {} not saved: {}", snap.global_step, saved.message());
+          spdlog::warn("checkpoint at step {} not saved: {}", snap.global_step,
+                       saved.status().message());
         }
       }
       // A worker that finished, left or fell silent no longer counts: lower
@@ -408,6 +427,15 @@ class Job {
   }
 
   absl::Time running_since() const { return running_since_; }
+
+  // One periodic save, with the training throughput during it and between
+  // saves (pushes applied per second on the busiest ps).
+  struct SaveRecord {
+    SaveFigures figures;
+    double pushes_per_sec_during = 0;
+    double pushes_per_sec_between = -1;  // -1: not measured (the first save)
+  };
+  const std::vector<SaveRecord>& saves() const { return saves_; }
 
  private:
   int VariablesOn(int ps_index) const {
@@ -458,6 +486,29 @@ class Job {
     last_saved_step_ = manifest.global_step();
   }
 
+  void RecordSave(const SaveFigures& figures, int64_t pushes_before, absl::Time start) {
+    if (figures.bytes == 0) return;  // that step was saved already
+    SaveRecord record;
+    record.figures = figures;
+    if (figures.seconds > 0) {
+      record.pushes_per_sec_during = figures.pushes_during / figures.seconds;
+    }
+    const double between = absl::ToDoubleSeconds(start - after_save_time_);
+    if (after_save_pushes_ >= 0 && between > 0) {
+      record.pushes_per_sec_between = (pushes_before - after_save_pushes_) / between;
+      spdlog::info(
+          "training during the save: {:.0f} pushes/s; between saves: {:.0f} pushes/s "
+          "({:.2f}x)",
+          record.pushes_per_sec_during, record.pushes_per_sec_between,
+          record.pushes_per_sec_between > 0
+              ? record.pushes_per_sec_during / record.pushes_per_sec_between
+              : 0.0);
+    }
+    after_save_pushes_ = pushes_before + figures.pushes_during;
+    after_save_time_ = absl::Now();
+    saves_.push_back(record);
+  }
+
   // Probes every ps; describes the first one lost, if any.
   std::optional<std::string> FindLostPs(absl::Time now) {
     std::vector<absl::StatusOr<proto::HealthResponse>> health(ps_.size(),
@@ -472,12 +523,17 @@ class Job {
                             " restarted (a new incarnation) and lost its variables");
       }
       if (health[i].ok()) {
+        probed_pushes_ = std::max(probed_pushes_, health[i]->pushes_applied());
         ps_[i].last_ok = now;
       } else if (now - ps_[i].last_ok > timing_.peer_timeout) {
         return absl::StrCat("ps ", i, " at ", ps_[i].address, " has not answered for ",
                             absl::FormatDuration(now - ps_[i].last_ok), ": ",
                             health[i].status().message());
       }
+    }
+    if (after_save_pushes_ < 0) {  // the first look: where "between saves" starts
+      after_save_pushes_ = probed_pushes_;
+      after_save_time_ = now;
     }
     return std::nullopt;
   }
@@ -524,6 +580,8 @@ class Job {
                          RestoreLatest(ps_, options_, generation));
     if (!manifest.has_value()) return LostWithoutCheckpoint(cause);
     ApplyRestored(*manifest);
+    after_save_pushes_ = -1;  // the ps counts started again
+    probed_pushes_ = 0;
     membership_stale_ = true;  // a restarted ps knows nothing of who left
     SendMembership(coordinator_->Check(absl::Now()).active);
     coordinator_->SetPhase(proto::PHASE_RUNNING);
@@ -574,6 +632,12 @@ class Job {
   bool membership_stale_ = false;
   std::vector<RecoveryRecord> recoveries_;
   int given_up_ = 0;
+  // Throughput around saves: the busiest ps's pushes_applied at the last
+  // probe, and at the end of the last save (-1: not yet known).
+  int64_t probed_pushes_ = 0;
+  int64_t after_save_pushes_ = -1;
+  absl::Time after_save_time_;
+  std::vector<SaveRecord> saves_;
 };
 
 }  // namespace
@@ -634,7 +698,8 @@ absl::Status RunChief(const ChiefOptions& options, const common::StopSignal& sto
     std::vector<PsPeer>& ps = job.ps();
     if (!options.checkpoint_dir.empty()) {
       PST_RETURN_IF_ERROR(
-          SaveCheckpoint(ps, options, coordinator.State(), eval.global_step, final_snap.positions));
+          SaveCheckpoint(ps, options, coordinator.State(), eval.global_step, final_snap.positions)
+              .status());
     }
     const double examples_per_sec = train_secs > 0 ? final_snap.examples / train_secs : 0;
     spdlog::info("done: {}, global step {}, {:.0f} examples/s, {:.1f} s training", eval.line,
@@ -692,6 +757,28 @@ absl::Status RunChief(const ChiefOptions& options, const common::StopSignal& sto
         });
       }
       summary["recoveries"] = recoveries;
+      nlohmann::json saves = nlohmann::json::array();
+      double ratio_sum = 0;
+      int ratios = 0;
+      for (const Job::SaveRecord& s : job.saves()) {
+        nlohmann::json entry = {
+            {"step", s.figures.step},
+            {"mb", s.figures.bytes / 1e6},
+            {"seconds", s.figures.seconds},
+            {"mb_per_sec", s.figures.seconds > 0 ? s.figures.bytes / 1e6 / s.figures.seconds : 0},
+            {"snapshot_ms", s.figures.snapshot_seconds * 1e3},
+            {"locked_ms", s.figures.locked_seconds * 1e3},
+            {"pushes_per_sec_during", s.pushes_per_sec_during},
+        };
+        if (s.pushes_per_sec_between > 0) {
+          entry["pushes_per_sec_between"] = s.pushes_per_sec_between;
+          ratio_sum += s.pushes_per_sec_during / s.pushes_per_sec_between;
+          ++ratios;
+        }
+        saves.push_back(entry);
+      }
+      summary["saves"] = saves;
+      if (ratios > 0) summary["throughput_during_save_ratio"] = ratio_sum / ratios;
       summary["workers_given_up"] = job.given_up();
       summary["workers_left_early"] = final_snap.left_early;
       summary.update({

@@ -462,7 +462,17 @@ absl::Status WriteShardFile(const std::string& path, const std::vector<ShardReco
   }
   for (const ShardRecord& r : records) PST_RETURN_IF_ERROR(CheckRecordForWrite(path, r));
 
-  std::string out(kMagic, kTagBytes);
+  // The file is built in memory, once: reserve it all, so no append copies
+  // what is there already.
+  size_t estimate = 64;
+  for (const ShardRecord& r : records) {
+    estimate += 128 + r.spec.ByteSizeLong() + r.values.size() * sizeof(float) +
+                r.hash_ids.size() * sizeof(int64_t);
+    for (const std::vector<float>& slot : r.slots) estimate += 16 + slot.size() * sizeof(float);
+  }
+  std::string out;
+  out.reserve(estimate);
+  out.append(kMagic, kTagBytes);
   AppendU32(static_cast<uint32_t>(records.size()), &out);
   for (const ShardRecord& r : records) {
     const size_t start = out.size();

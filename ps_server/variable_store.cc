@@ -949,7 +949,8 @@ absl::Status VariableStore::PushRows(const proto::PushRowsRequest& request,
   return absl::OkStatus();
 }
 
-std::vector<common::ShardRecord> VariableStore::Snapshot() const {
+std::vector<common::ShardRecord> VariableStore::Snapshot(absl::Duration* longest_lock) const {
+  if (longest_lock != nullptr) *longest_lock = absl::ZeroDuration();
   absl::ReaderMutexLock lock(&mu_);
   std::vector<const Variable*> vars;
   for (const auto& [name, var] : variables_) vars.push_back(var.get());
@@ -960,13 +961,34 @@ std::vector<common::ShardRecord> VariableStore::Snapshot() const {
   for (const Variable* var : vars) {
     common::ShardRecord r;
     r.spec = var->spec;
-    absl::ReaderMutexLock var_lock(&var->mu);
-    r.version = var->version;
     if (!var->is_hash) {
+      // Allocate (and fault in) the copy before taking the lock: pushes to
+      // the variable wait only for the memcpy.
+      const size_t n = static_cast<size_t>(var->rows * var->dim);
       r.rows = var->rows;
-      r.values = var->values;
-      r.slots = var->slots;
+      r.values.resize(n);
+      r.slots.assign(num_slots, std::vector<float>(n));
+      absl::ReaderMutexLock var_lock(&var->mu);
+      const absl::Time locked = absl::Now();
+      r.version = var->version;
+      bool same_shape = var->values.size() == n && var->slots.size() == r.slots.size();
+      for (const std::vector<float>& slot : var->slots) same_shape &= slot.size() == n;
+      if (same_shape) {
+        std::copy(var->values.begin(), var->values.end(), r.values.begin());
+        for (size_t s = 0; s < r.slots.size(); ++s) {
+          std::copy(var->slots[s].begin(), var->slots[s].end(), r.slots[s].begin());
+        }
+      } else {
+        r.values = var->values;
+        r.slots = var->slots;
+      }
+      if (longest_lock != nullptr) {
+        *longest_lock = std::max(*longest_lock, absl::Now() - locked);
+      }
     } else {
+      absl::ReaderMutexLock var_lock(&var->mu);
+      const absl::Time locked = absl::Now();
+      r.version = var->version;
       const int64_t dim = var->dim;
       r.rows = static_cast<int64_t>(var->hash_rows.size());
       r.values.reserve(r.rows * dim);
@@ -978,6 +1000,9 @@ std::vector<common::ShardRecord> VariableStore::Snapshot() const {
           r.slots[s].insert(r.slots[s].end(), row.begin() + (s + 1) * dim,
                             row.begin() + (s + 2) * dim);
         }
+      }
+      if (longest_lock != nullptr) {
+        *longest_lock = std::max(*longest_lock, absl::Now() - locked);
       }
     }
     records.push_back(std::move(r));

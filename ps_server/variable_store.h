@@ -170,8 +170,10 @@ class VariableStore {
 
   // A copy of every variable: values, slots, version and hash rows, taken
   // under each variable's lock in turn, so training is held up only for the
-  // copy of one variable at a time. Sorted by name.
-  std::vector<common::ShardRecord> Snapshot() const;
+  // copy of one variable at a time (the memory for a dense variable's copy
+  // is allocated before its lock is taken). Sorted by name. Sets
+  // `*longest_lock`, when given, to the longest time one lock was held.
+  std::vector<common::ShardRecord> Snapshot(absl::Duration* longest_lock = nullptr) const;
 
   // Loads the variables this store holds from `records`, the shards of a
   // checkpoint written by any number of ps: each variable or partition takes

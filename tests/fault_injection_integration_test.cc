@@ -245,5 +245,91 @@ TEST_F(FaultInjectionTest, PsKilledDuringASave_LeavesThePreviousCheckpointTheLat
   }
 }
 
+// Daemons started one by one (no supervisor): a ps that is killed stays dead.
+class UnsupervisedTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!std::filesystem::exists("/usr/share/datasets/fashion-mnist")) {
+      GTEST_SKIP() << "Fashion-MNIST is missing: install Debian's dataset-fashion-mnist";
+    }
+    dir_ = TestDir();
+  }
+
+  // Starts 2 ps, a chief and 1 worker with `flags`.
+  void Start(const std::vector<std::string>& flags) {
+    spec_ = PickLocalSpec(1, 2, 1);
+    const std::vector<std::string> common = {"--heartbeat_ms=200", "--peer_timeout_s=2",
+                                             "--recovery_timeout_s=3", "--epochs=20"};
+    auto start = [&](const std::string& binary, const std::string& type, int index) {
+      std::vector<std::string> argv = {BinaryPath(binary)};
+      argv.insert(argv.end(), common.begin(), common.end());
+      argv.insert(argv.end(), flags.begin(), flags.end());
+      auto process = TestProcess::Start(argv, {"TF_CONFIG=" + TfConfigJson(spec_, type, index)});
+      EXPECT_TRUE(process.ok()) << process.status();
+      return process.ok() ? *std::move(process) : nullptr;
+    };
+    ps0_ = start("ps_server", "ps", 0);
+    ps1_ = start("ps_server", "ps", 1);
+    chief_ = start("chief", "chief", 0);
+    worker_ = start("worker", "worker", 0);
+  }
+
+  // Kills ps 1 once the chief has saved `saves` checkpoints (0: once
+  // training runs); returns the chief's exit code and output.
+  int KillPsAndWaitForTheChief(int saves, std::string* output) {
+    if (saves > 0) {
+      std::optional<size_t> at = 0;
+      for (int i = 0; i < saves && at.has_value(); ++i) {
+        at = chief_->WaitForOutputAfter("saved checkpoint", *at + (i > 0), kTimeout);
+      }
+      EXPECT_TRUE(at.has_value()) << chief_->output();
+    } else {
+      EXPECT_TRUE(chief_->WaitForOutput("step ", kTimeout)) << chief_->output();
+    }
+    ps1_->Signal(SIGKILL);
+    std::optional<int> exited = chief_->WaitForExit(kTimeout);
+    *output = chief_->output();
+    return exited.has_value() ? ExitCode(*exited) : -1;
+  }
+
+  std::string dir_;
+  LocalSpec spec_;
+  std::unique_ptr<TestProcess> ps0_, ps1_, chief_, worker_;
+};
+
+TEST_F(UnsupervisedTest, LostPsThatNeverReturns_FailsAfterTheRecoveryTimeout_CheckpointsIntact) {
+  Start({"--checkpoint_dir=" + dir_ + "/ckpt", "--save_checkpoints_steps=100"});
+  std::string output;
+  EXPECT_EQ(KillPsAndWaitForTheChief(/*saves=*/1, &output), 1) << output;
+  EXPECT_NE(output.find("recovering (generation 1)"), std::string::npos) << output;
+  EXPECT_NE(output.find(absl::StrCat("ps 1 at ", spec_.ps[1],
+                                     " did not come back within --recovery_timeout_s")),
+            std::string::npos)
+      << output;
+  EXPECT_NE(output.find("are intact (latest: " + dir_ + "/ckpt/ckpt-"), std::string::npos)
+      << output;
+  ASSERT_FALSE(common::ListCheckpoints(dir_ + "/ckpt").empty());
+  auto inspect =
+      TestProcess::Start({BinaryPath("pstrain"), "checkpoint", "inspect", dir_ + "/ckpt"});
+  ASSERT_TRUE(inspect.ok());
+  std::optional<int> inspected = (*inspect)->WaitForExit(kTimeout);
+  EXPECT_EQ(inspected.has_value() ? ExitCode(*inspected) : -1, 0) << (*inspect)->output();
+  // The surviving daemons were told to stop and exit by themselves.
+  EXPECT_TRUE(ps0_->WaitForExit(kTimeout).has_value());
+  EXPECT_TRUE(worker_->WaitForExit(kTimeout).has_value());
+}
+
+TEST_F(UnsupervisedTest, LostPsWithoutCheckpoints_FailsWithDataLossSayingSo) {
+  Start({});
+  std::string output;
+  EXPECT_EQ(KillPsAndWaitForTheChief(/*saves=*/0, &output), 1) << output;
+  EXPECT_NE(output.find("there is no checkpoint to restore the ps from (run with "
+                        "--checkpoint_dir"),
+            std::string::npos)
+      << output;
+  EXPECT_TRUE(ps0_->WaitForExit(kTimeout).has_value());
+  EXPECT_TRUE(worker_->WaitForExit(kTimeout).has_value());
+}
+
 }  // namespace
 }  // namespace pst::testing
