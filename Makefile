@@ -11,7 +11,7 @@ DEBIAN_PACKAGES := cmake make g++ pkg-config ccache \
   libabsl-dev libspdlog-dev libopenblas-dev nlohmann-json3-dev zlib1g-dev \
   libgtest-dev dataset-fashion-mnist
 
-.PHONY: all deps configure build demo test bench-modes sanitize clean
+.PHONY: all deps configure build demo test bench-modes bench-recovery sanitize clean
 
 all: build
 
@@ -34,6 +34,11 @@ test: build
 # Every training mode with and without a slow worker, side by side.
 bench-modes: build
 	bench/modes.sh $(BUILD_DIR)
+
+# Checkpoint and recovery figures: save/restore MB/s, throughput during a
+# save, time from a ps kill to resumed training, steps lost.
+bench-recovery: build
+	bench/recovery.sh $(BUILD_DIR)
 
 # The unit and integration tests under AddressSanitizer (leaks included) and
 # UndefinedBehaviorSanitizer, daemons too. Not part of `make test`: it

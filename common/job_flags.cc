@@ -75,7 +75,7 @@ ABSL_FLAG(int64_t, save_checkpoints_steps, 0,
 ABSL_FLAG(double, save_checkpoints_secs, 0, "Save a checkpoint every this many seconds (0: off).");
 ABSL_FLAG(int32_t, keep_checkpoints, 5, "Checkpoints kept; older ones are deleted.");
 ABSL_FLAG(int32_t, heartbeat_ms, 1000, "Milliseconds between heartbeats.");
-ABSL_FLAG(double, peer_timeout_s, 60,
+ABSL_FLAG(double, peer_timeout_s, 15,
           "Seconds without a heartbeat after which a peer is declared dead.");
 ABSL_FLAG(double, startup_timeout_s, 120, "Seconds to wait for the cluster's tasks to come up.");
 ABSL_FLAG(double, rpc_timeout_s, 60, "Deadline of one Pull or Push RPC, in seconds.");

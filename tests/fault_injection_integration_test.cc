@@ -28,8 +28,9 @@ namespace {
 constexpr absl::Duration kTimeout = absl::Seconds(240);
 constexpr double kAccuracyTolerance = 0.01;
 
-std::vector<std::string> JobFlags(const std::string& dir) {
-  return {"--ps=2",
+std::vector<std::string> JobFlags(const std::string& dir, const std::string& mode) {
+  return {"--mode=" + mode,
+          "--ps=2",
           "--workers=2",
           "--epochs=3",
           "--peer_timeout_s=5",
@@ -52,9 +53,10 @@ int64_t BinaryMtime(const std::string& name) {
 // often two at once, so the first test to need it trains it under a file
 // lock and leaves it for the others; a rebuild of any daemon makes a new
 // one.
-nlohmann::json Baseline() {
-  const std::string key = absl::StrCat(BinaryMtime("ps_server") ^ BinaryMtime("worker") ^
-                                       BinaryMtime("chief") ^ BinaryMtime("pstrain"));
+nlohmann::json Baseline(const std::string& mode) {
+  const std::string key = absl::StrCat(mode, "_",
+                                       BinaryMtime("ps_server") ^ BinaryMtime("worker") ^
+                                           BinaryMtime("chief") ^ BinaryMtime("pstrain"));
   const std::string root = absl::StrCat(::testing::TempDir(), "/pst_fault_baseline_", getuid());
   std::filesystem::create_directories(root);
   const int lock = open((root + "/lock").c_str(), O_CREAT | O_RDWR, 0600);
@@ -66,7 +68,7 @@ nlohmann::json Baseline() {
     const std::string dir = absl::StrCat(root, "/run_", key);
     std::filesystem::remove_all(dir);
     std::filesystem::create_directories(dir);
-    std::vector<std::string> flags = JobFlags(dir);
+    std::vector<std::string> flags = JobFlags(dir, mode);
     std::unique_ptr<TestProcess> launcher = LaunchLocal(flags);
     EXPECT_NE(launcher, nullptr);
     std::optional<int> exited = launcher ? launcher->WaitForExit(kTimeout) : std::nullopt;
@@ -100,8 +102,10 @@ class FaultInjectionTest : public ::testing::Test {
     return absl::Milliseconds(ms(rng));
   }
 
-  std::unique_ptr<TestProcess> Launch(const std::vector<std::string>& env = {}) {
-    std::unique_ptr<TestProcess> launcher = LaunchLocal(JobFlags(dir_), env);
+  std::unique_ptr<TestProcess> Launch(const std::vector<std::string>& env = {},
+                                      const std::string& mode = "async") {
+    mode_ = mode;
+    std::unique_ptr<TestProcess> launcher = LaunchLocal(JobFlags(dir_, mode), env);
     EXPECT_NE(launcher, nullptr);
     return launcher;
   }
@@ -132,7 +136,7 @@ class FaultInjectionTest : public ::testing::Test {
     nlohmann::json summary = ReadJsonFile(dir_ + "/summary.json");
     EXPECT_TRUE(summary.is_object()) << output_;
     if (!summary.is_object()) return summary;
-    const nlohmann::json baseline = Baseline();
+    const nlohmann::json baseline = Baseline(mode_);
     EXPECT_TRUE(baseline.is_object());
     if (baseline.is_object()) {
       const double with_fault = summary["test_accuracy"].get<double>();
@@ -171,7 +175,7 @@ class FaultInjectionTest : public ::testing::Test {
     }
   }
 
-  std::string dir_, output_;
+  std::string dir_, output_, mode_;
   unsigned seed_ = 0;
 };
 
@@ -193,6 +197,17 @@ TEST_F(FaultInjectionTest, KilledWorker_RestartsAndGoesOnFromItsDataPosition) {
       << line;
   EXPECT_GT(std::stoll(position[1]), 0) << line;
   EXPECT_EQ(summary["recoveries"].size(), 0u) << "a worker loss needs no restore";
+}
+
+TEST_F(FaultInjectionTest, KilledWorkerInSyncMode_QuorumAdaptsAndTheWorkerRejoins) {
+  std::unique_ptr<TestProcess> launcher = Launch({}, "sync");
+  ASSERT_NE(launcher, nullptr);
+  ASSERT_TRUE(launcher->WaitForOutput("saved checkpoint", kTimeout)) << launcher->output();
+  absl::SleepFor(RandomDelay(absl::Seconds(2)));
+  Kill(launcher.get(), "worker:0");
+  const nlohmann::json summary = Finish(launcher.get(), "worker:0");
+  EXPECT_EQ(summary["mode"], "sync");
+  EXPECT_EQ(summary["workers_left_early"], 0) << summary.dump();
 }
 
 TEST_F(FaultInjectionTest, KilledPs_EveryPsIsRestoredFromTheLatestCheckpoint) {

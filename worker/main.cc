@@ -44,7 +44,6 @@ int main(int argc, char** argv) {
     options.coordinator_address = setup->tf.cluster.CoordinatorAddress();
     options.data_dir = absl::GetFlag(FLAGS_data_dir);
     options.heartbeat_interval = setup->timing.heartbeat_interval;
-    options.peer_timeout = setup->timing.peer_timeout;
     options.startup_timeout = setup->timing.startup_timeout;
     options.rpc_timeout = setup->timing.rpc_timeout;
     options.recovery_timeout = setup->timing.recovery_timeout;

@@ -331,7 +331,7 @@ absl::Status RunWorker(const TrainerOptions& options, const common::StopSignal& 
     backoff = std::min(2 * backoff, absl::Seconds(2));
     for (;;) {
       const absl::Time now = absl::Now();
-      if (stop.stopped() || lost_coordinator.stopped()) break;
+      if (stop.stopped() || lost_coordinator.stopped() || v.should_stop) break;
       if (now - *failing_since > options.recovery_timeout) break;
       if (v.phase != proto::PHASE_RECOVERING && (v.generation != generation || now >= retry_at)) {
         break;
@@ -342,6 +342,10 @@ absl::Status RunWorker(const TrainerOptions& options, const common::StopSignal& 
                                             : retry_at - now);
     }
     if (stop.stopped() || lost_coordinator.stopped()) break;
+    if (v.should_stop) {
+      spdlog::info("the coordinator ended the job while this worker waited");
+      break;
+    }
     if (absl::Now() - *failing_since > options.recovery_timeout) {
       status = absl::UnavailableError(absl::StrCat(
           "the cluster did not recover within --recovery_timeout_s (",

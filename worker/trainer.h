@@ -20,7 +20,6 @@ struct TrainerOptions {
   std::string coordinator_address;
   std::string data_dir;
   absl::Duration heartbeat_interval = absl::Seconds(1);
-  absl::Duration peer_timeout = absl::Seconds(60);
   absl::Duration startup_timeout = absl::Seconds(120);
   absl::Duration rpc_timeout = absl::Seconds(60);
   // How long the worker waits out a failure (a lost ps or chief) before it
