@@ -18,7 +18,7 @@ constexpr absl::Duration kTimeout = absl::Seconds(240);
 class CheckpointTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (!std::filesystem::exists("/usr/share/datasets/fashion-mnist")) {
+    if (!HaveFashionMnist()) {
       GTEST_SKIP() << "Fashion-MNIST is missing: install Debian's dataset-fashion-mnist";
     }
     dir_ = TestDir();
@@ -42,13 +42,7 @@ class CheckpointTest : public ::testing::Test {
   }
 
   // `pstrain checkpoint inspect` on the root: its exit code.
-  int Inspect(std::string* output) {
-    auto inspect = TestProcess::Start({BinaryPath("pstrain"), "checkpoint", "inspect", ckpt_});
-    EXPECT_TRUE(inspect.ok());
-    std::optional<int> exited = (*inspect)->WaitForExit(kTimeout);
-    *output = (*inspect)->output();
-    return exited.has_value() ? ExitCode(*exited) : -1;
-  }
+  int Inspect(std::string* output) { return InspectCheckpoints(ckpt_, output); }
 
   std::string dir_, ckpt_, output_;
 };

@@ -86,7 +86,7 @@ nlohmann::json Baseline(const std::string& mode) {
 class FaultInjectionTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (!std::filesystem::exists("/usr/share/datasets/fashion-mnist")) {
+    if (!HaveFashionMnist()) {
       GTEST_SKIP() << "Fashion-MNIST is missing: install Debian's dataset-fashion-mnist";
     }
     dir_ = TestDir();
@@ -145,19 +145,9 @@ class FaultInjectionTest : public ::testing::Test {
       EXPECT_NEAR(with_fault, without, kAccuracyTolerance) << output_;
     }
     std::string report;
-    EXPECT_EQ(Inspect(&report), 0) << report;
+    EXPECT_EQ(InspectCheckpoints(dir_ + "/ckpt", &report), 0) << report;
     EXPECT_NE(report.find("checksums OK"), std::string::npos) << report;
     return summary;
-  }
-
-  int Inspect(std::string* report) {
-    auto inspect =
-        TestProcess::Start({BinaryPath("pstrain"), "checkpoint", "inspect", dir_ + "/ckpt"});
-    EXPECT_TRUE(inspect.ok());
-    if (!inspect.ok()) return -1;
-    std::optional<int> exited = (*inspect)->WaitForExit(kTimeout);
-    *report = (*inspect)->output();
-    return exited.has_value() ? ExitCode(*exited) : -1;
   }
 
   // Prints the figures of the recoveries in `summary`, the first measured
@@ -264,7 +254,7 @@ TEST_F(FaultInjectionTest, PsKilledDuringASave_LeavesThePreviousCheckpointTheLat
 class UnsupervisedTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (!std::filesystem::exists("/usr/share/datasets/fashion-mnist")) {
+    if (!HaveFashionMnist()) {
       GTEST_SKIP() << "Fashion-MNIST is missing: install Debian's dataset-fashion-mnist";
     }
     dir_ = TestDir();
@@ -324,11 +314,8 @@ TEST_F(UnsupervisedTest, LostPsThatNeverReturns_FailsAfterTheRecoveryTimeout_Che
   EXPECT_NE(output.find("are intact (latest: " + dir_ + "/ckpt/ckpt-"), std::string::npos)
       << output;
   ASSERT_FALSE(common::ListCheckpoints(dir_ + "/ckpt").empty());
-  auto inspect =
-      TestProcess::Start({BinaryPath("pstrain"), "checkpoint", "inspect", dir_ + "/ckpt"});
-  ASSERT_TRUE(inspect.ok());
-  std::optional<int> inspected = (*inspect)->WaitForExit(kTimeout);
-  EXPECT_EQ(inspected.has_value() ? ExitCode(*inspected) : -1, 0) << (*inspect)->output();
+  std::string report;
+  EXPECT_EQ(InspectCheckpoints(dir_ + "/ckpt", &report), 0) << report;
   // The surviving daemons were told to stop and exit by themselves.
   EXPECT_TRUE(ps0_->WaitForExit(kTimeout).has_value());
   EXPECT_TRUE(worker_->WaitForExit(kTimeout).has_value());

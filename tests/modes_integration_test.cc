@@ -16,13 +16,12 @@ namespace pst::testing {
 namespace {
 
 constexpr absl::Duration kJobTimeout = absl::Seconds(240);
-constexpr char kDataDir[] = "/usr/share/datasets/fashion-mnist";
 
 class ModesTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (!std::filesystem::exists(kDataDir)) {
-      GTEST_SKIP() << kDataDir << " is missing: install Debian's dataset-fashion-mnist";
+    if (!HaveFashionMnist()) {
+      GTEST_SKIP() << kFashionMnistDir << " is missing: install Debian's dataset-fashion-mnist";
     }
     dir_ = TestDir();
   }

@@ -165,6 +165,19 @@ nlohmann::json ReadJsonFile(const std::string& path) {
   return nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
 }
 
+bool HaveFashionMnist() { return std::filesystem::exists(kFashionMnistDir); }
+
+int InspectCheckpoints(const std::string& dir, std::string* report) {
+  auto inspect = TestProcess::Start({BinaryPath("pstrain"), "checkpoint", "inspect", dir});
+  if (!inspect.ok()) {
+    *report = std::string(inspect.status().message());
+    return -1;
+  }
+  std::optional<int> exited = (*inspect)->WaitForExit(absl::Seconds(120));
+  *report = (*inspect)->output();
+  return exited.has_value() ? ExitCode(*exited) : -1;
+}
+
 std::string TestDir() {
   const ::testing::TestInfo* info = ::testing::UnitTest::GetInstance()->current_test_info();
   std::string name = absl::StrCat(info->test_suite_name(), "_", info->name());

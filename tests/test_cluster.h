@@ -101,6 +101,15 @@ nlohmann::json ReadJsonFile(const std::string& path);
 // A fresh directory for the current test's files.
 std::string TestDir();
 
+// Where Debian's dataset-fashion-mnist puts the data, and whether it is
+// there (tests that train skip without it).
+inline constexpr char kFashionMnistDir[] = "/usr/share/datasets/fashion-mnist";
+bool HaveFashionMnist();
+
+// Runs `pstrain checkpoint inspect DIR` (a checkpoint or a root); its exit
+// code (-1 when it did not finish in time) and, in `*report`, its output.
+int InspectCheckpoints(const std::string& dir, std::string* report);
+
 }  // namespace pst::testing
 
 #endif  // PST_TESTS_TEST_CLUSTER_H_
