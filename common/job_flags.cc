@@ -83,6 +83,22 @@ ABSL_FLAG(double, recovery_timeout_s, 300,
           "How long a failure may last before the job gives up: the chief waits this long for "
           "a lost ps to come back, workers wait this long for the ps or the chief, and a "
           "worker silent this long is given up on.");
+ABSL_FLAG(std::string, device, "cpu",
+          "Where a worker computes: cpu, gpu (fails if no GPU is visible) or auto (the GPUs if "
+          "any is visible, else the CPU).");
+ABSL_FLAG(std::string, gpus, "",
+          "GPUs a worker uses, as physical indices (nvidia-smi's numbering), e.g. 1,2; logical "
+          "device GPU:k is the k-th. Empty: every GPU that CUDA_VISIBLE_DEVICES leaves visible.");
+ABSL_FLAG(std::string, gpu_memory, "growth",
+          "GPU memory budget per logical device: growth (take memory as needed, up to the GPU), "
+          "fraction:F (at most F of the GPU) or limit_mb:M (at most M MiB). Never allocated "
+          "ahead; exceeding it is a ResourceExhausted error naming the budget.");
+ABSL_FLAG(int32_t, virtual_devices, 1,
+          "Logical devices per GPU, each with its own share of the memory budget.");
+ABSL_FLAG(int32_t, cpu_devices, 1,
+          "Logical CPU devices of a worker with --device=cpu (the batch is split across them).");
+ABSL_FLAG(bool, log_device_placement, false,
+          "Log where each variable copy and each op of the model runs.");
 
 namespace pst::common {
 

@@ -56,6 +56,13 @@ ABSL_DECLARE_FLAG(double, peer_timeout_s);
 ABSL_DECLARE_FLAG(double, startup_timeout_s);
 ABSL_DECLARE_FLAG(double, rpc_timeout_s);
 ABSL_DECLARE_FLAG(double, recovery_timeout_s);
+// Devices of a worker (worker/device_mapping.h has their meaning).
+ABSL_DECLARE_FLAG(std::string, device);
+ABSL_DECLARE_FLAG(std::string, gpus);
+ABSL_DECLARE_FLAG(std::string, gpu_memory);
+ABSL_DECLARE_FLAG(int32_t, virtual_devices);
+ABSL_DECLARE_FLAG(int32_t, cpu_devices);
+ABSL_DECLARE_FLAG(bool, log_device_placement);
 
 namespace pst::common {
 

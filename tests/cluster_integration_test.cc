@@ -15,13 +15,12 @@ namespace pst::testing {
 namespace {
 
 constexpr absl::Duration kJobTimeout = absl::Seconds(240);
-constexpr char kDataDir[] = "/usr/share/datasets/fashion-mnist";
 
 class ClusterTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (!std::filesystem::exists(kDataDir)) {
-      GTEST_SKIP() << kDataDir << " is missing: install Debian's dataset-fashion-mnist";
+    if (!HaveFashionMnist()) {
+      GTEST_SKIP() << kFashionMnistDir << " is missing: install Debian's dataset-fashion-mnist";
     }
     dir_ = TestDir();
   }
@@ -58,6 +57,35 @@ TEST_F(ClusterTest, SmallJob_Trains_AndEveryProcessExitsZero) {
   EXPECT_GT(result["wall_seconds"].get<double>(), 0);
   // Progress lines came out while training.
   EXPECT_NE(output.find("examples/s"), std::string::npos);
+}
+
+TEST_F(ClusterTest, TwoCpuDevicesPerWorker_SplitEachBatch_AndTrain) {
+  const std::string summary = dir_ + "/summary.json";
+  auto launcher =
+      Launch({"--ps=1", "--workers=1", "--epochs=1", "--max_steps=300", "--cpu_devices=2",
+              "--log_device_placement", "--summary_json=" + summary});
+  ASSERT_NE(launcher, nullptr);
+  std::optional<int> exited = launcher->WaitForExit(kJobTimeout);
+  ASSERT_TRUE(exited.has_value()) << launcher->output();
+  const std::string output = launcher->output();
+  EXPECT_EQ(ExitCode(*exited), 0) << output;
+  EXPECT_NE(output.find("Created device /job:worker/replica:0/task:0/device:CPU:1"),
+            std::string::npos)
+      << output;
+  // The placement log puts a copy of each layer's matmul on each device.
+  EXPECT_NE(output.find("/job:worker/replica:0/task:0/device:CPU:1"), std::string::npos);
+  const nlohmann::json result = ReadJson(summary);
+  ASSERT_TRUE(result.is_object()) << output;
+  EXPECT_GE(result["test_accuracy"].get<double>(), 0.70) << result.dump();
+}
+
+TEST_F(ClusterTest, BadDeviceFlag_FailsTheWorkerWithAClearMessage) {
+  auto launcher = Launch({"--ps=1", "--workers=1", "--epochs=1", "--gpu_memory=lots"});
+  ASSERT_NE(launcher, nullptr);
+  std::optional<int> exited = launcher->WaitForExit(kJobTimeout);
+  ASSERT_TRUE(exited.has_value()) << launcher->output();
+  EXPECT_NE(ExitCode(*exited), 0) << launcher->output();
+  EXPECT_NE(launcher->output().find("--gpu_memory"), std::string::npos) << launcher->output();
 }
 
 TEST_F(ClusterTest, NoChief_WorkerZeroActsAsChief) {

@@ -28,6 +28,7 @@
 #include "tools/reference.h"
 #include "tools/subprocess.h"
 #include "worker/criteo.h"
+#include "worker/device_mapping.h"
 #include "worker/model_spec.h"
 
 ABSL_FLAG(int32_t, ps, 2, "local, plan, reference: number of ps tasks.");
@@ -62,7 +63,8 @@ constexpr const char* kForwardedFlags[] = {
     "buckets_per_field", "admit_after", "placement", "partitioner", "num_shards",
     "min_slice_bytes", "max_partitions", "max_shard_bytes", "routing", "mode", "staleness",
     "replicas_to_aggregate", "checkpoint_dir", "save_checkpoints_steps", "save_checkpoints_secs",
-    "keep_checkpoints",
+    "keep_checkpoints", "device", "gpus", "gpu_memory", "virtual_devices", "cpu_devices",
+    "log_device_placement",
 };
 // clang-format on
 
@@ -85,6 +87,9 @@ constexpr char kUsage[] =
     "  pstrain checkpoint export [--format=safetensors] [--include_slots] DIR OUT\n"
     "      Writes a checkpoint (DIR, or the newest valid one in a root) as one file with\n"
     "      partitions merged into whole tensors, for use outside pstrain.\n"
+    "  pstrain devices [--device=auto] [--gpus=1,2] [--virtual_devices=N] [--gpu_memory=...]\n"
+    "      Lists the physical GPUs (allocating no GPU memory) and the logical devices a\n"
+    "      worker would use with these flags.\n"
     "\n"
     "Run 'pstrain --helpfull' for every flag.";
 
@@ -294,6 +299,28 @@ int ExportCheckpoint(const std::string& dir, const std::string& out) {
   return 0;
 }
 
+// Lists the physical GPUs and the logical devices the device flags give.
+// Exit 0 also when no GPU is visible; 2 for a bad flag; 1 for --device=gpu
+// without a GPU.
+int Devices() {
+  pst::worker::DeviceOptions options;
+  options.device = absl::GetFlag(FLAGS_device);
+  options.gpus = absl::GetFlag(FLAGS_gpus);
+  options.gpu_memory = absl::GetFlag(FLAGS_gpu_memory);
+  options.virtual_devices = absl::GetFlag(FLAGS_virtual_devices);
+  options.cpu_devices = absl::GetFlag(FLAGS_cpu_devices);
+  options = pst::worker::DeviceOptionsWithEnvironment(options);
+  const pst::worker::GpuInventory inventory = pst::worker::DiscoverGpus();
+  std::printf("%s", pst::worker::DescribeDevices(inventory, options).c_str());
+  if (options.device == "cpu" && !inventory.gpus.empty()) {
+    std::printf(
+        "(workers compute on the CPU unless --device=gpu or --device=auto; "
+        "'pstrain devices --device=auto' shows the GPU view)\n");
+  }
+  const absl::Status status = pst::worker::PlanDevices(options, inventory).status();
+  if (status.ok()) return 0;
+  return status.code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
+}
 
 }  // namespace
 
@@ -324,6 +351,7 @@ int main(int argc, char** argv) {
     if (command == "plan") return Plan();
     if (command == "reference") return Reference();
     if (command == "generate_criteo") return GenerateCriteo();
+    if (command == "devices") return Devices();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "pstrain %s: fatal: %s\n", command.c_str(), e.what());
     return 1;

@@ -48,6 +48,13 @@ int main(int argc, char** argv) {
     options.rpc_timeout = setup->timing.rpc_timeout;
     options.recovery_timeout = setup->timing.recovery_timeout;
     options.step_delay = absl::Milliseconds(absl::GetFlag(FLAGS_step_delay_ms));
+    options.devices.device = absl::GetFlag(FLAGS_device);
+    options.devices.gpus = absl::GetFlag(FLAGS_gpus);
+    options.devices.gpu_memory = absl::GetFlag(FLAGS_gpu_memory);
+    options.devices.virtual_devices = absl::GetFlag(FLAGS_virtual_devices);
+    options.devices.cpu_devices = absl::GetFlag(FLAGS_cpu_devices);
+    options.devices = pst::worker::DeviceOptionsWithEnvironment(options.devices);
+    options.log_device_placement = absl::GetFlag(FLAGS_log_device_placement);
     absl::Status status = pst::worker::RunWorker(options, stop);
     if (!status.ok()) spdlog::error("worker failed: {}", status.ToString());
     if (chief_thread.joinable()) {

@@ -180,22 +180,6 @@ absl::Status RunWorker(const TrainerOptions& options, const common::StopSignal& 
                                         MakeGrpcPsTransport(ps_addresses, options.rpc_timeout),
                                         options.worker_index, options.incarnation));
 
-  // This worker's shard of the data.
-  Dataset images;
-  CtrDataset clicks;
-  if (training.model() == "mlp") {
-    PST_ASSIGN_OR_RETURN(Dataset all, LoadFashionMnist(options.data_dir, Split::kTrain));
-    images = ShardDataset(all, options.worker_index, state.num_workers());
-    spdlog::info("training on {} example(s) of {}", images.num_examples, options.data_dir);
-  } else {
-    PST_ASSIGN_OR_RETURN(clicks, LoadCtrSplit(training, /*held_out=*/false, options.worker_index,
-                                              state.num_workers()));
-    spdlog::info("training on {} example(s) of {}", clicks.size, training.data());
-  }
-  if (images.num_examples == 0 && clicks.size == 0) {
-    return absl::FailedPreconditionError("this worker's shard of the training data is empty");
-  }
-
   Progress progress;
   progress.Begin(state.generation(), registered.position());
   CoordinatorView view;
@@ -257,6 +241,45 @@ absl::Status RunWorker(const TrainerOptions& options, const common::StopSignal& 
     }
   });
 
+  // Everything from here on runs with heartbeats going (loading the data
+  // can take a while); the heartbeat thread is joined on every path.
+  absl::Status status;
+  int64_t global_step = -1;
+  bool completed = false;
+  // This worker's shard of the data.
+  Dataset images;
+  CtrDataset clicks;
+  status = [&]() -> absl::Status {
+    if (training.model() == "mlp") {
+      PST_ASSIGN_OR_RETURN(Dataset all, LoadFashionMnist(options.data_dir, Split::kTrain));
+      images = ShardDataset(all, options.worker_index, state.num_workers());
+      spdlog::info("training on {} example(s) of {}", images.num_examples, options.data_dir);
+    } else {
+      PST_ASSIGN_OR_RETURN(clicks, LoadCtrSplit(training, /*held_out=*/false, options.worker_index,
+                                                state.num_workers()));
+      spdlog::info("training on {} example(s) of {}", clicks.size, training.data());
+    }
+    if (images.num_examples == 0 && clicks.size == 0) {
+      return absl::FailedPreconditionError("this worker's shard of the training data is empty");
+    }
+    return absl::OkStatus();
+  }();
+
+  // The logical devices, freed (GPU contexts reset) when this returns.
+  std::unique_ptr<DeviceSet> devices;
+  const std::string job_prefix = absl::StrCat("/job:worker/replica:0/task:", options.worker_index);
+  if (status.ok()) {
+    status = [&]() -> absl::Status {
+      PST_ASSIGN_OR_RETURN(std::vector<LogicalDeviceSpec> specs,
+                           PlanDevices(options.devices, DiscoverGpus()));
+      PST_ASSIGN_OR_RETURN(devices, DeviceSet::Create(std::move(specs)));
+      for (const LogicalDeviceSpec& spec : devices->specs()) {
+        spdlog::info("{}", DeviceLogLine(spec, job_prefix));
+      }
+      return absl::OkStatus();
+    }();
+  }
+
   const uint64_t shuffle_seed = training.seed() ^ (uint64_t(options.worker_index) << 32);
   int64_t generation = state.generation();
   ps->set_generation(generation);
@@ -269,17 +292,17 @@ absl::Status RunWorker(const TrainerOptions& options, const common::StopSignal& 
     return stop.stopped() || lost_coordinator.stopped() || v.should_stop || recovering(v);
   };
   control.step_delay = options.step_delay;
+  if (devices != nullptr) control.devices = devices->devices();
+  control.log_device_placement = options.log_device_placement;
+  control.job_prefix = job_prefix;
   control.on_step = [&](int64_t examples, float loss, int epoch, int64_t version,
                         int64_t position) {
     progress.Step(examples, loss, epoch, version, position);
   };
 
-  absl::Status status;
-  int64_t global_step = -1;
-  bool completed = false;
   std::optional<absl::Time> failing_since;  // first failure since the last good step
   absl::Duration backoff = absl::Milliseconds(100);
-  for (;;) {
+  while (status.ok()) {
     control.start_position = progress.position();
     const int64_t position_before = progress.position();
     absl::StatusOr<int64_t> trained =

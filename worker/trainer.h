@@ -11,6 +11,7 @@
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "common/process.h"
+#include "worker/device_mapping.h"
 
 namespace pst::worker {
 
@@ -26,6 +27,9 @@ struct TrainerOptions {
   // gives up.
   absl::Duration recovery_timeout = absl::Seconds(300);
   absl::Duration step_delay = absl::ZeroDuration();  // an artificially slow worker
+  // Where the MLP computes (--device, --gpus, --gpu_memory, ...).
+  DeviceOptions devices;
+  bool log_device_placement = false;
 };
 
 // Runs one worker to the end of the job. Returns OK when the worker finished

@@ -2,11 +2,15 @@
 
 #include <algorithm>
 #include <numeric>
+#include <optional>
 #include <random>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/logging.h"
 #include "common/status_macros.h"
+#include "worker/cpu_device.h"
+#include "worker/device_mlp.h"
 #include "worker/mlp.h"
 #include "worker/model_spec.h"
 #include "worker/wide_deep.h"
@@ -52,8 +56,34 @@ absl::StatusOr<int64_t> TrainMlp(const proto::TrainingConfig& training, const Da
                                  uint64_t shuffle_seed, PsClient* ps, const LoopControl& control) {
   PST_ASSIGN_OR_RETURN(MlpConfig config, MlpConfigFor(training));
   const bool sync = training.sync().mode() == proto::SYNC;
-  Mlp model(config);
+  // On one CPU device the reference Mlp computes straight from the host
+  // buffers; the Device path would first copy the parameters and the batch
+  // into device buffers, every step (about 15% slower on the CPU). Any
+  // other set of devices: MirroredMlp.
+  const bool host_only =
+      control.devices.empty() ||
+      (control.devices.size() == 1 && control.devices[0]->type() == DeviceType::kCpu);
+  std::unique_ptr<Device> own_cpu;  // outlives the models
+  std::vector<Device*> devices = control.devices;
+  if (devices.empty()) {
+    own_cpu = NewCpuDevice(0);
+    devices.push_back(own_cpu.get());
+  }
+  std::optional<Mlp> host_model;
+  std::optional<MirroredMlp> mirrored;
+  if (host_only) host_model.emplace(config);
+  if (!host_only || control.log_device_placement) mirrored.emplace(config, devices);
+  if (control.log_device_placement) {
+    for (const std::string& line : mirrored->DevicePlacement(control.job_prefix)) {
+      spdlog::info("{}", line);
+    }
+  }
   Values params, grads;
+  auto loss_and_gradients = [&](const float* x, const int32_t* y, int n,
+                                Values* grads) -> absl::StatusOr<float> {
+    return host_only ? host_model->LossAndGradients(params, x, y, n, grads)
+                     : mirrored->LossAndGradients(params, x, y, n, grads);
+  };
   PST_ASSIGN_OR_RETURN(int64_t global_step, ps->Pull(&params));
   const int dim = data.dim;
   std::vector<float> x(static_cast<size_t>(training.batch_size()) * dim);
@@ -68,8 +98,8 @@ absl::StatusOr<int64_t> TrainMlp(const proto::TrainingConfig& training, const Da
           std::copy_n(&data.features[e * dim], dim, &x[k * dim]);
           y[k] = data.labels[e];
         }
-        PST_ASSIGN_OR_RETURN(float loss, model.LossAndGradients(params, x.data(), y.data(),
-                                                                static_cast<int>(n), &grads));
+        PST_ASSIGN_OR_RETURN(float loss,
+                             loss_and_gradients(x.data(), y.data(), static_cast<int>(n), &grads));
         if (control.step_delay > absl::ZeroDuration()) absl::SleepFor(control.step_delay);
         // SYNC tags a push with the version it was computed from; the other
         // modes with the data position.

@@ -6,11 +6,14 @@
 
 #include <cstdint>
 #include <functional>
+#include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "proto/pstrain.pb.h"
 #include "worker/criteo.h"
+#include "worker/device.h"
 #include "worker/mnist_reader.h"
 #include "worker/ps_client.h"
 
@@ -31,6 +34,11 @@ struct LoopControl {
   // Extra time spent on every step: an artificially slow worker, for tests
   // and demos of backup workers and bounded staleness.
   absl::Duration step_delay = absl::ZeroDuration();
+  // The logical devices the MLP computes on (not owned; each batch is split
+  // across them and their gradients summed). Empty: one CPU device.
+  std::vector<Device*> devices;
+  bool log_device_placement = false;
+  std::string job_prefix = "/job:worker/replica:0/task:0";  // for the placement log
 };
 
 // Each returns the global step (the dense variables' version) at the end.
