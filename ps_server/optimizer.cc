@@ -75,10 +75,13 @@ class Adam final : public Optimizer {
     float* __restrict m = slots[0].data();
     float* __restrict v = slots[1].data();
     const size_t n = param.size();
+    // Locals, not members: a store through p, m or v could otherwise alias
+    // them, which keeps the compiler from vectorizing the loop.
+    const float b1 = beta1_, b2 = beta2_, eps = epsilon_;
     for (size_t i = 0; i < n; ++i) {
-      m[i] = beta1_ * m[i] + (1 - beta1_) * g[i];
-      v[i] = beta2_ * v[i] + (1 - beta2_) * g[i] * g[i];
-      p[i] -= lr_t * m[i] / (std::sqrt(v[i]) + epsilon_);
+      m[i] = b1 * m[i] + (1 - b1) * g[i];
+      v[i] = b2 * v[i] + (1 - b2) * g[i] * g[i];
+      p[i] -= lr_t * m[i] / (std::sqrt(v[i]) + eps);
     }
   }
 
