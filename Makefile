@@ -11,7 +11,7 @@ DEBIAN_PACKAGES := cmake make g++ pkg-config ccache \
   libabsl-dev libspdlog-dev libopenblas-dev nlohmann-json3-dev zlib1g-dev \
   libgtest-dev dataset-fashion-mnist
 
-.PHONY: all deps configure build demo test bench-modes bench-recovery sanitize clean
+.PHONY: all deps configure build demo test bench-modes bench-ps bench-recovery sanitize clean
 
 all: build
 
@@ -34,6 +34,14 @@ test: build
 # Every training mode with and without a slow worker, side by side.
 bench-modes: build
 	bench/modes.sh $(BUILD_DIR)
+
+# The data plane against the wire: dense Push, Pull and PushPull and sparse
+# row pulls and pushes through real ps processes, beside a loopback TCP
+# stream and memcpy measured in the same run (a few minutes on 2 cores).
+# BENCH_PS_FLAGS adds ps_bench flags, e.g. BENCH_PS_FLAGS="--ps=1,2 --workers=2".
+BENCH_PS_FLAGS ?=
+bench-ps: build
+	$(BUILD_DIR)/bin/ps_bench --json=$(BUILD_DIR)/ps_bench.json $(BENCH_PS_FLAGS)
 
 # Checkpoint and recovery figures: save/restore MB/s, throughput during a
 # save, time from a ps kill to resumed training, steps lost.
