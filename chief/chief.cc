@@ -613,7 +613,7 @@ class Job {
       }
     }
     if (initial_.training().sync().mode() != proto::ASYNC) {
-      spdlog::info("{} worker(s) training; sync quorum now {}", active.size(),
+      spdlog::info("{} worker(s) still training; sync quorum now {}", active.size(),
                    std::max<size_t>(1, std::min<size_t>(quorum_, active.size())));
     }
   }

@@ -44,6 +44,10 @@ class Progress {
     absl::MutexLock lock(&mu_);
     return position_;
   }
+  int64_t steps() const {
+    absl::MutexLock lock(&mu_);
+    return steps_;
+  }
   int64_t generation() const {
     absl::MutexLock lock(&mu_);
     return generation_;
@@ -404,8 +408,8 @@ absl::Status RunWorker(const TrainerOptions& options, const common::StopSignal& 
     proto::WorkerDoneResponse done_response;
     coordinator->WorkerDone(&context, done, &done_response);
   }
-  spdlog::info("worker finished at data position {}, global step {}", progress.position(),
-               global_step);
+  spdlog::info("worker finished: {} step(s), global step {}, data position {}", progress.steps(),
+               global_step, progress.position());
   return status;
 }
 
