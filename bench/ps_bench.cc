@@ -65,6 +65,7 @@
 #include "common/grpc_channel.h"
 #include "common/grpc_status.h"
 #include "common/partition.h"
+#include "common/process.h"
 #include "common/status_macros.h"
 #include "common/tensor_util.h"
 #include "common/tf_config.h"
@@ -1254,6 +1255,8 @@ int main(int argc, char** argv) {
       "PullRows and PushRows against TCP and memcpy references.\n"
       "Usage: ps_bench [--ps=1] [--workers=1] [--sizes=1M,16M,64M] [--json=PATH]");
   absl::ParseCommandLine(argc, argv);
+  // Its threads stand for workers, which tune malloc the same way.
+  pst::common::TuneMallocForLargeBuffers();
   try {
     return pst::bench::Run();
   } catch (const std::exception& e) {

@@ -9,6 +9,7 @@
 namespace pst::common {
 
 absl::StatusOr<DaemonSetup> SetUpDaemon(const char* binary, TaskType type, StopSignal* stop) {
+  TuneMallocForLargeBuffers();
   DaemonSetup setup;
   absl::Status status = [&]() -> absl::Status {
     absl::StatusOr<TfConfig> tf = LoadTfConfig(absl::GetFlag(FLAGS_tf_config), type);

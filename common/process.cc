@@ -1,6 +1,7 @@
 #include "common/process.h"
 
 #include <fcntl.h>
+#include <malloc.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -69,6 +70,12 @@ void StopSignal::Stop(std::string reason) {
 std::string StopSignal::reason() const {
   absl::MutexLock lock(&mu_);
   return reason_;
+}
+
+void TuneMallocForLargeBuffers() {
+  mallopt(M_MMAP_THRESHOLD, 32 << 20);
+  mallopt(M_TRIM_THRESHOLD, 1 << 30);
+  mallopt(M_TOP_PAD, 64 << 20);
 }
 
 }  // namespace pst::common

@@ -26,6 +26,7 @@ namespace pst::ps {
 namespace {
 
 int Run() {
+  common::TuneMallocForLargeBuffers();
   absl::StatusOr<common::TfConfig> tf =
       common::LoadTfConfig(absl::GetFlag(FLAGS_tf_config), common::TaskType::kPs);
   if (!tf.ok()) {
