@@ -299,6 +299,9 @@ grpc::ServerUnaryReactor* GrpcPsService::Health(grpc::CallbackServerContext* con
     response->set_max_clock_gap(stats.max_clock_gap);
     response->set_generation(stats.generation);
     response->set_max_version(stats.max_version);
+    for (const auto& [worker, position] : stats.worker_positions) {
+      (*response->mutable_worker_positions())[worker] = position;
+    }
     return absl::OkStatus();
   });
 }

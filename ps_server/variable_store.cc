@@ -481,10 +481,16 @@ absl::Status VariableStore::PushNoWake(const proto::PushRequest& request,
     while (staleness > prev && !staleness_max_.compare_exchange_weak(prev, staleness)) {
     }
   }
-  if (mode == proto::SSP) {
+  {
     absl::MutexLock wait_lock(&wait_mu_);
-    if (worker >= 0 && worker < static_cast<int>(clocks_.size())) {
+    if (mode == proto::SSP && worker >= 0 && worker < static_cast<int>(clocks_.size())) {
       clocks_[worker] = std::max(clocks_[worker], request.step() + 1);
+    }
+    // The batch is consumed, whether its gradient was applied, aggregated,
+    // already there or too late: a restarted worker goes on after it.
+    if (request.position() >= 0 && worker >= 0) {
+      int64_t& position = positions_[worker];
+      position = std::max(position, request.position() + 1);
     }
   }
   return absl::OkStatus();
@@ -1154,6 +1160,7 @@ absl::Status VariableStore::Restore(const std::vector<const common::ShardRecord*
     absl::MutexLock wait_lock(&wait_mu_);
     std::fill(clocks_.begin(), clocks_.end(), 0);
     last_push_.clear();
+    positions_.clear();
     // Parked pulls waited for versions or clocks of the replaced state.
     parked.swap(waiters_);
   }
@@ -1195,6 +1202,7 @@ VariableStore::Stats VariableStore::GetStats() const {
     stats.parked_seconds += absl::ToDoubleSeconds(absl::Now() - w.since);
   }
   stats.max_clock_gap = max_clock_gap_;
+  stats.worker_positions = positions_;
   return stats;
 }
 

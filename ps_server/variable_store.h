@@ -209,6 +209,8 @@ class VariableStore {
     int64_t max_clock_gap = 0;
     int64_t generation = 0;   // restore generation
     int64_t max_version = 0;  // highest version of a dense variable
+    // Worker -> data position after its last dense push (cleared by Restore).
+    absl::flat_hash_map<int32_t, int64_t> worker_positions;
   };
   Stats GetStats() const;
 
@@ -305,6 +307,8 @@ class VariableStore {
     int64_t rows_step = -1;
   };
   absl::flat_hash_map<int32_t, PushKey> last_push_ ABSL_GUARDED_BY(wait_mu_);
+  // Worker -> data position after its last dense push (PushRequest.position).
+  absl::flat_hash_map<int32_t, int64_t> positions_ ABSL_GUARDED_BY(wait_mu_);
   std::vector<Waiter> waiters_ ABSL_GUARDED_BY(wait_mu_);
   uint64_t next_ticket_ ABSL_GUARDED_BY(wait_mu_) = 1;
   int64_t parked_pulls_ ABSL_GUARDED_BY(wait_mu_) = 0;

@@ -1049,6 +1049,32 @@ TEST_F(VariableStoreTest, Restore_NewGeneration_RefusesPushesOfTheOldOne) {
   EXPECT_NE(Values(store_, "w"), saved_w);
 }
 
+TEST_F(VariableStoreTest, Push_RecordsTheWorkersDataPosition_RestoreForgetsIt) {
+  const std::vector<common::ShardRecord> checkpoint = store_.Snapshot();
+  proto::PushRequest push;
+  push.set_worker_index(1);
+  push.set_incarnation(7);
+  AddGradient(&push, "b", {3}, {1, 1, 1});
+  proto::PushResponse response;
+  push.set_step(0);
+  push.set_position(41);
+  ASSERT_TRUE(store_.Push(push, &response).ok());
+  push.set_step(1);
+  push.set_position(42);
+  ASSERT_TRUE(store_.Push(push, &response).ok());
+  push.set_position(40);  // a retry of an older batch does not move it back
+  push.set_step(2);
+  ASSERT_TRUE(store_.Push(push, &response).ok());
+  EXPECT_EQ(store_.GetStats().worker_positions.at(1), 43);
+  EXPECT_EQ(store_.GetStats().worker_positions.count(0), 0u);
+  push.set_worker_index(0);
+  push.set_position(-1);  // none
+  ASSERT_TRUE(store_.Push(push, &response).ok());
+  EXPECT_EQ(store_.GetStats().worker_positions.count(0), 0u);
+  ASSERT_TRUE(store_.Restore(Pointers(checkpoint), 1).ok());
+  EXPECT_TRUE(store_.GetStats().worker_positions.empty());
+}
+
 TEST(VariableStoreRestoreTest, Restore_AnswersParkedPullsAborted) {
   VariableStore store;
   proto::CreateVariablesRequest create = CreateRequest();

@@ -198,6 +198,13 @@ TEST_F(FaultInjectionTest, KilledWorkerInSyncMode_QuorumAdaptsAndTheWorkerRejoin
   const nlohmann::json summary = Finish(launcher.get(), "worker:0");
   EXPECT_EQ(summary["mode"], "sync");
   EXPECT_EQ(summary["workers_left_early"], 0) << summary.dump();
+  // The ps told the restarted worker exactly where its pushes had left off:
+  // no batch was trained twice or skipped, so there were as many sync steps
+  // as without the fault.
+  EXPECT_NE(output_.find("worker:0] the ps took this worker's pushes up to data position"),
+            std::string::npos)
+      << output_;
+  EXPECT_EQ(summary["global_step"], Baseline("sync")["global_step"]) << summary.dump();
 }
 
 TEST_F(FaultInjectionTest, KilledPs_EveryPsIsRestoredFromTheLatestCheckpoint) {

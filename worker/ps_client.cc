@@ -162,7 +162,7 @@ absl::StatusOr<int64_t> PsClient::Pull(Values* values) {
 }
 
 absl::StatusOr<int64_t> PsClient::PushPull(int64_t step, int64_t base_version, const Values& grads,
-                                           Values* values) {
+                                           Values* values, int64_t position) {
   if (grads.size() != dense_.size()) {
     return absl::InvalidArgumentError(
         absl::StrCat("push of ", grads.size(), " gradients for ", dense_.size(), " variables"));
@@ -181,6 +181,7 @@ absl::StatusOr<int64_t> PsClient::PushPull(int64_t step, int64_t base_version, c
     push->set_generation(generation_);
     push->set_step(step);
     push->set_base_version(base_version);
+    push->set_position(position);
     for (int i : dense_by_ps_[ps]) {
       const DenseVar& var = dense_[i];
       const common::Shape shape = ToShape(var.shape);

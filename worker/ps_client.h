@@ -46,9 +46,10 @@ class PsClient {
   // from; ASYNC and SSP: this worker's push count) and `base_version` (the
   // version they were computed from), then fetches the values, in one round
   // trip per ps. In SYNC and SSP the ps answer once this worker may go on.
-  // Returns the smallest version, as Pull does.
+  // Returns the smallest version, as Pull does. `position` is the data
+  // position of the gradients' batch (PushRequest.position; -1: none).
   absl::StatusOr<int64_t> PushPull(int64_t step, int64_t base_version, const Values& grads,
-                                   Values* values);
+                                   Values* values, int64_t position = -1);
 
   // The ids of one table in one request.
   struct TableIds {

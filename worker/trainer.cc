@@ -156,6 +156,27 @@ absl::StatusOr<proto::RegisterResponse> Register(proto::Coordinator::Stub* coord
   }
 }
 
+// Where this worker's last push left its data, as the ps recorded it in
+// `generation` (-1 when none did): exact, where the coordinator only knows
+// the last position a heartbeat carried.
+int64_t PositionOnPs(const std::vector<std::string>& addresses, int worker_index,
+                     int64_t generation) {
+  int64_t position = -1;
+  for (const std::string& address : addresses) {
+    auto stub = proto::ParameterServer::NewStub(common::MakeChannel(address));
+    grpc::ClientContext context;
+    common::SetDeadline(&context, absl::Seconds(5));
+    proto::HealthRequest request;
+    request.set_caller("worker");
+    proto::HealthResponse health;
+    if (!stub->Health(&context, request, &health).ok()) continue;
+    if (health.generation() != generation) continue;
+    auto it = health.worker_positions().find(worker_index);
+    if (it != health.worker_positions().end()) position = std::max(position, it->second);
+  }
+  return position;
+}
+
 }  // namespace
 
 absl::Status RunWorker(const TrainerOptions& options, const common::StopSignal& stop) {
@@ -184,10 +205,18 @@ absl::Status RunWorker(const TrainerOptions& options, const common::StopSignal& 
                                         MakeGrpcPsTransport(ps_addresses, options.rpc_timeout),
                                         options.worker_index, options.incarnation));
 
+  // A restarted worker: the ps know exactly where its last push left off.
+  int64_t start = registered.position();
+  const int64_t on_ps = PositionOnPs(ps_addresses, options.worker_index, state.generation());
+  if (on_ps > start) {
+    spdlog::info("the ps took this worker's pushes up to data position {}: going on from there",
+                 on_ps);
+    start = on_ps;
+  }
   Progress progress;
-  progress.Begin(state.generation(), registered.position());
+  progress.Begin(state.generation(), start);
   CoordinatorView view;
-  view.Update(state.phase(), state.generation(), registered.position(), false);
+  view.Update(state.phase(), state.generation(), start, false);
 
   // Heartbeats: progress out; phase, generation and "should stop" back. A
   // coordinator that no longer knows this worker (a restarted chief) is

@@ -104,7 +104,7 @@ absl::StatusOr<int64_t> TrainMlp(const proto::TrainingConfig& training, const Da
         // SYNC tags a push with the version it was computed from; the other
         // modes with the data position.
         const int64_t tag = sync ? global_step : position;
-        PST_ASSIGN_OR_RETURN(global_step, ps->PushPull(tag, global_step, grads, &params));
+        PST_ASSIGN_OR_RETURN(global_step, ps->PushPull(tag, global_step, grads, &params, position));
         control.on_step(n, loss, epoch, global_step, position + 1);
         return true;
       }));
@@ -170,7 +170,8 @@ absl::StatusOr<int64_t> TrainWideDeep(const proto::TrainingConfig& training, con
                                                                 &row_grads[0], &row_grads[1]));
         if (control.step_delay > absl::ZeroDuration()) absl::SleepFor(control.step_delay);
         PST_RETURN_IF_ERROR(ps->PushRows(position, tables, row_grads));
-        PST_ASSIGN_OR_RETURN(global_step, ps->PushPull(position, global_step, grads, &params));
+        PST_ASSIGN_OR_RETURN(global_step,
+                             ps->PushPull(position, global_step, grads, &params, position));
         control.on_step(n, loss, epoch, global_step, position + 1);
         return true;
       }));
