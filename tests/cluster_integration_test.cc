@@ -85,7 +85,11 @@ TEST_F(ClusterTest, BadDeviceFlag_FailsTheWorkerWithAClearMessage) {
   std::optional<int> exited = launcher->WaitForExit(kJobTimeout);
   ASSERT_TRUE(exited.has_value()) << launcher->output();
   EXPECT_NE(ExitCode(*exited), 0) << launcher->output();
-  EXPECT_NE(launcher->output().find("--gpu_memory"), std::string::npos) << launcher->output();
+  EXPECT_NE(launcher->output().find("--gpu_memory=lots: unknown policy"), std::string::npos)
+      << launcher->output();
+  // A usage error, found before the worker registers.
+  EXPECT_NE(launcher->output().find("worker:0 exited with status 2"), std::string::npos)
+      << launcher->output();
 }
 
 TEST_F(ClusterTest, NoChief_WorkerZeroActsAsChief) {

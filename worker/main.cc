@@ -2,7 +2,9 @@
 // pushing gradients to the ps. When the cluster lists no chief, worker 0
 // also runs the coordinator, as in TensorFlow and TFJob.
 #include <cstdio>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
@@ -11,6 +13,7 @@
 #include "chief/options_from_flags.h"
 #include "common/daemon_main.h"
 #include "common/logging.h"
+#include "worker/device_mapping.h"
 #include "worker/trainer.h"
 
 ABSL_FLAG(int32_t, step_delay_ms, 0,
@@ -27,6 +30,22 @@ int main(int argc, char** argv) {
     absl::StatusOr<pst::common::DaemonSetup> setup =
         pst::common::SetUpDaemon("worker", pst::common::TaskType::kWorker, &stop);
     if (!setup.ok()) return 2;
+
+    // The devices, checked before anything starts: a bad flag, or
+    // --device=gpu without a GPU, is a usage error.
+    pst::worker::DeviceOptions devices;
+    devices.device = absl::GetFlag(FLAGS_device);
+    devices.gpus = absl::GetFlag(FLAGS_gpus);
+    devices.gpu_memory = absl::GetFlag(FLAGS_gpu_memory);
+    devices.virtual_devices = absl::GetFlag(FLAGS_virtual_devices);
+    devices.cpu_devices = absl::GetFlag(FLAGS_cpu_devices);
+    absl::StatusOr<std::vector<pst::worker::LogicalDeviceSpec>> device_specs =
+        pst::worker::PlanDevices(pst::worker::DeviceOptionsWithEnvironment(devices),
+                                 pst::worker::DiscoverGpus());
+    if (!device_specs.ok()) {
+      std::fprintf(stderr, "worker: %s\n", std::string(device_specs.status().message()).c_str());
+      return 2;
+    }
 
     // Worker 0 of a chief-less cluster is the chief too.
     absl::Status chief_status;
@@ -48,12 +67,7 @@ int main(int argc, char** argv) {
     options.rpc_timeout = setup->timing.rpc_timeout;
     options.recovery_timeout = setup->timing.recovery_timeout;
     options.step_delay = absl::Milliseconds(absl::GetFlag(FLAGS_step_delay_ms));
-    options.devices.device = absl::GetFlag(FLAGS_device);
-    options.devices.gpus = absl::GetFlag(FLAGS_gpus);
-    options.devices.gpu_memory = absl::GetFlag(FLAGS_gpu_memory);
-    options.devices.virtual_devices = absl::GetFlag(FLAGS_virtual_devices);
-    options.devices.cpu_devices = absl::GetFlag(FLAGS_cpu_devices);
-    options.devices = pst::worker::DeviceOptionsWithEnvironment(options.devices);
+    options.device_specs = *std::move(device_specs);
     options.log_device_placement = absl::GetFlag(FLAGS_log_device_placement);
     absl::Status status = pst::worker::RunWorker(options, stop);
     if (!status.ok()) spdlog::error("worker failed: {}", status.ToString());

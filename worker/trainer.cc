@@ -303,8 +303,10 @@ absl::Status RunWorker(const TrainerOptions& options, const common::StopSignal& 
   const std::string job_prefix = absl::StrCat("/job:worker/replica:0/task:", options.worker_index);
   if (status.ok()) {
     status = [&]() -> absl::Status {
-      PST_ASSIGN_OR_RETURN(std::vector<LogicalDeviceSpec> specs,
-                           PlanDevices(options.devices, DiscoverGpus()));
+      std::vector<LogicalDeviceSpec> specs = options.device_specs;
+      if (specs.empty()) {
+        PST_ASSIGN_OR_RETURN(specs, PlanDevices(DeviceOptions(), GpuInventory()));
+      }
       PST_ASSIGN_OR_RETURN(devices, DeviceSet::Create(std::move(specs)));
       for (const LogicalDeviceSpec& spec : devices->specs()) {
         spdlog::info("{}", DeviceLogLine(spec, job_prefix));

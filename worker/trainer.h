@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
@@ -27,8 +28,9 @@ struct TrainerOptions {
   // gives up.
   absl::Duration recovery_timeout = absl::Seconds(300);
   absl::Duration step_delay = absl::ZeroDuration();  // an artificially slow worker
-  // Where the MLP computes (--device, --gpus, --gpu_memory, ...).
-  DeviceOptions devices;
+  // The logical devices the MLP computes on, as PlanDevices made them from
+  // --device, --gpus, --gpu_memory, ... Empty: one CPU device.
+  std::vector<LogicalDeviceSpec> device_specs;
   bool log_device_placement = false;
 };
 
