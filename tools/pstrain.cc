@@ -29,6 +29,7 @@
 #include "tools/subprocess.h"
 #include "worker/criteo.h"
 #include "worker/device_mapping.h"
+#include "worker/device_options_from_flags.h"
 #include "worker/model_spec.h"
 
 ABSL_FLAG(int32_t, ps, 2, "local, plan, reference: number of ps tasks.");
@@ -303,13 +304,7 @@ int ExportCheckpoint(const std::string& dir, const std::string& out) {
 // Exit 0 also when no GPU is visible; 2 for a bad flag; 1 for --device=gpu
 // without a GPU.
 int Devices() {
-  pst::worker::DeviceOptions options;
-  options.device = absl::GetFlag(FLAGS_device);
-  options.gpus = absl::GetFlag(FLAGS_gpus);
-  options.gpu_memory = absl::GetFlag(FLAGS_gpu_memory);
-  options.virtual_devices = absl::GetFlag(FLAGS_virtual_devices);
-  options.cpu_devices = absl::GetFlag(FLAGS_cpu_devices);
-  options = pst::worker::DeviceOptionsWithEnvironment(options);
+  const pst::worker::DeviceOptions options = pst::worker::DeviceOptionsFromFlags();
   const pst::worker::GpuInventory inventory = pst::worker::DiscoverGpus();
   std::printf("%s", pst::worker::DescribeDevices(inventory, options).c_str());
   if (options.device == "cpu" && !inventory.gpus.empty()) {

@@ -14,6 +14,7 @@
 #include "common/daemon_main.h"
 #include "common/logging.h"
 #include "worker/device_mapping.h"
+#include "worker/device_options_from_flags.h"
 #include "worker/trainer.h"
 
 ABSL_FLAG(int32_t, step_delay_ms, 0,
@@ -33,14 +34,8 @@ int main(int argc, char** argv) {
 
     // The devices, checked before anything starts: a bad flag, or
     // --device=gpu without a GPU, is a usage error.
-    pst::worker::DeviceOptions devices;
-    devices.device = absl::GetFlag(FLAGS_device);
-    devices.gpus = absl::GetFlag(FLAGS_gpus);
-    devices.gpu_memory = absl::GetFlag(FLAGS_gpu_memory);
-    devices.virtual_devices = absl::GetFlag(FLAGS_virtual_devices);
-    devices.cpu_devices = absl::GetFlag(FLAGS_cpu_devices);
     absl::StatusOr<std::vector<pst::worker::LogicalDeviceSpec>> device_specs =
-        pst::worker::PlanDevices(pst::worker::DeviceOptionsWithEnvironment(devices),
+        pst::worker::PlanDevices(pst::worker::DeviceOptionsFromFlags(),
                                  pst::worker::DiscoverGpus());
     if (!device_specs.ok()) {
       std::fprintf(stderr, "worker: %s\n", std::string(device_specs.status().message()).c_str());
