@@ -125,6 +125,18 @@ absl::StatusOr<LoadedCheckpoint> LoadCheckpoint(const std::string& dir) {
 
 // Checks that `v.parts` (partitions of a MOD or DIV variable) make up the
 // whole variable, each global row exactly once, and fills shape and dim.
+// Marks partition s.partition() of `np` as seen; what is wrong with it
+// (outside [0, np), or seen before), or "" when nothing is.
+std::string ClaimPartition(const proto::VariableSpec& s, int np, std::vector<bool>* seen) {
+  if (s.partition() < 0 || s.partition() >= np) {
+    return absl::StrCat("partition '", s.name(), "' has index ", s.partition(), ", outside [0, ",
+                        np, ")");
+  }
+  if ((*seen)[s.partition()]) return absl::StrCat("partition ", s.partition(), " is saved twice");
+  (*seen)[s.partition()] = true;
+  return "";
+}
+
 absl::Status PlanRangeVariable(LogicalVariable& v, const std::string& dir) {
   auto loss = [&](absl::string_view why) {
     return absl::DataLossError(
@@ -156,14 +168,7 @@ absl::Status PlanRangeVariable(LogicalVariable& v, const std::string& dir) {
           ") disagrees with '", first.name(), "' (", proto::Routing_Name(first.routing()), ", ", np,
           " partitions, full_shape ", common::ShapeString(first.full_shape()), ")"));
     }
-    if (s.partition() < 0 || s.partition() >= np) {
-      return loss(absl::StrCat("partition '", s.name(), "' has index ", s.partition(),
-                               ", outside [0, ", np, ")"));
-    }
-    if (seen_part[s.partition()]) {
-      return loss(absl::StrCat("partition ", s.partition(), " is saved twice"));
-    }
-    seen_part[s.partition()] = true;
+    if (const std::string bad = ClaimPartition(s, np, &seen_part); !bad.empty()) return loss(bad);
     absl::StatusOr<int64_t> part_dim = RowElements(s.shape());
     if (!part_dim.ok() || *part_dim != *dim) {
       return loss(absl::StrCat("partition '", s.name(), "' has shape ",
@@ -227,14 +232,7 @@ absl::Status PlanHashTable(LogicalVariable& v, const std::string& dir) {
                                common::ShapeString(s.shape()), ", unlike '", first.name(), "' (",
                                common::ShapeString(first.shape()), ")"));
     }
-    if (s.partition() < 0 || s.partition() >= np) {
-      return loss(absl::StrCat("partition '", s.name(), "' has index ", s.partition(),
-                               ", outside [0, ", np, ")"));
-    }
-    if (seen_part[s.partition()]) {
-      return loss(absl::StrCat("partition ", s.partition(), " is saved twice"));
-    }
-    seen_part[s.partition()] = true;
+    if (const std::string bad = ClaimPartition(s, np, &seen_part); !bad.empty()) return loss(bad);
     total += r->hash_ids.size();
   }
   v.hash_rows.reserve(total);
