@@ -1,9 +1,15 @@
 // Fault injection on real clusters: `pstrain local --restart_failed` trains
 // the MLP on Fashion-MNIST while the test kill -9s one daemon at a random
 // moment (a worker, a ps, the chief, or a ps in the middle of a save). Each
-// job must finish with a test accuracy within 0.01 of a fault-free run of
+// job must finish with a test accuracy within 0.01 of fault-free runs of
 // the same job, and every checkpoint left must pass `pstrain checkpoint
 // inspect`. The figures of each recovery are printed.
+//
+// A sync job is deterministic, so one fault-free run is its reference. An
+// async job is not: the order in which two workers' pushes land changes
+// from run to run, and fault-free runs alone end up to about 0.011 apart.
+// Its reference is therefore the range of kAsyncBaselineRuns fault-free
+// runs, and a faulted run must fall within 0.01 of that range.
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -11,12 +17,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <random>
 #include <regex>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "common/checkpoint_format.h"
 #include "ps_server/grpc_ps_service.h"
@@ -27,6 +35,7 @@ namespace {
 
 constexpr absl::Duration kTimeout = absl::Seconds(240);
 constexpr double kAccuracyTolerance = 0.01;
+constexpr int kAsyncBaselineRuns = 3;
 
 std::vector<std::string> JobFlags(const std::string& dir, const std::string& mode) {
   return {"--mode=" + mode,
@@ -49,12 +58,12 @@ int64_t BinaryMtime(const std::string& name) {
   return static_cast<int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec;
 }
 
-// The fault-free run's summary. ctest runs every test in its own process,
-// often two at once, so the first test to need it trains it under a file
-// lock and leaves it for the others; a rebuild of any daemon makes a new
-// one.
-nlohmann::json Baseline(const std::string& mode) {
-  const std::string key = absl::StrCat(mode, "_",
+// The summary of fault-free run number `run` of `mode`. ctest runs every
+// test in its own process, often two at once, so the first test to need a
+// run trains it under a file lock and leaves it for the others; a rebuild
+// of any daemon makes new ones.
+nlohmann::json BaselineRun(const std::string& mode, int run) {
+  const std::string key = absl::StrCat(mode, "_", run, "_",
                                        BinaryMtime("ps_server") ^ BinaryMtime("worker") ^
                                            BinaryMtime("chief") ^ BinaryMtime("pstrain"));
   const std::string root = absl::StrCat(::testing::TempDir(), "/pst_fault_baseline_", getuid());
@@ -81,6 +90,14 @@ nlohmann::json Baseline(const std::string& mode) {
   flock(lock, LOCK_UN);
   close(lock);
   return summary;
+}
+
+// Every fault-free run a faulted `mode` job is compared with.
+std::vector<nlohmann::json> Baselines(const std::string& mode) {
+  const int runs = mode == "sync" ? 1 : kAsyncBaselineRuns;
+  std::vector<nlohmann::json> summaries;
+  for (int run = 0; run < runs; ++run) summaries.push_back(BaselineRun(mode, run));
+  return summaries;
 }
 
 class FaultInjectionTest : public ::testing::Test {
@@ -136,14 +153,21 @@ class FaultInjectionTest : public ::testing::Test {
     nlohmann::json summary = ReadJsonFile(dir_ + "/summary.json");
     EXPECT_TRUE(summary.is_object()) << output_;
     if (!summary.is_object()) return summary;
-    const nlohmann::json baseline = Baseline(mode_);
-    EXPECT_TRUE(baseline.is_object());
-    if (baseline.is_object()) {
-      const double with_fault = summary["test_accuracy"].get<double>();
-      const double without = baseline["test_accuracy"].get<double>();
-      std::printf("test accuracy %.4f with the fault, %.4f without\n", with_fault, without);
-      EXPECT_NEAR(with_fault, without, kAccuracyTolerance) << output_;
+    double lowest = 1.0, highest = 0.0;
+    std::string without;
+    for (const nlohmann::json& baseline : Baselines(mode_)) {
+      EXPECT_TRUE(baseline.is_object());
+      if (!baseline.is_object()) return summary;
+      const double accuracy = baseline["test_accuracy"].get<double>();
+      lowest = std::min(lowest, accuracy);
+      highest = std::max(highest, accuracy);
+      absl::StrAppend(&without, without.empty() ? "" : ", ", absl::StrFormat("%.4f", accuracy));
     }
+    const double with_fault = summary["test_accuracy"].get<double>();
+    std::printf("test accuracy %.4f with the fault; fault-free: %s\n", with_fault,
+                without.c_str());
+    EXPECT_GE(with_fault, lowest - kAccuracyTolerance) << output_;
+    EXPECT_LE(with_fault, highest + kAccuracyTolerance) << output_;
     std::string report;
     EXPECT_EQ(InspectCheckpoints(dir_ + "/ckpt", &report), 0) << report;
     EXPECT_NE(report.find("checksums OK"), std::string::npos) << report;
@@ -204,7 +228,7 @@ TEST_F(FaultInjectionTest, KilledWorkerInSyncMode_QuorumAdaptsAndTheWorkerRejoin
   EXPECT_NE(output_.find("worker:0] the ps took this worker's pushes up to data position"),
             std::string::npos)
       << output_;
-  EXPECT_EQ(summary["global_step"], Baseline("sync")["global_step"]) << summary.dump();
+  EXPECT_EQ(summary["global_step"], Baselines("sync")[0]["global_step"]) << summary.dump();
 }
 
 TEST_F(FaultInjectionTest, KilledPs_EveryPsIsRestoredFromTheLatestCheckpoint) {

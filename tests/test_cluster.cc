@@ -185,6 +185,8 @@ std::string TestDir() {
     if (c == '/') c = '_';
   }
   const std::string dir = absl::StrCat(::testing::TempDir(), "/pst_", getpid(), "_", name);
+  // Empty, even when --gtest_repeat runs the test again in this process.
+  std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   return dir;
 }
