@@ -307,16 +307,15 @@ class PsCluster {
                                                           int num_workers) {
     std::unique_ptr<PsCluster> cluster(new PsCluster());
     common::TfConfig tf;
-    auto pick = [](std::vector<std::string>* list, int n) -> absl::Status {
-      for (int i = 0; i < n; ++i) {
-        PST_ASSIGN_OR_RETURN(const int port, tools::PickFreePort());
-        list->push_back(absl::StrCat("127.0.0.1:", port));
-      }
-      return absl::OkStatus();
+    PST_ASSIGN_OR_RETURN(const std::vector<int> ports,
+                         tools::PickFreePorts(1 + num_ps + num_workers));
+    size_t next = 0;
+    auto pick = [&](std::vector<std::string>* list, int n) {
+      for (int i = 0; i < n; ++i) list->push_back(absl::StrCat("127.0.0.1:", ports[next++]));
     };
-    PST_RETURN_IF_ERROR(pick(&tf.cluster.chief, 1));
-    PST_RETURN_IF_ERROR(pick(&tf.cluster.ps, num_ps));
-    PST_RETURN_IF_ERROR(pick(&tf.cluster.worker, num_workers));
+    pick(&tf.cluster.chief, 1);
+    pick(&tf.cluster.ps, num_ps);
+    pick(&tf.cluster.worker, num_workers);
     tf.task.type = common::TaskType::kPs;
     for (int i = 0; i < num_ps; ++i) {
       tf.task.index = i;

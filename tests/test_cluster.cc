@@ -107,10 +107,10 @@ bool WaitForPidExit(pid_t pid, absl::Duration timeout) {
 
 LocalSpec PickLocalSpec(int chiefs, int ps, int workers) {
   LocalSpec spec;
-  auto fill = [](std::vector<std::string>* list, int n) {
-    for (int i = 0; i < n; ++i) {
-      list->push_back(absl::StrCat("127.0.0.1:", tools::PickFreePort().value()));
-    }
+  const std::vector<int> ports = tools::PickFreePorts(chiefs + ps + workers).value();
+  size_t next = 0;
+  auto fill = [&](std::vector<std::string>* list, int n) {
+    for (int i = 0; i < n; ++i) list->push_back(absl::StrCat("127.0.0.1:", ports[next++]));
   };
   fill(&spec.chief, chiefs);
   fill(&spec.ps, ps);

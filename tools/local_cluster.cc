@@ -42,23 +42,22 @@ int RunLocalCluster(const LocalClusterOptions& options, common::StopSignal* stop
     std::fprintf(stderr, "pstrain local: --ps and --workers must be at least 1\n");
     return 2;
   }
-  // The cluster spec.
+  // The cluster spec: a distinct free port per task.
   common::TfConfig tf;
-  auto add = [&](std::vector<std::string>* list, int n) -> bool {
-    for (int i = 0; i < n; ++i) {
-      absl::StatusOr<int> port = PickFreePort();
-      if (!port.ok()) {
-        std::fprintf(stderr, "pstrain local: %s\n", std::string(port.status().message()).c_str());
-        return false;
-      }
-      list->push_back(absl::StrCat(options.host, ":", *port));
-    }
-    return true;
-  };
-  if (!add(&tf.cluster.chief, options.with_chief ? 1 : 0) || !add(&tf.cluster.ps, options.num_ps) ||
-      !add(&tf.cluster.worker, options.num_workers)) {
+  const int chiefs = options.with_chief ? 1 : 0;
+  absl::StatusOr<std::vector<int>> ports =
+      PickFreePorts(chiefs + options.num_ps + options.num_workers);
+  if (!ports.ok()) {
+    std::fprintf(stderr, "pstrain local: %s\n", std::string(ports.status().message()).c_str());
     return 2;
   }
+  size_t next = 0;
+  auto add = [&](std::vector<std::string>* list, int n) {
+    for (int i = 0; i < n; ++i) list->push_back(absl::StrCat(options.host, ":", (*ports)[next++]));
+  };
+  add(&tf.cluster.chief, chiefs);
+  add(&tf.cluster.ps, options.num_ps);
+  add(&tf.cluster.worker, options.num_workers);
   Print(absl::StrCat("pstrain local: chief [", absl::StrJoin(tf.cluster.chief, ", "), "], ps [",
                      absl::StrJoin(tf.cluster.ps, ", "), "], worker [",
                      absl::StrJoin(tf.cluster.worker, ", "), "]"));

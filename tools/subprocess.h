@@ -30,9 +30,10 @@ absl::StatusOr<pid_t> Spawn(const SpawnOptions& options, int* output_fd);
 // (without its newline); closes `fd`.
 void ForEachLine(int fd, const std::function<void(const std::string&)>& on_line);
 
-// A free TCP port on 127.0.0.1, as the kernel picks one. Another process
-// may take it before it is used; callers bind it promptly.
-absl::StatusOr<int> PickFreePort();
+// `count` distinct free TCP ports on 127.0.0.1, as the kernel picks them:
+// every socket stays bound until all are picked, so no port comes twice.
+// Another process may take one before it is used; callers bind promptly.
+absl::StatusOr<std::vector<int>> PickFreePorts(int count);
 
 // "exited with status 3", "killed by signal 9 (Killed)".
 std::string DescribeWaitStatus(int wait_status);
