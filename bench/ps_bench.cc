@@ -65,6 +65,7 @@
 #include "common/grpc_channel.h"
 #include "common/grpc_status.h"
 #include "common/partition.h"
+#include "common/placement.h"
 #include "common/process.h"
 #include "common/status_macros.h"
 #include "common/tensor_util.h"
@@ -94,6 +95,9 @@ ABSL_FLAG(std::string, json, "", "Also write the results to this JSON file.");
 ABSL_FLAG(std::string, ps_server, "",
           "Path of the ps_server binary (default: the one next to ps_bench).");
 ABSL_FLAG(double, rpc_timeout_s, 300, "Deadline of one operation.");
+ABSL_FLAG(int64_t, dense_piece_bytes, 4 << 20,
+          "Dense variables are cut into pieces of at most this many bytes, as the chief's "
+          "--dense_piece_bytes does; 0: never cut (one variable per ps).");
 ABSL_FLAG(bool, verbose, false, "Echo the ps processes' log lines.");
 
 namespace pst::bench {
@@ -120,6 +124,7 @@ struct Options {
   std::string json;
   std::string ps_server;
   absl::Duration rpc_timeout;
+  int64_t dense_piece_bytes = 0;
   bool verbose = false;
 
   bool Has(const std::string& c) const { return cases.count(c) > 0; }
@@ -165,6 +170,10 @@ absl::StatusOr<Options> ParseOptions() {
   Options o;
   PST_ASSIGN_OR_RETURN(o.ps_counts, ParseCounts("ps", absl::GetFlag(FLAGS_ps)));
   PST_ASSIGN_OR_RETURN(o.worker_counts, ParseCounts("workers", absl::GetFlag(FLAGS_workers)));
+  o.dense_piece_bytes = absl::GetFlag(FLAGS_dense_piece_bytes);
+  if (o.dense_piece_bytes < 0) {
+    return absl::InvalidArgumentError("--dense_piece_bytes must be >= 0 (0: never cut)");
+  }
   PST_ASSIGN_OR_RETURN(o.sizes, ParseSizes(absl::GetFlag(FLAGS_sizes)));
   o.rows = absl::GetFlag(FLAGS_rows);
   o.dim = absl::GetFlag(FLAGS_dim);
@@ -628,14 +637,34 @@ absl::StatusOr<References> MeasureReferences(const std::vector<int64_t>& message
 // ---------------------------------------------------------------------------
 // The model on the ps.
 
-std::string DenseName(int64_t size, int part) {
-  return absl::StrCat("bench_dense_", size, "_", part);
-}
+std::string DenseName(int64_t size) { return absl::StrCat("bench_dense_", size); }
 
-// Dense variable `size` split over `num_ps` ps: part p holds size/P floats,
-// plus one if p < size%P, on ps p.
-std::vector<int64_t> DenseParts(int64_t size, int num_ps) {
-  return common::PartitionSizes(size, num_ps);
+// The dense variables as the chief places a model's: each cut into pieces
+// of at most --dense_piece_bytes (common::SplitDense) and placed
+// size-balanced. With --dense_piece_bytes=0, each is split into one part
+// per ps instead, so that every ps still serves its share.
+absl::StatusOr<std::vector<proto::PlacementPlan::Entry>> DenseEntries(const Options& options,
+                                                                      int num_ps) {
+  std::vector<proto::VariableSpec> specs;
+  for (int64_t size : options.sizes) {
+    proto::VariableSpec spec;
+    spec.set_name(DenseName(size));
+    spec.set_dtype(proto::DT_FLOAT32);
+    spec.add_shape(size);
+    spec.mutable_initializer()->set_kind(proto::Initializer::ZEROS);
+    std::vector<proto::VariableSpec> pieces;
+    if (options.dense_piece_bytes > 0) {
+      PST_ASSIGN_OR_RETURN(pieces, common::SplitDense(spec, options.dense_piece_bytes));
+    } else if (num_ps > 1) {
+      PST_ASSIGN_OR_RETURN(pieces, common::SplitVariable(spec, num_ps, proto::DIV));
+    } else {
+      pieces.push_back(spec);
+    }
+    specs.insert(specs.end(), pieces.begin(), pieces.end());
+  }
+  PST_ASSIGN_OR_RETURN(proto::PlacementPlan placed, common::PlaceSizeBalanced(specs, num_ps));
+  return std::vector<proto::PlacementPlan::Entry>(placed.variables().begin(),
+                                                  placed.variables().end());
 }
 
 absl::StatusOr<proto::PlacementPlan> BuildPlan(const Options& options, int num_ps) {
@@ -643,18 +672,9 @@ absl::StatusOr<proto::PlacementPlan> BuildPlan(const Options& options, int num_p
   plan.set_num_ps(num_ps);
   plan.set_policy("ps_bench");
   if (options.AnyDense()) {
-    for (int64_t size : options.sizes) {
-      const std::vector<int64_t> parts = DenseParts(size, num_ps);
-      for (int p = 0; p < num_ps; ++p) {
-        proto::PlacementPlan::Entry* entry = plan.add_variables();
-        proto::VariableSpec* spec = entry->mutable_spec();
-        spec->set_name(DenseName(size, p));
-        spec->set_dtype(proto::DT_FLOAT32);
-        spec->add_shape(parts[p]);
-        spec->mutable_initializer()->set_kind(proto::Initializer::ZEROS);
-        entry->set_ps_index(p);
-      }
-    }
+    PST_ASSIGN_OR_RETURN(std::vector<proto::PlacementPlan::Entry> entries,
+                         DenseEntries(options, num_ps));
+    for (proto::PlacementPlan::Entry& entry : entries) *plan.add_variables() = std::move(entry);
   }
   if (options.AnySparse()) {
     proto::VariableSpec table;
@@ -844,15 +864,11 @@ std::vector<Result> RunDense(const Options& options, PsCluster& cluster,
                              const proto::PlacementPlan& plan, std::vector<Worker>& workers,
                              int64_t size) {
   std::vector<Result> results;
-  const int num_ps = cluster.size();
   const int num_workers = static_cast<int>(workers.size());
-  const std::vector<int64_t> parts = DenseParts(size, num_ps);
-  std::vector<std::string> names;
-  for (int p = 0; p < num_ps; ++p) names.push_back(DenseName(size, p));
+  const std::vector<std::string> names = {DenseName(size)};
   // One gradient shared by every worker (read only): small enough that
   // SGD at the benchmark's learning rate keeps the values finite.
-  worker::Values grads(num_ps);
-  for (int p = 0; p < num_ps; ++p) grads[p].assign(parts[p], 1e-3f);
+  const worker::Values grads = {std::vector<float>(size, 1e-3f)};
   const double payload = static_cast<double>(size) * sizeof(float);
 
   std::vector<std::unique_ptr<worker::PsClient>> clients(num_workers);
@@ -889,46 +905,11 @@ std::vector<Result> RunDense(const Options& options, PsCluster& cluster,
           return 2 * payload;
         });
       } else {
-        // PsClient has no push-only call (training always uses the fused
-        // PushPull): the request is built as PsClient builds one and sent
-        // to every ps in parallel, as its fan-out does.
-        const absl::Duration timeout = options.rpc_timeout;
-        ops.push_back(
-            [me, &grads, &names, &parts, num_ps, payload, timeout]() -> absl::StatusOr<double> {
-              ++me->step;
-              std::vector<proto::PushRequest> requests(num_ps);
-              std::vector<proto::PushResponse> responses(num_ps);
-              std::vector<std::unique_ptr<grpc::ClientContext>> contexts(num_ps);
-              std::vector<grpc::Status> statuses(num_ps);
-              absl::BlockingCounter pending(num_ps);
-              for (int p = 0; p < num_ps; ++p) {
-                proto::PushRequest& request = requests[p];
-                request.set_worker_index(me->index);
-                request.set_incarnation(me->incarnation);
-                request.set_step(me->step);
-                request.add_names(names[p]);
-                common::Shape shape;
-                shape.Add(parts[p]);
-                common::PackFloats(grads[p], shape, request.add_gradients());
-              }
-              for (int p = 0; p < num_ps; ++p) {
-                contexts[p] = std::make_unique<grpc::ClientContext>();
-                common::SetDeadline(contexts[p].get(), timeout);
-                me->stubs[p]->async()->Push(contexts[p].get(), &requests[p], &responses[p],
-                                            [&statuses, &pending, p](grpc::Status status) {
-                                              statuses[p] = std::move(status);
-                                              pending.DecrementCount();
-                                            });
-              }
-              pending.Wait();
-              for (int p = 0; p < num_ps; ++p) {
-                if (!statuses[p].ok()) {
-                  absl::Status s = common::FromGrpcStatus(statuses[p]);
-                  return absl::Status(s.code(), absl::StrCat("ps ", p, ": ", s.message()));
-                }
-              }
-              return payload;
-            });
+        ops.push_back([client, me, &grads, payload]() -> absl::StatusOr<double> {
+          ++me->step;
+          PST_RETURN_IF_ERROR(client->Push(me->step, 0, grads).status());
+          return payload;
+        });
       }
     }
     Result r;
@@ -1077,6 +1058,7 @@ nlohmann::json ToJson(const std::vector<Result>& results, const References& refs
   j["tcp4_reference_by_message_bytes"] = by4;
   j["cpus"] = std::thread::hardware_concurrency();
   j["seconds_per_case"] = absl::ToDoubleSeconds(options.case_budget);
+  j["dense_piece_bytes"] = options.dense_piece_bytes;
   j["results"] = nlohmann::json::array();
   for (const Result& r : results) {
     nlohmann::json e;

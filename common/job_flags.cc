@@ -38,6 +38,9 @@ ABSL_FLAG(int32_t, num_shards, 0, "fixed partitioner: partitions per table (0: o
 ABSL_FLAG(int64_t, min_slice_bytes, 256 << 10, "min_max partitioner: smallest slice.");
 ABSL_FLAG(int32_t, max_partitions, 0, "min_max partitioner: most partitions (0: 4 per ps).");
 ABSL_FLAG(int64_t, max_shard_bytes, 64 << 20, "axis_size partitioner: largest slice.");
+ABSL_FLAG(int64_t, dense_piece_bytes, 4 << 20,
+          "Dense variables bigger than this are cut into pieces of at most this size, spread "
+          "over the ps and sent a few per request, so big tensors pipeline; 0: never cut.");
 ABSL_FLAG(std::string, routing, "mod", "Id routing of partitioned tables: mod or div.");
 ABSL_FLAG(std::string, mode, "async",
           "How workers agree on parameters: async, sync (bulk synchronous, averaged steps) or ssp "
@@ -187,6 +190,10 @@ absl::StatusOr<proto::TrainingConfig> TrainingConfigFromFlags() {
       partitioner->max_partitions() < 0) {
     return absl::InvalidArgumentError(
         "--min_slice_bytes and --max_shard_bytes must be positive, --max_partitions >= 0");
+  }
+  config.set_dense_piece_bytes(absl::GetFlag(FLAGS_dense_piece_bytes));
+  if (config.dense_piece_bytes() < 0) {
+    return absl::InvalidArgumentError("--dense_piece_bytes must be >= 0 (0: never cut)");
   }
   const std::string mode = absl::GetFlag(FLAGS_mode);
   proto::SyncConfig* sync = config.mutable_sync();

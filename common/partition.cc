@@ -217,4 +217,19 @@ absl::StatusOr<std::vector<proto::VariableSpec>> SplitVariable(const proto::Vari
   return parts;
 }
 
+absl::StatusOr<std::vector<proto::VariableSpec>> SplitDense(const proto::VariableSpec& spec,
+                                                            int64_t piece_bytes) {
+  if (piece_bytes <= 0 || spec.shape_size() == 0) return std::vector<proto::VariableSpec>{spec};
+  const int64_t rows = spec.shape(0);
+  int64_t row_bytes = sizeof(float);
+  for (int d = 1; d < spec.shape_size(); ++d) row_bytes *= spec.shape(d);
+  if (rows < 1 || row_bytes < 1 || rows * row_bytes <= piece_bytes) {
+    return std::vector<proto::VariableSpec>{spec};
+  }
+  absl::StatusOr<int> parts = AxisSizePartitions(rows, row_bytes, piece_bytes);
+  if (!parts.ok()) return parts.status();
+  if (*parts == 1) return std::vector<proto::VariableSpec>{spec};
+  return SplitVariable(spec, *parts, proto::DIV);
+}
+
 }  // namespace pst::common

@@ -67,6 +67,13 @@ absl::StatusOr<std::vector<proto::VariableSpec>> SplitVariable(const proto::Vari
                                                                int partitions,
                                                                proto::Routing routing);
 
+// Pieces of a dense variable for the data plane: with piece_bytes > 0 and
+// the variable bigger than that, 'div' partitions of at most piece_bytes
+// each (AxisSizePartitions); otherwise (or for a scalar) the spec alone,
+// unchanged. Errors: as SplitVariable.
+absl::StatusOr<std::vector<proto::VariableSpec>> SplitDense(const proto::VariableSpec& spec,
+                                                            int64_t piece_bytes);
+
 }  // namespace pst::common
 
 #endif  // PST_COMMON_PARTITION_H_

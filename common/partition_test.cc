@@ -379,5 +379,29 @@ TEST(PartitionTest, SplitVariable_RouteIdRoundTripsThroughOffsetAndStride) {
   }
 }
 
+TEST(PartitionTest, SplitDense_CutsOnlyWhatIsBiggerThanAPiece) {
+  const proto::VariableSpec spec = Spec("w", {100, 10});  // 4000 bytes
+  absl::StatusOr<std::vector<proto::VariableSpec>> pieces = SplitDense(spec, 1000);
+  ASSERT_TRUE(pieces.ok()) << pieces.status();
+  ASSERT_EQ(pieces->size(), 4u);
+  int64_t rows = 0;
+  for (const proto::VariableSpec& piece : *pieces) {
+    EXPECT_EQ(piece.variable(), "w");
+    EXPECT_EQ(piece.routing(), proto::DIV);
+    EXPECT_EQ(piece.row_offset(), rows);
+    EXPECT_LE(piece.shape(0) * 10 * 4, 1000);
+    rows += piece.shape(0);
+  }
+  EXPECT_EQ(rows, 100);
+  EXPECT_EQ(SplitDense(spec, 1001)->size(), 4u);  // 3 pieces cannot hold 4000 bytes
+  EXPECT_EQ(SplitDense(spec, 4000)->size(), 1u);
+  EXPECT_EQ(SplitDense(spec, 4000)->front().name(), "w");
+  EXPECT_TRUE(SplitDense(spec, 4000)->front().variable().empty());
+  EXPECT_EQ(SplitDense(spec, 0)->size(), 1u);
+  EXPECT_EQ(SplitDense(Spec("scalar", {}), 1)->size(), 1u);
+  // A row bigger than a piece: one piece per row.
+  EXPECT_EQ(SplitDense(spec, 8)->size(), 100u);
+}
+
 }  // namespace
 }  // namespace pst::common

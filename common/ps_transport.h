@@ -25,6 +25,8 @@ class PsTransport {
   // num_ps().
   virtual void Pull(int ps, const proto::PullRequest* request, proto::PullResponse* response,
                     Done done) = 0;
+  virtual void Push(int ps, const proto::PushRequest* request, proto::PushResponse* response,
+                    Done done) = 0;
   virtual void PushPull(int ps, const proto::PushPullRequest* request,
                         proto::PullResponse* response, Done done) = 0;
   virtual void PullRows(int ps, const proto::PullRowsRequest* request,

@@ -13,6 +13,11 @@ void InProcessPsTransport::Pull(int ps, const proto::PullRequest* request,
   stores_[ps]->PullWhenReady(request, response, std::move(done));
 }
 
+void InProcessPsTransport::Push(int ps, const proto::PushRequest* request,
+                                proto::PushResponse* response, Done done) {
+  done(stores_[ps]->Push(*request, response));
+}
+
 void InProcessPsTransport::PushPull(int ps, const proto::PushPullRequest* request,
                                     proto::PullResponse* response, Done done) {
   stores_[ps]->PushPullWhenReady(request, response, std::move(done));

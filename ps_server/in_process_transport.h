@@ -23,6 +23,8 @@ class InProcessPsTransport final : public common::PsTransport {
   int num_ps() const override { return static_cast<int>(stores_.size()); }
   void Pull(int ps, const proto::PullRequest* request, proto::PullResponse* response,
             Done done) override;
+  void Push(int ps, const proto::PushRequest* request, proto::PushResponse* response,
+            Done done) override;
   void PushPull(int ps, const proto::PushPullRequest* request, proto::PullResponse* response,
                 Done done) override;
   void PullRows(int ps, const proto::PullRowsRequest* request, proto::PullRowsResponse* response,

@@ -416,11 +416,12 @@ absl::Status VariableStore::PushNoWake(const proto::PushRequest& request,
   {
     absl::MutexLock wait_lock(&wait_mu_);
     mode = sync_.mode();
-    // A push is identified by (worker, incarnation, step) when it carries an
-    // incarnation; a repeat (a retry) is acknowledged and not applied again.
+    // A push is identified by (worker, incarnation, part, step) when it
+    // carries an incarnation; a repeat (a retry) is acknowledged and not
+    // applied again.
     // SYNC recognizes repeats per variable version instead (below).
     if (mode != proto::SYNC && request.incarnation() != 0) {
-      PushKey& key = last_push_[worker];
+      PushKey& key = last_push_[{worker, request.part()}];
       if (key.incarnation != request.incarnation()) key = PushKey{request.incarnation(), -1, -1};
       if (request.step() <= key.dense_step) {
         duplicates_ignored_.fetch_add(1, std::memory_order_relaxed);
@@ -474,7 +475,8 @@ absl::Status VariableStore::PushNoWake(const proto::PushRequest& request,
   response->set_stale(stale && !applied);
   response->set_duplicate(duplicate && !applied);
   if (applied) {
-    pushes_applied_.fetch_add(1, std::memory_order_relaxed);
+    // A step's push split over several requests counts once.
+    if (request.part() == 0) pushes_applied_.fetch_add(1, std::memory_order_relaxed);
     gradients_applied_.fetch_add(1, std::memory_order_relaxed);
     staleness_sum_.fetch_add(staleness, std::memory_order_relaxed);
     int64_t prev = staleness_max_.load();
@@ -908,7 +910,7 @@ absl::Status VariableStore::PushRows(const proto::PushRowsRequest& request,
     // acknowledged and not applied again.
     absl::MutexLock wait_lock(&wait_mu_);
     if (request.incarnation() != 0) {
-      PushKey& key = last_push_[request.worker_index()];
+      PushKey& key = last_push_[{request.worker_index(), 0}];
       if (key.incarnation != request.incarnation()) key = PushKey{request.incarnation(), -1, -1};
       if (request.step() <= key.rows_step) {
         duplicates_ignored_.fetch_add(1, std::memory_order_relaxed);

@@ -300,13 +300,14 @@ class VariableStore {
   std::atomic<int> quorum_{1};
   std::vector<bool> active_ ABSL_GUARDED_BY(wait_mu_);
   std::vector<int64_t> clocks_ ABSL_GUARDED_BY(wait_mu_);
-  // (worker, incarnation) -> last dense push step and last row push step.
+  // (worker, part) -> its incarnation's last dense push step (of that
+  // PushRequest.part) and last row push step (kept under part 0).
   struct PushKey {
     uint64_t incarnation = 0;
     int64_t dense_step = -1;
     int64_t rows_step = -1;
   };
-  absl::flat_hash_map<int32_t, PushKey> last_push_ ABSL_GUARDED_BY(wait_mu_);
+  absl::flat_hash_map<std::pair<int32_t, int32_t>, PushKey> last_push_ ABSL_GUARDED_BY(wait_mu_);
   // Worker -> data position after its last dense push (PushRequest.position).
   absl::flat_hash_map<int32_t, int64_t> positions_ ABSL_GUARDED_BY(wait_mu_);
   std::vector<Waiter> waiters_ ABSL_GUARDED_BY(wait_mu_);

@@ -122,6 +122,29 @@ TEST_F(ModesTest, Async_IsNeverBlockedBySlowWorker) {
   EXPECT_GE(WorkerSteps(0) + WorkerSteps(1), 300 - 20) << output_;
 }
 
+// Two workers' gradients sum the same in either order, so a sync job is
+// deterministic: cutting its dense variables into pieces (spread over both
+// ps, pushed in several requests per step) must not change a single bit.
+TEST_F(ModesTest, SyncWithDenseVariablesCutIntoPieces_TrainsExactlyAsWhole) {
+  const std::vector<std::string> job = {"--mode=sync", "--workers=2", "--max_steps=150"};
+  std::vector<std::string> whole_flags = job, cut_flags = job;
+  whole_flags.push_back("--dense_piece_bytes=0");
+  cut_flags.push_back("--dense_piece_bytes=16384");
+  const nlohmann::json whole = RunJob(whole_flags);
+  ASSERT_TRUE(whole.is_object()) << output_;
+  std::smatch placed;
+  ASSERT_TRUE(std::regex_search(output_, placed, std::regex(R"(placement \(\w+\): (\d+) variable)")));
+  const int whole_variables = std::stoi(placed[1]);
+  const nlohmann::json cut = RunJob(cut_flags);
+  ASSERT_TRUE(cut.is_object()) << output_;
+  ASSERT_TRUE(std::regex_search(output_, placed, std::regex(R"(placement \(\w+\): (\d+) variable)")));
+  EXPECT_GT(std::stoi(placed[1]), whole_variables + 20) << "the first layer is cut into pieces";
+  EXPECT_EQ(cut["global_step"], whole["global_step"]);
+  ASSERT_TRUE(whole["test_loss"].is_number()) << whole.dump();
+  EXPECT_EQ(cut["test_accuracy"], whole["test_accuracy"]);
+  EXPECT_EQ(cut["test_loss"], whole["test_loss"]);
+}
+
 TEST_F(ModesTest, WorkerLeavingSyncJob_LowersQuorum_AndTheJobFinishes) {
   const std::string summary = dir_ + "/summary.json";
   std::unique_ptr<TestProcess> launcher =

@@ -24,6 +24,11 @@ class GrpcPsTransport final : public common::PsTransport {
     grpc::ClientContext* context = NewContext();
     stubs_[ps]->async()->Pull(context, request, response, Finisher(context, std::move(done)));
   }
+  void Push(int ps, const proto::PushRequest* request, proto::PushResponse* response,
+            Done done) override {
+    grpc::ClientContext* context = NewContext();
+    stubs_[ps]->async()->Push(context, request, response, Finisher(context, std::move(done)));
+  }
   void PushPull(int ps, const proto::PushPullRequest* request, proto::PullResponse* response,
                 Done done) override {
     grpc::ClientContext* context = NewContext();

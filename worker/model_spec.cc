@@ -118,7 +118,10 @@ absl::StatusOr<proto::PlacementPlan> BuildPlan(const proto::TrainingConfig& trai
   const proto::Partitioner& partitioner = training.partitioner();
   for (const ModelVariable& var : *vars) {
     if (!var.table) {
-      specs.push_back(var.spec);
+      absl::StatusOr<std::vector<proto::VariableSpec>> pieces =
+          common::SplitDense(var.spec, training.dense_piece_bytes());
+      if (!pieces.ok()) return pieces.status();
+      specs.insert(specs.end(), pieces->begin(), pieces->end());
       continue;
     }
     const int64_t rows = var.spec.shape(0);
@@ -161,6 +164,8 @@ absl::StatusOr<proto::PlacementPlan> BuildPlan(const proto::TrainingConfig& trai
 
 absl::Status CheckPlanMatches(const proto::PlacementPlan& plan,
                               const std::vector<ModelVariable>& variables) {
+  // Whole variables by name, and partitioned ones by logical name (a dense
+  // variable cut into pieces is checked by its full shape).
   absl::flat_hash_map<std::string, const proto::VariableSpec*> whole;
   absl::flat_hash_set<std::string> tables;
   for (const auto& entry : plan.variables()) {
@@ -168,6 +173,7 @@ absl::Status CheckPlanMatches(const proto::PlacementPlan& plan,
       whole[entry.spec().name()] = &entry.spec();
     } else {
       tables.insert(entry.spec().variable());
+      if (entry.spec().routing() == proto::DIV) whole.emplace(entry.spec().variable(), &entry.spec());
     }
   }
   for (const ModelVariable& var : variables) {
@@ -184,7 +190,8 @@ absl::Status CheckPlanMatches(const proto::PlacementPlan& plan,
       return absl::FailedPreconditionError(absl::StrCat("the placement plan has no variable '",
                                                         spec.name(), "' that the model needs"));
     }
-    const auto& got = it->second->shape();
+    const auto& got = it->second->variable().empty() ? it->second->shape()
+                                                     : it->second->full_shape();
     if (!std::equal(got.begin(), got.end(), spec.shape().begin(), spec.shape().end())) {
       return absl::FailedPreconditionError(absl::StrCat(
           "variable '", spec.name(), "' has shape ", common::ShapeString(got),

@@ -2,11 +2,13 @@
 
 #include <algorithm>
 #include <cstring>
+#include <deque>
 #include <limits>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/blocking_counter.h"
 #include "common/partition.h"
+#include "common/status_macros.h"
 #include "common/tensor_util.h"
 #include "worker/wide_deep.h"
 
@@ -21,9 +23,12 @@ common::Shape ToShape(const std::vector<int64_t>& dims) {
 
 absl::StatusOr<std::unique_ptr<PsClient>> PsClient::Create(
     const proto::PlacementPlan& plan, const std::vector<std::string>& dense_names,
-    std::shared_ptr<common::PsTransport> transport, int worker_index, uint64_t incarnation) {
+    std::shared_ptr<common::PsTransport> transport, int worker_index, uint64_t incarnation,
+    int64_t request_bytes) {
   const int num_ps = transport->num_ps();
   absl::flat_hash_map<std::string, const proto::PlacementPlan::Entry*> whole;
+  // Partitioned variables by logical name, each partition in its place.
+  absl::flat_hash_map<std::string, std::vector<const proto::PlacementPlan::Entry*>> partitions;
   absl::flat_hash_map<std::string, Table> tables;
   for (const auto& entry : plan.variables()) {
     if (entry.ps_index() < 0 || entry.ps_index() >= num_ps) {
@@ -53,6 +58,9 @@ absl::StatusOr<std::unique_ptr<PsClient>> PsClient::Create(
     table.partition_ps.resize(parts, -1);
     table.partition_names[spec.partition()] = spec.name();
     table.partition_ps[spec.partition()] = entry.ps_index();
+    std::vector<const proto::PlacementPlan::Entry*>& held = partitions[spec.variable()];
+    held.resize(parts, nullptr);
+    held[spec.partition()] = &entry;
   }
   for (const auto& [name, table] : tables) {
     for (size_t p = 0; p < table.partition_ps.size(); ++p) {
@@ -64,31 +72,83 @@ absl::StatusOr<std::unique_ptr<PsClient>> PsClient::Create(
   }
   std::vector<DenseVar> dense;
   for (const std::string& name : dense_names) {
-    auto it = whole.find(name);
-    if (it == whole.end()) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("variable '", name, "' is not a whole variable in the placement plan"));
+    DenseVar var;
+    var.name = name;
+    if (auto it = whole.find(name); it != whole.end()) {
+      const auto& shape = it->second->spec().shape();
+      Piece piece{name, std::vector<int64_t>(shape.begin(), shape.end()), it->second->ps_index()};
+      piece.size = *common::NumElements(shape);
+      var.size = piece.size;
+      var.pieces.push_back(std::move(piece));
+      dense.push_back(std::move(var));
+      continue;
     }
-    const auto& shape = it->second->spec().shape();
-    dense.push_back(
-        {name, std::vector<int64_t>(shape.begin(), shape.end()), it->second->ps_index()});
+    auto it = partitions.find(name);
+    if (it == partitions.end() || tables[name].routing != proto::DIV) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "variable '", name, "' is neither a whole variable nor cut into 'div' pieces in the "
+          "placement plan"));
+    }
+    // 'div' pieces are consecutive row ranges in partition order.
+    int64_t rows = 0;
+    for (const proto::PlacementPlan::Entry* entry : it->second) {
+      const proto::VariableSpec& spec = entry->spec();
+      const auto& shape = spec.shape();
+      if (spec.row_offset() != rows || spec.routing() != proto::DIV ||
+          !std::equal(shape.begin() + 1, shape.end(), spec.full_shape().begin() + 1,
+                      spec.full_shape().end())) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("piece '", spec.name(), "' in the plan does not continue '", name, "'"));
+      }
+      Piece piece{spec.name(), std::vector<int64_t>(shape.begin(), shape.end()),
+                  entry->ps_index(), var.size};
+      piece.size = *common::NumElements(shape);
+      var.size += piece.size;
+      rows += shape[0];
+      var.pieces.push_back(std::move(piece));
+    }
+    if (rows != it->second.front()->spec().full_shape(0)) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("the pieces of '", name, "' in the plan do not cover its rows"));
+    }
+    tables.erase(name);  // read whole, not by rows
+    dense.push_back(std::move(var));
   }
-  return std::unique_ptr<PsClient>(new PsClient(std::move(dense), std::move(tables),
-                                                std::move(transport), worker_index, incarnation));
+  // Each ps's pieces, in variable order, in requests of about request_bytes.
+  std::vector<Request> requests;
+  for (int ps = 0; ps < num_ps; ++ps) {
+    int part = 0;
+    int64_t bytes = 0;
+    for (size_t v = 0; v < dense.size(); ++v) {
+      for (size_t p = 0; p < dense[v].pieces.size(); ++p) {
+        const Piece& piece = dense[v].pieces[p];
+        if (piece.ps != ps) continue;
+        const int64_t piece_bytes = piece.size * static_cast<int64_t>(sizeof(float));
+        if (requests.empty() || requests.back().ps != ps ||
+            (bytes > 0 && bytes + piece_bytes > request_bytes)) {
+          requests.push_back({ps, part++, {}});
+          bytes = 0;
+        }
+        requests.back().pieces.emplace_back(static_cast<int>(v), static_cast<int>(p));
+        bytes += piece_bytes;
+      }
+    }
+  }
+  return std::unique_ptr<PsClient>(new PsClient(std::move(dense), std::move(requests),
+                                                std::move(tables), std::move(transport),
+                                                worker_index, incarnation));
 }
 
-PsClient::PsClient(std::vector<DenseVar> dense, absl::flat_hash_map<std::string, Table> tables,
+PsClient::PsClient(std::vector<DenseVar> dense, std::vector<Request> requests,
+                   absl::flat_hash_map<std::string, Table> tables,
                    std::shared_ptr<common::PsTransport> transport, int worker_index,
                    uint64_t incarnation)
     : dense_(std::move(dense)),
+      requests_(std::move(requests)),
       tables_(std::move(tables)),
       transport_(std::move(transport)),
       worker_index_(worker_index),
-      incarnation_(incarnation) {
-  dense_by_ps_.resize(transport_->num_ps());
-  for (size_t i = 0; i < dense_.size(); ++i)
-    dense_by_ps_[dense_[i].ps].push_back(static_cast<int>(i));
-}
+      incarnation_(incarnation) {}
 
 absl::Status PsClient::FanOut(const std::vector<int>& targets,
                               const std::function<void(int, common::PsTransport::Done)>& start) {
@@ -110,28 +170,76 @@ absl::Status PsClient::FanOut(const std::vector<int>& targets,
   return absl::OkStatus();
 }
 
-absl::Status PsClient::UnpackDense(int ps, const proto::PullResponse& response, Values* values,
+absl::Status PsClient::RunRequests(
+    const std::function<void(int, common::PsTransport::Done)>& start) {
+  const int count = static_cast<int>(requests_.size());
+  if (count == 0) return absl::OkStatus();
+  std::vector<absl::Status> statuses(count);
+  absl::BlockingCounter pending(count);
+  // Requests not started yet, per ps, in order. A finished request starts
+  // the next of its ps (on the thread that finished it) before it counts as
+  // done, so `pending` reaches zero only once every request has run.
+  absl::Mutex mu;
+  std::vector<std::deque<int>> queued(transport_->num_ps());
+  for (int r = 0; r < count; ++r) queued[requests_[r].ps].push_back(r);
+  std::vector<int> first;
+  for (std::deque<int>& q : queued) {
+    for (int k = 0; k < kRequestsInFlight && !q.empty(); ++k) {
+      first.push_back(q.front());
+      q.pop_front();
+    }
+  }
+  std::function<void(int)> launch = [&](int r) {
+    start(r, [&, r](absl::Status status) {
+      statuses[r] = std::move(status);
+      int next = -1;
+      {
+        absl::MutexLock lock(&mu);
+        std::deque<int>& q = queued[requests_[r].ps];
+        if (!q.empty()) {
+          next = q.front();
+          q.pop_front();
+        }
+      }
+      if (next >= 0) launch(next);
+      pending.DecrementCount();
+    });
+  };
+  for (int r : first) launch(r);
+  pending.Wait();
+  for (int r = 0; r < count; ++r) {
+    if (!statuses[r].ok()) {
+      return absl::Status(statuses[r].code(),
+                          absl::StrCat(transport_->Describe(requests_[r].ps), ": ",
+                                       statuses[r].message()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status PsClient::UnpackDense(int r, const proto::PullResponse& response, Values* values,
                                    int64_t* min_version) const {
-  const std::vector<int>& held = dense_by_ps_[ps];
-  if (response.names_size() != static_cast<int>(held.size()) ||
-      response.values_size() != response.names_size() ||
-      response.versions_size() != response.names_size()) {
+  const Request& request = requests_[r];
+  const int ps = request.ps;
+  const int count = static_cast<int>(request.pieces.size());
+  if (response.names_size() != count || response.values_size() != count ||
+      response.versions_size() != count) {
     return absl::DataLossError(absl::StrCat(transport_->Describe(ps), " answered with ",
                                             response.names_size(), " variables, asked for ",
-                                            held.size()));
+                                            count));
   }
-  for (size_t k = 0; k < held.size(); ++k) {
-    const DenseVar& var = dense_[held[k]];
-    if (response.names(k) != var.name) {
+  for (int k = 0; k < count; ++k) {
+    const auto [v, p] = request.pieces[k];
+    const Piece& piece = dense_[v].pieces[p];
+    if (response.names(k) != piece.name) {
       return absl::DataLossError(absl::StrCat(transport_->Describe(ps), " answered '",
-                                              response.names(k), "' for '", var.name, "'"));
+                                              response.names(k), "' for '", piece.name, "'"));
     }
-    absl::Status ok = common::CheckTensorMatches(response.values(k), ToShape(var.shape),
-                                                 absl::StrCat("value of '", var.name, "'"));
+    absl::Status ok = common::CheckTensorMatches(response.values(k), ToShape(piece.shape),
+                                                 absl::StrCat("value of '", piece.name, "'"));
     if (!ok.ok()) return absl::DataLossError(ok.message());
-    std::vector<float>& out = (*values)[held[k]];
-    out.resize(response.values(k).data().size() / sizeof(float));
-    common::UnpackFloats(response.values(k), out);
+    common::UnpackFloats(response.values(k),
+                         std::span<float>((*values)[v]).subspan(piece.offset, piece.size));
     *min_version = std::min(*min_version, response.versions(k));
   }
   return absl::OkStatus();
@@ -139,71 +247,91 @@ absl::Status PsClient::UnpackDense(int ps, const proto::PullResponse& response, 
 
 absl::StatusOr<int64_t> PsClient::Pull(Values* values) {
   values->resize(dense_.size());
-  const int n = transport_->num_ps();
-  std::vector<proto::PullRequest> requests(n);
-  std::vector<proto::PullResponse> responses(n);
-  std::vector<int> targets;
-  for (int ps = 0; ps < n; ++ps) {
-    if (dense_by_ps_[ps].empty()) continue;
-    targets.push_back(ps);
-    requests[ps].set_worker_index(worker_index_);
-    for (int i : dense_by_ps_[ps]) requests[ps].add_names(dense_[i].name);
+  for (size_t v = 0; v < dense_.size(); ++v) (*values)[v].resize(dense_[v].size);
+  const int count = static_cast<int>(requests_.size());
+  std::vector<proto::PullRequest> pulls(count);
+  std::vector<proto::PullResponse> responses(count);
+  for (int r = 0; r < count; ++r) {
+    pulls[r].set_worker_index(worker_index_);
+    for (const auto& [v, p] : requests_[r].pieces) pulls[r].add_names(dense_[v].pieces[p].name);
   }
-  absl::Status status = FanOut(targets, [&](int ps, common::PsTransport::Done done) {
-    transport_->Pull(ps, &requests[ps], &responses[ps], std::move(done));
-  });
-  if (!status.ok()) return status;
+  PST_RETURN_IF_ERROR(RunRequests([&](int r, common::PsTransport::Done done) {
+    transport_->Pull(requests_[r].ps, &pulls[r], &responses[r], std::move(done));
+  }));
   int64_t min_version = std::numeric_limits<int64_t>::max();
-  for (int ps : targets) {
-    absl::Status ok = UnpackDense(ps, responses[ps], values, &min_version);
-    if (!ok.ok()) return ok;
+  for (int r = 0; r < count; ++r) {
+    PST_RETURN_IF_ERROR(UnpackDense(r, responses[r], values, &min_version));
   }
-  return targets.empty() ? 0 : min_version;
+  return count == 0 ? 0 : min_version;
 }
 
-absl::StatusOr<int64_t> PsClient::PushPull(int64_t step, int64_t base_version, const Values& grads,
-                                           Values* values, int64_t position) {
+absl::Status PsClient::BuildPushes(
+    int64_t step, int64_t base_version, const Values& grads, int64_t position,
+    const std::function<proto::PushRequest*(int r)>& request) const {
   if (grads.size() != dense_.size()) {
     return absl::InvalidArgumentError(
         absl::StrCat("push of ", grads.size(), " gradients for ", dense_.size(), " variables"));
   }
-  values->resize(dense_.size());
-  const int n = transport_->num_ps();
-  std::vector<proto::PushPullRequest> requests(n);
-  std::vector<proto::PullResponse> responses(n);
-  std::vector<int> targets;
-  for (int ps = 0; ps < n; ++ps) {
-    if (dense_by_ps_[ps].empty()) continue;
-    targets.push_back(ps);
-    proto::PushRequest* push = requests[ps].mutable_push();
+  for (size_t v = 0; v < dense_.size(); ++v) {
+    if (static_cast<int64_t>(grads[v].size()) != dense_[v].size) {
+      return absl::InvalidArgumentError(absl::StrCat("gradient for '", dense_[v].name, "' has ",
+                                                     grads[v].size(), " values, expected ",
+                                                     dense_[v].size));
+    }
+  }
+  for (int r = 0; r < static_cast<int>(requests_.size()); ++r) {
+    proto::PushRequest* push = request(r);
     push->set_worker_index(worker_index_);
     push->set_incarnation(incarnation_);
     push->set_generation(generation_);
     push->set_step(step);
     push->set_base_version(base_version);
     push->set_position(position);
-    for (int i : dense_by_ps_[ps]) {
-      const DenseVar& var = dense_[i];
-      const common::Shape shape = ToShape(var.shape);
-      if (static_cast<int64_t>(grads[i].size()) != *common::NumElements(shape)) {
-        return absl::InvalidArgumentError(absl::StrCat("gradient for '", var.name, "' has ",
-                                                       grads[i].size(), " values, expected ",
-                                                       *common::NumElements(shape)));
-      }
-      push->add_names(var.name);
-      common::PackFloats(grads[i], shape, push->add_gradients());
+    push->set_part(requests_[r].part);
+    for (const auto& [v, p] : requests_[r].pieces) {
+      const Piece& piece = dense_[v].pieces[p];
+      push->add_names(piece.name);
+      common::PackFloats(std::span<const float>(grads[v]).subspan(piece.offset, piece.size),
+                         ToShape(piece.shape), push->add_gradients());
     }
   }
-  absl::Status status = FanOut(targets, [&](int ps, common::PsTransport::Done done) {
-    transport_->PushPull(ps, &requests[ps], &responses[ps], std::move(done));
-  });
-  if (!status.ok()) return status;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int64_t> PsClient::PushPull(int64_t step, int64_t base_version, const Values& grads,
+                                           Values* values, int64_t position) {
+  const int count = static_cast<int>(requests_.size());
+  std::vector<proto::PushPullRequest> pushes(count);
+  std::vector<proto::PullResponse> responses(count);
+  PST_RETURN_IF_ERROR(BuildPushes(step, base_version, grads, position,
+                                  [&](int r) { return pushes[r].mutable_push(); }));
+  values->resize(dense_.size());
+  for (size_t v = 0; v < dense_.size(); ++v) (*values)[v].resize(dense_[v].size);
+  PST_RETURN_IF_ERROR(RunRequests([&](int r, common::PsTransport::Done done) {
+    transport_->PushPull(requests_[r].ps, &pushes[r], &responses[r], std::move(done));
+  }));
   int64_t min_version = std::numeric_limits<int64_t>::max();
-  for (int ps : targets) {
-    absl::Status ok = UnpackDense(ps, responses[ps], values, &min_version);
-    if (!ok.ok()) return ok;
+  for (int r = 0; r < count; ++r) {
+    PST_RETURN_IF_ERROR(UnpackDense(r, responses[r], values, &min_version));
   }
-  return targets.empty() ? 0 : min_version;
+  return count == 0 ? 0 : min_version;
+}
+
+absl::StatusOr<int64_t> PsClient::Push(int64_t step, int64_t base_version, const Values& grads,
+                                       int64_t position) {
+  const int count = static_cast<int>(requests_.size());
+  std::vector<proto::PushRequest> pushes(count);
+  std::vector<proto::PushResponse> responses(count);
+  PST_RETURN_IF_ERROR(
+      BuildPushes(step, base_version, grads, position, [&](int r) { return &pushes[r]; }));
+  PST_RETURN_IF_ERROR(RunRequests([&](int r, common::PsTransport::Done done) {
+    transport_->Push(requests_[r].ps, &pushes[r], &responses[r], std::move(done));
+  }));
+  int64_t min_version = std::numeric_limits<int64_t>::max();
+  for (int r = 0; r < count; ++r) {
+    for (int64_t version : responses[r].versions()) min_version = std::min(min_version, version);
+  }
+  return count == 0 || min_version == std::numeric_limits<int64_t>::max() ? 0 : min_version;
 }
 
 absl::StatusOr<const PsClient::Table*> PsClient::FindTable(const std::string& name) const {

@@ -1,8 +1,14 @@
 // The worker's view of the parameter servers. It routes by the chief's
 // placement plan and fans every request out to all ps in parallel:
 //
-//  - Dense variables (whole variables in the plan) are exchanged as one flat
-//    float vector per variable, in the order of `dense_names`.
+//  - Dense variables are exchanged as one flat float vector per variable,
+//    in the order of `dense_names`. A dense variable is either whole in the
+//    plan or cut into 'div' pieces (TrainingConfig.dense_piece_bytes), which
+//    may live on different ps; the client cuts and joins them. A step's
+//    pieces go to each ps in requests of about kRequestBytes, at most
+//    kRequestsInFlight per ps at a time, so a big tensor's transfer, the
+//    ps's update of it and the answer pipeline instead of waiting on one
+//    giant message.
 //  - Sparse tables (logical variables split into partitions, or hash
 //    embeddings) are read and updated by rows, by global id. The client
 //    deduplicates ids before sending, sums the gradients of duplicate ids,
@@ -15,9 +21,11 @@
 #define PST_WORKER_PS_CLIENT_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -31,11 +39,19 @@ using Values = std::vector<std::vector<float>>;
 
 class PsClient {
  public:
-  // Errors: FailedPrecondition if a dense name is not a whole variable in
-  // the plan, or the plan names a ps the transport does not have.
+  // Requests to one ps are filled with pieces up to this many payload bytes.
+  static constexpr int64_t kRequestBytes = 4 << 20;
+  // Requests per ps on the wire at once.
+  static constexpr int kRequestsInFlight = 4;
+
+  // Errors: FailedPrecondition if a dense name is neither a whole variable
+  // nor a complete set of 'div' pieces in the plan, or the plan names a ps
+  // the transport does not have.
+  // `request_bytes` replaces kRequestBytes (tests use small ones).
   static absl::StatusOr<std::unique_ptr<PsClient>> Create(
       const proto::PlacementPlan& plan, const std::vector<std::string>& dense_names,
-      std::shared_ptr<common::PsTransport> transport, int worker_index, uint64_t incarnation);
+      std::shared_ptr<common::PsTransport> transport, int worker_index, uint64_t incarnation,
+      int64_t request_bytes = kRequestBytes);
 
   // Fetches every dense variable into `values` (resized as needed). Returns
   // the smallest version among them: the number of pushes every variable
@@ -50,6 +66,11 @@ class PsClient {
   // position of the gradients' batch (PushRequest.position; -1: none).
   absl::StatusOr<int64_t> PushPull(int64_t step, int64_t base_version, const Values& grads,
                                    Values* values, int64_t position = -1);
+
+  // Push alone, tagged as PushPull's push; returns the smallest version
+  // after it. (Training uses PushPull; this is for benchmarks and tools.)
+  absl::StatusOr<int64_t> Push(int64_t step, int64_t base_version, const Values& grads,
+                               int64_t position = -1);
 
   // The ids of one table in one request.
   struct TableIds {
@@ -71,15 +92,33 @@ class PsClient {
   // ps refuse pushes of another generation. Starts at 0.
   void set_generation(int64_t generation) { generation_ = generation; }
 
+  // Requests a step's dense push makes (over every ps).
+  int num_dense_requests() const { return static_cast<int>(requests_.size()); }
+
   // Width of a table's rows. Errors: NotFound.
   absl::StatusOr<int> TableDim(const std::string& table) const;
   std::vector<std::string> TableNames() const;
 
  private:
-  struct DenseVar {
+  // A contiguous range of a dense variable held by one ps under one name:
+  // the whole variable, or one of its 'div' pieces.
+  struct Piece {
     std::string name;
     std::vector<int64_t> shape;
     int ps = 0;
+    int64_t offset = 0;  // first element within the variable
+    int64_t size = 0;    // elements
+  };
+  struct DenseVar {
+    std::string name;
+    int64_t size = 0;  // elements
+    std::vector<Piece> pieces;
+  };
+  // One request's worth of pieces to one ps.
+  struct Request {
+    int ps = 0;
+    int part = 0;  // PushRequest.part: its index among the requests to that ps
+    std::vector<std::pair<int, int>> pieces;  // (dense variable, piece)
   };
   struct Table {
     std::string name;
@@ -96,7 +135,8 @@ class PsClient {
     std::vector<int> partition;  // per unique id
   };
 
-  PsClient(std::vector<DenseVar> dense, absl::flat_hash_map<std::string, Table> tables,
+  PsClient(std::vector<DenseVar> dense, std::vector<Request> requests,
+           absl::flat_hash_map<std::string, Table> tables,
            std::shared_ptr<common::PsTransport> transport, int worker_index, uint64_t incarnation);
 
   absl::StatusOr<const Table*> FindTable(const std::string& name) const;
@@ -105,11 +145,20 @@ class PsClient {
   // annotated with the ps.
   absl::Status FanOut(const std::vector<int>& targets,
                       const std::function<void(int ps, common::PsTransport::Done)>& start);
-  absl::Status UnpackDense(int ps, const proto::PullResponse& response, Values* values,
+  // Runs start(r, done) for every r in requests_, at most kRequestsInFlight
+  // per ps at once, and waits for all; the first error, annotated with its
+  // ps.
+  absl::Status RunRequests(const std::function<void(int r, common::PsTransport::Done)>& start);
+  // Checks the grads' sizes and fills one PushRequest per entry of requests_.
+  absl::Status BuildPushes(int64_t step, int64_t base_version, const Values& grads,
+                           int64_t position,
+                           const std::function<proto::PushRequest*(int r)>& request) const;
+  // Copies request r's answer into `values` and lowers *min_version.
+  absl::Status UnpackDense(int r, const proto::PullResponse& response, Values* values,
                            int64_t* min_version) const;
 
   std::vector<DenseVar> dense_;
-  std::vector<std::vector<int>> dense_by_ps_;  // ps -> positions in dense_
+  std::vector<Request> requests_;
   absl::flat_hash_map<std::string, Table> tables_;
   std::shared_ptr<common::PsTransport> transport_;
   const int worker_index_;

@@ -126,6 +126,107 @@ TEST_P(PsClientTest, DensePushPull_RoutesToTheHoldingPs) {
   EXPECT_EQ(values[0], (std::vector<float>{-1, -2, -3}));
 }
 
+// A dense variable cut into pieces (TrainingConfig.dense_piece_bytes)
+// behaves exactly as the whole variable: same initial values, same updates,
+// and a retried push is still applied once, piece by piece.
+class DensePiecesTest : public ::testing::Test {
+ protected:
+  static constexpr int64_t kW = 37, kH = 5;  // 37 rows of 5 floats
+
+  static std::vector<proto::VariableSpec> Specs(int64_t piece_bytes) {
+    proto::VariableSpec w;
+    w.set_name("w");
+    w.set_dtype(proto::DT_FLOAT32);
+    w.add_shape(kW);
+    w.add_shape(kH);
+    w.mutable_initializer()->set_kind(proto::Initializer::UNIFORM);
+    w.mutable_initializer()->set_scale(1.0f);
+    w.mutable_initializer()->set_seed(11);
+    proto::VariableSpec b;
+    b.set_name("b");
+    b.set_dtype(proto::DT_FLOAT32);
+    b.add_shape(kH);
+    std::vector<proto::VariableSpec> specs = *common::SplitDense(w, piece_bytes);
+    specs.push_back(b);
+    return specs;
+  }
+
+  // Two in-process ps holding `specs` size-balanced, with Adam.
+  static std::shared_ptr<ps::InProcessPsTransport> Start(
+      const std::vector<proto::VariableSpec>& specs, proto::PlacementPlan* plan) {
+    *plan = *common::PlaceSizeBalanced(specs, 2);
+    auto transport = std::make_shared<ps::InProcessPsTransport>(2);
+    for (int p = 0; p < 2; ++p) {
+      proto::CreateVariablesRequest request;
+      request.mutable_optimizer()->set_name("adam");
+      request.mutable_optimizer()->set_learning_rate(0.01f);
+      request.mutable_optimizer()->set_beta1(0.9f);
+      request.mutable_optimizer()->set_beta2(0.999f);
+      request.mutable_optimizer()->set_epsilon(1e-7f);
+      for (const auto& entry : plan->variables()) {
+        if (entry.ps_index() == p) *request.add_variables() = entry.spec();
+      }
+      absl::StatusOr<int> created = transport->store(p)->Create(request);
+      EXPECT_TRUE(created.ok()) << created.status();
+    }
+    return transport;
+  }
+};
+
+TEST_F(DensePiecesTest, PiecesOverTwoPs_MatchTheWholeVariable_AndARetryIsAppliedOnce) {
+  proto::PlacementPlan whole_plan, cut_plan;
+  auto whole_ps = Start(Specs(0), &whole_plan);
+  const std::vector<proto::VariableSpec> cut_specs = Specs(3 * kH * sizeof(float));  // 3 rows
+  ASSERT_EQ(cut_specs.size(), 13u + 1);  // 37 rows in 13 pieces, and b
+  auto cut_ps = Start(cut_specs, &cut_plan);
+  std::unique_ptr<PsClient> whole = *PsClient::Create(whole_plan, {"w", "b"}, whole_ps, 0, 1);
+  // Requests of at most two pieces: several requests, hence parts, per ps.
+  absl::StatusOr<std::unique_ptr<PsClient>> cut_or =
+      PsClient::Create(cut_plan, {"w", "b"}, cut_ps, 0, 1, 2 * 3 * kH * sizeof(float));
+  ASSERT_TRUE(cut_or.ok()) << cut_or.status();
+  std::unique_ptr<PsClient> cut = *std::move(cut_or);
+  EXPECT_GE(cut->num_dense_requests(), 7);
+  EXPECT_TRUE(cut->TableNames().empty()) << "pieces are not a table";
+
+  Values want, got;
+  ASSERT_EQ(*whole->Pull(&want), 0);
+  ASSERT_EQ(*cut->Pull(&got), 0);
+  ASSERT_EQ(got.size(), 2u);
+  ASSERT_EQ(got[0].size(), static_cast<size_t>(kW * kH));
+  EXPECT_EQ(got, want);
+
+  Values grads = {std::vector<float>(kW * kH), std::vector<float>(kH)};
+  for (int step = 1; step <= 3; ++step) {
+    for (size_t v = 0; v < grads.size(); ++v) {
+      for (size_t i = 0; i < grads[v].size(); ++i) grads[v][i] = 0.01f * step * (i % 7) - 0.02f;
+    }
+    absl::StatusOr<int64_t> want_version = whole->PushPull(step, step - 1, grads, &want);
+    absl::StatusOr<int64_t> got_version = cut->PushPull(step, step - 1, grads, &got);
+    ASSERT_TRUE(got_version.ok()) << got_version.status();
+    EXPECT_EQ(*got_version, *want_version);
+    EXPECT_EQ(got, want) << "step " << step;
+  }
+  // The same step again (a retry): every piece recognizes it.
+  ASSERT_TRUE(cut->PushPull(3, 2, grads, &got).ok());
+  EXPECT_EQ(got, want);
+  // Push alone lands like PushPull's push.
+  ASSERT_EQ(*cut->Push(4, 3, grads), 4);
+  ASSERT_TRUE(whole->PushPull(4, 3, grads, &want).ok());
+  ASSERT_TRUE(cut->Pull(&got).ok());
+  EXPECT_EQ(got, want);
+}
+
+TEST_F(DensePiecesTest, MissingPiece_IsFailedPrecondition) {
+  proto::PlacementPlan plan;
+  auto transport = Start(Specs(3 * kH * sizeof(float)), &plan);
+  plan.mutable_variables()->DeleteSubrange(2, 1);
+  absl::StatusOr<std::unique_ptr<PsClient>> client =
+      PsClient::Create(plan, {"w", "b"}, transport, 0, 1);
+  EXPECT_EQ(client.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(std::string(client.status().message()).find("w"), std::string::npos)
+      << client.status();
+}
+
 INSTANTIATE_TEST_SUITE_P(Routings, PsClientTest, ::testing::Values(proto::MOD, proto::DIV),
                          [](const auto& info) { return proto::Routing_Name(info.param); });
 
