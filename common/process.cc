@@ -74,8 +74,9 @@ std::string StopSignal::reason() const {
 
 void TuneMallocForLargeBuffers() {
   mallopt(M_MMAP_THRESHOLD, 32 << 20);
-  mallopt(M_TRIM_THRESHOLD, 1 << 30);
-  mallopt(M_TOP_PAD, 64 << 20);
+  mallopt(M_TRIM_THRESHOLD, 64 << 20);
+  mallopt(M_TOP_PAD, 16 << 20);
+  mallopt(M_ARENA_MAX, 2);
 }
 
 }  // namespace pst::common

@@ -1,5 +1,7 @@
 #include "common/tensor_util.h"
 
+#include <algorithm>
+
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -85,6 +87,29 @@ void PackFloats(std::span<const float> values, const Shape& shape, proto::Tensor
 
 void UnpackFloats(const proto::Tensor& tensor, std::span<float> out) {
   std::memcpy(out.data(), tensor.data().data(), out.size() * sizeof(float));
+}
+
+void ForEachFloatBlock(std::string_view payload,
+                       const std::function<void(int64_t, std::span<const float>)>& fn) {
+  alignas(64) float block[kFloatBlock];
+  const int64_t count = static_cast<int64_t>(payload.size() / sizeof(float));
+  for (int64_t offset = 0; offset < count; offset += kFloatBlock) {
+    const int64_t n = std::min(kFloatBlock, count - offset);
+    std::memcpy(block, payload.data() + offset * sizeof(float), n * sizeof(float));
+    fn(offset, std::span<const float>(block, n));
+  }
+}
+
+bool AllFinite(std::string_view payload) {
+  bool finite = true;
+  ForEachFloatBlock(payload, [&finite](int64_t, std::span<const float> block) {
+    // x - x is 0 for every finite x and NaN for Inf and NaN; no branch in
+    // the loop, so it vectorizes.
+    int bad = 0;
+    for (const float x : block) bad |= !(x - x == 0.0f);
+    finite = finite && bad == 0;
+  });
+  return finite;
 }
 
 }  // namespace pst::common

@@ -5,7 +5,9 @@
 
 #include <bit>
 #include <cstdint>
+#include <functional>
 #include <span>
+#include <string_view>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -44,6 +46,19 @@ void PackFloats(std::span<const float> values, const Shape& shape, proto::Tensor
 // Copies the payload of a float32 tensor into `out`.
 // REQUIRES: tensor.data().size() == out.size() * sizeof(float).
 void UnpackFloats(const proto::Tensor& tensor, std::span<float> out);
+
+// Floats read from a payload block by block: calls fn(offset, block) for
+// consecutive blocks of at most kFloatBlock floats (the last may be
+// shorter), each copied into an aligned buffer small enough to stay in the
+// L1 cache, so a consumer reads the payload once, with no unpacked copy
+// and no type punning. REQUIRES: payload.size() % sizeof(float) == 0.
+inline constexpr int64_t kFloatBlock = 2048;
+void ForEachFloatBlock(std::string_view payload,
+                       const std::function<void(int64_t offset, std::span<const float> block)>& fn);
+
+// Whether every float32 in `payload` is finite (no NaN, no Inf).
+// REQUIRES: payload.size() % sizeof(float) == 0.
+bool AllFinite(std::string_view payload);
 
 }  // namespace pst::common
 

@@ -2,6 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <limits>
+#include <string>
+#include <vector>
+
 #include <string>
 #include <vector>
 
@@ -68,6 +72,45 @@ TEST(TensorUtilTest, ValidateVariableSpec_ChecksNameDtypeAndShape) {
   proto::VariableSpec bad_dtype = spec;
   bad_dtype.set_dtype(proto::DT_INVALID);
   EXPECT_FALSE(ValidateVariableSpec(bad_dtype, 100).ok());
+}
+
+TEST(TensorUtilTest, ForEachFloatBlock_VisitsEveryFloatOnceInOrder) {
+  for (int64_t n : {int64_t{0}, int64_t{1}, kFloatBlock - 1, kFloatBlock, 2 * kFloatBlock + 3}) {
+    std::vector<float> values(n);
+    for (int64_t i = 0; i < n; ++i) values[i] = static_cast<float>(i) * 0.5f;
+    const std::string payload(reinterpret_cast<const char*>(values.data()), n * sizeof(float));
+    std::vector<float> seen;
+    int64_t expected_offset = 0;
+    ForEachFloatBlock(payload, [&](int64_t offset, std::span<const float> block) {
+      EXPECT_EQ(offset, expected_offset);
+      EXPECT_LE(static_cast<int64_t>(block.size()), kFloatBlock);
+      EXPECT_FALSE(block.empty());
+      seen.insert(seen.end(), block.begin(), block.end());
+      expected_offset += static_cast<int64_t>(block.size());
+    });
+    EXPECT_EQ(seen, values) << n << " floats";
+  }
+}
+
+TEST(TensorUtilTest, AllFinite_FindsNanAndInfAnywhere) {
+  std::vector<float> values(3 * kFloatBlock + 5, 1.5f);
+  auto payload = [&] {
+    return std::string(reinterpret_cast<const char*>(values.data()), values.size() * 4);
+  };
+  EXPECT_TRUE(AllFinite(payload()));
+  EXPECT_TRUE(AllFinite(""));
+  for (size_t at : {size_t{0}, size_t{kFloatBlock}, values.size() - 1}) {
+    for (float bad : {std::numeric_limits<float>::quiet_NaN(),
+                      std::numeric_limits<float>::infinity(),
+                      -std::numeric_limits<float>::infinity()}) {
+      values[at] = bad;
+      EXPECT_FALSE(AllFinite(payload())) << bad << " at " << at;
+      values[at] = 1.5f;
+    }
+  }
+  values[7] = std::numeric_limits<float>::max();
+  values[8] = std::numeric_limits<float>::denorm_min();
+  EXPECT_TRUE(AllFinite(payload()));
 }
 
 }  // namespace

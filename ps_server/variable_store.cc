@@ -378,6 +378,9 @@ absl::Status VariableStore::PushNoWake(const proto::PushRequest& request,
   // Validate every gradient before touching any variable.
   absl::flat_hash_set<std::string_view> seen;
   std::vector<Variable*> vars;
+  // A gradient with a non-finite value is unpacked into grads[i] and
+  // handled row by row; the rest (nearly all) are used from the request's
+  // payload as they are, with no copy.
   std::vector<std::vector<float>> grads(request.names_size());
   std::vector<std::vector<bool>> skip(request.names_size());
   int64_t skipped = 0;
@@ -391,6 +394,8 @@ absl::Status VariableStore::PushNoWake(const proto::PushRequest& request,
     if (var->is_hash) return HashNeedsRowOps(name, "PushRows");
     PST_RETURN_IF_ERROR(common::CheckTensorMatches(request.gradients(i), var->spec.shape(),
                                                    absl::StrCat("gradient for '", name, "'")));
+    vars.push_back(var);
+    if (common::AllFinite(request.gradients(i).data())) continue;
     grads[i].resize(request.gradients(i).data().size() / sizeof(float));
     common::UnpackFloats(request.gradients(i), grads[i]);
     for (size_t k = 0; k < grads[i].size(); ++k) {
@@ -408,7 +413,6 @@ absl::Status VariableStore::PushNoWake(const proto::PushRequest& request,
       ++skipped;
       k = (row + 1) * var->dim - 1;
     }
-    vars.push_back(var);
   }
   response->Clear();
   const int32_t worker = request.worker_index();
@@ -455,8 +459,18 @@ absl::Status VariableStore::PushNoWake(const proto::PushRequest& request,
         duplicate = true;
       } else {
         if (var.accum.empty()) var.accum.assign(var.values.size(), 0.0f);
-        for (size_t k = 0; k < grads[i].size(); ++k) {
-          if (skip[i].empty() || !skip[i][k / var.dim]) var.accum[k] += grads[i][k];
+        if (grads[i].empty()) {
+          common::ForEachFloatBlock(request.gradients(i).data(),
+                                    [&](int64_t offset, std::span<const float> block) {
+                                      float* accum = var.accum.data() + offset;
+                                      for (size_t k = 0; k < block.size(); ++k) {
+                                        accum[k] += block[k];
+                                      }
+                                    });
+        } else {
+          for (size_t k = 0; k < grads[i].size(); ++k) {
+            if (skip[i].empty() || !skip[i][k / var.dim]) var.accum[k] += grads[i][k];
+          }
         }
         var.contributors.push_back(worker);
         MaybeApplyAggregateLocked(var, quorum_.load());
@@ -464,7 +478,11 @@ absl::Status VariableStore::PushNoWake(const proto::PushRequest& request,
       }
     } else {
       staleness = std::max<int64_t>(staleness, var.version - request.base_version());
-      ApplyLocked(var, grads[i], skip[i]);
+      if (grads[i].empty()) {
+        ApplyPayloadLocked(var, request.gradients(i).data());
+      } else {
+        ApplyLocked(var, grads[i], skip[i]);
+      }
       applied = true;
     }
     response->add_versions(var.version);
@@ -514,6 +532,19 @@ void VariableStore::ApplyLocked(Variable& var, const std::vector<float>& grad,
                              std::span<const float>(grad).subspan(r * dim, dim), row_slots, t);
     }
   }
+  var.version = t;
+}
+
+void VariableStore::ApplyPayloadLocked(Variable& var, const std::string& payload) {
+  const int64_t t = var.version + 1;
+  std::vector<std::span<float>> slots(var.slots.size());
+  common::ForEachFloatBlock(payload, [&](int64_t offset, std::span<const float> block) {
+    for (size_t s = 0; s < slots.size(); ++s) {
+      slots[s] = std::span<float>(var.slots[s]).subspan(offset, block.size());
+    }
+    optimizer_->ApplyDense(std::span<float>(var.values).subspan(offset, block.size()), block,
+                           slots, t);
+  });
   var.version = t;
 }
 

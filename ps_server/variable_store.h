@@ -276,6 +276,10 @@ class VariableStore {
   };
   // Applies `grad` to `var` with the optimizer (all of it, or the rows not
   // in `skip`) and bumps the version.
+  // ApplyLocked of a finite float32 payload (a gradient tensor's data),
+  // read block by block without unpacking it first.
+  void ApplyPayloadLocked(Variable& var, const std::string& payload)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(var.mu) ABSL_SHARED_LOCKS_REQUIRED(mu_);
   void ApplyLocked(Variable& var, const std::vector<float>& grad, const std::vector<bool>& skip)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(var.mu) ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // SYNC: applies the mean of the accumulated gradients once `quorum` have
