@@ -8,11 +8,23 @@
 #define PST_COMMON_PS_TRANSPORT_H_
 
 #include <functional>
+#include <span>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "proto/pstrain.pb.h"
 
 namespace pst::common {
+
+// Float payloads of a dense call kept in the caller's memory rather than in
+// the messages (see the *Dense calls).
+struct DenseBuffers {
+  // The payload of the request's k-th gradient tensor, whose data is empty.
+  std::vector<std::span<const float>> gradients;
+  // Where the answer's k-th value goes; its tensor comes back with empty
+  // data once the payload, exactly values[k].size() floats, is there.
+  std::vector<std::span<float>> values;
+};
 
 class PsTransport {
  public:
@@ -35,6 +47,19 @@ class PsTransport {
                         proto::PushRowsResponse* response, Done done) = 0;
   // A human-readable name of ps `ps` for error messages ("ps 1 at h:2222").
   virtual std::string Describe(int ps) const = 0;
+
+  // Pull, PushPull and Push with payloads in `buffers` (which must outlive
+  // the call, unchanged). An answer's value payload of another size than
+  // its buffer fails the call with DataLoss. These defaults copy payloads
+  // into and out of the messages; the gRPC transport sends gradients from
+  // the buffers as they are and receives values straight into them.
+  virtual void PullDense(int ps, const proto::PullRequest* request, const DenseBuffers* buffers,
+                         proto::PullResponse* response, Done done);
+  virtual void PushPullDense(int ps, const proto::PushPullRequest* request,
+                             const DenseBuffers* buffers, proto::PullResponse* response,
+                             Done done);
+  virtual void PushDense(int ps, const proto::PushRequest* request, const DenseBuffers* buffers,
+                         proto::PushResponse* response, Done done);
 };
 
 }  // namespace pst::common

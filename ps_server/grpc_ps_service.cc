@@ -16,6 +16,7 @@
 #include "common/grpc_status.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
+#include "common/wire_codec.h"
 
 namespace pst::ps {
 namespace {
@@ -40,7 +41,7 @@ grpc::ServerUnaryReactor* FinishWith(grpc::CallbackServerContext* context, Fn&& 
 // A call that may be parked in the store until it can be served: finished
 // by the store's callback, or by a cancellation (deadline, client gone,
 // server shutdown) if that comes first. Deletes itself when gRPC is done.
-class ParkedCall final : public grpc::ServerUnaryReactor {
+class ParkedCall : public grpc::ServerUnaryReactor {
  public:
   explicit ParkedCall(VariableStore* store) : store_(store) {}
 
@@ -49,8 +50,8 @@ class ParkedCall final : public grpc::ServerUnaryReactor {
   // or another thread; the reactor stays alive until both Start and OnDone
   // have happened.
   void Start(const std::function<uint64_t(VariableStore::Done)>& park) {
-    const uint64_t ticket =
-        park([this](absl::Status status) { Finish(common::ToGrpcStatus(status)); });
+    const uint64_t ticket = park(
+        [this](absl::Status status) { Finish(common::ToGrpcStatus(BeforeFinish(status))); });
     bool delete_now;
     {
       absl::MutexLock lock(&mu_);
@@ -81,6 +82,11 @@ class ParkedCall final : public grpc::ServerUnaryReactor {
     if (delete_now) delete this;
   }
 
+ protected:
+  // Runs when the store has answered, before the call finishes with the
+  // status it returns.
+  virtual absl::Status BeforeFinish(absl::Status status) { return status; }
+
  private:
   VariableStore* const store_;
   absl::Mutex mu_;
@@ -89,6 +95,47 @@ class ParkedCall final : public grpc::ServerUnaryReactor {
   bool started_ ABSL_GUARDED_BY(mu_) = false;
   bool done_ ABSL_GUARDED_BY(mu_) = false;
 };
+
+// A Pull or PushPull received as raw bytes: it owns the parsed request and
+// the response, and answers with the values' payloads moved into slices.
+template <typename Request>
+class RawPullCall final : public ParkedCall {
+ public:
+  RawPullCall(VariableStore* store, grpc::ByteBuffer* response_bytes)
+      : ParkedCall(store), response_bytes_(response_bytes) {}
+
+  Request* request() { return &request_; }
+  proto::PullResponse* response() { return &response_; }
+
+ private:
+  absl::Status BeforeFinish(absl::Status status) override {
+    if (status.ok()) *response_bytes_ = common::EncodePullResponse(&response_);
+    return status;
+  }
+
+  Request request_;
+  proto::PullResponse response_;
+  grpc::ByteBuffer* const response_bytes_;
+};
+
+// Parses `bytes` into the call's request and parks it with `park`, or
+// finishes it at once with the parse error.
+template <typename Request>
+grpc::ServerUnaryReactor* StartRawPull(
+    VariableStore* store, const grpc::ByteBuffer* bytes, grpc::ByteBuffer* response,
+    const std::function<uint64_t(RawPullCall<Request>*, VariableStore::Done)>& park) {
+  auto* call = new RawPullCall<Request>(store, response);
+  grpc::ByteBuffer request_bytes(*bytes);  // shares the slices
+  const absl::Status parsed = common::ParseMessage(&request_bytes, call->request());
+  call->Start([&](VariableStore::Done done) -> uint64_t {
+    if (!parsed.ok()) {
+      done(parsed);
+      return 0;
+    }
+    return park(call, std::move(done));
+  });
+  return call;
+}
 
 }  // namespace
 
@@ -127,14 +174,13 @@ grpc::ServerUnaryReactor* GrpcPsService::CreateVariables(
   });
 }
 
-grpc::ServerUnaryReactor* GrpcPsService::Pull(grpc::CallbackServerContext* context,
-                                              const proto::PullRequest* request,
-                                              proto::PullResponse* response) {
-  auto* call = new ParkedCall(store_);
-  call->Start([&](VariableStore::Done done) {
-    return store_->PullWhenReady(request, response, std::move(done));
-  });
-  return call;
+grpc::ServerUnaryReactor* GrpcPsService::Pull(grpc::CallbackServerContext* /*context*/,
+                                              const grpc::ByteBuffer* request,
+                                              grpc::ByteBuffer* response) {
+  return StartRawPull<proto::PullRequest>(
+      store_, request, response, [this](auto* call, VariableStore::Done done) {
+        return store_->PullWhenReady(call->request(), call->response(), std::move(done));
+      });
 }
 
 grpc::ServerUnaryReactor* GrpcPsService::Push(grpc::CallbackServerContext* context,
@@ -143,14 +189,13 @@ grpc::ServerUnaryReactor* GrpcPsService::Push(grpc::CallbackServerContext* conte
   return FinishWith(context, [&] { return store_->Push(*request, response); });
 }
 
-grpc::ServerUnaryReactor* GrpcPsService::PushPull(grpc::CallbackServerContext* context,
-                                                  const proto::PushPullRequest* request,
-                                                  proto::PullResponse* response) {
-  auto* call = new ParkedCall(store_);
-  call->Start([&](VariableStore::Done done) {
-    return store_->PushPullWhenReady(request, response, std::move(done));
-  });
-  return call;
+grpc::ServerUnaryReactor* GrpcPsService::PushPull(grpc::CallbackServerContext* /*context*/,
+                                                  const grpc::ByteBuffer* request,
+                                                  grpc::ByteBuffer* response) {
+  return StartRawPull<proto::PushPullRequest>(
+      store_, request, response, [this](auto* call, VariableStore::Done done) {
+        return store_->PushPullWhenReady(call->request(), call->response(), std::move(done));
+      });
 }
 
 grpc::ServerUnaryReactor* GrpcPsService::PullRows(grpc::CallbackServerContext* context,

@@ -23,8 +23,16 @@ namespace pst::ps {
 // says so in the log), so a test can kill the ps in the middle of a save.
 inline constexpr char kSaveDelayEnv[] = "PSTRAIN_TEST_SAVE_DELAY_MS";
 
+// Pull and PushPull, the dense data plane, are served as raw bytes: the
+// request is parsed here, and the values' payloads go out as slices that
+// own the strings the store filled, with no serialization copy
+// (common/wire_codec.h). The bytes are the same protobuf messages.
+using ParameterServerBase = proto::ParameterServer::WithRawCallbackMethod_Pull<
+    proto::ParameterServer::WithRawCallbackMethod_PushPull<
+        proto::ParameterServer::CallbackService>>;
+
 // Thread-safe. Does not own the store.
-class GrpcPsService final : public proto::ParameterServer::CallbackService {
+class GrpcPsService final : public ParameterServerBase {
  public:
   // A Shutdown call stops `stop`.
   GrpcPsService(VariableStore* store, int ps_index, std::string task, uint64_t incarnation,
@@ -34,14 +42,14 @@ class GrpcPsService final : public proto::ParameterServer::CallbackService {
                                             const proto::CreateVariablesRequest* request,
                                             proto::CreateVariablesResponse* response) override;
   grpc::ServerUnaryReactor* Pull(grpc::CallbackServerContext* context,
-                                 const proto::PullRequest* request,
-                                 proto::PullResponse* response) override;
+                                 const grpc::ByteBuffer* request,
+                                 grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* Push(grpc::CallbackServerContext* context,
                                  const proto::PushRequest* request,
                                  proto::PushResponse* response) override;
   grpc::ServerUnaryReactor* PushPull(grpc::CallbackServerContext* context,
-                                     const proto::PushPullRequest* request,
-                                     proto::PullResponse* response) override;
+                                     const grpc::ByteBuffer* request,
+                                     grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* PullRows(grpc::CallbackServerContext* context,
                                      const proto::PullRowsRequest* request,
                                      proto::PullRowsResponse* response) override;

@@ -1,8 +1,11 @@
 #include "worker/grpc_ps_transport.h"
 
+#include <grpcpp/generic/generic_stub.h>
+
 #include "absl/strings/str_cat.h"
 #include "common/grpc_channel.h"
 #include "common/grpc_status.h"
+#include "common/wire_codec.h"
 #include "proto/pstrain.grpc.pb.h"
 
 namespace pst::worker {
@@ -13,7 +16,9 @@ class GrpcPsTransport final : public common::PsTransport {
   GrpcPsTransport(const std::vector<std::string>& addresses, absl::Duration rpc_timeout)
       : addresses_(addresses), rpc_timeout_(rpc_timeout) {
     for (const std::string& address : addresses) {
-      stubs_.push_back(proto::ParameterServer::NewStub(common::MakeChannel(address)));
+      std::shared_ptr<grpc::Channel> channel = common::MakeChannel(address);
+      stubs_.push_back(proto::ParameterServer::NewStub(channel));
+      generic_.push_back(std::make_unique<grpc::GenericStub>(channel));
     }
   }
 
@@ -48,7 +53,65 @@ class GrpcPsTransport final : public common::PsTransport {
     return absl::StrCat("ps ", ps, " at ", addresses_[ps]);
   }
 
+  // The dense calls go out as raw bytes (common/wire_codec.h): gradients
+  // from the caller's buffers, values straight into them.
+  void PullDense(int ps, const proto::PullRequest* request, const common::DenseBuffers* buffers,
+                 proto::PullResponse* response, Done done) override {
+    auto* call = new RawCall(rpc_timeout_);
+    call->request = common::SerializeMessage(*request);
+    StartPull(ps, kPull, call, buffers, response, std::move(done));
+  }
+  void PushPullDense(int ps, const proto::PushPullRequest* request,
+                     const common::DenseBuffers* buffers, proto::PullResponse* response,
+                     Done done) override {
+    auto* call = new RawCall(rpc_timeout_);
+    call->request = common::EncodePushPull(*request, buffers->gradients);
+    StartPull(ps, kPushPull, call, buffers, response, std::move(done));
+  }
+  void PushDense(int ps, const proto::PushRequest* request, const common::DenseBuffers* buffers,
+                 proto::PushResponse* response, Done done) override {
+    auto* call = new RawCall(rpc_timeout_);
+    call->request = common::EncodePush(*request, buffers->gradients);
+    generic_[ps]->UnaryCall(
+        &call->context, Method("Push"), grpc::StubOptions(), &call->request, &call->response,
+        [call, response, done = std::move(done)](grpc::Status status) {
+          absl::Status result = common::FromGrpcStatus(status);
+          if (result.ok() && !common::ParseMessage(&call->response, response).ok()) {
+            result = absl::DataLossError("malformed PushResponse");
+          }
+          delete call;
+          done(std::move(result));
+        });
+  }
+
  private:
+  enum PullKind { kPull, kPushPull };
+  // A raw call's context and bytes, alive until it completes.
+  struct RawCall {
+    explicit RawCall(absl::Duration timeout) { common::SetDeadline(&context, timeout); }
+    grpc::ClientContext context;
+    grpc::ByteBuffer request, response;
+  };
+
+  static std::string Method(const char* name) {
+    return absl::StrCat("/", proto::ParameterServer::service_full_name(), "/", name);
+  }
+
+  void StartPull(int ps, PullKind kind, RawCall* call, const common::DenseBuffers* buffers,
+                 proto::PullResponse* response, Done done) {
+    generic_[ps]->UnaryCall(
+        &call->context, Method(kind == kPull ? "Pull" : "PushPull"), grpc::StubOptions(),
+        &call->request, &call->response,
+        [call, buffers, response, done = std::move(done)](grpc::Status status) {
+          absl::Status result = common::FromGrpcStatus(status);
+          if (result.ok()) {
+            result = common::DecodePullResponse(&call->response, buffers->values, response);
+          }
+          delete call;
+          done(std::move(result));
+        });
+  }
+
   grpc::ClientContext* NewContext() const {
     auto* context = new grpc::ClientContext();
     common::SetDeadline(context, rpc_timeout_);
@@ -65,6 +128,7 @@ class GrpcPsTransport final : public common::PsTransport {
   const std::vector<std::string> addresses_;
   const absl::Duration rpc_timeout_;
   std::vector<std::unique_ptr<proto::ParameterServer::Stub>> stubs_;
+  std::vector<std::unique_ptr<grpc::GenericStub>> generic_;
 };
 
 }  // namespace

@@ -217,8 +217,8 @@ absl::Status PsClient::RunRequests(
   return absl::OkStatus();
 }
 
-absl::Status PsClient::UnpackDense(int r, const proto::PullResponse& response, Values* values,
-                                   int64_t* min_version) const {
+absl::Status PsClient::CheckDense(int r, const proto::PullResponse& response,
+                                  int64_t* min_version) const {
   const Request& request = requests_[r];
   const int ps = request.ps;
   const int count = static_cast<int>(request.pieces.size());
@@ -235,39 +235,56 @@ absl::Status PsClient::UnpackDense(int r, const proto::PullResponse& response, V
       return absl::DataLossError(absl::StrCat(transport_->Describe(ps), " answered '",
                                               response.names(k), "' for '", piece.name, "'"));
     }
-    absl::Status ok = common::CheckTensorMatches(response.values(k), ToShape(piece.shape),
-                                                 absl::StrCat("value of '", piece.name, "'"));
-    if (!ok.ok()) return absl::DataLossError(ok.message());
-    common::UnpackFloats(response.values(k),
-                         std::span<float>((*values)[v]).subspan(piece.offset, piece.size));
+    // The transport put the payload in place (its size checked) and left
+    // the tensor's data empty.
+    const proto::Tensor& value = response.values(k);
+    const auto& shape = value.shape();
+    if (value.dtype() != proto::DT_FLOAT32 || !value.data().empty() ||
+        !std::equal(shape.begin(), shape.end(), piece.shape.begin(), piece.shape.end())) {
+      return absl::DataLossError(absl::StrCat(transport_->Describe(ps), " answered '",
+                                              piece.name, "' with shape ",
+                                              common::ShapeString(shape), ", expected ",
+                                              common::ShapeString(ToShape(piece.shape))));
+    }
     *min_version = std::min(*min_version, response.versions(k));
   }
   return absl::OkStatus();
 }
 
-absl::StatusOr<int64_t> PsClient::Pull(Values* values) {
+std::vector<common::DenseBuffers> PsClient::ValueBuffers(Values* values) const {
   values->resize(dense_.size());
   for (size_t v = 0; v < dense_.size(); ++v) (*values)[v].resize(dense_[v].size);
+  std::vector<common::DenseBuffers> buffers(requests_.size());
+  for (size_t r = 0; r < requests_.size(); ++r) {
+    for (const auto& [v, p] : requests_[r].pieces) {
+      const Piece& piece = dense_[v].pieces[p];
+      buffers[r].values.push_back(std::span<float>((*values)[v]).subspan(piece.offset, piece.size));
+    }
+  }
+  return buffers;
+}
+
+absl::StatusOr<int64_t> PsClient::Pull(Values* values) {
   const int count = static_cast<int>(requests_.size());
   std::vector<proto::PullRequest> pulls(count);
   std::vector<proto::PullResponse> responses(count);
+  const std::vector<common::DenseBuffers> buffers = ValueBuffers(values);
   for (int r = 0; r < count; ++r) {
     pulls[r].set_worker_index(worker_index_);
     for (const auto& [v, p] : requests_[r].pieces) pulls[r].add_names(dense_[v].pieces[p].name);
   }
   PST_RETURN_IF_ERROR(RunRequests([&](int r, common::PsTransport::Done done) {
-    transport_->Pull(requests_[r].ps, &pulls[r], &responses[r], std::move(done));
+    transport_->PullDense(requests_[r].ps, &pulls[r], &buffers[r], &responses[r], std::move(done));
   }));
   int64_t min_version = std::numeric_limits<int64_t>::max();
-  for (int r = 0; r < count; ++r) {
-    PST_RETURN_IF_ERROR(UnpackDense(r, responses[r], values, &min_version));
-  }
+  for (int r = 0; r < count; ++r) PST_RETURN_IF_ERROR(CheckDense(r, responses[r], &min_version));
   return count == 0 ? 0 : min_version;
 }
 
 absl::Status PsClient::BuildPushes(
     int64_t step, int64_t base_version, const Values& grads, int64_t position,
-    const std::function<proto::PushRequest*(int r)>& request) const {
+    const std::function<proto::PushRequest*(int r)>& request,
+    std::vector<common::DenseBuffers>* buffers) const {
   if (grads.size() != dense_.size()) {
     return absl::InvalidArgumentError(
         absl::StrCat("push of ", grads.size(), " gradients for ", dense_.size(), " variables"));
@@ -279,6 +296,7 @@ absl::Status PsClient::BuildPushes(
                                                      dense_[v].size));
     }
   }
+  buffers->resize(requests_.size());
   for (int r = 0; r < static_cast<int>(requests_.size()); ++r) {
     proto::PushRequest* push = request(r);
     push->set_worker_index(worker_index_);
@@ -291,8 +309,12 @@ absl::Status PsClient::BuildPushes(
     for (const auto& [v, p] : requests_[r].pieces) {
       const Piece& piece = dense_[v].pieces[p];
       push->add_names(piece.name);
-      common::PackFloats(std::span<const float>(grads[v]).subspan(piece.offset, piece.size),
-                         ToShape(piece.shape), push->add_gradients());
+      // The header here; the payload travels from `grads` itself.
+      proto::Tensor* gradient = push->add_gradients();
+      gradient->set_dtype(proto::DT_FLOAT32);
+      gradient->mutable_shape()->Assign(piece.shape.begin(), piece.shape.end());
+      (*buffers)[r].gradients.push_back(
+          std::span<const float>(grads[v]).subspan(piece.offset, piece.size));
     }
   }
   return absl::OkStatus();
@@ -303,17 +325,16 @@ absl::StatusOr<int64_t> PsClient::PushPull(int64_t step, int64_t base_version, c
   const int count = static_cast<int>(requests_.size());
   std::vector<proto::PushPullRequest> pushes(count);
   std::vector<proto::PullResponse> responses(count);
-  PST_RETURN_IF_ERROR(BuildPushes(step, base_version, grads, position,
-                                  [&](int r) { return pushes[r].mutable_push(); }));
-  values->resize(dense_.size());
-  for (size_t v = 0; v < dense_.size(); ++v) (*values)[v].resize(dense_[v].size);
+  std::vector<common::DenseBuffers> buffers = ValueBuffers(values);
+  PST_RETURN_IF_ERROR(BuildPushes(
+      step, base_version, grads, position, [&](int r) { return pushes[r].mutable_push(); },
+      &buffers));
   PST_RETURN_IF_ERROR(RunRequests([&](int r, common::PsTransport::Done done) {
-    transport_->PushPull(requests_[r].ps, &pushes[r], &responses[r], std::move(done));
+    transport_->PushPullDense(requests_[r].ps, &pushes[r], &buffers[r], &responses[r],
+                              std::move(done));
   }));
   int64_t min_version = std::numeric_limits<int64_t>::max();
-  for (int r = 0; r < count; ++r) {
-    PST_RETURN_IF_ERROR(UnpackDense(r, responses[r], values, &min_version));
-  }
+  for (int r = 0; r < count; ++r) PST_RETURN_IF_ERROR(CheckDense(r, responses[r], &min_version));
   return count == 0 ? 0 : min_version;
 }
 
@@ -322,10 +343,12 @@ absl::StatusOr<int64_t> PsClient::Push(int64_t step, int64_t base_version, const
   const int count = static_cast<int>(requests_.size());
   std::vector<proto::PushRequest> pushes(count);
   std::vector<proto::PushResponse> responses(count);
-  PST_RETURN_IF_ERROR(
-      BuildPushes(step, base_version, grads, position, [&](int r) { return &pushes[r]; }));
+  std::vector<common::DenseBuffers> buffers;
+  PST_RETURN_IF_ERROR(BuildPushes(
+      step, base_version, grads, position, [&](int r) { return &pushes[r]; }, &buffers));
   PST_RETURN_IF_ERROR(RunRequests([&](int r, common::PsTransport::Done done) {
-    transport_->Push(requests_[r].ps, &pushes[r], &responses[r], std::move(done));
+    transport_->PushDense(requests_[r].ps, &pushes[r], &buffers[r], &responses[r],
+                          std::move(done));
   }));
   int64_t min_version = std::numeric_limits<int64_t>::max();
   for (int r = 0; r < count; ++r) {

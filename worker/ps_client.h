@@ -40,7 +40,7 @@ using Values = std::vector<std::vector<float>>;
 class PsClient {
  public:
   // Requests to one ps are filled with pieces up to this many payload bytes.
-  static constexpr int64_t kRequestBytes = 4 << 20;
+  static constexpr int64_t kRequestBytes = 1 << 20;
   // Requests per ps on the wire at once.
   static constexpr int kRequestsInFlight = 4;
 
@@ -149,13 +149,19 @@ class PsClient {
   // per ps at once, and waits for all; the first error, annotated with its
   // ps.
   absl::Status RunRequests(const std::function<void(int r, common::PsTransport::Done)>& start);
-  // Checks the grads' sizes and fills one PushRequest per entry of requests_.
+  // Checks the grads' sizes and fills one PushRequest per entry of
+  // requests_, gradient payloads left in `grads` (added to `buffers`).
   absl::Status BuildPushes(int64_t step, int64_t base_version, const Values& grads,
                            int64_t position,
-                           const std::function<proto::PushRequest*(int r)>& request) const;
-  // Copies request r's answer into `values` and lowers *min_version.
-  absl::Status UnpackDense(int r, const proto::PullResponse& response, Values* values,
-                           int64_t* min_version) const;
+                           const std::function<proto::PushRequest*(int r)>& request,
+                           std::vector<common::DenseBuffers>* buffers) const;
+  // `values` sized for every dense variable, and per request the spans of
+  // it that the answers' payloads go into.
+  std::vector<common::DenseBuffers> ValueBuffers(Values* values) const;
+  // Checks request r's answer (its payloads already in place) and lowers
+  // *min_version.
+  absl::Status CheckDense(int r, const proto::PullResponse& response,
+                          int64_t* min_version) const;
 
   std::vector<DenseVar> dense_;
   std::vector<Request> requests_;

@@ -1,0 +1,65 @@
+#include "common/ps_transport.h"
+
+#include <cstring>
+#include <memory>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace pst::common {
+namespace {
+
+void CopyIn(std::span<const std::span<const float>> payloads,
+            google::protobuf::RepeatedPtrField<proto::Tensor>* tensors) {
+  for (size_t k = 0; k < payloads.size() && k < static_cast<size_t>(tensors->size()); ++k) {
+    (*tensors)[k].set_data(payloads[k].data(), payloads[k].size_bytes());
+  }
+}
+
+// Moves the answer's payloads into `values`, as the gRPC transport does.
+absl::Status CopyOut(std::span<const std::span<float>> values, proto::PullResponse* response) {
+  for (size_t k = 0; k < values.size() && k < static_cast<size_t>(response->values_size());
+       ++k) {
+    std::string* data = response->mutable_values(k)->mutable_data();
+    if (data->size() != values[k].size_bytes()) {
+      return absl::DataLossError(absl::StrCat("value ", k, " has ", data->size(),
+                                              " payload bytes where ", values[k].size_bytes(),
+                                              " were expected"));
+    }
+    std::memcpy(values[k].data(), data->data(), data->size());
+    data->clear();
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+void PsTransport::PullDense(int ps, const proto::PullRequest* request, const DenseBuffers* buffers,
+                            proto::PullResponse* response, Done done) {
+  Pull(ps, request, response, [buffers, response, done = std::move(done)](absl::Status status) {
+    if (status.ok()) status = CopyOut(buffers->values, response);
+    done(std::move(status));
+  });
+}
+
+void PsTransport::PushPullDense(int ps, const proto::PushPullRequest* request,
+                                const DenseBuffers* buffers, proto::PullResponse* response,
+                                Done done) {
+  auto full = std::make_shared<proto::PushPullRequest>(*request);
+  CopyIn(buffers->gradients, full->mutable_push()->mutable_gradients());
+  PushPull(ps, full.get(), response,
+           [full, buffers, response, done = std::move(done)](absl::Status status) {
+             if (status.ok()) status = CopyOut(buffers->values, response);
+             done(std::move(status));
+           });
+}
+
+void PsTransport::PushDense(int ps, const proto::PushRequest* request, const DenseBuffers* buffers,
+                            proto::PushResponse* response, Done done) {
+  auto full = std::make_shared<proto::PushRequest>(*request);
+  CopyIn(buffers->gradients, full->mutable_gradients());
+  Push(ps, full.get(), response,
+       [full, done = std::move(done)](absl::Status status) { done(std::move(status)); });
+}
+
+}  // namespace pst::common

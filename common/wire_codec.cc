@@ -1,0 +1,302 @@
+#include "common/wire_codec.h"
+
+#include <grpcpp/support/proto_buffer_reader.h>
+#include <grpcpp/support/slice.h>
+
+#include <climits>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "google/protobuf/io/coded_stream.h"
+#include "google/protobuf/wire_format_lite.h"
+
+namespace pst::common {
+namespace {
+
+using google::protobuf::io::CodedInputStream;
+using google::protobuf::internal::WireFormatLite;
+
+// Field numbers (proto/pstrain.proto).
+constexpr int kPushPullPush = 1;      // PushPullRequest.push
+constexpr int kPushGradients = 5;     // PushRequest.gradients
+constexpr int kPullNames = 1;         // PullResponse.names
+constexpr int kPullValues = 2;        // PullResponse.values
+constexpr int kPullVersions = 3;      // PullResponse.versions
+constexpr int kTensorDtype = 1;       // Tensor.dtype
+constexpr int kTensorShape = 2;       // Tensor.shape
+constexpr int kTensorData = 3;        // Tensor.data
+
+void PutVarint(uint64_t value, std::string* out) {
+  while (value >= 0x80) {
+    out->push_back(static_cast<char>(value | 0x80));
+    value >>= 7;
+  }
+  out->push_back(static_cast<char>(value));
+}
+
+size_t VarintSize(uint64_t value) {
+  size_t size = 1;
+  while (value >= 0x80) {
+    value >>= 7;
+    ++size;
+  }
+  return size;
+}
+
+void PutLengthTag(int field, std::string* out) {
+  PutVarint(WireFormatLite::MakeTag(field, WireFormatLite::WIRETYPE_LENGTH_DELIMITED), out);
+}
+
+void NoRelease(void*) {}
+void DeleteString(void* s) { delete static_cast<std::string*>(s); }
+
+// A tensor to write: its header (the tensor without data, serialized) and
+// its payload, referenced by `slice`.
+struct TensorPart {
+  std::string header;
+  size_t payload_bytes = 0;
+  grpc::Slice slice;
+};
+
+// Bytes of a Tensor message: header, then field 3 when there is a payload
+// (proto3 leaves an empty bytes field out).
+size_t TensorBytes(const TensorPart& t) {
+  if (t.payload_bytes == 0) return t.header.size();
+  return t.header.size() + VarintSize(WireFormatLite::MakeTag(
+                               kTensorData, WireFormatLite::WIRETYPE_LENGTH_DELIMITED)) +
+         VarintSize(t.payload_bytes) + t.payload_bytes;
+}
+
+size_t EntryBytes(int field, const TensorPart& t) {
+  const size_t body = TensorBytes(t);
+  return VarintSize(WireFormatLite::MakeTag(field, WireFormatLite::WIRETYPE_LENGTH_DELIMITED)) +
+         VarintSize(body) + body;
+}
+
+// Gathers small bytes and zero-copy slices into a byte buffer.
+class Builder {
+ public:
+  std::string* small() { return &small_; }
+  void Slice(grpc::Slice slice) {
+    Flush();
+    slices_.push_back(std::move(slice));
+  }
+  grpc::ByteBuffer Finish() {
+    Flush();
+    return grpc::ByteBuffer(slices_.data(), slices_.size());
+  }
+
+ private:
+  void Flush() {
+    if (small_.empty()) return;
+    slices_.emplace_back(small_.data(), small_.size());  // copies
+    small_.clear();
+  }
+  std::string small_;
+  std::vector<grpc::Slice> slices_;
+};
+
+// Writes each tensor of `parts` as an occurrence of repeated field `field`.
+void PutTensors(int field, std::vector<TensorPart>& parts, Builder* out) {
+  for (TensorPart& t : parts) {
+    PutLengthTag(field, out->small());
+    PutVarint(TensorBytes(t), out->small());
+    out->small()->append(t.header);
+    if (t.payload_bytes == 0) continue;
+    PutLengthTag(kTensorData, out->small());
+    PutVarint(t.payload_bytes, out->small());
+    out->Slice(std::move(t.slice));
+  }
+}
+
+std::vector<TensorPart> GradientParts(const google::protobuf::RepeatedPtrField<proto::Tensor>& grads,
+                                      std::span<const std::span<const float>> payloads) {
+  std::vector<TensorPart> parts(grads.size());
+  for (int k = 0; k < grads.size(); ++k) {
+    proto::Tensor header = grads[k];
+    header.clear_data();
+    parts[k].header = header.SerializeAsString();
+    parts[k].payload_bytes = payloads[k].size_bytes();
+    if (parts[k].payload_bytes > 0) {
+      // The caller keeps the floats alive and unchanged until the call ends.
+      parts[k].slice = grpc::Slice(const_cast<float*>(payloads[k].data()),
+                                   parts[k].payload_bytes, NoRelease);
+    }
+  }
+  return parts;
+}
+
+// Tensor fields from `in` up to its current limit. With `into`, the payload
+// is read straight into it and must be exactly its size.
+absl::Status ReadTensor(CodedInputStream* in, proto::Tensor* tensor, std::span<float>* into,
+                        int index) {
+  bool have_data = false;
+  while (true) {
+    const uint32_t tag = in->ReadTag();
+    if (tag == 0) break;
+    const int field = WireFormatLite::GetTagFieldNumber(tag);
+    const auto wire = WireFormatLite::GetTagWireType(tag);
+    if (field == kTensorDtype && wire == WireFormatLite::WIRETYPE_VARINT) {
+      uint32_t dtype = 0;
+      if (!in->ReadVarint32(&dtype)) return absl::DataLossError("truncated tensor dtype");
+      tensor->set_dtype(static_cast<proto::DType>(dtype));
+    } else if (field == kTensorShape && wire == WireFormatLite::WIRETYPE_VARINT) {
+      uint64_t dim = 0;
+      if (!in->ReadVarint64(&dim)) return absl::DataLossError("truncated tensor shape");
+      tensor->add_shape(static_cast<int64_t>(dim));
+    } else if (field == kTensorShape && wire == WireFormatLite::WIRETYPE_LENGTH_DELIMITED) {
+      if (!WireFormatLite::ReadPackedPrimitive<int64_t, WireFormatLite::TYPE_INT64>(
+              in, tensor->mutable_shape())) {
+        return absl::DataLossError("truncated tensor shape");
+      }
+    } else if (field == kTensorData && wire == WireFormatLite::WIRETYPE_LENGTH_DELIMITED) {
+      uint32_t bytes = 0;
+      if (!in->ReadVarint32(&bytes)) return absl::DataLossError("truncated tensor data");
+      if (into == nullptr) {
+        if (!in->ReadString(tensor->mutable_data(), static_cast<int>(bytes))) {
+          return absl::DataLossError("truncated tensor data");
+        }
+        continue;
+      }
+      if (bytes != into->size_bytes()) {
+        return absl::DataLossError(absl::StrCat("value ", index, " has ", bytes,
+                                                " payload bytes where ", into->size_bytes(),
+                                                " were expected"));
+      }
+      if (!in->ReadRaw(into->data(), static_cast<int>(bytes))) {
+        return absl::DataLossError("truncated tensor data");
+      }
+      have_data = true;
+    } else if (!WireFormatLite::SkipField(in, tag)) {
+      return absl::DataLossError("malformed tensor");
+    }
+  }
+  if (in->BytesUntilLimit() != 0) return absl::DataLossError("malformed tensor");
+  if (into != nullptr && !have_data && !into->empty()) {
+    return absl::DataLossError(absl::StrCat("value ", index, " has no payload where ",
+                                            into->size_bytes(), " bytes were expected"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+grpc::ByteBuffer EncodePushPull(const proto::PushPullRequest& request,
+                                std::span<const std::span<const float>> payloads) {
+  proto::PushPullRequest rest = request;
+  rest.mutable_push()->clear_gradients();
+  std::vector<TensorPart> parts = GradientParts(request.push().gradients(), payloads);
+  Builder out;
+  rest.AppendToString(out.small());
+  // A second occurrence of `push` holding only the gradients: parsers merge
+  // it into the first.
+  size_t inner = 0;
+  for (const TensorPart& t : parts) inner += EntryBytes(kPushGradients, t);
+  PutLengthTag(kPushPullPush, out.small());
+  PutVarint(inner, out.small());
+  PutTensors(kPushGradients, parts, &out);
+  return out.Finish();
+}
+
+grpc::ByteBuffer EncodePush(const proto::PushRequest& request,
+                            std::span<const std::span<const float>> payloads) {
+  proto::PushRequest rest = request;
+  rest.clear_gradients();
+  std::vector<TensorPart> parts = GradientParts(request.gradients(), payloads);
+  Builder out;
+  rest.AppendToString(out.small());
+  PutTensors(kPushGradients, parts, &out);
+  return out.Finish();
+}
+
+grpc::ByteBuffer EncodePullResponse(proto::PullResponse* response) {
+  std::vector<TensorPart> parts(response->values_size());
+  for (int k = 0; k < response->values_size(); ++k) {
+    proto::Tensor* value = response->mutable_values(k);
+    auto* payload = new std::string(std::move(*value->mutable_data()));
+    value->clear_data();
+    parts[k].header = value->SerializeAsString();
+    parts[k].payload_bytes = payload->size();
+    if (payload->empty()) {
+      delete payload;
+      continue;
+    }
+    parts[k].slice = grpc::Slice(payload->data(), payload->size(), DeleteString, payload);
+  }
+  proto::PullResponse rest;
+  *rest.mutable_names() = response->names();
+  *rest.mutable_versions() = response->versions();
+  Builder out;
+  rest.AppendToString(out.small());
+  PutTensors(kPullValues, parts, &out);
+  return out.Finish();
+}
+
+absl::Status DecodePullResponse(grpc::ByteBuffer* buffer, std::span<const std::span<float>> into,
+                                proto::PullResponse* response) {
+  response->Clear();
+  const size_t length = buffer->Length();
+  grpc::ProtoBufferReader reader(buffer);
+  if (!reader.status().ok()) return absl::DataLossError("unreadable PullResponse");
+  CodedInputStream in(&reader);
+  in.SetTotalBytesLimit(INT_MAX);
+  while (true) {
+    const uint32_t tag = in.ReadTag();
+    if (tag == 0) break;
+    const int field = WireFormatLite::GetTagFieldNumber(tag);
+    const auto wire = WireFormatLite::GetTagWireType(tag);
+    if (field == kPullNames && wire == WireFormatLite::WIRETYPE_LENGTH_DELIMITED) {
+      if (!WireFormatLite::ReadString(&in, response->add_names())) {
+        return absl::DataLossError("malformed PullResponse: truncated name");
+      }
+    } else if (field == kPullValues && wire == WireFormatLite::WIRETYPE_LENGTH_DELIMITED) {
+      uint32_t bytes = 0;
+      if (!in.ReadVarint32(&bytes)) return absl::DataLossError("malformed PullResponse");
+      const CodedInputStream::Limit limit = in.PushLimit(static_cast<int>(bytes));
+      const int index = response->values_size();
+      std::span<float> target;
+      const bool direct = index < static_cast<int>(into.size());
+      if (direct) target = into[index];
+      absl::Status read = ReadTensor(&in, response->add_values(), direct ? &target : nullptr, index);
+      if (!read.ok()) {
+        return absl::DataLossError(absl::StrCat("malformed PullResponse: ", read.message()));
+      }
+      in.PopLimit(limit);
+    } else if (field == kPullVersions && wire == WireFormatLite::WIRETYPE_VARINT) {
+      uint64_t version = 0;
+      if (!in.ReadVarint64(&version)) return absl::DataLossError("malformed PullResponse");
+      response->add_versions(static_cast<int64_t>(version));
+    } else if (field == kPullVersions && wire == WireFormatLite::WIRETYPE_LENGTH_DELIMITED) {
+      if (!WireFormatLite::ReadPackedPrimitive<int64_t, WireFormatLite::TYPE_INT64>(
+              &in, response->mutable_versions())) {
+        return absl::DataLossError("malformed PullResponse: truncated versions");
+      }
+    } else if (!WireFormatLite::SkipField(&in, tag)) {
+      return absl::DataLossError("malformed PullResponse");
+    }
+  }
+  if (static_cast<size_t>(in.CurrentPosition()) != length) {
+    return absl::DataLossError(absl::StrCat("malformed PullResponse: stopped at byte ",
+                                            in.CurrentPosition(), " of ", length));
+  }
+  return absl::OkStatus();
+}
+
+grpc::ByteBuffer SerializeMessage(const google::protobuf::Message& message) {
+  const std::string bytes = message.SerializeAsString();
+  grpc::Slice slice(bytes);
+  return grpc::ByteBuffer(&slice, 1);
+}
+
+absl::Status ParseMessage(grpc::ByteBuffer* buffer, google::protobuf::Message* message) {
+  grpc::ProtoBufferReader reader(buffer);
+  if (!reader.status().ok() || !message->ParseFromZeroCopyStream(&reader)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the request is not a valid ", message->GetTypeName()));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace pst::common

@@ -1,0 +1,179 @@
+// The zero-copy encodings are plain protobuf: the standard parser reads
+// them as the messages they stand for, and the direct decoder places
+// payloads where they belong or says why it cannot.
+#include "common/wire_codec.h"
+
+#include <grpc/grpc.h>
+#include <grpcpp/support/slice.h>
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "common/tensor_util.h"
+
+namespace pst::common {
+namespace {
+
+class WireCodecTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { grpc_init(); }
+  static void TearDownTestSuite() { grpc_shutdown(); }
+
+  static Shape MakeShape(std::vector<int64_t> dims) { return Shape(dims.begin(), dims.end()); }
+
+  // Two gradients (one empty) with headers only, and their payloads.
+  static proto::PushRequest Push(const std::vector<std::vector<float>>& payloads) {
+    proto::PushRequest push;
+    push.set_worker_index(3);
+    push.set_incarnation(77);
+    push.set_step(12);
+    push.set_part(2);
+    push.set_position(400);
+    for (size_t k = 0; k < payloads.size(); ++k) {
+      push.add_names("v" + std::to_string(k));
+      proto::Tensor* t = push.add_gradients();
+      t->set_dtype(proto::DT_FLOAT32);
+      t->add_shape(static_cast<int64_t>(payloads[k].size()));
+    }
+    return push;
+  }
+
+  static std::vector<std::span<const float>> Spans(const std::vector<std::vector<float>>& v) {
+    return {v.begin(), v.end()};
+  }
+
+  // A response of two values of `sizes`, payloads filled in.
+  static proto::PullResponse Response(const std::vector<std::vector<float>>& payloads) {
+    proto::PullResponse response;
+    for (size_t k = 0; k < payloads.size(); ++k) {
+      response.add_names("v" + std::to_string(k));
+      PackFloats(payloads[k], MakeShape({static_cast<int64_t>(payloads[k].size())}),
+                 response.add_values());
+      response.add_versions(100 + static_cast<int64_t>(k));
+    }
+    return response;
+  }
+
+  const std::vector<std::vector<float>> payloads_ = {{1.5f, -2.0f, 3.25f}, {}, {7.0f}};
+};
+
+TEST_F(WireCodecTest, EncodePushPull_ParsesAsTheFullRequest) {
+  proto::PushPullRequest request;
+  *request.mutable_push() = Push(payloads_);
+  proto::PushPullRequest full = request;
+  for (size_t k = 0; k < payloads_.size(); ++k) {
+    PackFloats(payloads_[k], full.push().gradients(k).shape(),
+               full.mutable_push()->mutable_gradients(k));
+  }
+  grpc::ByteBuffer bytes = EncodePushPull(request, Spans(payloads_));
+  proto::PushPullRequest parsed;
+  ASSERT_TRUE(ParseMessage(&bytes, &parsed).ok());
+  EXPECT_EQ(parsed.SerializeAsString(), full.SerializeAsString());
+}
+
+TEST_F(WireCodecTest, EncodePush_ParsesAsTheFullRequest) {
+  const proto::PushRequest request = Push(payloads_);
+  proto::PushRequest full = request;
+  for (size_t k = 0; k < payloads_.size(); ++k) {
+    PackFloats(payloads_[k], full.gradients(k).shape(), full.mutable_gradients(k));
+  }
+  grpc::ByteBuffer bytes = EncodePush(request, Spans(payloads_));
+  proto::PushRequest parsed;
+  ASSERT_TRUE(ParseMessage(&bytes, &parsed).ok());
+  EXPECT_EQ(parsed.SerializeAsString(), full.SerializeAsString());
+}
+
+TEST_F(WireCodecTest, PullResponse_RoundTripsIntoTheCallersBuffers) {
+  const proto::PullResponse original = Response(payloads_);
+  for (bool zero_copy : {true, false}) {
+    proto::PullResponse sent = original;
+    grpc::ByteBuffer bytes = zero_copy ? EncodePullResponse(&sent) : SerializeMessage(sent);
+    if (zero_copy) {
+      EXPECT_TRUE(sent.values(0).data().empty()) << "payloads were moved";
+    }
+    std::vector<std::vector<float>> out = {std::vector<float>(3), {}, std::vector<float>(1)};
+    const std::vector<std::span<float>> into(out.begin(), out.end());
+    proto::PullResponse got;
+    absl::Status status = DecodePullResponse(&bytes, into, &got);
+    ASSERT_TRUE(status.ok()) << status;
+    EXPECT_EQ(out, payloads_);
+    ASSERT_EQ(got.values_size(), 3);
+    for (int k = 0; k < 3; ++k) {
+      EXPECT_TRUE(got.values(k).data().empty());
+      EXPECT_EQ(got.values(k).dtype(), proto::DT_FLOAT32);
+      EXPECT_EQ(got.values(k).shape(0), static_cast<int64_t>(payloads_[k].size()));
+      EXPECT_EQ(got.names(k), original.names(k));
+      EXPECT_EQ(got.versions(k), original.versions(k));
+    }
+  }
+}
+
+TEST_F(WireCodecTest, DecodePullResponse_ValuesPastTheBuffersKeepTheirData) {
+  proto::PullResponse sent = Response(payloads_);
+  grpc::ByteBuffer bytes = EncodePullResponse(&sent);
+  std::vector<float> first(3);
+  const std::vector<std::span<float>> into = {first};
+  proto::PullResponse got;
+  ASSERT_TRUE(DecodePullResponse(&bytes, into, &got).ok());
+  EXPECT_EQ(first, payloads_[0]);
+  EXPECT_TRUE(got.values(0).data().empty());
+  EXPECT_EQ(got.values(2).data().size(), sizeof(float));
+}
+
+TEST_F(WireCodecTest, DecodePullResponse_WrongSizeOrMissingPayload_IsDataLossNamingTheSizes) {
+  proto::PullResponse sent = Response(payloads_);
+  grpc::ByteBuffer bytes = EncodePullResponse(&sent);
+  std::vector<float> small(2), none, one(1);
+  std::vector<std::span<float>> into = {small, none, one};
+  proto::PullResponse got;
+  absl::Status status = DecodePullResponse(&bytes, into, &got);
+  EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss);
+  EXPECT_NE(std::string(status.message()).find("12 payload bytes where 8"), std::string::npos)
+      << status;
+
+  proto::PullResponse again = Response(payloads_);
+  grpc::ByteBuffer bytes2 = EncodePullResponse(&again);
+  std::vector<float> right(3), wants_two(2);
+  into = {right, wants_two};  // value 1 has no payload at all
+  status = DecodePullResponse(&bytes2, into, &got);
+  EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss);
+  EXPECT_NE(std::string(status.message()).find("no payload"), std::string::npos) << status;
+}
+
+TEST_F(WireCodecTest, TruncatedOrGarbageBytes_AreErrorsNotCrashes) {
+  const std::string whole = Response(payloads_).SerializeAsString();
+  const size_t first_payload =
+      whole.find(std::string(reinterpret_cast<const char*>(payloads_[0].data()), 12));
+  ASSERT_NE(first_payload, std::string::npos);
+  int failed = 0;
+  for (size_t cut = 1; cut < whole.size(); ++cut) {
+    grpc::Slice slice(whole.data(), cut);
+    grpc::ByteBuffer bytes(&slice, 1);
+    std::vector<float> a(3), b, c(1);
+    const std::vector<std::span<float>> into = {a, b, c};
+    proto::PullResponse got;
+    const absl::Status status = DecodePullResponse(&bytes, into, &got);
+    // A cut between fields is a valid, shorter message; one inside a field
+    // must fail, with DataLoss.
+    if (cut > first_payload && cut < first_payload + 12) {
+      EXPECT_FALSE(status.ok()) << "cut at " << cut << " inside the first payload";
+    }
+    if (!status.ok()) {
+      EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss) << cut;
+      ++failed;
+    }
+  }
+  EXPECT_GT(failed, static_cast<int>(whole.size()) / 2);
+  const std::string garbage = "\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\x0f";
+  grpc::Slice slice(garbage.data(), garbage.size());
+  grpc::ByteBuffer bytes(&slice, 1);
+  proto::PullResponse got;
+  EXPECT_EQ(DecodePullResponse(&bytes, {}, &got).code(), absl::StatusCode::kDataLoss);
+  grpc::ByteBuffer bytes2(&slice, 1);
+  proto::PushPullRequest request;
+  EXPECT_EQ(ParseMessage(&bytes2, &request).code(), absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace pst::common
