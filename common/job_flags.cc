@@ -41,6 +41,9 @@ ABSL_FLAG(int64_t, max_shard_bytes, 64 << 20, "axis_size partitioner: largest sl
 ABSL_FLAG(int64_t, dense_piece_bytes, 1 << 20,
           "Dense variables bigger than this are cut into pieces of at most this size, spread "
           "over the ps and sent a few per request, so big tensors pipeline; 0: never cut.");
+ABSL_FLAG(bool, overlap, false,
+          "async, mlp: compute the next batch while the last push+pull is in flight (compute "
+          "and communication overlap, at one step more staleness).");
 ABSL_FLAG(std::string, routing, "mod", "Id routing of partitioned tables: mod or div.");
 ABSL_FLAG(std::string, mode, "async",
           "How workers agree on parameters: async, sync (bulk synchronous, averaged steps) or ssp "
@@ -191,6 +194,7 @@ absl::StatusOr<proto::TrainingConfig> TrainingConfigFromFlags() {
     return absl::InvalidArgumentError(
         "--min_slice_bytes and --max_shard_bytes must be positive, --max_partitions >= 0");
   }
+  config.set_overlap(absl::GetFlag(FLAGS_overlap));
   config.set_dense_piece_bytes(absl::GetFlag(FLAGS_dense_piece_bytes));
   if (config.dense_piece_bytes() < 0) {
     return absl::InvalidArgumentError("--dense_piece_bytes must be >= 0 (0: never cut)");

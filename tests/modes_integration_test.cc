@@ -145,6 +145,22 @@ TEST_F(ModesTest, SyncWithDenseVariablesCutIntoPieces_TrainsExactlyAsWhole) {
   EXPECT_EQ(cut["test_loss"], whole["test_loss"]);
 }
 
+// --overlap: every worker pushes each batch once, and reports how its step
+// time splits between compute and push+pull.
+TEST_F(ModesTest, AsyncWithOverlap_TrainsEveryBatchAndReportsStepTimes) {
+  const nlohmann::json result = RunJob({"--mode=async", "--overlap", "--workers=2", "--epochs=1"});
+  ASSERT_TRUE(result.is_object()) << output_;
+  EXPECT_EQ(result["global_step"], 2 * ((30000 + 63) / 64)) << "each worker's 469 batches, once";
+  const std::regex times(
+      R"(worker:\d\] time per step: compute ([\d.]+) ms, push\+pull ([\d.]+) ms \(([\d.]+) ms of it not hidden by compute\); compute/communication ([\d.]+) \(overlapped\))");
+  auto lines = std::sregex_iterator(output_.begin(), output_.end(), times);
+  ASSERT_EQ(std::distance(lines, std::sregex_iterator()), 2) << output_;
+  for (auto it = lines; it != std::sregex_iterator(); ++it) {
+    EXPECT_GT(std::stod((*it)[1]), 0) << it->str();
+    EXPECT_GT(std::stod((*it)[2]), 0) << it->str();
+  }
+}
+
 TEST_F(ModesTest, WorkerLeavingSyncJob_LowersQuorum_AndTheJobFinishes) {
   const std::string summary = dir_ + "/summary.json";
   std::unique_ptr<TestProcess> launcher =

@@ -62,7 +62,7 @@ constexpr const char* kForwardedFlags[] = {
     "l2", "lr_power", "skip_nonfinite", "seed", "log_every_s", "heartbeat_ms", "peer_timeout_s",
     "startup_timeout_s", "rpc_timeout_s", "recovery_timeout_s", "data", "eval_fraction", "embedding_dim",
     "buckets_per_field", "admit_after", "placement", "partitioner", "num_shards",
-    "min_slice_bytes", "max_partitions", "max_shard_bytes", "dense_piece_bytes", "routing", "mode", "staleness",
+    "min_slice_bytes", "max_partitions", "max_shard_bytes", "dense_piece_bytes", "overlap", "routing", "mode", "staleness",
     "replicas_to_aggregate", "checkpoint_dir", "save_checkpoints_steps", "save_checkpoints_secs",
     "keep_checkpoints", "device", "gpus", "gpu_memory", "virtual_devices", "cpu_devices",
     "log_device_placement",

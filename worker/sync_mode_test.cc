@@ -13,6 +13,7 @@
 #include "worker/mlp.h"
 #include "worker/model_spec.h"
 #include "worker/ps_client.h"
+#include "worker/training_loops.h"
 
 namespace pst::worker {
 namespace {
@@ -238,6 +239,74 @@ TEST(SyncQuorumTest, WorkerLeaving_LowersQuorum_AndReleasesTheStep) {
   stepper.join();
   ASSERT_TRUE(version.ok()) << version.status();
   EXPECT_EQ(*version, 1);
+}
+
+// Async with --overlap: batch b's gradient is computed while batch b-1's
+// push+pull is in flight, i.e. from the values batch b-2's answer brought.
+// With every example alike, batch order does not matter, so the expected
+// values can be computed here step by step: g_0 = grad(p_0), and
+// g_b = grad(p_{b-1}) for b >= 1, with p_{b+1} = p_b - lr * g_b.
+TEST(OverlapTest, EveryBatchIsPushedOnce_FromTheValuesOneStepBehind) {
+  proto::TrainingConfig training = Training(proto::ASYNC, 1);
+  training.set_batch_size(kBatch);
+  training.set_epochs(2);
+  training.set_overlap(true);
+  constexpr int kExamples = 5 * kBatch;  // 5 batches per epoch, 10 in all
+  Dataset data;
+  data.num_examples = kExamples;
+  data.dim = kFashionMnistDim;
+  const Data one(1);
+  for (int i = 0; i < kExamples; ++i) {
+    data.features.insert(data.features.end(), one.x.begin(), one.x.end());
+    data.labels.push_back(one.y[0]);
+  }
+  Cluster cluster(training, 2);
+  std::unique_ptr<PsClient> client = cluster.Client(0);
+  Values initial;
+  ASSERT_EQ(*client->Pull(&initial), 0);
+
+  StepTimes times;
+  LoopControl control;
+  control.times = &times;
+  std::vector<int64_t> positions, versions;
+  control.on_step = [&](int64_t examples, float, int, int64_t version, int64_t position) {
+    EXPECT_EQ(examples, kBatch);
+    positions.push_back(position);
+    versions.push_back(version);
+  };
+  absl::StatusOr<int64_t> global_step = TrainMlp(training, data, 3, client.get(), control);
+  ASSERT_TRUE(global_step.ok()) << global_step.status();
+  EXPECT_EQ(*global_step, 10);
+  EXPECT_EQ(positions, (std::vector<int64_t>{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}));
+  EXPECT_EQ(versions, (std::vector<int64_t>{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}));
+  EXPECT_EQ(times.steps, 10);
+  EXPECT_GT(times.compute, absl::ZeroDuration());
+  EXPECT_GT(times.communication, absl::ZeroDuration());
+
+  Mlp model(*MlpConfigFor(training));
+  const float lr = training.optimizer().learning_rate();
+  std::vector<Values> p = {initial};
+  for (int b = 0; b < 10; ++b) {
+    Values grads;
+    const Values& from = p[std::max(0, b - 1)];
+    ASSERT_TRUE(model.LossAndGradients(from, data.features.data(), data.labels.data(), kBatch,
+                                       &grads)
+                    .ok());
+    Values next = p[b];
+    for (size_t v = 0; v < next.size(); ++v) {
+      for (size_t k = 0; k < next[v].size(); ++k) next[v][k] -= lr * grads[v][k];
+    }
+    p.push_back(std::move(next));
+  }
+  Values got;
+  ASSERT_EQ(*client->Pull(&got), 10);
+  double max_diff = 0;
+  for (size_t v = 0; v < got.size(); ++v) {
+    for (size_t k = 0; k < got[v].size(); ++k) {
+      max_diff = std::max<double>(max_diff, std::abs(got[v][k] - p[10][v][k]));
+    }
+  }
+  EXPECT_LT(max_diff, 1e-5);
 }
 
 }  // namespace

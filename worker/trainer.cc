@@ -330,6 +330,8 @@ absl::Status RunWorker(const TrainerOptions& options, const common::StopSignal& 
   if (devices != nullptr) control.devices = devices->devices();
   control.log_device_placement = options.log_device_placement;
   control.job_prefix = job_prefix;
+  StepTimes times;
+  control.times = &times;
   control.on_step = [&](int64_t examples, float loss, int epoch, int64_t version,
                         int64_t position) {
     progress.Step(examples, loss, epoch, version, position);
@@ -441,6 +443,20 @@ absl::Status RunWorker(const TrainerOptions& options, const common::StopSignal& 
   }
   spdlog::info("worker finished: {} step(s), global step {}, data position {}", progress.steps(),
                global_step, progress.position());
+  if (times.steps > 0) {
+    const double per_step = 1e3 / static_cast<double>(times.steps);
+    const double compute = absl::ToDoubleSeconds(times.compute);
+    const double communication = absl::ToDoubleSeconds(times.communication);
+    spdlog::info(
+        "time per step: compute {:.2f} ms, push+pull {:.2f} ms ({:.2f} ms of it not hidden by "
+        "compute); compute/communication {:.2f}{}",
+        compute * per_step, communication * per_step,
+        absl::ToDoubleSeconds(times.waited) * per_step,
+        communication > 0 ? compute / communication : 0.0,
+        training.sync().mode() == proto::ASYNC && training.overlap() && training.model() == "mlp"
+            ? " (overlapped)"
+            : "");
+  }
   return status;
 }
 

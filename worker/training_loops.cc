@@ -4,8 +4,10 @@
 #include <numeric>
 #include <optional>
 #include <random>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
@@ -50,6 +52,51 @@ absl::Status ForEachBatch(const proto::TrainingConfig& training, int64_t num_exa
   return absl::OkStatus();
 }
 
+// Runs one job at a time on a thread of its own: the push+pull a worker
+// overlaps with its next batch's compute.
+class Background {
+ public:
+  Background() : thread_([this] { Loop(); }) {}
+  ~Background() {
+    {
+      absl::MutexLock lock(&mu_);
+      quit_ = true;
+    }
+    thread_.join();
+  }
+  // REQUIRES: no job running (Wait() returned since the last Start()).
+  void Start(std::function<void()> job) {
+    absl::MutexLock lock(&mu_);
+    job_ = std::move(job);
+  }
+  void Wait() {
+    absl::MutexLock lock(&mu_);
+    mu_.Await(absl::Condition(+[](std::function<void()>* job) { return !*job; }, &job_));
+  }
+
+ private:
+  void Loop() {
+    for (;;) {
+      std::function<void()> job;
+      {
+        absl::MutexLock lock(&mu_);
+        mu_.Await(absl::Condition(
+            +[](Background* b) { return b->quit_ || static_cast<bool>(b->job_); }, this));
+        if (!job_) return;  // quit with nothing to do
+        job = job_;
+      }
+      job();
+      absl::MutexLock lock(&mu_);
+      job_ = nullptr;
+    }
+  }
+
+  absl::Mutex mu_;
+  std::function<void()> job_ ABSL_GUARDED_BY(mu_);
+  bool quit_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread thread_;
+};
+
 }  // namespace
 
 absl::StatusOr<int64_t> TrainMlp(const proto::TrainingConfig& training, const Dataset& data,
@@ -89,22 +136,96 @@ absl::StatusOr<int64_t> TrainMlp(const proto::TrainingConfig& training, const Da
   std::vector<float> x(static_cast<size_t>(training.batch_size()) * dim);
   std::vector<int32_t> y(training.batch_size());
   std::vector<int64_t> order;
+  StepTimes unused_times;
+  StepTimes& times = control.times != nullptr ? *control.times : unused_times;
+  // Compute one batch's gradients from `params` into `out`.
+  auto compute = [&](int64_t first, int64_t n, Values* out) -> absl::StatusOr<float> {
+    const absl::Time start = absl::Now();
+    for (int64_t k = 0; k < n; ++k) {
+      const int64_t e = order[first + k];
+      std::copy_n(&data.features[e * dim], dim, &x[k * dim]);
+      y[k] = data.labels[e];
+    }
+    absl::StatusOr<float> loss = loss_and_gradients(x.data(), y.data(), static_cast<int>(n), out);
+    if (control.step_delay > absl::ZeroDuration()) absl::SleepFor(control.step_delay);
+    times.compute += absl::Now() - start;
+    return loss;
+  };
+
+  if (training.sync().mode() == proto::ASYNC && training.overlap()) {
+    // Pipelined: batch b's gradients are computed while the push+pull of
+    // batch b-1 is in flight, from the values batch b-2's answer brought.
+    // The push in flight reads its gradient buffer (zero-copy), so the two
+    // buffers alternate; its answer lands in `incoming`.
+    Values incoming, pipe[2];
+    int next = 0;
+    struct InFlight {
+      int64_t examples = 0, position = 0;
+      float loss = 0;
+      int epoch = 0;
+      absl::StatusOr<int64_t> version;
+      absl::Duration took;
+    };
+    std::optional<InFlight> flight;
+    Background comm;
+    // Waits for the push+pull in flight and takes its answer.
+    auto land = [&]() -> absl::Status {
+      const absl::Time start = absl::Now();
+      comm.Wait();
+      times.waited += absl::Now() - start;
+      times.communication += flight->took;
+      ++times.steps;
+      InFlight done = *std::move(flight);
+      flight.reset();
+      PST_RETURN_IF_ERROR(done.version.status());
+      global_step = *done.version;
+      params.swap(incoming);
+      control.on_step(done.examples, done.loss, done.epoch, global_step, done.position + 1);
+      return absl::OkStatus();
+    };
+    absl::Status looped = ForEachBatch(
+        training, data.num_examples, shuffle_seed, control.start_position, &order,
+        [&](int64_t first, int64_t n, int epoch, int64_t position) -> absl::StatusOr<bool> {
+          if (control.should_stop() || ReachedMaxSteps(training, global_step)) return false;
+          Values* out = &pipe[next];
+          PST_ASSIGN_OR_RETURN(const float loss, compute(first, n, out));
+          if (flight.has_value()) PST_RETURN_IF_ERROR(land());
+          flight.emplace();
+          flight->examples = n;
+          flight->position = position;
+          flight->loss = loss;
+          flight->epoch = epoch;
+          const int64_t base = global_step;
+          comm.Start([&, out, position, base] {
+            const absl::Time start = absl::Now();
+            flight->version = ps->PushPull(position, base, *out, &incoming, position);
+            flight->took = absl::Now() - start;
+          });
+          next ^= 1;
+          return true;
+        });
+    if (flight.has_value()) {
+      const absl::Status landed = land();
+      if (looped.ok()) looped = landed;
+    }
+    PST_RETURN_IF_ERROR(looped);
+    return global_step;
+  }
+
   PST_RETURN_IF_ERROR(ForEachBatch(
       training, data.num_examples, shuffle_seed, control.start_position, &order,
       [&](int64_t first, int64_t n, int epoch, int64_t position) -> absl::StatusOr<bool> {
         if (control.should_stop() || ReachedMaxSteps(training, global_step)) return false;
-        for (int64_t k = 0; k < n; ++k) {
-          const int64_t e = order[first + k];
-          std::copy_n(&data.features[e * dim], dim, &x[k * dim]);
-          y[k] = data.labels[e];
-        }
-        PST_ASSIGN_OR_RETURN(float loss,
-                             loss_and_gradients(x.data(), y.data(), static_cast<int>(n), &grads));
-        if (control.step_delay > absl::ZeroDuration()) absl::SleepFor(control.step_delay);
+        PST_ASSIGN_OR_RETURN(const float loss, compute(first, n, &grads));
         // SYNC tags a push with the version it was computed from; the other
         // modes with the data position.
         const int64_t tag = sync ? global_step : position;
+        const absl::Time start = absl::Now();
         PST_ASSIGN_OR_RETURN(global_step, ps->PushPull(tag, global_step, grads, &params, position));
+        const absl::Duration took = absl::Now() - start;
+        times.communication += took;
+        times.waited += took;
+        ++times.steps;
         control.on_step(n, loss, epoch, global_step, position + 1);
         return true;
       }));

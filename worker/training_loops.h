@@ -19,6 +19,14 @@
 
 namespace pst::worker {
 
+// Where a worker's steps spend their time, summed over steps.
+struct StepTimes {
+  int64_t steps = 0;
+  absl::Duration compute;        // gradients (and gathering the batch)
+  absl::Duration communication;  // push+pull calls, start to answer
+  absl::Duration waited;         // of that, time the loop stood waiting for an answer
+};
+
 struct LoopControl {
   // Polled before every step; true ends the loop (not an error).
   std::function<bool()> should_stop = [] { return false; };
@@ -38,6 +46,8 @@ struct LoopControl {
   // across them and their gradients summed). Empty: one CPU device.
   std::vector<Device*> devices;
   bool log_device_placement = false;
+  // Accumulates the step times when set (not owned).
+  StepTimes* times = nullptr;
   std::string job_prefix = "/job:worker/replica:0/task:0";  // for the placement log
 };
 
