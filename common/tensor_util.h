@@ -60,6 +60,10 @@ void ForEachFloatBlock(std::string_view payload,
 // REQUIRES: payload.size() % sizeof(float) == 0.
 bool AllFinite(std::string_view payload);
 
+// sum[i] += payload float i, for every float of the payload.
+// REQUIRES: sum.size() * sizeof(float) == payload.size().
+void AddPayload(std::string_view payload, std::span<float> sum);
+
 }  // namespace pst::common
 
 #endif  // PST_COMMON_TENSOR_UTIL_H_

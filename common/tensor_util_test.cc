@@ -92,6 +92,15 @@ TEST(TensorUtilTest, ForEachFloatBlock_VisitsEveryFloatOnceInOrder) {
   }
 }
 
+TEST(TensorUtilTest, AddPayload_AddsEveryFloat) {
+  std::vector<float> values(kFloatBlock + 3);
+  for (size_t i = 0; i < values.size(); ++i) values[i] = 0.25f * static_cast<float>(i);
+  const std::string payload(reinterpret_cast<const char*>(values.data()), values.size() * 4);
+  std::vector<float> sum(values.size(), 1.0f);
+  AddPayload(payload, sum);
+  for (size_t i = 0; i < values.size(); ++i) ASSERT_EQ(sum[i], 1.0f + values[i]) << i;
+}
+
 TEST(TensorUtilTest, AllFinite_FindsNanAndInfAnywhere) {
   std::vector<float> values(3 * kFloatBlock + 5, 1.5f);
   auto payload = [&] {

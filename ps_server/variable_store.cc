@@ -460,13 +460,7 @@ absl::Status VariableStore::PushNoWake(const proto::PushRequest& request,
       } else {
         if (var.accum.empty()) var.accum.assign(var.values.size(), 0.0f);
         if (grads[i].empty()) {
-          common::ForEachFloatBlock(request.gradients(i).data(),
-                                    [&](int64_t offset, std::span<const float> block) {
-                                      float* accum = var.accum.data() + offset;
-                                      for (size_t k = 0; k < block.size(); ++k) {
-                                        accum[k] += block[k];
-                                      }
-                                    });
+          common::AddPayload(request.gradients(i).data(), var.accum);
         } else {
           for (size_t k = 0; k < grads[i].size(); ++k) {
             if (skip[i].empty() || !skip[i][k / var.dim]) var.accum[k] += grads[i][k];
