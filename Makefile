@@ -11,7 +11,7 @@ DEBIAN_PACKAGES := cmake make g++ pkg-config ccache \
   libabsl-dev libspdlog-dev libopenblas-dev nlohmann-json3-dev zlib1g-dev \
   libgtest-dev dataset-fashion-mnist
 
-.PHONY: all deps configure build demo test bench-modes bench-ps bench-recovery sanitize clean
+.PHONY: all deps configure build demo test bench-modes bench-ps bench-recovery bench-throughput sanitize clean
 
 all: build
 
@@ -42,6 +42,11 @@ bench-modes: build
 BENCH_PS_FLAGS ?=
 bench-ps: build
 	$(BUILD_DIR)/bin/ps_bench --json=$(BUILD_DIR)/ps_bench.json $(BENCH_PS_FLAGS)
+
+# Training throughput of a 2 ps + 2 worker cluster (with and without
+# --overlap) against one single-threaded process with no network.
+bench-throughput: build
+	bench/throughput.sh $(BUILD_DIR)
 
 # Checkpoint and recovery figures: save/restore MB/s, throughput during a
 # save, time from a ps kill to resumed training, steps lost.

@@ -32,6 +32,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <exception>
@@ -98,6 +99,10 @@ ABSL_FLAG(double, rpc_timeout_s, 300, "Deadline of one operation.");
 ABSL_FLAG(int64_t, dense_piece_bytes, 1 << 20,
           "Dense variables are cut into pieces of at most this many bytes, as the chief's "
           "--dense_piece_bytes does; 0: never cut (one variable per ps).");
+ABSL_FLAG(std::string, link_rate, "",
+          "Put each ps in a network namespace of its own, behind a veth pair shaped to this "
+          "rate each way (tc tbf, e.g. 2gbit), as if every ps were a machine with that NIC. "
+          "Needs root and iproute2. Empty: every ps on loopback.");
 ABSL_FLAG(bool, verbose, false, "Echo the ps processes' log lines.");
 
 namespace pst::bench {
@@ -125,6 +130,7 @@ struct Options {
   std::string ps_server;
   absl::Duration rpc_timeout;
   int64_t dense_piece_bytes = 0;
+  std::string link_rate;
   bool verbose = false;
 
   bool Has(const std::string& c) const { return cases.count(c) > 0; }
@@ -170,6 +176,11 @@ absl::StatusOr<Options> ParseOptions() {
   Options o;
   PST_ASSIGN_OR_RETURN(o.ps_counts, ParseCounts("ps", absl::GetFlag(FLAGS_ps)));
   PST_ASSIGN_OR_RETURN(o.worker_counts, ParseCounts("workers", absl::GetFlag(FLAGS_workers)));
+  o.link_rate = absl::GetFlag(FLAGS_link_rate);
+  if (o.link_rate.find_first_not_of("0123456789.kmgKMGbitps") != std::string::npos) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--link_rate=", o.link_rate, " is not a tc rate such as 2gbit or 500mbit"));
+  }
   o.dense_piece_bytes = absl::GetFlag(FLAGS_dense_piece_bytes);
   if (o.dense_piece_bytes < 0) {
     return absl::InvalidArgumentError("--dense_piece_bytes must be >= 0 (0: never cut)");
@@ -298,6 +309,64 @@ std::optional<int> WaitChild(pid_t pid, absl::Duration timeout) {
 // ---------------------------------------------------------------------------
 // The ps processes.
 
+// A network namespace holding one ps, joined to this one by a veth pair
+// shaped to a rate each way: the ps sees a NIC of that rate, as on a
+// machine of its own. Removed (with its veth pair) on destruction.
+class ShapedLink {
+ public:
+  // Link `index` of this process. Errors: Internal naming the command that
+  // failed (not root, no iproute2).
+  static absl::StatusOr<std::unique_ptr<ShapedLink>> Create(int index, const std::string& rate) {
+    const int tag = static_cast<int>(getpid() % 100000);
+    std::unique_ptr<ShapedLink> link(new ShapedLink());
+    link->ns_ = absl::StrCat("pstbench", tag, "_", index);
+    const std::string host = absl::StrCat("pb", tag, "h", index);
+    const std::string peer = absl::StrCat("pb", tag, "n", index);
+    const std::string net = absl::StrCat("10.", 200 + tag % 50, ".", index);
+    link->address_ = net + ".2";
+    const std::string shape = absl::StrCat(" root tbf rate ", rate, " burst 4mb latency 100ms");
+    for (const std::string& command :
+         {"ip netns add " + link->ns_, "ip link add " + host + " type veth peer name " + peer,
+          "ip link set " + peer + " netns " + link->ns_,
+          "ip addr add " + net + ".1/24 dev " + host, "ip link set " + host + " up",
+          link->InNs("ip addr add " + net + ".2/24 dev " + peer),
+          link->InNs("ip link set " + peer + " up"), link->InNs("ip link set lo up"),
+          "tc qdisc add dev " + host + shape, link->InNs("tc qdisc add dev " + peer + shape)}) {
+      if (std::system((command + " 2>/dev/null").c_str()) != 0) {
+        return absl::InternalError(absl::StrCat(
+            "--link_rate: '", command, "' failed (it needs root and iproute2)"));
+      }
+    }
+    return link;
+  }
+  ~ShapedLink() {
+    if (std::system(("ip netns del " + ns_ + " 2>/dev/null").c_str()) != 0) {
+      std::fprintf(stderr, "ps_bench: could not remove network namespace %s\n", ns_.c_str());
+    }
+  }
+  // The ps's address inside the namespace.
+  const std::string& address() const { return address_; }
+  // argv that runs `argv` inside the namespace.
+  std::vector<std::string> Wrap(std::vector<std::string> argv) const {
+    argv.insert(argv.begin(), {IpPath(), "netns", "exec", ns_});
+    return argv;
+  }
+
+ private:
+  ShapedLink() = default;
+  // Spawn execs a path, not a name looked up in $PATH.
+  static std::string IpPath() {
+    for (const char* path : {"/usr/sbin/ip", "/sbin/ip", "/usr/bin/ip", "/bin/ip"}) {
+      if (access(path, X_OK) == 0) return path;
+    }
+    return "ip";
+  }
+  std::string InNs(const std::string& command) const {
+    return "ip netns exec " + ns_ + " " + command;
+  }
+  std::string ns_, address_;
+};
+
 // P ps_server processes on free 127.0.0.1 ports, started and stopped by
 // this object. Not thread-safe except CpuSeconds() and RssBytes().
 class PsCluster {
@@ -325,12 +394,21 @@ class PsCluster {
     pick(&tf.cluster.chief, 1);
     pick(&tf.cluster.ps, num_ps);
     pick(&tf.cluster.worker, num_workers);
+    if (!options.link_rate.empty()) {
+      for (int i = 0; i < num_ps; ++i) {
+        PST_ASSIGN_OR_RETURN(std::unique_ptr<ShapedLink> link,
+                             ShapedLink::Create(i, options.link_rate));
+        tf.cluster.ps[i] = absl::StrCat(link->address(), ":", ports[1 + i]);
+        cluster->links_.push_back(std::move(link));
+      }
+    }
     tf.task.type = common::TaskType::kPs;
     for (int i = 0; i < num_ps; ++i) {
       tf.task.index = i;
       tools::SpawnOptions spawn;
       // No chief watches this ps: the benchmark plays its part.
       spawn.argv = {options.ps_server, "--chief_timeout_s=0"};
+      if (!cluster->links_.empty()) spawn.argv = cluster->links_[i]->Wrap(spawn.argv);
       spawn.env = {"TF_CONFIG=" + common::TfConfigToJson(tf)};
       int fd = -1;
       absl::StatusOr<pid_t> pid = tools::Spawn(spawn, &fd);
@@ -481,6 +559,8 @@ class PsCluster {
 
  private:
   PsCluster() = default;
+  // Removed by the destructor, after Stop() has ended the ps in them.
+  std::vector<std::unique_ptr<ShapedLink>> links_;
   std::vector<std::unique_ptr<Process>> ps_;
 };
 
@@ -1012,7 +1092,8 @@ std::string Rate(double per_s) {
   return absl::StrFormat("%.0f", per_s);
 }
 
-void PrintTable(const std::vector<Result>& results, const References& refs) {
+void PrintTable(const std::vector<Result>& results, const References& refs,
+                const Options& options) {
   std::printf("\n%-12s %-10s %3s %3s %6s %8s %7s %9s %9s %9s %14s %8s %9s %9s\n", "op", "size",
               "ps", "w", "ops", "GB/s", "x tcp", "p50 ms", "p99 ms", "rows/s", "(distinct)",
               "ps cpu", "client", "ps rss");
@@ -1040,6 +1121,12 @@ void PrintTable(const std::vector<Result>& results, const References& refs) {
       "included), distinct rows in parentheses. ps cpu s/GB: CPU seconds of all ps processes "
       "per GB moved; client: this process's.\n",
       refs.tcp_gbps);
+  if (!options.link_rate.empty()) {
+    std::printf(
+        "Each ps sat behind a link shaped to %s each way (its own network namespace): compare "
+        "GB/s with that rate per ps; x tcp still compares with loopback.\n",
+        options.link_rate.c_str());
+  }
 }
 
 nlohmann::json ToJson(const std::vector<Result>& results, const References& refs,
@@ -1059,6 +1146,7 @@ nlohmann::json ToJson(const std::vector<Result>& results, const References& refs
   j["cpus"] = std::thread::hardware_concurrency();
   j["seconds_per_case"] = absl::ToDoubleSeconds(options.case_budget);
   j["dense_piece_bytes"] = options.dense_piece_bytes;
+  j["link_rate"] = options.link_rate;
   j["results"] = nlohmann::json::array();
   for (const Result& r : results) {
     nlohmann::json e;
@@ -1211,7 +1299,7 @@ int Run() {
       "%.2f at the end\n",
       refs->tcp_gbps, refs->tcp4_gbps, refs->memcpy_gbps, refs->memcpy_bytes / 1e6, load_start,
       load_end);
-  PrintTable(results, *refs);
+  PrintTable(results, *refs, *options);
   bool failed = false;
   for (const Result& r : results) failed |= !r.error.empty();
 

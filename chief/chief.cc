@@ -688,8 +688,11 @@ absl::Status RunChief(const ChiefOptions& options, const common::StopSignal& sto
     spdlog::info("variables ready; waiting for {} worker(s)", cluster.worker.size());
     PST_RETURN_IF_ERROR(job.Watch());
 
-    const double train_secs = absl::ToDoubleSeconds(absl::Now() - job.running_since());
+    // Training ended when the last worker said so, not at the next poll.
     const Coordinator::Snapshot final_snap = coordinator.Check(absl::Now());
+    const absl::Time ended =
+        final_snap.last_done > job.running_since() ? final_snap.last_done : absl::Now();
+    const double train_secs = absl::ToDoubleSeconds(ended - job.running_since());
     if (final_snap.left_early == static_cast<int>(cluster.worker.size())) {
       return absl::AbortedError("every worker left before finishing; see their logs");
     }

@@ -161,6 +161,7 @@ absl::Status Coordinator::WorkerDone(const proto::WorkerDoneRequest& request, ab
   Record(*worker, progress, now);
   (*worker)->done = true;
   (*worker)->completed = request.completed();
+  last_done_ = now;
   return absl::OkStatus();
 }
 
@@ -210,6 +211,7 @@ Coordinator::Snapshot Coordinator::Check(absl::Time now) const {
   }
   s.loss = losses > 0 ? loss_sum / losses : 0;
   s.all_done = AllDoneLocked();
+  s.last_done = last_done_;
   return s;
 }
 

@@ -84,6 +84,7 @@ class Coordinator {
     int done = 0;
     int left_early = 0;
     bool all_done = false;
+    absl::Time last_done = absl::InfinitePast();  // when a worker last reported done
     std::vector<int> silent;  // registered, not done, no heartbeat for peer_timeout
     std::vector<absl::Duration> silent_for;  // for each of `silent`
     std::vector<int> active;  // not done and not silent (registered or still expected)
@@ -125,6 +126,7 @@ class Coordinator {
   proto::ClusterState state_ ABSL_GUARDED_BY(mu_);
   std::vector<WorkerState> workers_ ABSL_GUARDED_BY(mu_);
   std::string stop_reason_ ABSL_GUARDED_BY(mu_);
+  absl::Time last_done_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   int64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
 };
 

@@ -132,8 +132,11 @@ TEST(CoordinatorTest, WorkerDone_AllWorkers_CompletesAndWakesWaiter) {
   ASSERT_TRUE(c.Register(Reg(0, 1), kT0).ok());
   ASSERT_TRUE(c.Register(Reg(1, 2), kT0).ok());
   EXPECT_FALSE(c.WaitAllDone(absl::ZeroDuration()));
+  EXPECT_EQ(c.Check(kT0).last_done, absl::InfinitePast());
   ASSERT_TRUE(c.WorkerDone(Done(0, 1, 4, true), kT0).ok());
-  std::thread last([&] { ASSERT_TRUE(c.WorkerDone(Done(1, 2, 6, false), kT0).ok()); });
+  EXPECT_EQ(c.Check(kT0).last_done, kT0);
+  std::thread last(
+      [&] { ASSERT_TRUE(c.WorkerDone(Done(1, 2, 6, false), kT0 + absl::Seconds(3)).ok()); });
   EXPECT_TRUE(c.WaitAllDone(absl::Seconds(30)));
   last.join();
   const Coordinator::Snapshot s = c.Check(kT0);
@@ -142,6 +145,7 @@ TEST(CoordinatorTest, WorkerDone_AllWorkers_CompletesAndWakesWaiter) {
   EXPECT_EQ(s.left_early, 1);
   EXPECT_EQ(s.pushes, 10);
   EXPECT_EQ(s.active, std::vector<int>());
+  EXPECT_EQ(s.last_done, kT0 + absl::Seconds(3)) << "the chief's training time ends here";
 }
 
 proto::HeartbeatRequest BeatAt(int index, uint64_t incarnation, int64_t position,

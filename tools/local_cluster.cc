@@ -4,6 +4,7 @@
 #include <sys/wait.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -61,6 +62,19 @@ int RunLocalCluster(const LocalClusterOptions& options, common::StopSignal* stop
   Print(absl::StrCat("pstrain local: chief [", absl::StrJoin(tf.cluster.chief, ", "), "], ps [",
                      absl::StrJoin(tf.cluster.ps, ", "), "], worker [",
                      absl::StrJoin(tf.cluster.worker, ", "), "]"));
+
+  // The daemons share this machine's cores: unless told otherwise, each
+  // gets an even share of BLAS threads (OpenBLAS would start one per core in
+  // every process; on 2 cores that took the demo from 29.9k to 25.6k
+  // examples/s).
+  std::string blas_threads;
+  if (std::getenv("OPENBLAS_NUM_THREADS") == nullptr) {
+    const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    blas_threads = std::to_string(std::max(1, cores / (options.num_workers + 1)));
+    Print(absl::StrCat("pstrain local: OPENBLAS_NUM_THREADS=", blas_threads, " for each daemon (",
+                       cores, " cores, ", options.num_workers,
+                       " workers and the chief computing; set it to override)"));
+  }
 
   // Start order: ps, chief, workers (all retry until their peers are up).
   struct Launch {
@@ -125,6 +139,7 @@ int RunLocalCluster(const LocalClusterOptions& options, common::StopSignal* stop
       spawn.argv.push_back(absl::StrCat("--summary_json=", options.summary_json));
     }
     spawn.env = {absl::StrCat("TF_CONFIG=", common::TfConfigToJson(tf))};
+    if (!blas_threads.empty()) spawn.env.push_back("OPENBLAS_NUM_THREADS=" + blas_threads);
     children[i].task = task;
     children[i].spawn = std::move(spawn);
     absl::Status started = start(i);  // no other thread runs yet
