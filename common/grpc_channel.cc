@@ -7,8 +7,9 @@
 
 namespace pst::common {
 
-std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address) {
+std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address, int connection) {
   grpc::ChannelArguments args;
+  if (connection != 0) args.SetInt("pstrain.connection", connection);
   args.SetMaxReceiveMessageSize(kMaxMessageBytes);
   args.SetMaxSendMessageSize(kMaxMessageBytes);
   args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 30'000);

@@ -19,8 +19,10 @@ namespace pst::common {
 inline constexpr int kMaxMessageBytes = 512 << 20;
 
 // A channel to `address` ("host:port"). Channels are meant to be created
-// once per peer and reused.
-std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address);
+// once per peer and reused. Channels of different `connection` numbers get
+// TCP connections of their own (gRPC otherwise shares one among channels
+// with equal settings).
+std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address, int connection = 0);
 
 // Applies pstrain's limits to a server under construction.
 void ConfigureServerBuilder(grpc::ServerBuilder* builder);
