@@ -1,5 +1,7 @@
 #include "common/grpc_channel.h"
 
+#include <grpcpp/health_check_service_interface.h>
+
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
@@ -42,6 +44,9 @@ std::string ListenAddress(const std::string& advertised) {
 absl::StatusOr<std::unique_ptr<grpc::Server>> StartServer(
     const std::string& advertised, const std::vector<grpc::Service*>& services) {
   const std::string listen = ListenAddress(advertised);
+  // The standard grpc.health.v1 service: `pstrain health`, Kubernetes' gRPC
+  // probes and any gRPC health checker can ask whether the daemon serves.
+  grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
   ConfigureServerBuilder(&builder);
   int bound_port = 0;

@@ -246,6 +246,27 @@ TEST_F(PsServerTest, ParkedPull_IsCancelledByDeadline_AndFinishedByShutdown) {
   EXPECT_EQ(ExitCode(*exited), 0) << ps_->output();
 }
 
+// `pstrain health` asks the standard grpc.health.v1 service, as Docker
+// healthchecks and Kubernetes' gRPC probes do.
+TEST_F(PsServerTest, PstrainHealth_SaysServing_AndFailsOnAClosedPort) {
+  auto health = TestProcess::Start({BinaryPath("pstrain"), "health", spec_.ps[0]}, {});
+  ASSERT_TRUE(health.ok());
+  std::optional<int> exited = (*health)->WaitForExit(kTimeout);
+  ASSERT_TRUE(exited.has_value());
+  EXPECT_EQ(ExitCode(*exited), 0) << (*health)->output();
+  EXPECT_NE((*health)->output().find(spec_.ps[0] + " SERVING"), std::string::npos)
+      << (*health)->output();
+  // The worker's address in the spec: nothing listens there.
+  auto closed = TestProcess::Start(
+      {BinaryPath("pstrain"), "health", spec_.worker[0], "--timeout_s=0.5"}, {});
+  ASSERT_TRUE(closed.ok());
+  exited = (*closed)->WaitForExit(kTimeout);
+  ASSERT_TRUE(exited.has_value());
+  EXPECT_EQ(ExitCode(*exited), 1) << (*closed)->output();
+  EXPECT_NE((*closed)->output().find("no answer within"), std::string::npos)
+      << (*closed)->output();
+}
+
 TEST_F(PsServerTest, Sigterm_DrainsAndExitsZero) {
   proto::HealthRequest request;
   proto::HealthResponse health;

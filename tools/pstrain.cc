@@ -24,6 +24,7 @@
 #include "common/process.h"
 #include "common/tf_config.h"
 #include "tools/checkpoint_export.h"
+#include "tools/deploy_tools.h"
 #include "tools/local_cluster.h"
 #include "tools/reference.h"
 #include "tools/subprocess.h"
@@ -36,7 +37,16 @@ ABSL_FLAG(int32_t, ps, 2, "local, plan, reference: number of ps tasks.");
 ABSL_FLAG(int32_t, workers, 2, "local: number of worker tasks.");
 ABSL_FLAG(bool, chief, true, "local: run a separate chief (false: worker 0 acts as chief).");
 ABSL_FLAG(std::string, host, "127.0.0.1", "local: address every task listens on.");
-ABSL_FLAG(double, timeout_s, 0, "local: stop the whole job after this many seconds (0: never).");
+ABSL_FLAG(double, timeout_s, 0,
+          "local: stop the whole job after this many seconds (0: never). health: how long to "
+          "wait for an answer (0: 5 s).");
+ABSL_FLAG(std::string, chief_hosts, "", "tfconfig: the chief's host[:port] (none: worker 0 leads).");
+ABSL_FLAG(std::string, ps_hosts, "", "tfconfig: comma-separated ps host[:port] list.");
+ABSL_FLAG(std::string, worker_hosts, "", "tfconfig: comma-separated worker host[:port] list.");
+ABSL_FLAG(std::string, evaluator_hosts, "", "tfconfig: evaluator host[:port] list.");
+ABSL_FLAG(std::string, task_type, "worker", "tfconfig: this task's type.");
+ABSL_FLAG(int32_t, task_index, 0, "tfconfig: this task's index among its type.");
+ABSL_FLAG(int32_t, port, 2222, "tfconfig: the port of a host given without one.");
 ABSL_FLAG(double, grace_s, 10, "local: seconds between SIGTERM and SIGKILL when stopping.");
 ABSL_FLAG(int32_t, slow_worker, -1,
           "local: make this worker slow (it sleeps --slow_worker_delay_ms every step).");
@@ -88,11 +98,47 @@ constexpr char kUsage[] =
     "  pstrain checkpoint export [--format=safetensors] [--include_slots] DIR OUT\n"
     "      Writes a checkpoint (DIR, or the newest valid one in a root) as one file with\n"
     "      partitions merged into whole tensors, for use outside pstrain.\n"
+    "  pstrain tfconfig --ps_hosts=H1,H2 --worker_hosts=H3,H4 [--chief_hosts=H0]\n"
+    "                   [--task_type=worker] [--task_index=0] [--port=2222]\n"
+    "      Prints the TF_CONFIG of one task (hosts without a port get --port), validated as\n"
+    "      the daemons validate it.\n"
+    "  pstrain health HOST:PORT [--timeout_s=5]\n"
+    "      Asks a ps or chief's grpc.health.v1 service; exits 0 when it is SERVING.\n"
     "  pstrain devices [--device=auto] [--gpus=1,2] [--virtual_devices=N] [--gpu_memory=...]\n"
     "      Lists the physical GPUs (allocating no GPU memory) and the logical devices a\n"
     "      worker would use with these flags.\n"
     "\n"
     "Run 'pstrain --helpfull' for every flag.";
+
+int TfConfigCommand() {
+  pst::tools::TfConfigHosts hosts;
+  hosts.chief = absl::GetFlag(FLAGS_chief_hosts);
+  hosts.ps = absl::GetFlag(FLAGS_ps_hosts);
+  hosts.worker = absl::GetFlag(FLAGS_worker_hosts);
+  hosts.evaluator = absl::GetFlag(FLAGS_evaluator_hosts);
+  hosts.task_type = absl::GetFlag(FLAGS_task_type);
+  hosts.task_index = absl::GetFlag(FLAGS_task_index);
+  hosts.default_port = absl::GetFlag(FLAGS_port);
+  absl::StatusOr<std::string> json = pst::tools::BuildTfConfig(hosts);
+  if (!json.ok()) {
+    std::fprintf(stderr, "pstrain tfconfig: %s\n", std::string(json.status().message()).c_str());
+    return 2;
+  }
+  std::printf("%s\n", json->c_str());
+  return 0;
+}
+
+int HealthCommand(const std::string& address) {
+  const double seconds = absl::GetFlag(FLAGS_timeout_s);
+  absl::StatusOr<std::string> health = pst::tools::CheckHealth(
+      address, seconds > 0 ? absl::Seconds(seconds) : absl::Seconds(5));
+  if (!health.ok()) {
+    std::fprintf(stderr, "pstrain health: %s\n", std::string(health.status().message()).c_str());
+    return 1;
+  }
+  std::printf("%s %s\n", address.c_str(), health->c_str());
+  return *health == "SERVING" ? 0 : 1;
+}
 
 int Fail(const std::string& command, const absl::Status& status) {
   std::fprintf(stderr, "pstrain %s: %s\n", command.c_str(), std::string(status.message()).c_str());
@@ -337,6 +383,13 @@ int main(int argc, char** argv) {
                  "OUT\n");
     return 2;
   }
+  if (command == "health") {
+    if (args.size() != 3) {
+      std::fprintf(stderr, "usage: pstrain health HOST:PORT [--timeout_s=5]\n");
+      return 2;
+    }
+    return HealthCommand(args[2]);
+  }
   if (args.size() > 2) {
     std::fprintf(stderr, "pstrain %s: unexpected argument '%s'\n", command.c_str(), args[2]);
     return 2;
@@ -347,6 +400,7 @@ int main(int argc, char** argv) {
     if (command == "reference") return Reference();
     if (command == "generate_criteo") return GenerateCriteo();
     if (command == "devices") return Devices();
+    if (command == "tfconfig") return TfConfigCommand();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "pstrain %s: fatal: %s\n", command.c_str(), e.what());
     return 1;

@@ -1,0 +1,86 @@
+// pstrain tfconfig and pstrain health, against the TF_CONFIG parser the
+// daemons use and a real gRPC server.
+#include "tools/deploy_tools.h"
+
+#include <gtest/gtest.h>
+
+#include "common/grpc_channel.h"
+#include "common/tf_config.h"
+#include "proto/pstrain.grpc.pb.h"
+#include "tools/subprocess.h"
+
+namespace pst::tools {
+namespace {
+
+TfConfigHosts Hosts() {
+  TfConfigHosts hosts;
+  hosts.chief = "c0";
+  hosts.ps = "10.0.0.3, 10.0.0.4:2300";
+  hosts.worker = "w1,[::1]:2400";
+  hosts.task_type = "ps";
+  hosts.task_index = 1;
+  return hosts;
+}
+
+TEST(BuildTfConfigTest, FillsDefaultPorts_AndParsesAsTheDaemonsParse) {
+  absl::StatusOr<std::string> json = BuildTfConfig(Hosts());
+  ASSERT_TRUE(json.ok()) << json.status();
+  absl::StatusOr<common::TfConfig> config = common::ParseTfConfig(*json);
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->cluster.chief, std::vector<std::string>{"c0:2222"});
+  EXPECT_EQ(config->cluster.ps, (std::vector<std::string>{"10.0.0.3:2222", "10.0.0.4:2300"}));
+  EXPECT_EQ(config->cluster.worker, (std::vector<std::string>{"w1:2222", "[::1]:2400"}));
+  EXPECT_EQ(config->task.type, common::TaskType::kPs);
+  EXPECT_EQ(config->task.index, 1);
+  TfConfigHosts other_port = Hosts();
+  other_port.default_port = 3000;
+  EXPECT_EQ(common::ParseTfConfig(*BuildTfConfig(other_port))->cluster.chief,
+            std::vector<std::string>{"c0:3000"});
+}
+
+TEST(BuildTfConfigTest, EveryMistake_IsInvalidArgumentSayingWhat) {
+  struct Case {
+    std::function<void(TfConfigHosts*)> change;
+    const char* says;
+  };
+  const Case cases[] = {
+      {[](TfConfigHosts* h) { h->ps = "a,a"; }, "used by both ps:0 and ps:1"},
+      {[](TfConfigHosts* h) { h->ps = ""; }, "ps"},
+      {[](TfConfigHosts* h) { h->worker = ""; }, "worker"},
+      {[](TfConfigHosts* h) { h->task_type = "master"; }, "chief"},
+      {[](TfConfigHosts* h) { h->task_index = 5; }, "out of range"},
+      {[](TfConfigHosts* h) { h->ps = "a:b:c"; }, "ps_hosts"},
+      {[](TfConfigHosts* h) { h->ps = "a:70000"; }, "70000"},
+      {[](TfConfigHosts* h) { h->default_port = 0; }, "--port"},
+  };
+  for (const Case& c : cases) {
+    TfConfigHosts hosts = Hosts();
+    c.change(&hosts);
+    absl::StatusOr<std::string> json = BuildTfConfig(hosts);
+    EXPECT_EQ(json.status().code(), absl::StatusCode::kInvalidArgument) << c.says;
+    EXPECT_NE(std::string(json.status().message()).find(c.says), std::string::npos)
+        << json.status();
+  }
+}
+
+TEST(CheckHealthTest, ServingServer_ThenNothingThere) {
+  const int port = PickFreePorts(1).value().front();
+  const std::string address = "127.0.0.1:" + std::to_string(port);
+  // Any service will do (gRPC starts no server without one); the health
+  // service comes with every pstrain server.
+  proto::ParameterServer::CallbackService unimplemented;
+  absl::StatusOr<std::unique_ptr<grpc::Server>> server =
+      common::StartServer(address, {&unimplemented});
+  ASSERT_TRUE(server.ok()) << server.status();
+  absl::StatusOr<std::string> health = CheckHealth(address, absl::Seconds(10));
+  ASSERT_TRUE(health.ok()) << health.status();
+  EXPECT_EQ(*health, "SERVING");
+  (*server)->Shutdown();
+  server->reset();
+  health = CheckHealth(address, absl::Milliseconds(300));
+  EXPECT_EQ(health.status().code(), absl::StatusCode::kDeadlineExceeded) << health.status();
+  EXPECT_NE(std::string(health.status().message()).find(address), std::string::npos);
+}
+
+}  // namespace
+}  // namespace pst::tools
