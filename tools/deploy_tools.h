@@ -6,9 +6,11 @@
 #define PST_TOOLS_DEPLOY_TOOLS_H_
 
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/tf_config.h"
 
 namespace pst::tools {
 
@@ -31,6 +33,21 @@ absl::StatusOr<std::string> BuildTfConfig(const TfConfigHosts& hosts);
 // after `timeout`), with the address in the message; DataLoss for an answer
 // that is not a HealthCheckResponse.
 absl::StatusOr<std::string> CheckHealth(const std::string& address, absl::Duration timeout);
+
+// Preflight for one task of `config` on this machine: what would stop it
+// from joining the cluster, one line per problem, e.g.
+//   "ps:0: port 2222 is in use on this machine (address already in use)"
+//   "worker:1: host 'wrker1' does not resolve (Name or service not known)"
+//   "chief:0: '10.0.0.9' is not an address of this machine ..."
+// Checks: this task's port can be bound (ps and chief listen; workers do
+// not), this task's host is an address of this machine, every peer's host
+// resolves, and with wait > 0, that every ps and the coordinator answer
+// health within `wait`. `notes` gets one line per check that passed.
+struct Preflight {
+  std::vector<std::string> problems;
+  std::vector<std::string> notes;
+};
+Preflight CheckTask(const common::TfConfig& config, absl::Duration wait);
 
 }  // namespace pst::tools
 

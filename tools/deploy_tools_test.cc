@@ -82,5 +82,75 @@ TEST(CheckHealthTest, ServingServer_ThenNothingThere) {
   EXPECT_NE(std::string(health.status().message()).find(address), std::string::npos);
 }
 
+// A TF_CONFIG for task `type`:0 with ps [ps], worker [worker] and chief
+// [chief] (empty: none).
+common::TfConfig Config(const std::string& ps, const std::string& worker, const std::string& chief,
+                        common::TaskType type) {
+  common::TfConfig config;
+  config.cluster.ps = {ps};
+  config.cluster.worker = {worker};
+  if (!chief.empty()) config.cluster.chief = {chief};
+  config.task = {type, 0};
+  return config;
+}
+
+bool Says(const std::vector<std::string>& lines, const std::string& part) {
+  for (const std::string& line : lines) {
+    if (line.find(part) != std::string::npos) return true;
+  }
+  return false;
+}
+
+TEST(CheckTaskTest, GoodLocalTask_HasNoProblems) {
+  const std::vector<int> ports = PickFreePorts(3).value();
+  const Preflight result =
+      CheckTask(Config("127.0.0.1:" + std::to_string(ports[0]),
+                       "127.0.0.1:" + std::to_string(ports[1]),
+                       "localhost:" + std::to_string(ports[2]), common::TaskType::kPs),
+                absl::ZeroDuration());
+  EXPECT_TRUE(result.problems.empty()) << result.problems.front();
+  EXPECT_TRUE(Says(result.notes, "is free"));
+  EXPECT_TRUE(Says(result.notes, "every host in the cluster resolves"));
+}
+
+TEST(CheckTaskTest, EachProblem_IsOneLineNamingTheTask) {
+  // This ps's port is held by a running server.
+  const int port = PickFreePorts(1).value().front();
+  const std::string address = "127.0.0.1:" + std::to_string(port);
+  proto::ParameterServer::CallbackService unimplemented;
+  absl::StatusOr<std::unique_ptr<grpc::Server>> server =
+      common::StartServer(address, {&unimplemented});
+  ASSERT_TRUE(server.ok()) << server.status();
+  Preflight result = CheckTask(Config(address, "127.0.0.1:1", "", common::TaskType::kPs),
+                               absl::ZeroDuration());
+  EXPECT_TRUE(Says(result.problems, "ps:0: port " + std::to_string(port) + " cannot be bound"))
+      << ::testing::PrintToString(result.problems);
+  (*server)->Shutdown();
+
+  // A peer whose name does not resolve (.invalid never does).
+  result = CheckTask(Config("127.0.0.1:2", "nosuchhost.invalid:2222", "", common::TaskType::kPs),
+                     absl::ZeroDuration());
+  EXPECT_TRUE(Says(result.problems, "worker:0: host 'nosuchhost.invalid' does not resolve"))
+      << ::testing::PrintToString(result.problems);
+
+  // An address that is not this machine's (TEST-NET-1).
+  result = CheckTask(Config("192.0.2.7:2222", "127.0.0.1:3", "", common::TaskType::kPs),
+                     absl::ZeroDuration());
+  EXPECT_TRUE(Says(result.problems, "ps:0: '192.0.2.7' is not an address of this machine"))
+      << ::testing::PrintToString(result.problems);
+
+  // A worker waiting for a ps that does not answer; the worker's own port
+  // is not checked (with a chief listed, workers do not listen).
+  const std::vector<int> free = PickFreePorts(3).value();
+  result = CheckTask(Config("127.0.0.1:" + std::to_string(free[0]),
+                            "127.0.0.1:" + std::to_string(free[1]),
+                            "127.0.0.1:" + std::to_string(free[2]), common::TaskType::kWorker),
+                     absl::Milliseconds(300));
+  EXPECT_TRUE(Says(result.problems, "ps:0: 127.0.0.1:" + std::to_string(free[0]) +
+                                        ": no answer within"))
+      << ::testing::PrintToString(result.problems);
+  EXPECT_FALSE(Says(result.notes, "is free"));
+}
+
 }  // namespace
 }  // namespace pst::tools

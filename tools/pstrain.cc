@@ -47,6 +47,8 @@ ABSL_FLAG(std::string, evaluator_hosts, "", "tfconfig: evaluator host[:port] lis
 ABSL_FLAG(std::string, task_type, "worker", "tfconfig: this task's type.");
 ABSL_FLAG(int32_t, task_index, 0, "tfconfig: this task's index among its type.");
 ABSL_FLAG(int32_t, port, 2222, "tfconfig: the port of a host given without one.");
+ABSL_FLAG(double, wait_s, 0,
+          "check: also wait up to this long for every ps and the chief to answer health.");
 ABSL_FLAG(double, grace_s, 10, "local: seconds between SIGTERM and SIGKILL when stopping.");
 ABSL_FLAG(int32_t, slow_worker, -1,
           "local: make this worker slow (it sleeps --slow_worker_delay_ms every step).");
@@ -102,6 +104,9 @@ constexpr char kUsage[] =
     "                   [--task_type=worker] [--task_index=0] [--port=2222]\n"
     "      Prints the TF_CONFIG of one task (hosts without a port get --port), validated as\n"
     "      the daemons validate it.\n"
+    "  pstrain check [--tf_config=JSON|@FILE] [--wait_s=0]\n"
+    "      Preflight for this machine's task: TF_CONFIG valid, its host is this machine,\n"
+    "      its port free, every host resolves; with --wait_s, the ps and chief answer.\n"
     "  pstrain health HOST:PORT [--timeout_s=5]\n"
     "      Asks a ps or chief's grpc.health.v1 service; exits 0 when it is SERVING.\n"
     "  pstrain devices [--device=auto] [--gpus=1,2] [--virtual_devices=N] [--gpu_memory=...]\n"
@@ -138,6 +143,24 @@ int HealthCommand(const std::string& address) {
   }
   std::printf("%s %s\n", address.c_str(), health->c_str());
   return *health == "SERVING" ? 0 : 1;
+}
+
+int CheckCommand() {
+  absl::StatusOr<pst::common::TfConfig> config =
+      pst::common::LoadTfConfig(absl::GetFlag(FLAGS_tf_config), std::nullopt);
+  if (!config.ok()) {
+    std::fprintf(stderr, "pstrain check: %s\n", std::string(config.status().message()).c_str());
+    return 2;
+  }
+  const pst::tools::Preflight result =
+      pst::tools::CheckTask(*config, absl::Seconds(absl::GetFlag(FLAGS_wait_s)));
+  std::printf("TF_CONFIG is valid: this is %s at %s\n",
+              pst::common::TaskIdString(config->task).c_str(), config->SelfAddress().c_str());
+  for (const std::string& note : result.notes) std::printf("ok: %s\n", note.c_str());
+  for (const std::string& problem : result.problems) {
+    std::printf("PROBLEM: %s\n", problem.c_str());
+  }
+  return result.problems.empty() ? 0 : 1;
 }
 
 int Fail(const std::string& command, const absl::Status& status) {
@@ -401,6 +424,7 @@ int main(int argc, char** argv) {
     if (command == "generate_criteo") return GenerateCriteo();
     if (command == "devices") return Devices();
     if (command == "tfconfig") return TfConfigCommand();
+    if (command == "check") return CheckCommand();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "pstrain %s: fatal: %s\n", command.c_str(), e.what());
     return 1;
