@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "common/wire_codec.h"
 #include "proto/pstrain.pb.h"
 
 namespace pst::common {
@@ -24,6 +25,10 @@ struct DenseBuffers {
   // Where the answer's k-th value goes; its tensor comes back with empty
   // data once the payload, exactly values[k].size() floats, is there.
   std::vector<std::span<float>> values;
+  // Counts what the transport still holds of `gradients` after the call
+  // (common/wire_codec.h); the caller waits on it before reusing them.
+  // Required for calls with gradients.
+  PayloadPins* pins = nullptr;
 };
 
 class PsTransport {

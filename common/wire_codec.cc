@@ -49,7 +49,7 @@ void PutLengthTag(int field, std::string* out) {
   PutVarint(WireFormatLite::MakeTag(field, WireFormatLite::WIRETYPE_LENGTH_DELIMITED), out);
 }
 
-void NoRelease(void*) {}
+void ReleasePin(void* pins) { static_cast<PayloadPins*>(pins)->Release(); }
 void DeleteString(void* s) { delete static_cast<std::string*>(s); }
 
 // A tensor to write: its header (the tensor without data, serialized) and
@@ -112,7 +112,8 @@ void PutTensors(int field, std::vector<TensorPart>& parts, Builder* out) {
 }
 
 std::vector<TensorPart> GradientParts(const google::protobuf::RepeatedPtrField<proto::Tensor>& grads,
-                                      std::span<const std::span<const float>> payloads) {
+                                      std::span<const std::span<const float>> payloads,
+                                      PayloadPins* pins) {
   std::vector<TensorPart> parts(grads.size());
   for (int k = 0; k < grads.size(); ++k) {
     proto::Tensor header = grads[k];
@@ -120,9 +121,11 @@ std::vector<TensorPart> GradientParts(const google::protobuf::RepeatedPtrField<p
     parts[k].header = header.SerializeAsString();
     parts[k].payload_bytes = payloads[k].size_bytes();
     if (parts[k].payload_bytes > 0) {
-      // The caller keeps the floats alive and unchanged until the call ends.
+      // The caller keeps the floats alive and unchanged until gRPC releases
+      // the slice.
+      pins->Add();
       parts[k].slice = grpc::Slice(const_cast<float*>(payloads[k].data()),
-                                   parts[k].payload_bytes, NoRelease);
+                                   parts[k].payload_bytes, ReleasePin, pins);
     }
   }
   return parts;
@@ -183,11 +186,33 @@ absl::Status ReadTensor(CodedInputStream* in, proto::Tensor* tensor, std::span<f
 
 }  // namespace
 
+void PayloadPins::Add() {
+  absl::MutexLock lock(&mu_);
+  ++held_;
+}
+
+void PayloadPins::Release() {
+  absl::MutexLock lock(&mu_);
+  --held_;
+}
+
+void PayloadPins::WaitAllReleased() {
+  absl::MutexLock lock(&mu_);
+  mu_.Await(absl::Condition(
+      +[](int* held) { return *held == 0; }, &held_));
+}
+
+int PayloadPins::held() const {
+  absl::MutexLock lock(&mu_);
+  return held_;
+}
+
 grpc::ByteBuffer EncodePushPull(const proto::PushPullRequest& request,
-                                std::span<const std::span<const float>> payloads) {
+                                std::span<const std::span<const float>> payloads,
+                                PayloadPins* pins) {
   proto::PushPullRequest rest = request;
   rest.mutable_push()->clear_gradients();
-  std::vector<TensorPart> parts = GradientParts(request.push().gradients(), payloads);
+  std::vector<TensorPart> parts = GradientParts(request.push().gradients(), payloads, pins);
   Builder out;
   rest.AppendToString(out.small());
   // A second occurrence of `push` holding only the gradients: parsers merge
@@ -201,10 +226,10 @@ grpc::ByteBuffer EncodePushPull(const proto::PushPullRequest& request,
 }
 
 grpc::ByteBuffer EncodePush(const proto::PushRequest& request,
-                            std::span<const std::span<const float>> payloads) {
+                            std::span<const std::span<const float>> payloads, PayloadPins* pins) {
   proto::PushRequest rest = request;
   rest.clear_gradients();
-  std::vector<TensorPart> parts = GradientParts(request.gradients(), payloads);
+  std::vector<TensorPart> parts = GradientParts(request.gradients(), payloads, pins);
   Builder out;
   rest.AppendToString(out.small());
   PutTensors(kPushGradients, parts, &out);

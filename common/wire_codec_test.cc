@@ -66,10 +66,16 @@ TEST_F(WireCodecTest, EncodePushPull_ParsesAsTheFullRequest) {
     PackFloats(payloads_[k], full.push().gradients(k).shape(),
                full.mutable_push()->mutable_gradients(k));
   }
-  grpc::ByteBuffer bytes = EncodePushPull(request, Spans(payloads_));
-  proto::PushPullRequest parsed;
-  ASSERT_TRUE(ParseMessage(&bytes, &parsed).ok());
-  EXPECT_EQ(parsed.SerializeAsString(), full.SerializeAsString());
+  PayloadPins pins;
+  {
+    grpc::ByteBuffer bytes = EncodePushPull(request, Spans(payloads_), &pins);
+    EXPECT_EQ(pins.held(), 2) << "a slice per non-empty payload, until gRPC lets go";
+    proto::PushPullRequest parsed;
+    ASSERT_TRUE(ParseMessage(&bytes, &parsed).ok());
+    EXPECT_EQ(parsed.SerializeAsString(), full.SerializeAsString());
+  }
+  EXPECT_EQ(pins.held(), 0);
+  pins.WaitAllReleased();
 }
 
 TEST_F(WireCodecTest, EncodePush_ParsesAsTheFullRequest) {
@@ -78,7 +84,8 @@ TEST_F(WireCodecTest, EncodePush_ParsesAsTheFullRequest) {
   for (size_t k = 0; k < payloads_.size(); ++k) {
     PackFloats(payloads_[k], full.gradients(k).shape(), full.mutable_gradients(k));
   }
-  grpc::ByteBuffer bytes = EncodePush(request, Spans(payloads_));
+  PayloadPins pins;
+  grpc::ByteBuffer bytes = EncodePush(request, Spans(payloads_), &pins);
   proto::PushRequest parsed;
   ASSERT_TRUE(ParseMessage(&bytes, &parsed).ok());
   EXPECT_EQ(parsed.SerializeAsString(), full.SerializeAsString());

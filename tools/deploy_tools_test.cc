@@ -63,14 +63,19 @@ TEST(BuildTfConfigTest, EveryMistake_IsInvalidArgumentSayingWhat) {
   }
 }
 
-TEST(CheckHealthTest, ServingServer_ThenNothingThere) {
-  const int port = PickFreePorts(1).value().front();
-  const std::string address = "127.0.0.1:" + std::to_string(port);
-  // Any service will do (gRPC starts no server without one); the health
-  // service comes with every pstrain server.
+// A pstrain server on a free port of 127.0.0.1, with only the health
+// service working (gRPC starts no server without some service).
+struct HealthOnlyServer {
   proto::ParameterServer::CallbackService unimplemented;
+  std::string address = "127.0.0.1:" + std::to_string(PickFreePorts(1).value().front());
   absl::StatusOr<std::unique_ptr<grpc::Server>> server =
       common::StartServer(address, {&unimplemented});
+};
+
+TEST(CheckHealthTest, ServingServer_ThenNothingThere) {
+  HealthOnlyServer running;
+  const std::string& address = running.address;
+  absl::StatusOr<std::unique_ptr<grpc::Server>>& server = running.server;
   ASSERT_TRUE(server.ok()) << server.status();
   absl::StatusOr<std::string> health = CheckHealth(address, absl::Seconds(10));
   ASSERT_TRUE(health.ok()) << health.status();
@@ -115,17 +120,14 @@ TEST(CheckTaskTest, GoodLocalTask_HasNoProblems) {
 
 TEST(CheckTaskTest, EachProblem_IsOneLineNamingTheTask) {
   // This ps's port is held by a running server.
-  const int port = PickFreePorts(1).value().front();
-  const std::string address = "127.0.0.1:" + std::to_string(port);
-  proto::ParameterServer::CallbackService unimplemented;
-  absl::StatusOr<std::unique_ptr<grpc::Server>> server =
-      common::StartServer(address, {&unimplemented});
-  ASSERT_TRUE(server.ok()) << server.status();
-  Preflight result = CheckTask(Config(address, "127.0.0.1:1", "", common::TaskType::kPs),
+  HealthOnlyServer running;
+  ASSERT_TRUE(running.server.ok()) << running.server.status();
+  const std::string port = running.address.substr(running.address.rfind(':') + 1);
+  Preflight result = CheckTask(Config(running.address, "127.0.0.1:1", "", common::TaskType::kPs),
                                absl::ZeroDuration());
-  EXPECT_TRUE(Says(result.problems, "ps:0: port " + std::to_string(port) + " cannot be bound"))
+  EXPECT_TRUE(Says(result.problems, "ps:0: port " + port + " cannot be bound"))
       << ::testing::PrintToString(result.problems);
-  (*server)->Shutdown();
+  (*running.server)->Shutdown();
 
   // A peer whose name does not resolve (.invalid never does).
   result = CheckTask(Config("127.0.0.1:2", "nosuchhost.invalid:2222", "", common::TaskType::kPs),

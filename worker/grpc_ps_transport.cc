@@ -78,13 +78,13 @@ class GrpcPsTransport final : public common::PsTransport {
                      const common::DenseBuffers* buffers, proto::PullResponse* response,
                      Done done) override {
     auto* call = new RawCall(rpc_timeout_);
-    call->request = common::EncodePushPull(*request, buffers->gradients);
+    call->request = common::EncodePushPull(*request, buffers->gradients, buffers->pins);
     StartPull(ps, kPushPull, call, buffers, response, std::move(done));
   }
   void PushDense(int ps, const proto::PushRequest* request, const common::DenseBuffers* buffers,
                  proto::PushResponse* response, Done done) override {
     auto* call = new RawCall(rpc_timeout_);
-    call->request = common::EncodePush(*request, buffers->gradients);
+    call->request = common::EncodePush(*request, buffers->gradients, buffers->pins);
     Generic(ps)->UnaryCall(
         &call->context, Method("Push"), grpc::StubOptions(), &call->request, &call->response,
         [call, response, done = std::move(done)](grpc::Status status) {

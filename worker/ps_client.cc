@@ -283,7 +283,7 @@ absl::StatusOr<int64_t> PsClient::Pull(Values* values) {
 
 absl::Status PsClient::BuildPushes(
     int64_t step, int64_t base_version, const Values& grads, int64_t position,
-    const std::function<proto::PushRequest*(int r)>& request,
+    const std::function<proto::PushRequest*(int r)>& request, common::PayloadPins* pins,
     std::vector<common::DenseBuffers>* buffers) const {
   if (grads.size() != dense_.size()) {
     return absl::InvalidArgumentError(
@@ -299,6 +299,7 @@ absl::Status PsClient::BuildPushes(
   buffers->resize(requests_.size());
   for (int r = 0; r < static_cast<int>(requests_.size()); ++r) {
     proto::PushRequest* push = request(r);
+    (*buffers)[r].pins = pins;
     push->set_worker_index(worker_index_);
     push->set_incarnation(incarnation_);
     push->set_generation(generation_);
@@ -326,13 +327,16 @@ absl::StatusOr<int64_t> PsClient::PushPull(int64_t step, int64_t base_version, c
   std::vector<proto::PushPullRequest> pushes(count);
   std::vector<proto::PullResponse> responses(count);
   std::vector<common::DenseBuffers> buffers = ValueBuffers(values);
+  common::PayloadPins pins;  // the caller's grads stay untouched until released
   PST_RETURN_IF_ERROR(BuildPushes(
       step, base_version, grads, position, [&](int r) { return pushes[r].mutable_push(); },
-      &buffers));
-  PST_RETURN_IF_ERROR(RunRequests([&](int r, common::PsTransport::Done done) {
+      &pins, &buffers));
+  absl::Status sent = RunRequests([&](int r, common::PsTransport::Done done) {
     transport_->PushPullDense(requests_[r].ps, &pushes[r], &buffers[r], &responses[r],
                               std::move(done));
-  }));
+  });
+  pins.WaitAllReleased();
+  PST_RETURN_IF_ERROR(sent);
   int64_t min_version = std::numeric_limits<int64_t>::max();
   for (int r = 0; r < count; ++r) PST_RETURN_IF_ERROR(CheckDense(r, responses[r], &min_version));
   return count == 0 ? 0 : min_version;
@@ -344,12 +348,15 @@ absl::StatusOr<int64_t> PsClient::Push(int64_t step, int64_t base_version, const
   std::vector<proto::PushRequest> pushes(count);
   std::vector<proto::PushResponse> responses(count);
   std::vector<common::DenseBuffers> buffers;
+  common::PayloadPins pins;
   PST_RETURN_IF_ERROR(BuildPushes(
-      step, base_version, grads, position, [&](int r) { return &pushes[r]; }, &buffers));
-  PST_RETURN_IF_ERROR(RunRequests([&](int r, common::PsTransport::Done done) {
+      step, base_version, grads, position, [&](int r) { return &pushes[r]; }, &pins, &buffers));
+  absl::Status sent = RunRequests([&](int r, common::PsTransport::Done done) {
     transport_->PushDense(requests_[r].ps, &pushes[r], &buffers[r], &responses[r],
                           std::move(done));
-  }));
+  });
+  pins.WaitAllReleased();
+  PST_RETURN_IF_ERROR(sent);
   int64_t min_version = std::numeric_limits<int64_t>::max();
   for (int r = 0; r < count; ++r) {
     for (int64_t version : responses[r].versions()) min_version = std::min(min_version, version);

@@ -150,10 +150,12 @@ class PsClient {
   // ps.
   absl::Status RunRequests(const std::function<void(int r, common::PsTransport::Done)>& start);
   // Checks the grads' sizes and fills one PushRequest per entry of
-  // requests_, gradient payloads left in `grads` (added to `buffers`).
+  // requests_, gradient payloads left in `grads` (added to `buffers`, whose
+  // slices the transport counts in `pins`).
   absl::Status BuildPushes(int64_t step, int64_t base_version, const Values& grads,
                            int64_t position,
                            const std::function<proto::PushRequest*(int r)>& request,
+                           common::PayloadPins* pins,
                            std::vector<common::DenseBuffers>* buffers) const;
   // `values` sized for every dense variable, and per request the spans of
   // it that the answers' payloads go into.
