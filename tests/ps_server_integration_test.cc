@@ -1,4 +1,5 @@
 // Starts a real ps_server and talks to it over gRPC.
+#include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -6,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "common/grpc_channel.h"
 #include "common/tensor_util.h"
@@ -244,6 +246,32 @@ TEST_F(PsServerTest, ParkedPull_IsCancelledByDeadline_AndFinishedByShutdown) {
   std::optional<int> exited = ps_->WaitForExit(kTimeout);
   ASSERT_TRUE(exited.has_value());
   EXPECT_EQ(ExitCode(*exited), 0) << ps_->output();
+}
+
+// Pull and PushPull are raw methods on the ps (it parses them itself):
+// bytes that are not the message get INVALID_ARGUMENT, and the ps serves on.
+TEST_F(PsServerTest, GarbageBytesToTheRawMethods_AreInvalidArgument_AndThePsServesOn) {
+  grpc::GenericStub generic(common::MakeChannel(spec_.ps[0]));
+  const std::string garbage = "\x0a\xff\xff\xff\xff\x0f not a message";
+  for (const char* method : {"Pull", "PushPull"}) {
+    grpc::Slice slice(garbage.data(), garbage.size());
+    grpc::ByteBuffer request(&slice, 1), response;
+    grpc::ClientContext context;
+    common::SetDeadline(&context, kTimeout, /*wait_for_ready=*/true);
+    grpc::Status status;
+    absl::Notification done;
+    generic.UnaryCall(&context, absl::StrCat("/pst.proto.ParameterServer/", method),
+                      grpc::StubOptions(), &request, &response, [&](grpc::Status s) {
+                        status = std::move(s);
+                        done.Notify();
+                      });
+    done.WaitForNotification();
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << method;
+    EXPECT_NE(status.error_message().find("not a valid"), std::string::npos)
+        << status.error_message();
+  }
+  proto::PullResponse pulled;
+  EXPECT_TRUE(Pull(&pulled).ok()) << "the ps still answers";
 }
 
 // `pstrain health` asks the standard grpc.health.v1 service, as Docker
