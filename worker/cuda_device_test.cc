@@ -23,6 +23,7 @@
 #include "worker/device_mapping.h"
 #include "worker/device_mlp.h"
 #include "worker/mlp.h"
+#include "worker/mlp_test_util.h"
 
 namespace pst::worker {
 namespace {
@@ -247,45 +248,16 @@ TEST_F(CudaOpsTest, GatherAndScatterAddRows_RepeatedIds_MatchCpu) {
 
 MlpConfig FashionMlp() { return MlpConfig(); }  // 784-256-128-10
 
-ParamSet RandomParams(const MlpConfig& config, std::mt19937* rng) {
-  ParamSet params;
-  for (const ParamSpec& spec : MlpParamSpecs(config)) {
-    int64_t n = 1;
-    for (int64_t d : spec.shape) n *= d;
-    const float limit =
-        spec.is_kernel ? std::sqrt(6.0f / static_cast<float>(spec.fan_in + spec.fan_out)) : 0.05f;
-    std::uniform_real_distribution<float> dist(-limit, limit);
-    std::vector<float> p(n);
-    for (float& v : p) v = dist(*rng);
-    params.push_back(std::move(p));
-  }
-  return params;
-}
+using mlp_testing::Batch;
+using mlp_testing::ExpectParamsNear;
 
-struct Batch {
-  std::vector<float> x;
-  std::vector<int32_t> y;
-};
+ParamSet RandomParams(const MlpConfig& config, std::mt19937* rng) {
+  return mlp_testing::RandomParams(config, 0.05f, rng);
+}
 
 Batch RandomBatch(const MlpConfig& config, int n, std::mt19937* rng) {
-  Batch b;
-  std::uniform_real_distribution<float> pixel(0.0f, 1.0f);
-  b.x.resize(static_cast<size_t>(n) * config.input_dim);
-  for (float& v : b.x) v = pixel(*rng);
-  std::uniform_int_distribution<int> label(0, config.num_classes - 1);
-  for (int i = 0; i < n; ++i) b.y.push_back(label(*rng));
-  return b;
-}
-
-void ExpectParamsNear(const ParamSet& got, const ParamSet& want, float tol) {
-  ASSERT_EQ(got.size(), want.size());
-  for (size_t p = 0; p < got.size(); ++p) {
-    ASSERT_EQ(got[p].size(), want[p].size());
-    for (size_t i = 0; i < got[p].size(); ++i) {
-      ASSERT_NEAR(got[p][i], want[p][i], tol * (1.0f + std::abs(want[p][i])))
-          << "param " << p << " element " << i;
-    }
-  }
+  return mlp_testing::RandomBatch(config, n, std::uniform_real_distribution<float>(0.0f, 1.0f),
+                                  rng);
 }
 
 TEST(CudaMlpTest, TrainingStep_MatchesCpuMlp) {
