@@ -18,8 +18,7 @@ void CopyIn(std::span<const std::span<const float>> payloads,
 
 // Moves the answer's payloads into `values`, as the gRPC transport does.
 absl::Status CopyOut(std::span<const std::span<float>> values, proto::PullResponse* response) {
-  for (size_t k = 0; k < values.size() && k < static_cast<size_t>(response->values_size());
-       ++k) {
+  for (size_t k = 0; k < values.size() && k < static_cast<size_t>(response->values_size()); ++k) {
     std::string* data = response->mutable_values(k)->mutable_data();
     if (data->size() != values[k].size_bytes()) {
       return absl::DataLossError(absl::StrCat("value ", k, " has ", data->size(),

@@ -15,18 +15,18 @@
 namespace pst::common {
 namespace {
 
-using google::protobuf::io::CodedInputStream;
 using google::protobuf::internal::WireFormatLite;
+using google::protobuf::io::CodedInputStream;
 
 // Field numbers (proto/pstrain.proto).
-constexpr int kPushPullPush = 1;      // PushPullRequest.push
-constexpr int kPushGradients = 5;     // PushRequest.gradients
-constexpr int kPullNames = 1;         // PullResponse.names
-constexpr int kPullValues = 2;        // PullResponse.values
-constexpr int kPullVersions = 3;      // PullResponse.versions
-constexpr int kTensorDtype = 1;       // Tensor.dtype
-constexpr int kTensorShape = 2;       // Tensor.shape
-constexpr int kTensorData = 3;        // Tensor.data
+constexpr int kPushPullPush = 1;   // PushPullRequest.push
+constexpr int kPushGradients = 5;  // PushRequest.gradients
+constexpr int kPullNames = 1;      // PullResponse.names
+constexpr int kPullValues = 2;     // PullResponse.values
+constexpr int kPullVersions = 3;   // PullResponse.versions
+constexpr int kTensorDtype = 1;    // Tensor.dtype
+constexpr int kTensorShape = 2;    // Tensor.shape
+constexpr int kTensorData = 3;     // Tensor.data
 
 void PutVarint(uint64_t value, std::string* out) {
   while (value >= 0x80) {
@@ -64,8 +64,9 @@ struct TensorPart {
 // (proto3 leaves an empty bytes field out).
 size_t TensorBytes(const TensorPart& t) {
   if (t.payload_bytes == 0) return t.header.size();
-  return t.header.size() + VarintSize(WireFormatLite::MakeTag(
-                               kTensorData, WireFormatLite::WIRETYPE_LENGTH_DELIMITED)) +
+  return t.header.size() +
+         VarintSize(
+             WireFormatLite::MakeTag(kTensorData, WireFormatLite::WIRETYPE_LENGTH_DELIMITED)) +
          VarintSize(t.payload_bytes) + t.payload_bytes;
 }
 
@@ -111,9 +112,9 @@ void PutTensors(int field, std::vector<TensorPart>& parts, Builder* out) {
   }
 }
 
-std::vector<TensorPart> GradientParts(const google::protobuf::RepeatedPtrField<proto::Tensor>& grads,
-                                      std::span<const std::span<const float>> payloads,
-                                      PayloadPins* pins) {
+std::vector<TensorPart> GradientParts(
+    const google::protobuf::RepeatedPtrField<proto::Tensor>& grads,
+    std::span<const std::span<const float>> payloads, PayloadPins* pins) {
   std::vector<TensorPart> parts(grads.size());
   for (int k = 0; k < grads.size(); ++k) {
     proto::Tensor header = grads[k];
@@ -124,8 +125,8 @@ std::vector<TensorPart> GradientParts(const google::protobuf::RepeatedPtrField<p
       // The caller keeps the floats alive and unchanged until gRPC releases
       // the slice.
       pins->Add();
-      parts[k].slice = grpc::Slice(const_cast<float*>(payloads[k].data()),
-                                   parts[k].payload_bytes, ReleasePin, pins);
+      parts[k].slice = grpc::Slice(const_cast<float*>(payloads[k].data()), parts[k].payload_bytes,
+                                   ReleasePin, pins);
     }
   }
   return parts;
@@ -284,7 +285,8 @@ absl::Status DecodePullResponse(grpc::ByteBuffer* buffer, std::span<const std::s
       std::span<float> target;
       const bool direct = index < static_cast<int>(into.size());
       if (direct) target = into[index];
-      absl::Status read = ReadTensor(&in, response->add_values(), direct ? &target : nullptr, index);
+      absl::Status read =
+          ReadTensor(&in, response->add_values(), direct ? &target : nullptr, index);
       if (!read.ok()) {
         return absl::DataLossError(absl::StrCat("malformed PullResponse: ", read.message()));
       }

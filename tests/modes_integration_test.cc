@@ -133,11 +133,12 @@ TEST_F(ModesTest, SyncWithDenseVariablesCutIntoPieces_TrainsExactlyAsWhole) {
   const nlohmann::json whole = RunJob(whole_flags);
   ASSERT_TRUE(whole.is_object()) << output_;
   std::smatch placed;
-  ASSERT_TRUE(std::regex_search(output_, placed, std::regex(R"(placement \(\w+\): (\d+) variable)")));
+  const std::regex placement(R"(placement \(\w+\): (\d+) variable)");
+  ASSERT_TRUE(std::regex_search(output_, placed, placement));
   const int whole_variables = std::stoi(placed[1]);
   const nlohmann::json cut = RunJob(cut_flags);
   ASSERT_TRUE(cut.is_object()) << output_;
-  ASSERT_TRUE(std::regex_search(output_, placed, std::regex(R"(placement \(\w+\): (\d+) variable)")));
+  ASSERT_TRUE(std::regex_search(output_, placed, placement));
   EXPECT_GT(std::stoi(placed[1]), whole_variables + 20) << "the first layer is cut into pieces";
   EXPECT_EQ(cut["global_step"], whole["global_step"]);
   ASSERT_TRUE(whole["test_loss"].is_number()) << whole.dump();
@@ -152,7 +153,9 @@ TEST_F(ModesTest, AsyncWithOverlap_TrainsEveryBatchAndReportsStepTimes) {
   ASSERT_TRUE(result.is_object()) << output_;
   EXPECT_EQ(result["global_step"], 2 * ((30000 + 63) / 64)) << "each worker's 469 batches, once";
   const std::regex times(
-      R"(worker:\d\] time per step: compute ([\d.]+) ms, push\+pull ([\d.]+) ms \(([\d.]+) ms of it not hidden by compute\); compute/communication ([\d.]+) \(overlapped\))");
+      R"(worker:\d\] time per step: compute ([\d.]+) ms, push\+pull ([\d.]+) ms )"
+      R"(\(([\d.]+) ms of it not hidden by compute\); compute/communication ([\d.]+) )"
+      R"(\(overlapped\))");
   auto lines = std::sregex_iterator(output_.begin(), output_.end(), times);
   ASSERT_EQ(std::distance(lines, std::sregex_iterator()), 2) << output_;
   for (auto it = lines; it != std::sregex_iterator(); ++it) {

@@ -86,8 +86,8 @@ class MultiHostTest : public ::testing::Test {
     return hosts_.back();
   }
 
-  TestProcess* StartIn(const Host& host, const std::string& binary,
-                       const std::string& tf_config, std::vector<std::string> flags) {
+  TestProcess* StartIn(const Host& host, const std::string& binary, const std::string& tf_config,
+                       std::vector<std::string> flags) {
     std::vector<std::string> argv = {ip_, "netns", "exec", host.ns, BinaryPath(binary)};
     argv.insert(argv.end(), flags.begin(), flags.end());
     auto process = TestProcess::Start(argv, {"TF_CONFIG=" + tf_config});
@@ -112,16 +112,16 @@ TEST_F(MultiHostTest, PsLinkDownForSeconds_AndASlowWorkerLink_TheJobStillFinishe
   ASSERT_FALSE(HasFailure());
   auto at = [](const Host& h) { return absl::StrCat("\"", h.address, ":", kPort, "\""); };
   const std::string cluster =
-      absl::StrCat(R"({"cluster": {"chief": [)", at(chief), R"(], "ps": [)", at(ps0), ",",
-                   at(ps1), R"(], "worker": [)", at(w0), ",", at(w1), "]}, ");
+      absl::StrCat(R"({"cluster": {"chief": [)", at(chief), R"(], "ps": [)", at(ps0), ",", at(ps1),
+                   R"(], "worker": [)", at(w0), ",", at(w1), "]}, ");
   auto config = [&](const char* type, int index) {
     return absl::StrCat(cluster, R"("task": {"type": ")", type, R"(", "index": )", index, "}}");
   };
   // worker:1's link: 400 Mbit/s each way (tc tbf at both ends).
   ASSERT_TRUE(Shell(absl::StrCat("tc qdisc add dev ", w1.veth,
-                               " root tbf rate 400mbit burst 1mb latency 200ms")));
+                                 " root tbf rate 400mbit burst 1mb latency 200ms")));
   ASSERT_TRUE(Shell(absl::StrCat(ip_, " netns exec ", w1.ns, " tc qdisc add dev pm", tag_,
-                               "n4 root tbf rate 400mbit burst 1mb latency 200ms")));
+                                 "n4 root tbf rate 400mbit burst 1mb latency 200ms")));
 
   const std::vector<std::string> common = {"--heartbeat_ms=200", "--startup_timeout_s=60",
                                            "--peer_timeout_s=10", "--recovery_timeout_s=60"};
@@ -131,10 +131,10 @@ TEST_F(MultiHostTest, PsLinkDownForSeconds_AndASlowWorkerLink_TheJobStillFinishe
   };
   TestProcess* p0 = StartIn(ps0, "ps_server", config("ps", 0), with({}));
   TestProcess* p1 = StartIn(ps1, "ps_server", config("ps", 1), with({}));
-  TestProcess* c = StartIn(
-      chief, "chief", config("chief", 0),
-      with({"--epochs=1", "--log_every_s=1", "--checkpoint_dir=" + dir_ + "/ckpt",
-            "--save_checkpoints_steps=100", "--summary_json=" + dir_ + "/summary.json"}));
+  TestProcess* c =
+      StartIn(chief, "chief", config("chief", 0),
+              with({"--epochs=1", "--log_every_s=1", "--checkpoint_dir=" + dir_ + "/ckpt",
+                    "--save_checkpoints_steps=100", "--summary_json=" + dir_ + "/summary.json"}));
   TestProcess* k0 = StartIn(w0, "worker", config("worker", 0), with({}));
   TestProcess* k1 = StartIn(w1, "worker", config("worker", 1), with({}));
   ASSERT_TRUE(p0 && p1 && c && k0 && k1);

@@ -83,8 +83,8 @@ absl::StatusOr<std::string> CheckHealth(const std::string& address, absl::Durati
   request = grpc::ByteBuffer(&empty, 1);
   grpc::Status status;
   absl::Notification done;
-  stub.UnaryCall(&context, "/grpc.health.v1.Health/Check", grpc::StubOptions(), &request,
-                 &response, [&](grpc::Status s) {
+  stub.UnaryCall(&context, "/grpc.health.v1.Health/Check", grpc::StubOptions(), &request, &response,
+                 [&](grpc::Status s) {
                    status = std::move(s);
                    done.Notify();
                  });
@@ -124,8 +124,8 @@ absl::StatusOr<sockaddr_storage> Resolve(const std::string& host, int port, sock
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
   addrinfo* found = nullptr;
-  const std::string bare = host.size() > 1 && host.front() == '[' ? host.substr(1, host.size() - 2)
-                                                                   : host;
+  const std::string bare =
+      host.size() > 1 && host.front() == '[' ? host.substr(1, host.size() - 2) : host;
   const int rc = getaddrinfo(bare.c_str(), std::to_string(port).c_str(), &hints, &found);
   if (rc != 0 || found == nullptr) return absl::NotFoundError(gai_strerror(rc));
   sockaddr_storage address{};
@@ -186,8 +186,8 @@ Preflight CheckTask(const common::TfConfig& config, absl::Duration wait) {
     sockaddr_storage storage{};
     std::memcpy(&storage, &any, sizeof(any));
     if (absl::Status bound = TryBind(storage, sizeof(any)); !bound.ok()) {
-      out.problems.push_back(absl::StrCat(self, ": port ", port, " cannot be bound on this machine (",
-                                          bound.message(),
+      out.problems.push_back(absl::StrCat(self, ": port ", port,
+                                          " cannot be bound on this machine (", bound.message(),
                                           "): another process holds it, or pick another port"));
     } else {
       out.notes.push_back(absl::StrCat(self, ": port ", port, " is free"));

@@ -108,11 +108,10 @@ bool Says(const std::vector<std::string>& lines, const std::string& part) {
 
 TEST(CheckTaskTest, GoodLocalTask_HasNoProblems) {
   const std::vector<int> ports = PickFreePorts(3).value();
-  const Preflight result =
-      CheckTask(Config("127.0.0.1:" + std::to_string(ports[0]),
-                       "127.0.0.1:" + std::to_string(ports[1]),
-                       "localhost:" + std::to_string(ports[2]), common::TaskType::kPs),
-                absl::ZeroDuration());
+  const Preflight result = CheckTask(
+      Config("127.0.0.1:" + std::to_string(ports[0]), "127.0.0.1:" + std::to_string(ports[1]),
+             "localhost:" + std::to_string(ports[2]), common::TaskType::kPs),
+      absl::ZeroDuration());
   EXPECT_TRUE(result.problems.empty()) << result.problems.front();
   EXPECT_TRUE(Says(result.notes, "is free"));
   EXPECT_TRUE(Says(result.notes, "every host in the cluster resolves"));
@@ -144,12 +143,12 @@ TEST(CheckTaskTest, EachProblem_IsOneLineNamingTheTask) {
   // A worker waiting for a ps that does not answer; the worker's own port
   // is not checked (with a chief listed, workers do not listen).
   const std::vector<int> free = PickFreePorts(3).value();
-  result = CheckTask(Config("127.0.0.1:" + std::to_string(free[0]),
-                            "127.0.0.1:" + std::to_string(free[1]),
-                            "127.0.0.1:" + std::to_string(free[2]), common::TaskType::kWorker),
-                     absl::Milliseconds(300));
-  EXPECT_TRUE(Says(result.problems, "ps:0: 127.0.0.1:" + std::to_string(free[0]) +
-                                        ": no answer within"))
+  result = CheckTask(
+      Config("127.0.0.1:" + std::to_string(free[0]), "127.0.0.1:" + std::to_string(free[1]),
+             "127.0.0.1:" + std::to_string(free[2]), common::TaskType::kWorker),
+      absl::Milliseconds(300));
+  EXPECT_TRUE(
+      Says(result.problems, "ps:0: 127.0.0.1:" + std::to_string(free[0]) + ": no answer within"))
       << ::testing::PrintToString(result.problems);
   EXPECT_FALSE(Says(result.notes, "is free"));
 }

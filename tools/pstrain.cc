@@ -40,7 +40,8 @@ ABSL_FLAG(std::string, host, "127.0.0.1", "local: address every task listens on.
 ABSL_FLAG(double, timeout_s, 0,
           "local: stop the whole job after this many seconds (0: never). health: how long to "
           "wait for an answer (0: 5 s).");
-ABSL_FLAG(std::string, chief_hosts, "", "tfconfig: the chief's host[:port] (none: worker 0 leads).");
+ABSL_FLAG(std::string, chief_hosts, "",
+          "tfconfig: the chief's host[:port] (none: worker 0 leads).");
 ABSL_FLAG(std::string, ps_hosts, "", "tfconfig: comma-separated ps host[:port] list.");
 ABSL_FLAG(std::string, worker_hosts, "", "tfconfig: comma-separated worker host[:port] list.");
 ABSL_FLAG(std::string, evaluator_hosts, "", "tfconfig: evaluator host[:port] list.");
@@ -72,9 +73,10 @@ constexpr const char* kForwardedFlags[] = {
     "data_dir", "model", "hidden", "epochs", "max_steps", "batch_size", "learning_rate",
     "optimizer", "momentum", "nesterov", "beta1", "beta2", "epsilon", "initial_accumulator", "l1",
     "l2", "lr_power", "skip_nonfinite", "seed", "log_every_s", "heartbeat_ms", "peer_timeout_s",
-    "startup_timeout_s", "rpc_timeout_s", "recovery_timeout_s", "data", "eval_fraction", "embedding_dim",
-    "buckets_per_field", "admit_after", "placement", "partitioner", "num_shards",
-    "min_slice_bytes", "max_partitions", "max_shard_bytes", "dense_piece_bytes", "overlap", "routing", "mode", "staleness",
+    "startup_timeout_s", "rpc_timeout_s", "recovery_timeout_s", "data", "eval_fraction",
+    "embedding_dim", "buckets_per_field", "admit_after", "placement", "partitioner", "num_shards",
+    "min_slice_bytes", "max_partitions", "max_shard_bytes", "dense_piece_bytes", "overlap",
+    "routing", "mode", "staleness",
     "replicas_to_aggregate", "checkpoint_dir", "save_checkpoints_steps", "save_checkpoints_secs",
     "keep_checkpoints", "device", "gpus", "gpu_memory", "virtual_devices", "cpu_devices",
     "log_device_placement",

@@ -173,7 +173,9 @@ absl::Status CheckPlanMatches(const proto::PlacementPlan& plan,
       whole[entry.spec().name()] = &entry.spec();
     } else {
       tables.insert(entry.spec().variable());
-      if (entry.spec().routing() == proto::DIV) whole.emplace(entry.spec().variable(), &entry.spec());
+      if (entry.spec().routing() == proto::DIV) {
+        whole.emplace(entry.spec().variable(), &entry.spec());
+      }
     }
   }
   for (const ModelVariable& var : variables) {
