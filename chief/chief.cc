@@ -678,8 +678,10 @@ absl::Status RunChief(const ChiefOptions& options, const common::StopSignal& sto
   Coordinator coordinator(initial, timing.peer_timeout);
   GrpcCoordinatorService service(&coordinator);
   PST_ASSIGN_OR_RETURN(std::unique_ptr<grpc::Server> server,
-                       common::StartServer(cluster.CoordinatorAddress(), {&service}));
-  spdlog::info("coordinator serving on {}", cluster.CoordinatorAddress());
+                       common::StartServer(cluster.CoordinatorAddress(), {&service}, options.bind));
+  spdlog::info("coordinator serving on {} (advertised as {})",
+               common::ListenAddress(cluster.CoordinatorAddress(), options.bind),
+               cluster.CoordinatorAddress());
 
   Job job(options, stop, &coordinator, initial, quorum);
   absl::Status status = [&]() -> absl::Status {

@@ -20,6 +20,7 @@ struct ChiefOptions {
   common::Timing timing;
   std::string data_dir;
   std::string summary_json;  // written at the end when non-empty
+  std::string bind;          // where the coordinator listens (--bind; see ListenAddress)
   // Checkpoints: saved under checkpoint_dir every save_steps updates and/or
   // save_secs seconds (0: never by that measure) and at the end; the newest
   // keep are kept. A job started with a checkpoint there resumes from it.

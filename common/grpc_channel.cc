@@ -34,16 +34,21 @@ void SetDeadline(grpc::ClientContext* context, absl::Duration timeout, bool wait
   context->set_wait_for_ready(wait_for_ready);
 }
 
-std::string ListenAddress(const std::string& advertised) {
+std::string ListenAddress(const std::string& advertised, const std::string& bind) {
   std::string host;
   int port = 0;
-  if (!ParseHostPort(advertised, &host, &port).ok()) return advertised;
-  return "0.0.0.0:" + std::to_string(port);
+  if (!ParseHostPort(advertised, &host, &port).ok()) return bind.empty() ? advertised : bind;
+  if (bind.empty()) return "0.0.0.0:" + std::to_string(port);
+  std::string bind_host;
+  int bind_port = 0;
+  if (ParseHostPort(bind, &bind_host, &bind_port).ok()) return bind;  // host:port
+  return bind + ":" + std::to_string(port);                           // host alone
 }
 
 absl::StatusOr<std::unique_ptr<grpc::Server>> StartServer(
-    const std::string& advertised, const std::vector<grpc::Service*>& services) {
-  const std::string listen = ListenAddress(advertised);
+    const std::string& advertised, const std::vector<grpc::Service*>& services,
+    const std::string& bind) {
+  const std::string listen = ListenAddress(advertised, bind);
   // The standard grpc.health.v1 service: `pstrain health`, Kubernetes' gRPC
   // probes and any gRPC health checker can ask whether the daemon serves.
   grpc::EnableDefaultHealthCheckService(true);

@@ -31,15 +31,18 @@ void ConfigureServerBuilder(grpc::ServerBuilder* builder);
 // for the peer to come up instead of failing at once.
 void SetDeadline(grpc::ClientContext* context, absl::Duration timeout, bool wait_for_ready = false);
 
-// The address to listen on for a TF_CONFIG "host:port": all interfaces on
-// that port, so the same spec works behind NAT and in containers.
-std::string ListenAddress(const std::string& advertised);
+// The address to listen on for a TF_CONFIG "host:port": by default all
+// interfaces on that port, so the same spec works behind NAT and in
+// containers; `bind` ("host" or "host:port", e.g. from --bind) overrides the
+// host, or both.
+std::string ListenAddress(const std::string& advertised, const std::string& bind = "");
 
 // Builds and starts a server for `services` listening on
-// ListenAddress(advertised). Errors: Unavailable naming the address when the
+// ListenAddress(advertised, bind). Errors: Unavailable naming the address when the
 // port cannot be bound.
 absl::StatusOr<std::unique_ptr<grpc::Server>> StartServer(
-    const std::string& advertised, const std::vector<grpc::Service*>& services);
+    const std::string& advertised, const std::vector<grpc::Service*>& services,
+    const std::string& bind = "");
 
 }  // namespace pst::common
 

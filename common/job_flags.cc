@@ -12,6 +12,9 @@
 ABSL_FLAG(std::string, tf_config, "",
           "Cluster spec as TF_CONFIG JSON, or @path to a file holding it. Default: the "
           "TF_CONFIG environment variable.");
+ABSL_FLAG(std::string, bind, "",
+          "ps and chief: where to listen, host or host:port (default: every interface, at this "
+          "task's TF_CONFIG port). Peers still use the TF_CONFIG address.");
 ABSL_FLAG(std::string, data_dir, "/usr/share/datasets/fashion-mnist",
           "Directory with the Fashion-MNIST IDX files (Debian's dataset-fashion-mnist).");
 ABSL_FLAG(std::string, model, "mlp",

@@ -11,6 +11,7 @@
 #include "proto/pstrain.pb.h"
 
 ABSL_DECLARE_FLAG(std::string, tf_config);
+ABSL_DECLARE_FLAG(std::string, bind);
 ABSL_DECLARE_FLAG(std::string, data_dir);
 ABSL_DECLARE_FLAG(std::string, model);
 ABSL_DECLARE_FLAG(std::string, hidden);

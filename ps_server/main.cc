@@ -44,13 +44,14 @@ int Run() {
   VariableStore store;
   GrpcPsService service(&store, tf->task.index, task, incarnation, &stop);
   absl::StatusOr<std::unique_ptr<grpc::Server>> server =
-      common::StartServer(tf->SelfAddress(), {&service});
+      common::StartServer(tf->SelfAddress(), {&service}, absl::GetFlag(FLAGS_bind));
   if (!server.ok()) {
     spdlog::error("{}", server.status().message());
     return 1;
   }
   spdlog::info("serving on {} (advertised as {}), incarnation {:016x}",
-               common::ListenAddress(tf->SelfAddress()), tf->SelfAddress(), incarnation);
+               common::ListenAddress(tf->SelfAddress(), absl::GetFlag(FLAGS_bind)),
+               tf->SelfAddress(), incarnation);
 
   const double chief_timeout_s = absl::GetFlag(FLAGS_chief_timeout_s);
   int exit_code = 0;

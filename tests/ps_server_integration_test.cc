@@ -309,6 +309,26 @@ TEST_F(PsServerTest, Sigterm_DrainsAndExitsZero) {
   EXPECT_EQ(ExitCode(*exited), 0) << ps_->output();
 }
 
+// --bind moves where the ps listens; its TF_CONFIG address stays what peers
+// are told.
+TEST(DaemonConfigTest, Bind_ListensWhereToldNotAtTheTfConfigPort) {
+  // Worker 1's port is free (workers do not listen): the ps binds there.
+  const LocalSpec spec = PickLocalSpec(0, 1, 2);
+  const std::string bind = spec.worker[1];
+  auto ps = TestProcess::Start({BinaryPath("ps_server"), "--chief_timeout_s=0", "--bind=" + bind},
+                               {"TF_CONFIG=" + TfConfigJson(spec, "ps", 0)});
+  ASSERT_TRUE(ps.ok());
+  ASSERT_TRUE((*ps)->WaitForOutput("serving on " + bind, kTimeout)) << (*ps)->output();
+  for (const auto& [address, want] : {std::pair{bind, 0}, std::pair{spec.ps[0], 1}}) {
+    auto health =
+        TestProcess::Start({BinaryPath("pstrain"), "health", address, "--timeout_s=1"}, {});
+    ASSERT_TRUE(health.ok());
+    std::optional<int> exited = (*health)->WaitForExit(kTimeout);
+    ASSERT_TRUE(exited.has_value());
+    EXPECT_EQ(ExitCode(*exited), want) << address << ": " << (*health)->output();
+  }
+}
+
 // Each bad TF_CONFIG ends the binary with status 2 and a one-line message,
 // before it listens on anything.
 TEST(DaemonConfigTest, BadTfConfig_ExitsTwoWithMessage) {

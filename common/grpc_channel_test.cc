@@ -1,0 +1,51 @@
+// Where a daemon listens: every interface at its TF_CONFIG port, unless
+// --bind says otherwise.
+#include "common/grpc_channel.h"
+
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "proto/pstrain.grpc.pb.h"
+
+namespace pst::common {
+namespace {
+
+TEST(ListenAddressTest, DefaultsToEveryInterface_BindOverridesHostOrBoth) {
+  EXPECT_EQ(ListenAddress("ps-0.example:2222"), "0.0.0.0:2222");
+  EXPECT_EQ(ListenAddress("ps-0.example:2222", "127.0.0.1"), "127.0.0.1:2222");
+  EXPECT_EQ(ListenAddress("ps-0.example:2222", "10.0.0.5:3000"), "10.0.0.5:3000");
+  EXPECT_EQ(ListenAddress("ps-0.example:2222", "[::1]"), "[::1]:2222");
+  EXPECT_EQ(ListenAddress("ps-0.example:2222", "[::]:2300"), "[::]:2300");
+}
+
+// A port the kernel just handed out and took back.
+int FreePort() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  EXPECT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  EXPECT_EQ(getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  close(fd);
+  return ntohs(addr.sin_port);
+}
+
+TEST(StartServerTest, BindNamesThePort_OrAnUnusableAddressIsUnavailableNamingIt) {
+  proto::ParameterServer::CallbackService unimplemented;  // gRPC needs some service
+  // TF_CONFIG port 1 is privileged: only --bind's port can work.
+  const absl::StatusOr<std::unique_ptr<grpc::Server>> good =
+      StartServer("127.0.0.1:1", {&unimplemented}, "127.0.0.1:" + std::to_string(FreePort()));
+  EXPECT_TRUE(good.ok()) << good.status();
+  const absl::StatusOr<std::unique_ptr<grpc::Server>> bad =
+      StartServer("127.0.0.1:1", {&unimplemented}, "256.0.0.1:5");
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_NE(std::string(bad.status().message()).find("256.0.0.1:5"), std::string::npos)
+      << bad.status();
+}
+
+}  // namespace
+}  // namespace pst::common
