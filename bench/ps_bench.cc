@@ -846,7 +846,6 @@ struct Worker {
   uint64_t incarnation = 0;
   int64_t step = 0;
   std::shared_ptr<common::PsTransport> transport;
-  std::vector<std::unique_ptr<proto::ParameterServer::Stub>> stubs;  // for push alone
 };
 
 // The bytes one operation moved, or its error.
@@ -1215,9 +1214,6 @@ absl::Status RunConfig(const Options& options, int num_ps, int num_workers,
     workers[w].index = w;
     workers[w].incarnation = rng() | 1;
     workers[w].transport = worker::MakeGrpcPsTransport(cluster->addresses(), options.rpc_timeout);
-    for (const std::string& address : cluster->addresses()) {
-      workers[w].stubs.push_back(proto::ParameterServer::NewStub(common::MakeChannel(address)));
-    }
   }
   if (options.AnyDense()) {
     for (int64_t size : options.sizes) {

@@ -1,10 +1,10 @@
 #include "common/ps_transport.h"
 
-#include <cstring>
 #include <memory>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/tensor_util.h"
 
 namespace pst::common {
 namespace {
@@ -19,14 +19,14 @@ void CopyIn(std::span<const std::span<const float>> payloads,
 // Moves the answer's payloads into `values`, as the gRPC transport does.
 absl::Status CopyOut(std::span<const std::span<float>> values, proto::PullResponse* response) {
   for (size_t k = 0; k < values.size() && k < static_cast<size_t>(response->values_size()); ++k) {
-    std::string* data = response->mutable_values(k)->mutable_data();
-    if (data->size() != values[k].size_bytes()) {
-      return absl::DataLossError(absl::StrCat("value ", k, " has ", data->size(),
+    proto::Tensor* value = response->mutable_values(k);
+    if (value->data().size() != values[k].size_bytes()) {
+      return absl::DataLossError(absl::StrCat("value ", k, " has ", value->data().size(),
                                               " payload bytes where ", values[k].size_bytes(),
                                               " were expected"));
     }
-    std::memcpy(values[k].data(), data->data(), data->size());
-    data->clear();
+    UnpackFloats(*value, values[k]);
+    value->clear_data();
   }
   return absl::OkStatus();
 }

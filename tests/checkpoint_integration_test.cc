@@ -47,8 +47,15 @@ class CheckpointTest : public ::testing::Test {
   std::string dir_, ckpt_, output_;
 };
 
+// The chief looks at the global step at every heartbeat (200 ms here) and
+// saves once --save_checkpoints_steps (50) more have passed, so a first job
+// must last several heartbeats to leave two checkpoints: 1500 steps take a
+// few seconds, where 200 took less than one heartbeat.
+constexpr int64_t kFirstSteps = 1500;
+constexpr int64_t kSecondSteps = 2000;
+
 TEST_F(CheckpointTest, SavedWhileTraining_ResumesOntoThreePs) {
-  const nlohmann::json first = Run(/*ps=*/2, /*max_steps=*/200);
+  const nlohmann::json first = Run(/*ps=*/2, kFirstSteps);
   ASSERT_TRUE(first.is_object()) << output_;
   const std::vector<std::string> saved = common::ListCheckpoints(ckpt_);
   ASSERT_GE(saved.size(), 2u) << output_;
@@ -56,20 +63,20 @@ TEST_F(CheckpointTest, SavedWhileTraining_ResumesOntoThreePs) {
   EXPECT_EQ(Inspect(&report), 0) << report;
   EXPECT_NE(report.find("checksums OK"), std::string::npos) << report;
   const int64_t newest = common::ReadManifest(saved[0])->global_step();
-  EXPECT_GE(newest, 200);
+  EXPECT_GE(newest, kFirstSteps);
 
-  const nlohmann::json second = Run(/*ps=*/3, /*max_steps=*/400);
+  const nlohmann::json second = Run(/*ps=*/3, kSecondSteps);
   ASSERT_TRUE(second.is_object()) << output_;
   EXPECT_NE(output_.find(absl::StrCat("restored from ", saved[0])), std::string::npos) << output_;
   EXPECT_NE(output_.find("written by 2 ps, loaded onto 3"), std::string::npos) << output_;
-  EXPECT_GE(second["global_step"].get<int64_t>(), 400);
-  // It went on from the checkpoint: far fewer than 400 new pushes.
-  EXPECT_LE(second["pushes"].get<int64_t>(), 400 - newest + 20) << second.dump();
+  EXPECT_GE(second["global_step"].get<int64_t>(), kSecondSteps);
+  // It went on from the checkpoint: far fewer than kSecondSteps new pushes.
+  EXPECT_LE(second["pushes"].get<int64_t>(), kSecondSteps - newest + 20) << second.dump();
   EXPECT_EQ(Inspect(&report), 0) << report;
 }
 
 TEST_F(CheckpointTest, CorruptNewestCheckpoint_IsReportedAndTheOlderOneUsed) {
-  ASSERT_TRUE(Run(/*ps=*/2, /*max_steps=*/150).is_object()) << output_;
+  ASSERT_TRUE(Run(/*ps=*/2, kFirstSteps).is_object()) << output_;
   const std::vector<std::string> saved = common::ListCheckpoints(ckpt_);
   ASSERT_GE(saved.size(), 2u) << output_;
   // Flip one byte in the middle of the newest checkpoint's first shard.
@@ -91,7 +98,7 @@ TEST_F(CheckpointTest, CorruptNewestCheckpoint_IsReportedAndTheOlderOneUsed) {
   EXPECT_NE(report.find("CORRUPT"), std::string::npos) << report;
   EXPECT_NE(report.find(shard), std::string::npos) << report;
 
-  ASSERT_TRUE(Run(/*ps=*/2, /*max_steps=*/250).is_object()) << output_;
+  ASSERT_TRUE(Run(/*ps=*/2, kSecondSteps).is_object()) << output_;
   EXPECT_NE(output_.find(absl::StrCat("checkpoint ", saved[0], " is unusable")), std::string::npos)
       << output_;
   EXPECT_NE(output_.find(absl::StrCat("restored from ", saved[1])), std::string::npos) << output_;
