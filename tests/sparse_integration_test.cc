@@ -219,11 +219,13 @@ class WideDeepClusterTest : public ::testing::Test {
     std::optional<int> exited = (*process)->WaitForExit(absl::Seconds(240));
     EXPECT_TRUE(exited.has_value()) << (*process)->output();
     EXPECT_EQ(exited.has_value() ? ExitCode(*exited) : -1, 0) << (*process)->output();
+    output_ = (*process)->output();
     std::ifstream in(summary);
     return nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
   }
 
   std::string dir_, data_;
+  std::string output_;  // of the last Run
   double best_auc_ = 0;
 };
 
@@ -259,6 +261,20 @@ TEST_F(WideDeepClusterTest, HashEmbeddingsWithAdmission_Train) {
     total += r;
   }
   EXPECT_LE(total, 2 * 26 * 501);  // both tables
+}
+
+// Wide & deep on two logical devices per worker (MirroredWideDeep): each
+// batch is split across them, and the job still learns.
+TEST_F(WideDeepClusterTest, TwoCpuDevicesPerWorker_SplitEachBatch_AndTrain) {
+  const nlohmann::json cluster =
+      Run({"local", "--ps=1", "--workers=1", "--heartbeat_ms=200", "--log_every_s=1",
+           "--timeout_s=240", "--cpu_devices=2", "--log_device_placement"});
+  ASSERT_TRUE(cluster.contains("test_auc")) << cluster.dump();
+  EXPECT_GT(cluster["test_auc"].get<double>(), 0.5 + 0.5 * (best_auc_ - 0.5)) << cluster.dump();
+  EXPECT_NE(output_.find("deep_embedding/Gather: (GatherV2): /job:worker/replica:0/task:0/"
+                         "device:CPU:1"),
+            std::string::npos)
+      << output_;
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 #include <cuda_runtime_api.h>
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <string>
 #include <type_traits>
@@ -91,6 +92,8 @@ struct Cublas {
   }
 };
 
+void FreePinned(void* p) { (void)cudaFreeHost(p); }
+
 class CudaRawAllocator final : public RawAllocator {
  public:
   explicit CudaRawAllocator(int ordinal) : ordinal_(ordinal) {}
@@ -125,8 +128,13 @@ class CudaDevice final : public Device {
 
   ~CudaDevice() override {
     if (cudaSetDevice(ordinal_) == cudaSuccess) {
+      if (copy_stream_ != nullptr) (void)cudaStreamSynchronize(copy_stream_);
       if (stream_ != nullptr) (void)cudaStreamSynchronize(stream_);
       if (handle_ != nullptr) Cublas::Get().destroy(handle_);
+      for (cudaEvent_t event : copies_done_) {
+        if (event != nullptr) (void)cudaEventDestroy(event);
+      }
+      if (copy_stream_ != nullptr) (void)cudaStreamDestroy(copy_stream_);
       if (stream_ != nullptr) (void)cudaStreamDestroy(stream_);
     }
     workspace_.Reset();
@@ -139,6 +147,12 @@ class CudaDevice final : public Device {
     PST_CUDA_RETURN(cudaSetDevice(ordinal_), absl::StrCat(name(), ": cudaSetDevice"));
     PST_CUDA_RETURN(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking),
                     absl::StrCat(name(), ": cudaStreamCreate"));
+    PST_CUDA_RETURN(cudaStreamCreateWithFlags(&copy_stream_, cudaStreamNonBlocking),
+                    absl::StrCat(name(), ": cudaStreamCreate(copies)"));
+    for (cudaEvent_t& event : copies_done_) {
+      PST_CUDA_RETURN(cudaEventCreateWithFlags(&event, cudaEventDisableTiming),
+                      absl::StrCat(name(), ": cudaEventCreate"));
+    }
     PST_ASSIGN_OR_RETURN(workspace_, Allocate(kCublasWorkspaceBytes));
     PST_RETURN_IF_ERROR(BlasStatus(cublas.create(&handle_), "cublasCreate"));
     PST_RETURN_IF_ERROR(BlasStatus(cublas.set_stream(handle_, stream_), "cublasSetStream"));
@@ -168,6 +182,38 @@ class CudaDevice final : public Device {
   absl::Status Synchronize() override {
     PST_RETURN_IF_ERROR(Enter());
     return Check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+  }
+
+  absl::StatusOr<HostBuffer> AllocateHost(size_t bytes) override {
+    PST_RETURN_IF_ERROR(Enter());
+    void* p = nullptr;
+    // Portable: page-locked for every device's context, so one staging
+    // buffer can feed several logical devices.
+    const cudaError_t err = cudaHostAlloc(&p, std::max<size_t>(bytes, 1), cudaHostAllocPortable);
+    if (err != cudaSuccess) {
+      (void)cudaGetLastError();
+      return CudaStatus(err, absl::StrCat(name(), ": cudaHostAlloc(", bytes, ")"));
+    }
+    return HostBuffer(p, bytes, &FreePinned);
+  }
+
+  absl::Status CopyToDeviceAsync(void* device, const void* host, size_t bytes) override {
+    if (bytes == 0) return absl::OkStatus();
+    PST_RETURN_IF_ERROR(Enter());
+    return Check(cudaMemcpyAsync(device, host, bytes, cudaMemcpyHostToDevice, copy_stream_),
+                 "cudaMemcpyAsync(host to device, copy stream)");
+  }
+
+  absl::Status RecordCopies(int slot) override {
+    PST_RETURN_IF_ERROR(CheckCopySlot(slot));
+    PST_RETURN_IF_ERROR(Enter());
+    return Check(cudaEventRecord(copies_done_[slot], copy_stream_), "cudaEventRecord");
+  }
+
+  absl::Status WaitForCopies(int slot) override {
+    PST_RETURN_IF_ERROR(CheckCopySlot(slot));
+    PST_RETURN_IF_ERROR(Enter());
+    return Check(cudaStreamWaitEvent(stream_, copies_done_[slot], 0), "cudaStreamWaitEvent");
   }
 
   absl::Status Gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a,
@@ -248,7 +294,9 @@ class CudaDevice final : public Device {
   }
 
   const int ordinal_;
-  cudaStream_t stream_ = nullptr;
+  cudaStream_t stream_ = nullptr;       // math and the plain copies
+  cudaStream_t copy_stream_ = nullptr;  // CopyToDeviceAsync
+  cudaEvent_t copies_done_[kCopySlots] = {};  // per slot, recorded on copy_stream_
   cublasHandle_t handle_ = nullptr;
   DeviceBuffer workspace_;
 };

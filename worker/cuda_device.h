@@ -1,7 +1,9 @@
 // The CUDA Device: cuBLAS for GEMM, our own kernels (cuda_kernels.cu) for
-// the rest, one non-blocking stream and one cuBLAS handle per logical device,
-// and a CachingAllocator over cudaMalloc with the logical device's budget
-// (cuBLAS's workspace comes from it too).
+// the rest, one non-blocking stream for the math and a second one for the
+// prefetch copies (CopyToDeviceAsync), one cuBLAS handle per logical device,
+// page-locked staging memory (AllocateHost), and a CachingAllocator over
+// cudaMalloc with the logical device's budget (cuBLAS's workspace comes from
+// it too).
 //
 // Built only where a CUDA compiler was found (cuda_device.cc); elsewhere
 // cuda_device_stub.cc answers every call with "built without CUDA". The CUDA

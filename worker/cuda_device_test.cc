@@ -7,6 +7,7 @@
 //   cuda_device_test --gtest_also_run_disabled_tests --gtest_filter='*Timing*'
 #include "worker/cuda_device.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -14,16 +15,21 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "gtest/gtest.h"
+#include "worker/background.h"
 #include "worker/cpu_device.h"
 #include "worker/device_mapping.h"
 #include "worker/device_mlp.h"
+#include "worker/device_wide_deep.h"
 #include "worker/mlp.h"
 #include "worker/mlp_test_util.h"
+#include "worker/wide_deep.h"
+#include "worker/wide_deep_test_util.h"
 
 namespace pst::worker {
 namespace {
@@ -329,6 +335,92 @@ TEST(CudaMlpTest, TwoVirtualDevices_MatchOneDeviceWithWholeBatch) {
   }
 }
 
+// Prefetching on a GPU: batches staged from page-locked memory on the copy
+// stream, each while the other slot's batch computes, give the gradients of
+// the plain call.
+TEST(CudaMlpTest, StagedFromPinnedMemory_WhileOtherSlotComputes_MatchUnstaged) {
+  PST_SKIP_WITHOUT_GPU();
+  std::unique_ptr<DeviceSet> gpus = GpuDevices(2, "growth");
+  ASSERT_NE(gpus, nullptr);
+  const MlpConfig config = FashionMlp();
+  std::mt19937 rng(10);
+  const ParamSet params = RandomParams(config, &rng);
+  MirroredMlp staged(config, gpus->devices());
+  MirroredMlp plain(config, gpus->devices());
+  constexpr int kMax = 512;
+  HostBuffer x[2], y[2];
+  for (int s = 0; s < 2; ++s) {
+    x[s] = *gpus->device(0)->AllocateHost(sizeof(float) * kMax * config.input_dim);
+    y[s] = *gpus->device(0)->AllocateHost(sizeof(int32_t) * kMax);
+    ASSERT_NE(x[s].data(), nullptr);
+  }
+  std::vector<Batch> batches;
+  for (int n : {512, 301, 64, 1}) batches.push_back(RandomBatch(config, n, &rng));
+  auto stage = [&](size_t b) {
+    const int slot = static_cast<int>(b % 2);
+    std::copy(batches[b].x.begin(), batches[b].x.end(), x[slot].f32());
+    std::copy(batches[b].y.begin(), batches[b].y.end(), y[slot].i32());
+    return staged.Stage(slot, x[slot].f32(), y[slot].i32(), static_cast<int>(batches[b].y.size()));
+  };
+  ASSERT_TRUE(stage(0).ok());
+  for (size_t b = 0; b < batches.size(); ++b) {
+    SCOPED_TRACE(b);
+    absl::Status next = absl::OkStatus();
+    std::thread stager([&] {
+      if (b + 1 < batches.size()) next = stage(b + 1);
+    });
+    ParamSet got, want;
+    absl::StatusOr<float> loss = staged.LossAndGradientsStaged(static_cast<int>(b % 2), params,
+                                                               &got);
+    stager.join();
+    ASSERT_TRUE(loss.ok()) << loss.status();
+    ASSERT_TRUE(next.ok()) << next;
+    const int n = static_cast<int>(batches[b].y.size());
+    absl::StatusOr<float> want_loss =
+        plain.LossAndGradients(params, batches[b].x.data(), batches[b].y.data(), n, &want);
+    ASSERT_TRUE(want_loss.ok());
+    EXPECT_NEAR(*loss, *want_loss, 1e-6f * (1 + *want_loss));
+    ExpectParamsNear(got, want, 1e-6f);
+  }
+}
+
+// Wide & deep on a GPU against the CPU reference: gradients (row gradients
+// summed with atomics, in another order) and predictions.
+TEST(CudaWideDeepTest, TrainingStep_MatchesCpuWideDeep) {
+  PST_SKIP_WITHOUT_GPU();
+  std::unique_ptr<DeviceSet> gpus = GpuDevices(2, "growth");
+  ASSERT_NE(gpus, nullptr);
+  const WideDeepConfig config;  // the Criteo defaults: 13 dense, 26 fields, dim 8
+  std::mt19937 rng(11);
+  const ParamSet params = wide_deep_testing::RandomParams(config, &rng, 0.1f);
+  WideDeep reference(config);
+  DeviceWideDeep one(config, gpus->device(0));
+  MirroredWideDeep two(config, gpus->devices());
+  for (int size : {512, 37}) {
+    SCOPED_TRACE(size);
+    const wide_deep_testing::RandomBatch batch(config, size, 700, &rng);
+    ParamSet want, got_one, got_two;
+    std::vector<float> want_deep, want_wide, deep_one, wide_one, deep_two, wide_two;
+    absl::StatusOr<float> want_loss =
+        reference.LossAndGradients(params, batch.View(), &want, &want_deep, &want_wide);
+    absl::StatusOr<float> loss_one =
+        one.LossAndGradients(params, batch.View(), &got_one, &deep_one, &wide_one);
+    absl::StatusOr<float> loss_two =
+        two.LossAndGradients(params, batch.View(), &got_two, &deep_two, &wide_two);
+    ASSERT_TRUE(want_loss.ok() && loss_one.ok() && loss_two.ok()) << loss_one.status();
+    EXPECT_NEAR(*loss_one, *want_loss, 1e-5f * (1 + *want_loss));
+    EXPECT_NEAR(*loss_two, *want_loss, 1e-5f * (1 + *want_loss));
+    ExpectParamsNear(got_one, want, 1e-4f);
+    ExpectParamsNear(got_two, want, 1e-4f);
+    ExpectParamsNear({deep_one, wide_one}, {want_deep, want_wide}, 1e-4f);
+    ExpectParamsNear({deep_two, wide_two}, {want_deep, want_wide}, 1e-4f);
+    std::vector<float> want_probs, got_probs;
+    ASSERT_TRUE(reference.Predict(params, batch.View(), &want_probs).ok());
+    ASSERT_TRUE(one.Predict(params, batch.View(), &got_probs).ok());
+    ExpectNear(got_probs, want_probs, 1e-5f);
+  }
+}
+
 TEST(CudaMemoryTest, BudgetTooSmallForWorkspace_CreateFailsResourceExhausted) {
   PST_SKIP_WITHOUT_GPU();
   absl::Status status;
@@ -441,6 +533,71 @@ TEST(CudaTimingTest, DISABLED_Timing) {
           "TIMING mlp 784-256-128-10 step (upload params+batch, fwd, bwd, download "
           "grads) batch %d on %s: %.3f ms, %.0f examples/s\n",
           batch_size, names[d], s * 1e3, batch_size / s);
+    }
+  }
+  // The prefetching path as TrainMlp drives it on a GPU (batch b+1 staged
+  // from page-locked memory by a background thread while batch b computes),
+  // against the plain path of the same MirroredMlp on one device.
+  for (int batch_size : {64, 4096}) {
+    const Batch batch = RandomBatch(config, batch_size, &rng);
+    MirroredMlp model(config, {gpus->device(0)});
+    HostBuffer x[2], y[2];
+    for (int s = 0; s < 2; ++s) {
+      x[s] = *gpus->device(0)->AllocateHost(sizeof(float) * batch.x.size());
+      y[s] = *gpus->device(0)->AllocateHost(sizeof(int32_t) * batch_size);
+      std::copy(batch.x.begin(), batch.x.end(), x[s].f32());
+      std::copy(batch.y.begin(), batch.y.end(), y[s].i32());
+    }
+    ParamSet grads;
+    const int reps = 50;
+    for (bool prefetch : {false, true}) {
+      Background stager;
+      absl::Status staged = model.Stage(0, x[0].f32(), y[0].i32(), batch_size);
+      std::chrono::steady_clock::time_point t0;
+      for (int r = 0; r <= reps; ++r) {
+        if (r == 1) t0 = std::chrono::steady_clock::now();  // the first step warms up
+        const int slot = r % 2;
+        if (!prefetch) {
+          ASSERT_TRUE(model.LossAndGradients(params, batch.x.data(), batch.y.data(), batch_size,
+                                             &grads)
+                          .ok());
+          continue;
+        }
+        stager.Start([&, slot] {
+          staged = model.Stage(slot ^ 1, x[slot ^ 1].f32(), y[slot ^ 1].i32(), batch_size);
+        });
+        ASSERT_TRUE(model.LossAndGradientsStaged(slot, params, &grads).ok());
+        stager.Wait();
+        ASSERT_TRUE(staged.ok()) << staged;
+      }
+      const double s = Seconds(t0) / reps;
+      std::printf("TIMING mlp step, %s, batch %d on GPU: %.3f ms, %.0f examples/s\n",
+                  prefetch ? "next batch prefetched (pinned memory, copy stream)"
+                           : "batch copied in line (pageable memory)",
+                  batch_size, s * 1e3, batch_size / s);
+    }
+  }
+  const WideDeepConfig wd;
+  const ParamSet wd_params = wide_deep_testing::RandomParams(wd, &rng, 0.1f);
+  for (int batch_size : {512, 4096}) {
+    const wide_deep_testing::RandomBatch batch(wd, batch_size, batch_size * 4, &rng);
+    WideDeep host(wd);
+    DeviceWideDeep gpu(wd, gpus->device(0));
+    for (int d = 0; d < 2; ++d) {
+      ParamSet grads;
+      std::vector<float> deep, wide;
+      auto step = [&] {
+        return d == 0 ? host.LossAndGradients(wd_params, batch.View(), &grads, &deep, &wide)
+                      : gpu.LossAndGradients(wd_params, batch.View(), &grads, &deep, &wide);
+      };
+      ASSERT_TRUE(step().ok());
+      const int reps = 20;
+      const auto t0 = std::chrono::steady_clock::now();
+      for (int r = 0; r < reps; ++r) ASSERT_TRUE(step().ok());
+      const double s = Seconds(t0) / reps;
+      std::printf("TIMING wide&deep step (26 fields, dim 8, 64-32) batch %d on %s: %.3f ms, "
+                  "%.0f examples/s\n",
+                  batch_size, names[d], s * 1e3, batch_size / s);
     }
   }
 }

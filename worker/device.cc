@@ -1,6 +1,7 @@
 #include "worker/device.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -46,6 +47,33 @@ absl::Status Device::EnsureCapacity(DeviceBuffer* buffer, size_t bytes) {
   absl::StatusOr<DeviceBuffer> fresh = Allocate(bytes);
   if (!fresh.ok()) return fresh.status();
   *buffer = std::move(*fresh);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<HostBuffer> Device::AllocateHost(size_t bytes) {
+  constexpr size_t kAlign = 64;
+  const size_t rounded = (std::max<size_t>(bytes, 1) + kAlign - 1) / kAlign * kAlign;
+  void* p = std::aligned_alloc(kAlign, rounded);
+  if (p == nullptr) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat(name_, ": cannot allocate ", bytes, " bytes of host staging memory"));
+  }
+  return HostBuffer(p, bytes, &std::free);
+}
+
+absl::Status Device::CopyToDeviceAsync(void* device, const void* host, size_t bytes) {
+  return CopyToDevice(device, host, bytes);
+}
+
+absl::Status Device::RecordCopies(int slot) { return CheckCopySlot(slot); }
+
+absl::Status Device::WaitForCopies(int slot) { return CheckCopySlot(slot); }
+
+absl::Status Device::CheckCopySlot(int slot) const {
+  if (slot < 0 || slot >= kCopySlots) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(name_, ": copy slot ", slot, " outside [0, ", kCopySlots, ")"));
+  }
   return absl::OkStatus();
 }
 

@@ -39,6 +39,25 @@ enum class DeviceType { kCpu, kGpu };
 
 class Device;
 
+// Host memory for staging transfers (Device::AllocateHost): page-locked on a
+// GPU, so that a copy from it runs as DMA beside the device's compute.
+// Move-only; frees itself.
+class HostBuffer {
+ public:
+  using FreeFn = void (*)(void*);
+  HostBuffer() = default;
+  HostBuffer(void* ptr, size_t bytes, FreeFn free_fn) : ptr_(ptr, free_fn), bytes_(bytes) {}
+
+  void* data() const { return ptr_.get(); }
+  float* f32() const { return static_cast<float*>(ptr_.get()); }
+  int32_t* i32() const { return static_cast<int32_t*>(ptr_.get()); }
+  size_t bytes() const { return ptr_ == nullptr ? 0 : bytes_; }
+
+ private:
+  std::unique_ptr<void, FreeFn> ptr_{nullptr, nullptr};
+  size_t bytes_ = 0;
+};
+
 // A block of one device's memory, returned to that device's allocator when
 // destroyed. Move-only.
 // REQUIRES: destroyed (or Reset) before the Device that made it.
@@ -98,6 +117,29 @@ class Device {
   // Waits for all queued work.
   virtual absl::Status Synchronize() = 0;
 
+  // ---- Copies that overlap compute (prefetching the next batch).
+  // Host memory of at least `bytes` bytes that copies run fastest from:
+  // page-locked on a GPU, ordinary (64-byte aligned) memory on the CPU.
+  // Not counted in the device's budget. Errors: ResourceExhausted.
+  virtual absl::StatusOr<HostBuffer> AllocateHost(size_t bytes);
+  // Queues a host-to-device copy beside the math: on a GPU it runs on a
+  // copy stream of its own, concurrently with kernels queued before it.
+  // After the copies of one staging slot (kCopySlots of them) are queued,
+  // RecordCopies(slot) marks them; math queued after WaitForCopies(slot)
+  // sees their data. `host` must stay unchanged until that math has been
+  // waited for (CopyToHost, Synchronize). The CPU copies at once.
+  //
+  // Unlike the other methods, CopyToDeviceAsync and RecordCopies may run on
+  // a second thread while a first drives the device's math, provided the two
+  // never touch the same memory or slot.
+  virtual absl::Status CopyToDeviceAsync(void* device, const void* host, size_t bytes);
+  static constexpr int kCopySlots = 2;
+  // REQUIRES: 0 <= slot < kCopySlots (also for WaitForCopies).
+  virtual absl::Status RecordCopies(int slot);
+  // Orders all math queued after it behind the copies RecordCopies(slot)
+  // marked, without blocking the host.
+  virtual absl::Status WaitForCopies(int slot);
+
   // ---- Math (row-major).
   // C[m,n] = alpha * op(A) * op(B) + beta * C, where op(A) is [m,k] (A is
   // stored [k,m] when trans_a) and op(B) is [k,n] (B stored [n,k] when
@@ -144,6 +186,8 @@ class Device {
  protected:
   Device(std::string name, DeviceType type, std::unique_ptr<CachingAllocator> allocator);
   CachingAllocator* allocator() const { return allocator_.get(); }
+  // InvalidArgument unless 0 <= slot < kCopySlots.
+  absl::Status CheckCopySlot(int slot) const;
 
  private:
   const std::string name_;

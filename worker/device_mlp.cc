@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <functional>
 #include <string>
 #include <thread>
 #include <utility>
@@ -25,14 +26,15 @@ std::vector<int> LayerDims(const MlpConfig& config) {
 }
 
 absl::Status CheckArgs(const MlpConfig& config, const std::vector<ParamSpec>& specs,
-                       const ParamSet& params, const float* x, const int32_t* labels, int batch) {
+                       const ParamSet& params, const float* x, const int32_t* labels, int batch,
+                       bool check_params = true) {
   for (int d : LayerDims(config)) {
     if (d <= 0) {
       return absl::InvalidArgumentError(
           absl::StrCat("MlpConfig has a non-positive layer width (", d, ")"));
     }
   }
-  PST_RETURN_IF_ERROR(CheckParamSizes(specs, params));
+  if (check_params) PST_RETURN_IF_ERROR(CheckParamSizes(specs, params));
   if (batch <= 0) return absl::InvalidArgumentError(absl::StrCat("batch must be > 0, got ", batch));
   if (x == nullptr) return absl::InvalidArgumentError("x is null");
   if (labels == nullptr) return absl::InvalidArgumentError("labels is null");
@@ -94,9 +96,9 @@ absl::Status DeviceMlp::Reserve(int batch) {
   return absl::OkStatus();
 }
 
-absl::Status DeviceMlp::ForwardOnDevice(int batch) {
+absl::Status DeviceMlp::ForwardOnDevice(const float* x, int batch) {
   const size_t num_layers = dims_.size() - 1;
-  const float* in = x_.f32();
+  const float* in = x;
   for (size_t l = 0; l < num_layers; ++l) {
     const int in_dim = dims_[l];
     const int out_dim = dims_[l + 1];
@@ -116,22 +118,59 @@ absl::Status DeviceMlp::ForwardOnDevice(int batch) {
 absl::StatusOr<double> DeviceMlp::ScaledLossSumAndGradients(const ParamSet& params, const float* x,
                                                             const int32_t* labels, int batch,
                                                             float grad_scale, ParamSet* grads) {
-  PST_RETURN_IF_ERROR(Upload(params));
   PST_RETURN_IF_ERROR(Reserve(batch));
   PST_RETURN_IF_ERROR(
       device_->CopyToDevice(x_.data(), x, Floats(static_cast<int64_t>(batch) * config_.input_dim)));
   PST_RETURN_IF_ERROR(device_->CopyToDevice(labels_.data(), labels, sizeof(int32_t) * batch));
-  PST_RETURN_IF_ERROR(ForwardOnDevice(batch));
+  return ComputeOnDevice(params, x_.f32(), labels_.i32(), batch, grad_scale, grads);
+}
+
+absl::Status DeviceMlp::Stage(int slot, const float* x, const int32_t* labels, int batch) {
+  if (slot < 0 || slot >= Device::kCopySlots) {
+    return absl::InvalidArgumentError(absl::StrCat("staging slot ", slot, " outside [0, ",
+                                                   Device::kCopySlots, ")"));
+  }
+  if (batch < 0) return absl::InvalidArgumentError(absl::StrCat("batch must be >= 0, got ", batch));
+  staged_batch_[slot] = 0;
+  if (batch > 0) {
+    const size_t x_bytes = Floats(static_cast<int64_t>(batch) * config_.input_dim);
+    PST_RETURN_IF_ERROR(device_->EnsureCapacity(&staged_x_[slot], x_bytes));
+    PST_RETURN_IF_ERROR(device_->EnsureCapacity(&staged_labels_[slot], sizeof(int32_t) * batch));
+    PST_RETURN_IF_ERROR(device_->CopyToDeviceAsync(staged_x_[slot].data(), x, x_bytes));
+    PST_RETURN_IF_ERROR(
+        device_->CopyToDeviceAsync(staged_labels_[slot].data(), labels, sizeof(int32_t) * batch));
+  }
+  PST_RETURN_IF_ERROR(device_->RecordCopies(slot));
+  staged_batch_[slot] = batch;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<double> DeviceMlp::ScaledLossSumAndGradientsStaged(int slot, const ParamSet& params,
+                                                                  float grad_scale,
+                                                                  ParamSet* grads) {
+  PST_RETURN_IF_ERROR(device_->WaitForCopies(slot));
+  const int batch = staged_batch_[slot];
+  if (batch <= 0) return absl::FailedPreconditionError("no batch staged in this slot");
+  PST_RETURN_IF_ERROR(Reserve(batch));
+  return ComputeOnDevice(params, staged_x_[slot].f32(), staged_labels_[slot].i32(), batch,
+                         grad_scale, grads);
+}
+
+absl::StatusOr<double> DeviceMlp::ComputeOnDevice(const ParamSet& params, const float* x,
+                                                  const int32_t* labels, int batch,
+                                                  float grad_scale, ParamSet* grads) {
+  PST_RETURN_IF_ERROR(Upload(params));
+  PST_RETURN_IF_ERROR(ForwardOnDevice(x, batch));
 
   const size_t num_layers = dims_.size() - 1;
   PST_RETURN_IF_ERROR(device_->SoftmaxCrossEntropy(
-      batch, config_.num_classes, acts_[num_layers - 1].f32(), labels_.i32(), grad_scale,
+      batch, config_.num_classes, acts_[num_layers - 1].f32(), labels, grad_scale,
       row_loss_.f32(), dacts_[num_layers - 1].f32()));
   for (size_t l = num_layers; l-- > 0;) {
     const int in_dim = dims_[l];
     const int out_dim = dims_[l + 1];
     const float* dz = dacts_[l].f32();
-    const float* in = l == 0 ? x_.f32() : acts_[l - 1].f32();
+    const float* in = l == 0 ? x : acts_[l - 1].f32();
     // dW = A_in^T * dZ; db = column sums of dZ.
     PST_RETURN_IF_ERROR(device_->Gemm(true, false, in_dim, out_dim, batch, 1.0f, in, in_dim, dz,
                                       out_dim, 0.0f, grads_[2 * l].f32(), out_dim));
@@ -179,7 +218,7 @@ absl::Status DeviceMlp::Forward(const ParamSet& params, const float* x, int batc
   PST_RETURN_IF_ERROR(Reserve(batch));
   PST_RETURN_IF_ERROR(
       device_->CopyToDevice(x_.data(), x, Floats(static_cast<int64_t>(batch) * config_.input_dim)));
-  PST_RETURN_IF_ERROR(ForwardOnDevice(batch));
+  PST_RETURN_IF_ERROR(ForwardOnDevice(x_.f32(), batch));
   logits->resize(static_cast<size_t>(batch) * config_.num_classes);
   return device_->CopyToHost(logits->data(), acts_.back().data(), Floats(logits->size()));
 }
@@ -199,7 +238,7 @@ absl::StatusOr<Mlp::Eval> DeviceMlp::Evaluate(const ParamSet& params, const floa
     PST_RETURN_IF_ERROR(Reserve(count));
     PST_RETURN_IF_ERROR(device_->CopyToDevice(x_.data(), x + static_cast<size_t>(start) * input_dim,
                                               Floats(static_cast<int64_t>(count) * input_dim)));
-    PST_RETURN_IF_ERROR(ForwardOnDevice(count));
+    PST_RETURN_IF_ERROR(ForwardOnDevice(x_.f32(), count));
     logits.resize(static_cast<size_t>(count) * num_classes);
     PST_RETURN_IF_ERROR(
         device_->CopyToHost(logits.data(), acts_.back().data(), Floats(logits.size())));
@@ -233,23 +272,67 @@ absl::StatusOr<float> MirroredMlp::LossAndGradients(const ParamSet& params, cons
                                                     ParamSet* grads) {
   PST_RETURN_IF_ERROR(CheckArgs(config_, specs_, params, x, labels, batch));
   if (grads == nullptr) return absl::InvalidArgumentError("grads is null");
-  const int n = num_replicas();
-  const std::vector<int> sizes = ShardSizes(batch, n);
+  const std::vector<int> sizes = ShardSizes(batch, num_replicas());
   const float grad_scale = 1.0f / static_cast<float>(batch);
-  std::vector<absl::StatusOr<double>> results(n, 0.0);
-  std::vector<int> first(n, 0);
-  for (int i = 1; i < n; ++i) first[i] = first[i - 1] + sizes[i - 1];
-  auto run = [&](int i) {
+  const std::vector<int> first = ShardStarts(sizes);
+  return SumOverReplicas(sizes, batch, grads, [&](int i) {
     const size_t offset = static_cast<size_t>(first[i]);
-    results[i] = replicas_[i]->ScaledLossSumAndGradients(params, x + offset * config_.input_dim,
-                                                         labels + offset, sizes[i], grad_scale,
+    return replicas_[i]->ScaledLossSumAndGradients(params, x + offset * config_.input_dim,
+                                                   labels + offset, sizes[i], grad_scale,
+                                                   &replica_grads_[i]);
+  });
+}
+
+absl::Status MirroredMlp::Stage(int slot, const float* x, const int32_t* labels, int batch) {
+  if (slot < 0 || slot >= Device::kCopySlots) {
+    return absl::InvalidArgumentError(absl::StrCat("staging slot ", slot, " outside [0, ",
+                                                   Device::kCopySlots, ")"));
+  }
+  staged_batch_[slot] = 0;
+  PST_RETURN_IF_ERROR(CheckArgs(config_, specs_, {}, x, labels, batch, /*check_params=*/false));
+  const std::vector<int> sizes = ShardSizes(batch, num_replicas());
+  const std::vector<int> first = ShardStarts(sizes);
+  for (int i = 0; i < num_replicas(); ++i) {
+    const size_t offset = static_cast<size_t>(first[i]);
+    PST_RETURN_IF_ERROR(replicas_[i]->Stage(slot, x + offset * config_.input_dim,
+                                            labels + offset, sizes[i]));
+  }
+  staged_batch_[slot] = batch;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<float> MirroredMlp::LossAndGradientsStaged(int slot, const ParamSet& params,
+                                                          ParamSet* grads) {
+  if (slot < 0 || slot >= Device::kCopySlots || staged_batch_[slot] <= 0) {
+    return absl::FailedPreconditionError(absl::StrCat("no batch staged in slot ", slot));
+  }
+  PST_RETURN_IF_ERROR(CheckParamSizes(specs_, params));
+  if (grads == nullptr) return absl::InvalidArgumentError("grads is null");
+  const int batch = staged_batch_[slot];
+  const std::vector<int> sizes = ShardSizes(batch, num_replicas());
+  const float grad_scale = 1.0f / static_cast<float>(batch);
+  return SumOverReplicas(sizes, batch, grads, [&](int i) {
+    return replicas_[i]->ScaledLossSumAndGradientsStaged(slot, params, grad_scale,
                                                          &replica_grads_[i]);
-  };
+  });
+}
+
+std::vector<int> MirroredMlp::ShardStarts(const std::vector<int>& sizes) {
+  std::vector<int> first(sizes.size(), 0);
+  for (size_t i = 1; i < sizes.size(); ++i) first[i] = first[i - 1] + sizes[i - 1];
+  return first;
+}
+
+absl::StatusOr<float> MirroredMlp::SumOverReplicas(
+    const std::vector<int>& sizes, int batch, ParamSet* grads,
+    const std::function<absl::StatusOr<double>(int)>& replica_step) {
+  const int n = num_replicas();
+  std::vector<absl::StatusOr<double>> results(n, 0.0);
   std::vector<std::thread> threads;
   for (int i = 1; i < n; ++i) {
-    if (sizes[i] > 0) threads.emplace_back(run, i);
+    if (sizes[i] > 0) threads.emplace_back([&, i] { results[i] = replica_step(i); });
   }
-  run(0);  // sizes[0] > 0: the first shard is never smaller than the others
+  results[0] = replica_step(0);  // sizes[0] > 0: the first shard is never smaller than the others
   for (std::thread& t : threads) t.join();
 
   double total = 0;

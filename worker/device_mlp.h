@@ -20,6 +20,7 @@
 #define PST_WORKER_DEVICE_MLP_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -62,11 +63,29 @@ class DeviceMlp {
                                                    const int32_t* labels, int batch,
                                                    float grad_scale, ParamSet* grads);
 
+  // Prefetching. Stage queues the copy of a batch (batch >= 0 examples)
+  // into staging slot `slot` (0 or 1) with CopyToDeviceAsync, so that it
+  // travels while the other slot's batch computes;
+  // ScaledLossSumAndGradientsStaged then computes as
+  // ScaledLossSumAndGradients on that slot's batch. `x` and `labels` must
+  // stay unchanged until that call returns.
+  // Stage may run on a second thread during a compute call on the other
+  // slot (and only then). Errors: InvalidArgument for a bad slot,
+  // FailedPrecondition when the slot holds no examples.
+  // REQUIRES: labels already validated.
+  absl::Status Stage(int slot, const float* x, const int32_t* labels, int batch);
+  absl::StatusOr<double> ScaledLossSumAndGradientsStaged(int slot, const ParamSet& params,
+                                                         float grad_scale, ParamSet* grads);
+
  private:
   absl::Status Upload(const ParamSet& params);
-  // Forward pass over `batch` rows already in x_; leaves the logits in
-  // acts_.back().
-  absl::Status ForwardOnDevice(int batch);
+  // Forward pass over `batch` rows of `x` (device memory); leaves the
+  // logits in acts_.back().
+  absl::Status ForwardOnDevice(const float* x, int batch);
+  // The step on a batch already on the device.
+  absl::StatusOr<double> ComputeOnDevice(const ParamSet& params, const float* x,
+                                         const int32_t* labels, int batch, float grad_scale,
+                                         ParamSet* grads);
   absl::Status Reserve(int batch);
 
   MlpConfig config_;
@@ -81,6 +100,9 @@ class DeviceMlp {
   DeviceBuffer labels_;
   DeviceBuffer row_loss_;
   std::vector<float> host_row_loss_;
+  DeviceBuffer staged_x_[Device::kCopySlots];
+  DeviceBuffer staged_labels_[Device::kCopySlots];
+  int staged_batch_[Device::kCopySlots] = {};
 };
 
 class MirroredMlp {
@@ -97,6 +119,13 @@ class MirroredMlp {
   // those devices sit the step out.
   absl::StatusOr<float> LossAndGradients(const ParamSet& params, const float* x,
                                          const int32_t* labels, int batch, ParamSet* grads);
+  // Prefetching, over every replica: Stage validates a batch, splits it into
+  // the shards LossAndGradients would and stages each on its device
+  // (DeviceMlp::Stage); LossAndGradientsStaged computes that slot's batch
+  // as LossAndGradients would. Same threading rules as DeviceMlp's.
+  absl::Status Stage(int slot, const float* x, const int32_t* labels, int batch);
+  absl::StatusOr<float> LossAndGradientsStaged(int slot, const ParamSet& params, ParamSet* grads);
+
   // On the first device.
   absl::StatusOr<Mlp::Eval> Evaluate(const ParamSet& params, const float* x, const int32_t* labels,
                                      int n);
@@ -111,10 +140,18 @@ class MirroredMlp {
   std::vector<std::string> DevicePlacement(absl::string_view job_prefix) const;
 
  private:
+  static std::vector<int> ShardStarts(const std::vector<int>& sizes);
+  // Runs replica_step(i) for every replica with a non-empty shard, each on a
+  // thread of its own; sums their losses and replica_grads_ into `grads`.
+  absl::StatusOr<float> SumOverReplicas(
+      const std::vector<int>& sizes, int batch, ParamSet* grads,
+      const std::function<absl::StatusOr<double>(int)>& replica_step);
+
   MlpConfig config_;
   std::vector<ParamSpec> specs_;
   std::vector<std::unique_ptr<DeviceMlp>> replicas_;
   std::vector<ParamSet> replica_grads_;
+  int staged_batch_[Device::kCopySlots] = {};
 };
 
 }  // namespace pst::worker

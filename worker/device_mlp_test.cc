@@ -5,6 +5,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -187,6 +188,62 @@ TEST(MirroredMlpTest, TwoCpuDevices_SameParametersAfterKSgdSteps) {
   }
   ExpectParamsNear(p_two, p_one, 1e-4f);
   ExpectParamsNear(p_one, p_ref, 1e-5f);
+}
+
+// Prefetching: batches staged in alternating slots, each staged while the
+// other slot's batch is computed on a second thread, give exactly the
+// gradients of the unstaged call (same arithmetic on the CPU).
+TEST(MirroredMlpTest, StagedBatches_WhileOtherSlotComputes_MatchUnstaged) {
+  const MlpConfig config = SmallConfig();
+  std::mt19937 rng(13);
+  const ParamSet params = RandomParams(config, &rng);
+  std::unique_ptr<DeviceSet> two = CpuDevices(2);
+  MirroredMlp staged(config, two->devices());
+  MirroredMlp plain(config, two->devices());
+  std::vector<Batch> batches;
+  for (int n : {9, 16, 3, 1}) batches.push_back(RandomBatch(config, n, &rng));
+  auto size = [&](size_t b) { return static_cast<int>(batches[b].y.size()); };
+  ASSERT_TRUE(staged.Stage(0, batches[0].x.data(), batches[0].y.data(), size(0)).ok());
+  for (size_t b = 0; b < batches.size(); ++b) {
+    SCOPED_TRACE(b);
+    const int slot = static_cast<int>(b % 2);
+    absl::Status next_staged;
+    std::thread stager([&] {
+      if (b + 1 < batches.size()) {
+        next_staged = staged.Stage(slot ^ 1, batches[b + 1].x.data(), batches[b + 1].y.data(),
+                                   size(b + 1));
+      }
+    });
+    ParamSet got, want;
+    absl::StatusOr<float> got_loss = staged.LossAndGradientsStaged(slot, params, &got);
+    stager.join();
+    ASSERT_TRUE(next_staged.ok()) << next_staged;
+    absl::StatusOr<float> want_loss =
+        plain.LossAndGradients(params, batches[b].x.data(), batches[b].y.data(), size(b), &want);
+    ASSERT_TRUE(got_loss.ok() && want_loss.ok()) << got_loss.status();
+    EXPECT_EQ(*got_loss, *want_loss);
+    ExpectParamsNear(got, want, 0.0f);
+  }
+}
+
+TEST(MirroredMlpTest, Stage_BadSlotOrLabel_RejectedAndNothingStaged) {
+  const MlpConfig config = SmallConfig();
+  std::mt19937 rng(14);
+  const ParamSet params = RandomParams(config, &rng);
+  std::unique_ptr<DeviceSet> two = CpuDevices(2);
+  MirroredMlp mirrored(config, two->devices());
+  Batch batch = RandomBatch(config, 4, &rng);
+  EXPECT_EQ(mirrored.Stage(2, batch.x.data(), batch.y.data(), 4).code(),
+            absl::StatusCode::kInvalidArgument);
+  batch.y[3] = config.num_classes;
+  const absl::Status bad = mirrored.Stage(0, batch.x.data(), batch.y.data(), 4);
+  EXPECT_EQ(bad.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(bad.message(), "label of example 3")) << bad;
+  ParamSet grads;
+  EXPECT_EQ(mirrored.LossAndGradientsStaged(0, params, &grads).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(mirrored.LossAndGradientsStaged(1, params, &grads).status().code(),
+            absl::StatusCode::kFailedPrecondition);
 }
 
 TEST(DeviceMlpTest, Lifecycle_AllocatorAccountingReturnsToZero) {

@@ -4,15 +4,15 @@
 #include <numeric>
 #include <optional>
 #include <random>
-#include <thread>
 
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
+#include "worker/background.h"
 #include "worker/cpu_device.h"
 #include "worker/device_mlp.h"
+#include "worker/device_wide_deep.h"
 #include "worker/mlp.h"
 #include "worker/model_spec.h"
 #include "worker/wide_deep.h"
@@ -52,50 +52,18 @@ absl::Status ForEachBatch(const proto::TrainingConfig& training, int64_t num_exa
   return absl::OkStatus();
 }
 
-// Runs one job at a time on a thread of its own: the push+pull a worker
-// overlaps with its next batch's compute.
-class Background {
- public:
-  Background() : thread_([this] { Loop(); }) {}
-  ~Background() {
-    {
-      absl::MutexLock lock(&mu_);
-      quit_ = true;
-    }
-    thread_.join();
-  }
-  // REQUIRES: no job running (Wait() returned since the last Start()).
-  void Start(std::function<void()> job) {
-    absl::MutexLock lock(&mu_);
-    job_ = std::move(job);
-  }
-  void Wait() {
-    absl::MutexLock lock(&mu_);
-    mu_.Await(absl::Condition(+[](std::function<void()>* job) { return !*job; }, &job_));
-  }
+// Whether a model runs as the reference implementation, straight from host
+// memory: on one CPU device (or none given).
+bool HostOnly(const std::vector<Device*>& devices) {
+  return devices.empty() || (devices.size() == 1 && devices[0]->type() == DeviceType::kCpu);
+}
 
- private:
-  void Loop() {
-    for (;;) {
-      std::function<void()> job;
-      {
-        absl::MutexLock lock(&mu_);
-        mu_.Await(absl::Condition(
-            +[](Background* b) { return b->quit_ || static_cast<bool>(b->job_); }, this));
-        if (!job_) return;  // quit with nothing to do
-        job = job_;
-      }
-      job();
-      absl::MutexLock lock(&mu_);
-      job_ = nullptr;
-    }
-  }
-
-  absl::Mutex mu_;
-  std::function<void()> job_ ABSL_GUARDED_BY(mu_);
-  bool quit_ ABSL_GUARDED_BY(mu_) = false;
-  std::thread thread_;
-};
+// "CPU:0", for the placement log of a worker given no devices. Only its
+// allocator is used, which is thread-safe.
+Device* DefaultCpuDevice() {
+  static Device* const device = NewCpuDevice(0).release();
+  return device;
+}
 
 }  // namespace
 
@@ -107,15 +75,9 @@ absl::StatusOr<int64_t> TrainMlp(const proto::TrainingConfig& training, const Da
   // buffers; the Device path would first copy the parameters and the batch
   // into device buffers, every step (about 15% slower on the CPU). Any
   // other set of devices: MirroredMlp.
-  const bool host_only =
-      control.devices.empty() ||
-      (control.devices.size() == 1 && control.devices[0]->type() == DeviceType::kCpu);
-  std::unique_ptr<Device> own_cpu;  // outlives the models
+  const bool host_only = HostOnly(control.devices);
   std::vector<Device*> devices = control.devices;
-  if (devices.empty()) {
-    own_cpu = NewCpuDevice(0);
-    devices.push_back(own_cpu.get());
-  }
+  if (devices.empty()) devices.push_back(DefaultCpuDevice());
   std::optional<Mlp> host_model;
   std::optional<MirroredMlp> mirrored;
   if (host_only) host_model.emplace(config);
@@ -126,27 +88,81 @@ absl::StatusOr<int64_t> TrainMlp(const proto::TrainingConfig& training, const Da
     }
   }
   Values params, grads;
-  auto loss_and_gradients = [&](const float* x, const int32_t* y, int n,
-                                Values* grads) -> absl::StatusOr<float> {
-    return host_only ? host_model->LossAndGradients(params, x, y, n, grads)
-                     : mirrored->LossAndGradients(params, x, y, n, grads);
-  };
   PST_ASSIGN_OR_RETURN(int64_t global_step, ps->Pull(&params));
   const int dim = data.dim;
-  std::vector<float> x(static_cast<size_t>(training.batch_size()) * dim);
-  std::vector<int32_t> y(training.batch_size());
+  const int64_t max_batch = training.batch_size();
+  std::vector<float> x(static_cast<size_t>(max_batch) * dim);
+  std::vector<int32_t> y(max_batch);
   std::vector<int64_t> order;
   StepTimes unused_times;
   StepTimes& times = control.times != nullptr ? *control.times : unused_times;
-  // Compute one batch's gradients from `params` into `out`.
-  auto compute = [&](int64_t first, int64_t n, Values* out) -> absl::StatusOr<float> {
-    const absl::Time start = absl::Now();
+  auto gather = [&](int64_t first, int64_t n, float* x_out, int32_t* y_out) {
     for (int64_t k = 0; k < n; ++k) {
       const int64_t e = order[first + k];
-      std::copy_n(&data.features[e * dim], dim, &x[k * dim]);
-      y[k] = data.labels[e];
+      std::copy_n(&data.features[e * dim], dim, &x_out[k * dim]);
+      y_out[k] = data.labels[e];
     }
-    absl::StatusOr<float> loss = loss_and_gradients(x.data(), y.data(), static_cast<int>(n), out);
+  };
+
+  // On devices, each step prefetches: while batch b computes, a second
+  // thread gathers batch b+1 of the same epoch into page-locked host memory
+  // and queues its copy to the devices (MirroredMlp::Stage), alternating
+  // between two staging slots. An epoch's first batch is staged in line.
+  struct Staging {
+    HostBuffer x[Device::kCopySlots], y[Device::kCopySlots];
+    int epoch = -1;
+    int64_t first = -1;  // the batch staged in `slot`, or -1
+    int slot = 0;
+    absl::Status prefetched;
+  } staging;
+  std::optional<Background> prefetcher;
+  if (!host_only) {
+    for (int s = 0; s < Device::kCopySlots; ++s) {
+      PST_ASSIGN_OR_RETURN(staging.x[s], devices[0]->AllocateHost(x.size() * sizeof(float)));
+      PST_ASSIGN_OR_RETURN(staging.y[s], devices[0]->AllocateHost(y.size() * sizeof(int32_t)));
+    }
+    prefetcher.emplace();
+  }
+  auto stage = [&](int slot, int64_t first, int64_t n) {
+    gather(first, n, staging.x[slot].f32(), staging.y[slot].i32());
+    return mirrored->Stage(slot, staging.x[slot].f32(), staging.y[slot].i32(),
+                           static_cast<int>(n));
+  };
+  auto compute_on_devices = [&](int64_t first, int64_t n, int epoch,
+                                Values* out) -> absl::StatusOr<float> {
+    if (staging.epoch != epoch || staging.first != first) {
+      PST_RETURN_IF_ERROR(stage(staging.slot, first, n));
+    }
+    const int slot = staging.slot;
+    const int64_t next = first + n;
+    staging.first = -1;
+    if (next < data.num_examples) {
+      staging.epoch = epoch;
+      staging.first = next;
+      staging.slot = slot ^ 1;
+      const int64_t next_n = std::min(max_batch, data.num_examples - next);
+      prefetcher->Start([&, next, next_n] { staging.prefetched = stage(slot ^ 1, next, next_n); });
+    }
+    absl::StatusOr<float> loss = mirrored->LossAndGradientsStaged(slot, params, out);
+    if (staging.first >= 0) {
+      prefetcher->Wait();
+      if (!staging.prefetched.ok()) {
+        staging.first = -1;
+        if (loss.ok()) return staging.prefetched;
+      }
+    }
+    return loss;
+  };
+  // Compute one batch's gradients from `params` into `out`.
+  auto compute = [&](int64_t first, int64_t n, int epoch, Values* out) -> absl::StatusOr<float> {
+    const absl::Time start = absl::Now();
+    absl::StatusOr<float> loss;
+    if (host_only) {
+      gather(first, n, x.data(), y.data());
+      loss = host_model->LossAndGradients(params, x.data(), y.data(), static_cast<int>(n), out);
+    } else {
+      loss = compute_on_devices(first, n, epoch, out);
+    }
     if (control.step_delay > absl::ZeroDuration()) absl::SleepFor(control.step_delay);
     times.compute += absl::Now() - start;
     return loss;
@@ -188,7 +204,7 @@ absl::StatusOr<int64_t> TrainMlp(const proto::TrainingConfig& training, const Da
         [&](int64_t first, int64_t n, int epoch, int64_t position) -> absl::StatusOr<bool> {
           if (control.should_stop() || ReachedMaxSteps(training, global_step)) return false;
           Values* out = &pipe[next];
-          PST_ASSIGN_OR_RETURN(const float loss, compute(first, n, out));
+          PST_ASSIGN_OR_RETURN(const float loss, compute(first, n, epoch, out));
           if (flight.has_value()) PST_RETURN_IF_ERROR(land());
           flight.emplace();
           flight->examples = n;
@@ -216,7 +232,7 @@ absl::StatusOr<int64_t> TrainMlp(const proto::TrainingConfig& training, const Da
       training, data.num_examples, shuffle_seed, control.start_position, &order,
       [&](int64_t first, int64_t n, int epoch, int64_t position) -> absl::StatusOr<bool> {
         if (control.should_stop() || ReachedMaxSteps(training, global_step)) return false;
-        PST_ASSIGN_OR_RETURN(const float loss, compute(first, n, &grads));
+        PST_ASSIGN_OR_RETURN(const float loss, compute(first, n, epoch, &grads));
         // SYNC tags a push with the version it was computed from; the other
         // modes with the data position.
         const int64_t tag = sync ? global_step : position;
@@ -275,7 +291,22 @@ absl::StatusOr<int64_t> TrainWideDeep(const proto::TrainingConfig& training, con
                                       uint64_t shuffle_seed, PsClient* ps,
                                       const LoopControl& control) {
   PST_ASSIGN_OR_RETURN(WideDeepConfig config, WideDeepConfigFor(training));
-  WideDeep model(config);
+  // As TrainMlp: the reference model on one CPU device, MirroredWideDeep
+  // on any other set of devices.
+  const bool host_only = HostOnly(control.devices);
+  std::optional<WideDeep> host_model;
+  std::optional<MirroredWideDeep> mirrored;
+  if (host_only) host_model.emplace(config);
+  if (!host_only || control.log_device_placement) {
+    std::vector<Device*> devices = control.devices;
+    if (devices.empty()) devices.push_back(DefaultCpuDevice());
+    mirrored.emplace(config, devices);
+  }
+  if (control.log_device_placement) {
+    for (const std::string& line : mirrored->DevicePlacement(control.job_prefix)) {
+      spdlog::info("{}", line);
+    }
+  }
   Values params, grads, row_grads(2);
   PST_ASSIGN_OR_RETURN(int64_t global_step, ps->Pull(&params));
   CtrBatchData batch;
@@ -287,8 +318,12 @@ absl::StatusOr<int64_t> TrainWideDeep(const proto::TrainingConfig& training, con
         batch.Gather(data, &order[first], n);
         const std::vector<PsClient::TableIds> tables = batch.Tables();
         PST_RETURN_IF_ERROR(ps->PullRows(tables, &batch.rows));
-        PST_ASSIGN_OR_RETURN(float loss, model.LossAndGradients(params, batch.View(n), &grads,
-                                                                &row_grads[0], &row_grads[1]));
+        PST_ASSIGN_OR_RETURN(
+            const float loss,
+            host_only ? host_model->LossAndGradients(params, batch.View(n), &grads, &row_grads[0],
+                                                     &row_grads[1])
+                      : mirrored->LossAndGradients(params, batch.View(n), &grads, &row_grads[0],
+                                                   &row_grads[1]));
         if (control.step_delay > absl::ZeroDuration()) absl::SleepFor(control.step_delay);
         PST_RETURN_IF_ERROR(ps->PushRows(position, tables, row_grads));
         PST_ASSIGN_OR_RETURN(global_step,

@@ -177,6 +177,15 @@ void ForwardLogits(const WideDeepConfig& config, const std::vector<int>& dims,
 
 }  // namespace
 
+absl::Status CheckWideDeepInputs(const WideDeepConfig& config, const ParamSet& dense,
+                                 const CtrBatch& batch, bool check_labels) {
+  PST_RETURN_IF_ERROR(CheckParams(config, WideDeepDenseSpecs(config), dense));
+  PST_RETURN_IF_ERROR(CheckBatch(config, batch));
+  return check_labels ? CheckLabels(batch) : absl::OkStatus();
+}
+
+std::vector<int> WideDeepLayerDims(const WideDeepConfig& config) { return DeepDims(config); }
+
 std::vector<ParamSpec> WideDeepDenseSpecs(const WideDeepConfig& config) {
   std::vector<ParamSpec> specs;
   ParamSpec wide_bias;

@@ -73,6 +73,13 @@ class WideDeep {
   std::vector<std::vector<float>> dacts_;
 };
 
+// The checks LossAndGradients (check_labels) and Predict make of their
+// inputs, for other implementations of the model (device_wide_deep.h).
+absl::Status CheckWideDeepInputs(const WideDeepConfig& config, const ParamSet& dense,
+                                 const CtrBatch& batch, bool check_labels);
+// Deep layer widths: F*D + num_dense, the hidden widths, then 1.
+std::vector<int> WideDeepLayerDims(const WideDeepConfig& config);
+
 // Area under the ROC curve, ties counted half (midranks). Returns 0.5 when
 // only one class is present.
 double Auc(const std::vector<float>& scores, const std::vector<float>& labels);

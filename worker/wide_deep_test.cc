@@ -19,39 +19,13 @@
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "worker/criteo.h"
+#include "worker/wide_deep_test_util.h"
 
 namespace pst::worker {
 namespace {
 
-int64_t NumElements(const ParamSpec& spec) {
-  int64_t n = 1;
-  for (int64_t d : spec.shape) n *= d;
-  return n;
-}
-
-// Glorot-uniform kernels, and biases drawn from [-bias_scale, bias_scale].
-ParamSet RandomParams(const WideDeepConfig& config, std::mt19937* rng, float bias_scale) {
-  ParamSet params;
-  for (const ParamSpec& spec : WideDeepDenseSpecs(config)) {
-    std::vector<float> p(NumElements(spec), 0.0f);
-    const float limit = spec.is_kernel
-                            ? std::sqrt(6.0f / static_cast<float>(spec.fan_in + spec.fan_out))
-                            : bias_scale;
-    if (limit > 0) {
-      std::uniform_real_distribution<float> dist(-limit, limit);
-      for (float& v : p) v = dist(*rng);
-    }
-    params.push_back(std::move(p));
-  }
-  return params;
-}
-
-std::vector<float> RandomVector(size_t n, float scale, std::mt19937* rng) {
-  std::normal_distribution<float> dist(0.0f, scale);
-  std::vector<float> v(n);
-  for (float& x : v) x = dist(*rng);
-  return v;
-}
+using wide_deep_testing::RandomParams;
+using wide_deep_testing::RandomVector;
 
 WideDeepConfig TinyConfig() {
   WideDeepConfig config;

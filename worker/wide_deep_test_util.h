@@ -1,0 +1,82 @@
+// Random wide & deep parameters and batches, shared by the tests of the
+// model's implementations (wide_deep_test, device_wide_deep_test,
+// cuda_device_test).
+#ifndef PST_WORKER_WIDE_DEEP_TEST_UTIL_H_
+#define PST_WORKER_WIDE_DEEP_TEST_UTIL_H_
+
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "worker/wide_deep.h"
+
+namespace pst::worker::wide_deep_testing {
+
+inline int64_t NumElements(const ParamSpec& spec) {
+  int64_t n = 1;
+  for (int64_t d : spec.shape) n *= d;
+  return n;
+}
+
+// Glorot-uniform kernels, and biases drawn from [-bias_scale, bias_scale].
+inline ParamSet RandomParams(const WideDeepConfig& config, std::mt19937* rng, float bias_scale) {
+  ParamSet params;
+  for (const ParamSpec& spec : WideDeepDenseSpecs(config)) {
+    std::vector<float> p(NumElements(spec), 0.0f);
+    const float limit = spec.is_kernel
+                            ? std::sqrt(6.0f / static_cast<float>(spec.fan_in + spec.fan_out))
+                            : bias_scale;
+    if (limit > 0) {
+      std::uniform_real_distribution<float> dist(-limit, limit);
+      for (float& v : p) v = dist(*rng);
+    }
+    params.push_back(std::move(p));
+  }
+  return params;
+}
+
+inline std::vector<float> RandomVector(size_t n, float scale, std::mt19937* rng) {
+  std::normal_distribution<float> dist(0.0f, scale);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(*rng);
+  return v;
+}
+
+// `size` examples over `num_unique` rows; slots are skewed towards the
+// first rows, so rows recur within and across examples.
+struct RandomBatch {
+  std::vector<float> dense, labels, deep_rows, wide_rows;
+  std::vector<int32_t> slot;
+  int size = 0;
+  int num_unique = 0;
+
+  RandomBatch(const WideDeepConfig& config, int size, int num_unique, std::mt19937* rng)
+      : size(size), num_unique(num_unique) {
+    dense = RandomVector(static_cast<size_t>(size) * config.num_dense, 1.0f, rng);
+    deep_rows = RandomVector(static_cast<size_t>(num_unique) * config.embedding_dim, 0.5f, rng);
+    wide_rows = RandomVector(static_cast<size_t>(num_unique), 0.3f, rng);
+    std::uniform_real_distribution<float> u(0.0f, 1.0f);
+    for (int i = 0; i < size * config.num_fields; ++i) {
+      const float r = u(*rng);
+      slot.push_back(std::min(num_unique - 1, static_cast<int>(r * r * num_unique)));
+    }
+    for (int i = 0; i < size; ++i) labels.push_back(u(*rng) < 0.3f ? 1.0f : 0.0f);
+  }
+
+  CtrBatch View() const {
+    CtrBatch b;
+    b.size = size;
+    b.dense = dense.data();
+    b.slot = slot.data();
+    b.labels = labels.data();
+    b.num_unique = num_unique;
+    b.deep_rows = deep_rows.data();
+    b.wide_rows = wide_rows.data();
+    return b;
+  }
+};
+
+}  // namespace pst::worker::wide_deep_testing
+
+#endif  // PST_WORKER_WIDE_DEEP_TEST_UTIL_H_
