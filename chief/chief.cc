@@ -805,6 +805,11 @@ absl::Status RunChief(const ChiefOptions& options, const common::StopSignal& sto
 
   coordinator.SetPhase(proto::PHASE_DONE);
   coordinator.RequestStop(status.ok() ? "job done" : std::string(status.message()));
+  // Workers that finished their share wait for this answer before exiting;
+  // give each live one a heartbeat or two to hear it.
+  if (!coordinator.WaitStopSeen(2 * timing.heartbeat_interval + absl::Seconds(1))) {
+    spdlog::warn("not every worker heard that the job ended; stopping anyway");
+  }
   ShutdownAllPs(job.ps(),
                 status.ok() ? "job done" : absl::StrCat("job failed: ", status.message()));
   server->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(2)));

@@ -144,6 +144,7 @@ absl::StatusOr<proto::HeartbeatResponse> Coordinator::Heartbeat(
   const int64_t max_steps = state_.training().max_steps();
   response.set_should_stop(!stop_reason_.empty() || state_.phase() == proto::PHASE_DONE ||
                            (max_steps > 0 && response.global_step() >= max_steps));
+  if (response.should_stop()) (*worker)->saw_stop = true;
   return response;
 }
 
@@ -219,6 +220,22 @@ bool Coordinator::WaitAllDone(absl::Duration timeout) const {
   absl::MutexLock lock(&mu_);
   auto all_done = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return AllDoneLocked(); };
   return mu_.AwaitWithTimeout(absl::Condition(&all_done), timeout);
+}
+
+bool Coordinator::WaitStopSeen(absl::Duration timeout) const {
+  auto all_seen = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+    const absl::Time now = absl::Now();
+    for (const WorkerState& w : workers_) {
+      // A worker that left early (done, not completed) is gone already.
+      const bool left = w.done && !w.completed;
+      if (w.registered && !left && now - w.last_seen <= peer_timeout_ && !w.saw_stop) {
+        return false;
+      }
+    }
+    return true;
+  };
+  absl::MutexLock lock(&mu_);
+  return mu_.AwaitWithTimeout(absl::Condition(&all_seen), timeout);
 }
 
 }  // namespace pst::chief

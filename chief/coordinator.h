@@ -95,11 +95,17 @@ class Coordinator {
   // Waits until every worker is done or `timeout` passes; true if all done.
   bool WaitAllDone(absl::Duration timeout) const;
 
+  // Waits until every worker heard from within the peer timeout has had a
+  // heartbeat answered with should_stop (so it leaves on its own before the
+  // coordinator goes away), or `timeout` passes; true if all have.
+  bool WaitStopSeen(absl::Duration timeout) const;
+
  private:
   struct WorkerState {
     bool registered = false;
     bool done = false;
     bool completed = false;
+    bool saw_stop = false;  // a heartbeat was answered should_stop
     uint64_t incarnation = 0;
     absl::Time last_seen;
     int64_t steps = 0;  // as reported by the current incarnation

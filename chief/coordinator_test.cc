@@ -113,6 +113,29 @@ TEST(CoordinatorTest, RequestStop_MakesHeartbeatsSayStop) {
   EXPECT_TRUE(c.Heartbeat(Beat(0, 1, 1), kT0)->should_stop());
 }
 
+// At the end of a job the chief waits until every live worker has been told
+// to stop; a worker that left early is not waited for.
+TEST(CoordinatorTest, WaitStopSeen_OnceEveryLiveWorkerWasToldToStop) {
+  for (bool second_leaves_early : {false, true}) {
+    SCOPED_TRACE(second_leaves_early);
+    Coordinator c(TwoWorkers(), absl::Seconds(10));
+    c.SetPhase(proto::PHASE_RUNNING);
+    const absl::Time now = absl::Now();  // liveness is judged against the clock
+    ASSERT_TRUE(c.Register(Reg(0, 1), now).ok());
+    ASSERT_TRUE(c.Register(Reg(1, 2), now).ok());
+    if (second_leaves_early) ASSERT_TRUE(c.WorkerDone(Done(1, 2, 3, false), now).ok());
+    EXPECT_FALSE(c.Heartbeat(Beat(0, 1, 1), now)->should_stop());
+    c.RequestStop("job done");
+    EXPECT_FALSE(c.WaitStopSeen(absl::Milliseconds(20)));
+    EXPECT_TRUE(c.Heartbeat(Beat(0, 1, 1), now)->should_stop());
+    if (!second_leaves_early) {
+      EXPECT_FALSE(c.WaitStopSeen(absl::Milliseconds(20)));
+      EXPECT_TRUE(c.Heartbeat(Beat(1, 2, 1), now)->should_stop());
+    }
+    EXPECT_TRUE(c.WaitStopSeen(absl::ZeroDuration()));
+  }
+}
+
 TEST(CoordinatorTest, Check_SilentWorker_IsReportedAfterPeerTimeout) {
   Coordinator c(TwoWorkers(), absl::Seconds(10));
   c.SetPhase(proto::PHASE_RUNNING);

@@ -423,6 +423,17 @@ absl::Status RunWorker(const TrainerOptions& options, const common::StopSignal& 
       spdlog::info("retrying from data position {}", progress.position());
     }
   }
+  if (completed) {
+    // Stay up, heartbeating, until the chief ends the job: the chief is then
+    // the first task to exit, which `docker-compose up --exit-code-from
+    // chief` needs (it stops every container at the first exit).
+    spdlog::info("waiting for the chief to end the job");
+    CoordinatorView::State v = view.Get();
+    while (!stop.stopped() && !lost_coordinator.stopped() && !v.should_stop &&
+           v.phase != proto::PHASE_DONE) {
+      v = view.WaitForUpdate(v.updates, options.heartbeat_interval);
+    }
+  }
   loop_done.Notify();
   heartbeat.join();
   if (status.ok() && !heartbeat_error.ok()) status = heartbeat_error;
