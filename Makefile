@@ -9,9 +9,9 @@ DEMO_FLAGS ?= --ps=2 --workers=2 --epochs=3
 DEBIAN_PACKAGES := cmake make g++ pkg-config ccache \
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler \
   libabsl-dev libspdlog-dev libopenblas-dev nlohmann-json3-dev zlib1g-dev \
-  libgtest-dev dataset-fashion-mnist
+  libgtest-dev dataset-fashion-mnist iptables
 
-.PHONY: all deps configure build demo test bench-modes bench-ps bench-recovery bench-throughput sanitize clean
+.PHONY: all deps configure build demo test test-deploy test-k8s test-compose bench-modes bench-ps bench-recovery bench-throughput sanitize clean
 
 all: build
 
@@ -30,6 +30,21 @@ demo: build
 
 test: build
 	cd $(BUILD_DIR) && ctest --output-on-failure -j$(JOBS)
+	$(MAKE) test-deploy
+
+# The deployment files: the Kubernetes manifests checked offline against
+# their schemas, and the compose test (a real Docker engine, installed and
+# started when missing; see deploy/compose_test.sh). Part of `make test`.
+test-deploy: test-k8s test-compose
+
+test-k8s: build
+	cd deploy/k8s/validate && npm ci --no-audit --no-fund --loglevel=error \
+	  && node validate.mjs ../tfjob.yaml ../plain.yaml ../checkpoints-pvc.yaml \
+	  && node validate.mjs --self-test \
+	  && node start_sh_test.mjs $(abspath $(BUILD_DIR))/bin
+
+test-compose:
+	deploy/compose_test.sh
 
 # Every training mode with and without a slow worker, side by side.
 bench-modes: build

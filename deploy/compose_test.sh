@@ -1,0 +1,136 @@
+#!/bin/bash
+# The compose test: builds the image from deploy/Dockerfile, brings up
+# deploy/docker-compose.yml unchanged, kills one ps and one worker container
+# mid-training, and checks that the job still finishes with the expected
+# accuracy and that every container exits 0.
+#
+# It installs docker.io and docker-compose when missing and starts dockerd.
+# Where no registry can be reached, debian:bookworm-slim is made from a
+# debootstrap'ed minbase rootfs (cached in $PSTRAIN_ROOTFS_CACHE).
+# Where the machine cannot run a Docker engine at all (no root, no
+# cgroups), it says so and exits 0 without testing, unless
+# PSTRAIN_REQUIRE_DOCKER=1.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PROJECT=pstrain_composetest
+COMPOSE_FILE=deploy/docker-compose.yml
+ROOTFS_CACHE=${PSTRAIN_ROOTFS_CACHE:-/var/cache/pstrain/bookworm-minbase.tar}
+JOB_TIMEOUT_S=${PSTRAIN_COMPOSE_TIMEOUT_S:-600}
+LOG_DIR=$(mktemp -d /tmp/pstrain-compose.XXXXXX)
+START=$(date +%s)
+
+say() { echo "compose test [$(( $(date +%s) - START ))s]: $*"; }
+skip() {
+  if [ "${PSTRAIN_REQUIRE_DOCKER:-0}" = 1 ]; then say "FAILED: $*"; exit 1; fi
+  say "SKIPPED: $*"; exit 0
+}
+
+# ---- An engine.
+if [ "$(id -u)" != 0 ] && ! docker info >/dev/null 2>&1; then
+  skip "not root and no usable Docker engine"
+fi
+missing=""
+command -v dockerd >/dev/null || missing="$missing docker.io"
+command -v docker-compose >/dev/null || missing="$missing docker-compose"
+command -v debootstrap >/dev/null || missing="$missing debootstrap"
+if [ -n "$missing" ]; then
+  say "installing$missing"
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -q $missing >"$LOG_DIR/apt.log" 2>&1 \
+    || { apt-get update -q >/dev/null 2>&1 && DEBIAN_FRONTEND=noninteractive \
+         apt-get install -y -q $missing >"$LOG_DIR/apt.log" 2>&1; } \
+    || skip "cannot install$missing (see $LOG_DIR/apt.log)"
+fi
+DOCKER=/usr/bin/docker  # Debian's client, matching its engine
+[ -x "$DOCKER" ] || DOCKER=docker
+if ! $DOCKER info >/dev/null 2>&1; then
+  say "starting dockerd"
+  (setsid dockerd >"$LOG_DIR/dockerd.log" 2>&1 &)
+  for _ in $(seq 1 60); do $DOCKER info >/dev/null 2>&1 && break; sleep 1; done
+  $DOCKER info >/dev/null 2>&1 || skip "dockerd did not start: $(tail -3 "$LOG_DIR/dockerd.log")"
+fi
+
+# ---- debian:bookworm-slim: pulled, or made with debootstrap.
+if ! $DOCKER image inspect debian:bookworm-slim >/dev/null 2>&1; then
+  if ! timeout 60 $DOCKER pull -q debian:bookworm-slim >/dev/null 2>&1; then
+    if [ ! -s "$ROOTFS_CACHE" ]; then
+      say "no registry: debootstrap --variant=minbase bookworm"
+      mirror=$(sed -n 's/^URIs: *//p' /etc/apt/sources.list.d/debian.sources 2>/dev/null | head -1)
+      rootfs=$(mktemp -d /tmp/pstrain-rootfs.XXXXXX)
+      debootstrap --variant=minbase bookworm "$rootfs" "${mirror:-http://deb.debian.org/debian}" \
+        >"$LOG_DIR/debootstrap.log" 2>&1 || { tail -5 "$LOG_DIR/debootstrap.log"; exit 1; }
+      mkdir -p "$(dirname "$ROOTFS_CACHE")"
+      tar -C "$rootfs" -cf "$ROOTFS_CACHE.tmp" . && mv "$ROOTFS_CACHE.tmp" "$ROOTFS_CACHE"
+      rm -rf "$rootfs"
+    fi
+    $DOCKER import "$ROOTFS_CACHE" debian:bookworm-slim >/dev/null
+  fi
+fi
+
+# ---- The image.
+say "docker build -f deploy/Dockerfile -t pstrain ."
+if ! $DOCKER build -f deploy/Dockerfile -t pstrain . >"$LOG_DIR/build.log" 2>&1; then
+  tail -30 "$LOG_DIR/build.log"; say "FAILED: the image did not build"; exit 1
+fi
+say "image built ($($DOCKER image inspect -f '{{.Size}}' pstrain | awk '{printf "%.0f MB", $1/1e6}'))"
+
+# ---- The job.
+compose() { docker-compose -p "$PROJECT" -f "$COMPOSE_FILE" "$@"; }
+cleanup() {
+  compose logs --no-color >"$LOG_DIR/compose.log" 2>&1 || true
+  compose down -v --remove-orphans >/dev/null 2>&1 || true
+}
+trap cleanup EXIT
+compose down -v --remove-orphans >/dev/null 2>&1 || true
+say "docker-compose up --exit-code-from chief"
+compose up --exit-code-from chief >"$LOG_DIR/up.log" 2>&1 &
+UP=$!
+
+# A container's id once it exists, and the PID of its init on this host.
+container() { compose ps -q "$1" 2>/dev/null; }
+host_pid() { $DOCKER inspect -f '{{.State.Pid}}' "$(container "$1")"; }
+wait_for_log() {  # service, pattern, seconds
+  local deadline=$(( $(date +%s) + $3 ))
+  while [ "$(date +%s)" -lt "$deadline" ]; do
+    compose logs --no-color "$1" 2>/dev/null | grep -q -- "$2" && return 0
+    kill -0 $UP 2>/dev/null || return 1
+    sleep 1
+  done
+  return 1
+}
+
+# Mid-training: after the first checkpoint, kill ps-1 and worker-0 the way
+# a crash would (SIGKILL to the container's init from the host: `docker
+# kill` would count as a manual stop and switch the restart policy off).
+wait_for_log chief "saved checkpoint" 300 || { tail -40 "$LOG_DIR/up.log"; say "FAILED: no checkpoint"; exit 1; }
+say "training under way; killing ps-1 and worker-0"
+kill -9 "$(host_pid ps-1)" "$(host_pid worker-0)"
+
+set +e
+timeout "$JOB_TIMEOUT_S" tail --pid=$UP -f /dev/null
+wait $UP
+UP_STATUS=$?
+set -e
+say "docker-compose up exited $UP_STATUS"
+
+failed=0
+for service in chief ps-0 ps-1 worker-0 worker-1; do
+  id=$(container "$service")
+  code=$($DOCKER inspect -f '{{.State.ExitCode}}' "$id")
+  restarts=$($DOCKER inspect -f '{{.RestartCount}}' "$id")
+  say "$service exited $code after $restarts restart(s)"
+  [ "$code" = 0 ] || failed=1
+  case $service in ps-1|worker-0) [ "$restarts" -ge 1 ] || { say "$service was not restarted"; failed=1; } ;; esac
+done
+summary=$($DOCKER run --rm -v "${PROJECT}_checkpoints:/checkpoints" --entrypoint cat pstrain \
+          /checkpoints/summary.json 2>/dev/null || true)
+accuracy=$(echo "$summary" | python3 -c 'import json,sys; print(json.load(sys.stdin)["test_accuracy"])' 2>/dev/null || echo 0)
+recoveries=$(echo "$summary" | python3 -c 'import json,sys; print(len(json.load(sys.stdin)["recoveries"]))' 2>/dev/null || echo 0)
+say "test accuracy $accuracy, $recoveries recovery(ies)"
+python3 -c "import sys; sys.exit(0 if float('$accuracy') >= 0.80 else 1)" || { say "accuracy below 0.80"; failed=1; }
+[ "$recoveries" -ge 1 ] || { say "the chief recorded no recovery of the killed ps"; failed=1; }
+[ "$UP_STATUS" = 0 ] || failed=1
+if [ "$failed" != 0 ]; then
+  cleanup; tail -60 "$LOG_DIR/compose.log"; say "FAILED (logs in $LOG_DIR)"; exit 1
+fi
+say "PASSED in $(( $(date +%s) - START )) s"
