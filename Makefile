@@ -9,7 +9,7 @@ DEMO_FLAGS ?= --ps=2 --workers=2 --epochs=3
 DEBIAN_PACKAGES := cmake make g++ pkg-config ccache \
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler \
   libabsl-dev libspdlog-dev libopenblas-dev nlohmann-json3-dev zlib1g-dev \
-  libgtest-dev dataset-fashion-mnist iptables
+  libgtest-dev dataset-fashion-mnist iptables openssl prometheus-cpp-dev prometheus
 
 .PHONY: all deps configure build demo test test-deploy test-k8s test-compose bench-modes bench-ps bench-recovery bench-throughput sanitize clean
 
@@ -81,3 +81,4 @@ sanitize: deps
 
 clean:
 	rm -rf $(BUILD_DIR) $(SAN_DIR)
+

@@ -16,7 +16,12 @@
 #include "chief/coordinator.h"
 #include "chief/grpc_coordinator_service.h"
 #include "common/checkpoint_format.h"
+#include "common/event_writer.h"
 #include "common/grpc_channel.h"
+#include "common/metrics.h"
+#include "prometheus/gauge.h"
+#include "prometheus/histogram.h"
+#include "common/transport_security.h"
 #include "common/grpc_status.h"
 #include "common/logging.h"
 #include "common/placement.h"
@@ -277,6 +282,75 @@ struct RecoveryRecord {
   int64_t restored_step = 0;
 };
 
+// The chief's Prometheus metrics (--metrics_port): the coordinator's view,
+// read at every scrape while the job runs, and the events Job records.
+class ChiefMetrics {
+ public:
+  ChiefMetrics(common::MetricsExporter* exporter, const Coordinator* coordinator)
+      : exporter_(exporter) {
+    prometheus::Registry& r = exporter->registry();
+    const prometheus::Labels& labels = exporter->labels();
+    auto gauge = [&](const char* name, const char* help) -> prometheus::Family<prometheus::Gauge>& {
+      return prometheus::BuildGauge().Name(name).Help(help).Labels(labels).Register(r);
+    };
+    auto& phase = gauge("pstrain_chief_phase", "1 for the job's current phase");
+    for (int p = proto::Phase_MIN; p <= proto::Phase_MAX; ++p) {
+      if (!proto::Phase_IsValid(p)) continue;
+      phases_.emplace_back(p, &phase.Add({{"phase", proto::Phase_Name(p)}}));
+    }
+    global_step_ = &gauge("pstrain_chief_global_step", "Updates applied to the dense variables")
+                        .Add({});
+    live_workers_ =
+        &gauge("pstrain_chief_live_workers", "Workers training (not done, not silent)").Add({});
+    done_workers_ = &gauge("pstrain_chief_done_workers", "Workers that have finished").Add({});
+    generation_ = &gauge("pstrain_chief_generation", "Restores so far").Add({});
+    examples_ = &prometheus::BuildCounter()
+                     .Name("pstrain_chief_examples_total")
+                     .Help("Examples trained, summed over the workers")
+                     .Labels(labels)
+                     .Register(r)
+                     .Add({});
+    recoveries_ = &prometheus::BuildCounter()
+                       .Name("pstrain_chief_recoveries_total")
+                       .Help("Lost ps restored from a checkpoint")
+                       .Labels(labels)
+                       .Register(r)
+                       .Add({});
+    save_seconds_ = &prometheus::BuildHistogram()
+                         .Name("pstrain_chief_checkpoint_seconds")
+                         .Help("Time to save a checkpoint, from the first request to the manifest")
+                         .Labels(labels)
+                         .Register(r)
+                         .Add({}, prometheus::Histogram::BucketBoundaries{
+                                      0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60});
+    refresher_ = exporter->AddRefresher([this, coordinator] {
+      const Coordinator::Snapshot snap = coordinator->Check(absl::Now());
+      for (const auto& [p, g] : phases_) g->Set(p == snap.phase ? 1 : 0);
+      global_step_->Set(static_cast<double>(snap.global_step));
+      live_workers_->Set(static_cast<double>(snap.active.size()));
+      done_workers_->Set(snap.done);
+      generation_->Set(static_cast<double>(snap.generation));
+      common::RaiseCounterTo(*examples_, static_cast<double>(snap.examples));
+    });
+  }
+  ~ChiefMetrics() { exporter_->RemoveRefresher(refresher_); }
+
+  void Saved(double seconds) { save_seconds_->Observe(seconds); }
+  void Recovered() { recoveries_->Increment(); }
+
+ private:
+  common::MetricsExporter* exporter_;
+  int refresher_ = -1;
+  std::vector<std::pair<int, prometheus::Gauge*>> phases_;
+  prometheus::Gauge* global_step_;
+  prometheus::Gauge* live_workers_;
+  prometheus::Gauge* done_workers_;
+  prometheus::Gauge* generation_;
+  prometheus::Counter* examples_;
+  prometheus::Counter* recoveries_;
+  prometheus::Histogram* save_seconds_;
+};
+
 // The job from the chief's side: set up, watch, recover, finish.
 class Job {
  public:
@@ -416,6 +490,9 @@ class Job {
             absl::StrCat("only ", snap.registered, " of ", cluster.worker.size(),
                          " worker(s) registered within --startup_timeout_s"));
       }
+      if (events_ != nullptr && snap.global_step >= summary_step_ + options_.summary_steps) {
+        WriteScalars(snap, now);
+      }
       if (now >= next_log) {
         next_log = now + timing_.log_every;
         const double secs = absl::ToDoubleSeconds(now - running_since_);
@@ -427,6 +504,56 @@ class Job {
   }
 
   absl::Time running_since() const { return running_since_; }
+  void set_metrics(ChiefMetrics* metrics) { metrics_ = metrics; }
+
+  // Opens the event file of --summary_dir (a failure is logged, not fatal:
+  // the job goes on without summaries).
+  void OpenEvents() {
+    if (options_.summary_dir.empty()) return;
+    absl::StatusOr<std::unique_ptr<common::EventWriter>> events =
+        common::EventWriter::Open(options_.summary_dir);
+    if (!events.ok()) {
+      spdlog::warn("no TensorBoard summaries: {}", events.status().message());
+      return;
+    }
+    events_ = *std::move(events);
+    spdlog::info("TensorBoard summaries in {}", events_->path());
+  }
+
+  // Loss, examples/s and the staleness of the gradients applied since the
+  // last scalars.
+  void WriteScalars(const Coordinator::Snapshot& snap, absl::Time now) {
+    std::vector<std::pair<std::string, float>> scalars = {{"loss", snap.loss}};
+    if (summary_time_ != absl::Time() && now > summary_time_) {
+      scalars.emplace_back("examples_per_sec", (snap.examples - summary_examples_) /
+                                                   absl::ToDoubleSeconds(now - summary_time_));
+    }
+    if (probed_applied_ > summary_applied_) {
+      scalars.emplace_back("staleness", static_cast<double>(probed_staleness_sum_ -
+                                                            summary_staleness_sum_) /
+                                            (probed_applied_ - summary_applied_));
+    }
+    absl::Status written = events_->AddScalars(snap.global_step, scalars, now);
+    if (written.ok()) written = events_->Flush();
+    if (!written.ok()) spdlog::warn("TensorBoard summary not written: {}", written.message());
+    summary_step_ = snap.global_step;
+    summary_time_ = now;
+    summary_examples_ = snap.examples;
+    summary_applied_ = probed_applied_;
+    summary_staleness_sum_ = probed_staleness_sum_;
+  }
+
+  // The test metrics at the step they were measured.
+  void WriteFinalScalars(const nlohmann::json& metrics, int64_t step) {
+    if (events_ == nullptr) return;
+    std::vector<std::pair<std::string, float>> scalars;
+    for (const auto& [name, value] : metrics.items()) {
+      if (value.is_number_float()) scalars.emplace_back(name, value.get<double>());
+    }
+    absl::Status written = events_->AddScalars(step, scalars);
+    if (written.ok()) written = events_->Flush();
+    if (!written.ok()) spdlog::warn("TensorBoard summary not written: {}", written.message());
+  }
 
   // One periodic save, with the training throughput during it and between
   // saves (pushes applied per second on the busiest ps).
@@ -488,6 +615,7 @@ class Job {
 
   void RecordSave(const SaveFigures& figures, int64_t pushes_before, absl::Time start) {
     if (figures.bytes == 0) return;  // that step was saved already
+    if (metrics_ != nullptr) metrics_->Saved(figures.seconds);
     SaveRecord record;
     record.figures = figures;
     if (figures.seconds > 0) {
@@ -524,6 +652,10 @@ class Job {
       }
       if (health[i].ok()) {
         probed_pushes_ = std::max(probed_pushes_, health[i]->pushes_applied());
+        if (health[i]->gradients_applied() > probed_applied_) {
+          probed_applied_ = health[i]->gradients_applied();
+          probed_staleness_sum_ = health[i]->staleness_sum();
+        }
         ps_[i].last_ok = now;
       } else if (now - ps_[i].last_ok > timing_.peer_timeout) {
         return absl::StrCat("ps ", i, " at ", ps_[i].address, " has not answered for ",
@@ -593,6 +725,7 @@ class Job {
         absl::ToDoubleSeconds(record.resumed - record.detected), record.restored_step,
         std::max<int64_t>(0, step_before - record.restored_step));
     recoveries_.push_back(record);
+    if (metrics_ != nullptr) metrics_->Recovered();
     return absl::OkStatus();
   }
 
@@ -638,6 +771,18 @@ class Job {
   int64_t after_save_pushes_ = -1;
   absl::Time after_save_time_;
   std::vector<SaveRecord> saves_;
+  // TensorBoard (--summary_dir): the writer, and the figures at the last
+  // scalars written. The busiest ps's applied gradients and their summed
+  // staleness, at the last probe.
+  std::unique_ptr<common::EventWriter> events_;
+  ChiefMetrics* metrics_ = nullptr;  // not owned; null without --metrics_port
+  int64_t summary_step_ = 0;
+  absl::Time summary_time_;
+  int64_t summary_examples_ = 0;
+  int64_t probed_applied_ = 0;
+  int64_t probed_staleness_sum_ = 0;
+  int64_t summary_applied_ = 0;
+  int64_t summary_staleness_sum_ = 0;
 };
 
 }  // namespace
@@ -676,16 +821,21 @@ absl::Status RunChief(const ChiefOptions& options, const common::StopSignal& sto
   // Serve the coordinator from the start, so workers can find it; they are
   // told to retry until the variables exist.
   Coordinator coordinator(initial, timing.peer_timeout);
+  std::optional<ChiefMetrics> metrics;
+  if (common::ProcessMetrics() != nullptr) metrics.emplace(common::ProcessMetrics(), &coordinator);
   GrpcCoordinatorService service(&coordinator);
   PST_ASSIGN_OR_RETURN(std::unique_ptr<grpc::Server> server,
                        common::StartServer(cluster.CoordinatorAddress(), {&service}, options.bind));
-  spdlog::info("coordinator serving on {} (advertised as {})",
+  spdlog::info("coordinator serving on {} (advertised as {}, {})",
                common::ListenAddress(cluster.CoordinatorAddress(), options.bind),
-               cluster.CoordinatorAddress());
+               cluster.CoordinatorAddress(),
+               common::DescribeTransportSecurity(common::GetTransportSecurity()));
 
   Job job(options, stop, &coordinator, initial, quorum);
   absl::Status status = [&]() -> absl::Status {
+    if (metrics.has_value()) job.set_metrics(&*metrics);
     PST_RETURN_IF_ERROR(job.Start());
+    job.OpenEvents();
     coordinator.SetPhase(proto::PHASE_RUNNING);
     spdlog::info("variables ready; waiting for {} worker(s)", cluster.worker.size());
     PST_RETURN_IF_ERROR(job.Watch());
@@ -700,6 +850,7 @@ absl::Status RunChief(const ChiefOptions& options, const common::StopSignal& sto
     }
 
     PST_ASSIGN_OR_RETURN(EvalResult eval, Evaluate(coordinator.State(), options));
+    job.WriteFinalScalars(eval.metrics, eval.global_step);
     std::vector<PsPeer>& ps = job.ps();
     if (!options.checkpoint_dir.empty()) {
       PST_RETURN_IF_ERROR(

@@ -20,6 +20,11 @@ struct ChiefOptions {
   common::Timing timing;
   std::string data_dir;
   std::string summary_json;  // written at the end when non-empty
+  // TensorBoard event files (common/event_writer.h) when non-empty: loss,
+  // examples/s and staleness every summary_steps updates, and the test
+  // metrics at the end.
+  std::string summary_dir;
+  int64_t summary_steps = 100;
   std::string bind;          // where the coordinator listens (--bind; see ListenAddress)
   // Checkpoints: saved under checkpoint_dir every save_steps updates and/or
   // save_secs seconds (0: never by that measure) and at the end; the newest

@@ -19,6 +19,8 @@ inline ChiefOptions ChiefOptionsFromFlags(const common::DaemonSetup& setup) {
   options.timing = setup.timing;
   options.data_dir = absl::GetFlag(FLAGS_data_dir);
   options.summary_json = absl::GetFlag(FLAGS_summary_json);
+  options.summary_dir = absl::GetFlag(FLAGS_summary_dir);
+  options.summary_steps = std::max<int64_t>(1, absl::GetFlag(FLAGS_summary_steps));
   options.bind = absl::GetFlag(FLAGS_bind);
   options.checkpoint_dir = absl::GetFlag(FLAGS_checkpoint_dir);
   options.save_steps = absl::GetFlag(FLAGS_save_checkpoints_steps);

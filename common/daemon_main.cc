@@ -4,6 +4,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
+#include "common/job_flags.h"
 #include "common/logging.h"
 
 namespace pst::common {
@@ -21,13 +22,23 @@ absl::StatusOr<DaemonSetup> SetUpDaemon(const char* binary, TaskType type, StopS
     absl::StatusOr<Timing> timing = TimingFromFlags();
     if (!timing.ok()) return timing.status();
     setup.timing = *timing;
-    return absl::OkStatus();
+    return InitTransportSecurityFromFlags();
   }();
   if (!status.ok()) {
     std::fprintf(stderr, "%s: %s\n", binary, std::string(status.message()).c_str());
     return status;
   }
   InitLogging(TaskIdString(setup.tf.task));
+  absl::StatusOr<std::unique_ptr<MetricsExporter>> metrics =
+      StartMetricsFromFlags(TaskIdString(setup.tf.task));
+  if (!metrics.ok()) {
+    std::fprintf(stderr, "%s: %s\n", binary, std::string(metrics.status().message()).c_str());
+    return metrics.status();
+  }
+  setup.metrics = *std::move(metrics);
+  if (setup.metrics != nullptr) {
+    spdlog::info("Prometheus metrics on port {} at /metrics", absl::GetFlag(FLAGS_metrics_port));
+  }
   HandleTerminationSignals(
       [stop](int signo) { stop->Stop(absl::StrCat("received signal ", signo)); });
   return setup;

@@ -3,6 +3,7 @@
 #ifndef PST_COMMON_DAEMON_MAIN_H_
 #define PST_COMMON_DAEMON_MAIN_H_
 
+#include <memory>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -17,6 +18,9 @@ struct DaemonSetup {
   TfConfig tf;
   proto::TrainingConfig training;
   Timing timing;
+  // The Prometheus exporter of --metrics_port (null when off); also
+  // ProcessMetrics() while it lives.
+  std::shared_ptr<MetricsExporter> metrics;
 };
 
 // Parses TF_CONFIG (expecting `type`), the training flags and the timing

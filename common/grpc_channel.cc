@@ -5,7 +5,9 @@
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
+#include "common/metrics.h"
 #include "common/tf_config.h"
+#include "common/transport_security.h"
 
 namespace pst::common {
 
@@ -23,7 +25,9 @@ std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address, int conne
   // address under the same name: look the name up again within a second of
   // a failed connection (gRPC's default waits 30 s between lookups).
   args.SetInt(GRPC_ARG_DNS_MIN_TIME_BETWEEN_RESOLUTIONS_MS, 1'000);
-  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+  const TransportSecurity& security = GetTransportSecurity();
+  if (!security.server_name.empty()) args.SetSslTargetNameOverride(security.server_name);
+  return grpc::CreateCustomChannel(address, MakeChannelCredentials(security), args);
 }
 
 void ConfigureServerBuilder(grpc::ServerBuilder* builder) {
@@ -56,11 +60,17 @@ absl::StatusOr<std::unique_ptr<grpc::Server>> StartServer(
   // The standard grpc.health.v1 service: `pstrain health`, Kubernetes' gRPC
   // probes and any gRPC health checker can ask whether the daemon serves.
   grpc::EnableDefaultHealthCheckService(true);
+  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
+      MakeServerCredentials(GetTransportSecurity());
+  if (!credentials.ok()) return credentials.status();
   grpc::ServerBuilder builder;
   ConfigureServerBuilder(&builder);
   int bound_port = 0;
-  builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &bound_port);
+  builder.AddListeningPort(listen, *credentials, &bound_port);
   for (grpc::Service* service : services) builder.RegisterService(service);
+  if (MetricsExporter* metrics = ProcessMetrics(); metrics != nullptr) {
+    builder.experimental().SetInterceptorCreators(metrics->RpcInterceptors());
+  }
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || bound_port == 0) {
     return absl::UnavailableError(

@@ -1,6 +1,6 @@
 // gRPC channel and server settings shared by every daemon: message size
-// limits, keepalive, and plaintext credentials (TLS comes with the
-// operability work).
+// limits, keepalive, and the process's transport security (plaintext, TLS
+// or mutual TLS, and a token: transport_security.h).
 #ifndef PST_COMMON_GRPC_CHANNEL_H_
 #define PST_COMMON_GRPC_CHANNEL_H_
 

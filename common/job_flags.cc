@@ -7,6 +7,8 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/metrics.h"
+#include "common/transport_security.h"
 #include "ps_server/optimizer.h"
 
 ABSL_FLAG(std::string, tf_config, "",
@@ -75,6 +77,13 @@ ABSL_FLAG(bool, skip_nonfinite, false,
 ABSL_FLAG(uint64_t, seed, 1, "Seed for initialization and data shuffling.");
 ABSL_FLAG(std::string, summary_json, "",
           "If set, the chief writes the job's final figures to this file as JSON.");
+ABSL_FLAG(std::string, summary_dir, "",
+          "If set, the chief writes TensorBoard event files here: loss, examples/s and "
+          "staleness every --summary_steps updates, and the test metrics at the end.");
+ABSL_FLAG(int64_t, summary_steps, 100, "Updates between TensorBoard scalars (--summary_dir).");
+ABSL_FLAG(int32_t, metrics_port, 0,
+          "Serve Prometheus metrics on this port at /metrics (0: off). pstrain local gives "
+          "its daemons this port and the ones after it.");
 ABSL_FLAG(double, log_every_s, 5, "Seconds between the chief's progress lines.");
 ABSL_FLAG(std::string, checkpoint_dir, "",
           "Where the chief saves sharded checkpoints (a directory every ps can write); a job "
@@ -108,6 +117,17 @@ ABSL_FLAG(int32_t, cpu_devices, 1,
           "Logical CPU devices of a worker with --device=cpu (the batch is split across them).");
 ABSL_FLAG(bool, log_device_placement, false,
           "Log where each variable copy and each op of the model runs.");
+ABSL_FLAG(std::string, tls_cert, "",
+          "PEM certificate chain of this process; with --tls_key, daemons serve TLS.");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key for --tls_cert.");
+ABSL_FLAG(std::string, tls_ca, "",
+          "PEM CA the cluster's certificates are signed by: clients verify servers against it, "
+          "and servers require client certificates signed by it (mutual TLS).");
+ABSL_FLAG(std::string, tls_server_name, "",
+          "Name expected in server certificates when it is not the TF_CONFIG host.");
+ABSL_FLAG(std::string, auth_token_file, "",
+          "File holding a shared secret every RPC must carry (UNAUTHENTICATED without it). "
+          "Needs TLS.");
 
 namespace pst::common {
 
@@ -260,6 +280,30 @@ absl::StatusOr<Timing> TimingFromFlags() {
   t.recovery_timeout = absl::Seconds(recovery);
   t.log_every = absl::Seconds(log_every);
   return t;
+}
+
+absl::StatusOr<std::unique_ptr<MetricsExporter>> StartMetricsFromFlags(const std::string& task) {
+  const int port = absl::GetFlag(FLAGS_metrics_port);
+  if (port == 0) return std::unique_ptr<MetricsExporter>();
+  if (port < 0 || port > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat("--metrics_port=", port, " is not a port"));
+  }
+  absl::StatusOr<std::unique_ptr<MetricsExporter>> exporter = MetricsExporter::Start(port, task);
+  if (exporter.ok()) SetProcessMetrics(exporter->get());
+  return exporter;
+}
+
+absl::Status InitTransportSecurityFromFlags() {
+  SecurityFiles files;
+  files.tls_cert = absl::GetFlag(FLAGS_tls_cert);
+  files.tls_key = absl::GetFlag(FLAGS_tls_key);
+  files.tls_ca = absl::GetFlag(FLAGS_tls_ca);
+  files.auth_token_file = absl::GetFlag(FLAGS_auth_token_file);
+  files.tls_server_name = absl::GetFlag(FLAGS_tls_server_name);
+  absl::StatusOr<TransportSecurity> security = LoadTransportSecurity(files);
+  if (!security.ok()) return security.status();
+  SetTransportSecurity(*std::move(security));
+  return absl::OkStatus();
 }
 
 }  // namespace pst::common

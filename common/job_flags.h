@@ -8,6 +8,7 @@
 #include "absl/flags/declare.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/metrics.h"
 #include "proto/pstrain.pb.h"
 
 ABSL_DECLARE_FLAG(std::string, tf_config);
@@ -47,6 +48,9 @@ ABSL_DECLARE_FLAG(int32_t, staleness);
 ABSL_DECLARE_FLAG(int32_t, replicas_to_aggregate);
 ABSL_DECLARE_FLAG(uint64_t, seed);
 ABSL_DECLARE_FLAG(std::string, summary_json);
+ABSL_DECLARE_FLAG(std::string, summary_dir);
+ABSL_DECLARE_FLAG(int32_t, metrics_port);
+ABSL_DECLARE_FLAG(int64_t, summary_steps);
 ABSL_DECLARE_FLAG(double, log_every_s);
 ABSL_DECLARE_FLAG(std::string, checkpoint_dir);
 ABSL_DECLARE_FLAG(int64_t, save_checkpoints_steps);
@@ -64,8 +68,24 @@ ABSL_DECLARE_FLAG(std::string, gpu_memory);
 ABSL_DECLARE_FLAG(int32_t, virtual_devices);
 ABSL_DECLARE_FLAG(int32_t, cpu_devices);
 ABSL_DECLARE_FLAG(bool, log_device_placement);
+// Transport security (common/transport_security.h has their meaning).
+ABSL_DECLARE_FLAG(std::string, tls_cert);
+ABSL_DECLARE_FLAG(std::string, tls_key);
+ABSL_DECLARE_FLAG(std::string, tls_ca);
+ABSL_DECLARE_FLAG(std::string, tls_server_name);
+ABSL_DECLARE_FLAG(std::string, auth_token_file);
 
 namespace pst::common {
+
+// The Prometheus exporter of --metrics_port (null when 0), installed as the
+// process's (ProcessMetrics). Errors: InvalidArgument for a bad port,
+// Unavailable when it cannot be bound.
+absl::StatusOr<std::unique_ptr<MetricsExporter>> StartMetricsFromFlags(const std::string& task);
+
+// LoadTransportSecurity of the --tls_* and --auth_token_file flags, then
+// SetTransportSecurity: every channel and server of the process uses it.
+// Errors: as LoadTransportSecurity (a bad flag, an unreadable file).
+absl::Status InitTransportSecurityFromFlags();
 
 // The training settings the coordinator decides and sends to every worker.
 // InvalidArgument names a flag whose value is out of range.

@@ -13,8 +13,11 @@
 #include "common/grpc_channel.h"
 #include "common/job_flags.h"
 #include "common/logging.h"
+#include "common/metrics.h"
+#include "prometheus/gauge.h"
 #include "common/process.h"
 #include "common/tf_config.h"
+#include "common/transport_security.h"
 #include "ps_server/grpc_ps_service.h"
 #include "ps_server/variable_store.h"
 
@@ -25,12 +28,63 @@ ABSL_FLAG(double, chief_timeout_s, 300,
 namespace pst::ps {
 namespace {
 
+// The store's figures, read at every scrape.
+void ExportStoreMetrics(const VariableStore* store, common::MetricsExporter* metrics) {
+  prometheus::Registry& r = metrics->registry();
+  const prometheus::Labels& labels = metrics->labels();
+  auto gauge = [&](const char* name, const char* help) -> prometheus::Gauge& {
+    return prometheus::BuildGauge().Name(name).Help(help).Labels(labels).Register(r).Add({});
+  };
+  auto counter = [&](const char* name, const char* help) -> prometheus::Counter& {
+    return prometheus::BuildCounter().Name(name).Help(help).Labels(labels).Register(r).Add({});
+  };
+  prometheus::Gauge& variables = gauge("pstrain_ps_variables", "Variables (and pieces) held");
+  prometheus::Gauge& elements = gauge("pstrain_ps_elements", "Parameters held (floats)");
+  prometheus::Gauge& hash_rows =
+      gauge("pstrain_ps_embedding_rows", "Rows held by hash embedding tables");
+  prometheus::Gauge& staleness_max =
+      gauge("pstrain_ps_staleness_max", "Largest staleness of an applied dense gradient");
+  prometheus::Gauge& generation = gauge("pstrain_ps_generation", "Restore generation");
+  prometheus::Counter& pushes = counter("pstrain_ps_pushes_applied_total", "Pushes applied");
+  prometheus::Counter& gradients =
+      counter("pstrain_ps_gradients_applied_total", "Dense gradients applied");
+  prometheus::Counter& staleness =
+      counter("pstrain_ps_staleness_sum_total",
+              "Summed staleness of applied dense gradients (divide by "
+              "pstrain_ps_gradients_applied_total for the mean)");
+  prometheus::Counter& dropped =
+      counter("pstrain_ps_stale_dropped_total", "Pushes dropped as too stale");
+  prometheus::Counter& duplicates =
+      counter("pstrain_ps_duplicates_ignored_total", "Repeated pushes recognized and ignored");
+  prometheus::Counter& nonfinite =
+      counter("pstrain_ps_nonfinite_skipped_total", "Gradient rows skipped for NaN or Inf");
+  metrics->AddRefresher([=, &variables, &elements, &hash_rows, &staleness_max, &generation,
+                         &pushes, &gradients, &staleness, &dropped, &duplicates, &nonfinite] {
+    const VariableStore::Stats s = store->GetStats();
+    variables.Set(s.num_variables);
+    elements.Set(static_cast<double>(s.num_elements));
+    hash_rows.Set(static_cast<double>(s.hash_rows));
+    staleness_max.Set(static_cast<double>(s.staleness_max));
+    generation.Set(static_cast<double>(s.generation));
+    common::RaiseCounterTo(pushes, s.pushes_applied);
+    common::RaiseCounterTo(gradients, s.gradients_applied);
+    common::RaiseCounterTo(staleness, s.staleness_sum);
+    common::RaiseCounterTo(dropped, s.stale_dropped);
+    common::RaiseCounterTo(duplicates, s.duplicates_ignored);
+    common::RaiseCounterTo(nonfinite, s.nonfinite_skipped);
+  });
+}
+
 int Run() {
   common::TuneMallocForLargeBuffers();
   absl::StatusOr<common::TfConfig> tf =
       common::LoadTfConfig(absl::GetFlag(FLAGS_tf_config), common::TaskType::kPs);
   if (!tf.ok()) {
     std::fprintf(stderr, "ps_server: %s\n", std::string(tf.status().message()).c_str());
+    return 2;
+  }
+  if (absl::Status security = common::InitTransportSecurityFromFlags(); !security.ok()) {
+    std::fprintf(stderr, "ps_server: %s\n", std::string(security.message()).c_str());
     return 2;
   }
   const std::string task = common::TaskIdString(tf->task);
@@ -41,7 +95,14 @@ int Run() {
   common::HandleTerminationSignals(
       [&stop](int signo) { stop.Stop(absl::StrCat("signal ", signo)); });
 
-  VariableStore store;
+  VariableStore store;  // before the exporter, whose scrapes read it
+  absl::StatusOr<std::unique_ptr<common::MetricsExporter>> metrics =
+      common::StartMetricsFromFlags(task);
+  if (!metrics.ok()) {
+    spdlog::error("{}", metrics.status().message());
+    return 2;
+  }
+  if (*metrics != nullptr) ExportStoreMetrics(&store, metrics->get());
   GrpcPsService service(&store, tf->task.index, task, incarnation, &stop);
   absl::StatusOr<std::unique_ptr<grpc::Server>> server =
       common::StartServer(tf->SelfAddress(), {&service}, absl::GetFlag(FLAGS_bind));
@@ -49,9 +110,10 @@ int Run() {
     spdlog::error("{}", server.status().message());
     return 1;
   }
-  spdlog::info("serving on {} (advertised as {}), incarnation {:016x}",
+  spdlog::info("serving on {} (advertised as {}, {}), incarnation {:016x}",
                common::ListenAddress(tf->SelfAddress(), absl::GetFlag(FLAGS_bind)),
-               tf->SelfAddress(), incarnation);
+               tf->SelfAddress(),
+               common::DescribeTransportSecurity(common::GetTransportSecurity()), incarnation);
 
   const double chief_timeout_s = absl::GetFlag(FLAGS_chief_timeout_s);
   int exit_code = 0;

@@ -5,10 +5,13 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <regex>
 
 #include "absl/strings/str_cat.h"
+#include "common/event_writer.h"
 #include "nlohmann/json.hpp"
+#include "proto/tensorboard.pb.h"
 #include "tests/test_cluster.h"
 
 namespace pst::testing {
@@ -57,6 +60,54 @@ TEST_F(ClusterTest, SmallJob_Trains_AndEveryProcessExitsZero) {
   EXPECT_GT(result["wall_seconds"].get<double>(), 0);
   // Progress lines came out while training.
   EXPECT_NE(output.find("examples/s"), std::string::npos);
+}
+
+// --summary_dir: the chief's event file, read back record by record (both
+// CRCs checked) and decoded as TensorBoard's Event messages.
+TEST_F(ClusterTest, SummaryDir_EventFileHoldsTheTrainingCurvesAndTheTestMetrics) {
+  const std::string summary = dir_ + "/summary.json";
+  const std::string events_dir = dir_ + "/tensorboard";
+  auto launcher = Launch({"--ps=1", "--workers=2", "--epochs=1", "--max_steps=600",
+                          "--summary_steps=50", "--summary_dir=" + events_dir,
+                          "--summary_json=" + summary});
+  ASSERT_NE(launcher, nullptr);
+  std::optional<int> exited = launcher->WaitForExit(kJobTimeout);
+  ASSERT_TRUE(exited.has_value()) << launcher->output();
+  ASSERT_EQ(ExitCode(*exited), 0) << launcher->output();
+  std::vector<std::string> files;
+  for (const auto& entry : std::filesystem::directory_iterator(events_dir)) {
+    files.push_back(entry.path().string());
+  }
+  ASSERT_EQ(files.size(), 1u);
+  EXPECT_NE(files[0].find("/events.out.tfevents."), std::string::npos) << files[0];
+  absl::StatusOr<std::vector<std::string>> records = common::ReadRecords(files[0]);
+  ASSERT_TRUE(records.ok()) << records.status();
+  ASSERT_GE(records->size(), 4u);
+  tensorboard::Event first;
+  ASSERT_TRUE(first.ParseFromString(records->front()));
+  EXPECT_EQ(first.file_version(), "brain.Event:2");
+
+  std::map<std::string, std::vector<std::pair<int64_t, float>>> curves;
+  for (size_t i = 1; i < records->size(); ++i) {
+    tensorboard::Event event;
+    ASSERT_TRUE(event.ParseFromString((*records)[i]));
+    for (const auto& value : event.summary().value()) {
+      curves[value.tag()].emplace_back(event.step(), value.simple_value());
+    }
+  }
+  ASSERT_GE(curves["loss"].size(), 3u) << launcher->output();
+  for (size_t i = 1; i < curves["loss"].size(); ++i) {
+    EXPECT_GE(curves["loss"][i].first, curves["loss"][i - 1].first + 50) << "every 50 steps";
+  }
+  EXPECT_LT(curves["loss"].back().second, curves["loss"].front().second) << "the loss fell";
+  ASSERT_FALSE(curves["examples_per_sec"].empty());
+  for (const auto& [step, rate] : curves["examples_per_sec"]) EXPECT_GT(rate, 0) << step;
+  ASSERT_FALSE(curves["staleness"].empty());
+  for (const auto& [step, staleness] : curves["staleness"]) EXPECT_GE(staleness, 0) << step;
+  const nlohmann::json result = ReadJson(summary);
+  ASSERT_EQ(curves["test_accuracy"].size(), 1u);
+  EXPECT_FLOAT_EQ(curves["test_accuracy"][0].second, result["test_accuracy"].get<double>());
+  EXPECT_EQ(curves["test_accuracy"][0].first, result["global_step"].get<int64_t>());
 }
 
 TEST_F(ClusterTest, TwoCpuDevicesPerWorker_SplitEachBatch_AndTrain) {

@@ -135,6 +135,12 @@ int RunLocalCluster(const LocalClusterOptions& options, common::StopSignal* stop
     if (tf.task.type == common::TaskType::kWorker && tf.task.index == options.slow_worker) {
       spawn.argv.push_back(absl::StrCat("--step_delay_ms=", options.slow_worker_delay_ms));
     }
+    if (options.metrics_port > 0) {
+      const int port = options.metrics_port + static_cast<int>(i);
+      spawn.argv.push_back(absl::StrCat("--metrics_port=", port));
+      Print(absl::StrCat("pstrain local: ", task, " metrics at http://", options.host, ":", port,
+                         "/metrics"));
+    }
     if (!options.summary_json.empty() && tf.IsCoordinator()) {
       spawn.argv.push_back(absl::StrCat("--summary_json=", options.summary_json));
     }

@@ -26,6 +26,7 @@ struct LocalClusterOptions {
   std::string bin_dir;                    // where ps_server, worker, chief live
   std::vector<std::string> daemon_flags;  // passed to every daemon
   std::string summary_json;               // passed to the coordinator task
+  int metrics_port = 0;  // > 0: daemon k (in start order) serves /metrics on metrics_port + k
   int slow_worker = -1;                   // this worker gets --step_delay_ms
   int slow_worker_delay_ms = 0;
   absl::Duration timeout = absl::ZeroDuration();  // zero: none

@@ -77,9 +77,10 @@ constexpr const char* kForwardedFlags[] = {
     "embedding_dim", "buckets_per_field", "admit_after", "placement", "partitioner", "num_shards",
     "min_slice_bytes", "max_partitions", "max_shard_bytes", "dense_piece_bytes", "overlap",
     "routing", "mode", "staleness",
-    "replicas_to_aggregate", "checkpoint_dir", "save_checkpoints_steps", "save_checkpoints_secs",
+    "replicas_to_aggregate", "summary_dir", "summary_steps", "checkpoint_dir",
+    "save_checkpoints_steps", "save_checkpoints_secs",
     "keep_checkpoints", "device", "gpus", "gpu_memory", "virtual_devices", "cpu_devices",
-    "log_device_placement",
+    "log_device_placement", "tls_cert", "tls_key", "tls_ca", "tls_server_name", "auth_token_file",
 };
 // clang-format on
 
@@ -241,6 +242,7 @@ int Local() {
   options.host = absl::GetFlag(FLAGS_host);
   options.bin_dir = pst::tools::ExecutableDir();
   options.summary_json = absl::GetFlag(FLAGS_summary_json);
+  options.metrics_port = absl::GetFlag(FLAGS_metrics_port);
   options.timeout = absl::Seconds(absl::GetFlag(FLAGS_timeout_s));
   options.grace = absl::Seconds(absl::GetFlag(FLAGS_grace_s));
   for (const char* name : kForwardedFlags) {
@@ -398,6 +400,12 @@ int main(int argc, char** argv) {
     return 2;
   }
   const std::string command = args[1];
+  // health and check reach daemons; local forwards these flags to them.
+  if (absl::Status security = pst::common::InitTransportSecurityFromFlags(); !security.ok()) {
+    std::fprintf(stderr, "pstrain %s: %s\n", command.c_str(),
+                 std::string(security.message()).c_str());
+    return 2;
+  }
   if (command == "checkpoint") {
     const std::string sub = args.size() > 2 ? args[2] : "";
     if (sub == "inspect" && args.size() == 4) return InspectCheckpoints(args[3]);

@@ -8,6 +8,9 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "common/grpc_channel.h"
+#include "common/metrics.h"
+#include "prometheus/counter.h"
+#include "prometheus/gauge.h"
 #include "common/grpc_status.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
@@ -332,9 +335,41 @@ absl::Status RunWorker(const TrainerOptions& options, const common::StopSignal& 
   control.job_prefix = job_prefix;
   StepTimes times;
   control.times = &times;
+  // Prometheus (--metrics_port): counters raised on the training thread
+  // after every step, from the step times the loop keeps.
+  struct StepMetrics {
+    prometheus::Counter *steps, *examples, *compute, *communication, *exposed;
+    prometheus::Gauge* loss;
+  };
+  std::optional<StepMetrics> step_metrics;
+  if (common::MetricsExporter* exporter = common::ProcessMetrics(); exporter != nullptr) {
+    prometheus::Registry& r = exporter->registry();
+    auto counter = [&](const char* name, const char* help) {
+      return &prometheus::BuildCounter().Name(name).Help(help).Labels(exporter->labels())
+                  .Register(r).Add({});
+    };
+    step_metrics = StepMetrics{
+        counter("pstrain_worker_steps_total", "Training steps"),
+        counter("pstrain_worker_examples_total", "Examples trained"),
+        counter("pstrain_worker_compute_seconds_total", "Time computing gradients"),
+        counter("pstrain_worker_communication_seconds_total", "Time in push+pull calls"),
+        counter("pstrain_worker_exposed_communication_seconds_total",
+                "Push+pull time not hidden by compute"),
+        &prometheus::BuildGauge().Name("pstrain_worker_loss").Help("Loss of the last batch")
+             .Labels(exporter->labels()).Register(r).Add({})};
+  }
   control.on_step = [&](int64_t examples, float loss, int epoch, int64_t version,
                         int64_t position) {
     progress.Step(examples, loss, epoch, version, position);
+    if (step_metrics.has_value()) {
+      step_metrics->steps->Increment();
+      step_metrics->examples->Increment(static_cast<double>(examples));
+      common::RaiseCounterTo(*step_metrics->compute, absl::ToDoubleSeconds(times.compute));
+      common::RaiseCounterTo(*step_metrics->communication,
+                             absl::ToDoubleSeconds(times.communication));
+      common::RaiseCounterTo(*step_metrics->exposed, absl::ToDoubleSeconds(times.waited));
+      step_metrics->loss->Set(loss);
+    }
   };
 
   std::optional<absl::Time> failing_since;  // first failure since the last good step

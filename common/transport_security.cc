@@ -1,0 +1,182 @@
+#include "common/transport_security.h"
+
+#include <fstream>
+#include <sstream>
+#include <utility>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+#include "absl/synchronization/mutex.h"
+
+namespace pst::common {
+namespace {
+
+constexpr char kAuthHeader[] = "authorization";
+constexpr char kBearer[] = "Bearer ";
+
+absl::StatusOr<std::string> ReadFile(const char* flag, const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    return absl::NotFoundError(absl::StrCat("--", flag, "=", path, ": cannot read the file"));
+  }
+  std::ostringstream content;
+  content << in.rdbuf();
+  return content.str();
+}
+
+absl::StatusOr<std::string> ReadPem(const char* flag, const std::string& path) {
+  absl::StatusOr<std::string> pem = ReadFile(flag, path);
+  if (pem.ok() && !absl::StrContains(*pem, "-----BEGIN ")) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--", flag, "=", path, ": not a PEM file (no -----BEGIN line)"));
+  }
+  return pem;
+}
+
+// Equal strings in time that depends only on their lengths.
+bool ConstantTimeEquals(absl::string_view a, absl::string_view b) {
+  if (a.size() != b.size()) return false;
+  unsigned char diff = 0;
+  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
+  return diff == 0;
+}
+
+// Adds the token to every call of a channel.
+class TokenPlugin final : public grpc::MetadataCredentialsPlugin {
+ public:
+  explicit TokenPlugin(std::string token) : header_(absl::StrCat(kBearer, token)) {}
+  bool IsBlocking() const override { return false; }
+  grpc::Status GetMetadata(grpc::string_ref, grpc::string_ref, const grpc::AuthContext&,
+                           std::multimap<grpc::string, grpc::string>* metadata) override {
+    metadata->emplace(kAuthHeader, header_);
+    return grpc::Status::OK;
+  }
+
+ private:
+  const std::string header_;
+};
+
+// Refuses every call that does not carry the token, before any handler runs.
+class TokenProcessor final : public grpc::AuthMetadataProcessor {
+ public:
+  explicit TokenProcessor(std::string token) : expected_(absl::StrCat(kBearer, token)) {}
+  bool IsBlocking() const override { return false; }
+  grpc::Status Process(const InputMetadata& auth_metadata, grpc::AuthContext*,
+                       OutputMetadata* consumed, OutputMetadata*) override {
+    auto it = auth_metadata.find(kAuthHeader);
+    if (it == auth_metadata.end()) {
+      return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
+                          "this cluster needs an auth token (--auth_token_file); none was sent");
+    }
+    const absl::string_view got(it->second.data(), it->second.size());
+    if (!ConstantTimeEquals(got, expected_)) {
+      return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "wrong auth token");
+    }
+    consumed->emplace(kAuthHeader, std::string(got));
+    return grpc::Status::OK;
+  }
+
+ private:
+  const std::string expected_;
+};
+
+absl::Mutex security_mu(absl::kConstInit);
+TransportSecurity* process_security ABSL_GUARDED_BY(security_mu) = nullptr;
+
+}  // namespace
+
+absl::StatusOr<TransportSecurity> LoadTransportSecurity(const SecurityFiles& files) {
+  TransportSecurity s;
+  if (files.tls_cert.empty() != files.tls_key.empty()) {
+    return absl::InvalidArgumentError(
+        "--tls_cert and --tls_key go together: a certificate is of no use without its key");
+  }
+  if (!files.tls_cert.empty()) {
+    absl::StatusOr<std::string> cert = ReadPem("tls_cert", files.tls_cert);
+    if (!cert.ok()) return cert.status();
+    absl::StatusOr<std::string> key = ReadPem("tls_key", files.tls_key);
+    if (!key.ok()) return key.status();
+    s.cert_pem = *std::move(cert);
+    s.key_pem = *std::move(key);
+  }
+  if (!files.tls_ca.empty()) {
+    absl::StatusOr<std::string> ca = ReadPem("tls_ca", files.tls_ca);
+    if (!ca.ok()) return ca.status();
+    s.ca_pem = *std::move(ca);
+  }
+  if (!files.auth_token_file.empty()) {
+    absl::StatusOr<std::string> token = ReadFile("auth_token_file", files.auth_token_file);
+    if (!token.ok()) return token.status();
+    s.token = std::string(absl::StripAsciiWhitespace(*token));
+    if (s.token.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--auth_token_file=", files.auth_token_file, ": the file is empty"));
+    }
+    if (!s.tls()) {
+      return absl::InvalidArgumentError(
+          "--auth_token_file needs TLS (--tls_ca, and --tls_cert/--tls_key on daemons that "
+          "serve): a token sent in plaintext can be read by anyone on the network");
+    }
+  }
+  s.server_name = files.tls_server_name;
+  return s;
+}
+
+void SetTransportSecurity(TransportSecurity security) {
+  absl::MutexLock lock(&security_mu);
+  delete process_security;
+  process_security = new TransportSecurity(std::move(security));
+}
+
+const TransportSecurity& GetTransportSecurity() {
+  static const TransportSecurity* const plaintext = new TransportSecurity();
+  absl::MutexLock lock(&security_mu);
+  // Set once at start, before channels exist, and never replaced after:
+  // the reference outlives the lock.
+  return process_security != nullptr ? *process_security : *plaintext;
+}
+
+std::shared_ptr<grpc::ChannelCredentials> MakeChannelCredentials(
+    const TransportSecurity& security) {
+  if (!security.tls()) return grpc::InsecureChannelCredentials();
+  grpc::SslCredentialsOptions options;
+  options.pem_root_certs = security.ca_pem;  // empty: the system's roots
+  options.pem_private_key = security.key_pem;
+  options.pem_cert_chain = security.cert_pem;
+  std::shared_ptr<grpc::ChannelCredentials> tls = grpc::SslCredentials(options);
+  if (security.token.empty()) return tls;
+  return grpc::CompositeChannelCredentials(
+      tls, grpc::MetadataCredentialsFromPlugin(std::make_unique<TokenPlugin>(security.token)));
+}
+
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
+    const TransportSecurity& security) {
+  if (!security.tls()) return grpc::InsecureServerCredentials();
+  if (security.cert_pem.empty()) {
+    return absl::FailedPreconditionError(
+        "TLS is on (--tls_ca) but this daemon has no certificate to serve with: add --tls_cert "
+        "and --tls_key");
+  }
+  grpc::SslServerCredentialsOptions options(
+      security.ca_pem.empty() ? GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE
+                              : GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
+  options.pem_root_certs = security.ca_pem;
+  options.pem_key_cert_pairs.push_back({security.key_pem, security.cert_pem});
+  std::shared_ptr<grpc::ServerCredentials> credentials = grpc::SslServerCredentials(options);
+  if (!security.token.empty()) {
+    credentials->SetAuthMetadataProcessor(std::make_shared<TokenProcessor>(security.token));
+  }
+  return credentials;
+}
+
+std::string DescribeTransportSecurity(const TransportSecurity& security) {
+  std::string out = !security.tls()           ? "plaintext"
+                    : security.ca_pem.empty() ? "TLS"
+                    : security.cert_pem.empty() ? "TLS (no client certificate)"
+                                                : "mutual TLS";
+  if (!security.token.empty()) out += ", token";
+  return out;
+}
+
+}  // namespace pst::common

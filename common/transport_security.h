@@ -1,0 +1,74 @@
+// Transport security for every channel and server of a process: TLS or
+// mutual TLS, and a shared token that every RPC carries.
+//
+//   --tls_cert, --tls_key  this process's certificate chain and key (PEM); a
+//                          daemon that serves (ps, chief) needs them for TLS
+//   --tls_ca               the cluster's CA (PEM): clients verify servers
+//                          against it, and servers with it require and
+//                          verify client certificates (mutual TLS)
+//   --auth_token_file      a file whose content (surrounding whitespace
+//                          removed) every RPC sends as "authorization:
+//                          Bearer <token>"; servers answer UNAUTHENTICATED
+//                          without it. Needs TLS: a bearer token on a
+//                          plaintext connection is readable by anyone on the
+//                          path, and gRPC sends call credentials only over
+//                          secure channels.
+//   --tls_server_name      the name clients expect in server certificates,
+//                          when it is not the host in TF_CONFIG (one
+//                          certificate for the whole cluster, say)
+//
+// The daemons' mains load it once from the flags
+// (InitTransportSecurityFromFlags in job_flags.h)
+// before opening any channel or server; MakeChannel and StartServer use it.
+// The grpc.health.v1 service is covered too: health checkers need the same
+// certificate and token.
+#ifndef PST_COMMON_TRANSPORT_SECURITY_H_
+#define PST_COMMON_TRANSPORT_SECURITY_H_
+
+#include <grpcpp/grpcpp.h>
+
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace pst::common {
+
+struct SecurityFiles {
+  std::string tls_cert, tls_key, tls_ca, auth_token_file, tls_server_name;
+};
+
+struct TransportSecurity {
+  std::string cert_pem, key_pem, ca_pem;  // empty: not given
+  std::string token;                      // empty: no token
+  std::string server_name;                // empty: the address's host
+  bool tls() const { return !ca_pem.empty() || !cert_pem.empty(); }
+};
+
+// Reads and checks the files. Errors: InvalidArgument naming the flag for a
+// certificate without its key (or the reverse), a file that is not PEM, an
+// empty token, or a token without TLS; NotFound naming the flag and path
+// for a file that cannot be read.
+absl::StatusOr<TransportSecurity> LoadTransportSecurity(const SecurityFiles& files);
+
+// The process-wide setting MakeChannel and StartServer use (plaintext, no
+// token, until set). Set it before any channel or server is made.
+void SetTransportSecurity(TransportSecurity security);
+const TransportSecurity& GetTransportSecurity();
+
+// Credentials for a channel or a listening port under `security`.
+// Errors (servers): FailedPrecondition when TLS is asked for (--tls_ca)
+// but this process has no certificate to serve with.
+std::shared_ptr<grpc::ChannelCredentials> MakeChannelCredentials(
+    const TransportSecurity& security);
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
+    const TransportSecurity& security);
+
+// What the flags' help and the logs say of `security`: "plaintext",
+// "TLS", "mutual TLS", each with ", token" when one is set.
+std::string DescribeTransportSecurity(const TransportSecurity& security);
+
+}  // namespace pst::common
+
+#endif  // PST_COMMON_TRANSPORT_SECURITY_H_

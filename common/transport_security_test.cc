@@ -1,0 +1,108 @@
+// Loading the TLS and token settings: what is accepted, and the errors that
+// name the flag. security_integration_test checks the credentials through
+// real daemons.
+#include "common/transport_security.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+
+namespace pst::common {
+namespace {
+
+constexpr char kPem[] = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n";
+
+class TransportSecurityTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = absl::StrCat(::testing::TempDir(), "/transport_security_", getpid());
+    std::filesystem::create_directories(dir_);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+  std::string Write(const std::string& name, const std::string& content) {
+    const std::string path = dir_ + "/" + name;
+    std::ofstream(path) << content;
+    return path;
+  }
+  std::string dir_;
+};
+
+TEST_F(TransportSecurityTest, NothingGiven_IsPlaintext) {
+  absl::StatusOr<TransportSecurity> s = LoadTransportSecurity(SecurityFiles());
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_FALSE(s->tls());
+  EXPECT_EQ(DescribeTransportSecurity(*s), "plaintext");
+  EXPECT_TRUE(MakeServerCredentials(*s).ok());
+}
+
+TEST_F(TransportSecurityTest, CertKeyCaAndToken_MutualTlsWithTheTokenTrimmed) {
+  SecurityFiles files;
+  files.tls_cert = Write("c.pem", kPem);
+  files.tls_key = Write("k.pem", kPem);
+  files.tls_ca = Write("ca.pem", kPem);
+  files.auth_token_file = Write("token", "  abc def \n");
+  absl::StatusOr<TransportSecurity> s = LoadTransportSecurity(files);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->token, "abc def");
+  EXPECT_EQ(DescribeTransportSecurity(*s), "mutual TLS, token");
+  files.tls_ca.clear();
+  files.auth_token_file.clear();
+  EXPECT_EQ(DescribeTransportSecurity(*LoadTransportSecurity(files)), "TLS");
+}
+
+TEST_F(TransportSecurityTest, BadSettings_NameTheFlag) {
+  struct Case {
+    SecurityFiles files;
+    absl::StatusCode code;
+    std::string message;
+  };
+  const std::string pem = Write("c.pem", kPem);
+  const std::string text = Write("t.txt", "not pem");
+  const std::string empty = Write("empty", " \n");
+  std::vector<Case> cases;
+  SecurityFiles f;
+  f.tls_cert = pem;
+  cases.push_back({f, absl::StatusCode::kInvalidArgument, "--tls_cert and --tls_key go together"});
+  f = SecurityFiles();
+  f.tls_key = pem;
+  cases.push_back({f, absl::StatusCode::kInvalidArgument, "--tls_cert and --tls_key go together"});
+  f = SecurityFiles();
+  f.tls_ca = dir_ + "/missing.pem";
+  cases.push_back({f, absl::StatusCode::kNotFound, "--tls_ca=" + dir_ + "/missing.pem"});
+  f = SecurityFiles();
+  f.tls_cert = text;
+  f.tls_key = pem;
+  cases.push_back({f, absl::StatusCode::kInvalidArgument, "--tls_cert=" + text + ": not a PEM"});
+  f = SecurityFiles();
+  f.tls_ca = pem;
+  f.auth_token_file = empty;
+  cases.push_back({f, absl::StatusCode::kInvalidArgument, "the file is empty"});
+  f = SecurityFiles();
+  f.auth_token_file = text;
+  cases.push_back({f, absl::StatusCode::kInvalidArgument, "--auth_token_file needs TLS"});
+  for (const Case& c : cases) {
+    absl::StatusOr<TransportSecurity> s = LoadTransportSecurity(c.files);
+    EXPECT_EQ(s.status().code(), c.code) << s.status();
+    EXPECT_TRUE(absl::StrContains(s.status().message(), c.message)) << s.status();
+  }
+}
+
+TEST_F(TransportSecurityTest, CaWithoutCertificate_ClientOnly_ServerRefusesToStart) {
+  SecurityFiles files;
+  files.tls_ca = Write("ca.pem", kPem);
+  absl::StatusOr<TransportSecurity> s = LoadTransportSecurity(files);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(DescribeTransportSecurity(*s), "TLS (no client certificate)");
+  EXPECT_NE(MakeChannelCredentials(*s), nullptr);
+  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> server = MakeServerCredentials(*s);
+  EXPECT_EQ(server.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(absl::StrContains(server.status().message(), "--tls_cert")) << server.status();
+}
+
+}  // namespace
+}  // namespace pst::common

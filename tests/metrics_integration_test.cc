@@ -1,0 +1,139 @@
+// Prometheus metrics through real daemons: a job started with
+// `pstrain local --metrics_port=P` has every daemon serve /metrics while it
+// trains; each page holds that daemon's figures and passes
+// `promtool check metrics` (Debian's prometheus package; that check is
+// skipped, and said to be, without it).
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <random>
+#include <string>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "tests/test_cluster.h"
+
+namespace pst::testing {
+namespace {
+
+bool PortFree(int port) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_ANY);
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  const bool ok = bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0;
+  close(fd);
+  return ok;
+}
+
+// The first of `n` consecutive free ports.
+int ConsecutiveFreePorts(int n) {
+  std::mt19937 rng(static_cast<unsigned>(getpid()));
+  for (int attempt = 0; attempt < 200; ++attempt) {
+    const int base = 20000 + static_cast<int>(rng() % 30000);
+    bool all = true;
+    for (int k = 0; k < n && all; ++k) all = PortFree(base + k);
+    if (all) return base;
+  }
+  return -1;
+}
+
+// The body of GET /metrics on 127.0.0.1:port ("" on failure).
+std::string Scrape(int port) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  timeval timeout{5, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  std::string response;
+  if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0) {
+    const std::string request = "GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n";
+    if (write(fd, request.data(), request.size()) == static_cast<ssize_t>(request.size())) {
+      char buffer[65536];
+      ssize_t n;
+      while ((n = read(fd, buffer, sizeof(buffer))) > 0) response.append(buffer, n);
+    }
+  }
+  close(fd);
+  const size_t body = response.find("\r\n\r\n");
+  return body == std::string::npos ? "" : response.substr(body + 4);
+}
+
+TEST(MetricsTest, EveryDaemonServesItsFigures_AndPromtoolAcceptsThem) {
+  if (!HaveFashionMnist()) GTEST_SKIP() << "Fashion-MNIST is missing";
+  const int base = ConsecutiveFreePorts(3);
+  ASSERT_GT(base, 0);
+  const std::string dir = TestDir();
+  auto launcher = LaunchLocal({"--ps=1", "--workers=1", "--epochs=2",
+                               absl::StrCat("--metrics_port=", base),
+                               "--checkpoint_dir=" + dir + "/ckpt", "--save_checkpoints_steps=200"});
+  ASSERT_NE(launcher, nullptr);
+  // Start order: ps:0, chief:0, worker:0.
+  ASSERT_TRUE(launcher->WaitForOutput(absl::StrCat("worker:0 metrics at http://127.0.0.1:", base + 2),
+                                      absl::Seconds(60)))
+      << launcher->output();
+  ASSERT_TRUE(launcher->WaitForOutput("saved checkpoint", absl::Seconds(120)))
+      << launcher->output();
+  struct Page {
+    const char* task;
+    int port;
+    std::vector<const char*> metrics;
+  } pages[] = {
+      {"ps:0", base,
+       {"pstrain_ps_pushes_applied_total", "pstrain_ps_gradients_applied_total",
+        "pstrain_ps_staleness_sum_total", "pstrain_ps_variables", "pstrain_ps_embedding_rows",
+        "pstrain_rpc_requests_total", "pstrain_rpc_duration_seconds_bucket",
+        "pstrain_rpc_sent_bytes_total"}},
+      {"chief:0", base + 1,
+       {"pstrain_chief_phase{", "pstrain_chief_global_step", "pstrain_chief_live_workers",
+        "pstrain_chief_checkpoint_seconds_count", "pstrain_chief_recoveries_total",
+        "pstrain_rpc_requests_total"}},
+      {"worker:0", base + 2,
+       {"pstrain_worker_steps_total", "pstrain_worker_examples_total",
+        "pstrain_worker_compute_seconds_total", "pstrain_worker_communication_seconds_total"}},
+  };
+  const bool have_promtool = std::system("command -v promtool >/dev/null 2>&1") == 0;
+  for (const Page& page : pages) {
+    SCOPED_TRACE(page.task);
+    const std::string text = Scrape(page.port);
+    ASSERT_FALSE(text.empty()) << "nothing at port " << page.port;
+    EXPECT_TRUE(absl::StrContains(text, absl::StrCat("task=\"", page.task, "\"")))
+        << text.substr(0, 2000);
+    for (const char* metric : page.metrics) {
+      EXPECT_TRUE(absl::StrContains(text, metric)) << metric << "\n" << text.substr(0, 3000);
+    }
+    if (have_promtool) {
+      const std::string path = absl::StrCat(dir, "/", page.port, ".prom");
+      std::ofstream(path) << text;
+      const std::string command = absl::StrCat("promtool check metrics < ", path, " 2>&1");
+      FILE* pipe = popen(command.c_str(), "r");
+      ASSERT_NE(pipe, nullptr);
+      std::string out;
+      char buffer[4096];
+      size_t n;
+      while ((n = fread(buffer, 1, sizeof(buffer), pipe)) > 0) out.append(buffer, n);
+      EXPECT_EQ(pclose(pipe), 0) << out;
+    } else {
+      std::printf("promtool is missing: the pages' format was not checked\n");
+    }
+  }
+  // Training went on under the scrapes: the page's figures are live.
+  const std::string worker = Scrape(base + 2);
+  EXPECT_FALSE(absl::StrContains(worker, "pstrain_worker_steps_total{task=\"worker:0\"} 0\n"))
+      << worker;
+  std::optional<int> exited = launcher->WaitForExit(absl::Seconds(240));
+  ASSERT_TRUE(exited.has_value()) << launcher->output();
+  EXPECT_EQ(ExitCode(*exited), 0) << launcher->output();
+}
+
+}  // namespace
+}  // namespace pst::testing
