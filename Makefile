@@ -9,14 +9,20 @@ DEMO_FLAGS ?= --ps=2 --workers=2 --epochs=3
 DEBIAN_PACKAGES := cmake make g++ pkg-config ccache \
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler \
   libabsl-dev libspdlog-dev libopenblas-dev nlohmann-json3-dev zlib1g-dev \
-  libgtest-dev dataset-fashion-mnist iptables openssl prometheus-cpp-dev prometheus
+  libgtest-dev dataset-fashion-mnist prometheus-cpp-dev
+# What only the tests need: iptables (packet loss in the multi-host test),
+# openssl (certificates), promtool, clang with libFuzzer.
+TEST_PACKAGES := iptables openssl prometheus clang libclang-rt-14-dev
 
-.PHONY: all deps configure build demo test test-deploy test-k8s test-compose bench-modes bench-ps bench-recovery bench-throughput sanitize clean
+.PHONY: all deps test-deps configure build demo test test-deploy test-k8s test-compose fuzz bench-modes bench-ps bench-recovery bench-throughput sanitize clean
 
 all: build
 
 deps:
 	@tools/install_deps.sh $(DEBIAN_PACKAGES)
+
+test-deps:
+	@tools/install_deps.sh $(TEST_PACKAGES)
 
 configure: deps
 	cmake -S . -B $(BUILD_DIR) -DCMAKE_BUILD_TYPE=$(BUILD_TYPE)
@@ -28,8 +34,9 @@ demo: build
 	$(BUILD_DIR)/bin/pstrain local $(DEMO_FLAGS) --summary_json=$(BUILD_DIR)/demo_summary.json
 	@echo "summary: $(BUILD_DIR)/demo_summary.json"; cat $(BUILD_DIR)/demo_summary.json
 
-test: build
+test: build test-deps
 	cd $(BUILD_DIR) && ctest --output-on-failure -j$(JOBS)
+	$(MAKE) fuzz
 	$(MAKE) test-deploy
 
 # The deployment files: the Kubernetes manifests checked offline against
@@ -82,3 +89,25 @@ sanitize: deps
 clean:
 	rm -rf $(BUILD_DIR) $(SAN_DIR)
 
+# libFuzzer targets, built with clang, AddressSanitizer and UBSan in
+# $(FUZZ_DIR): the TF_CONFIG parser, the checkpoint shard reader and the
+# ps's request handling (fuzz/). Each starts from seeds written by
+# fuzz_make_seeds and runs FUZZ_RUNS inputs, or FUZZ_SECONDS seconds when
+# that is set (the closing note reports 600-second runs).
+FUZZ_DIR ?= build-fuzz
+FUZZ_RUNS ?= 20000
+FUZZ_SECONDS ?=
+FUZZ_SANITIZE := -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined
+fuzz: deps test-deps
+	cmake -S . -B $(FUZZ_DIR) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPST_FUZZ=ON -DPST_CUDA=OFF \
+	  -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
+	  -DCMAKE_C_FLAGS="$(FUZZ_SANITIZE)" -DCMAKE_CXX_FLAGS="$(FUZZ_SANITIZE)"
+	cmake --build $(FUZZ_DIR) -j$(JOBS) --target fuzz_tf_config fuzz_checkpoint_shard \
+	  fuzz_ps_request fuzz_make_seeds
+	$(FUZZ_DIR)/bin/fuzz_make_seeds $(FUZZ_DIR)/seeds
+	for t in tf_config checkpoint_shard ps_request; do \
+	  mkdir -p $(FUZZ_DIR)/corpus/$$t && \
+	  $(FUZZ_DIR)/bin/fuzz_$$t -rss_limit_mb=4096 -max_len=65536 -artifact_prefix=$(FUZZ_DIR)/ \
+	    $(if $(FUZZ_SECONDS),-max_total_time=$(FUZZ_SECONDS),-runs=$(FUZZ_RUNS)) \
+	    $(FUZZ_DIR)/corpus/$$t $(FUZZ_DIR)/seeds/$$t || exit 1; \
+	done

@@ -1,0 +1,144 @@
+// libFuzzer target: the ps's request handling, in process. The first byte
+// picks a request type, the rest is its bytes as they would arrive on the
+// wire; they go through the same parsing as the gRPC handlers (for Pull and
+// PushPull, the raw codec) into a VariableStore holding a dense layer, a
+// partition of an embedding table and a hash embedding. Any request must be
+// answered with a status, never crash; and a refused push must leave every
+// parameter bit for bit as it was (checked after each one).
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include "common/wire_codec.h"
+#include "ps_server/variable_store.h"
+#include "proto/pstrain.pb.h"
+
+namespace {
+
+using pst::ps::VariableStore;
+
+pst::proto::VariableSpec Spec(const std::string& name, std::vector<int64_t> shape) {
+  pst::proto::VariableSpec spec;
+  spec.set_name(name);
+  spec.set_dtype(pst::proto::DT_FLOAT32);
+  for (int64_t d : shape) spec.add_shape(d);
+  spec.mutable_initializer()->set_kind(pst::proto::Initializer::NORMAL);
+  spec.mutable_initializer()->set_scale(0.1f);
+  spec.mutable_initializer()->set_seed(3);
+  return spec;
+}
+
+VariableStore* Store() {
+  static VariableStore* store = [] {
+    auto* s = new VariableStore();
+    pst::proto::CreateVariablesRequest create;
+    *create.add_variables() = Spec("w", {4, 3});
+    *create.add_variables() = Spec("b", {3});
+    pst::proto::VariableSpec part = Spec("emb/part_1", {5, 2});
+    part.set_variable("emb");
+    part.add_full_shape(10);
+    part.add_full_shape(2);
+    part.set_partition(1);
+    part.set_num_partitions(2);
+    part.set_routing(pst::proto::MOD);
+    part.set_row_offset(1);
+    part.set_row_stride(2);
+    *create.add_variables() = part;
+    pst::proto::VariableSpec hash = Spec("hash", {0, 2});
+    hash.set_routing(pst::proto::HASH);
+    hash.set_variable("hash");
+    hash.add_full_shape(0);
+    hash.add_full_shape(2);
+    hash.set_num_partitions(1);
+    *create.add_variables() = hash;
+    create.mutable_optimizer()->set_name("adam");
+    create.mutable_optimizer()->set_learning_rate(0.01f);
+    create.mutable_optimizer()->set_beta1(0.9f);
+    create.mutable_optimizer()->set_beta2(0.999f);
+    create.mutable_optimizer()->set_epsilon(1e-7f);
+    create.mutable_sync()->set_mode(pst::proto::ASYNC);
+    absl::StatusOr<int> created = s->Create(create);
+    if (!created.ok()) {
+      std::fprintf(stderr, "fuzz_ps_request: setup: %s\n", created.status().ToString().c_str());
+      std::abort();
+    }
+    return s;
+  }();
+  return store;
+}
+
+// Every dense value, serialized: equal before and after a refused push.
+std::string DenseState() {
+  pst::proto::PullResponse response;
+  google::protobuf::RepeatedPtrField<std::string> names;
+  if (!Store()->Pull(names, &response).ok()) std::abort();
+  return response.SerializeAsString();
+}
+
+}  // namespace
+
+// Protobuf logs every string field with invalid UTF-8 it parses; the
+// fuzzer makes thousands.
+extern "C" int LLVMFuzzerInitialize(int*, char***) {
+  google::protobuf::SetLogHandler(nullptr);
+  return 0;
+}
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  if (size == 0) return 0;
+  VariableStore* store = Store();
+  const std::string bytes(reinterpret_cast<const char*>(data) + 1, size - 1);
+  switch (data[0] % 6) {
+    case 0: {  // Push
+      pst::proto::PushRequest request;
+      if (!request.ParseFromString(bytes)) return 0;
+      const std::string before = DenseState();
+      pst::proto::PushResponse response;
+      if (!store->Push(request, &response).ok() && DenseState() != before) std::abort();
+      break;
+    }
+    case 1: {  // PushPull, through the raw codec as the gRPC handler parses it
+      grpc::Slice slice(bytes);
+      grpc::ByteBuffer buffer(&slice, 1);
+      pst::proto::PushPullRequest request;
+      if (!pst::common::ParseMessage(&buffer, &request).ok()) return 0;
+      const std::string before = DenseState();
+      pst::proto::PushResponse response;
+      if (!store->Push(request.push(), &response).ok() && DenseState() != before) std::abort();
+      break;
+    }
+    case 2: {  // Pull, through the raw codec
+      grpc::Slice slice(bytes);
+      grpc::ByteBuffer buffer(&slice, 1);
+      pst::proto::PullRequest request;
+      if (!pst::common::ParseMessage(&buffer, &request).ok()) return 0;
+      pst::proto::PullResponse response;
+      store->Pull(request.names(), &response).IgnoreError();
+      break;
+    }
+    case 3: {  // PullRows
+      pst::proto::PullRowsRequest request;
+      if (!request.ParseFromString(bytes)) return 0;
+      pst::proto::PullRowsResponse response;
+      store->PullRows(request, &response).IgnoreError();
+      break;
+    }
+    case 4: {  // PushRows
+      pst::proto::PushRowsRequest request;
+      if (!request.ParseFromString(bytes)) return 0;
+      pst::proto::PushRowsResponse response;
+      store->PushRows(request, &response).IgnoreError();
+      break;
+    }
+    case 5: {  // CreateVariables: a conflicting or bad create changes nothing
+      pst::proto::CreateVariablesRequest request;
+      if (!request.ParseFromString(bytes)) return 0;
+      const std::string before = DenseState();
+      if (!store->Create(request).ok() && DenseState() != before) std::abort();
+      break;
+    }
+  }
+  return 0;
+}
