@@ -21,6 +21,18 @@ float Sigmoid(float z) {
   return e / (1.0f + e);
 }
 
+// The checks both LossAndGradients make before computing anything.
+absl::Status CheckTrainingArgs(const WideDeepConfig& config, const ParamSet& dense,
+                               const CtrBatch& batch, const ParamSet* dense_grads,
+                               const std::vector<float>* deep_row_grads,
+                               const std::vector<float>* wide_row_grads) {
+  PST_RETURN_IF_ERROR(CheckWideDeepInputs(config, dense, batch, /*check_labels=*/true));
+  if (dense_grads == nullptr || deep_row_grads == nullptr || wide_row_grads == nullptr) {
+    return absl::InvalidArgumentError("a gradient output is null");
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 DeviceWideDeep::DeviceWideDeep(WideDeepConfig config, Device* device)
@@ -207,10 +219,8 @@ absl::StatusOr<float> DeviceWideDeep::LossAndGradients(const ParamSet& dense,
                                                        ParamSet* dense_grads,
                                                        std::vector<float>* deep_row_grads,
                                                        std::vector<float>* wide_row_grads) {
-  PST_RETURN_IF_ERROR(CheckWideDeepInputs(config_, dense, batch, /*check_labels=*/true));
-  if (dense_grads == nullptr || deep_row_grads == nullptr || wide_row_grads == nullptr) {
-    return absl::InvalidArgumentError("a gradient output is null");
-  }
+  PST_RETURN_IF_ERROR(CheckTrainingArgs(config_, dense, batch, dense_grads, deep_row_grads,
+                                        wide_row_grads));
   PST_ASSIGN_OR_RETURN(const double total,
                        ScaledLossSumAndGradients(dense, batch, 1.0f / batch.size, dense_grads,
                                                  deep_row_grads, wide_row_grads));
@@ -240,10 +250,8 @@ absl::StatusOr<float> MirroredWideDeep::LossAndGradients(const ParamSet& dense,
                                                          ParamSet* dense_grads,
                                                          std::vector<float>* deep_row_grads,
                                                          std::vector<float>* wide_row_grads) {
-  PST_RETURN_IF_ERROR(CheckWideDeepInputs(config_, dense, batch, /*check_labels=*/true));
-  if (dense_grads == nullptr || deep_row_grads == nullptr || wide_row_grads == nullptr) {
-    return absl::InvalidArgumentError("a gradient output is null");
-  }
+  PST_RETURN_IF_ERROR(CheckTrainingArgs(config_, dense, batch, dense_grads, deep_row_grads,
+                                        wide_row_grads));
   const int n = num_replicas();
   const std::vector<int> sizes = MirroredMlp::ShardSizes(batch.size, n);
   const float grad_scale = 1.0f / static_cast<float>(batch.size);

@@ -1,4 +1,5 @@
 #include "worker/mlp.h"
+#include "worker/mlp_test_util.h"
 
 #include <algorithm>
 #include <cmath>
@@ -20,21 +21,8 @@ int64_t NumElements(const ParamSpec& spec) {
   return n;
 }
 
-// Glorot-uniform kernels, and biases drawn from [-bias_scale, bias_scale].
 ParamSet RandomParams(const MlpConfig& config, std::mt19937* rng, float bias_scale) {
-  ParamSet params;
-  for (const ParamSpec& spec : MlpParamSpecs(config)) {
-    std::vector<float> p(NumElements(spec));
-    const float limit = spec.is_kernel
-                            ? std::sqrt(6.0f / static_cast<float>(spec.fan_in + spec.fan_out))
-                            : bias_scale;
-    if (limit > 0) {
-      std::uniform_real_distribution<float> dist(-limit, limit);
-      for (float& v : p) v = dist(*rng);
-    }
-    params.push_back(std::move(p));
-  }
-  return params;
+  return mlp_testing::RandomParams(config, bias_scale, rng);
 }
 
 ParamSet ZeroParams(const MlpConfig& config) {

@@ -14,21 +14,29 @@
 
 namespace pst::worker::mlp_testing {
 
-// Kernels Glorot-uniform; biases uniform in [-bias_limit, bias_limit].
-inline ParamSet RandomParams(const MlpConfig& config, float bias_limit, std::mt19937* rng) {
+// For each spec: Glorot-uniform kernels; biases uniform in
+// [-bias_limit, bias_limit] (zero, and no draws, when bias_limit is 0).
+inline ParamSet RandomParamsFor(const std::vector<ParamSpec>& specs, float bias_limit,
+                                std::mt19937* rng) {
   ParamSet params;
-  for (const ParamSpec& spec : MlpParamSpecs(config)) {
+  for (const ParamSpec& spec : specs) {
     int64_t n = 1;
     for (int64_t d : spec.shape) n *= d;
     const float limit = spec.is_kernel
                             ? std::sqrt(6.0f / static_cast<float>(spec.fan_in + spec.fan_out))
                             : bias_limit;
-    std::uniform_real_distribution<float> dist(-limit, limit);
-    std::vector<float> p(n);
-    for (float& v : p) v = dist(*rng);
+    std::vector<float> p(n, 0.0f);
+    if (limit > 0) {
+      std::uniform_real_distribution<float> dist(-limit, limit);
+      for (float& v : p) v = dist(*rng);
+    }
     params.push_back(std::move(p));
   }
   return params;
+}
+
+inline ParamSet RandomParams(const MlpConfig& config, float bias_limit, std::mt19937* rng) {
+  return RandomParamsFor(MlpParamSpecs(config), bias_limit, rng);
 }
 
 struct Batch {

@@ -9,31 +9,14 @@
 #include <random>
 #include <vector>
 
+#include "worker/mlp_test_util.h"
 #include "worker/wide_deep.h"
 
 namespace pst::worker::wide_deep_testing {
 
-inline int64_t NumElements(const ParamSpec& spec) {
-  int64_t n = 1;
-  for (int64_t d : spec.shape) n *= d;
-  return n;
-}
-
 // Glorot-uniform kernels, and biases drawn from [-bias_scale, bias_scale].
 inline ParamSet RandomParams(const WideDeepConfig& config, std::mt19937* rng, float bias_scale) {
-  ParamSet params;
-  for (const ParamSpec& spec : WideDeepDenseSpecs(config)) {
-    std::vector<float> p(NumElements(spec), 0.0f);
-    const float limit = spec.is_kernel
-                            ? std::sqrt(6.0f / static_cast<float>(spec.fan_in + spec.fan_out))
-                            : bias_scale;
-    if (limit > 0) {
-      std::uniform_real_distribution<float> dist(-limit, limit);
-      for (float& v : p) v = dist(*rng);
-    }
-    params.push_back(std::move(p));
-  }
-  return params;
+  return mlp_testing::RandomParamsFor(WideDeepDenseSpecs(config), bias_scale, rng);
 }
 
 inline std::vector<float> RandomVector(size_t n, float scale, std::mt19937* rng) {
