@@ -354,14 +354,27 @@ absl::StatusOr<float> MirroredMlp::SumOverReplicas(
   return static_cast<float>(total / batch);
 }
 
-std::vector<std::string> MirroredMlp::DevicePlacement(absl::string_view job_prefix) const {
+std::vector<std::string> DevicePlacementLines(
+    absl::string_view job_prefix, const std::vector<const Device*>& devices,
+    const std::function<void(const PlacementOp&)>& replica_ops) {
   std::vector<std::string> lines;
-  const size_t num_layers = config_.hidden.size() + 1;
-  for (const auto& replica : replicas_) {
-    const std::string where = absl::StrCat(job_prefix, "/device:", replica->device()->name());
-    auto op = [&](const std::string& name, const char* type) {
+  for (const Device* device : devices) {
+    const std::string where = absl::StrCat(job_prefix, "/device:", device->name());
+    replica_ops([&](const std::string& name, const char* type) {
       lines.push_back(absl::StrCat(name, ": (", type, "): ", where));
-    };
+    });
+  }
+  lines.push_back(absl::StrCat("gradients/CrossDeviceSum (", devices.size(),
+                               " replicas, through host memory): (AddN): ", job_prefix,
+                               "/device:CPU:0"));
+  return lines;
+}
+
+std::vector<std::string> MirroredMlp::DevicePlacement(absl::string_view job_prefix) const {
+  std::vector<const Device*> devices;
+  for (const auto& replica : replicas_) devices.push_back(replica->device());
+  const size_t num_layers = config_.hidden.size() + 1;
+  return DevicePlacementLines(job_prefix, devices, [&](const PlacementOp& op) {
     for (const ParamSpec& spec : specs_) op(spec.name, "VariableCopy");
     op("input/CopyToDevice", "Copy");
     for (size_t l = 0; l < num_layers; ++l) {
@@ -381,11 +394,7 @@ std::vector<std::string> MirroredMlp::DevicePlacement(absl::string_view job_pref
       }
     }
     op("gradients/CopyToHost", "Copy");
-  }
-  lines.push_back(absl::StrCat("gradients/CrossDeviceSum (", replicas_.size(),
-                               " replicas, through host memory): (AddN): ", job_prefix,
-                               "/device:CPU:0"));
-  return lines;
+  });
 }
 
 absl::StatusOr<Mlp::Eval> MirroredMlp::Evaluate(const ParamSet& params, const float* x,

@@ -105,6 +105,15 @@ class DeviceMlp {
   int staged_batch_[Device::kCopySlots] = {};
 };
 
+// For --log_device_placement: for each of `devices`, replica_ops(op) names
+// one replica's variable copies and ops, op(name, type) adding TensorFlow's
+// line "name: (Type): <job_prefix>/device:<device>"; the last line is the
+// cross-device gradient sum, through host memory.
+using PlacementOp = std::function<void(const std::string& name, const char* type)>;
+std::vector<std::string> DevicePlacementLines(
+    absl::string_view job_prefix, const std::vector<const Device*>& devices,
+    const std::function<void(const PlacementOp&)>& replica_ops);
+
 class MirroredMlp {
  public:
   // One replica per device; devices are not owned and must outlive this.

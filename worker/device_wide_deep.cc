@@ -304,14 +304,11 @@ absl::Status MirroredWideDeep::Predict(const ParamSet& dense, const CtrBatch& ba
 }
 
 std::vector<std::string> MirroredWideDeep::DevicePlacement(absl::string_view job_prefix) const {
-  std::vector<std::string> lines;
+  std::vector<const Device*> devices;
+  for (const auto& replica : replicas_) devices.push_back(replica->device());
   const std::vector<ParamSpec> specs = WideDeepDenseSpecs(config_);
   const size_t num_layers = config_.hidden.size() + 1;
-  for (const auto& replica : replicas_) {
-    const std::string where = absl::StrCat(job_prefix, "/device:", replica->device()->name());
-    auto op = [&](const std::string& name, const char* type) {
-      lines.push_back(absl::StrCat(name, ": (", type, "): ", where));
-    };
+  return DevicePlacementLines(job_prefix, devices, [&](const PlacementOp& op) {
     for (const ParamSpec& spec : specs) op(spec.name, "VariableCopy");
     op("embedding_rows/CopyToDevice", "Copy");
     op("deep_embedding/Gather", "GatherV2");
@@ -327,11 +324,7 @@ std::vector<std::string> MirroredWideDeep::DevicePlacement(absl::string_view job
     op("gradients/wide_embedding/ScatterAdd", "ScatterAdd");
     op("gradients/deep_embedding/ScatterAdd", "ScatterAdd");
     op("gradients/CopyToHost", "Copy");
-  }
-  lines.push_back(absl::StrCat("gradients/CrossDeviceSum (", replicas_.size(),
-                               " replicas, through host memory): (AddN): ", job_prefix,
-                               "/device:CPU:0"));
-  return lines;
+  });
 }
 
 }  // namespace pst::worker

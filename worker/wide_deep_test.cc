@@ -38,34 +38,16 @@ WideDeepConfig TinyConfig() {
 
 // A batch of 6 examples over 7 unique rows; rows 0 and 2 recur many times,
 // row 6 is never used.
-struct TinyBatch {
-  std::vector<float> dense;
-  std::vector<int32_t> slot = {0, 1, 2, 0,  //
-                               2, 3, 0, 0,  //
-                               4, 2, 2, 5,  //
-                               0, 1, 3, 2,  //
-                               5, 5, 0, 4,  //
-                               2, 0, 1, 0};
-  std::vector<float> labels = {1, 0, 0, 1, 1, 0};
-  std::vector<float> deep_rows;
-  std::vector<float> wide_rows;
-  int num_unique = 7;
-
-  CtrBatch View() const {
-    CtrBatch b;
-    b.size = static_cast<int>(labels.size());
-    b.dense = dense.data();
-    b.slot = slot.data();
-    b.labels = labels.data();
-    b.num_unique = num_unique;
-    b.deep_rows = deep_rows.data();
-    b.wide_rows = wide_rows.data();
-    return b;
-  }
-};
-
-TinyBatch MakeTinyBatch(const WideDeepConfig& config, std::mt19937* rng) {
-  TinyBatch t;
+wide_deep_testing::CtrBatchData MakeTinyBatch(const WideDeepConfig& config, std::mt19937* rng) {
+  wide_deep_testing::CtrBatchData t;
+  t.slot = {0, 1, 2, 0,  //
+            2, 3, 0, 0,  //
+            4, 2, 2, 5,  //
+            0, 1, 3, 2,  //
+            5, 5, 0, 4,  //
+            2, 0, 1, 0};
+  t.labels = {1, 0, 0, 1, 1, 0};
+  t.num_unique = 7;
   t.dense = RandomVector(6 * config.num_dense, 1.0f, rng);
   t.deep_rows = RandomVector(t.num_unique * config.embedding_dim, 0.7f, rng);
   t.wide_rows = RandomVector(t.num_unique, 0.3f, rng);
@@ -164,7 +146,7 @@ TEST(WideDeepTest, Gradients_MatchFiniteDifferences) {
   const WideDeepConfig config = TinyConfig();
   std::mt19937 rng(2024);
   ParamSet params = RandomParams(config, &rng, 0.5f);
-  TinyBatch tiny = MakeTinyBatch(config, &rng);
+  auto tiny = MakeTinyBatch(config, &rng);
 
   WideDeep model(config);
   ParamSet grads;
@@ -248,7 +230,7 @@ TEST(WideDeepTest, Gradients_IndependentOfEarlierLargerBatch) {
   const WideDeepConfig config = TinyConfig();
   std::mt19937 rng(3);
   const ParamSet params = RandomParams(config, &rng, 0.2f);
-  TinyBatch tiny = MakeTinyBatch(config, &rng);
+  auto tiny = MakeTinyBatch(config, &rng);
   CtrBatch small = tiny.View();
   small.size = 2;
 
@@ -300,7 +282,7 @@ TEST(WideDeepTest, BadInputs_AreInvalidArgument) {
 
   {
     SCOPED_TRACE("slot out of range");
-    TinyBatch tiny = MakeTinyBatch(config, &rng);
+    auto tiny = MakeTinyBatch(config, &rng);
     tiny.slot[9] = 7;
     expect_invalid(params, tiny.View(), "example 2, field 1", true);
     tiny.slot[9] = -1;
@@ -308,14 +290,14 @@ TEST(WideDeepTest, BadInputs_AreInvalidArgument) {
   }
   {
     SCOPED_TRACE("label 2");
-    TinyBatch tiny = MakeTinyBatch(config, &rng);
+    auto tiny = MakeTinyBatch(config, &rng);
     tiny.labels[4] = 2.0f;
     expect_invalid(params, tiny.View(), "example 4", false);
     EXPECT_TRUE(model.Predict(params, tiny.View(), &probs).ok());  // labels unused
   }
   {
     SCOPED_TRACE("wrong param size");
-    TinyBatch tiny = MakeTinyBatch(config, &rng);
+    auto tiny = MakeTinyBatch(config, &rng);
     ParamSet bad = params;
     bad[3].resize(14);  // deep/dense_1/kernel is [5, 3]
     expect_invalid(bad, tiny.View(), "deep/dense_1/kernel", true);
@@ -325,14 +307,14 @@ TEST(WideDeepTest, BadInputs_AreInvalidArgument) {
   }
   {
     SCOPED_TRACE("batch <= 0");
-    TinyBatch tiny = MakeTinyBatch(config, &rng);
+    auto tiny = MakeTinyBatch(config, &rng);
     CtrBatch b = tiny.View();
     b.size = 0;
     expect_invalid(params, b, "0", true);
   }
   {
     SCOPED_TRACE("null outputs");
-    TinyBatch tiny = MakeTinyBatch(config, &rng);
+    auto tiny = MakeTinyBatch(config, &rng);
     EXPECT_EQ(model.LossAndGradients(params, tiny.View(), &grads, nullptr, &wg).status().code(),
               absl::StatusCode::kInvalidArgument);
     EXPECT_EQ(model.Predict(params, tiny.View(), nullptr).code(),

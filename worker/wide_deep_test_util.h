@@ -26,16 +26,31 @@ inline std::vector<float> RandomVector(size_t n, float scale, std::mt19937* rng)
   return v;
 }
 
-// `size` examples over `num_unique` rows; slots are skewed towards the
-// first rows, so rows recur within and across examples.
-struct RandomBatch {
+// A batch's data, owned; View() is the CtrBatch the models take (its size
+// is the number of labels).
+struct CtrBatchData {
   std::vector<float> dense, labels, deep_rows, wide_rows;
   std::vector<int32_t> slot;
-  int size = 0;
   int num_unique = 0;
 
-  RandomBatch(const WideDeepConfig& config, int size, int num_unique, std::mt19937* rng)
-      : size(size), num_unique(num_unique) {
+  CtrBatch View() const {
+    CtrBatch b;
+    b.size = static_cast<int>(labels.size());
+    b.dense = dense.data();
+    b.slot = slot.data();
+    b.labels = labels.data();
+    b.num_unique = num_unique;
+    b.deep_rows = deep_rows.data();
+    b.wide_rows = wide_rows.data();
+    return b;
+  }
+};
+
+// `size` examples over `num_unique` rows; slots are skewed towards the
+// first rows, so rows recur within and across examples.
+struct RandomBatch : CtrBatchData {
+  RandomBatch(const WideDeepConfig& config, int size, int num_unique, std::mt19937* rng) {
+    this->num_unique = num_unique;
     dense = RandomVector(static_cast<size_t>(size) * config.num_dense, 1.0f, rng);
     deep_rows = RandomVector(static_cast<size_t>(num_unique) * config.embedding_dim, 0.5f, rng);
     wide_rows = RandomVector(static_cast<size_t>(num_unique), 0.3f, rng);
@@ -45,18 +60,6 @@ struct RandomBatch {
       slot.push_back(std::min(num_unique - 1, static_cast<int>(r * r * num_unique)));
     }
     for (int i = 0; i < size; ++i) labels.push_back(u(*rng) < 0.3f ? 1.0f : 0.0f);
-  }
-
-  CtrBatch View() const {
-    CtrBatch b;
-    b.size = size;
-    b.dense = dense.data();
-    b.slot = slot.data();
-    b.labels = labels.data();
-    b.num_unique = num_unique;
-    b.deep_rows = deep_rows.data();
-    b.wide_rows = wide_rows.data();
-    return b;
   }
 };
 
