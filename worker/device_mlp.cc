@@ -83,10 +83,12 @@ absl::Status DeviceMlp::Upload(const ParamSet& params) {
   return absl::OkStatus();
 }
 
-absl::Status DeviceMlp::Reserve(int batch) {
-  PST_RETURN_IF_ERROR(
-      device_->EnsureCapacity(&x_, Floats(static_cast<int64_t>(batch) * config_.input_dim)));
-  PST_RETURN_IF_ERROR(device_->EnsureCapacity(&labels_, sizeof(int32_t) * batch));
+absl::Status DeviceMlp::Reserve(int batch, bool input) {
+  if (input) {
+    PST_RETURN_IF_ERROR(
+        device_->EnsureCapacity(&x_, Floats(static_cast<int64_t>(batch) * config_.input_dim)));
+    PST_RETURN_IF_ERROR(device_->EnsureCapacity(&labels_, sizeof(int32_t) * batch));
+  }
   PST_RETURN_IF_ERROR(device_->EnsureCapacity(&row_loss_, Floats(batch)));
   for (size_t l = 0; l + 1 < dims_.size(); ++l) {
     const size_t bytes = Floats(static_cast<int64_t>(batch) * dims_[l + 1]);
@@ -151,7 +153,7 @@ absl::StatusOr<double> DeviceMlp::ScaledLossSumAndGradientsStaged(int slot, cons
   PST_RETURN_IF_ERROR(device_->WaitForCopies(slot));
   const int batch = staged_batch_[slot];
   if (batch <= 0) return absl::FailedPreconditionError("no batch staged in this slot");
-  PST_RETURN_IF_ERROR(Reserve(batch));
+  PST_RETURN_IF_ERROR(Reserve(batch, /*input=*/false));  // the input is in the slot
   return ComputeOnDevice(params, staged_x_[slot].f32(), staged_labels_[slot].i32(), batch,
                          grad_scale, grads);
 }

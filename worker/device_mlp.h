@@ -86,7 +86,9 @@ class DeviceMlp {
   absl::StatusOr<double> ComputeOnDevice(const ParamSet& params, const float* x,
                                          const int32_t* labels, int batch, float grad_scale,
                                          ParamSet* grads);
-  absl::Status Reserve(int batch);
+  // Buffers for `batch` examples: activations, their gradients, the loss,
+  // and with `input` x_ and labels_ (the staged path has its own).
+  absl::Status Reserve(int batch, bool input = true);
 
   MlpConfig config_;
   std::vector<ParamSpec> specs_;
