@@ -57,6 +57,11 @@ absl::Status ValidateVariableSpec(const proto::VariableSpec& spec, int64_t max_e
 
 absl::Status CheckTensorMatches(const proto::Tensor& tensor, const Shape& shape,
                                 absl::string_view what) {
+  return CheckTensorMatches(tensor, tensor.data().size(), shape, what);
+}
+
+absl::Status CheckTensorMatches(const proto::Tensor& tensor, size_t payload_bytes,
+                                const Shape& shape, absl::string_view what) {
   if (tensor.dtype() != proto::DT_FLOAT32) {
     return absl::InvalidArgumentError(
         absl::StrCat(what, ": dtype ", proto::DType_Name(tensor.dtype()), ", expected DT_FLOAT32"));
@@ -70,8 +75,8 @@ absl::Status CheckTensorMatches(const proto::Tensor& tensor, const Shape& shape,
   absl::StatusOr<int64_t> n = NumElements(shape);
   if (!n.ok()) return n.status();
   const uint64_t want = static_cast<uint64_t>(*n) * sizeof(float);
-  if (tensor.data().size() != want) {
-    return absl::InvalidArgumentError(absl::StrCat(what, ": payload is ", tensor.data().size(),
+  if (payload_bytes != want) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": payload is ", payload_bytes,
                                                    " bytes, expected ", want, " for shape ",
                                                    ShapeString(shape)));
   }
@@ -89,44 +94,100 @@ void UnpackFloats(const proto::Tensor& tensor, std::span<float> out) {
   std::memcpy(out.data(), tensor.data().data(), out.size() * sizeof(float));
 }
 
-void ForEachFloatBlock(std::string_view payload,
+namespace {
+
+// Reads a payload's bytes in order across its pieces.
+class PartsReader {
+ public:
+  explicit PartsReader(PayloadParts parts) : parts_(parts) {}
+  // Copies the next `n` bytes into `out`. REQUIRES: n bytes remain.
+  void Read(char* out, size_t n) {
+    while (n > 0) {
+      const std::string_view part = parts_[index_];
+      const size_t take = std::min(n, part.size() - offset_);
+      std::memcpy(out, part.data() + offset_, take);
+      out += take;
+      n -= take;
+      offset_ += take;
+      if (offset_ == part.size()) {
+        ++index_;
+        offset_ = 0;
+      }
+    }
+  }
+
+ private:
+  PayloadParts parts_;
+  size_t index_ = 0;
+  size_t offset_ = 0;
+};
+
+}  // namespace
+
+size_t PayloadBytes(PayloadParts parts) {
+  size_t bytes = 0;
+  for (std::string_view part : parts) bytes += part.size();
+  return bytes;
+}
+
+void ForEachFloatBlock(PayloadParts parts,
                        const std::function<void(int64_t, std::span<const float>)>& fn) {
   alignas(64) float block[kFloatBlock];
-  const int64_t count = static_cast<int64_t>(payload.size() / sizeof(float));
+  const int64_t count = static_cast<int64_t>(PayloadBytes(parts) / sizeof(float));
+  PartsReader reader(parts);
   for (int64_t offset = 0; offset < count; offset += kFloatBlock) {
     const int64_t n = std::min(kFloatBlock, count - offset);
-    std::memcpy(block, payload.data() + offset * sizeof(float), n * sizeof(float));
+    reader.Read(reinterpret_cast<char*>(block), n * sizeof(float));
     fn(offset, std::span<const float>(block, n));
   }
 }
 
-bool AllFinite(std::string_view payload) {
-  // A float is NaN or Inf when its exponent bits are all ones. Whole
-  // blocks, with no early exit inside one, so the loop vectorizes.
-  const char* bytes = payload.data();
-  const size_t count = payload.size() / sizeof(float);
-  for (size_t start = 0; start < count; start += kFloatBlock) {
-    const size_t end = std::min<size_t>(count, start + kFloatBlock);
-    uint32_t bad = 0;
-    for (size_t i = start; i < end; ++i) {
-      uint32_t bits;
-      std::memcpy(&bits, bytes + i * sizeof(float), sizeof(bits));
-      bad |= static_cast<uint32_t>((bits & 0x7f800000u) == 0x7f800000u);
-    }
-    if (bad != 0) return false;
+void ForEachFloatBlock(std::string_view payload,
+                       const std::function<void(int64_t, std::span<const float>)>& fn) {
+  ForEachFloatBlock(PayloadParts(&payload, 1), fn);
+}
+
+namespace {
+
+// Whether every float of `block` is finite. A float is NaN or Inf when its
+// exponent bits are all ones; no early exit, so the loop vectorizes.
+bool BlockFinite(std::span<const float> block) {
+  uint32_t bad = 0;
+  for (float x : block) {
+    const uint32_t bits = std::bit_cast<uint32_t>(x);
+    bad |= static_cast<uint32_t>((bits & 0x7f800000u) == 0x7f800000u);
   }
-  return true;
+  return bad == 0;
+}
+
+}  // namespace
+
+bool AllFinite(PayloadParts parts) {
+  bool finite = true;
+  // Blocks after the first bad one are still read; a payload with a NaN is
+  // refused anyway, and the common case has no branch to mispredict.
+  ForEachFloatBlock(
+      parts, [&](int64_t, std::span<const float> block) { finite = finite && BlockFinite(block); });
+  return finite;
+}
+
+bool AllFinite(std::string_view payload) { return AllFinite(PayloadParts(&payload, 1)); }
+
+void AddPayload(PayloadParts parts, std::span<float> sum) {
+  ForEachFloatBlock(parts, [&](int64_t offset, std::span<const float> block) {
+    if (static_cast<size_t>(offset) >= sum.size()) return;
+    float* out = sum.data() + offset;
+    const size_t n = std::min(block.size(), sum.size() - static_cast<size_t>(offset));
+    for (size_t i = 0; i < n; ++i) out[i] += block[i];
+  });
 }
 
 void AddPayload(std::string_view payload, std::span<float> sum) {
-  const char* bytes = payload.data();
-  float* out = sum.data();
-  const size_t count = std::min(sum.size(), payload.size() / sizeof(float));
-  for (size_t i = 0; i < count; ++i) {
-    float x;
-    std::memcpy(&x, bytes + i * sizeof(float), sizeof(x));
-    out[i] += x;
-  }
+  AddPayload(PayloadParts(&payload, 1), sum);
+}
+
+void CopyPayload(PayloadParts parts, std::span<float> out) {
+  PartsReader(parts).Read(reinterpret_cast<char*>(out.data()), out.size() * sizeof(float));
 }
 
 }  // namespace pst::common

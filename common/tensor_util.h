@@ -47,22 +47,41 @@ void PackFloats(std::span<const float> values, const Shape& shape, proto::Tensor
 // REQUIRES: tensor.data().size() == out.size() * sizeof(float).
 void UnpackFloats(const proto::Tensor& tensor, std::span<float> out);
 
+// A float32 payload in pieces, read where it lies: the receive slices a
+// gRPC message arrived in (common/wire_codec.h), or one whole string. The
+// pieces need not be aligned, and a float may straddle two of them.
+using PayloadParts = std::span<const std::string_view>;
+size_t PayloadBytes(PayloadParts parts);
+
+// CheckTensorMatches for a tensor whose payload, of `payload_bytes`, travels
+// outside it (tensor.data() is ignored).
+absl::Status CheckTensorMatches(const proto::Tensor& tensor, size_t payload_bytes,
+                                const Shape& shape, absl::string_view what);
+
 // Floats read from a payload block by block: calls fn(offset, block) for
 // consecutive blocks of at most kFloatBlock floats (the last may be
 // shorter), each copied into an aligned buffer small enough to stay in the
 // L1 cache, so a consumer reads the payload once, with no unpacked copy
-// and no type punning. REQUIRES: payload.size() % sizeof(float) == 0.
+// and no type punning. REQUIRES: the payload's size % sizeof(float) == 0.
 inline constexpr int64_t kFloatBlock = 2048;
+void ForEachFloatBlock(PayloadParts parts,
+                       const std::function<void(int64_t offset, std::span<const float> block)>& fn);
 void ForEachFloatBlock(std::string_view payload,
                        const std::function<void(int64_t offset, std::span<const float> block)>& fn);
 
-// Whether every float32 in `payload` is finite (no NaN, no Inf).
-// REQUIRES: payload.size() % sizeof(float) == 0.
+// Whether every float32 in the payload is finite (no NaN, no Inf).
+// REQUIRES: the payload's size % sizeof(float) == 0.
+bool AllFinite(PayloadParts parts);
 bool AllFinite(std::string_view payload);
 
 // sum[i] += payload float i, for every float of the payload.
-// REQUIRES: sum.size() * sizeof(float) == payload.size().
+// REQUIRES: sum.size() * sizeof(float) == the payload's size.
+void AddPayload(PayloadParts parts, std::span<float> sum);
 void AddPayload(std::string_view payload, std::span<float> sum);
+
+// Copies the payload's floats into `out`.
+// REQUIRES: out.size() * sizeof(float) == the payload's size.
+void CopyPayload(PayloadParts parts, std::span<float> out);
 
 }  // namespace pst::common
 

@@ -122,5 +122,61 @@ TEST(TensorUtilTest, AllFinite_FindsNanAndInfAnywhere) {
   EXPECT_TRUE(AllFinite(payload()));
 }
 
+// `bytes` cut into pieces at the given lengths (the last takes the rest),
+// the way gRPC's receive slices cut a payload anywhere, mid-float included.
+std::vector<std::string_view> Cut(std::string_view bytes, std::vector<size_t> lengths) {
+  std::vector<std::string_view> parts;
+  for (size_t len : lengths) {
+    len = std::min(len, bytes.size());
+    parts.push_back(bytes.substr(0, len));
+    bytes.remove_prefix(len);
+  }
+  parts.push_back(bytes);
+  return parts;
+}
+
+TEST(TensorUtilTest, PayloadParts_CutAnywhere_ReadLikeTheWholePayload) {
+  std::vector<float> values(2 * kFloatBlock + 7);
+  for (size_t i = 0; i < values.size(); ++i) values[i] = 0.75f * static_cast<float>(i) - 3.0f;
+  const std::string whole(reinterpret_cast<const char*>(values.data()), values.size() * 4);
+  const std::vector<std::vector<size_t>> cuts = {
+      {}, {1}, {3, 0, 5}, {4 * kFloatBlock - 1}, {4 * kFloatBlock + 2, 1, 1, 1}, {7, 13, 4093}};
+  for (const std::vector<size_t>& lengths : cuts) {
+    const std::vector<std::string_view> parts = Cut(whole, lengths);
+    ASSERT_EQ(PayloadBytes(parts), whole.size());
+    std::vector<float> seen;
+    ForEachFloatBlock(parts, [&](int64_t offset, std::span<const float> block) {
+      EXPECT_EQ(offset, static_cast<int64_t>(seen.size()));
+      seen.insert(seen.end(), block.begin(), block.end());
+    });
+    EXPECT_EQ(seen, values) << lengths.size() << " cuts";
+    std::vector<float> copied(values.size());
+    CopyPayload(parts, copied);
+    EXPECT_EQ(copied, values);
+    std::vector<float> sum(values.size(), 2.0f);
+    AddPayload(parts, sum);
+    for (size_t i = 0; i < values.size(); ++i) ASSERT_EQ(sum[i], 2.0f + values[i]) << i;
+    EXPECT_TRUE(AllFinite(parts));
+  }
+  // A NaN whose bytes straddle two pieces is still found.
+  values[kFloatBlock + 1] = std::numeric_limits<float>::quiet_NaN();
+  const std::string bad(reinterpret_cast<const char*>(values.data()), values.size() * 4);
+  EXPECT_FALSE(AllFinite(Cut(bad, {4 * (kFloatBlock + 1) + 2})));
+}
+
+TEST(TensorUtilTest, CheckTensorMatches_PayloadOutside_ChecksItsSize) {
+  proto::Tensor header;
+  header.set_dtype(proto::DT_FLOAT32);
+  header.add_shape(2);
+  header.add_shape(3);
+  Shape shape;
+  shape.Add(2);
+  shape.Add(3);
+  EXPECT_TRUE(CheckTensorMatches(header, 24, shape, "g").ok());
+  const absl::Status status = CheckTensorMatches(header, 20, shape, "g");
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(status.message().find("payload is 20 bytes, expected 24"), std::string::npos) << status;
+}
+
 }  // namespace
 }  // namespace pst::common

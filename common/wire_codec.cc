@@ -3,6 +3,7 @@
 #include <grpcpp/support/proto_buffer_reader.h>
 #include <grpcpp/support/slice.h>
 
+#include <algorithm>
 #include <climits>
 #include <string>
 #include <utility>
@@ -10,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "google/protobuf/io/coded_stream.h"
+#include "google/protobuf/io/zero_copy_stream_impl_lite.h"
 #include "google/protobuf/wire_format_lite.h"
 
 namespace pst::common {
@@ -27,6 +29,15 @@ constexpr int kPullVersions = 3;   // PullResponse.versions
 constexpr int kTensorDtype = 1;    // Tensor.dtype
 constexpr int kTensorShape = 2;    // Tensor.shape
 constexpr int kTensorData = 3;     // Tensor.data
+
+// CodedInputStream::ReadTag, but a tag of more than 5 bytes reads as 0 (a
+// malformed tag: ConsumedEntireMessage() stays false), as protobuf's own
+// parser refuses it; ReadTag would drop the extra bits and go on.
+uint32_t ReadTagStrict(CodedInputStream* in) {
+  const int before = in->CurrentPosition();
+  const uint32_t tag = in->ReadTag();
+  return in->CurrentPosition() - before > 5 ? 0 : tag;
+}
 
 void PutVarint(uint64_t value, std::string* out) {
   while (value >= 0x80) {
@@ -138,8 +149,12 @@ absl::Status ReadTensor(CodedInputStream* in, proto::Tensor* tensor, std::span<f
                         int index) {
   bool have_data = false;
   while (true) {
-    const uint32_t tag = in->ReadTag();
-    if (tag == 0) break;
+    const uint32_t tag = ReadTagStrict(in);
+    if (tag == 0) {
+      // The end of the message (or of a limit), or a malformed tag.
+      if (!in->ConsumedEntireMessage()) return absl::DataLossError("malformed tensor");
+      break;
+    }
     const int field = WireFormatLite::GetTagFieldNumber(tag);
     const auto wire = WireFormatLite::GetTagWireType(tag);
     if (field == kTensorDtype && wire == WireFormatLite::WIRETYPE_VARINT) {
@@ -185,7 +200,223 @@ absl::Status ReadTensor(CodedInputStream* in, proto::Tensor* tensor, std::span<f
   return absl::OkStatus();
 }
 
+// gRPC's receive slices as a protobuf input stream, handing out the slices'
+// own memory.
+class SliceInput final : public google::protobuf::io::ZeroCopyInputStream {
+ public:
+  explicit SliceInput(const std::vector<grpc::Slice>& slices) : slices_(slices) {}
+
+  bool Next(const void** data, int* size) override {
+    if (backup_ > 0) {
+      const grpc::Slice& last = slices_[index_ - 1];
+      *data = last.begin() + (last.size() - backup_);
+      *size = backup_;
+      position_ += backup_;
+      backup_ = 0;
+      return true;
+    }
+    while (index_ < slices_.size() && slices_[index_].size() == 0) ++index_;
+    if (index_ == slices_.size()) return false;
+    const grpc::Slice& slice = slices_[index_++];
+    *data = slice.begin();
+    *size = static_cast<int>(slice.size());
+    position_ += slice.size();
+    return true;
+  }
+  void BackUp(int count) override {
+    backup_ = count;
+    position_ -= count;
+  }
+  bool Skip(int count) override {
+    const void* data;
+    int size;
+    while (count > 0) {
+      if (!Next(&data, &size)) return false;
+      if (size > count) {
+        BackUp(size - count);
+        return true;
+      }
+      count -= size;
+    }
+    return true;
+  }
+  int64_t ByteCount() const override { return position_; }
+
+ private:
+  const std::vector<grpc::Slice>& slices_;
+  size_t index_ = 0;
+  int backup_ = 0;
+  int64_t position_ = 0;
+};
+
+using google::protobuf::io::CodedOutputStream;
+using google::protobuf::io::StringOutputStream;
+
+// Reads a length-delimited field's length and limits `in` to it.
+bool EnterLengthDelimited(CodedInputStream* in, CodedInputStream::Limit* limit) {
+  uint32_t bytes = 0;
+  if (!in->ReadVarint32(&bytes) || bytes > static_cast<uint32_t>(INT_MAX)) return false;
+  // PushLimit would quietly keep an enclosing limit that ends sooner.
+  const int left = in->BytesUntilLimit();
+  if (left >= 0 && bytes > static_cast<uint32_t>(left)) return false;
+  *limit = in->PushLimit(static_cast<int>(bytes));
+  return true;
+}
+
+// One Tensor: every field but data is copied to `header`; data's pieces
+// are collected in `payload` (a later occurrence replaces an earlier one,
+// as protobuf's parser does for a bytes field).
+bool ReadTensorInPlace(CodedInputStream* in, std::string* header,
+                       std::vector<std::string_view>* payload) {
+  StringOutputStream header_stream(header);
+  CodedOutputStream out(&header_stream);
+  while (true) {
+    const uint32_t tag = ReadTagStrict(in);
+    if (tag == 0) {
+      // The end of the message (or of a limit), or a malformed tag.
+      if (!in->ConsumedEntireMessage()) return false;
+      break;
+    }
+    if (WireFormatLite::GetTagFieldNumber(tag) == kTensorData &&
+        WireFormatLite::GetTagWireType(tag) == WireFormatLite::WIRETYPE_LENGTH_DELIMITED) {
+      uint32_t bytes = 0;
+      if (!in->ReadVarint32(&bytes)) return false;
+      payload->clear();
+      while (bytes > 0) {
+        const void* data;
+        int size;
+        if (!in->GetDirectBufferPointer(&data, &size) || size <= 0) return false;
+        const uint32_t take = std::min(bytes, static_cast<uint32_t>(size));
+        payload->emplace_back(static_cast<const char*>(data), take);
+        if (!in->Skip(static_cast<int>(take))) return false;
+        bytes -= take;
+      }
+    } else if (!WireFormatLite::SkipField(in, tag, &out)) {
+      return false;
+    }
+  }
+  return in->BytesUntilLimit() == 0;
+}
+
+// The fields of one PushRequest occurrence: gradients go to `headers` and
+// `payloads`, every other field is copied to `rest`.
+bool ReadPushInPlace(CodedInputStream* in, CodedOutputStream* rest,
+                     std::vector<std::string>* headers,
+                     std::vector<std::vector<std::string_view>>* payloads) {
+  while (true) {
+    const uint32_t tag = ReadTagStrict(in);
+    if (tag == 0) {
+      // The end of the message (or of a limit), or a malformed tag.
+      if (!in->ConsumedEntireMessage()) return false;
+      break;
+    }
+    if (WireFormatLite::GetTagFieldNumber(tag) == kPushGradients &&
+        WireFormatLite::GetTagWireType(tag) == WireFormatLite::WIRETYPE_LENGTH_DELIMITED) {
+      CodedInputStream::Limit limit;
+      if (!EnterLengthDelimited(in, &limit)) return false;
+      if (!ReadTensorInPlace(in, &headers->emplace_back(), &payloads->emplace_back())) {
+        return false;
+      }
+      in->PopLimit(limit);
+    } else if (!WireFormatLite::SkipField(in, tag, rest)) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// Builds `push` from its non-gradient fields and the gradient headers.
+bool AssemblePush(const std::string& rest, const std::vector<std::string>& headers,
+                  proto::PushRequest* push) {
+  if (!push->MergeFromString(rest)) return false;
+  for (const std::string& header : headers) {
+    proto::Tensor* gradient = push->add_gradients();
+    if (!gradient->ParseFromString(header)) return false;
+  }
+  return true;
+}
+
+// The parts of a Push or PushPull request as DecodeInPlace splits them.
+struct SplitRequest {
+  std::string top_rest;              // top-level fields but `push` (PushPull only)
+  std::string push_rest;             // the PushRequest's fields but gradients
+  std::vector<std::string> headers;  // each gradient without its data
+};
+
+// Splits a PushPullRequest (`push_field` > 0: the PushRequest is that field
+// of the top-level message) or a PushRequest (`push_field` 0), leaving the
+// payloads' pieces in `gradients`. False for bytes that are not the message.
+bool DecodeInPlace(const grpc::ByteBuffer& buffer, int push_field, SplitRequest* split,
+                   ReceivedGradients* gradients) {
+  gradients->slices.clear();
+  gradients->payloads.clear();
+  if (!buffer.Dump(&gradients->slices).ok()) return false;
+  size_t length = 0;
+  for (const grpc::Slice& slice : gradients->slices) length += slice.size();
+  if (length > static_cast<size_t>(INT_MAX)) return false;
+  SliceInput input(gradients->slices);
+  CodedInputStream in(&input);
+  in.SetTotalBytesLimit(INT_MAX);
+  {
+    StringOutputStream top_stream(&split->top_rest), push_stream(&split->push_rest);
+    CodedOutputStream top_out(&top_stream), push_out(&push_stream);
+    if (push_field == 0) {
+      if (!ReadPushInPlace(&in, &push_out, &split->headers, &gradients->payloads)) return false;
+    } else {
+      while (true) {
+        const uint32_t tag = ReadTagStrict(&in);
+        if (tag == 0) {
+          // The end of the message (or of a limit), or a malformed tag.
+          if (!in.ConsumedEntireMessage()) return false;
+          break;
+        }
+        if (WireFormatLite::GetTagFieldNumber(tag) == push_field &&
+            WireFormatLite::GetTagWireType(tag) == WireFormatLite::WIRETYPE_LENGTH_DELIMITED) {
+          CodedInputStream::Limit limit;
+          if (!EnterLengthDelimited(&in, &limit) ||
+              !ReadPushInPlace(&in, &push_out, &split->headers, &gradients->payloads) ||
+              in.BytesUntilLimit() != 0) {
+            return false;
+          }
+          in.PopLimit(limit);
+        } else if (!WireFormatLite::SkipField(&in, tag, &top_out)) {
+          return false;
+        }
+      }
+    }
+  }  // the output streams flush into the strings here
+  return static_cast<size_t>(in.CurrentPosition()) == length;
+}
+
+absl::Status NotA(const google::protobuf::Message& message) {
+  return absl::InvalidArgumentError(
+      absl::StrCat("the request is not a valid ", message.GetTypeName()));
+}
+
 }  // namespace
+
+absl::Status DecodePushPull(const grpc::ByteBuffer& buffer, proto::PushPullRequest* request,
+                            ReceivedGradients* gradients) {
+  SplitRequest split;
+  // ParseFromString clears the message first, so `push` is taken after it.
+  if (!DecodeInPlace(buffer, kPushPullPush, &split, gradients) ||
+      !request->ParseFromString(split.top_rest) ||
+      !AssemblePush(split.push_rest, split.headers, request->mutable_push())) {
+    return NotA(*request);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status DecodePush(const grpc::ByteBuffer& buffer, proto::PushRequest* request,
+                        ReceivedGradients* gradients) {
+  SplitRequest split;
+  request->Clear();
+  if (!DecodeInPlace(buffer, 0, &split, gradients) ||
+      !AssemblePush(split.push_rest, split.headers, request)) {
+    return NotA(*request);
+  }
+  return absl::OkStatus();
+}
 
 void PayloadPins::Add() {
   absl::MutexLock lock(&mu_);
@@ -269,8 +500,12 @@ absl::Status DecodePullResponse(grpc::ByteBuffer* buffer, std::span<const std::s
   CodedInputStream in(&reader);
   in.SetTotalBytesLimit(INT_MAX);
   while (true) {
-    const uint32_t tag = in.ReadTag();
-    if (tag == 0) break;
+    const uint32_t tag = ReadTagStrict(&in);
+    if (tag == 0) {
+      // The end of the message (or of a limit), or a malformed tag.
+      if (!in.ConsumedEntireMessage()) return absl::DataLossError("malformed PullResponse");
+      break;
+    }
     const int field = WireFormatLite::GetTagFieldNumber(tag);
     const auto wire = WireFormatLite::GetTagWireType(tag);
     if (field == kPullNames && wire == WireFormatLite::WIRETYPE_LENGTH_DELIMITED) {

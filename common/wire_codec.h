@@ -13,6 +13,8 @@
 //  - Decoding a PullResponse copies each value's payload once, from gRPC's
 //    receive slices straight into the float buffer it is meant for, instead
 //    of into a string and then into the buffer.
+//  - Decoding a Push or PushPull request (on the ps) copies no payload: the
+//    gradients are read where they arrived, in gRPC's receive slices.
 //
 // Pure functions; thread-safe.
 #ifndef PST_COMMON_WIRE_CODEC_H_
@@ -21,6 +23,8 @@
 #include <grpcpp/support/byte_buffer.h>
 
 #include <span>
+#include <string_view>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
@@ -74,6 +78,25 @@ grpc::ByteBuffer EncodePullResponse(proto::PullResponse* response);
 // both sizes).
 absl::Status DecodePullResponse(grpc::ByteBuffer* buffer, std::span<const std::span<float>> into,
                                 proto::PullResponse* response);
+
+// A PushRequest or PushPullRequest as it arrived, with its gradients'
+// payloads left in gRPC's receive slices instead of copied into the
+// message: payloads[k] lists the pieces of gradient k's data (the tensor's
+// own data() is empty). The pieces point into `slices`, which this object
+// holds; they stay valid as long as it lives.
+struct ReceivedGradients {
+  std::vector<grpc::Slice> slices;
+  std::vector<std::vector<std::string_view>> payloads;
+};
+
+// Parse `buffer` as the message, protobuf's merge rules included (the
+// encoders above send `push` twice), without copying any gradient payload.
+// Errors: InvalidArgument naming the message type for bytes that are not
+// the message.
+absl::Status DecodePushPull(const grpc::ByteBuffer& buffer, proto::PushPullRequest* request,
+                            ReceivedGradients* gradients);
+absl::Status DecodePush(const grpc::ByteBuffer& buffer, proto::PushRequest* request,
+                        ReceivedGradients* gradients);
 
 // Any message, serialized as usual (for the small ones).
 grpc::ByteBuffer SerializeMessage(const google::protobuf::Message& message);

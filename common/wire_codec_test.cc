@@ -182,5 +182,121 @@ TEST_F(WireCodecTest, TruncatedOrGarbageBytes_AreErrorsNotCrashes) {
   EXPECT_EQ(ParseMessage(&bytes2, &request).code(), absl::StatusCode::kInvalidArgument);
 }
 
+// `bytes` as a byte buffer of `piece`-byte slices, as gRPC may hand a
+// received message over.
+grpc::ByteBuffer InPieces(const std::string& bytes, size_t piece) {
+  std::vector<grpc::Slice> slices;
+  for (size_t at = 0; at < bytes.size(); at += piece) {
+    slices.emplace_back(bytes.data() + at, std::min(piece, bytes.size() - at));
+  }
+  return grpc::ByteBuffer(slices.data(), slices.size());
+}
+
+std::string Joined(const std::vector<std::string_view>& parts) {
+  std::string joined;
+  for (std::string_view part : parts) joined.append(part);
+  return joined;
+}
+
+// Whether every piece lies inside one of `slices` (read in place, not
+// copied).
+bool InsideSlices(const std::vector<std::string_view>& parts,
+                  const std::vector<grpc::Slice>& slices) {
+  for (std::string_view part : parts) {
+    const auto* p = reinterpret_cast<const uint8_t*>(part.data());
+    bool inside = false;
+    for (const grpc::Slice& s : slices) {
+      inside = inside || (p >= s.begin() && p + part.size() <= s.end());
+    }
+    if (!inside) return false;
+  }
+  return true;
+}
+
+TEST_F(WireCodecTest, DecodePushPull_LeavesPayloadsInTheReceiveSlices) {
+  proto::PushPullRequest request;
+  *request.mutable_push() = Push(payloads_);
+  proto::PushPullRequest full = request;
+  for (size_t k = 0; k < payloads_.size(); ++k) {
+    PackFloats(payloads_[k], full.push().gradients(k).shape(),
+               full.mutable_push()->mutable_gradients(k));
+  }
+  // As the worker sends it (push written twice), and as protobuf itself
+  // serializes it, each cut into slices of several sizes.
+  PayloadPins pins;
+  grpc::ByteBuffer encoded = EncodePushPull(request, Spans(payloads_), &pins);
+  std::vector<grpc::Slice> encoded_slices;
+  ASSERT_TRUE(encoded.Dump(&encoded_slices).ok());
+  std::string worker_bytes;
+  for (const grpc::Slice& s : encoded_slices) {
+    worker_bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
+  }
+  for (const std::string& bytes : {worker_bytes, full.SerializeAsString()}) {
+    for (size_t piece : {size_t{1}, size_t{3}, size_t{5}, size_t{4096}}) {
+      proto::PushPullRequest got;
+      ReceivedGradients gradients;
+      const absl::Status status = DecodePushPull(InPieces(bytes, piece), &got, &gradients);
+      ASSERT_TRUE(status.ok()) << status << " (slices of " << piece << ")";
+      ASSERT_EQ(gradients.payloads.size(), payloads_.size());
+      proto::PushPullRequest rebuilt = got;
+      for (size_t k = 0; k < payloads_.size(); ++k) {
+        EXPECT_TRUE(got.push().gradients(k).data().empty());
+        EXPECT_TRUE(InsideSlices(gradients.payloads[k], gradients.slices));
+        *rebuilt.mutable_push()->mutable_gradients(k)->mutable_data() =
+            Joined(gradients.payloads[k]);
+      }
+      EXPECT_EQ(rebuilt.SerializeAsString(), full.SerializeAsString()) << piece;
+    }
+  }
+}
+
+TEST_F(WireCodecTest, DecodePush_MatchesTheStandardParser) {
+  proto::PushRequest full = Push(payloads_);
+  for (size_t k = 0; k < payloads_.size(); ++k) {
+    PackFloats(payloads_[k], full.gradients(k).shape(), full.mutable_gradients(k));
+  }
+  const std::string bytes = full.SerializeAsString();
+  proto::PushRequest got;
+  ReceivedGradients gradients;
+  ASSERT_TRUE(DecodePush(InPieces(bytes, 7), &got, &gradients).ok());
+  for (size_t k = 0; k < payloads_.size(); ++k) {
+    *got.mutable_gradients(k)->mutable_data() = Joined(gradients.payloads[k]);
+  }
+  EXPECT_EQ(got.SerializeAsString(), bytes);
+}
+
+TEST_F(WireCodecTest, DecodePushPull_TruncatedOrGarbage_IsInvalidArgument) {
+  proto::PushPullRequest full;
+  *full.mutable_push() = Push(payloads_);
+  for (size_t k = 0; k < payloads_.size(); ++k) {
+    PackFloats(payloads_[k], full.push().gradients(k).shape(),
+               full.mutable_push()->mutable_gradients(k));
+  }
+  const std::string whole = full.SerializeAsString();
+  int agreed = 0;
+  for (size_t cut = 0; cut < whole.size(); ++cut) {
+    // Wherever the cut, the decoder agrees with protobuf's parser on
+    // whether these are the message's bytes.
+    const std::string bytes = whole.substr(0, cut);
+    proto::PushPullRequest reference;
+    const bool parses = reference.ParseFromString(bytes);
+    proto::PushPullRequest got;
+    ReceivedGradients gradients;
+    const absl::Status status = DecodePushPull(InPieces(bytes, 3), &got, &gradients);
+    EXPECT_EQ(status.ok(), parses) << "cut at " << cut;
+    if (!status.ok()) {
+      EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+      EXPECT_NE(status.message().find("PushPullRequest"), std::string::npos) << status;
+    }
+    agreed += status.ok() == parses;
+  }
+  EXPECT_EQ(agreed, static_cast<int>(whole.size()));
+  const std::string garbage = "\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\x0f";
+  proto::PushPullRequest got;
+  ReceivedGradients gradients;
+  EXPECT_EQ(DecodePushPull(InPieces(garbage, 4), &got, &gradients).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 }  // namespace
 }  // namespace pst::common

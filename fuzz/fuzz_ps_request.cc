@@ -5,15 +5,17 @@
 // partition of an embedding table and a hash embedding. Any request must be
 // answered with a status, never crash; and a refused push must leave every
 // parameter bit for bit as it was (checked after each one).
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <vector>
 
 #include "common/wire_codec.h"
-#include "ps_server/variable_store.h"
 #include "proto/pstrain.pb.h"
+#include "ps_server/variable_store.h"
 
 namespace {
 
@@ -77,6 +79,17 @@ std::string DenseState() {
   return response.SerializeAsString();
 }
 
+// `bytes` in slices of a size drawn from its length, the way gRPC hands a
+// received message over (cut anywhere, payloads included).
+grpc::ByteBuffer Pieces(const std::string& bytes) {
+  const size_t piece = 1 + bytes.size() % 13;
+  std::vector<grpc::Slice> slices;
+  for (size_t at = 0; at < bytes.size(); at += piece) {
+    slices.emplace_back(bytes.data() + at, std::min(piece, bytes.size() - at));
+  }
+  return grpc::ByteBuffer(slices.data(), slices.size());
+}
+
 }  // namespace
 
 // Protobuf logs every string field with invalid UTF-8 it parses; the
@@ -91,22 +104,34 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   VariableStore* store = Store();
   const std::string bytes(reinterpret_cast<const char*>(data) + 1, size - 1);
   switch (data[0] % 6) {
-    case 0: {  // Push
+    case 0: {  // Push, decoded in place as the gRPC handler does
       pst::proto::PushRequest request;
-      if (!request.ParseFromString(bytes)) return 0;
+      pst::common::ReceivedGradients gradients;
+      const bool decoded = pst::common::DecodePush(Pieces(bytes), &request, &gradients).ok();
+      pst::proto::PushRequest reference;
+      // The in-place decoder accepts exactly what protobuf's parser accepts.
+      if (decoded != reference.ParseFromString(bytes)) std::abort();
+      if (!decoded) return 0;
       const std::string before = DenseState();
       pst::proto::PushResponse response;
-      if (!store->Push(request, &response).ok() && DenseState() != before) std::abort();
+      if (!store->Push(request, &response, &gradients.payloads).ok() && DenseState() != before) {
+        std::abort();
+      }
       break;
     }
-    case 1: {  // PushPull, through the raw codec as the gRPC handler parses it
-      grpc::Slice slice(bytes);
-      grpc::ByteBuffer buffer(&slice, 1);
+    case 1: {  // PushPull, likewise
       pst::proto::PushPullRequest request;
-      if (!pst::common::ParseMessage(&buffer, &request).ok()) return 0;
+      pst::common::ReceivedGradients gradients;
+      const bool decoded = pst::common::DecodePushPull(Pieces(bytes), &request, &gradients).ok();
+      pst::proto::PushPullRequest reference;
+      if (decoded != reference.ParseFromString(bytes)) std::abort();
+      if (!decoded) return 0;
       const std::string before = DenseState();
       pst::proto::PushResponse response;
-      if (!store->Push(request.push(), &response).ok() && DenseState() != before) std::abort();
+      if (!store->Push(request.push(), &response, &gradients.payloads).ok() &&
+          DenseState() != before) {
+        std::abort();
+      }
       break;
     }
     case 2: {  // Pull, through the raw codec

@@ -9,6 +9,7 @@
 #include <memory>
 #include <new>
 #include <thread>
+#include <type_traits>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -119,20 +120,28 @@ class RawPullCall final : public ParkedCall {
 };
 
 // Parses `bytes` into the call's request and parks it with `park`, or
-// finishes it at once with the parse error.
+// finishes it at once with the parse error. A PushPull's gradients stay in
+// the receive slices (`gradients`, alive until `park` returns).
 template <typename Request>
 grpc::ServerUnaryReactor* StartRawPull(
     VariableStore* store, const grpc::ByteBuffer* bytes, grpc::ByteBuffer* response,
-    const std::function<uint64_t(RawPullCall<Request>*, VariableStore::Done)>& park) {
+    const std::function<uint64_t(RawPullCall<Request>*, const VariableStore::Payloads*,
+                                 VariableStore::Done)>& park) {
   auto* call = new RawPullCall<Request>(store, response);
-  grpc::ByteBuffer request_bytes(*bytes);  // shares the slices
-  const absl::Status parsed = common::ParseMessage(&request_bytes, call->request());
+  common::ReceivedGradients gradients;
+  absl::Status parsed;
+  if constexpr (std::is_same_v<Request, proto::PushPullRequest>) {
+    parsed = common::DecodePushPull(*bytes, call->request(), &gradients);
+  } else {
+    grpc::ByteBuffer request_bytes(*bytes);  // shares the slices
+    parsed = common::ParseMessage(&request_bytes, call->request());
+  }
   call->Start([&](VariableStore::Done done) -> uint64_t {
     if (!parsed.ok()) {
       done(parsed);
       return 0;
     }
-    return park(call, std::move(done));
+    return park(call, &gradients.payloads, std::move(done));
   });
   return call;
 }
@@ -178,23 +187,34 @@ grpc::ServerUnaryReactor* GrpcPsService::Pull(grpc::CallbackServerContext* /*con
                                               const grpc::ByteBuffer* request,
                                               grpc::ByteBuffer* response) {
   return StartRawPull<proto::PullRequest>(
-      store_, request, response, [this](auto* call, VariableStore::Done done) {
+      store_, request, response,
+      [this](auto* call, const VariableStore::Payloads*, VariableStore::Done done) {
         return store_->PullWhenReady(call->request(), call->response(), std::move(done));
       });
 }
 
 grpc::ServerUnaryReactor* GrpcPsService::Push(grpc::CallbackServerContext* context,
-                                              const proto::PushRequest* request,
-                                              proto::PushResponse* response) {
-  return FinishWith(context, [&] { return store_->Push(*request, response); });
+                                              const grpc::ByteBuffer* request,
+                                              grpc::ByteBuffer* response) {
+  return FinishWith(context, [&]() -> absl::Status {
+    proto::PushRequest push;
+    common::ReceivedGradients gradients;
+    PST_RETURN_IF_ERROR(common::DecodePush(*request, &push, &gradients));
+    proto::PushResponse pushed;
+    PST_RETURN_IF_ERROR(store_->Push(push, &pushed, &gradients.payloads));
+    *response = common::SerializeMessage(pushed);
+    return absl::OkStatus();
+  });
 }
 
 grpc::ServerUnaryReactor* GrpcPsService::PushPull(grpc::CallbackServerContext* /*context*/,
                                                   const grpc::ByteBuffer* request,
                                                   grpc::ByteBuffer* response) {
   return StartRawPull<proto::PushPullRequest>(
-      store_, request, response, [this](auto* call, VariableStore::Done done) {
-        return store_->PushPullWhenReady(call->request(), call->response(), std::move(done));
+      store_, request, response,
+      [this](auto* call, const VariableStore::Payloads* payloads, VariableStore::Done done) {
+        return store_->PushPullWhenReady(call->request(), call->response(), std::move(done),
+                                         payloads);
       });
 }
 

@@ -23,13 +23,15 @@ namespace pst::ps {
 // says so in the log), so a test can kill the ps in the middle of a save.
 inline constexpr char kSaveDelayEnv[] = "PSTRAIN_TEST_SAVE_DELAY_MS";
 
-// Pull and PushPull, the dense data plane, are served as raw bytes: the
-// request is parsed here, and the values' payloads go out as slices that
-// own the strings the store filled, with no serialization copy
+// Pull, Push and PushPull, the dense data plane, are served as raw bytes:
+// the request is parsed here, gradients are applied from the slices they
+// arrived in, and the values' payloads go out as slices that own the
+// strings the store filled, with no serialization copy either way
 // (common/wire_codec.h). The bytes are the same protobuf messages.
 using ParameterServerBase = proto::ParameterServer::WithRawCallbackMethod_Pull<
-    proto::ParameterServer::WithRawCallbackMethod_PushPull<
-        proto::ParameterServer::CallbackService>>;
+    proto::ParameterServer::WithRawCallbackMethod_Push<
+        proto::ParameterServer::WithRawCallbackMethod_PushPull<
+            proto::ParameterServer::CallbackService>>>;
 
 // Thread-safe. Does not own the store.
 class GrpcPsService final : public ParameterServerBase {
@@ -45,8 +47,8 @@ class GrpcPsService final : public ParameterServerBase {
                                  const grpc::ByteBuffer* request,
                                  grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* Push(grpc::CallbackServerContext* context,
-                                 const proto::PushRequest* request,
-                                 proto::PushResponse* response) override;
+                                 const grpc::ByteBuffer* request,
+                                 grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* PushPull(grpc::CallbackServerContext* context,
                                      const grpc::ByteBuffer* request,
                                      grpc::ByteBuffer* response) override;

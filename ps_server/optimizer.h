@@ -8,8 +8,9 @@
 // span of the parameter and of each slot; untouched rows and their slots
 // stay as they are (TensorFlow's sparse apply ops, "lazy" for Adam).
 //
-// Thread-safety: Apply* may be called concurrently for different variables;
-// the caller holds the variable's lock.
+// Thread-safety: ApplyDense may be called concurrently on spans that do not
+// overlap (different variables, or different rows of one variable); the
+// caller holds the lock that guards the spans.
 #ifndef PST_PS_SERVER_OPTIMIZER_H_
 #define PST_PS_SERVER_OPTIMIZER_H_
 

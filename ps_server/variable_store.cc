@@ -214,6 +214,63 @@ VariableStore::Variable::Variable(proto::VariableSpec s)
       dim(RowElements(spec)),
       fill_spec(MakeFillSpec(spec)) {}
 
+int VariableStore::Variable::StripeOf(int64_t local) const {
+  // Hash ids can be anything; mixed, they spread over the stripes evenly.
+  const uint64_t key = is_hash ? MixId(local) : static_cast<uint64_t>(local);
+  return static_cast<int>(key % kRowStripes);
+}
+
+template <typename Fn>
+void VariableStore::ForEachRowByStripe(const Variable& var, const std::vector<int64_t>& local,
+                                       bool write, Fn fn) {
+  // Counting sort by stripe, so each stripe is locked once per call.
+  std::array<int32_t, kRowStripes + 1> start{};
+  std::vector<int32_t> stripe_of(local.size());
+  for (size_t i = 0; i < local.size(); ++i) {
+    stripe_of[i] = var.StripeOf(local[i]);
+    ++start[stripe_of[i] + 1];
+  }
+  for (int s = 0; s < kRowStripes; ++s) start[s + 1] += start[s];
+  std::array<int32_t, kRowStripes> next;
+  std::copy_n(start.begin(), kRowStripes, next.begin());
+  std::vector<int32_t> order(local.size());
+  for (size_t i = 0; i < local.size(); ++i) order[next[stripe_of[i]]++] = static_cast<int32_t>(i);
+  for (int s = 0; s < kRowStripes; ++s) {
+    if (start[s] == start[s + 1]) continue;
+    absl::Mutex& stripe = var.stripes[s];
+    if (write) {
+      stripe.Lock();
+    } else {
+      stripe.ReaderLock();
+    }
+    for (int32_t k = start[s]; k < start[s + 1]; ++k) fn(order[k]);
+    if (write) {
+      stripe.Unlock();
+    } else {
+      stripe.ReaderUnlock();
+    }
+  }
+}
+
+class VariableStore::AllStripesReaderLock {
+ public:
+  // Takes the stripes only when `needed` (the variable takes striped row
+  // pushes); otherwise var.mu held shared already excludes every writer.
+  AllStripesReaderLock(const Variable& var, bool needed) : var_(needed ? &var : nullptr) {
+    if (var_ == nullptr) return;
+    for (absl::Mutex& stripe : var_->stripes) stripe.ReaderLock();
+  }
+  ~AllStripesReaderLock() {
+    if (var_ == nullptr) return;
+    for (absl::Mutex& stripe : var_->stripes) stripe.ReaderUnlock();
+  }
+  AllStripesReaderLock(const AllStripesReaderLock&) = delete;
+  AllStripesReaderLock& operator=(const AllStripesReaderLock&) = delete;
+
+ private:
+  const Variable* var_;
+};
+
 VariableStore::VariableStore(Options options) : options_(options) {}
 
 absl::StatusOr<int> VariableStore::Create(const proto::CreateVariablesRequest& request) {
@@ -350,6 +407,7 @@ absl::Status VariableStore::Pull(const google::protobuf::RepeatedPtrField<std::s
   response->Clear();
   for (const Variable* var : vars) {
     absl::ReaderMutexLock var_lock(&var->mu);
+    AllStripesReaderLock rows_lock(*var, var->row_pushes_striped);
     response->add_names(var->spec.name());
     common::PackFloats(var->values, var->spec.shape(), response->add_values());
     response->add_versions(var->version);
@@ -357,17 +415,34 @@ absl::Status VariableStore::Pull(const google::protobuf::RepeatedPtrField<std::s
   return absl::OkStatus();
 }
 
-absl::Status VariableStore::Push(const proto::PushRequest& request, proto::PushResponse* response) {
-  absl::Status status = PushNoWake(request, response);
+absl::Status VariableStore::Push(const proto::PushRequest& request, proto::PushResponse* response,
+                                 const Payloads* payloads) {
+  absl::Status status = PushNoWake(request, response, payloads);
   if (status.ok()) WakeWaiters();
   return status;
 }
 
 absl::Status VariableStore::PushNoWake(const proto::PushRequest& request,
-                                       proto::PushResponse* response) {
+                                       proto::PushResponse* response, const Payloads* payloads) {
   if (request.names_size() != request.gradients_size()) {
     return absl::InvalidArgumentError(absl::StrCat("push has ", request.names_size(), " names but ",
                                                    request.gradients_size(), " gradients"));
+  }
+  if (payloads != nullptr && static_cast<int>(payloads->size()) != request.gradients_size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "push has ", request.gradients_size(), " gradients but ", payloads->size(), " payloads"));
+  }
+  // Gradient i's data: its pieces in gRPC's receive buffer, or the tensor's
+  // own bytes.
+  std::vector<std::string_view> whole(payloads == nullptr ? request.gradients_size() : 0);
+  std::vector<common::PayloadParts> payload(request.gradients_size());
+  for (int i = 0; i < request.gradients_size(); ++i) {
+    if (payloads != nullptr) {
+      payload[i] = (*payloads)[i];
+    } else {
+      whole[i] = request.gradients(i).data();
+      payload[i] = common::PayloadParts(&whole[i], 1);
+    }
   }
   absl::ReaderMutexLock lock(&mu_);
   if (optimizer_ == nullptr) {
@@ -392,12 +467,13 @@ absl::Status VariableStore::PushNoWake(const proto::PushRequest& request,
     }
     PST_ASSIGN_OR_RETURN(Variable * var, Find(name));
     if (var->is_hash) return HashNeedsRowOps(name, "PushRows");
-    PST_RETURN_IF_ERROR(common::CheckTensorMatches(request.gradients(i), var->spec.shape(),
-                                                   absl::StrCat("gradient for '", name, "'")));
+    PST_RETURN_IF_ERROR(
+        common::CheckTensorMatches(request.gradients(i), common::PayloadBytes(payload[i]),
+                                   var->spec.shape(), absl::StrCat("gradient for '", name, "'")));
     vars.push_back(var);
-    if (common::AllFinite(request.gradients(i).data())) continue;
-    grads[i].resize(request.gradients(i).data().size() / sizeof(float));
-    common::UnpackFloats(request.gradients(i), grads[i]);
+    if (common::AllFinite(payload[i])) continue;
+    grads[i].resize(common::PayloadBytes(payload[i]) / sizeof(float));
+    common::CopyPayload(payload[i], grads[i]);
     for (size_t k = 0; k < grads[i].size(); ++k) {
       if (std::isfinite(grads[i][k])) continue;
       if (!skip_nonfinite) {
@@ -441,8 +517,8 @@ absl::Status VariableStore::PushNoWake(const proto::PushRequest& request,
       absl::ReaderMutexLock var_lock(&var->mu);
       if (request.step() > var->version) {
         return absl::AbortedError(absl::StrCat("push for step ", request.step(), " but '",
-                                               var->spec.name(), "' is at version ", var->version,
-                                               "; pull before pushing"));
+                                               var->spec.name(), "' is at version ",
+                                               var->version.load(), "; pull before pushing"));
       }
     }
   }
@@ -460,7 +536,7 @@ absl::Status VariableStore::PushNoWake(const proto::PushRequest& request,
       } else {
         if (var.accum.empty()) var.accum.assign(var.values.size(), 0.0f);
         if (grads[i].empty()) {
-          common::AddPayload(request.gradients(i).data(), var.accum);
+          common::AddPayload(payload[i], var.accum);
         } else {
           for (size_t k = 0; k < grads[i].size(); ++k) {
             if (skip[i].empty() || !skip[i][k / var.dim]) var.accum[k] += grads[i][k];
@@ -473,7 +549,7 @@ absl::Status VariableStore::PushNoWake(const proto::PushRequest& request,
     } else {
       staleness = std::max<int64_t>(staleness, var.version - request.base_version());
       if (grads[i].empty()) {
-        ApplyPayloadLocked(var, request.gradients(i).data());
+        ApplyPayloadLocked(var, payload[i]);
       } else {
         ApplyLocked(var, grads[i], skip[i]);
       }
@@ -529,7 +605,7 @@ void VariableStore::ApplyLocked(Variable& var, const std::vector<float>& grad,
   var.version = t;
 }
 
-void VariableStore::ApplyPayloadLocked(Variable& var, const std::string& payload) {
+void VariableStore::ApplyPayloadLocked(Variable& var, common::PayloadParts payload) {
   const int64_t t = var.version + 1;
   std::vector<std::span<float>> slots(var.slots.size());
   common::ForEachFloatBlock(payload, [&](int64_t offset, std::span<const float> block) {
@@ -608,9 +684,10 @@ uint64_t VariableStore::PullWhenReady(const proto::PullRequest* request,
 }
 
 uint64_t VariableStore::PushPullWhenReady(const proto::PushPullRequest* request,
-                                          proto::PullResponse* response, Done done) {
+                                          proto::PullResponse* response, Done done,
+                                          const Payloads* payloads) {
   proto::PushResponse pushed;
-  absl::Status status = Push(request->push(), &pushed);
+  absl::Status status = Push(request->push(), &pushed, payloads);
   if (!status.ok()) {
     done(status);
     return 0;
@@ -844,15 +921,20 @@ absl::Status VariableStore::PullRows(const proto::PullRowsRequest& request,
     bool done = false;
     {
       absl::ReaderMutexLock var_lock(&var.mu);
-      if (!var.is_hash) {
-        for (size_t r = 0; r < rows.size(); ++r) {
-          std::copy_n(var.values.data() + rows[r] * dim, dim, out.data() + r * dim);
-        }
-        done = true;
-      } else if (std::all_of(rows.begin(), rows.end(),
-                             [&](int64_t id) { return var.hash_rows.contains(id); })) {
-        for (size_t r = 0; r < rows.size(); ++r) {
-          std::copy_n(var.hash_rows.find(rows[r])->second.data(), dim, out.data() + r * dim);
+      // The hash map itself only changes under var.mu held exclusively.
+      auto source = [&](size_t r) -> const float* {
+        return var.is_hash ? var.hash_rows.find(rows[r])->second.data()
+                           : var.values.data() + rows[r] * dim;
+      };
+      if (!var.is_hash || std::all_of(rows.begin(), rows.end(),
+                                      [&](int64_t id) { return var.hash_rows.contains(id); })) {
+        if (var.row_pushes_striped) {
+          ForEachRowByStripe(var, rows, /*write=*/false,
+                             [&](size_t r) { std::copy_n(source(r), dim, out.data() + r * dim); });
+        } else {
+          for (size_t r = 0; r < rows.size(); ++r) {
+            std::copy_n(source(r), dim, out.data() + r * dim);
+          }
         }
         done = true;
       }
@@ -948,9 +1030,11 @@ absl::Status VariableStore::PushRows(const proto::PushRowsRequest& request,
   const int num_slots = optimizer_->num_slots();
   std::vector<std::span<float>> slots(num_slots);
   for (RowUpdate& u : updates) {
+    if (TryApplyRowsShared(u, response)) continue;
     Variable& var = *u.var;
     const int64_t dim = var.dim;
     absl::MutexLock var_lock(&var.mu);
+    var.row_pushes_striped = true;
     const int64_t t = var.version + 1;
     for (size_t r = 0; r < u.local.size(); ++r) {
       if (u.skip[r]) continue;
@@ -982,6 +1066,40 @@ absl::Status VariableStore::PushRows(const proto::PushRowsRequest& request,
   return absl::OkStatus();
 }
 
+bool VariableStore::TryApplyRowsShared(const RowUpdate& u, proto::PushRowsResponse* response) {
+  Variable& var = *u.var;
+  absl::ReaderMutexLock var_lock(&var.mu);
+  if (!var.row_pushes_striped) return false;
+  if (var.is_hash && !std::all_of(u.local.begin(), u.local.end(),
+                                  [&](int64_t id) { return var.hash_rows.contains(id); })) {
+    return false;
+  }
+  const int64_t dim = var.dim;
+  const int num_slots = optimizer_->num_slots();
+  // Adam's t: every push gets its own count, whatever order rows land in.
+  const int64_t t = var.version.fetch_add(1) + 1;
+  std::vector<std::span<float>> slots(num_slots);
+  ForEachRowByStripe(var, u.local, /*write=*/true, [&](size_t r) {
+    if (u.skip[r]) return;
+    float* row;
+    if (var.is_hash) {
+      row = var.hash_rows.find(u.local[r])->second.data();
+      for (int s = 0; s < num_slots; ++s)
+        slots[s] = {row + (s + 1) * dim, static_cast<size_t>(dim)};
+    } else {
+      const int64_t offset = u.local[r] * dim;
+      row = var.values.data() + offset;
+      for (int s = 0; s < num_slots; ++s) {
+        slots[s] = {var.slots[s].data() + offset, static_cast<size_t>(dim)};
+      }
+    }
+    optimizer_->ApplyDense(std::span<float>(row, dim),
+                           std::span<const float>(u.grad.data() + r * dim, dim), slots, t);
+  });
+  response->add_versions(t);
+  return true;
+}
+
 std::vector<common::ShardRecord> VariableStore::Snapshot(absl::Duration* longest_lock) const {
   if (longest_lock != nullptr) *longest_lock = absl::ZeroDuration();
   absl::ReaderMutexLock lock(&mu_);
@@ -1002,6 +1120,7 @@ std::vector<common::ShardRecord> VariableStore::Snapshot(absl::Duration* longest
       r.values.resize(n);
       r.slots.assign(num_slots, std::vector<float>(n));
       absl::ReaderMutexLock var_lock(&var->mu);
+      AllStripesReaderLock rows_lock(*var, var->row_pushes_striped);
       const absl::Time locked = absl::Now();
       r.version = var->version;
       bool same_shape = var->values.size() == n && var->slots.size() == r.slots.size();
@@ -1020,6 +1139,7 @@ std::vector<common::ShardRecord> VariableStore::Snapshot(absl::Duration* longest
       }
     } else {
       absl::ReaderMutexLock var_lock(&var->mu);
+      AllStripesReaderLock rows_lock(*var, var->row_pushes_striped);
       const absl::Time locked = absl::Now();
       r.version = var->version;
       const int64_t dim = var->dim;
@@ -1210,7 +1330,7 @@ VariableStore::Stats VariableStore::GetStats() const {
     } else {
       stats.num_elements += var->rows * var->dim;
       absl::ReaderMutexLock var_lock(&var->mu);
-      stats.max_version = std::max(stats.max_version, var->version);
+      stats.max_version = std::max(stats.max_version, var->version.load());
     }
   }
   stats.generation = generation_;

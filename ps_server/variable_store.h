@@ -36,20 +36,29 @@
 //
 // Thread-safety: all methods are safe to call concurrently. The name->variable
 // map is guarded by mu_; each variable's values by its own mutex, so pushes
-// to different variables proceed in parallel. Pushes to the same variable are
-// applied one at a time, each atomically (async mode: a pull sees a variable
-// before or after a push, never half of one); this holds for row pushes too
-// (one lock per variable, no striped row locks). PullRows of a hash variable
-// takes the variable's lock exclusively when it has to create or count rows,
-// shared otherwise.
+// to different variables proceed in parallel. Dense pushes to one variable
+// are applied one at a time, each atomically (async mode: a pull sees a
+// variable before or after a push, never half of one).
+// Row pushes (PushRows) use striped row locks: they hold the variable's lock
+// shared and each row's stripe (one of kRowStripes, by row) exclusively, so
+// concurrent pushes to different rows of one table proceed in parallel, the
+// way TensorFlow's sparse apply ops and ps-lite's servers update embeddings.
+// Each row is updated atomically, a whole row push is not: a concurrent pull
+// may see some of its rows updated and others not yet (never half a row).
+// The first row push to a variable, and any that must create or count hash
+// rows (first touch, admission), take the variable's lock exclusively.
+// Readers (Pull, PullRows, Snapshot) hold it shared, plus the stripes' reader
+// locks once a variable has taken row pushes.
 #ifndef PST_PS_SERVER_VARIABLE_STORE_H_
 #define PST_PS_SERVER_VARIABLE_STORE_H_
 
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -57,6 +66,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "common/checkpoint_format.h"
+#include "common/tensor_util.h"
 #include "proto/pstrain.pb.h"
 #include "ps_server/optimizer.h"
 
@@ -108,7 +118,12 @@ class VariableStore {
   // nothing is applied. With OptimizerConfig.skip_nonfinite, rows (slices
   // along axis 0) holding NaN or Inf are skipped and counted in the stats
   // instead.
-  absl::Status Push(const proto::PushRequest& request, proto::PushResponse* response);
+  // With `payloads`, gradient k's data is payloads[k] (pieces of gRPC's
+  // receive buffer, common::DecodePush) and the tensors' own data is
+  // ignored; InvalidArgument if their counts differ.
+  using Payloads = std::vector<std::vector<std::string_view>>;
+  absl::Status Push(const proto::PushRequest& request, proto::PushResponse* response,
+                    const Payloads* payloads = nullptr);
 
   // Push, then Pull of the pushed names once they may be read (SYNC: version
   // push.step + 1; SSP: clock push.step + 1), blocking the caller until then.
@@ -128,8 +143,9 @@ class VariableStore {
                          Done done);
   // Push, then PullWhenReady for the pushed names at push.step + 1. A push
   // error completes `done` at once.
+  // `payloads` as in Push; it need only live until this returns.
   uint64_t PushPullWhenReady(const proto::PushPullRequest* request, proto::PullResponse* response,
-                             Done done);
+                             Done done, const Payloads* payloads = nullptr);
   // Removes a parked call; true if it was still parked (then the caller
   // finishes the call and `done` never runs).
   bool CancelWaiter(uint64_t ticket);
@@ -191,6 +207,9 @@ class VariableStore {
                        int64_t generation = 0);
   int64_t generation() const;
 
+  // Stripes of row locks per variable.
+  static constexpr int kRowStripes = 64;
+
   struct Stats {
     int num_variables = 0;
     int64_t num_elements = 0;  // hash variables: rows held * dim
@@ -227,7 +246,16 @@ class VariableStore {
     mutable absl::Mutex mu;
     std::vector<float> values ABSL_GUARDED_BY(mu);
     std::vector<std::vector<float>> slots ABSL_GUARDED_BY(mu);
-    int64_t version ABSL_GUARDED_BY(mu) = 0;
+    // Written under mu held exclusively, or by a striped row push (mu held
+    // shared) with fetch_add; read under mu.
+    std::atomic<int64_t> version{0};
+
+    // Row stripes (see the class comment). Once set (under mu held
+    // exclusively, by the first row push), row pushes may change rows while
+    // mu is held shared, and readers under shared mu take the stripes too.
+    bool row_pushes_striped ABSL_GUARDED_BY(mu) = false;
+    mutable std::array<absl::Mutex, kRowStripes> stripes;
+    int StripeOf(int64_t local) const;
 
     // SYNC: the sum of this version's gradients so far, and who sent them.
     std::vector<float> accum ABSL_GUARDED_BY(mu);
@@ -259,13 +287,24 @@ class VariableStore {
   // nullptr while not admitted.
   float* TouchHashRow(Variable& var, int64_t id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(var.mu)
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
-  // Copies the rows of `local` into `out` ([n, dim]), touching hash rows.
-  void CopyRowsLocked(Variable& var, const std::vector<int64_t>& local, float* out) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(var.mu) ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // Calls fn(i) for every i in [0, local.size()), grouped by the stripe of
+  // local[i], holding that stripe's lock (exclusively when `write`). The
+  // caller holds var.mu shared.
+  template <typename Fn>
+  static void ForEachRowByStripe(const Variable& var, const std::vector<int64_t>& local, bool write,
+                                 Fn fn);
+  // Holds every stripe of `var` shared (a reader of whole variables under
+  // var.mu held shared, once row pushes are striped), in stripe order.
+  class AllStripesReaderLock;
+  // A row push to one variable while holding var.mu shared: false, with
+  // nothing applied, when it needs var.mu exclusively (the variable's first
+  // row push, or hash rows to create or count).
+  bool TryApplyRowsShared(const RowUpdate& u, proto::PushRowsResponse* response)
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
 
   // Push without waking parked pulls (the caller wakes them).
-  absl::Status PushNoWake(const proto::PushRequest& request, proto::PushResponse* response)
-      ABSL_LOCKS_EXCLUDED(mu_, wait_mu_);
+  absl::Status PushNoWake(const proto::PushRequest& request, proto::PushResponse* response,
+                          const Payloads* payloads) ABSL_LOCKS_EXCLUDED(mu_, wait_mu_);
   // A parked pull.
   struct Waiter {
     uint64_t ticket = 0;
@@ -278,7 +317,7 @@ class VariableStore {
   // in `skip`) and bumps the version.
   // ApplyLocked of a finite float32 payload (a gradient tensor's data),
   // read block by block without unpacking it first.
-  void ApplyPayloadLocked(Variable& var, const std::string& payload)
+  void ApplyPayloadLocked(Variable& var, common::PayloadParts payload)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(var.mu) ABSL_SHARED_LOCKS_REQUIRED(mu_);
   void ApplyLocked(Variable& var, const std::vector<float>& grad, const std::vector<bool>& skip)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(var.mu) ABSL_SHARED_LOCKS_REQUIRED(mu_);

@@ -884,7 +884,7 @@ TEST(HashStoreTest, RankOneHashVariable_HasOneElementRows) {
 // ---------------------------------------------------------------------------
 // Concurrency.
 
-TEST(ConcurrentRowsTest, ConcurrentPushRows_OverlappingRows_EachAppliedOnce) {
+TEST(ConcurrentRowsTest, ConcurrentPushRows_OverlappingRows_EachAppliedOnceAndNeverTorn) {
   VariableStore store;
   proto::CreateVariablesRequest request;
   proto::VariableSpec dense = Spec("w", {5, 4});
@@ -903,9 +903,27 @@ TEST(ConcurrentRowsTest, ConcurrentPushRows_OverlappingRows_EachAppliedOnce) {
     // Pulls race with pushes that create hash rows.
     std::vector<int64_t> ids;
     for (int64_t id = 0; id < kHashIds; ++id) ids.push_back(id * 1000);
-    while (!stop_readers.load()) {
-      ASSERT_TRUE(PullRowsOf(store, "h/part_0", ids).ok());
-      ASSERT_TRUE(PullRowsOf(store, "w", {0, 1, 2, 3, 4}).ok());
+    // Every push adds one constant to all 4 elements of a row, so a row
+    // whose elements differ was read in the middle of a push (a torn row).
+    auto expect_whole_rows = [](const std::vector<float>& v, const char* what) {
+      for (size_t r = 0; r + 4 <= v.size(); r += 4) {
+        ASSERT_TRUE(v[r] == v[r + 1] && v[r] == v[r + 2] && v[r] == v[r + 3])
+            << what << ": torn row " << r / 4;
+      }
+    };
+    for (int round = 0; !stop_readers.load(); ++round) {
+      absl::StatusOr<std::vector<float>> h = PullRowsOf(store, "h/part_0", ids);
+      ASSERT_TRUE(h.ok());
+      expect_whole_rows(*h, "PullRows of h");
+      absl::StatusOr<std::vector<float>> w = PullRowsOf(store, "w", {0, 1, 2, 3, 4});
+      ASSERT_TRUE(w.ok());
+      expect_whole_rows(*w, "PullRows of w");
+      expect_whole_rows(Values(store, "w"), "Pull of w");
+      if (round % 16 == 0) {
+        for (const common::ShardRecord& record : store.Snapshot()) {
+          expect_whole_rows(record.values, "Snapshot");
+        }
+      }
     }
   });
   std::vector<std::thread> threads;
