@@ -1,5 +1,7 @@
 #include "chief/chief.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
@@ -11,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
 #include "absl/synchronization/blocking_counter.h"
 #include "absl/time/clock.h"
 #include "chief/coordinator.h"
@@ -18,15 +21,16 @@
 #include "common/checkpoint_format.h"
 #include "common/event_writer.h"
 #include "common/grpc_channel.h"
-#include "common/metrics.h"
-#include "prometheus/gauge.h"
-#include "prometheus/histogram.h"
-#include "common/transport_security.h"
 #include "common/grpc_status.h"
 #include "common/logging.h"
+#include "common/metrics.h"
 #include "common/placement.h"
+#include "common/progress.h"
 #include "common/status_macros.h"
+#include "common/transport_security.h"
 #include "nlohmann/json.hpp"
+#include "prometheus/gauge.h"
+#include "prometheus/histogram.h"
 #include "proto/pstrain.grpc.pb.h"
 #include "worker/grpc_ps_transport.h"
 #include "worker/mlp.h"
@@ -104,6 +108,30 @@ absl::Status ForEachPs(size_t n, const std::function<absl::Status(size_t)>& call
   for (std::thread& t : threads) t.join();
   for (const absl::Status& s : statuses) PST_RETURN_IF_ERROR(s);
   return absl::OkStatus();
+}
+
+// The global step the job ends at when every worker goes through all its
+// epochs of `num_examples` (sharded as worker::ShardDataset does) or
+// --max_steps stops it first; 0 when neither is known. Async and ssp apply
+// every push, one per batch; sync applies one update a round and each
+// worker pushes once a round, so the worker with the most batches sets it.
+int64_t ExpectedFinalStep(const proto::TrainingConfig& training, int num_workers,
+                          int64_t num_examples) {
+  int64_t from_epochs = 0;
+  const int64_t batch = training.batch_size();
+  if (num_examples > 0 && batch > 0 && num_workers > 0) {
+    const bool sync = training.sync().mode() == proto::SYNC;
+    for (int64_t i = 0; i < num_workers; ++i) {
+      const int64_t shard =
+          num_examples > i ? (num_examples - i + num_workers - 1) / num_workers : 0;
+      const int64_t batches = (shard + batch - 1) / batch * training.epochs();
+      from_epochs = sync ? std::max(from_epochs, batches) : from_epochs + batches;
+    }
+  }
+  if (training.max_steps() > 0) {
+    return from_epochs > 0 ? std::min(from_epochs, training.max_steps()) : training.max_steps();
+  }
+  return from_epochs;
 }
 
 // Saves a checkpoint of every ps at `step` and commits it with the manifest.
@@ -432,7 +460,7 @@ class Job {
     const common::ClusterSpec& cluster = options_.tf.cluster;
     running_since_ = absl::Now();
     last_save_time_ = running_since_;
-    absl::Time next_log = running_since_ + timing_.log_every;
+    ProgressDisplay progress = StartProgress();
     for (;;) {
       stop_.WaitFor(timing_.heartbeat_interval);
       const absl::Time now = absl::Now();
@@ -442,7 +470,10 @@ class Job {
         return absl::CancelledError(stop_.reason());
       }
       Coordinator::Snapshot snap = coordinator_->Check(now);
-      if (snap.all_done) return absl::OkStatus();
+      if (snap.all_done) {
+        ShowProgress(snap, now, &progress, /*final=*/true);
+        return absl::OkStatus();
+      }
 
       // A ps that restarted (a new incarnation) lost its variables; one
       // unreachable for --peer_timeout_s is taken for lost.
@@ -493,13 +524,73 @@ class Job {
       if (events_ != nullptr && snap.global_step >= summary_step_ + options_.summary_steps) {
         WriteScalars(snap, now);
       }
-      if (now >= next_log) {
-        next_log = now + timing_.log_every;
-        const double secs = absl::ToDoubleSeconds(now - running_since_);
-        spdlog::info("step {} | epoch {} | loss {:.4f} | {:.0f} examples/s | workers {}/{} done",
-                     snap.global_step, snap.epoch + 1, snap.loss,
-                     secs > 0 ? snap.examples / secs : 0.0, snap.done, cluster.worker.size());
-      }
+      ShowProgress(snap, now, &progress);
+    }
+  }
+
+  // The progress display of --progress: a live line on a terminal, a log
+  // line every --log_every_s elsewhere. Ends (the live line with a newline)
+  // when destroyed.
+  struct ProgressDisplay {
+    std::unique_ptr<common::ProgressLine> line;          // null: --progress=off
+    std::unique_ptr<common::LogAboveProgressLine> logs;  // log lines above the live one
+    common::EtaEstimator eta;
+    int64_t total_steps = 0;  // 0: unknown
+  };
+
+  ProgressDisplay StartProgress() {
+    ProgressDisplay progress;
+    const common::ProgressMode mode = common::ResolveProgressMode(options_.progress, STDERR_FILENO);
+    if (mode == common::ProgressMode::kOff) return progress;
+    // Only mlp's data tells its size cheaply (the IDX header); wide_deep's
+    // would have to be read whole, so its total is known only from
+    // --max_steps.
+    int64_t examples = 0;
+    if (options_.training.model() != "wide_deep") {
+      absl::StatusOr<int> count =
+          worker::CountFashionMnist(options_.data_dir, worker::Split::kTrain);
+      if (count.ok()) examples = *count;
+    }
+    progress.total_steps = ExpectedFinalStep(
+        initial_.training(), static_cast<int>(options_.tf.cluster.worker.size()), examples);
+    if (mode == common::ProgressMode::kTty) {
+      progress.line =
+          common::ProgressLine::ForFd(STDERR_FILENO, /*terminal=*/true, timing_.log_every);
+      progress.logs = std::make_unique<common::LogAboveProgressLine>(progress.line.get());
+    } else {
+      common::ProgressLine::Options plain;
+      plain.plain_interval = timing_.log_every;
+      // The log line, with its time and task, is what tests and log readers
+      // (and pstrain local) look for.
+      plain.emit_plain = [](const std::string& text) { spdlog::info("{}", text); };
+      plain.write = [](absl::string_view text) {
+        spdlog::info("{}", absl::StripSuffix(text, "\n"));
+      };
+      progress.line = std::make_unique<common::ProgressLine>(std::move(plain));
+    }
+    return progress;
+  }
+
+  // `final`: the job is done; shown whatever --log_every_s, and the live
+  // line ends.
+  void ShowProgress(const Coordinator::Snapshot& snap, absl::Time now, ProgressDisplay* progress,
+                    bool final = false) {
+    if (progress->line == nullptr) return;
+    const double secs = absl::ToDoubleSeconds(now - running_since_);
+    common::Progress p;
+    p.step = snap.global_step;
+    p.total_steps = progress->total_steps;
+    p.epoch = snap.epoch + 1;
+    p.total_epochs = options_.training.epochs();
+    p.loss = snap.loss;
+    p.examples_per_sec = secs > 0 ? snap.examples / secs : 0.0;
+    p.eta = progress->eta.Update(snap.global_step, progress->total_steps, now);
+    p.workers_done = snap.done;
+    p.workers = static_cast<int>(options_.tf.cluster.worker.size());
+    if (final) {
+      progress->line->Finish(common::FormatProgress(p));
+    } else {
+      progress->line->Update(common::FormatProgress(p));
     }
   }
 

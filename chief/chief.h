@@ -9,6 +9,7 @@
 #include "absl/status/status.h"
 #include "common/job_flags.h"
 #include "common/process.h"
+#include "common/progress.h"
 #include "common/tf_config.h"
 #include "proto/pstrain.pb.h"
 
@@ -33,6 +34,9 @@ struct ChiefOptions {
   int64_t save_steps = 0;
   double save_secs = 0;
   int keep_checkpoints = 5;
+  // How progress is shown (--progress): kAuto is a live line when stderr is
+  // a terminal, else a log line every timing.log_every.
+  common::ProgressMode progress = common::ProgressMode::kAuto;
 };
 
 // Runs the job to the end. OK when every worker finished (or was given up

@@ -26,6 +26,7 @@ inline ChiefOptions ChiefOptionsFromFlags(const common::DaemonSetup& setup) {
   options.save_steps = absl::GetFlag(FLAGS_save_checkpoints_steps);
   options.save_secs = absl::GetFlag(FLAGS_save_checkpoints_secs);
   options.keep_checkpoints = std::max(1, absl::GetFlag(FLAGS_keep_checkpoints));
+  options.progress = absl::GetFlag(FLAGS_progress);
   return options;
 }
 

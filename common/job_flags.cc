@@ -85,6 +85,11 @@ ABSL_FLAG(int32_t, metrics_port, 0,
           "Serve Prometheus metrics on this port at /metrics (0: off). pstrain local gives "
           "its daemons this port and the ones after it.");
 ABSL_FLAG(double, log_every_s, 5, "Seconds between the chief's progress lines.");
+ABSL_FLAG(pst::common::ProgressMode, progress, pst::common::ProgressMode::kAuto,
+          "How the chief (and pstrain local) show progress: tty (one live line rewritten in "
+          "place: epoch, step/total, loss, examples/s, ETA), plain (a log line every "
+          "--log_every_s), off, or auto (tty when stderr, for pstrain local stdout, is a "
+          "terminal, else plain).");
 ABSL_FLAG(std::string, checkpoint_dir, "",
           "Where the chief saves sharded checkpoints (a directory every ps can write); a job "
           "started with a checkpoint there resumes from the newest valid one.");

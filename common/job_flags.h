@@ -9,6 +9,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/metrics.h"
+#include "common/progress.h"
 #include "proto/pstrain.pb.h"
 
 ABSL_DECLARE_FLAG(std::string, tf_config);
@@ -52,6 +53,7 @@ ABSL_DECLARE_FLAG(std::string, summary_dir);
 ABSL_DECLARE_FLAG(int32_t, metrics_port);
 ABSL_DECLARE_FLAG(int64_t, summary_steps);
 ABSL_DECLARE_FLAG(double, log_every_s);
+ABSL_DECLARE_FLAG(pst::common::ProgressMode, progress);
 ABSL_DECLARE_FLAG(std::string, checkpoint_dir);
 ABSL_DECLARE_FLAG(int64_t, save_checkpoints_steps);
 ABSL_DECLARE_FLAG(double, save_checkpoints_secs);

@@ -60,6 +60,11 @@ TEST_F(ClusterTest, SmallJob_Trains_AndEveryProcessExitsZero) {
   EXPECT_GT(result["wall_seconds"].get<double>(), 0);
   // Progress lines came out while training.
   EXPECT_NE(output.find("examples/s"), std::string::npos);
+  // Not on a terminal: plain lines (no live-line '\r'), the total known
+  // from --max_steps, and a last one once every worker is done.
+  EXPECT_NE(output.find("/300 | epoch 1/1 | loss "), std::string::npos) << output;
+  EXPECT_NE(output.find(" | workers 2/2 done"), std::string::npos) << output;
+  EXPECT_EQ(output.find('\r'), std::string::npos) << output;
 }
 
 // --summary_dir: the chief's event file, read back record by record (both

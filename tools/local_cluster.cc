@@ -2,14 +2,18 @@
 
 #include <signal.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
+#include <optional>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
+#include "common/progress.h"
 #include "common/tf_config.h"
 #include "tools/subprocess.h"
 
@@ -23,18 +27,54 @@ struct Child {
   bool running = false;
   int wait_status = 0;
   int restarts = 0;
+  bool coordinator = false;  // its progress lines may become the live line
   std::thread reader;
 };
 
-// Every line on the launcher's stdout goes through here, whole.
-absl::Mutex output_mu;
+// The launcher's stdout: every line goes out whole, and on a terminal
+// (ProgressMode::kTty) the coordinator's progress lines become one live line
+// kept below the other lines. Thread-safe.
+class Console {
+ public:
+  explicit Console(bool live)
+      : live_(live ? common::ProgressLine::ForFd(STDOUT_FILENO, /*terminal=*/true,
+                                                 absl::ZeroDuration())
+                   : nullptr) {}
 
-void Print(const std::string& line) {
-  absl::MutexLock lock(&output_mu);
-  std::fwrite(line.data(), 1, line.size(), stdout);
-  std::fputc('\n', stdout);
-  std::fflush(stdout);
-}
+  void Print(const std::string& line) {
+    if (live_ != nullptr) {
+      // Written with write(2) like the live line, so the two stay in order.
+      live_->Print(line);
+      return;
+    }
+    absl::MutexLock lock(&mu_);
+    std::fwrite(line.data(), 1, line.size(), stdout);
+    std::fputc('\n', stdout);
+    std::fflush(stdout);
+  }
+
+  // A line of the coordinator task's output; `prefix` names the task.
+  void PrintFromCoordinator(const std::string& prefix, const std::string& line) {
+    if (live_ != nullptr) {
+      // Reformatted from what was parsed, without the log's time and task.
+      std::optional<common::Progress> progress = common::ParseProgress(line);
+      if (progress.has_value()) {
+        live_->Update(common::FormatProgress(*progress));
+        return;
+      }
+    }
+    Print(prefix + line);
+  }
+
+  // Ends the live line, leaving the last progress on screen.
+  void Finish() {
+    if (live_ != nullptr) live_->Finish();
+  }
+
+ private:
+  absl::Mutex mu_;  // plain output: lines go out whole
+  const std::unique_ptr<common::ProgressLine> live_;
+};
 
 }  // namespace
 
@@ -43,6 +83,10 @@ int RunLocalCluster(const LocalClusterOptions& options, common::StopSignal* stop
     std::fprintf(stderr, "pstrain local: --ps and --workers must be at least 1\n");
     return 2;
   }
+  const common::ProgressMode progress =
+      common::ResolveProgressMode(options.progress, STDOUT_FILENO);
+  Console console(progress == common::ProgressMode::kTty);
+
   // The cluster spec: a distinct free port per task.
   common::TfConfig tf;
   const int chiefs = options.with_chief ? 1 : 0;
@@ -59,9 +103,9 @@ int RunLocalCluster(const LocalClusterOptions& options, common::StopSignal* stop
   add(&tf.cluster.chief, chiefs);
   add(&tf.cluster.ps, options.num_ps);
   add(&tf.cluster.worker, options.num_workers);
-  Print(absl::StrCat("pstrain local: chief [", absl::StrJoin(tf.cluster.chief, ", "), "], ps [",
-                     absl::StrJoin(tf.cluster.ps, ", "), "], worker [",
-                     absl::StrJoin(tf.cluster.worker, ", "), "]"));
+  console.Print(absl::StrCat("pstrain local: chief [", absl::StrJoin(tf.cluster.chief, ", "),
+                             "], ps [", absl::StrJoin(tf.cluster.ps, ", "), "], worker [",
+                             absl::StrJoin(tf.cluster.worker, ", "), "]"));
 
   // The daemons share this machine's cores: unless told otherwise, each
   // gets an even share of BLAS threads (OpenBLAS would start one per core in
@@ -71,9 +115,9 @@ int RunLocalCluster(const LocalClusterOptions& options, common::StopSignal* stop
   if (std::getenv("OPENBLAS_NUM_THREADS") == nullptr) {
     const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     blas_threads = std::to_string(std::max(1, cores / (options.num_workers + 1)));
-    Print(absl::StrCat("pstrain local: OPENBLAS_NUM_THREADS=", blas_threads, " for each daemon (",
-                       cores, " cores, ", options.num_workers,
-                       " workers and the chief computing; set it to override)"));
+    console.Print(absl::StrCat("pstrain local: OPENBLAS_NUM_THREADS=", blas_threads,
+                               " for each daemon (", cores, " cores, ", options.num_workers,
+                               " workers and the chief computing; set it to override)"));
   }
 
   // Start order: ps, chief, workers (all retry until their peers are up).
@@ -116,12 +160,19 @@ int RunLocalCluster(const LocalClusterOptions& options, common::StopSignal* stop
     if (!pid.ok()) return pid.status();
     c.pid = *pid;
     c.running = true;
-    Print(absl::StrCat("pstrain local: started ", c.task, " (pid ", *pid, ")"));
+    console.Print(absl::StrCat("pstrain local: started ", c.task, " (pid ", *pid, ")"));
     const std::string prefix =
         absl::StrCat(c.task, std::string(10 - std::min<size_t>(9, c.task.size()), ' '), "| ");
     if (c.reader.joinable()) c.reader.join();  // the previous run's output has ended
-    c.reader = std::thread([fd, prefix] {
-      ForEachLine(fd, [&prefix](const std::string& line) { Print(prefix + line); });
+    const bool coordinator = c.coordinator;
+    c.reader = std::thread([fd, prefix, coordinator, &console] {
+      ForEachLine(fd, [&](const std::string& line) {
+        if (coordinator) {
+          console.PrintFromCoordinator(prefix, line);
+        } else {
+          console.Print(prefix + line);
+        }
+      });
     });
     return absl::OkStatus();
   };
@@ -138,19 +189,29 @@ int RunLocalCluster(const LocalClusterOptions& options, common::StopSignal* stop
     if (options.metrics_port > 0) {
       const int port = options.metrics_port + static_cast<int>(i);
       spawn.argv.push_back(absl::StrCat("--metrics_port=", port));
-      Print(absl::StrCat("pstrain local: ", task, " metrics at http://", options.host, ":", port,
-                         "/metrics"));
+      console.Print(absl::StrCat("pstrain local: ", task, " metrics at http://", options.host, ":",
+                                 port, "/metrics"));
     }
     if (!options.summary_json.empty() && tf.IsCoordinator()) {
       spawn.argv.push_back(absl::StrCat("--summary_json=", options.summary_json));
     }
+    if (tf.IsCoordinator()) {
+      // Its stderr is our pipe, never a terminal: the live line, if any,
+      // is drawn here from its plain progress lines.
+      spawn.argv.push_back(progress == common::ProgressMode::kOff ? "--progress=off"
+                                                                  : "--progress=plain");
+      if (progress == common::ProgressMode::kTty && options.live_log_every_s > 0) {
+        spawn.argv.push_back(absl::StrCat("--log_every_s=", options.live_log_every_s));
+      }
+    }
     spawn.env = {absl::StrCat("TF_CONFIG=", common::TfConfigToJson(tf))};
     if (!blas_threads.empty()) spawn.env.push_back("OPENBLAS_NUM_THREADS=" + blas_threads);
     children[i].task = task;
+    children[i].coordinator = tf.IsCoordinator();
     children[i].spawn = std::move(spawn);
     absl::Status started = start(i);  // no other thread runs yet
     if (!started.ok()) {
-      Print(absl::StrCat("pstrain local: cannot start ", task, ": ", started.message()));
+      console.Print(absl::StrCat("pstrain local: cannot start ", task, ": ", started.message()));
       end_job("a daemon could not be started");
       children.resize(i);
       break;
@@ -168,10 +229,10 @@ int RunLocalCluster(const LocalClusterOptions& options, common::StopSignal* stop
   std::thread reaper([&] {
     stop->Wait();
     if (all_exited.HasBeenNotified()) return;
-    Print(absl::StrCat("pstrain local: ", stop->reason(), "; stopping every daemon"));
+    console.Print(absl::StrCat("pstrain local: ", stop->reason(), "; stopping every daemon"));
     signal_all(SIGTERM);
     if (!all_exited.WaitForNotificationWithTimeout(options.grace)) {
-      Print("pstrain local: daemons still running after the grace period; killing them");
+      console.Print("pstrain local: daemons still running after the grace period; killing them");
       signal_all(SIGKILL);
     }
   });
@@ -196,12 +257,13 @@ int RunLocalCluster(const LocalClusterOptions& options, common::StopSignal* stop
           c.restarts < options.max_restarts) {
         // Like a supervisor's restart on failure: the same task, again.
         ++c.restarts;
-        Print(absl::StrCat("pstrain local: ", c.task, " ", DescribeWaitStatus(wait_status),
-                           "; restarting it (", c.restarts, " of at most ", options.max_restarts,
-                           ")"));
+        console.Print(absl::StrCat("pstrain local: ", c.task, " ", DescribeWaitStatus(wait_status),
+                                   "; restarting it (", c.restarts, " of at most ",
+                                   options.max_restarts, ")"));
         absl::Status started = start(i);
         if (started.ok()) break;
-        Print(absl::StrCat("pstrain local: cannot restart ", c.task, ": ", started.message()));
+        console.Print(
+            absl::StrCat("pstrain local: cannot restart ", c.task, ": ", started.message()));
       }
       --live;
       if (!ok && !stop->stopped()) {
@@ -218,12 +280,13 @@ int RunLocalCluster(const LocalClusterOptions& options, common::StopSignal* stop
   for (Child& c : children) {
     if (c.reader.joinable()) c.reader.join();
   }
+  console.Finish();
   for (const Child& c : children) {
-    Print(absl::StrCat("pstrain local: ", c.task, " ", DescribeWaitStatus(c.wait_status)));
+    console.Print(absl::StrCat("pstrain local: ", c.task, " ", DescribeWaitStatus(c.wait_status)));
   }
   absl::MutexLock lock(&mu);
   if (stopped_before_end && exit_code == 0) return 130;  // stopped from outside
-  Print(exit_code == 0 ? "pstrain local: job succeeded" : "pstrain local: job failed");
+  console.Print(exit_code == 0 ? "pstrain local: job succeeded" : "pstrain local: job failed");
   return exit_code;
 }
 

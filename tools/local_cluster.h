@@ -2,8 +2,10 @@
 //
 // Generates a TF_CONFIG with free loopback ports, starts every ps, the chief
 // and every worker as its own process, streams their logs with a "task |"
-// prefix, and waits. When any daemon fails, or on Ctrl-C/SIGTERM or the
-// timeout, every remaining daemon gets SIGTERM, then SIGKILL after a grace
+// prefix, and waits. With progress kTty the coordinator's progress lines
+// become one live line at the bottom of the terminal, below everything
+// else, instead of scrolling by among the daemons' logs. When any daemon fails, or on
+// Ctrl-C/SIGTERM or the timeout, every remaining daemon gets SIGTERM, then SIGKILL after a grace
 // period. Children carry PR_SET_PDEATHSIG, so even a SIGKILLed launcher
 // leaves no daemon behind. With restart_failed, a daemon killed by a signal
 // is started again instead.
@@ -15,6 +17,7 @@
 
 #include "absl/time/time.h"
 #include "common/process.h"
+#include "common/progress.h"
 
 namespace pst::tools {
 
@@ -37,6 +40,14 @@ struct LocalClusterOptions {
   // has given its own verdict and is not restarted.
   bool restart_failed = false;
   int max_restarts = 3;
+  // How the job's progress is shown on stdout (kAuto is decided here, from
+  // whether stdout is a terminal). kTty: the coordinator logs plain
+  // progress lines, and they are drawn as the live line; kPlain: they are
+  // printed like any other line; kOff: the coordinator shows none.
+  common::ProgressMode progress = common::ProgressMode::kAuto;
+  // kTty: the coordinator's --log_every_s, so the live line moves often
+  // (0: the forwarded --log_every_s stands).
+  double live_log_every_s = 0;
 };
 
 // Runs the cluster until every daemon has exited. Stopping `stop` from

@@ -257,6 +257,14 @@ int Local() {
   options.slow_worker_delay_ms = absl::GetFlag(FLAGS_slow_worker_delay_ms);
   options.restart_failed = absl::GetFlag(FLAGS_restart_failed);
   options.max_restarts = absl::GetFlag(FLAGS_max_restarts);
+  options.progress = absl::GetFlag(FLAGS_progress);
+  // A live line should move every second; a --log_every_s set to anything
+  // but its default still wins. (This Abseil keeps "given on the command
+  // line" private.)
+  const absl::CommandLineFlag* log_every = absl::FindCommandLineFlag("log_every_s");
+  if (log_every != nullptr && log_every->CurrentValue() == log_every->DefaultValue()) {
+    options.live_log_every_s = 1;
+  }
   return pst::tools::RunLocalCluster(options, &stop);
 }
 

@@ -203,6 +203,28 @@ absl::StatusOr<Dataset> LoadFashionMnist(const std::string& dir, Split split) {
   return data;
 }
 
+absl::StatusOr<int> CountFashionMnist(const std::string& dir, Split split) {
+  const std::string prefix = split == Split::kTrain ? "train" : "t10k";
+  const std::string base = dir.empty() ? std::string(".") : dir;
+  PST_ASSIGN_OR_RETURN(const std::string path,
+                       ResolvePath(absl::StrCat(base, "/", prefix, "-labels-idx1-ubyte")));
+  gzFile file = gzopen(path.c_str(), "rb");
+  if (file == nullptr) return absl::ErrnoToStatus(errno, absl::StrCat("cannot open ", path));
+  GzCloser closer(file);
+  std::vector<uint8_t> header;
+  PST_RETURN_IF_ERROR(ReadExactly(file, path, 8, "header", &header));
+  const uint32_t found_magic = BigEndian32(header.data());
+  if (found_magic != kLabelsMagic) {
+    return absl::DataLossError(absl::StrFormat("%s: bad magic number 0x%08x, expected 0x%08x", path,
+                                               found_magic, kLabelsMagic));
+  }
+  const uint32_t count = BigEndian32(header.data() + 4);
+  if (count > static_cast<uint32_t>(INT_MAX)) {
+    return absl::DataLossError(absl::StrCat(path, ": implausible example count ", count));
+  }
+  return static_cast<int>(count);
+}
+
 Dataset ShardDataset(const Dataset& data, int index, int count) {
   Dataset shard;
   shard.dim = data.dim;

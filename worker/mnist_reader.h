@@ -33,6 +33,12 @@ struct Dataset {
 // or image and label counts differ; InvalidArgument if a label is > 9.
 absl::StatusOr<Dataset> LoadFashionMnist(const std::string& dir, Split split);
 
+// How many examples `split` holds, from the labels file's header alone (a
+// few bytes read, where LoadFashionMnist reads everything): what the chief
+// needs to know how long the job is. Errors: NotFound as LoadFashionMnist;
+// DataLoss for a truncated header or a bad magic number.
+absl::StatusOr<int> CountFashionMnist(const std::string& dir, Split split);
+
 // Examples i with i % count == index, in order: worker `index` of `count`
 // gets a disjoint shard, and the shards together cover the dataset.
 // REQUIRES: 0 <= index < count.

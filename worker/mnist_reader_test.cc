@@ -137,6 +137,19 @@ TEST_F(MnistReaderTest, LoadsGzipFiles) {
   ExpectSmallDataset(*data);
 }
 
+TEST_F(MnistReaderTest, CountReadsTheLabelsHeader) {
+  WriteTrain(ImagesIdx(3, 2, 2, kPixels), LabelsIdx(kLabels), /*gzip=*/true);
+  absl::StatusOr<int> count = CountFashionMnist(dir_, Split::kTrain);
+  ASSERT_TRUE(count.ok()) << count.status();
+  EXPECT_EQ(*count, 3);
+  EXPECT_EQ(CountFashionMnist(dir_, Split::kTest).status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(MnistReaderTest, CountOfBadMagicIsDataLoss) {
+  WriteTrain(ImagesIdx(3, 2, 2, kPixels), ImagesIdx(3, 2, 2, kPixels), /*gzip=*/false);
+  EXPECT_EQ(CountFashionMnist(dir_, Split::kTrain).status().code(), absl::StatusCode::kDataLoss);
+}
+
 TEST_F(MnistReaderTest, LoadsTestSplitFromT10kFiles) {
   WriteGzip("t10k-images-idx3-ubyte.gz", ImagesIdx(3, 2, 2, kPixels));
   WritePlain("t10k-labels-idx1-ubyte", LabelsIdx(kLabels));
