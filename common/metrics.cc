@@ -13,7 +13,9 @@
 #include <map>
 #include <utility>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "google/protobuf/message_lite.h"
 #include "prometheus/collectable.h"
 #include "prometheus/histogram.h"
 #include "prometheus/text_serializer.h"
@@ -69,7 +71,16 @@ class RpcMetrics {
                   .Name("pstrain_rpc_sent_bytes_total")
                   .Help("Bytes of response messages sent, by method")
                   .Labels(labels)
-                  .Register(registry)) {}
+                  .Register(registry)),
+        received_(prometheus::BuildCounter()
+                      .Name("pstrain_rpc_received_bytes_total")
+                      .Help("Bytes of request messages received, by method")
+                      .Labels(labels)
+                      .Register(registry)) {}
+
+  void Received(const std::string& method, size_t bytes) {
+    if (bytes > 0) received_.Add({{"method", method}}).Increment(static_cast<double>(bytes));
+  }
 
   void Record(const std::string& method, grpc::StatusCode code, double seconds, size_t bytes) {
     // Family::Add returns the existing child for labels already seen.
@@ -90,17 +101,29 @@ class RpcMetrics {
   prometheus::Family<prometheus::Counter>& requests_;
   prometheus::Family<prometheus::Histogram>& latency_;
   prometheus::Family<prometheus::Counter>& sent_;
+  prometheus::Family<prometheus::Counter>& received_;
 };
 
 class RpcInterceptor final : public grpc::experimental::Interceptor {
  public:
-  RpcInterceptor(RpcMetrics* metrics, std::string method)
-      : metrics_(metrics), method_(std::move(method)) {}
+  // `raw`: the method takes its request as a grpc::ByteBuffer (a raw
+  // callback method), else as a generated protobuf message.
+  RpcInterceptor(RpcMetrics* metrics, std::string method, bool raw)
+      : metrics_(metrics), method_(std::move(method)), raw_(raw) {}
 
   void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override {
     using Hook = grpc::experimental::InterceptionHookPoints;
     if (methods->QueryInterceptionHookPoint(Hook::POST_RECV_INITIAL_METADATA)) {
       start_ = std::chrono::steady_clock::now();
+    }
+    if (methods->QueryInterceptionHookPoint(Hook::POST_RECV_MESSAGE)) {
+      // The request as the handler gets it: a byte buffer or a parsed
+      // message (whose size is the bytes it came in, unknown fields kept).
+      if (void* message = methods->GetRecvMessage(); message != nullptr) {
+        metrics_->Received(
+            method_, raw_ ? static_cast<grpc::ByteBuffer*>(message)->Length()
+                          : static_cast<google::protobuf::MessageLite*>(message)->ByteSizeLong());
+      }
     }
     if (methods->QueryInterceptionHookPoint(Hook::PRE_SEND_MESSAGE)) {
       const grpc::ByteBuffer* buffer = methods->GetSerializedSendMessage();
@@ -117,21 +140,25 @@ class RpcInterceptor final : public grpc::experimental::Interceptor {
  private:
   RpcMetrics* metrics_;
   const std::string method_;
+  const bool raw_;
   std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
   size_t bytes_ = 0;
 };
 
 class RpcInterceptorFactory final : public grpc::experimental::ServerInterceptorFactoryInterface {
  public:
-  explicit RpcInterceptorFactory(std::shared_ptr<RpcMetrics> metrics)
-      : metrics_(std::move(metrics)) {}
+  RpcInterceptorFactory(std::shared_ptr<RpcMetrics> metrics,
+                        absl::flat_hash_set<std::string> raw_methods)
+      : metrics_(std::move(metrics)), raw_methods_(std::move(raw_methods)) {}
   grpc::experimental::Interceptor* CreateServerInterceptor(
       grpc::experimental::ServerRpcInfo* info) override {
-    return new RpcInterceptor(metrics_.get(), info->method());
+    const std::string method = info->method();
+    return new RpcInterceptor(metrics_.get(), method, raw_methods_.contains(method));
   }
 
  private:
   std::shared_ptr<RpcMetrics> metrics_;
+  const absl::flat_hash_set<std::string> raw_methods_;
 };
 
 std::atomic<MetricsExporter*> process_metrics{nullptr};
@@ -217,8 +244,12 @@ std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterfac
 MetricsExporter::RpcInterceptors() {
   std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> out;
   out.push_back(std::make_unique<RpcInterceptorFactory>(
-      std::make_shared<RpcMetrics>(*registry_, labels_)));
+      std::make_shared<RpcMetrics>(*registry_, labels_), raw_methods_));
   return out;
+}
+
+void MetricsExporter::SetRawMethods(std::vector<std::string> methods) {
+  raw_methods_ = absl::flat_hash_set<std::string>(methods.begin(), methods.end());
 }
 
 void SetProcessMetrics(MetricsExporter* exporter) { process_metrics.store(exporter); }

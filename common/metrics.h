@@ -21,11 +21,12 @@
 
 #include <atomic>
 #include <functional>
-#include <thread>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "prometheus/counter.h"
@@ -48,9 +49,14 @@ class MetricsExporter {
   int AddRefresher(std::function<void()> refresh);
   void RemoveRefresher(int id);
 
-  // Server interceptors counting requests, latency and bytes sent per method.
+  // Server interceptors counting requests, latency and bytes received and
+  // sent per method.
   std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>>
   RpcInterceptors();
+  // Methods ("/pkg.Service/Method") served as raw callback methods, whose
+  // requests arrive as grpc::ByteBuffer rather than as generated messages.
+  // REQUIRES: called before RpcInterceptors (before the server starts).
+  void SetRawMethods(std::vector<std::string> methods);
 
  private:
   class ScrapeHook;
@@ -62,6 +68,7 @@ class MetricsExporter {
   std::shared_ptr<prometheus::Registry> registry_;
   std::shared_ptr<ScrapeHook> hook_;
   prometheus::Labels labels_;
+  absl::flat_hash_set<std::string> raw_methods_;
   int listen_fd_ = -1;
   std::atomic<bool> stop_{false};
   std::thread server_;

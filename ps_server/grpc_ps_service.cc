@@ -162,6 +162,14 @@ GrpcPsService::GrpcPsService(VariableStore* store, int ps_index, std::string tas
   }
 }
 
+std::vector<std::string> GrpcPsService::RawMethodNames() {
+  std::vector<std::string> names;
+  for (const char* method : {"Pull", "Push", "PushPull"}) {
+    names.push_back(absl::StrCat("/", proto::ParameterServer::service_full_name(), "/", method));
+  }
+  return names;
+}
+
 void GrpcPsService::TouchChief() {
   last_chief_contact_ns_.store(absl::ToUnixNanos(absl::Now()), std::memory_order_relaxed);
 }

@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <string>
+#include <vector>
 
 #include "absl/time/clock.h"
 #include "common/process.h"
@@ -77,6 +78,10 @@ class GrpcPsService final : public ParameterServerBase {
   grpc::ServerUnaryReactor* Shutdown(grpc::CallbackServerContext* context,
                                      const proto::ShutdownRequest* request,
                                      proto::ShutdownResponse* response) override;
+
+  // The full names ("/pst.proto.ParameterServer/Pull") of the methods
+  // ParameterServerBase serves raw.
+  static std::vector<std::string> RawMethodNames();
 
   // Last time the chief was heard from (a Health call from the chief, or
   // any CreateVariables), for the ps's own chief-lost timeout.

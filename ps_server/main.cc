@@ -21,6 +21,9 @@
 #include "ps_server/grpc_ps_service.h"
 #include "ps_server/variable_store.h"
 
+ABSL_FLAG(int64_t, max_ids_per_request, int64_t{1} << 22,
+          "Row ids one PullRows or PushRows may list (over all its tables); a request with "
+          "more is refused with INVALID_ARGUMENT.");
 ABSL_FLAG(double, chief_timeout_s, 300,
           "Exit with an error if the chief has not been heard from for this many seconds "
           "(0: wait forever).");
@@ -58,8 +61,21 @@ void ExportStoreMetrics(const VariableStore* store, common::MetricsExporter* met
       counter("pstrain_ps_duplicates_ignored_total", "Repeated pushes recognized and ignored");
   prometheus::Counter& nonfinite =
       counter("pstrain_ps_nonfinite_skipped_total", "Gradient rows skipped for NaN or Inf");
-  metrics->AddRefresher([=, &variables, &elements, &hash_rows, &staleness_max, &generation,
-                         &pushes, &gradients, &staleness, &dropped, &duplicates, &nonfinite] {
+  prometheus::Counter& apply =
+      counter("pstrain_ps_apply_seconds_total",
+              "Time spent applying pushes (optimizer and sync accumulation, waits for a variable's "
+              "lock included), summed over threads");
+  prometheus::Family<prometheus::Gauge>& table_rows =
+      prometheus::BuildGauge()
+          .Name("pstrain_ps_table_rows")
+          .Help(
+              "Rows this ps holds of each embedding table (hash tables and row-partitioned "
+              "variables), by table")
+          .Labels(labels)
+          .Register(r);
+  metrics->AddRefresher([=, &variables, &elements, &hash_rows, &staleness_max, &generation, &pushes,
+                         &gradients, &staleness, &dropped, &duplicates, &nonfinite, &apply,
+                         &table_rows] {
     const VariableStore::Stats s = store->GetStats();
     variables.Set(s.num_variables);
     elements.Set(static_cast<double>(s.num_elements));
@@ -72,6 +88,10 @@ void ExportStoreMetrics(const VariableStore* store, common::MetricsExporter* met
     common::RaiseCounterTo(dropped, s.stale_dropped);
     common::RaiseCounterTo(duplicates, s.duplicates_ignored);
     common::RaiseCounterTo(nonfinite, s.nonfinite_skipped);
+    common::RaiseCounterTo(apply, s.apply_seconds);
+    for (const auto& [table, rows] : s.table_rows) {
+      table_rows.Add({{"table", table}}).Set(static_cast<double>(rows));
+    }
   });
 }
 
@@ -95,14 +115,24 @@ int Run() {
   common::HandleTerminationSignals(
       [&stop](int signo) { stop.Stop(absl::StrCat("signal ", signo)); });
 
-  VariableStore store;  // before the exporter, whose scrapes read it
+  VariableStore::Options store_options;
+  store_options.max_ids_per_request = absl::GetFlag(FLAGS_max_ids_per_request);
+  if (store_options.max_ids_per_request < 1) {
+    std::fprintf(stderr, "ps_server: --max_ids_per_request must be at least 1\n");
+    return 2;
+  }
+  store_options.max_response_bytes = common::kMaxMessageBytes;
+  VariableStore store(store_options);  // before the exporter, whose scrapes read it
   absl::StatusOr<std::unique_ptr<common::MetricsExporter>> metrics =
       common::StartMetricsFromFlags(task);
   if (!metrics.ok()) {
     spdlog::error("{}", metrics.status().message());
     return 2;
   }
-  if (*metrics != nullptr) ExportStoreMetrics(&store, metrics->get());
+  if (*metrics != nullptr) {
+    ExportStoreMetrics(&store, metrics->get());
+    (*metrics)->SetRawMethods(GrpcPsService::RawMethodNames());
+  }
   GrpcPsService service(&store, tf->task.index, task, incarnation, &stop);
   absl::StatusOr<std::unique_ptr<grpc::Server>> server =
       common::StartServer(tf->SelfAddress(), {&service}, absl::GetFlag(FLAGS_bind));

@@ -524,6 +524,7 @@ absl::Status VariableStore::PushNoWake(const proto::PushRequest& request,
   }
   bool applied = false, stale = false, duplicate = false;
   int64_t staleness = 0;
+  const int64_t apply_start = absl::GetCurrentTimeNanos();
   for (size_t i = 0; i < vars.size(); ++i) {
     Variable& var = *vars[i];
     absl::MutexLock var_lock(&var.mu);
@@ -557,6 +558,7 @@ absl::Status VariableStore::PushNoWake(const proto::PushRequest& request,
     }
     response->add_versions(var.version);
   }
+  apply_nanos_.fetch_add(absl::GetCurrentTimeNanos() - apply_start, std::memory_order_relaxed);
   if (skipped > 0) nonfinite_skipped_.fetch_add(skipped, std::memory_order_relaxed);
   if (stale) stale_dropped_.fetch_add(1, std::memory_order_relaxed);
   if (duplicate && !applied) duplicates_ignored_.fetch_add(1, std::memory_order_relaxed);
@@ -900,14 +902,34 @@ float* VariableStore::TouchHashRow(Variable& var, int64_t id) const {
   return data;
 }
 
+absl::Status VariableStore::CheckIdCount(
+    const google::protobuf::RepeatedPtrField<proto::RowIds>& rows, absl::string_view op) const {
+  int64_t ids = 0;
+  for (const proto::RowIds& r : rows) ids += r.ids_size();
+  if (ids > options_.max_ids_per_request) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        op, " lists ", ids, " ids; this ps takes at most ", options_.max_ids_per_request,
+        " per request (--max_ids_per_request): split the request"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status VariableStore::PullRows(const proto::PullRowsRequest& request,
                                      proto::PullRowsResponse* response) const {
+  PST_RETURN_IF_ERROR(CheckIdCount(request.rows(), "PullRows"));
   absl::ReaderMutexLock lock(&mu_);
   // Validate everything first.
   std::vector<Variable*> vars(request.rows_size());
   std::vector<std::vector<int64_t>> local(request.rows_size());
+  int64_t answer_bytes = 0;
   for (int i = 0; i < request.rows_size(); ++i) {
     PST_ASSIGN_OR_RETURN(vars[i], Find(request.rows(i).name()));
+    answer_bytes += request.rows(i).ids_size() * vars[i]->dim * static_cast<int64_t>(sizeof(float));
+    if (answer_bytes > options_.max_response_bytes) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "PullRows of these rows would answer with more than ", options_.max_response_bytes,
+          " bytes, the message limit: pull fewer rows per request"));
+    }
     PST_RETURN_IF_ERROR(CheckRowIds(*vars[i], request.rows(i), &local[i]));
   }
   response->Clear();
@@ -966,6 +988,7 @@ absl::Status VariableStore::PushRows(const proto::PushRowsRequest& request,
                                                    " row lists but ", request.gradients_size(),
                                                    " gradients"));
   }
+  PST_RETURN_IF_ERROR(CheckIdCount(request.rows(), "PushRows"));
   absl::ReaderMutexLock lock(&mu_);
   if (optimizer_ == nullptr) {
     return absl::FailedPreconditionError("no variables have been created on this ps yet");
@@ -1029,6 +1052,7 @@ absl::Status VariableStore::PushRows(const proto::PushRowsRequest& request,
   int64_t dropped = 0;
   const int num_slots = optimizer_->num_slots();
   std::vector<std::span<float>> slots(num_slots);
+  const int64_t apply_start = absl::GetCurrentTimeNanos();
   for (RowUpdate& u : updates) {
     if (TryApplyRowsShared(u, response)) continue;
     Variable& var = *u.var;
@@ -1059,6 +1083,7 @@ absl::Status VariableStore::PushRows(const proto::PushRowsRequest& request,
     var.version = t;
     response->add_versions(t);
   }
+  apply_nanos_.fetch_add(absl::GetCurrentTimeNanos() - apply_start, std::memory_order_relaxed);
   response->set_rows_skipped(skipped);
   if (skipped > 0) nonfinite_skipped_.fetch_add(skipped, std::memory_order_relaxed);
   if (dropped > 0) unadmitted_dropped_.fetch_add(dropped, std::memory_order_relaxed);
@@ -1327,8 +1352,12 @@ VariableStore::Stats VariableStore::GetStats() const {
       const int64_t rows = var->num_hash_rows.load(std::memory_order_relaxed);
       stats.hash_rows += rows;
       stats.num_elements += rows * var->dim;
+      stats.table_rows[LogicalName(var->spec)] += rows;
     } else {
       stats.num_elements += var->rows * var->dim;
+      if (var->spec.routing() == proto::MOD || var->spec.routing() == proto::DIV) {
+        stats.table_rows[LogicalName(var->spec)] += var->rows;
+      }
       absl::ReaderMutexLock var_lock(&var->mu);
       stats.max_version = std::max(stats.max_version, var->version.load());
     }
@@ -1342,6 +1371,7 @@ VariableStore::Stats VariableStore::GetStats() const {
   stats.staleness_max = staleness_max_.load();
   stats.stale_dropped = stale_dropped_.load();
   stats.duplicates_ignored = duplicates_ignored_.load();
+  stats.apply_seconds = static_cast<double>(apply_nanos_.load()) * 1e-9;
   absl::MutexLock wait_lock(&wait_mu_);
   stats.parked_pulls = parked_pulls_;
   stats.parked_seconds = parked_seconds_;

@@ -87,6 +87,14 @@ class VariableStore {
     // late.
     int64_t max_pending_ids = int64_t{1} << 20;
     int64_t admission_overflow_counters = int64_t{1} << 16;
+    // Row ids one PullRows or PushRows may list, over all its variables
+    // (ps flag --max_ids_per_request): more is refused with InvalidArgument
+    // before any id is looked at.
+    int64_t max_ids_per_request = int64_t{1} << 22;
+    // Largest PullRows answer, in payload bytes (the gRPC message limit): a
+    // pull whose rows would not fit is refused with ResourceExhausted up
+    // front, instead of being built and then dropped by gRPC.
+    int64_t max_response_bytes = int64_t{512} << 20;
   };
 
   VariableStore() : VariableStore(Options()) {}
@@ -163,8 +171,10 @@ class VariableStore {
   // version per RowIds, in order. Not-yet-admitted hash ids read as zeros;
   // every listed hash id counts as one touch (and may create its row).
   // Errors: NotFound for an unknown name; InvalidArgument for an id out of
-  // range, in another partition, or repeated within one RowIds. On any
-  // error nothing changes (no rows made, no touches counted).
+  // range, in another partition, or repeated within one RowIds, or for more
+  // than Options::max_ids_per_request ids; ResourceExhausted when the answer
+  // would exceed Options::max_response_bytes. On any error nothing changes
+  // (no rows made, no touches counted).
   absl::Status PullRows(const proto::PullRowsRequest& request,
                         proto::PullRowsResponse* response) const;
 
@@ -230,6 +240,12 @@ class VariableStore {
     int64_t max_version = 0;  // highest version of a dense variable
     // Worker -> data position after its last dense push (cleared by Restore).
     absl::flat_hash_map<int32_t, int64_t> worker_positions;
+    // Time spent applying pushes (the optimizer, and SYNC's accumulation),
+    // locks held, summed over threads.
+    double apply_seconds = 0;
+    // Rows held per embedding table: hash variables and the partitions of
+    // row-routed (MOD, DIV) variables, by the logical variable's name.
+    absl::flat_hash_map<std::string, int64_t> table_rows;
   };
   Stats GetStats() const;
 
@@ -280,6 +296,9 @@ class VariableStore {
   absl::StatusOr<Variable*> Find(const std::string& name) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // Aborted unless `generation` is this store's restore generation.
   absl::Status CheckGeneration(int64_t generation) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // InvalidArgument when `rows` list more than max_ids_per_request ids.
+  absl::Status CheckIdCount(const google::protobuf::RepeatedPtrField<proto::RowIds>& rows,
+                            absl::string_view op) const;
   // Checks one RowIds against its variable; fills the local row of each id.
   static absl::Status CheckRowIds(const Variable& var, const proto::RowIds& ids,
                                   std::vector<int64_t>* local);
@@ -372,6 +391,7 @@ class VariableStore {
   std::atomic<int64_t> staleness_max_{0};
   std::atomic<int64_t> stale_dropped_{0};
   std::atomic<int64_t> duplicates_ignored_{0};
+  std::atomic<int64_t> apply_nanos_{0};
 };
 
 }  // namespace pst::ps

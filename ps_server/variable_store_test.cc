@@ -781,6 +781,54 @@ proto::CreateVariablesRequest HashRequest(proto::VariableSpec spec) {
   return request;
 }
 
+TEST(VariableStoreLimitsTest, TooManyIdsOrTooLargeAnAnswer_AreRefusedAndChangeNothing) {
+  VariableStore::Options options;
+  options.max_ids_per_request = 4;
+  options.max_response_bytes = 3 * 2 * sizeof(float);  // three rows of "h"
+  VariableStore store(options);
+  ASSERT_TRUE(store.Create(HashRequest(HashSpec("h", 2, 0, 1))).ok());
+  proto::PushRowsRequest push;
+  AddRows(&push, "h/part_0", {1, 2, 3}, 2, std::vector<float>(6, 1.0f));
+  AddRows(&push, "h/part_0", {4, 5}, 2, std::vector<float>(4, 1.0f));
+  proto::PushRowsResponse pushed;
+  absl::Status status = store.PushRows(push, &pushed);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(status.message().find("PushRows lists 5 ids; this ps takes at most 4"),
+            std::string::npos)
+      << status;
+  EXPECT_EQ(store.GetStats().hash_rows, 0) << "no row made";
+  EXPECT_EQ(store.GetStats().pushes_applied, 0);
+
+  status = PullRowsOf(store, "h/part_0", {1, 2, 3, 4, 5}).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+  // Four ids are allowed, but their rows would not fit in one answer.
+  status = PullRowsOf(store, "h/part_0", {1, 2, 3, 4}).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kResourceExhausted) << status;
+  EXPECT_NE(status.message().find("pull fewer rows"), std::string::npos) << status;
+  EXPECT_EQ(store.GetStats().hash_rows, 0) << "refused pulls touch no row";
+  EXPECT_TRUE(PullRowsOf(store, "h/part_0", {1, 2, 3}).ok());
+  EXPECT_EQ(store.GetStats().hash_rows, 3);
+}
+
+TEST(VariableStoreStatsTest, TableRowsAndApplyTime) {
+  VariableStore store;
+  ASSERT_TRUE(store.Create(RowRequest()).ok());
+  ASSERT_TRUE(PullRowsOf(store, "h/part_1", {1, 3, 5}).ok());
+  VariableStore::Stats stats = store.GetStats();
+  // "emb": both MOD partitions (4 + 3 rows); "div": the one partition of 2
+  // rows held here; "h": 3 hash rows; whole variables are not tables.
+  EXPECT_EQ(stats.table_rows["emb"], 7);
+  EXPECT_EQ(stats.table_rows["div"], 2);
+  EXPECT_EQ(stats.table_rows["h"], 3);
+  EXPECT_FALSE(stats.table_rows.contains("w"));
+  EXPECT_EQ(stats.apply_seconds, 0);
+  proto::PushRowsRequest push;
+  AddRows(&push, "w", {0, 5}, 2, std::vector<float>(4, 1.0f));
+  proto::PushRowsResponse pushed;
+  ASSERT_TRUE(store.PushRows(push, &pushed).ok());
+  EXPECT_GT(store.GetStats().apply_seconds, 0);
+}
+
 TEST(HashStoreTest, FirstTouch_CreatesDeterministicRows) {
   VariableStore a, b;
   ASSERT_TRUE(a.Create(HashRequest(HashSpec("h", 3, 0, 1))).ok());

@@ -16,7 +16,9 @@
 #include <string>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "tests/test_cluster.h"
 
 namespace pst::testing {
@@ -88,16 +90,20 @@ TEST(MetricsTest, EveryDaemonServesItsFigures_AndPromtoolAcceptsThem) {
     int port;
     std::vector<const char*> metrics;
   } pages[] = {
-      {"ps:0", base,
+      {"ps:0",
+       base,
        {"pstrain_ps_pushes_applied_total", "pstrain_ps_gradients_applied_total",
         "pstrain_ps_staleness_sum_total", "pstrain_ps_variables", "pstrain_ps_embedding_rows",
         "pstrain_rpc_requests_total", "pstrain_rpc_duration_seconds_bucket",
-        "pstrain_rpc_sent_bytes_total"}},
-      {"chief:0", base + 1,
+        "pstrain_rpc_sent_bytes_total", "pstrain_rpc_received_bytes_total",
+        "pstrain_ps_apply_seconds_total"}},
+      {"chief:0",
+       base + 1,
        {"pstrain_chief_phase{", "pstrain_chief_global_step", "pstrain_chief_live_workers",
         "pstrain_chief_checkpoint_seconds_count", "pstrain_chief_recoveries_total",
         "pstrain_rpc_requests_total"}},
-      {"worker:0", base + 2,
+      {"worker:0",
+       base + 2,
        {"pstrain_worker_steps_total", "pstrain_worker_examples_total",
         "pstrain_worker_compute_seconds_total", "pstrain_worker_communication_seconds_total"}},
   };
@@ -126,6 +132,22 @@ TEST(MetricsTest, EveryDaemonServesItsFigures_AndPromtoolAcceptsThem) {
       std::printf("promtool is missing: the pages' format was not checked\n");
     }
   }
+  // The ps counts what the gradients brought in, and the time applying
+  // them, on the raw data-plane methods too.
+  const std::string ps = Scrape(base);
+  double pushed_bytes = 0;
+  for (absl::string_view line : absl::StrSplit(ps, '\n')) {
+    if (!absl::StartsWith(line, "pstrain_rpc_received_bytes_total{") ||
+        !absl::StrContains(line, "ParameterServer/Push")) {
+      continue;
+    }
+    double value = 0;
+    ASSERT_TRUE(absl::SimpleAtod(line.substr(line.rfind(' ') + 1), &value)) << line;
+    pushed_bytes += value;
+  }
+  // Each push carries the whole model's gradient: over 100 KB.
+  EXPECT_GT(pushed_bytes, 1e5) << ps;
+  EXPECT_FALSE(absl::StrContains(ps, "pstrain_ps_apply_seconds_total{task=\"ps:0\"} 0\n")) << ps;
   // Training went on under the scrapes: the page's figures are live.
   const std::string worker = Scrape(base + 2);
   EXPECT_FALSE(absl::StrContains(worker, "pstrain_worker_steps_total{task=\"worker:0\"} 0\n"))
