@@ -105,7 +105,8 @@ TEST(MetricsTest, EveryDaemonServesItsFigures_AndPromtoolAcceptsThem) {
       {"worker:0",
        base + 2,
        {"pstrain_worker_steps_total", "pstrain_worker_examples_total",
-        "pstrain_worker_compute_seconds_total", "pstrain_worker_communication_seconds_total"}},
+        "pstrain_worker_compute_seconds_total", "pstrain_worker_communication_seconds_total",
+        "pstrain_worker_sent_bytes_total", "pstrain_worker_received_bytes_total"}},
   };
   const bool have_promtool = std::system("command -v promtool >/dev/null 2>&1") == 0;
   for (const Page& page : pages) {
@@ -151,6 +152,11 @@ TEST(MetricsTest, EveryDaemonServesItsFigures_AndPromtoolAcceptsThem) {
   // Training went on under the scrapes: the page's figures are live.
   const std::string worker = Scrape(base + 2);
   EXPECT_FALSE(absl::StrContains(worker, "pstrain_worker_steps_total{task=\"worker:0\"} 0\n"))
+      << worker;
+  EXPECT_FALSE(absl::StrContains(worker, "pstrain_worker_sent_bytes_total{task=\"worker:0\"} 0\n"))
+      << worker;
+  EXPECT_FALSE(
+      absl::StrContains(worker, "pstrain_worker_received_bytes_total{task=\"worker:0\"} 0\n"))
       << worker;
   std::optional<int> exited = launcher->WaitForExit(absl::Seconds(240));
   ASSERT_TRUE(exited.has_value()) << launcher->output();

@@ -338,7 +338,7 @@ absl::Status RunWorker(const TrainerOptions& options, const common::StopSignal& 
   // Prometheus (--metrics_port): counters raised on the training thread
   // after every step, from the step times the loop keeps.
   struct StepMetrics {
-    prometheus::Counter *steps, *examples, *compute, *communication, *exposed;
+    prometheus::Counter *steps, *examples, *compute, *communication, *exposed, *sent, *received;
     prometheus::Gauge* loss;
   };
   std::optional<StepMetrics> step_metrics;
@@ -355,8 +355,14 @@ absl::Status RunWorker(const TrainerOptions& options, const common::StopSignal& 
         counter("pstrain_worker_communication_seconds_total", "Time in push+pull calls"),
         counter("pstrain_worker_exposed_communication_seconds_total",
                 "Push+pull time not hidden by compute"),
-        &prometheus::BuildGauge().Name("pstrain_worker_loss").Help("Loss of the last batch")
-             .Labels(exporter->labels()).Register(r).Add({})};
+        counter("pstrain_worker_sent_bytes_total", "Bytes of requests sent to the ps"),
+        counter("pstrain_worker_received_bytes_total", "Bytes of answers received from the ps"),
+        &prometheus::BuildGauge()
+             .Name("pstrain_worker_loss")
+             .Help("Loss of the last batch")
+             .Labels(exporter->labels())
+             .Register(r)
+             .Add({})};
   }
   control.on_step = [&](int64_t examples, float loss, int epoch, int64_t version,
                         int64_t position) {
@@ -368,6 +374,9 @@ absl::Status RunWorker(const TrainerOptions& options, const common::StopSignal& 
       common::RaiseCounterTo(*step_metrics->communication,
                              absl::ToDoubleSeconds(times.communication));
       common::RaiseCounterTo(*step_metrics->exposed, absl::ToDoubleSeconds(times.waited));
+      const PsTraffic traffic = ProcessPsTraffic();
+      common::RaiseCounterTo(*step_metrics->sent, static_cast<double>(traffic.sent_bytes));
+      common::RaiseCounterTo(*step_metrics->received, static_cast<double>(traffic.received_bytes));
       step_metrics->loss->Set(loss);
     }
   };
