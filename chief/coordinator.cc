@@ -52,6 +52,23 @@ void Coordinator::GiveUp(int index) {
   workers_[index].completed = false;
 }
 
+absl::StatusOr<int> Coordinator::ClaimWorkerIndex(const std::string& claimant) {
+  if (claimant.empty()) return absl::InvalidArgumentError("a worker index claim needs a claimant");
+  absl::MutexLock lock(&mu_);
+  if (auto it = claims_.find(claimant); it != claims_.end()) return it->second;
+  std::vector<bool> taken(workers_.size(), false);
+  for (const auto& [name, index] : claims_) taken[index] = true;
+  for (size_t i = 0; i < workers_.size(); ++i) {
+    if (taken[i] || workers_[i].registered) continue;
+    claims_.emplace(claimant, static_cast<int>(i));
+    return static_cast<int>(i);
+  }
+  return absl::ResourceExhaustedError(absl::StrCat(
+      "all ", workers_.size(), " worker indices are taken, so '", claimant,
+      "' gets none: there are more worker replicas than TF_CONFIG lists workers (scale the "
+      "service to the number of workers in its TF_CONFIG)"));
+}
+
 absl::StatusOr<proto::RegisterResponse> Coordinator::Register(const proto::RegisterRequest& request,
                                                               absl::Time now) {
   absl::MutexLock lock(&mu_);

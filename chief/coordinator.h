@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
@@ -52,6 +53,13 @@ class Coordinator {
   // Gives up on a silent worker: it counts as having left early, so the job
   // can finish without it. It may still come back by registering again.
   void GiveUp(int index);
+
+  // The worker index of `claimant` (a replica of a scaled worker service):
+  // the one it was given before, else the lowest index no one has claimed
+  // and no worker has registered with. Errors: InvalidArgument for an empty
+  // claimant; ResourceExhausted when every index is taken (more replicas
+  // than TF_CONFIG lists workers).
+  absl::StatusOr<int> ClaimWorkerIndex(const std::string& claimant);
 
   // Errors: InvalidArgument for an index outside [0, num_workers);
   // Unavailable while the phase is INIT or RECOVERING (retry);
@@ -134,6 +142,8 @@ class Coordinator {
   std::string stop_reason_ ABSL_GUARDED_BY(mu_);
   absl::Time last_done_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   int64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
+  // Claimant -> the index it was given (ClaimWorkerIndex).
+  absl::flat_hash_map<std::string, int> claims_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace pst::chief

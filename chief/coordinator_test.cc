@@ -55,6 +55,24 @@ TEST(CoordinatorTest, Register_DuringInit_IsUnavailable) {
   EXPECT_EQ(r->position(), 0);
 }
 
+TEST(CoordinatorTest, ClaimWorkerIndex_EachClaimantKeepsItsOwn_TakenIndicesAreSkipped) {
+  proto::ClusterState state = TwoWorkers();
+  state.set_num_workers(3);
+  Coordinator c(state, absl::Seconds(10));
+  // Claims work before the variables exist (phase INIT).
+  EXPECT_EQ(c.ClaimWorkerIndex("a").value(), 0);
+  c.SetPhase(proto::PHASE_RUNNING);
+  // A worker with a fixed index (from its own TF_CONFIG) holds index 1.
+  ASSERT_TRUE(c.Register(Reg(1, 7), kT0).ok());
+  EXPECT_EQ(c.ClaimWorkerIndex("b").value(), 2);
+  EXPECT_EQ(c.ClaimWorkerIndex("a").value(), 0) << "a restarted replica gets its index back";
+  EXPECT_EQ(c.ClaimWorkerIndex("b").value(), 2);
+  const absl::Status full = c.ClaimWorkerIndex("c").status();
+  EXPECT_EQ(full.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(full.message().find("all 3 worker indices are taken"), std::string::npos) << full;
+  EXPECT_EQ(c.ClaimWorkerIndex("").status().code(), absl::StatusCode::kInvalidArgument);
+}
+
 TEST(CoordinatorTest, Register_BadIndex_IsInvalidArgument) {
   Coordinator c(TwoWorkers(), absl::Seconds(10));
   c.SetPhase(proto::PHASE_RUNNING);

@@ -36,6 +36,17 @@ grpc::ServerUnaryReactor* GrpcCoordinatorService::WorkerDone(
   return Finish(context, coordinator_->WorkerDone(*request, absl::Now()));
 }
 
+grpc::ServerUnaryReactor* GrpcCoordinatorService::ClaimWorkerIndex(
+    grpc::CallbackServerContext* context, const proto::ClaimWorkerIndexRequest* request,
+    proto::ClaimWorkerIndexResponse* response) {
+  absl::StatusOr<int> index = coordinator_->ClaimWorkerIndex(request->claimant());
+  if (index.ok()) {
+    response->set_index(*index);
+    response->set_num_workers(coordinator_->State().num_workers());
+  }
+  return Finish(context, index.status());
+}
+
 grpc::ServerUnaryReactor* GrpcCoordinatorService::GetState(grpc::CallbackServerContext* context,
                                                            const proto::GetStateRequest* request,
                                                            proto::ClusterState* response) {

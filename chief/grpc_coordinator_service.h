@@ -21,6 +21,9 @@ class GrpcCoordinatorService final : public proto::Coordinator::CallbackService 
   grpc::ServerUnaryReactor* WorkerDone(grpc::CallbackServerContext* context,
                                        const proto::WorkerDoneRequest* request,
                                        proto::WorkerDoneResponse* response) override;
+  grpc::ServerUnaryReactor* ClaimWorkerIndex(grpc::CallbackServerContext* context,
+                                             const proto::ClaimWorkerIndexRequest* request,
+                                             proto::ClaimWorkerIndexResponse* response) override;
   grpc::ServerUnaryReactor* GetState(grpc::CallbackServerContext* context,
                                      const proto::GetStateRequest* request,
                                      proto::ClusterState* response) override;

@@ -9,20 +9,30 @@
 
 namespace pst::common {
 
-absl::StatusOr<DaemonSetup> SetUpDaemon(const char* binary, TaskType type, StopSignal* stop) {
+absl::StatusOr<DaemonSetup> SetUpDaemon(const char* binary, TaskType type, StopSignal* stop,
+                                        const AdjustSetup& adjust) {
   TuneMallocForLargeBuffers();
   DaemonSetup setup;
   absl::Status status = [&]() -> absl::Status {
     absl::StatusOr<TfConfig> tf = LoadTfConfig(absl::GetFlag(FLAGS_tf_config), type);
     if (!tf.ok()) return tf.status();
     setup.tf = *std::move(tf);
+    if (const int workers = absl::GetFlag(FLAGS_num_workers); workers > 0) {
+      absl::StatusOr<TfConfig> scaled = WithWorkerCount(setup.tf, workers);
+      if (!scaled.ok()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--num_workers=", workers, ": ", scaled.status().message()));
+      }
+      setup.tf = *std::move(scaled);
+    }
     absl::StatusOr<proto::TrainingConfig> training = TrainingConfigFromFlags();
     if (!training.ok()) return training.status();
     setup.training = *std::move(training);
     absl::StatusOr<Timing> timing = TimingFromFlags();
     if (!timing.ok()) return timing.status();
     setup.timing = *timing;
-    return InitTransportSecurityFromFlags();
+    if (absl::Status security = InitTransportSecurityFromFlags(); !security.ok()) return security;
+    return adjust == nullptr ? absl::OkStatus() : adjust(&setup);
   }();
   if (!status.ok()) {
     std::fprintf(stderr, "%s: %s\n", binary, std::string(status.message()).c_str());

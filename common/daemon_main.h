@@ -3,6 +3,7 @@
 #ifndef PST_COMMON_DAEMON_MAIN_H_
 #define PST_COMMON_DAEMON_MAIN_H_
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -24,10 +25,13 @@ struct DaemonSetup {
 };
 
 // Parses TF_CONFIG (expecting `type`), the training flags and the timing
-// flags; starts logging as the task's name; routes SIGINT/SIGTERM to `stop`.
-// On error prints "<binary>: <message>" to stderr and returns it; the
-// caller exits 2.
-absl::StatusOr<DaemonSetup> SetUpDaemon(const char* binary, TaskType type, StopSignal* stop);
+// flags; runs `adjust` on the result when given (a worker that claims its
+// index from the chief sets it there); starts logging and metrics as the
+// task's name; routes SIGINT/SIGTERM to `stop`. On error prints
+// "<binary>: <message>" to stderr and returns it; the caller exits 2.
+using AdjustSetup = std::function<absl::Status(DaemonSetup*)>;
+absl::StatusOr<DaemonSetup> SetUpDaemon(const char* binary, TaskType type, StopSignal* stop,
+                                        const AdjustSetup& adjust = nullptr);
 
 }  // namespace pst::common
 

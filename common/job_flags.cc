@@ -84,6 +84,11 @@ ABSL_FLAG(int64_t, summary_steps, 100, "Updates between TensorBoard scalars (--s
 ABSL_FLAG(int32_t, metrics_port, 0,
           "Serve Prometheus metrics on this port at /metrics (0: off). pstrain local gives "
           "its daemons this port and the ones after it.");
+ABSL_FLAG(int32_t, num_workers, 0,
+          "When > 0: the job has this many workers whatever TF_CONFIG's worker list says, "
+          "named after its first entry (host-0, host-1, ... at its port). For replicas of one "
+          "worker service that claim their indices (worker --claim_worker_index), e.g. "
+          "docker-compose with PSTRAIN_WORKERS=N. Give every daemon the same value.");
 ABSL_FLAG(double, log_every_s, 5, "Seconds between the chief's progress lines.");
 ABSL_FLAG(pst::common::ProgressMode, progress, pst::common::ProgressMode::kAuto,
           "How the chief (and pstrain local) show progress: tty (one live line rewritten in "

@@ -52,6 +52,7 @@ ABSL_DECLARE_FLAG(std::string, summary_json);
 ABSL_DECLARE_FLAG(std::string, summary_dir);
 ABSL_DECLARE_FLAG(int32_t, metrics_port);
 ABSL_DECLARE_FLAG(int64_t, summary_steps);
+ABSL_DECLARE_FLAG(int32_t, num_workers);
 ABSL_DECLARE_FLAG(double, log_every_s);
 ABSL_DECLARE_FLAG(pst::common::ProgressMode, progress);
 ABSL_DECLARE_FLAG(std::string, checkpoint_dir);

@@ -20,6 +20,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "common/status_macros.h"
 
 namespace pst::common {
 namespace {
@@ -602,6 +603,18 @@ absl::Status ParseHostPort(std::string_view address, std::string* host, int* por
   if (host != nullptr) host->assign(host_part);
   if (port != nullptr) *port = value;
   return absl::OkStatus();
+}
+
+absl::StatusOr<TfConfig> WithWorkerCount(const TfConfig& config, int n) {
+  if (n < 1) return Invalid(Cat("the job needs at least one worker, not ", n));
+  std::string host;
+  int port = 0;
+  PST_RETURN_IF_ERROR(ParseHostPort(config.cluster.worker.front(), &host, &port));
+  TfConfig scaled = config;
+  scaled.cluster.worker.clear();
+  for (int i = 0; i < n; ++i) scaled.cluster.worker.push_back(Cat(host, "-", i, ":", port));
+  // Parsed again, so every rule of a TF_CONFIG holds for the result.
+  return ParseTfConfig(TfConfigToJson(scaled));
 }
 
 }  // namespace pst::common

@@ -78,6 +78,14 @@ absl::StatusOr<TfConfig> ParseTfConfig(std::string_view json);
 // Serializes back to TF_CONFIG JSON (round-trips through ParseTfConfig).
 std::string TfConfigToJson(const TfConfig& config);
 
+// `config` with its worker list replaced by `n` workers named after its
+// first one: "h:p" becomes "h-0:p", ..., "h-<n-1>:p" (--num_workers: the
+// replicas of a scaled service, which claim their indices, have no names
+// of their own). Errors: InvalidArgument, as ParseTfConfig's, for n < 1, a
+// name that collides with another task's, or a worker task whose index is
+// not below n.
+absl::StatusOr<TfConfig> WithWorkerCount(const TfConfig& config, int n);
+
 // Loads the TF_CONFIG a daemon runs with: `flag_value` if non-empty (either
 // the JSON itself or "@path" to read it from a file), else the TF_CONFIG
 // environment variable. Then checks that the task type is `expected`: a ps

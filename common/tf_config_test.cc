@@ -491,5 +491,32 @@ TEST(TfConfigTest, Load_TypeMismatchWithBinary) {
                 {"task type is \"ps\" but this is the chief binary"});
 }
 
+TEST(TfConfigTest, WithWorkerCount_NamesTheWorkersAfterTheFirst) {
+  absl::StatusOr<TfConfig> tf = ParseTfConfig(
+      R"({"cluster": {"chief": ["c:2222"], "ps": ["p:2222"], "worker": ["worker:2222"]},
+          "task": {"type": "worker", "index": 0}})");
+  ASSERT_TRUE(tf.ok()) << tf.status();
+  absl::StatusOr<TfConfig> three = WithWorkerCount(*tf, 3);
+  ASSERT_TRUE(three.ok()) << three.status();
+  EXPECT_EQ(three->cluster.worker,
+            (std::vector<std::string>{"worker-0:2222", "worker-1:2222", "worker-2:2222"}));
+  EXPECT_EQ(three->cluster.ps, tf->cluster.ps);
+  EXPECT_EQ(WithWorkerCount(*tf, 0).status().code(), absl::StatusCode::kInvalidArgument);
+  // A generated name may not take another task's address.
+  absl::StatusOr<TfConfig> clash = ParseTfConfig(
+      R"({"cluster": {"ps": ["w-1:2222"], "worker": ["w:2222"]},
+          "task": {"type": "ps", "index": 0}})");
+  ASSERT_TRUE(clash.ok()) << clash.status();
+  const absl::Status status = WithWorkerCount(*clash, 2).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(status.message().find("w-1:2222"), std::string::npos) << status;
+  // A worker task past the new count.
+  absl::StatusOr<TfConfig> last = ParseTfConfig(
+      R"({"cluster": {"ps": ["p:2222"], "worker": ["a:1", "b:1", "c:1"]},
+          "task": {"type": "worker", "index": 2}})");
+  ASSERT_TRUE(last.ok()) << last.status();
+  EXPECT_EQ(WithWorkerCount(*last, 2).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
 }  // namespace
 }  // namespace pst::common

@@ -1,8 +1,9 @@
 #!/bin/bash
 # The compose test: builds the image from deploy/Dockerfile, brings up
-# deploy/docker-compose.yml unchanged, kills one ps and one worker container
-# mid-training, and checks that the job still finishes with the expected
-# accuracy and that every container exits 0.
+# deploy/docker-compose.yml unchanged (2 worker replicas that claim their
+# indices), kills one ps and one worker container mid-training, and checks
+# that the job still finishes with the expected accuracy, that every
+# container exits 0, and that the killed replica got its index back.
 #
 # It installs docker.io and docker-compose when missing and starts dockerd.
 # Where no registry can be reached, debian:bookworm-slim is made from a
@@ -86,9 +87,10 @@ say "docker-compose up --exit-code-from chief"
 compose up --exit-code-from chief >"$LOG_DIR/up.log" 2>&1 &
 UP=$!
 
-# A container's id once it exists, and the PID of its init on this host.
-container() { compose ps -q "$1" 2>/dev/null; }
-host_pid() { $DOCKER inspect -f '{{.State.Pid}}' "$(container "$1")"; }
+# A service's container ids (a worker has one per replica) once they exist,
+# and the PID of a container's init on this host.
+containers() { compose ps -q "$1" 2>/dev/null; }
+host_pid() { $DOCKER inspect -f '{{.State.Pid}}' "$1"; }
 wait_for_log() {  # service, pattern, seconds
   local deadline=$(( $(date +%s) + $3 ))
   while [ "$(date +%s)" -lt "$deadline" ]; do
@@ -99,12 +101,15 @@ wait_for_log() {  # service, pattern, seconds
   return 1
 }
 
-# Mid-training: after the first checkpoint, kill ps-1 and worker-0 the way
-# a crash would (SIGKILL to the container's init from the host: `docker
-# kill` would count as a manual stop and switch the restart policy off).
+# Mid-training: after the first checkpoint, kill ps-1 and one worker
+# replica the way a crash would (SIGKILL to the container's init from the
+# host: `docker kill` would count as a manual stop and switch the restart
+# policy off).
 wait_for_log chief "saved checkpoint" 300 || { tail -40 "$LOG_DIR/up.log"; say "FAILED: no checkpoint"; exit 1; }
-say "training under way; killing ps-1 and worker-0"
-kill -9 "$(host_pid ps-1)" "$(host_pid worker-0)"
+KILLED_PS=$(containers ps-1)
+KILLED_WORKER=$(containers worker | sed -n 1p)  # sed reads it all: no SIGPIPE
+say "training under way; killing ps-1 and worker replica ${KILLED_WORKER:0:12}"
+kill -9 "$(host_pid "$KILLED_PS")" "$(host_pid "$KILLED_WORKER")"
 
 set +e
 timeout "$JOB_TIMEOUT_S" tail --pid=$UP -f /dev/null
@@ -114,14 +119,28 @@ set -e
 say "docker-compose up exited $UP_STATUS"
 
 failed=0
-for service in chief ps-0 ps-1 worker-0 worker-1; do
-  id=$(container "$service")
-  code=$($DOCKER inspect -f '{{.State.ExitCode}}' "$id")
-  restarts=$($DOCKER inspect -f '{{.RestartCount}}' "$id")
-  say "$service exited $code after $restarts restart(s)"
-  [ "$code" = 0 ] || failed=1
-  case $service in ps-1|worker-0) [ "$restarts" -ge 1 ] || { say "$service was not restarted"; failed=1; } ;; esac
+workers=0
+for service in chief ps-0 ps-1 worker; do
+  for id in $(containers "$service"); do
+    code=$($DOCKER inspect -f '{{.State.ExitCode}}' "$id")
+    restarts=$($DOCKER inspect -f '{{.RestartCount}}' "$id")
+    say "$service ${id:0:12} exited $code after $restarts restart(s)"
+    [ "$code" = 0 ] || failed=1
+    if [ "$id" = "$KILLED_PS" ] || [ "$id" = "$KILLED_WORKER" ]; then
+      [ "$restarts" -ge 1 ] || { say "${id:0:12} was not restarted"; failed=1; }
+    fi
+    [ "$service" = worker ] && workers=$((workers + 1))
+  done
 done
+# Each replica claimed an index of its own, and the killed one got its own
+# back when it restarted.
+[ "$workers" = 2 ] || { say "expected 2 worker replicas, found $workers"; failed=1; }
+claims=$($DOCKER logs "$KILLED_WORKER" 2>&1 | grep -o 'claimed worker index [0-9]* of 2' | sort | uniq -c)
+say "the killed replica's claims: $(echo $claims)"
+[ "$(echo "$claims" | wc -l)" = 1 ] && [ "$(echo $claims | cut -d' ' -f1)" -ge 2 ] \
+  || { say "the restarted replica did not get its index back"; failed=1; }
+indices=$(for id in $(containers worker); do $DOCKER logs "$id" 2>&1 | grep -o 'claimed worker index [0-9]*' | tail -1; done | sort -u | wc -l)
+[ "$indices" = 2 ] || { say "the replicas did not claim 2 distinct indices"; failed=1; }
 summary=$($DOCKER run --rm -v "${PROJECT}_checkpoints:/checkpoints" --entrypoint cat pstrain \
           /checkpoints/summary.json 2>/dev/null || true)
 accuracy=$(echo "$summary" | python3 -c 'import json,sys; print(json.load(sys.stdin)["test_accuracy"])' 2>/dev/null || echo 0)

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <map>
 #include <regex>
+#include <set>
 
 #include "absl/strings/str_cat.h"
 #include "common/event_writer.h"
@@ -217,6 +218,46 @@ TEST_F(ClusterTest, CtrlC_StopsEveryDaemon_AndExits130) {
   for (const auto& [task, pid] : pids) {
     EXPECT_TRUE(WaitForPidExit(pid, absl::Seconds(5))) << task << " (pid " << pid << ") survived";
   }
+}
+
+// Two replicas of one worker service with the same TF_CONFIG (task index
+// 0 for both), as docker-compose --scale starts them: each claims its own
+// index from the chief, so they train disjoint shards and the job ends.
+TEST_F(ClusterTest, ScaledWorkers_ClaimTheirIndicesFromTheChief) {
+  const LocalSpec spec = PickLocalSpec(1, 1, 2);
+  const std::vector<std::string> flags = {"--epochs=1", "--max_steps=200", "--heartbeat_ms=200"};
+  auto start = [&](const std::string& binary, const std::string& type,
+                   std::vector<std::string> extra) {
+    std::vector<std::string> argv = {BinaryPath(binary)};
+    argv.insert(argv.end(), flags.begin(), flags.end());
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    auto process = TestProcess::Start(argv, {"TF_CONFIG=" + TfConfigJson(spec, type, 0)});
+    EXPECT_TRUE(process.ok()) << process.status();
+    return process.ok() ? *std::move(process) : nullptr;
+  };
+  auto ps = start("ps_server", "ps", {});
+  auto chief = start("chief", "chief", {});
+  auto a = start("worker", "worker", {"--claim_worker_index", "--worker_claimant=replica-a"});
+  auto b = start("worker", "worker", {"--claim_worker_index", "--worker_claimant=replica-b"});
+  ASSERT_TRUE(ps && chief && a && b);
+  std::optional<int> chief_exit = chief->WaitForExit(kJobTimeout);
+  ASSERT_TRUE(chief_exit.has_value()) << chief->output();
+  EXPECT_EQ(ExitCode(*chief_exit), 0) << chief->output();
+  std::set<std::string> claimed;
+  for (TestProcess* worker : {a.get(), b.get()}) {
+    std::optional<int> exited = worker->WaitForExit(kJobTimeout);
+    ASSERT_TRUE(exited.has_value()) << worker->output();
+    EXPECT_EQ(ExitCode(*exited), 0) << worker->output();
+    std::smatch m;
+    const std::string output = worker->output();
+    ASSERT_TRUE(std::regex_search(output, m, std::regex("claimed worker index (\\d) of 2")))
+        << output;
+    claimed.insert(m[1]);
+  }
+  EXPECT_EQ(claimed, (std::set<std::string>{"0", "1"}));
+  EXPECT_NE(chief->output().find("workers 2/2 done"), std::string::npos) << chief->output();
+  std::optional<int> ps_exit = ps->WaitForExit(kJobTimeout);
+  ASSERT_TRUE(ps_exit.has_value()) << ps->output();
 }
 
 }  // namespace

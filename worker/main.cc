@@ -1,6 +1,8 @@
 // worker: trains on its shard of the data, pulling parameters from and
 // pushing gradients to the ps. When the cluster lists no chief, worker 0
 // also runs the coordinator, as in TensorFlow and TFJob.
+#include <unistd.h>
+
 #include <cstdio>
 #include <string>
 #include <thread>
@@ -17,6 +19,14 @@
 #include "worker/device_options_from_flags.h"
 #include "worker/trainer.h"
 
+ABSL_FLAG(bool, claim_worker_index, false,
+          "Ask the chief for this worker's index instead of reading TF_CONFIG's task.index: for "
+          "replicas of one worker service sharing one TF_CONFIG (docker-compose --scale "
+          "worker=N, N = the workers TF_CONFIG lists). Each --worker_claimant keeps its index, so "
+          "a restarted replica gets its own back. Needs a chief in the cluster.");
+ABSL_FLAG(std::string, worker_claimant, "",
+          "With --claim_worker_index: the name this replica claims under (default: the "
+          "hostname, which is the container's id under Docker and stable across its restarts).");
 ABSL_FLAG(int32_t, step_delay_ms, 0,
           "Sleep this long on every training step: an artificially slow worker, for tests and "
           "demos of backup workers and bounded staleness.");
@@ -28,9 +38,38 @@ int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
   try {
     pst::common::StopSignal stop;
+    pst::common::AdjustSetup claim;
+    if (absl::GetFlag(FLAGS_claim_worker_index)) {
+      claim = [&stop](pst::common::DaemonSetup* setup) -> absl::Status {
+        if (setup->tf.cluster.chief.empty()) {
+          return absl::InvalidArgumentError(
+              "--claim_worker_index needs a chief in TF_CONFIG's cluster to hand out indices");
+        }
+        std::string claimant = absl::GetFlag(FLAGS_worker_claimant);
+        if (claimant.empty()) {
+          char host[256] = {};
+          if (gethostname(host, sizeof(host) - 1) != 0 || host[0] == '\0') {
+            return absl::InvalidArgumentError(
+                "--claim_worker_index: this host has no name; set --worker_claimant");
+          }
+          claimant = host;
+        }
+        std::fprintf(stderr, "worker: claiming a worker index from the chief as '%s'\n",
+                     claimant.c_str());
+        absl::StatusOr<int> index = pst::worker::ClaimWorkerIndex(
+            setup->tf.cluster.CoordinatorAddress(), claimant, setup->timing.startup_timeout, stop);
+        if (!index.ok()) return index.status();
+        setup->tf.task.index = *index;
+        return absl::OkStatus();
+      };
+    }
     absl::StatusOr<pst::common::DaemonSetup> setup =
-        pst::common::SetUpDaemon("worker", pst::common::TaskType::kWorker, &stop);
+        pst::common::SetUpDaemon("worker", pst::common::TaskType::kWorker, &stop, claim);
     if (!setup.ok()) return 2;
+    if (absl::GetFlag(FLAGS_claim_worker_index)) {
+      spdlog::info("claimed worker index {} of {} from the chief", setup->tf.task.index,
+                   setup->tf.cluster.worker.size());
+    }
 
     // The devices, checked before anything starts: a bad flag, or
     // --device=gpu without a GPU, is a usage error.

@@ -515,4 +515,31 @@ absl::Status RunWorker(const TrainerOptions& options, const common::StopSignal& 
   return status;
 }
 
+absl::StatusOr<int> ClaimWorkerIndex(const std::string& coordinator_address,
+                                     const std::string& claimant, absl::Duration timeout,
+                                     const common::StopSignal& stop) {
+  auto coordinator = proto::Coordinator::NewStub(common::MakeChannel(coordinator_address));
+  proto::ClaimWorkerIndexRequest request;
+  request.set_claimant(claimant);
+  const absl::Time deadline = absl::Now() + timeout;
+  absl::Duration backoff = absl::Milliseconds(50);
+  for (;; backoff = std::min(2 * backoff, absl::Seconds(1))) {
+    grpc::ClientContext context;
+    common::SetDeadline(&context, absl::Seconds(1), /*wait_for_ready=*/true);
+    proto::ClaimWorkerIndexResponse response;
+    grpc::Status status = coordinator->ClaimWorkerIndex(&context, request, &response);
+    if (status.ok()) return response.index();
+    if (status.error_code() != grpc::StatusCode::UNAVAILABLE &&
+        status.error_code() != grpc::StatusCode::DEADLINE_EXCEEDED) {
+      return common::FromGrpcStatus(status);
+    }
+    if (stop.WaitFor(backoff)) return absl::CancelledError("stopped before claiming an index");
+    if (absl::Now() > deadline) {
+      return absl::DeadlineExceededError(
+          absl::StrCat("the coordinator at ", coordinator_address,
+                       " did not answer a worker index claim in time: ", status.error_message()));
+    }
+  }
+}
+
 }  // namespace pst::worker

@@ -48,6 +48,15 @@ struct TrainerOptions {
 // again (with its position) when a restarted chief answers.
 absl::Status RunWorker(const TrainerOptions& options, const common::StopSignal& stop);
 
+// Asks the coordinator at `coordinator_address` for the worker index of
+// `claimant` (Coordinator.ClaimWorkerIndex), retrying while it is not up
+// until `timeout` passes or `stop` stops. Errors: DeadlineExceeded naming
+// the address; Cancelled when stopped; the coordinator's own refusal
+// (ResourceExhausted: every index is taken) as it is.
+absl::StatusOr<int> ClaimWorkerIndex(const std::string& coordinator_address,
+                                     const std::string& claimant, absl::Duration timeout,
+                                     const common::StopSignal& stop);
+
 }  // namespace pst::worker
 
 #endif  // PST_WORKER_TRAINER_H_
