@@ -252,23 +252,30 @@ void VariableStore::ForEachRowByStripe(const Variable& var, const std::vector<in
   }
 }
 
-class VariableStore::AllStripesReaderLock {
+class VariableStore::WholeReadLock {
  public:
-  // Takes the stripes only when `needed` (the variable takes striped row
-  // pushes); otherwise var.mu held shared already excludes every writer.
-  AllStripesReaderLock(const Variable& var, bool needed) : var_(needed ? &var : nullptr) {
-    if (var_ == nullptr) return;
-    for (absl::Mutex& stripe : var_->stripes) stripe.ReaderLock();
+  explicit WholeReadLock(const Variable& var) : mu_(&var.mu) {
+    mu_->ReaderLock();
+    if (!var.row_pushes_striped) return;
+    // Row pushes change rows while holding the lock shared: exclude them.
+    // The flag never goes back to false, so it still holds once relocked.
+    mu_->ReaderUnlock();
+    mu_->Lock();
+    exclusive_ = true;
   }
-  ~AllStripesReaderLock() {
-    if (var_ == nullptr) return;
-    for (absl::Mutex& stripe : var_->stripes) stripe.ReaderUnlock();
+  ~WholeReadLock() {
+    if (exclusive_) {
+      mu_->Unlock();
+    } else {
+      mu_->ReaderUnlock();
+    }
   }
-  AllStripesReaderLock(const AllStripesReaderLock&) = delete;
-  AllStripesReaderLock& operator=(const AllStripesReaderLock&) = delete;
+  WholeReadLock(const WholeReadLock&) = delete;
+  WholeReadLock& operator=(const WholeReadLock&) = delete;
 
  private:
-  const Variable* var_;
+  absl::Mutex* const mu_;
+  bool exclusive_ = false;
 };
 
 VariableStore::VariableStore(Options options) : options_(options) {}
@@ -406,8 +413,7 @@ absl::Status VariableStore::Pull(const google::protobuf::RepeatedPtrField<std::s
   }
   response->Clear();
   for (const Variable* var : vars) {
-    absl::ReaderMutexLock var_lock(&var->mu);
-    AllStripesReaderLock rows_lock(*var, var->row_pushes_striped);
+    WholeReadLock var_lock(*var);
     response->add_names(var->spec.name());
     common::PackFloats(var->values, var->spec.shape(), response->add_values());
     response->add_versions(var->version);
@@ -1144,8 +1150,7 @@ std::vector<common::ShardRecord> VariableStore::Snapshot(absl::Duration* longest
       r.rows = var->rows;
       r.values.resize(n);
       r.slots.assign(num_slots, std::vector<float>(n));
-      absl::ReaderMutexLock var_lock(&var->mu);
-      AllStripesReaderLock rows_lock(*var, var->row_pushes_striped);
+      WholeReadLock var_lock(*var);
       const absl::Time locked = absl::Now();
       r.version = var->version;
       bool same_shape = var->values.size() == n && var->slots.size() == r.slots.size();
@@ -1163,8 +1168,7 @@ std::vector<common::ShardRecord> VariableStore::Snapshot(absl::Duration* longest
         *longest_lock = std::max(*longest_lock, absl::Now() - locked);
       }
     } else {
-      absl::ReaderMutexLock var_lock(&var->mu);
-      AllStripesReaderLock rows_lock(*var, var->row_pushes_striped);
+      WholeReadLock var_lock(*var);
       const absl::Time locked = absl::Now();
       r.version = var->version;
       const int64_t dim = var->dim;

@@ -47,8 +47,11 @@
 // may see some of its rows updated and others not yet (never half a row).
 // The first row push to a variable, and any that must create or count hash
 // rows (first touch, admission), take the variable's lock exclusively.
-// Readers (Pull, PullRows, Snapshot) hold it shared, plus the stripes' reader
-// locks once a variable has taken row pushes.
+// PullRows holds it shared plus, row by row, the stripes' reader locks;
+// Pull and Snapshot, which read whole variables, hold it shared, or
+// exclusively once a variable takes striped row pushes (so concurrent whole
+// reads of an embedding table take turns; holding all of its stripes
+// instead would hold 65 locks at once).
 #ifndef PST_PS_SERVER_VARIABLE_STORE_H_
 #define PST_PS_SERVER_VARIABLE_STORE_H_
 
@@ -268,7 +271,8 @@ class VariableStore {
 
     // Row stripes (see the class comment). Once set (under mu held
     // exclusively, by the first row push), row pushes may change rows while
-    // mu is held shared, and readers under shared mu take the stripes too.
+    // mu is held shared: PullRows takes the stripes too, whole reads take mu
+    // exclusively.
     bool row_pushes_striped ABSL_GUARDED_BY(mu) = false;
     mutable std::array<absl::Mutex, kRowStripes> stripes;
     int StripeOf(int64_t local) const;
@@ -312,9 +316,9 @@ class VariableStore {
   template <typename Fn>
   static void ForEachRowByStripe(const Variable& var, const std::vector<int64_t>& local, bool write,
                                  Fn fn);
-  // Holds every stripe of `var` shared (a reader of whole variables under
-  // var.mu held shared, once row pushes are striped), in stripe order.
-  class AllStripesReaderLock;
+  // Holds a variable for a read of all of it: its lock shared, or
+  // exclusively once row pushes to it are striped.
+  class WholeReadLock;
   // A row push to one variable while holding var.mu shared: false, with
   // nothing applied, when it needs var.mu exclusively (the variable's first
   // row push, or hash rows to create or count).
