@@ -55,17 +55,24 @@ class WireCodecTest : public ::testing::Test {
     return response;
   }
 
+  // The PushPullRequest of Push(payloads_) with the payloads in its tensors.
+  proto::PushPullRequest FullPushPull() const {
+    proto::PushPullRequest full;
+    *full.mutable_push() = Push(payloads_);
+    for (size_t k = 0; k < payloads_.size(); ++k) {
+      PackFloats(payloads_[k], full.push().gradients(k).shape(),
+                 full.mutable_push()->mutable_gradients(k));
+    }
+    return full;
+  }
+
   const std::vector<std::vector<float>> payloads_ = {{1.5f, -2.0f, 3.25f}, {}, {7.0f}};
 };
 
 TEST_F(WireCodecTest, EncodePushPull_ParsesAsTheFullRequest) {
   proto::PushPullRequest request;
   *request.mutable_push() = Push(payloads_);
-  proto::PushPullRequest full = request;
-  for (size_t k = 0; k < payloads_.size(); ++k) {
-    PackFloats(payloads_[k], full.push().gradients(k).shape(),
-               full.mutable_push()->mutable_gradients(k));
-  }
+  const proto::PushPullRequest full = FullPushPull();
   PayloadPins pins;
   {
     grpc::ByteBuffer bytes = EncodePushPull(request, Spans(payloads_), &pins);
@@ -216,11 +223,7 @@ bool InsideSlices(const std::vector<std::string_view>& parts,
 TEST_F(WireCodecTest, DecodePushPull_LeavesPayloadsInTheReceiveSlices) {
   proto::PushPullRequest request;
   *request.mutable_push() = Push(payloads_);
-  proto::PushPullRequest full = request;
-  for (size_t k = 0; k < payloads_.size(); ++k) {
-    PackFloats(payloads_[k], full.push().gradients(k).shape(),
-               full.mutable_push()->mutable_gradients(k));
-  }
+  const proto::PushPullRequest full = FullPushPull();
   // As the worker sends it (push written twice), and as protobuf itself
   // serializes it, each cut into slices of several sizes.
   PayloadPins pins;
@@ -266,12 +269,7 @@ TEST_F(WireCodecTest, DecodePush_MatchesTheStandardParser) {
 }
 
 TEST_F(WireCodecTest, DecodePushPull_TruncatedOrGarbage_IsInvalidArgument) {
-  proto::PushPullRequest full;
-  *full.mutable_push() = Push(payloads_);
-  for (size_t k = 0; k < payloads_.size(); ++k) {
-    PackFloats(payloads_[k], full.push().gradients(k).shape(),
-               full.mutable_push()->mutable_gradients(k));
-  }
+  const proto::PushPullRequest full = FullPushPull();
   const std::string whole = full.SerializeAsString();
   int agreed = 0;
   for (size_t cut = 0; cut < whole.size(); ++cut) {
