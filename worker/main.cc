@@ -21,9 +21,9 @@
 
 ABSL_FLAG(bool, claim_worker_index, false,
           "Ask the chief for this worker's index instead of reading TF_CONFIG's task.index: for "
-          "replicas of one worker service sharing one TF_CONFIG (docker-compose --scale "
-          "worker=N, N = the workers TF_CONFIG lists). Each --worker_claimant keeps its index, so "
-          "a restarted replica gets its own back. Needs a chief in the cluster.");
+          "replicas of one worker service sharing one TF_CONFIG (docker-compose with "
+          "PSTRAIN_WORKERS=N: N replicas, --num_workers=N). Each --worker_claimant keeps its "
+          "index, so a restarted replica gets its own back. Needs a chief in the cluster.");
 ABSL_FLAG(std::string, worker_claimant, "",
           "With --claim_worker_index: the name this replica claims under (default: the "
           "hostname, which is the container's id under Docker and stable across its restarts).");
