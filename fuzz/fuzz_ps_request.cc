@@ -90,6 +90,36 @@ grpc::ByteBuffer Pieces(const std::string& bytes) {
   return grpc::ByteBuffer(slices.data(), slices.size());
 }
 
+absl::Status Decode(const std::string& bytes, pst::proto::PushRequest* request,
+                    pst::common::ReceivedGradients* gradients) {
+  return pst::common::DecodePush(Pieces(bytes), request, gradients);
+}
+absl::Status Decode(const std::string& bytes, pst::proto::PushPullRequest* request,
+                    pst::common::ReceivedGradients* gradients) {
+  return pst::common::DecodePushPull(Pieces(bytes), request, gradients);
+}
+const pst::proto::PushRequest& PushOf(const pst::proto::PushRequest& r) { return r; }
+const pst::proto::PushRequest& PushOf(const pst::proto::PushPullRequest& r) { return r.push(); }
+
+// A Push or PushPull request's bytes, decoded in place as the ps's gRPC
+// handler does: the decoder must accept exactly what protobuf's parser
+// accepts, and a refused push must leave every parameter as it was.
+template <typename Request>
+void DecodeAndPush(const std::string& bytes) {
+  Request request;
+  pst::common::ReceivedGradients gradients;
+  const bool decoded = Decode(bytes, &request, &gradients).ok();
+  Request reference;
+  if (decoded != reference.ParseFromString(bytes)) std::abort();
+  if (!decoded) return;
+  const std::string before = DenseState();
+  pst::proto::PushResponse response;
+  if (!Store()->Push(PushOf(request), &response, &gradients.payloads).ok() &&
+      DenseState() != before) {
+    std::abort();
+  }
+}
+
 }  // namespace
 
 // Protobuf logs every string field with invalid UTF-8 it parses; the
@@ -104,36 +134,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   VariableStore* store = Store();
   const std::string bytes(reinterpret_cast<const char*>(data) + 1, size - 1);
   switch (data[0] % 6) {
-    case 0: {  // Push, decoded in place as the gRPC handler does
-      pst::proto::PushRequest request;
-      pst::common::ReceivedGradients gradients;
-      const bool decoded = pst::common::DecodePush(Pieces(bytes), &request, &gradients).ok();
-      pst::proto::PushRequest reference;
-      // The in-place decoder accepts exactly what protobuf's parser accepts.
-      if (decoded != reference.ParseFromString(bytes)) std::abort();
-      if (!decoded) return 0;
-      const std::string before = DenseState();
-      pst::proto::PushResponse response;
-      if (!store->Push(request, &response, &gradients.payloads).ok() && DenseState() != before) {
-        std::abort();
-      }
+    case 0:  // Push, decoded in place as the gRPC handler does
+      DecodeAndPush<pst::proto::PushRequest>(bytes);
       break;
-    }
-    case 1: {  // PushPull, likewise
-      pst::proto::PushPullRequest request;
-      pst::common::ReceivedGradients gradients;
-      const bool decoded = pst::common::DecodePushPull(Pieces(bytes), &request, &gradients).ok();
-      pst::proto::PushPullRequest reference;
-      if (decoded != reference.ParseFromString(bytes)) std::abort();
-      if (!decoded) return 0;
-      const std::string before = DenseState();
-      pst::proto::PushResponse response;
-      if (!store->Push(request.push(), &response, &gradients.payloads).ok() &&
-          DenseState() != before) {
-        std::abort();
-      }
+    case 1:  // PushPull, likewise
+      DecodeAndPush<pst::proto::PushPullRequest>(bytes);
       break;
-    }
     case 2: {  // Pull, through the raw codec
       grpc::Slice slice(bytes);
       grpc::ByteBuffer buffer(&slice, 1);

@@ -133,6 +133,35 @@ bool Retryable(const absl::Status& status) {
   }
 }
 
+// Makes one call to the coordinator (`call`, given a context with a 1 s
+// deadline) until it is answered with anything but UNAVAILABLE or
+// DEADLINE_EXCEEDED (the coordinator is not up yet, or is initializing or
+// recovering), backing off up to 1 s between tries, until `deadline`.
+// The errors say "stopped before <stopped_before>" and "the coordinator at
+// <address> did not answer<what> in time".
+absl::Status CallCoordinatorUntil(const std::function<grpc::Status(grpc::ClientContext*)>& call,
+                                  const std::string& address, absl::Time deadline,
+                                  const common::StopSignal& stop, absl::string_view stopped_before,
+                                  absl::string_view what) {
+  absl::Duration backoff = absl::Milliseconds(50);
+  for (;; backoff = std::min(2 * backoff, absl::Seconds(1))) {
+    grpc::ClientContext context;
+    common::SetDeadline(&context, absl::Seconds(1), /*wait_for_ready=*/true);
+    grpc::Status status = call(&context);
+    if (status.ok()) return absl::OkStatus();
+    const bool retry = status.error_code() == grpc::StatusCode::UNAVAILABLE ||
+                       status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED;
+    if (!retry) return common::FromGrpcStatus(status);
+    if (stop.WaitFor(backoff))
+      return absl::CancelledError(absl::StrCat("stopped before ", stopped_before));
+    if (absl::Now() > deadline) {
+      return absl::DeadlineExceededError(absl::StrCat("the coordinator at ", address,
+                                                      " did not answer", what,
+                                                      " in time: ", status.error_message()));
+    }
+  }
+}
+
 // Registers with the coordinator, retrying while it is not up yet (or is
 // initializing or recovering) until `deadline`.
 absl::StatusOr<proto::RegisterResponse> Register(proto::Coordinator::Stub* coordinator,
@@ -140,23 +169,13 @@ absl::StatusOr<proto::RegisterResponse> Register(proto::Coordinator::Stub* coord
                                                  const proto::RegisterRequest& request,
                                                  absl::Time deadline,
                                                  const common::StopSignal& stop) {
-  absl::Duration backoff = absl::Milliseconds(50);
-  for (;; backoff = std::min(2 * backoff, absl::Seconds(1))) {
-    grpc::ClientContext context;
-    common::SetDeadline(&context, absl::Seconds(1), /*wait_for_ready=*/true);
-    proto::RegisterResponse response;
-    grpc::Status status = coordinator->Register(&context, request, &response);
-    if (status.ok()) return response;
-    const bool retry = status.error_code() == grpc::StatusCode::UNAVAILABLE ||
-                       status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED;
-    if (!retry) return common::FromGrpcStatus(status);
-    if (stop.WaitFor(backoff)) return absl::CancelledError("stopped before registering");
-    if (absl::Now() > deadline) {
-      return absl::DeadlineExceededError(
-          absl::StrCat("the coordinator at ", options.coordinator_address,
-                       " did not answer in time: ", status.error_message()));
-    }
-  }
+  proto::RegisterResponse response;
+  PST_RETURN_IF_ERROR(CallCoordinatorUntil(
+      [&](grpc::ClientContext* context) {
+        return coordinator->Register(context, request, &response);
+      },
+      options.coordinator_address, deadline, stop, "registering", ""));
+  return response;
 }
 
 // Where this worker's last push left its data, as the ps recorded it in
@@ -521,25 +540,14 @@ absl::StatusOr<int> ClaimWorkerIndex(const std::string& coordinator_address,
   auto coordinator = proto::Coordinator::NewStub(common::MakeChannel(coordinator_address));
   proto::ClaimWorkerIndexRequest request;
   request.set_claimant(claimant);
-  const absl::Time deadline = absl::Now() + timeout;
-  absl::Duration backoff = absl::Milliseconds(50);
-  for (;; backoff = std::min(2 * backoff, absl::Seconds(1))) {
-    grpc::ClientContext context;
-    common::SetDeadline(&context, absl::Seconds(1), /*wait_for_ready=*/true);
-    proto::ClaimWorkerIndexResponse response;
-    grpc::Status status = coordinator->ClaimWorkerIndex(&context, request, &response);
-    if (status.ok()) return response.index();
-    if (status.error_code() != grpc::StatusCode::UNAVAILABLE &&
-        status.error_code() != grpc::StatusCode::DEADLINE_EXCEEDED) {
-      return common::FromGrpcStatus(status);
-    }
-    if (stop.WaitFor(backoff)) return absl::CancelledError("stopped before claiming an index");
-    if (absl::Now() > deadline) {
-      return absl::DeadlineExceededError(
-          absl::StrCat("the coordinator at ", coordinator_address,
-                       " did not answer a worker index claim in time: ", status.error_message()));
-    }
-  }
+  proto::ClaimWorkerIndexResponse response;
+  PST_RETURN_IF_ERROR(CallCoordinatorUntil(
+      [&](grpc::ClientContext* context) {
+        return coordinator->ClaimWorkerIndex(context, request, &response);
+      },
+      coordinator_address, absl::Now() + timeout, stop, "claiming an index",
+      " a worker index claim"));
+  return response.index();
 }
 
 }  // namespace pst::worker
