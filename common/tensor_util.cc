@@ -149,26 +149,49 @@ void ForEachFloatBlock(std::string_view payload,
 
 namespace {
 
-// Whether every float of `block` is finite. A float is NaN or Inf when its
-// exponent bits are all ones; no early exit, so the loop vectorizes.
-bool BlockFinite(std::span<const float> block) {
+// 1 when any of the `count` floats at `bytes` (any alignment) is NaN or Inf,
+// i.e. has its exponent bits all ones. Each float is loaded with memcpy,
+// which compiles to a plain (vector) load; no early exit, so the loop
+// vectorizes.
+uint32_t AnyNonFinite(const char* bytes, size_t count) {
   uint32_t bad = 0;
-  for (float x : block) {
-    const uint32_t bits = std::bit_cast<uint32_t>(x);
+  for (size_t i = 0; i < count; ++i) {
+    uint32_t bits;
+    std::memcpy(&bits, bytes + i * sizeof(float), sizeof(float));
     bad |= static_cast<uint32_t>((bits & 0x7f800000u) == 0x7f800000u);
   }
-  return bad == 0;
+  return bad;
 }
 
 }  // namespace
 
 bool AllFinite(PayloadParts parts) {
-  bool finite = true;
-  // Blocks after the first bad one are still read; a payload with a NaN is
-  // refused anyway, and the common case has no branch to mispredict.
-  ForEachFloatBlock(
-      parts, [&](int64_t, std::span<const float> block) { finite = finite && BlockFinite(block); });
-  return finite;
+  // Scanned where the bytes lie, piece by piece; a float cut between two
+  // pieces is put together in `cut`. Pieces after the first bad float are
+  // still read: a payload with a NaN is refused anyway, and the common case
+  // has no branch to mispredict.
+  uint32_t bad = 0;
+  char cut[sizeof(float)];
+  size_t in_cut = 0;
+  for (std::string_view part : parts) {
+    const char* p = part.data();
+    size_t left = part.size();
+    if (in_cut > 0) {
+      const size_t take = std::min(sizeof(float) - in_cut, left);
+      std::memcpy(cut + in_cut, p, take);
+      in_cut += take;
+      p += take;
+      left -= take;
+      if (in_cut < sizeof(float)) continue;
+      bad |= AnyNonFinite(cut, 1);
+      in_cut = 0;
+    }
+    const size_t whole = left / sizeof(float);
+    bad |= AnyNonFinite(p, whole);
+    in_cut = left - whole * sizeof(float);
+    std::memcpy(cut, p + whole * sizeof(float), in_cut);
+  }
+  return bad == 0;
 }
 
 bool AllFinite(std::string_view payload) { return AllFinite(PayloadParts(&payload, 1)); }

@@ -164,6 +164,22 @@ TEST(TensorUtilTest, PayloadParts_CutAnywhere_ReadLikeTheWholePayload) {
   EXPECT_FALSE(AllFinite(Cut(bad, {4 * (kFloatBlock + 1) + 2})));
 }
 
+TEST(TensorUtilTest, AllFinite_PiecesOfAFewBytes_FindEveryBadFloat) {
+  // Pieces of 1 to 3 bytes put floats together from up to four of them.
+  std::vector<float> values(37, -0.5f);
+  for (const std::vector<size_t>& lengths :
+       std::vector<std::vector<size_t>>{{1, 1, 1, 1, 1, 1}, {3, 2, 1, 3, 2, 1, 7}, {5, 0, 6, 2}}) {
+    for (size_t at = 0; at < values.size(); ++at) {
+      values[at] = -std::numeric_limits<float>::infinity();
+      const std::string bytes(reinterpret_cast<const char*>(values.data()), values.size() * 4);
+      values[at] = -0.5f;
+      EXPECT_FALSE(AllFinite(Cut(bytes, lengths))) << "Inf at " << at;
+    }
+    const std::string good(reinterpret_cast<const char*>(values.data()), values.size() * 4);
+    EXPECT_TRUE(AllFinite(Cut(good, lengths)));
+  }
+}
+
 TEST(TensorUtilTest, CheckTensorMatches_PayloadOutside_ChecksItsSize) {
   proto::Tensor header;
   header.set_dtype(proto::DT_FLOAT32);

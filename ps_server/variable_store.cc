@@ -429,7 +429,8 @@ absl::Status VariableStore::Push(const proto::PushRequest& request, proto::PushR
 }
 
 absl::Status VariableStore::PushNoWake(const proto::PushRequest& request,
-                                       proto::PushResponse* response, const Payloads* payloads) {
+                                       proto::PushResponse* response, const Payloads* payloads,
+                                       proto::PullResponse* answer) {
   if (request.names_size() != request.gradients_size()) {
     return absl::InvalidArgumentError(absl::StrCat("push has ", request.names_size(), " names but ",
                                                    request.gradients_size(), " gradients"));
@@ -530,6 +531,7 @@ absl::Status VariableStore::PushNoWake(const proto::PushRequest& request,
   }
   bool applied = false, stale = false, duplicate = false;
   int64_t staleness = 0;
+  if (mode != proto::ASYNC) answer = nullptr;
   const int64_t apply_start = absl::GetCurrentTimeNanos();
   for (size_t i = 0; i < vars.size(); ++i) {
     Variable& var = *vars[i];
@@ -555,11 +557,18 @@ absl::Status VariableStore::PushNoWake(const proto::PushRequest& request,
       }
     } else {
       staleness = std::max<int64_t>(staleness, var.version - request.base_version());
+      proto::Tensor* value = nullptr;
+      if (answer != nullptr) {
+        answer->add_names(var.spec.name());
+        value = answer->add_values();
+      }
       if (grads[i].empty()) {
-        ApplyPayloadLocked(var, payload[i]);
+        ApplyPayloadLocked(var, payload[i], value);
       } else {
         ApplyLocked(var, grads[i], skip[i]);
+        if (value != nullptr) common::PackFloats(var.values, var.spec.shape(), value);
       }
+      if (answer != nullptr) answer->add_versions(var.version);
       applied = true;
     }
     response->add_versions(var.version);
@@ -613,15 +622,27 @@ void VariableStore::ApplyLocked(Variable& var, const std::vector<float>& grad,
   var.version = t;
 }
 
-void VariableStore::ApplyPayloadLocked(Variable& var, common::PayloadParts payload) {
+void VariableStore::ApplyPayloadLocked(Variable& var, common::PayloadParts payload,
+                                       proto::Tensor* value) {
   const int64_t t = var.version + 1;
+  std::string* out = nullptr;
+  if (value != nullptr) {
+    value->set_dtype(proto::DT_FLOAT32);
+    *value->mutable_shape() = var.spec.shape();
+    out = value->mutable_data();
+    out->clear();
+    out->reserve(var.values.size() * sizeof(float));
+  }
   std::vector<std::span<float>> slots(var.slots.size());
   common::ForEachFloatBlock(payload, [&](int64_t offset, std::span<const float> block) {
     for (size_t s = 0; s < slots.size(); ++s) {
       slots[s] = std::span<float>(var.slots[s]).subspan(offset, block.size());
     }
-    optimizer_->ApplyDense(std::span<float>(var.values).subspan(offset, block.size()), block,
-                           slots, t);
+    const std::span<float> params = std::span<float>(var.values).subspan(offset, block.size());
+    optimizer_->ApplyDense(params, block, slots, t);
+    // Copied while the block is still in the L1 cache: no second pass over
+    // the variable (appended, as resize() would zero the string first).
+    if (out != nullptr) out->append(reinterpret_cast<const char*>(params.data()), params.size_bytes());
   });
   var.version = t;
 }
@@ -695,9 +716,17 @@ uint64_t VariableStore::PushPullWhenReady(const proto::PushPullRequest* request,
                                           proto::PullResponse* response, Done done,
                                           const Payloads* payloads) {
   proto::PushResponse pushed;
-  absl::Status status = Push(request->push(), &pushed, payloads);
+  response->Clear();
+  absl::Status status = PushNoWake(request->push(), &pushed, payloads, response);
   if (!status.ok()) {
     done(status);
+    return 0;
+  }
+  WakeWaiters();
+  // ASYNC: the push answered with the values it left, under the same lock.
+  if (request->push().names_size() > 0 &&
+      response->values_size() == request->push().names_size()) {
+    done(absl::OkStatus());
     return 0;
   }
   proto::PullRequest pull;

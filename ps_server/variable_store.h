@@ -325,9 +325,14 @@ class VariableStore {
   bool TryApplyRowsShared(const RowUpdate& u, proto::PushRowsResponse* response)
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
 
-  // Push without waking parked pulls (the caller wakes them).
+  // Push without waking parked pulls (the caller wakes them). With `answer`,
+  // in ASYNC mode, also what a Pull of the pushed names would return right
+  // after this push, taken under the same variable locks while the values
+  // are still in cache (PushPull needs no second pass over them); `answer`
+  // is left as it was in the other modes and for a repeated push.
   absl::Status PushNoWake(const proto::PushRequest& request, proto::PushResponse* response,
-                          const Payloads* payloads) ABSL_LOCKS_EXCLUDED(mu_, wait_mu_);
+                          const Payloads* payloads, proto::PullResponse* answer = nullptr)
+      ABSL_LOCKS_EXCLUDED(mu_, wait_mu_);
   // A parked pull.
   struct Waiter {
     uint64_t ticket = 0;
@@ -339,8 +344,9 @@ class VariableStore {
   // Applies `grad` to `var` with the optimizer (all of it, or the rows not
   // in `skip`) and bumps the version.
   // ApplyLocked of a finite float32 payload (a gradient tensor's data),
-  // read block by block without unpacking it first.
-  void ApplyPayloadLocked(Variable& var, common::PayloadParts payload)
+  // read block by block without unpacking it first. With `value`, also
+  // packs the updated values into it.
+  void ApplyPayloadLocked(Variable& var, common::PayloadParts payload, proto::Tensor* value)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(var.mu) ABSL_SHARED_LOCKS_REQUIRED(mu_);
   void ApplyLocked(Variable& var, const std::vector<float>& grad, const std::vector<bool>& skip)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(var.mu) ABSL_SHARED_LOCKS_REQUIRED(mu_);

@@ -224,6 +224,92 @@ TEST_F(VariableStoreTest, ConcurrentPushes_AreEachAppliedOnce) {
   EXPECT_EQ(response.versions(0), kThreads * kPushes);
 }
 
+// PushPull in ASYNC mode answers with the values its push left, taken while
+// applying it: they must be exactly what a Pull right after returns, for
+// gradients read from receive slices cut anywhere (several L1 blocks, a
+// float straddling two slices), from the tensors themselves, and with rows
+// skipped for NaN.
+TEST(VariableStorePushPullTest, Async_AnswersExactlyTheValuesAPullSeesAfterIt) {
+  VariableStore store;
+  proto::CreateVariablesRequest create = CreateRequest();
+  const int64_t big = 3 * common::kFloatBlock + 5;
+  *create.add_variables() = Spec("big", {big});
+  create.mutable_optimizer()->set_skip_nonfinite(true);
+  ASSERT_EQ(*store.Create(create), 3);
+
+  std::vector<float> big_grad(big);
+  for (int64_t i = 0; i < big; ++i) big_grad[i] = 0.001f * static_cast<float>(i % 97) - 0.03f;
+  const std::string big_bytes(reinterpret_cast<const char*>(big_grad.data()), big * 4);
+  const std::string_view whole(big_bytes);
+  const std::vector<float> w_grad = {1, 2, 3, 4, 5, 6};
+  const std::string_view w_bytes(reinterpret_cast<const char*>(w_grad.data()), 24);
+  const VariableStore::Payloads payloads = {
+      {w_bytes}, {whole.substr(0, 4099), whole.substr(4099, 2), whole.substr(4101)}};
+  for (int round = 0; round < 3; ++round) {
+    const std::vector<float> w0 = Values(store, "w"), big0 = Values(store, "big");
+    proto::PushPullRequest request;
+    proto::PushRequest* push = request.mutable_push();
+    push->set_worker_index(0);
+    push->set_step(round);
+    proto::PullResponse answer;
+    absl::Status status;
+    if (round == 0) {  // gradients in receive slices
+      AddGradient(push, "w", {2, 3}, {});
+      AddGradient(push, "big", {big}, {});
+      status = absl::UnknownError("not answered");
+      store.PushPullWhenReady(&request, &answer, [&](absl::Status s) { status = s; }, &payloads);
+    } else {  // gradients in the tensors; round 2: a NaN row is skipped
+      AddGradient(push, "w", {2, 3}, {1, 2, 3, round == 2 ? NAN : 4.0f, 5, 6});
+      AddGradient(push, "big", {big}, big_grad);
+      status = store.PushPull(request, &answer);
+    }
+    ASSERT_TRUE(status.ok()) << round << ": " << status;
+    ASSERT_EQ(answer.names_size(), 2);
+    EXPECT_EQ(answer.names(0), "w");
+    EXPECT_EQ(answer.names(1), "big");
+    ASSERT_EQ(answer.versions_size(), 2);
+    EXPECT_EQ(answer.versions(0), round + 1);
+    EXPECT_EQ(answer.versions(1), round + 1);
+    EXPECT_EQ(answer.values(1).shape(0), big);
+    std::vector<float> w(6), big1(big);
+    common::UnpackFloats(answer.values(0), w);
+    common::UnpackFloats(answer.values(1), big1);
+    EXPECT_EQ(w, Values(store, "w")) << round;
+    EXPECT_EQ(big1, Values(store, "big")) << round;
+    for (int i = 0; i < 6; ++i) {
+      const float want = round == 2 && i >= 3 ? w0[i] : w0[i] - 0.5f * (i + 1);
+      EXPECT_FLOAT_EQ(w[i], want) << round << " " << i;
+    }
+    for (int64_t i = 0; i < big; i += 1000) {
+      EXPECT_FLOAT_EQ(big1[i], big0[i] - 0.5f * big_grad[i]) << i;
+    }
+  }
+  EXPECT_EQ(store.GetStats().nonfinite_skipped, 1);
+}
+
+// A retried PushPull is not applied again, and is still answered with the
+// variables' values.
+TEST(VariableStorePushPullTest, Async_RepeatedPush_AnswersTheValuesWithoutApplying) {
+  VariableStore store;
+  ASSERT_EQ(*store.Create(CreateRequest()), 2);
+  proto::PushPullRequest request;
+  proto::PushRequest* push = request.mutable_push();
+  push->set_worker_index(1);
+  push->set_incarnation(9);
+  push->set_step(4);
+  AddGradient(push, "b", {3}, {1, 1, 1});
+  proto::PullResponse first, second;
+  ASSERT_TRUE(store.PushPull(request, &first).ok());
+  ASSERT_TRUE(store.PushPull(request, &second).ok());
+  EXPECT_EQ(store.GetStats().duplicates_ignored, 1);
+  ASSERT_EQ(second.values_size(), 1);
+  EXPECT_EQ(second.versions(0), 1);
+  EXPECT_EQ(second.values(0).data(), first.values(0).data());
+  std::vector<float> b(3);
+  common::UnpackFloats(second.values(0), b);
+  EXPECT_EQ(b, Values(store, "b"));
+}
+
 // ---------------------------------------------------------------------------
 // Row access: PullRows / PushRows, partitions, hash embeddings.
 
