@@ -213,4 +213,60 @@ void CopyPayload(PayloadParts parts, std::span<float> out) {
   PartsReader(parts).Read(reinterpret_cast<char*>(out.data()), out.size() * sizeof(float));
 }
 
+PayloadBufferPool& PayloadBufferPool::Default() {
+  static auto* pool = new PayloadBufferPool(32 << 20);
+  return *pool;
+}
+
+void PayloadBufferPool::Take(size_t bytes, std::string* data) {
+  data->clear();
+  if (bytes >= kMinPooledBytes) {
+    absl::MutexLock lock(&mu_);
+    for (size_t i = 0; i < buffers_.size(); ++i) {
+      const size_t capacity = buffers_[i]->capacity();
+      if (capacity < bytes || capacity / 2 > bytes) continue;
+      std::unique_ptr<std::string> buffer = std::move(buffers_[i]);
+      buffers_[i] = std::move(buffers_.back());
+      buffers_.pop_back();
+      pooled_bytes_ -= capacity;
+      ++reused_;
+      data->swap(*buffer);
+      buffer->clear();
+      GiveLocked(std::move(buffer));  // what *data held before
+      return;
+    }
+    ++allocated_;
+  }
+  data->reserve(bytes);
+}
+
+void PayloadBufferPool::Give(std::unique_ptr<std::string> buffer) {
+  if (buffer->capacity() < kMinPooledBytes) return;
+  absl::MutexLock lock(&mu_);
+  GiveLocked(std::move(buffer));
+}
+
+void PayloadBufferPool::GiveLocked(std::unique_ptr<std::string> buffer) {
+  const size_t capacity = buffer->capacity();
+  if (capacity < kMinPooledBytes || pooled_bytes_ + capacity > max_bytes_) return;
+  buffer->clear();
+  pooled_bytes_ += capacity;
+  buffers_.push_back(std::move(buffer));
+}
+
+size_t PayloadBufferPool::pooled_bytes() const {
+  absl::MutexLock lock(&mu_);
+  return pooled_bytes_;
+}
+
+int64_t PayloadBufferPool::reused() const {
+  absl::MutexLock lock(&mu_);
+  return reused_;
+}
+
+int64_t PayloadBufferPool::allocated() const {
+  absl::MutexLock lock(&mu_);
+  return allocated_;
+}
+
 }  // namespace pst::common

@@ -6,12 +6,16 @@
 #include <bit>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <span>
-#include <string_view>
 #include <string>
+#include <string_view>
+#include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
 #include "google/protobuf/repeated_field.h"
 #include "proto/pstrain.pb.h"
 
@@ -82,6 +86,45 @@ void AddPayload(std::string_view payload, std::span<float> sum);
 // Copies the payload's floats into `out`.
 // REQUIRES: out.size() * sizeof(float) == the payload's size.
 void CopyPayload(PayloadParts parts, std::span<float> out);
+
+// Payload buffers of answers, reused across requests instead of allocated
+// for each: the ps fills a value's data string from here (Take), and the
+// wire codec hands the buffer back once gRPC has sent it (Give). At most
+// `max_bytes` of capacity is kept; buffers under kMinPooledBytes are not
+// worth keeping. Thread-safe.
+class PayloadBufferPool {
+ public:
+  static constexpr size_t kMinPooledBytes = 64 << 10;
+  explicit PayloadBufferPool(size_t max_bytes) : max_bytes_(max_bytes) {}
+  PayloadBufferPool(const PayloadBufferPool&) = delete;
+  PayloadBufferPool& operator=(const PayloadBufferPool&) = delete;
+
+  // The process's pool (32 MiB: a few pieces in flight per connection).
+  static PayloadBufferPool& Default();
+
+  // Leaves *data empty with capacity for `bytes`: a kept buffer of at least
+  // that capacity (and at most twice it) is swapped in if there is one; the
+  // buffer *data held before goes into the pool in its place.
+  void Take(size_t bytes, std::string* data);
+  // Keeps `buffer`'s memory for a later Take, or frees it (too small, or
+  // the pool is full).
+  void Give(std::unique_ptr<std::string> buffer);
+
+  size_t pooled_bytes() const;
+  // Takes served from the pool, and those that had to allocate.
+  int64_t reused() const;
+  int64_t allocated() const;
+
+ private:
+  void GiveLocked(std::unique_ptr<std::string> buffer) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const size_t max_bytes_;
+  mutable absl::Mutex mu_;
+  std::vector<std::unique_ptr<std::string>> buffers_ ABSL_GUARDED_BY(mu_);
+  size_t pooled_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t reused_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t allocated_ ABSL_GUARDED_BY(mu_) = 0;
+};
 
 }  // namespace pst::common
 

@@ -180,6 +180,42 @@ TEST(TensorUtilTest, AllFinite_PiecesOfAFewBytes_FindEveryBadFloat) {
   }
 }
 
+TEST(PayloadBufferPoolTest, TakeReusesAFittingBuffer_KeepsAtMostTheLimit) {
+  constexpr size_t kMiB = 1 << 20;
+  PayloadBufferPool pool(3 * kMiB);
+  std::string a;
+  pool.Take(kMiB, &a);  // nothing pooled yet
+  EXPECT_EQ(pool.allocated(), 1);
+  a.assign(kMiB, 'x');
+  const char* memory = a.data();
+  const size_t capacity = a.capacity();
+  pool.Give(std::make_unique<std::string>(std::move(a)));
+  EXPECT_EQ(pool.pooled_bytes(), capacity);
+
+  // Too small a need for this buffer (it would waste over half), then one
+  // that fits: that one gets the buffer, empty.
+  std::string small, fits = "old";
+  pool.Take(kMiB / 4, &small);
+  EXPECT_EQ(pool.reused(), 0);
+  pool.Take(kMiB - 100, &fits);
+  EXPECT_EQ(pool.reused(), 1);
+  EXPECT_EQ(fits.data(), memory);
+  EXPECT_TRUE(fits.empty());
+  EXPECT_EQ(pool.pooled_bytes(), 0u) << "a 3-byte string is not worth keeping";
+
+  // Buffers past the limit, and tiny ones, are freed instead of kept.
+  for (int i = 0; i < 5; ++i) {
+    auto buffer = std::make_unique<std::string>();
+    buffer->reserve(kMiB);
+    pool.Give(std::move(buffer));
+  }
+  EXPECT_LE(pool.pooled_bytes(), 3 * kMiB);
+  EXPECT_GE(pool.pooled_bytes(), 2 * kMiB);
+  const size_t before = pool.pooled_bytes();
+  pool.Give(std::make_unique<std::string>("tiny"));
+  EXPECT_EQ(pool.pooled_bytes(), before);
+}
+
 TEST(TensorUtilTest, CheckTensorMatches_PayloadOutside_ChecksItsSize) {
   proto::Tensor header;
   header.set_dtype(proto::DT_FLOAT32);

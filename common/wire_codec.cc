@@ -5,11 +5,13 @@
 
 #include <algorithm>
 #include <climits>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/tensor_util.h"
 #include "google/protobuf/io/coded_stream.h"
 #include "google/protobuf/io/zero_copy_stream_impl_lite.h"
 #include "google/protobuf/wire_format_lite.h"
@@ -61,7 +63,10 @@ void PutLengthTag(int field, std::string* out) {
 }
 
 void ReleasePin(void* pins) { static_cast<PayloadPins*>(pins)->Release(); }
-void DeleteString(void* s) { delete static_cast<std::string*>(s); }
+// An answer's payload, sent: its buffer goes back to the pool it came from.
+void ReturnPayload(void* s) {
+  PayloadBufferPool::Default().Give(std::unique_ptr<std::string>(static_cast<std::string*>(s)));
+}
 
 // A tensor to write: its header (the tensor without data, serialized) and
 // its payload, referenced by `slice`.
@@ -480,7 +485,7 @@ grpc::ByteBuffer EncodePullResponse(proto::PullResponse* response) {
       delete payload;
       continue;
     }
-    parts[k].slice = grpc::Slice(payload->data(), payload->size(), DeleteString, payload);
+    parts[k].slice = grpc::Slice(payload->data(), payload->size(), ReturnPayload, payload);
   }
   proto::PullResponse rest;
   *rest.mutable_names() = response->names();

@@ -135,6 +135,36 @@ TEST_F(WireCodecTest, DecodePullResponse_ValuesPastTheBuffersKeepTheirData) {
   EXPECT_EQ(got.values(2).data().size(), sizeof(float));
 }
 
+// An answer's payload buffer returns to the pool when gRPC lets go of it,
+// and the next answer of that size is filled in the same memory.
+TEST_F(WireCodecTest, EncodePullResponse_SentPayloadBuffer_IsReusedForTheNextAnswer) {
+  PayloadBufferPool& pool = PayloadBufferPool::Default();
+  const size_t bytes = 256 << 10;
+  const std::vector<float> values(bytes / sizeof(float), 0.5f);
+  proto::PullResponse first;
+  first.add_names("w");
+  first.add_versions(1);
+  proto::Tensor* value = first.add_values();
+  pool.Take(bytes, value->mutable_data());
+  PackFloats(values, Shape(), value);
+  const char* memory = value->data().data();
+  const int64_t reused_before = pool.reused();
+  {
+    grpc::ByteBuffer sent = EncodePullResponse(&first);
+    std::vector<float> out(values.size());
+    const std::vector<std::span<float>> into = {out};
+    proto::PullResponse got;
+    ASSERT_TRUE(DecodePullResponse(&sent, into, &got).ok());
+    EXPECT_EQ(out, values);
+  }  // gRPC's last reference to the payload goes here
+  std::string next;
+  pool.Take(bytes, &next);
+  EXPECT_EQ(pool.reused(), reused_before + 1);
+  EXPECT_EQ(next.data(), memory) << "the sent answer's buffer was not reused";
+  EXPECT_TRUE(next.empty());
+  EXPECT_GE(next.capacity(), bytes);
+}
+
 TEST_F(WireCodecTest, DecodePullResponse_WrongSizeOrMissingPayload_IsDataLossNamingTheSizes) {
   proto::PullResponse sent = Response(payloads_);
   grpc::ByteBuffer bytes = EncodePullResponse(&sent);

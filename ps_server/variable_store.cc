@@ -415,7 +415,10 @@ absl::Status VariableStore::Pull(const google::protobuf::RepeatedPtrField<std::s
   for (const Variable* var : vars) {
     WholeReadLock var_lock(*var);
     response->add_names(var->spec.name());
-    common::PackFloats(var->values, var->spec.shape(), response->add_values());
+    proto::Tensor* value = response->add_values();
+    common::PayloadBufferPool::Default().Take(var->values.size() * sizeof(float),
+                                              value->mutable_data());
+    common::PackFloats(var->values, var->spec.shape(), value);
     response->add_versions(var->version);
   }
   return absl::OkStatus();
@@ -630,8 +633,7 @@ void VariableStore::ApplyPayloadLocked(Variable& var, common::PayloadParts paylo
     value->set_dtype(proto::DT_FLOAT32);
     *value->mutable_shape() = var.spec.shape();
     out = value->mutable_data();
-    out->clear();
-    out->reserve(var.values.size() * sizeof(float));
+    common::PayloadBufferPool::Default().Take(var.values.size() * sizeof(float), out);
   }
   std::vector<std::span<float>> slots(var.slots.size());
   common::ForEachFloatBlock(payload, [&](int64_t offset, std::span<const float> block) {
