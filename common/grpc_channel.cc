@@ -11,9 +11,9 @@
 
 namespace pst::common {
 
-namespace {
-
-std::shared_ptr<grpc::Channel> NewChannel(const std::string& address, grpc::ChannelArguments args) {
+std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address, int connection) {
+  grpc::ChannelArguments args;
+  if (connection != 0) args.SetInt("pstrain.connection", connection);
   args.SetMaxReceiveMessageSize(kMaxMessageBytes);
   args.SetMaxSendMessageSize(kMaxMessageBytes);
   args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 30'000);
@@ -30,29 +30,11 @@ std::shared_ptr<grpc::Channel> NewChannel(const std::string& address, grpc::Chan
   return grpc::CreateCustomChannel(address, MakeChannelCredentials(security), args);
 }
 
-}  // namespace
-
-std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address) {
-  return NewChannel(address, grpc::ChannelArguments());
-}
-
-std::shared_ptr<grpc::Channel> MakeBulkChannel(const std::string& address, int connection) {
-  grpc::ChannelArguments args;
-  // Differing arguments keep gRPC from sharing one connection among them.
-  args.SetInt("pstrain.bulk_connection", connection);
-  args.SetInt(GRPC_ARG_HTTP2_BDP_PROBE, 0);
-  args.SetInt(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, kBulkWindowBytes);
-  return NewChannel(address, std::move(args));
-}
-
 void ConfigureServerBuilder(grpc::ServerBuilder* builder) {
   builder->SetMaxReceiveMessageSize(kMaxMessageBytes);
   builder->SetMaxSendMessageSize(kMaxMessageBytes);
   builder->AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   builder->AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 10'000);
-  // Pushes arrive at the window MakeBulkChannel's comment explains.
-  builder->AddChannelArgument(GRPC_ARG_HTTP2_BDP_PROBE, 0);
-  builder->AddChannelArgument(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, kBulkWindowBytes);
 }
 
 void SetDeadline(grpc::ClientContext* context, absl::Duration timeout, bool wait_for_ready) {

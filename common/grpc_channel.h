@@ -19,23 +19,10 @@ namespace pst::common {
 inline constexpr int kMaxMessageBytes = 512 << 20;
 
 // A channel to `address` ("host:port"). Channels are meant to be created
-// once per peer and reused (gRPC shares one TCP connection among channels
+// once per peer and reused. Channels of different `connection` numbers get
+// TCP connections of their own (gRPC otherwise shares one among channels
 // with equal settings).
-std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address);
-
-// HTTP/2 flow-control window of the data plane's connections: the ps's
-// server side and the workers' bulk channels (below).
-inline constexpr int kBulkWindowBytes = 16 << 20;
-
-// A channel for the dense data plane (tensors of megabytes): a TCP
-// connection of its own per `connection` number, a fixed kBulkWindowBytes window per
-// stream, and no BDP probing. gRPC's default starts each stream at a 64 KiB
-// window and grows it by pinging with the data; on tensors that cost a
-// ping and a window update per burst, and bounded one 1M-float PushPull over
-// loopback at 2.2-2.7 GB/s against 2.8-3.0 without (ps_bench, 1 ps,
-// 1 worker, interleaved runs). The window only lets a peer send before it
-// is read; every byte of a request is read anyway, so it costs no memory.
-std::shared_ptr<grpc::Channel> MakeBulkChannel(const std::string& address, int connection);
+std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address, int connection = 0);
 
 // Applies pstrain's limits to a server under construction.
 void ConfigureServerBuilder(grpc::ServerBuilder* builder);
