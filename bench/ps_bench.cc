@@ -100,6 +100,10 @@ ABSL_FLAG(double, rpc_timeout_s, 300, "Deadline of one operation.");
 ABSL_FLAG(int64_t, dense_piece_bytes, 1 << 20,
           "Dense variables are cut into pieces of at most this many bytes, as the chief's "
           "--dense_piece_bytes does; 0: never cut (one variable per ps).");
+ABSL_FLAG(bool, bdp_probe, true,
+          "As the daemons' --bdp_probe: false runs the ps processes and this benchmark's "
+          "dense connections with a fixed 16 MiB HTTP/2 window instead of gRPC's BDP "
+          "probing.");
 ABSL_FLAG(std::string, link_rate, "",
           "Put each ps in a network namespace of its own, behind a veth pair shaped to this "
           "rate each way (tc tbf, e.g. 2gbit), as if every ps were a machine with that NIC. "
@@ -408,7 +412,8 @@ class PsCluster {
       tf.task.index = i;
       tools::SpawnOptions spawn;
       // No chief watches this ps: the benchmark plays its part.
-      spawn.argv = {options.ps_server, "--chief_timeout_s=0"};
+      spawn.argv = {options.ps_server, "--chief_timeout_s=0",
+                    absl::StrCat("--bdp_probe=", absl::GetFlag(FLAGS_bdp_probe))};
       if (!cluster->links_.empty()) spawn.argv = cluster->links_[i]->Wrap(spawn.argv);
       spawn.env = {"TF_CONFIG=" + common::TfConfigToJson(tf)};
       int fd = -1;
@@ -1145,6 +1150,10 @@ void PrintTable(const std::vector<Result>& results, const References& refs,
         "GB/s with that rate per ps; x tcp still compares with loopback.\n",
         options.link_rate.c_str());
   }
+  if (!absl::GetFlag(FLAGS_bdp_probe)) {
+    std::printf("Dense connections used a fixed 16 MiB HTTP/2 window, no BDP probing "
+                "(--bdp_probe=false).\n");
+  }
 }
 
 nlohmann::json ToJson(const std::vector<Result>& results, const References& refs,
@@ -1165,6 +1174,7 @@ nlohmann::json ToJson(const std::vector<Result>& results, const References& refs
   j["seconds_per_case"] = absl::ToDoubleSeconds(options.case_budget);
   j["dense_piece_bytes"] = options.dense_piece_bytes;
   j["link_rate"] = options.link_rate;
+  j["bdp_probe"] = absl::GetFlag(FLAGS_bdp_probe);
   j["results"] = nlohmann::json::array();
   for (const Result& r : results) {
     nlohmann::json e;
@@ -1341,6 +1351,7 @@ int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
   // Its threads stand for workers, which tune malloc the same way.
   pst::common::TuneMallocForLargeBuffers();
+  pst::common::SetDenseBdpProbe(absl::GetFlag(FLAGS_bdp_probe));
   try {
     return pst::bench::Run();
   } catch (const std::exception& e) {

@@ -31,7 +31,7 @@ absl::StatusOr<DaemonSetup> SetUpDaemon(const char* binary, TaskType type, StopS
     absl::StatusOr<Timing> timing = TimingFromFlags();
     if (!timing.ok()) return timing.status();
     setup.timing = *timing;
-    if (absl::Status security = InitTransportSecurityFromFlags(); !security.ok()) return security;
+    if (absl::Status security = InitTransportFromFlags(); !security.ok()) return security;
     return adjust == nullptr ? absl::OkStatus() : adjust(&setup);
   }();
   if (!status.ok()) {

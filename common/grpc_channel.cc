@@ -2,6 +2,7 @@
 
 #include <grpcpp/health_check_service_interface.h>
 
+#include <atomic>
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
@@ -11,9 +12,19 @@
 
 namespace pst::common {
 
+namespace {
+std::atomic<bool> dense_bdp_probe{true};
+}  // namespace
+
+void SetDenseBdpProbe(bool enabled) { dense_bdp_probe.store(enabled); }
+
 std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address, int connection) {
   grpc::ChannelArguments args;
   if (connection != 0) args.SetInt("pstrain.connection", connection);
+  if (connection != 0 && !dense_bdp_probe.load()) {
+    args.SetInt(GRPC_ARG_HTTP2_BDP_PROBE, 0);
+    args.SetInt(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, kDenseWindowBytes);
+  }
   args.SetMaxReceiveMessageSize(kMaxMessageBytes);
   args.SetMaxSendMessageSize(kMaxMessageBytes);
   args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 30'000);
@@ -35,6 +46,10 @@ void ConfigureServerBuilder(grpc::ServerBuilder* builder) {
   builder->SetMaxSendMessageSize(kMaxMessageBytes);
   builder->AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   builder->AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 10'000);
+  if (!dense_bdp_probe.load()) {
+    builder->AddChannelArgument(GRPC_ARG_HTTP2_BDP_PROBE, 0);
+    builder->AddChannelArgument(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, kDenseWindowBytes);
+  }
 }
 
 void SetDeadline(grpc::ClientContext* context, absl::Duration timeout, bool wait_for_ready) {

@@ -21,8 +21,24 @@ inline constexpr int kMaxMessageBytes = 512 << 20;
 // A channel to `address` ("host:port"). Channels are meant to be created
 // once per peer and reused. Channels of different `connection` numbers get
 // TCP connections of their own (gRPC otherwise shares one among channels
-// with equal settings).
+// with equal settings). Numbers above 0 are the dense data plane's
+// connections (a worker's pool per ps): with --bdp_probe=false they, and
+// every server's side, use a fixed kDenseWindowBytes HTTP/2 window instead
+// of gRPC's BDP probing.
 std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address, int connection = 0);
+
+// The window --bdp_probe=false fixes. It only lets a peer send before it is
+// read; every byte of a request is read anyway, so it costs no memory.
+inline constexpr int kDenseWindowBytes = 16 << 20;
+
+// --bdp_probe: whether the dense connections, and servers started from now
+// on, keep gRPC's BDP probing (the default). gRPC starts each HTTP/2 stream
+// at a 64 KiB window and grows it by pinging alongside the data. Measured on
+// 2 cores over loopback, interleaved runs: without the probe, a fixed window
+// took ps_bench's 1M-float PushPull from 2.3-2.5 to 2.9-3.1 GB/s, and the
+// Fashion-MNIST cluster of bench/throughput.sh from 28.9-30.6k to
+// 24.7-28.1k examples/s. Call before making channels or servers.
+void SetDenseBdpProbe(bool enabled);
 
 // Applies pstrain's limits to a server under construction.
 void ConfigureServerBuilder(grpc::ServerBuilder* builder);

@@ -7,6 +7,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/grpc_channel.h"
 #include "common/metrics.h"
 #include "common/transport_security.h"
 #include "ps_server/optimizer.h"
@@ -127,6 +128,11 @@ ABSL_FLAG(int32_t, cpu_devices, 1,
           "Logical CPU devices of a worker with --device=cpu (the batch is split across them).");
 ABSL_FLAG(bool, log_device_placement, false,
           "Log where each variable copy and each op of the model runs.");
+ABSL_FLAG(bool, bdp_probe, true,
+          "gRPC's BDP probing on the dense data plane (the ps's server side and the "
+          "workers' dense connections). false: a fixed 16 MiB HTTP/2 window instead: about "
+          "25% more throughput on tensors of megabytes over loopback, 10-15% fewer "
+          "examples/s for the small Fashion-MNIST MLP. Give every daemon the same.");
 ABSL_FLAG(std::string, tls_cert, "",
           "PEM certificate chain of this process; with --tls_key, daemons serve TLS.");
 ABSL_FLAG(std::string, tls_key, "", "PEM private key for --tls_cert.");
@@ -303,7 +309,8 @@ absl::StatusOr<std::unique_ptr<MetricsExporter>> StartMetricsFromFlags(const std
   return exporter;
 }
 
-absl::Status InitTransportSecurityFromFlags() {
+absl::Status InitTransportFromFlags() {
+  SetDenseBdpProbe(absl::GetFlag(FLAGS_bdp_probe));
   SecurityFiles files;
   files.tls_cert = absl::GetFlag(FLAGS_tls_cert);
   files.tls_key = absl::GetFlag(FLAGS_tls_key);

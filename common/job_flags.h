@@ -72,6 +72,7 @@ ABSL_DECLARE_FLAG(int32_t, virtual_devices);
 ABSL_DECLARE_FLAG(int32_t, cpu_devices);
 ABSL_DECLARE_FLAG(bool, log_device_placement);
 // Transport security (common/transport_security.h has their meaning).
+ABSL_DECLARE_FLAG(bool, bdp_probe);
 ABSL_DECLARE_FLAG(std::string, tls_cert);
 ABSL_DECLARE_FLAG(std::string, tls_key);
 ABSL_DECLARE_FLAG(std::string, tls_ca);
@@ -86,9 +87,10 @@ namespace pst::common {
 absl::StatusOr<std::unique_ptr<MetricsExporter>> StartMetricsFromFlags(const std::string& task);
 
 // LoadTransportSecurity of the --tls_* and --auth_token_file flags, then
-// SetTransportSecurity: every channel and server of the process uses it.
+// SetTransportSecurity: every channel and server of the process uses it;
+// and SetDenseBdpProbe(--bdp_probe).
 // Errors: as LoadTransportSecurity (a bad flag, an unreadable file).
-absl::Status InitTransportSecurityFromFlags();
+absl::Status InitTransportFromFlags();
 
 // The training settings the coordinator decides and sends to every worker.
 // InvalidArgument names a flag whose value is out of range.

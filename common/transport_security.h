@@ -18,7 +18,7 @@
 //                          certificate for the whole cluster, say)
 //
 // The daemons' mains load it once from the flags
-// (InitTransportSecurityFromFlags in job_flags.h)
+// (InitTransportFromFlags in job_flags.h)
 // before opening any channel or server; MakeChannel and StartServer use it.
 // The grpc.health.v1 service is covered too: health checkers need the same
 // certificate and token.

@@ -103,7 +103,7 @@ int Run() {
     std::fprintf(stderr, "ps_server: %s\n", std::string(tf.status().message()).c_str());
     return 2;
   }
-  if (absl::Status security = common::InitTransportSecurityFromFlags(); !security.ok()) {
+  if (absl::Status security = common::InitTransportFromFlags(); !security.ok()) {
     std::fprintf(stderr, "ps_server: %s\n", std::string(security.message()).c_str());
     return 2;
   }
@@ -140,10 +140,11 @@ int Run() {
     spdlog::error("{}", server.status().message());
     return 1;
   }
-  spdlog::info("serving on {} (advertised as {}, {}), incarnation {:016x}",
+  spdlog::info("serving on {} (advertised as {}, {}{}), incarnation {:016x}",
                common::ListenAddress(tf->SelfAddress(), absl::GetFlag(FLAGS_bind)),
                tf->SelfAddress(),
-               common::DescribeTransportSecurity(common::GetTransportSecurity()), incarnation);
+               common::DescribeTransportSecurity(common::GetTransportSecurity()),
+               absl::GetFlag(FLAGS_bdp_probe) ? "" : ", fixed 16 MiB HTTP/2 windows", incarnation);
 
   const double chief_timeout_s = absl::GetFlag(FLAGS_chief_timeout_s);
   int exit_code = 0;

@@ -68,6 +68,32 @@ TEST_F(ClusterTest, SmallJob_Trains_AndEveryProcessExitsZero) {
   EXPECT_EQ(output.find('\r'), std::string::npos) << output;
 }
 
+// --bdp_probe=false reaches every daemon through the launcher, and a job
+// trains over the fixed windows it sets.
+TEST_F(ClusterTest, BdpProbeOff_ReachesTheDaemons_AndTheJobTrains) {
+  const std::string summary = dir_ + "/summary.json";
+  auto launcher = Launch({"--ps=2", "--workers=2", "--epochs=1", "--max_steps=300",
+                          "--bdp_probe=false", "--summary_json=" + summary});
+  ASSERT_NE(launcher, nullptr);
+  std::optional<int> exited = launcher->WaitForExit(kJobTimeout);
+  ASSERT_TRUE(exited.has_value()) << launcher->output();
+  const std::string output = launcher->output();
+  EXPECT_EQ(ExitCode(*exited), 0) << output;
+  for (const char* ps : {"ps:0", "ps:1"}) {
+    EXPECT_NE(output.find(absl::StrCat(ps, "] serving on")), std::string::npos) << output;
+  }
+  size_t fixed = 0;
+  for (size_t at = output.find("fixed 16 MiB HTTP/2 windows"); at != std::string::npos;
+       at = output.find("fixed 16 MiB HTTP/2 windows", at + 1)) {
+    ++fixed;
+  }
+  EXPECT_EQ(fixed, 2u) << "each ps says it runs without BDP probing\n" << output;
+  const nlohmann::json result = ReadJson(summary);
+  ASSERT_TRUE(result.is_object()) << output;
+  EXPECT_GE(result["global_step"].get<int64_t>(), 300);
+  EXPECT_GE(result["test_accuracy"].get<double>(), 0.70) << result.dump();
+}
+
 // --summary_dir: the chief's event file, read back record by record (both
 // CRCs checked) and decoded as TensorBoard's Event messages.
 TEST_F(ClusterTest, SummaryDir_EventFileHoldsTheTrainingCurvesAndTheTestMetrics) {

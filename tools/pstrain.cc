@@ -81,6 +81,7 @@ constexpr const char* kForwardedFlags[] = {
     "save_checkpoints_steps", "save_checkpoints_secs",
     "keep_checkpoints", "device", "gpus", "gpu_memory", "virtual_devices", "cpu_devices",
     "log_device_placement", "tls_cert", "tls_key", "tls_ca", "tls_server_name", "auth_token_file",
+    "bdp_probe",
 };
 // clang-format on
 
@@ -409,7 +410,7 @@ int main(int argc, char** argv) {
   }
   const std::string command = args[1];
   // health and check reach daemons; local forwards these flags to them.
-  if (absl::Status security = pst::common::InitTransportSecurityFromFlags(); !security.ok()) {
+  if (absl::Status security = pst::common::InitTransportFromFlags(); !security.ok()) {
     std::fprintf(stderr, "pstrain %s: %s\n", command.c_str(),
                  std::string(security.message()).c_str());
     return 2;

@@ -38,7 +38,7 @@ class GrpcPsTransport final : public common::PsTransport {
       stubs_.push_back(proto::ParameterServer::NewStub(common::MakeChannel(address)));
       std::vector<std::unique_ptr<grpc::GenericStub>> pool;
       for (int c = 0; c < kConnectionsPerPs; ++c) {
-        pool.push_back(std::make_unique<grpc::GenericStub>(common::MakeChannel(address, c)));
+        pool.push_back(std::make_unique<grpc::GenericStub>(common::MakeChannel(address, 1 + c)));
       }
       generic_.push_back(std::move(pool));
       next_.push_back(std::make_unique<std::atomic<uint32_t>>(0));
