@@ -142,8 +142,7 @@ int Run() {
   }
   spdlog::info("serving on {} (advertised as {}, {}{}), incarnation {:016x}",
                common::ListenAddress(tf->SelfAddress(), absl::GetFlag(FLAGS_bind)),
-               tf->SelfAddress(),
-               common::DescribeTransportSecurity(common::GetTransportSecurity()),
+               tf->SelfAddress(), common::DescribeTransportSecurity(common::GetTransportSecurity()),
                absl::GetFlag(FLAGS_bdp_probe) ? "" : ", fixed 16 MiB HTTP/2 windows", incarnation);
 
   const double chief_timeout_s = absl::GetFlag(FLAGS_chief_timeout_s);

@@ -644,7 +644,9 @@ void VariableStore::ApplyPayloadLocked(Variable& var, common::PayloadParts paylo
     optimizer_->ApplyDense(params, block, slots, t);
     // Copied while the block is still in the L1 cache: no second pass over
     // the variable (appended, as resize() would zero the string first).
-    if (out != nullptr) out->append(reinterpret_cast<const char*>(params.data()), params.size_bytes());
+    if (out != nullptr) {
+      out->append(reinterpret_cast<const char*>(params.data()), params.size_bytes());
+    }
   });
   var.version = t;
 }
@@ -726,8 +728,7 @@ uint64_t VariableStore::PushPullWhenReady(const proto::PushPullRequest* request,
   }
   WakeWaiters();
   // ASYNC: the push answered with the values it left, under the same lock.
-  if (request->push().names_size() > 0 &&
-      response->values_size() == request->push().names_size()) {
+  if (request->push().names_size() > 0 && response->values_size() == request->push().names_size()) {
     done(absl::OkStatus());
     return 0;
   }
