@@ -392,6 +392,13 @@ absl::Status HashNeedsRowOps(const std::string& name, absl::string_view op) {
                    "no dense form; use ", op));
 }
 
+// PackFloats into a buffer from the payload pool (the wire codec gives it
+// back once the answer is sent).
+void PackPooled(std::span<const float> values, const common::Shape& shape, proto::Tensor* value) {
+  common::PayloadBufferPool::Default().Take(values.size_bytes(), value->mutable_data());
+  common::PackFloats(values, shape, value);
+}
+
 }  // namespace
 
 absl::Status VariableStore::Pull(const google::protobuf::RepeatedPtrField<std::string>& names,
@@ -415,10 +422,7 @@ absl::Status VariableStore::Pull(const google::protobuf::RepeatedPtrField<std::s
   for (const Variable* var : vars) {
     WholeReadLock var_lock(*var);
     response->add_names(var->spec.name());
-    proto::Tensor* value = response->add_values();
-    common::PayloadBufferPool::Default().Take(var->values.size() * sizeof(float),
-                                              value->mutable_data());
-    common::PackFloats(var->values, var->spec.shape(), value);
+    PackPooled(var->values, var->spec.shape(), response->add_values());
     response->add_versions(var->version);
   }
   return absl::OkStatus();
@@ -569,7 +573,7 @@ absl::Status VariableStore::PushNoWake(const proto::PushRequest& request,
         ApplyPayloadLocked(var, payload[i], value);
       } else {
         ApplyLocked(var, grads[i], skip[i]);
-        if (value != nullptr) common::PackFloats(var.values, var.spec.shape(), value);
+        if (value != nullptr) PackPooled(var.values, var.spec.shape(), value);
       }
       if (answer != nullptr) answer->add_versions(var.version);
       applied = true;
