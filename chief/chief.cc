@@ -161,6 +161,7 @@ absl::StatusOr<SaveFigures> SaveCheckpoint(std::vector<PsPeer>& ps, const ChiefO
     proto::SaveRequest request;
     request.set_directory(dir);
     request.set_num_ps(static_cast<int>(ps.size()));
+    request.set_incarnation(ps[i].incarnation);
     grpc::Status s = ps[i].stub->Save(&context, request, &saved[i]);
     if (!s.ok()) {
       return absl::Status(

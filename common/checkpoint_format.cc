@@ -14,6 +14,7 @@
 #include <system_error>
 #include <utility>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
@@ -617,6 +618,18 @@ absl::StatusOr<CheckpointReport> InspectCheckpoint(const std::string& dir) {
       v.slots = static_cast<int>(r.slots.size());
       v.ps_index = shard.ps_index();
       report.variables.push_back(std::move(v));
+    }
+  }
+  // Every variable (or partition) the plan placed was written by some ps. A
+  // ps that restarted just before a save would write an empty shard whose
+  // checksums are all good.
+  absl::flat_hash_set<std::string> saved;
+  for (const CheckpointReport::Variable& v : report.variables) saved.insert(v.name);
+  for (const proto::PlacementPlan::Entry& entry : manifest.plan().variables()) {
+    if (!saved.contains(entry.spec().name())) {
+      return absl::DataLossError(absl::StrCat(
+          "checkpoint ", dir, " is incomplete: its plan places '", entry.spec().name(),
+          "' on ps ", entry.ps_index(), ", but no shard holds it"));
     }
   }
   return report;

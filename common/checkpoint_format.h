@@ -96,7 +96,8 @@ struct CheckpointReport {
 // Reads the manifest and every shard, checking the file sizes and checksums
 // against the manifest and every tensor's checksum. Errors: as ReadManifest
 // and ReadShardFile, and DataLoss for a shard whose size or crc32 differs
-// from the manifest.
+// from the manifest or for a variable of the manifest's plan that no shard
+// holds.
 absl::StatusOr<CheckpointReport> InspectCheckpoint(const std::string& dir);
 
 }  // namespace pst::common

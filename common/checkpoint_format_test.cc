@@ -554,8 +554,10 @@ TEST_F(CheckpointFormatTest, PruneCheckpoints_KeepBelowOne_IsInvalidArgument) {
   EXPECT_TRUE(fs::exists(Path("ckpt-000000000100")));
 }
 
-// Writes a two-ps checkpoint at step 1200 and returns its directory.
-std::string WriteGoodCheckpoint(const std::string& root) {
+// Writes a two-ps checkpoint at step 1200 whose plan places the sample
+// records two on each ps, and returns its directory. `lost_on_ps1`: ps 1
+// wrote an empty shard (it had restarted and held nothing).
+std::string WriteGoodCheckpoint(const std::string& root, bool lost_on_ps1 = false) {
   const std::string dir = (fs::path(root) / CheckpointDirName(1200)).string();
   fs::create_directories(dir);
   std::vector<ShardRecord> all = SampleRecords();
@@ -564,6 +566,14 @@ std::string WriteGoodCheckpoint(const std::string& root) {
   m.set_format_version(1);
   m.set_global_step(1200);
   m.mutable_plan()->set_num_ps(2);
+  for (int ps = 0; ps < 2; ++ps) {
+    for (const ShardRecord& r : per_ps[ps]) {
+      proto::PlacementPlan::Entry* entry = m.mutable_plan()->add_variables();
+      *entry->mutable_spec() = r.spec;
+      entry->set_ps_index(ps);
+    }
+  }
+  if (lost_on_ps1) per_ps[1].clear();
   for (int ps = 0; ps < 2; ++ps) {
     proto::CheckpointShard shard;
     const std::string path = (fs::path(dir) / ShardFileName(ps, 2)).string();
@@ -631,6 +641,17 @@ TEST_F(CheckpointFormatTest, InspectCheckpoint_ShardSizeDiffers_IsDataLoss) {
   absl::StatusOr<CheckpointReport> report = InspectCheckpoint(dir);
   EXPECT_EQ(report.status().code(), absl::StatusCode::kDataLoss) << report.status();
   EXPECT_TRUE(Contains(std::string(report.status().message()), "shard-0-of-2.pst"));
+}
+
+TEST_F(CheckpointFormatTest, InspectCheckpoint_PlannedVariableInNoShard_IsDataLossNamingIt) {
+  // Every file and checksum is good; only the plan tells that ps 1's
+  // variables are missing.
+  const std::string dir = WriteGoodCheckpoint(dir_, /*lost_on_ps1=*/true);
+  absl::StatusOr<CheckpointReport> report = InspectCheckpoint(dir);
+  EXPECT_EQ(report.status().code(), absl::StatusCode::kDataLoss) << report.status();
+  EXPECT_TRUE(Contains(std::string(report.status().message()), "'emb/part_0' on ps 1"))
+      << report.status();
+  EXPECT_TRUE(Contains(std::string(report.status().message()), "incomplete")) << report.status();
 }
 
 TEST_F(CheckpointFormatTest, InspectCheckpoint_MissingShardOrManifest_IsNotFound) {

@@ -150,6 +150,10 @@ python3 -c "import sys; sys.exit(0 if float('$accuracy') >= 0.80 else 1)" || { s
 [ "$recoveries" -ge 1 ] || { say "the chief recorded no recovery of the killed ps"; failed=1; }
 [ "$UP_STATUS" = 0 ] || failed=1
 if [ "$failed" != 0 ]; then
-  cleanup; tail -60 "$LOG_DIR/compose.log"; say "FAILED (logs in $LOG_DIR)"; exit 1
+  cleanup
+  # The chief's lines say why the job ended; the last lines, what came after.
+  echo "--- the chief's last lines:"; grep -a 'chief_1 ' "$LOG_DIR/up.log" | tail -25
+  echo "--- the last lines of docker-compose up:"; tail -30 "$LOG_DIR/up.log"
+  say "FAILED (logs in $LOG_DIR)"; exit 1
 fi
 say "PASSED in $(( $(date +%s) - START )) s"

@@ -13,6 +13,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "common/checkpoint_format.h"
 #include "common/grpc_status.h"
 #include "common/logging.h"
@@ -253,6 +254,16 @@ grpc::ServerUnaryReactor* GrpcPsService::Save(grpc::CallbackServerContext* conte
   if (request->directory().empty() || request->num_ps() < 1 || ps_index_ >= request->num_ps()) {
     reactor->Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                                  "save needs a directory and num_ps > this ps's index"));
+    return reactor;
+  }
+  if (request->incarnation() != 0 && request->incarnation() != incarnation_) {
+    // Restarted since the chief last looked: the variables it would save are
+    // not the job's (none, or not yet restored).
+    reactor->Finish(grpc::Status(
+        grpc::StatusCode::FAILED_PRECONDITION,
+        absl::StrFormat("this ps is incarnation %016x, not %016x: it restarted and lost its "
+                        "variables, and saves nothing until the chief has restored it",
+                        incarnation_, request->incarnation())));
     return reactor;
   }
   std::error_code ec;

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
@@ -188,6 +189,46 @@ TEST_F(PsServerTest, RetriedPush_IsAppliedExactlyOnce) {
   ASSERT_TRUE(stub_->Push(&context, push, &response).ok());
   EXPECT_FALSE(response.duplicate());
   EXPECT_EQ(response.versions(0), 2);
+}
+
+// The chief names the incarnation it knows: a ps that restarted since (and
+// so holds no variables, or not the job's) must not write a shard that would
+// pass every checksum.
+TEST_F(PsServerTest, Save_ForAnotherIncarnation_IsRefusedAndWritesNothing) {
+  proto::CreateVariablesRequest create;
+  *create.add_variables() = Spec("b", {4});
+  create.mutable_optimizer()->set_name("sgd");
+  create.mutable_optimizer()->set_learning_rate(0.1f);
+  grpc::Status created = CreateVariables(create);
+  ASSERT_TRUE(created.ok()) << created.error_message();
+  proto::HealthResponse health;
+  {
+    grpc::ClientContext context;
+    common::SetDeadline(&context, kTimeout);
+    ASSERT_TRUE(stub_->Health(&context, proto::HealthRequest(), &health).ok());
+  }
+  ASSERT_NE(health.incarnation(), 0u);
+  const std::string dir = TestDir() + "/ckpt";
+  auto save = [&](uint64_t incarnation, proto::SaveResponse* response) {
+    grpc::ClientContext context;
+    common::SetDeadline(&context, kTimeout);
+    proto::SaveRequest request;
+    request.set_directory(dir);
+    request.set_num_ps(1);
+    request.set_incarnation(incarnation);
+    return stub_->Save(&context, request, response);
+  };
+  proto::SaveResponse refused;
+  grpc::Status status = save(health.incarnation() + 1, &refused);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << status.error_message();
+  EXPECT_NE(status.error_message().find("restarted"), std::string::npos) << status.error_message();
+  EXPECT_FALSE(std::filesystem::exists(dir)) << "a refused save wrote " << dir;
+
+  proto::SaveResponse saved;
+  status = save(health.incarnation(), &saved);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_GT(saved.shard().bytes(), 0);
+  EXPECT_TRUE(std::filesystem::exists(dir + "/" + saved.shard().file()));
 }
 
 // A pull parked in sync mode: a client deadline cancels it cleanly, and a
