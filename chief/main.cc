@@ -8,6 +8,7 @@
 #include "chief/chief.h"
 #include "chief/options_from_flags.h"
 #include "common/daemon_main.h"
+#include "common/process.h"
 #include "common/logging.h"
 
 int main(int argc, char** argv) {
@@ -16,7 +17,7 @@ int main(int argc, char** argv) {
       "[--epochs=N] [--summary_json=PATH] ...");
   absl::ParseCommandLine(argc, argv);
   try {
-    pst::common::StopSignal stop;
+    pst::common::StopSignal& stop = pst::common::ProcessStopSignal();
     absl::StatusOr<pst::common::DaemonSetup> setup =
         pst::common::SetUpDaemon("chief", pst::common::TaskType::kChief, &stop);
     if (!setup.ok()) return 2;

@@ -79,4 +79,9 @@ void TuneMallocForLargeBuffers() {
   mallopt(M_ARENA_MAX, 2);
 }
 
+StopSignal& ProcessStopSignal() {
+  static StopSignal* const stop = new StopSignal;
+  return *stop;
+}
+
 }  // namespace pst::common

@@ -15,7 +15,11 @@ namespace pst::common {
 
 // Routes SIGINT and SIGTERM to `on_signal(signo)`, called from an ordinary
 // thread (so it may lock mutexes and call gRPC) each time one arrives. Works
-// whichever thread the kernel delivers the signal to.
+// whichever thread the kernel delivers the signal to. That thread lives until
+// the process ends, after main() has returned too (a container runtime stops
+// every process of a job at once, so a SIGTERM can come while one exits):
+// whatever `on_signal` touches must never be destroyed, as
+// ProcessStopSignal().
 // REQUIRES: called once per process, early in main().
 void HandleTerminationSignals(std::function<void(int)> on_signal);
 
@@ -54,6 +58,10 @@ class StopSignal {
   std::string reason_ ABSL_GUARDED_BY(mu_);
   absl::Notification done_;
 };
+
+// The process's StopSignal, for the termination signals to stop (see
+// HandleTerminationSignals). Never destroyed.
+StopSignal& ProcessStopSignal();
 
 }  // namespace pst::common
 

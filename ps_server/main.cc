@@ -111,7 +111,7 @@ int Run() {
   common::InitLogging(task);
   const uint64_t incarnation = common::NewIncarnation();
 
-  common::StopSignal stop;
+  common::StopSignal& stop = common::ProcessStopSignal();
   common::HandleTerminationSignals(
       [&stop](int signo) { stop.Stop(absl::StrCat("signal ", signo)); });
 

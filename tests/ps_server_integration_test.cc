@@ -5,8 +5,10 @@
 #include <signal.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <filesystem>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
@@ -348,6 +350,28 @@ TEST_F(PsServerTest, Sigterm_DrainsAndExitsZero) {
   std::optional<int> exited = ps_->WaitForExit(kTimeout);
   ASSERT_TRUE(exited.has_value());
   EXPECT_EQ(ExitCode(*exited), 0) << ps_->output();
+}
+
+// `docker-compose up --exit-code-from` and Kubernetes stop every container
+// at once, so a SIGTERM can arrive while a daemon is already on its way out,
+// after main() has returned; the thread that delivers signals is still
+// there then. A stream of them from the first to the exit must not crash it.
+TEST_F(PsServerTest, SigtermsUntilItHasExited_ExitZero) {
+  grpc::ClientContext context;
+  common::SetDeadline(&context, kTimeout, /*wait_for_ready=*/true);
+  proto::HealthResponse health;
+  ASSERT_TRUE(stub_->Health(&context, proto::HealthRequest(), &health).ok());
+  std::atomic<bool> exited{false};
+  std::thread signaller([&] {
+    while (!exited.load()) ps_->Signal(SIGTERM);  // a no-op once it has exited
+  });
+  std::optional<int> status = ps_->WaitForExit(kTimeout);
+  exited.store(true);
+  signaller.join();
+  ASSERT_TRUE(status.has_value());
+  EXPECT_TRUE(WIFEXITED(*status)) << "killed by signal " << WTERMSIG(*status) << "\n"
+                                  << ps_->output();
+  EXPECT_EQ(ExitCode(*status), 0) << ps_->output();
 }
 
 // --bind moves where the ps listens; its TF_CONFIG address stays what peers

@@ -233,7 +233,7 @@ int Local() {
   absl::StatusOr<pst::proto::TrainingConfig> training = JobConfig();
   if (!training.ok()) return Fail("local", training.status());
   if (absl::Status s = pst::common::TimingFromFlags().status(); !s.ok()) return Fail("local", s);
-  pst::common::StopSignal stop;
+  pst::common::StopSignal& stop = pst::common::ProcessStopSignal();
   pst::common::HandleTerminationSignals(
       [&stop](int signo) { stop.Stop(absl::StrCat("interrupted by signal ", signo)); });
   pst::tools::LocalClusterOptions options;

@@ -14,6 +14,7 @@
 #include "chief/chief.h"
 #include "chief/options_from_flags.h"
 #include "common/daemon_main.h"
+#include "common/process.h"
 #include "common/logging.h"
 #include "worker/device_mapping.h"
 #include "worker/device_options_from_flags.h"
@@ -37,7 +38,7 @@ int main(int argc, char** argv) {
       "[--data_dir=DIR]");
   absl::ParseCommandLine(argc, argv);
   try {
-    pst::common::StopSignal stop;
+    pst::common::StopSignal& stop = pst::common::ProcessStopSignal();
     pst::common::AdjustSetup claim;
     if (absl::GetFlag(FLAGS_claim_worker_index)) {
       claim = [&stop](pst::common::DaemonSetup* setup) -> absl::Status {
