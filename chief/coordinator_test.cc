@@ -141,7 +141,9 @@ TEST(CoordinatorTest, WaitStopSeen_OnceEveryLiveWorkerWasToldToStop) {
     const absl::Time now = absl::Now();  // liveness is judged against the clock
     ASSERT_TRUE(c.Register(Reg(0, 1), now).ok());
     ASSERT_TRUE(c.Register(Reg(1, 2), now).ok());
-    if (second_leaves_early) ASSERT_TRUE(c.WorkerDone(Done(1, 2, 3, false), now).ok());
+    if (second_leaves_early) {
+      ASSERT_TRUE(c.WorkerDone(Done(1, 2, 3, false), now).ok());
+    }
     EXPECT_FALSE(c.Heartbeat(Beat(0, 1, 1), now)->should_stop());
     c.RequestStop("job done");
     EXPECT_FALSE(c.WaitStopSeen(absl::Milliseconds(20)));
