@@ -31,6 +31,9 @@ void HandleTerminationSignals(std::function<void(int)> on_signal) {
   // the signal number to a pipe that an ordinary thread reads.
   int fds[2];
   if (pipe2(fds, O_CLOEXEC) != 0) return;
+  // The handler must never block: it may run on the reading thread itself.
+  // With the pipe full (a storm of signals), a dropped byte loses nothing.
+  fcntl(fds[1], F_SETFL, fcntl(fds[1], F_GETFL) | O_NONBLOCK);
   signal_pipe_write = fds[1];
   struct sigaction action {};
   action.sa_handler = OnSignal;
