@@ -110,30 +110,6 @@ absl::Status ForEachPs(size_t n, const std::function<absl::Status(size_t)>& call
   return absl::OkStatus();
 }
 
-// The global step the job ends at when every worker goes through all its
-// epochs of `num_examples` (sharded as worker::ShardDataset does) or
-// --max_steps stops it first; 0 when neither is known. Async and ssp apply
-// every push, one per batch; sync applies one update a round and each
-// worker pushes once a round, so the worker with the most batches sets it.
-int64_t ExpectedFinalStep(const proto::TrainingConfig& training, int num_workers,
-                          int64_t num_examples) {
-  int64_t from_epochs = 0;
-  const int64_t batch = training.batch_size();
-  if (num_examples > 0 && batch > 0 && num_workers > 0) {
-    const bool sync = training.sync().mode() == proto::SYNC;
-    for (int64_t i = 0; i < num_workers; ++i) {
-      const int64_t shard =
-          num_examples > i ? (num_examples - i + num_workers - 1) / num_workers : 0;
-      const int64_t batches = (shard + batch - 1) / batch * training.epochs();
-      from_epochs = sync ? std::max(from_epochs, batches) : from_epochs + batches;
-    }
-  }
-  if (training.max_steps() > 0) {
-    return from_epochs > 0 ? std::min(from_epochs, training.max_steps()) : training.max_steps();
-  }
-  return from_epochs;
-}
-
 // Saves a checkpoint of every ps at `step` and commits it with the manifest.
 // What one save took.
 struct SaveFigures {
@@ -878,6 +854,25 @@ class Job {
 };
 
 }  // namespace
+
+int64_t ExpectedFinalStep(const proto::TrainingConfig& training, int num_workers,
+                          int64_t num_examples) {
+  int64_t from_epochs = 0;
+  const int64_t batch = training.batch_size();
+  if (num_examples > 0 && batch > 0 && num_workers > 0) {
+    const bool sync = training.sync().mode() == proto::SYNC;
+    for (int64_t i = 0; i < num_workers; ++i) {
+      const int64_t shard =
+          num_examples > i ? (num_examples - i + num_workers - 1) / num_workers : 0;
+      const int64_t batches = (shard + batch - 1) / batch * training.epochs();
+      from_epochs = sync ? std::max(from_epochs, batches) : from_epochs + batches;
+    }
+  }
+  if (training.max_steps() > 0) {
+    return from_epochs > 0 ? std::min(from_epochs, training.max_steps()) : training.max_steps();
+  }
+  return from_epochs;
+}
 
 absl::Status RunChief(const ChiefOptions& options, const common::StopSignal& stop) {
   const absl::Time job_start = absl::Now();

@@ -39,6 +39,14 @@ struct ChiefOptions {
   common::ProgressMode progress = common::ProgressMode::kAuto;
 };
 
+// The global step the job ends at when every worker goes through all its
+// epochs of `num_examples` (sharded as worker::ShardDataset does) or
+// --max_steps stops it first; 0 when neither is known. Async and ssp apply
+// every push, one per batch; sync applies one update a round and each
+// worker pushes once a round, so the worker with the most batches sets it.
+int64_t ExpectedFinalStep(const proto::TrainingConfig& training, int num_workers,
+                          int64_t num_examples);
+
 // Runs the job to the end. OK when every worker finished (or was given up
 // on after --recovery_timeout_s of silence, as long as one finished) and the
 // model was evaluated.
