@@ -8,8 +8,8 @@
 #include "chief/chief.h"
 #include "chief/options_from_flags.h"
 #include "common/daemon_main.h"
-#include "common/process.h"
 #include "common/logging.h"
+#include "common/process.h"
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(

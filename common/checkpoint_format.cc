@@ -627,9 +627,9 @@ absl::StatusOr<CheckpointReport> InspectCheckpoint(const std::string& dir) {
   for (const CheckpointReport::Variable& v : report.variables) saved.insert(v.name);
   for (const proto::PlacementPlan::Entry& entry : manifest.plan().variables()) {
     if (!saved.contains(entry.spec().name())) {
-      return absl::DataLossError(absl::StrCat(
-          "checkpoint ", dir, " is incomplete: its plan places '", entry.spec().name(),
-          "' on ps ", entry.ps_index(), ", but no shard holds it"));
+      return absl::DataLossError(
+          absl::StrCat("checkpoint ", dir, " is incomplete: its plan places '", entry.spec().name(),
+                       "' on ps ", entry.ps_index(), ", but no shard holds it"));
     }
   }
   return report;

@@ -113,7 +113,7 @@ int Run() {
 
   common::StopSignal& stop = common::ProcessStopSignal();
   common::HandleTerminationSignals(
-      [&stop](int signo) { stop.Stop(absl::StrCat("signal ", signo)); });
+      [s = &stop](int signo) { s->Stop(absl::StrCat("signal ", signo)); });
 
   VariableStore::Options store_options;
   store_options.max_ids_per_request = absl::GetFlag(FLAGS_max_ids_per_request);

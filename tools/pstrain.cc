@@ -235,7 +235,7 @@ int Local() {
   if (absl::Status s = pst::common::TimingFromFlags().status(); !s.ok()) return Fail("local", s);
   pst::common::StopSignal& stop = pst::common::ProcessStopSignal();
   pst::common::HandleTerminationSignals(
-      [&stop](int signo) { stop.Stop(absl::StrCat("interrupted by signal ", signo)); });
+      [s = &stop](int signo) { s->Stop(absl::StrCat("interrupted by signal ", signo)); });
   pst::tools::LocalClusterOptions options;
   options.num_ps = absl::GetFlag(FLAGS_ps);
   options.num_workers = absl::GetFlag(FLAGS_workers);
