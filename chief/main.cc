@@ -19,7 +19,7 @@ int main(int argc, char** argv) {
   try {
     pst::common::StopSignal& stop = pst::common::ProcessStopSignal();
     absl::StatusOr<pst::common::DaemonSetup> setup =
-        pst::common::SetUpDaemon("chief", pst::common::TaskType::kChief, &stop);
+        pst::common::SetUpDaemon("chief", pst::common::TaskType::kChief);
     if (!setup.ok()) return 2;
     absl::Status status = pst::chief::RunChief(pst::chief::ChiefOptionsFromFlags(*setup), stop);
     if (!status.ok()) {

@@ -9,7 +9,7 @@
 
 namespace pst::common {
 
-absl::StatusOr<DaemonSetup> SetUpDaemon(const char* binary, TaskType type, StopSignal* stop,
+absl::StatusOr<DaemonSetup> SetUpDaemon(const char* binary, TaskType type,
                                         const AdjustSetup& adjust) {
   TuneMallocForLargeBuffers();
   DaemonSetup setup;
@@ -49,8 +49,7 @@ absl::StatusOr<DaemonSetup> SetUpDaemon(const char* binary, TaskType type, StopS
   if (setup.metrics != nullptr) {
     spdlog::info("Prometheus metrics on port {} at /metrics", absl::GetFlag(FLAGS_metrics_port));
   }
-  HandleTerminationSignals(
-      [stop](int signo) { stop->Stop(absl::StrCat("received signal ", signo)); });
+  StopOnTerminationSignals("received signal");
   return setup;
 }
 

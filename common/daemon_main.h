@@ -27,10 +27,10 @@ struct DaemonSetup {
 // Parses TF_CONFIG (expecting `type`), the training flags and the timing
 // flags; runs `adjust` on the result when given (a worker that claims its
 // index from the chief sets it there); starts logging and metrics as the
-// task's name; routes SIGINT/SIGTERM to `stop`. On error prints
+// task's name; routes SIGINT/SIGTERM to ProcessStopSignal(). On error prints
 // "<binary>: <message>" to stderr and returns it; the caller exits 2.
 using AdjustSetup = std::function<absl::Status(DaemonSetup*)>;
-absl::StatusOr<DaemonSetup> SetUpDaemon(const char* binary, TaskType type, StopSignal* stop,
+absl::StatusOr<DaemonSetup> SetUpDaemon(const char* binary, TaskType type,
                                         const AdjustSetup& adjust = nullptr);
 
 }  // namespace pst::common

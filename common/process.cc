@@ -7,7 +7,11 @@
 
 #include <cerrno>
 #include <random>
+#include <string>
 #include <thread>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
 
 namespace pst::common {
 
@@ -25,7 +29,7 @@ void OnSignal(int signo) {
 
 }  // namespace
 
-void HandleTerminationSignals(std::function<void(int)> on_signal) {
+void StopOnTerminationSignals(std::string why) {
   // A handler (not sigwait) so that whichever thread the kernel picks, a
   // library's thread pool included, the signal reaches us; it only writes
   // the signal number to a pipe that an ordinary thread reads.
@@ -41,12 +45,12 @@ void HandleTerminationSignals(std::function<void(int)> on_signal) {
   action.sa_flags = SA_RESTART;
   sigaction(SIGINT, &action, nullptr);
   sigaction(SIGTERM, &action, nullptr);
-  std::thread([read_fd = fds[0], on_signal = std::move(on_signal)] {
+  std::thread([read_fd = fds[0], why = std::move(why)] {
     for (;;) {
       unsigned char byte = 0;
       const ssize_t n = read(read_fd, &byte, 1);
       if (n == 1) {
-        on_signal(byte);
+        ProcessStopSignal().Stop(absl::StrCat(why, " ", static_cast<int>(byte)));
       } else if (n < 0 && errno == EINTR) {
         continue;
       } else {

@@ -3,7 +3,6 @@
 #define PST_COMMON_PROCESS_H_
 
 #include <cstdint>
-#include <functional>
 #include <string>
 
 #include "absl/base/thread_annotations.h"
@@ -13,15 +12,14 @@
 
 namespace pst::common {
 
-// Routes SIGINT and SIGTERM to `on_signal(signo)`, called from an ordinary
-// thread (so it may lock mutexes and call gRPC) each time one arrives. Works
-// whichever thread the kernel delivers the signal to. That thread lives until
-// the process ends, after main() has returned too (a container runtime stops
-// every process of a job at once, so a SIGTERM can come while one exits):
-// whatever `on_signal` touches must never be destroyed, as
-// ProcessStopSignal().
+// Stops ProcessStopSignal() with the reason "<why> <signo>" each time
+// SIGINT or SIGTERM arrives, whichever thread the kernel delivers it to; the
+// Stop runs on an ordinary thread. That thread lives until the process ends,
+// after main() has returned too (a container runtime stops every process of
+// a job at once, so a SIGTERM can come while one exits), which is why it
+// stops nothing but the never-destroyed ProcessStopSignal().
 // REQUIRES: called once per process, early in main().
-void HandleTerminationSignals(std::function<void(int)> on_signal);
+void StopOnTerminationSignals(std::string why);
 
 // A random, nonzero id for this process's life. A restarted process gets a
 // new one, which is how peers tell a restart (state lost) from a slow peer.
@@ -59,8 +57,8 @@ class StopSignal {
   absl::Notification done_;
 };
 
-// The process's StopSignal, for the termination signals to stop (see
-// HandleTerminationSignals). Never destroyed.
+// The process's StopSignal, the one the termination signals stop (see
+// StopOnTerminationSignals). Never destroyed.
 StopSignal& ProcessStopSignal();
 
 }  // namespace pst::common

@@ -112,8 +112,7 @@ int Run() {
   const uint64_t incarnation = common::NewIncarnation();
 
   common::StopSignal& stop = common::ProcessStopSignal();
-  common::HandleTerminationSignals(
-      [s = &stop](int signo) { s->Stop(absl::StrCat("signal ", signo)); });
+  common::StopOnTerminationSignals("signal");
 
   VariableStore::Options store_options;
   store_options.max_ids_per_request = absl::GetFlag(FLAGS_max_ids_per_request);

@@ -234,8 +234,7 @@ int Local() {
   if (!training.ok()) return Fail("local", training.status());
   if (absl::Status s = pst::common::TimingFromFlags().status(); !s.ok()) return Fail("local", s);
   pst::common::StopSignal& stop = pst::common::ProcessStopSignal();
-  pst::common::HandleTerminationSignals(
-      [s = &stop](int signo) { s->Stop(absl::StrCat("interrupted by signal ", signo)); });
+  pst::common::StopOnTerminationSignals("interrupted by signal");
   pst::tools::LocalClusterOptions options;
   options.num_ps = absl::GetFlag(FLAGS_ps);
   options.num_workers = absl::GetFlag(FLAGS_workers);

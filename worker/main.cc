@@ -65,7 +65,7 @@ int main(int argc, char** argv) {
       };
     }
     absl::StatusOr<pst::common::DaemonSetup> setup =
-        pst::common::SetUpDaemon("worker", pst::common::TaskType::kWorker, &stop, claim);
+        pst::common::SetUpDaemon("worker", pst::common::TaskType::kWorker, claim);
     if (!setup.ok()) return 2;
     if (absl::GetFlag(FLAGS_claim_worker_index)) {
       spdlog::info("claimed worker index {} of {} from the chief", setup->tf.task.index,
