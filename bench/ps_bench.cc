@@ -1151,8 +1151,10 @@ void PrintTable(const std::vector<Result>& results, const References& refs,
         options.link_rate.c_str());
   }
   if (!absl::GetFlag(FLAGS_bdp_probe)) {
-    std::printf("Dense connections used a fixed 16 MiB HTTP/2 window, no BDP probing "
-                "(--bdp_probe=false).\n");
+    std::printf(
+        "Dense connections used a fixed %d MiB HTTP/2 window, no BDP probing "
+        "(--bdp_probe=false).\n",
+        common::kDenseWindowBytes >> 20);
   }
 }
 

@@ -139,10 +139,14 @@ int Run() {
     spdlog::error("{}", server.status().message());
     return 1;
   }
-  spdlog::info("serving on {} (advertised as {}, {}{}), incarnation {:016x}",
-               common::ListenAddress(tf->SelfAddress(), absl::GetFlag(FLAGS_bind)),
-               tf->SelfAddress(), common::DescribeTransportSecurity(common::GetTransportSecurity()),
-               absl::GetFlag(FLAGS_bdp_probe) ? "" : ", fixed 16 MiB HTTP/2 windows", incarnation);
+  spdlog::info(
+      "serving on {} (advertised as {}, {}{}), incarnation {:016x}",
+      common::ListenAddress(tf->SelfAddress(), absl::GetFlag(FLAGS_bind)), tf->SelfAddress(),
+      common::DescribeTransportSecurity(common::GetTransportSecurity()),
+      absl::GetFlag(FLAGS_bdp_probe)
+          ? std::string()
+          : absl::StrCat(", fixed ", common::kDenseWindowBytes >> 20, " MiB HTTP/2 windows"),
+      incarnation);
 
   const double chief_timeout_s = absl::GetFlag(FLAGS_chief_timeout_s);
   int exit_code = 0;
