@@ -231,8 +231,7 @@ void PayloadBufferPool::Take(size_t bytes, std::string* data) {
       pooled_bytes_ -= capacity;
       ++reused_;
       data->swap(*buffer);
-      buffer->clear();
-      GiveLocked(std::move(buffer));  // what *data held before
+      GiveLocked(std::move(buffer));  // what *data held before (cleared there)
       return;
     }
     ++allocated_;
