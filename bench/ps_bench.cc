@@ -1351,8 +1351,8 @@ int main(int argc, char** argv) {
       "PullRows and PushRows against TCP and memcpy references.\n"
       "Usage: ps_bench [--ps=1] [--workers=1] [--sizes=1M,16M,64M] [--json=PATH]");
   absl::ParseCommandLine(argc, argv);
-  // Its threads stand for workers, which tune malloc the same way.
-  pst::common::TuneMallocForLargeBuffers();
+  // Its threads stand for workers, which tune the process the same way.
+  pst::common::TuneForServing();
   pst::common::SetDenseBdpProbe(absl::GetFlag(FLAGS_bdp_probe));
   try {
     return pst::bench::Run();

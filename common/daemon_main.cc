@@ -11,7 +11,7 @@ namespace pst::common {
 
 absl::StatusOr<DaemonSetup> SetUpDaemon(const char* binary, TaskType type,
                                         const AdjustSetup& adjust) {
-  TuneMallocForLargeBuffers();
+  TuneForServing();
   DaemonSetup setup;
   absl::Status status = [&]() -> absl::Status {
     absl::StatusOr<TfConfig> tf = LoadTfConfig(absl::GetFlag(FLAGS_tf_config), type);

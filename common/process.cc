@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 
 namespace pst::common {
 
@@ -79,11 +80,12 @@ std::string StopSignal::reason() const {
   return reason_;
 }
 
-void TuneMallocForLargeBuffers() {
+void TuneForServing() {
   mallopt(M_MMAP_THRESHOLD, 32 << 20);
   mallopt(M_TRIM_THRESHOLD, 64 << 20);
   mallopt(M_TOP_PAD, 16 << 20);
   mallopt(M_ARENA_MAX, 2);
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
 }
 
 StopSignal& ProcessStopSignal() {

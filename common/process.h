@@ -25,18 +25,26 @@ void StopOnTerminationSignals(std::string why);
 // new one, which is how peers tell a restart (state lost) from a slow peer.
 uint64_t NewIncarnation();
 
-// Tunes glibc's malloc for a daemon that moves large tensors:
-//  - blocks up to 32 MB (glibc's most) come from the heap rather than fresh
-//    mmaps, so the payload buffers of a request (at most a few MB, as big
-//    tensors travel in pieces) reuse memory freed by the last one instead of
-//    faulting in new pages;
-//  - up to 64 MB free at the top of a heap stays mapped for the next
-//    request; more is handed back;
-//  - at most 2 arenas: every gRPC thread otherwise gets its own, each
-//    caching freed payload buffers, which had a ps resident at 3x its
-//    variables.
-// Call once, at start-up.
-void TuneMallocForLargeBuffers();
+// Tunes a daemon (or a benchmark standing for one) for serving:
+//  - glibc's malloc, for large tensors:
+//    - blocks up to 32 MB (glibc's most) come from the heap rather than
+//      fresh mmaps, so the payload buffers of a request (at most a few MB,
+//      as big tensors travel in pieces) reuse memory freed by the last one
+//      instead of faulting in new pages;
+//    - up to 64 MB free at the top of a heap stays mapped for the next
+//      request; more is handed back;
+//    - at most 2 arenas: every gRPC thread otherwise gets its own, each
+//      caching freed payload buffers, which had a ps resident at 3x its
+//      variables.
+//  - Abseil's mutex deadlock detector off. Debian builds Abseil without
+//    NDEBUG, which leaves it on: every absl::Mutex operation (gRPC's own
+//    locks included) then updates a process-wide lock graph under a global
+//    lock, and a lock-order inversion the detector merely sees, one that
+//    never deadlocked, aborts the process. A release build has it off, and
+//    so does every daemon here. Unit tests keep it on, as do the sanitizer
+//    builds' own checks.
+// Call once, at start-up, before other threads start.
+void TuneForServing();
 
 // A one-way "stop now" flag with a reason. Stop() may be called any number of
 // times from any thread; the first reason is kept. Thread-safe.

@@ -96,7 +96,7 @@ void ExportStoreMetrics(const VariableStore* store, common::MetricsExporter* met
 }
 
 int Run() {
-  common::TuneMallocForLargeBuffers();
+  common::TuneForServing();
   absl::StatusOr<common::TfConfig> tf =
       common::LoadTfConfig(absl::GetFlag(FLAGS_tf_config), common::TaskType::kPs);
   if (!tf.ok()) {

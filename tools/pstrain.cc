@@ -285,6 +285,8 @@ int Plan() {
 }
 
 int Reference() {
+  // The process the cluster's daemons are measured against is tuned as they are.
+  pst::common::TuneForServing();
   absl::StatusOr<pst::proto::TrainingConfig> training = JobConfig();
   if (!training.ok()) return Fail("reference", training.status());
   absl::StatusOr<nlohmann::json> result =
