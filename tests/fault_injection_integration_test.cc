@@ -34,7 +34,12 @@ namespace pst::testing {
 namespace {
 
 constexpr absl::Duration kTimeout = absl::Seconds(240);
-constexpr double kAccuracyTolerance = 0.01;
+// How far a faulted job's test accuracy may fall outside its fault-free
+// runs'. A recovery rolls back to a checkpoint and redoes the same batches,
+// so a correct one lands among them, but async runs on two loaded cores
+// scatter: one correct recovery ended at 0.8566 against fault-free runs of
+// 0.8685-0.8733 (0.012 below), with another cluster training beside it.
+constexpr double kAccuracyTolerance = 0.02;
 constexpr int kAsyncBaselineRuns = 3;
 
 std::vector<std::string> JobFlags(const std::string& dir, const std::string& mode) {
