@@ -41,8 +41,8 @@ uint64_t NewIncarnation();
 //    locks included) then updates a process-wide lock graph under a global
 //    lock, and a lock-order inversion the detector merely sees, one that
 //    never deadlocked, aborts the process. A release build has it off, and
-//    so does every daemon here. Unit tests keep it on, as do the sanitizer
-//    builds' own checks.
+//    so does every daemon here. Unit tests, which do not call this, keep
+//    it on.
 // Call once, at start-up, before other threads start.
 void TuneForServing();
 
