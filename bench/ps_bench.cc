@@ -97,7 +97,7 @@ ABSL_FLAG(std::string, json, "", "Also write the results to this JSON file.");
 ABSL_FLAG(std::string, ps_server, "",
           "Path of the ps_server binary (default: the one next to ps_bench).");
 ABSL_FLAG(double, rpc_timeout_s, 300, "Deadline of one operation.");
-ABSL_FLAG(int64_t, dense_piece_bytes, 1 << 20,
+ABSL_FLAG(int64_t, dense_piece_bytes, 512 << 10,
           "Dense variables are cut into pieces of at most this many bytes, as the chief's "
           "--dense_piece_bytes does; 0: never cut (one variable per ps).");
 ABSL_FLAG(bool, bdp_probe, true,

@@ -44,9 +44,10 @@ ABSL_FLAG(int32_t, num_shards, 0, "fixed partitioner: partitions per table (0: o
 ABSL_FLAG(int64_t, min_slice_bytes, 256 << 10, "min_max partitioner: smallest slice.");
 ABSL_FLAG(int32_t, max_partitions, 0, "min_max partitioner: most partitions (0: 4 per ps).");
 ABSL_FLAG(int64_t, max_shard_bytes, 64 << 20, "axis_size partitioner: largest slice.");
-ABSL_FLAG(int64_t, dense_piece_bytes, 1 << 20,
+ABSL_FLAG(int64_t, dense_piece_bytes, 512 << 10,
           "Dense variables bigger than this are cut into pieces of at most this size, spread "
-          "over the ps and sent a few per request, so big tensors pipeline; 0: never cut.");
+          "over the ps and sent in requests of about this size (worker/ps_client.h), so big "
+          "tensors pipeline; 0: never cut.");
 ABSL_FLAG(bool, overlap, false,
           "async, mlp: compute the next batch while the last push+pull is in flight (compute "
           "and communication overlap, at one step more staleness).");

@@ -114,9 +114,18 @@ absl::StatusOr<std::unique_ptr<PsClient>> PsClient::Create(
     tables.erase(name);  // read whole, not by rows
     dense.push_back(std::move(var));
   }
-  // Each ps's pieces, in variable order, in requests of about request_bytes.
+  // Each ps's pieces, in variable order, in requests of about request_bytes
+  // (twice that for a share that fits in one wave of requests).
+  std::vector<int64_t> share(num_ps, 0);
+  for (const DenseVar& var : dense) {
+    for (const Piece& piece : var.pieces) {
+      share[piece.ps] += piece.size * static_cast<int64_t>(sizeof(float));
+    }
+  }
   std::vector<Request> requests;
   for (int ps = 0; ps < num_ps; ++ps) {
+    const int64_t limit =
+        share[ps] <= kRequestsInFlight * request_bytes ? 2 * request_bytes : request_bytes;
     int part = 0;
     int64_t bytes = 0;
     for (size_t v = 0; v < dense.size(); ++v) {
@@ -125,7 +134,7 @@ absl::StatusOr<std::unique_ptr<PsClient>> PsClient::Create(
         if (piece.ps != ps) continue;
         const int64_t piece_bytes = piece.size * static_cast<int64_t>(sizeof(float));
         if (requests.empty() || requests.back().ps != ps ||
-            (bytes > 0 && bytes + piece_bytes > request_bytes)) {
+            (bytes > 0 && bytes + piece_bytes > limit)) {
           requests.push_back({ps, part++, {}});
           bytes = 0;
         }

@@ -180,9 +180,9 @@ TEST_F(DensePiecesTest, PiecesOverTwoPs_MatchTheWholeVariable_AndARetryIsApplied
   ASSERT_EQ(cut_specs.size(), 13u + 1);  // 37 rows in 13 pieces, and b
   auto cut_ps = Start(cut_specs, &cut_plan);
   std::unique_ptr<PsClient> whole = *PsClient::Create(whole_plan, {"w", "b"}, whole_ps, 0, 1);
-  // Requests of at most two pieces: several requests, hence parts, per ps.
+  // Requests of one piece each: several requests, hence parts, per ps.
   absl::StatusOr<std::unique_ptr<PsClient>> cut_or =
-      PsClient::Create(cut_plan, {"w", "b"}, cut_ps, 0, 1, 2 * 3 * kH * sizeof(float));
+      PsClient::Create(cut_plan, {"w", "b"}, cut_ps, 0, 1, 3 * kH * sizeof(float));
   ASSERT_TRUE(cut_or.ok()) << cut_or.status();
   std::unique_ptr<PsClient> cut = *std::move(cut_or);
   EXPECT_GE(cut->num_dense_requests(), 7);
@@ -214,6 +214,31 @@ TEST_F(DensePiecesTest, PiecesOverTwoPs_MatchTheWholeVariable_AndARetryIsApplied
   ASSERT_TRUE(whole->PushPull(4, 3, grads, &want).ok());
   ASSERT_TRUE(cut->Pull(&got).ok());
   EXPECT_EQ(got, want);
+}
+
+// A ps's share of a step that needs more than kRequestsInFlight requests
+// goes in requests of request_bytes, so that it travels in several waves;
+// one that fits in a single wave goes in requests of up to twice that.
+TEST_F(DensePiecesTest, RequestSize_IsHalvedOnlyForAShareBeyondOneWave) {
+  const int64_t row_bytes = kH * sizeof(float);
+  proto::PlacementPlan plan;
+  auto transport = Start(Specs(row_bytes), &plan);  // 37 one-row pieces, and b
+  std::vector<int64_t> share(2, 0);
+  for (const auto& entry : plan.variables()) {
+    share[entry.ps_index()] += row_bytes;  // every piece, and b, is one row
+  }
+  ASSERT_EQ(share[0] + share[1], 38 * row_bytes);
+  ASSERT_EQ(share[0], share[1]) << "size-balanced: 19 rows on each ps";
+  auto requests = [&](int64_t request_bytes) {
+    return (*PsClient::Create(plan, {"w", "b"}, transport, 0, 1, request_bytes))
+        ->num_dense_requests();
+  };
+  // 19 rows against one wave of 4 requests of 4 rows: beyond it, so
+  // requests of 4 rows, 5 per ps.
+  EXPECT_EQ(requests(4 * row_bytes), 2 * 5);
+  // Against one wave of 4 requests of 5 rows: within it, so requests of
+  // up to 10 rows, 2 per ps (not 4 of 5).
+  EXPECT_EQ(requests(5 * row_bytes), 2 * 2);
 }
 
 TEST_F(DensePiecesTest, MissingPiece_IsFailedPrecondition) {
