@@ -432,11 +432,15 @@ class Job {
     return absl::OkStatus();
   }
 
-  // Watches until every worker is done.
+  // Watches until every worker is done and every ps answers with the
+  // incarnation it was restored or created in. Called again after a ps
+  // lost at the end of the job was recovered.
   absl::Status Watch() {
     const common::ClusterSpec& cluster = options_.tf.cluster;
-    running_since_ = absl::Now();
-    last_save_time_ = running_since_;
+    if (running_since_ == absl::InfinitePast()) {
+      running_since_ = absl::Now();
+      last_save_time_ = running_since_;
+    }
     ProgressDisplay progress = StartProgress();
     for (;;) {
       stop_.WaitFor(timing_.heartbeat_interval);
@@ -447,17 +451,20 @@ class Job {
         return absl::CancelledError(stop_.reason());
       }
       Coordinator::Snapshot snap = coordinator_->Check(now);
-      if (snap.all_done) {
-        ShowProgress(snap, now, &progress, /*final=*/true);
-        return absl::OkStatus();
-      }
 
       // A ps that restarted (a new incarnation) lost its variables; one
-      // unreachable for --peer_timeout_s is taken for lost.
-      std::optional<std::string> lost = FindLostPs(now);
+      // unreachable for --peer_timeout_s is taken for lost. Looked for
+      // before the job may end too: the workers' last steps are on the ps.
+      bool every_ps_answered = false;
+      std::optional<std::string> lost = FindLostPs(now, &every_ps_answered);
       if (lost.has_value()) {
         PST_RETURN_IF_ERROR(Recover(*lost, snap.global_step));
         continue;
+      }
+      if (snap.all_done) {
+        if (!every_ps_answered) continue;  // until it answers, or is taken for lost
+        ShowProgress(snap, now, &progress, /*final=*/true);
+        return absl::OkStatus();
       }
       if (!options_.checkpoint_dir.empty() &&
           ((options_.save_steps > 0 &&
@@ -502,6 +509,26 @@ class Job {
         WriteScalars(snap, now);
       }
       ShowProgress(snap, now, &progress);
+    }
+  }
+
+  // After the end of the job failed with `failure` (the evaluation or the
+  // final save): whether a ps was lost, in which case it was recovered and
+  // the workers went back to redo their steps since the checkpoint. Waits
+  // until every ps answers with its known incarnation (false), or one is
+  // taken for lost (true).
+  absl::StatusOr<bool> RecoverLostPs(const absl::Status& failure) {
+    for (;;) {
+      const absl::Time now = absl::Now();
+      bool every_ps_answered = false;
+      std::optional<std::string> lost = FindLostPs(now, &every_ps_answered);
+      if (lost.has_value()) {
+        spdlog::warn("the end of the job failed ({}), and {}", failure.message(), *lost);
+        PST_RETURN_IF_ERROR(Recover(*lost, coordinator_->Check(now).global_step));
+        return true;
+      }
+      if (every_ps_answered) return false;
+      if (stop_.WaitFor(timing_.heartbeat_interval)) return absl::CancelledError(stop_.reason());
     }
   }
 
@@ -705,14 +732,19 @@ class Job {
     saves_.push_back(record);
   }
 
-  // Probes every ps; describes the first one lost, if any.
-  std::optional<std::string> FindLostPs(absl::Time now) {
+  // Probes every ps; describes the first one lost, if any. Sets
+  // `*every_ps_answered` (when given) to whether each answered this time.
+  std::optional<std::string> FindLostPs(absl::Time now, bool* every_ps_answered = nullptr) {
     std::vector<absl::StatusOr<proto::HealthResponse>> health(ps_.size(),
                                                               absl::UnknownError("not probed"));
     ForEachPs(ps_.size(), [&](size_t i) {
       health[i] = ProbePs(&ps_[i], timing_.heartbeat_interval + absl::Seconds(1));
       return absl::OkStatus();
     }).IgnoreError();
+    if (every_ps_answered != nullptr) {
+      *every_ps_answered = std::all_of(health.begin(), health.end(),
+                                       [](const auto& h) { return h.ok(); });
+    }
     for (size_t i = 0; i < ps_.size(); ++i) {
       if (health[i].ok() && health[i]->incarnation() != ps_[i].incarnation) {
         return absl::StrCat("ps ", i, " at ", ps_[i].address,
@@ -828,7 +860,7 @@ class Job {
   std::vector<PsPeer> ps_;
   int64_t last_saved_step_ = 0;
   absl::Time last_save_time_;
-  absl::Time running_since_;
+  absl::Time running_since_ = absl::InfinitePast();
   std::vector<int> active_;  // workers taking part, as last told to the ps
   bool membership_stale_ = false;
   std::vector<RecoveryRecord> recoveries_;
@@ -925,25 +957,36 @@ absl::Status RunChief(const ChiefOptions& options, const common::StopSignal& sto
     job.OpenEvents();
     coordinator.SetPhase(proto::PHASE_RUNNING);
     spdlog::info("variables ready; waiting for {} worker(s)", cluster.worker.size());
-    PST_RETURN_IF_ERROR(job.Watch());
-
+    std::vector<PsPeer>& ps = job.ps();
+    Coordinator::Snapshot final_snap;
+    EvalResult eval;
+    for (;;) {
+      PST_RETURN_IF_ERROR(job.Watch());
+      final_snap = coordinator.Check(absl::Now());
+      if (final_snap.left_early == static_cast<int>(cluster.worker.size())) {
+        return absl::AbortedError("every worker left before finishing; see their logs");
+      }
+      spdlog::info("every worker has finished at global step {}: evaluating{}",
+                   final_snap.global_step,
+                   options.checkpoint_dir.empty() ? "" : " and saving the final checkpoint");
+      absl::Status finished = [&]() -> absl::Status {
+        PST_ASSIGN_OR_RETURN(eval, Evaluate(coordinator.State(), options));
+        if (options.checkpoint_dir.empty()) return absl::OkStatus();
+        return SaveCheckpoint(ps, options, coordinator.State(), eval.global_step,
+                              final_snap.positions)
+            .status();
+      }();
+      if (finished.ok()) break;
+      // A ps lost now is recovered as during training: the restore takes
+      // back the workers' last steps, so they redo them and finish again.
+      PST_ASSIGN_OR_RETURN(const bool recovered, job.RecoverLostPs(finished));
+      if (!recovered) return finished;
+    }
+    job.WriteFinalScalars(eval.metrics, eval.global_step);
     // Training ended when the last worker said so, not at the next poll.
-    const Coordinator::Snapshot final_snap = coordinator.Check(absl::Now());
     const absl::Time ended =
         final_snap.last_done > job.running_since() ? final_snap.last_done : absl::Now();
     const double train_secs = absl::ToDoubleSeconds(ended - job.running_since());
-    if (final_snap.left_early == static_cast<int>(cluster.worker.size())) {
-      return absl::AbortedError("every worker left before finishing; see their logs");
-    }
-
-    PST_ASSIGN_OR_RETURN(EvalResult eval, Evaluate(coordinator.State(), options));
-    job.WriteFinalScalars(eval.metrics, eval.global_step);
-    std::vector<PsPeer>& ps = job.ps();
-    if (!options.checkpoint_dir.empty()) {
-      PST_RETURN_IF_ERROR(
-          SaveCheckpoint(ps, options, coordinator.State(), eval.global_step, final_snap.positions)
-              .status());
-    }
     const double examples_per_sec = train_secs > 0 ? final_snap.examples / train_secs : 0;
     spdlog::info("done: {}, global step {}, {:.0f} examples/s, {:.1f} s training", eval.line,
                  eval.global_step, examples_per_sec, train_secs);

@@ -33,6 +33,15 @@ void Coordinator::SetGeneration(int64_t generation) {
 int64_t Coordinator::BeginRecovery() {
   absl::MutexLock lock(&mu_);
   state_.set_phase(proto::PHASE_RECOVERING);
+  // A worker that finished trained batches the restore takes back: it
+  // trains again from its position in the checkpoint. One that left early
+  // (given up, or stopped on an error) stays gone.
+  for (WorkerState& w : workers_) {
+    if (w.done && w.completed) {
+      w.done = false;
+      w.completed = false;
+    }
+  }
   return ++generation_;
 }
 
@@ -100,8 +109,9 @@ absl::StatusOr<proto::RegisterResponse> Coordinator::Register(const proto::Regis
     worker.position = request.position();
   }
   worker.registered = true;
-  worker.done = false;
-  worker.completed = false;
+  // Finished in the ps's current generation: its steps are all on the ps.
+  worker.done = request.finished() && request.generation() == generation_;
+  worker.completed = worker.done;
   worker.incarnation = request.incarnation();
   worker.last_seen = now;
   proto::RegisterResponse response;
@@ -161,7 +171,9 @@ absl::StatusOr<proto::HeartbeatResponse> Coordinator::Heartbeat(
   const int64_t max_steps = state_.training().max_steps();
   response.set_should_stop(!stop_reason_.empty() || state_.phase() == proto::PHASE_DONE ||
                            (max_steps > 0 && response.global_step() >= max_steps));
-  if (response.should_stop()) (*worker)->saw_stop = true;
+  // Workers that finished wait for the end itself (with --max_steps,
+  // should_stop comes before it).
+  if (state_.phase() == proto::PHASE_DONE) (*worker)->saw_stop = true;
   return response;
 }
 

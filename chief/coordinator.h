@@ -44,7 +44,9 @@ class Coordinator {
 
   // The generation a restarted chief found the ps in.
   void SetGeneration(int64_t generation);
-  // Enters RECOVERING and starts a new generation; returns it.
+  // Enters RECOVERING and starts a new generation; returns it. Workers that
+  // had finished are no longer done: they redo their share since the
+  // checkpoint.
   int64_t BeginRecovery();
   // The ps now hold the checkpoint of `step`: the global step becomes
   // `step`, and each worker goes on from positions[i] (kept as they are
@@ -104,7 +106,7 @@ class Coordinator {
   bool WaitAllDone(absl::Duration timeout) const;
 
   // Waits until every worker heard from within the peer timeout has had a
-  // heartbeat answered with should_stop (so it leaves on its own before the
+  // heartbeat answered in PHASE_DONE (so it leaves on its own before the
   // coordinator goes away), or `timeout` passes; true if all have.
   bool WaitStopSeen(absl::Duration timeout) const;
 
@@ -113,7 +115,7 @@ class Coordinator {
     bool registered = false;
     bool done = false;
     bool completed = false;
-    bool saw_stop = false;  // a heartbeat was answered should_stop
+    bool saw_stop = false;  // a heartbeat was answered in PHASE_DONE
     uint64_t incarnation = 0;
     absl::Time last_seen;
     int64_t steps = 0;  // as reported by the current incarnation

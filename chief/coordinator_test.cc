@@ -133,10 +133,10 @@ TEST(CoordinatorTest, RequestStop_MakesHeartbeatsSayStop) {
 
 // At the end of a job the chief waits until every live worker has been told
 // to stop; a worker that left early is not waited for.
-TEST(CoordinatorTest, WaitStopSeen_OnceEveryLiveWorkerWasToldToStop) {
+TEST(CoordinatorTest, WaitStopSeen_OnceEveryLiveWorkerWasToldTheJobEnded) {
   for (bool second_leaves_early : {false, true}) {
     SCOPED_TRACE(second_leaves_early);
-    Coordinator c(TwoWorkers(), absl::Seconds(10));
+    Coordinator c(TwoWorkers(/*max_steps=*/5), absl::Seconds(10));
     c.SetPhase(proto::PHASE_RUNNING);
     const absl::Time now = absl::Now();  // liveness is judged against the clock
     ASSERT_TRUE(c.Register(Reg(0, 1), now).ok());
@@ -145,6 +145,11 @@ TEST(CoordinatorTest, WaitStopSeen_OnceEveryLiveWorkerWasToldToStop) {
       ASSERT_TRUE(c.WorkerDone(Done(1, 2, 3, false), now).ok());
     }
     EXPECT_FALSE(c.Heartbeat(Beat(0, 1, 1), now)->should_stop());
+    // --max_steps reached: should_stop, but the job has not ended yet.
+    EXPECT_TRUE(c.Heartbeat(Beat(0, 1, 1, 1.0f, /*version=*/5), now)->should_stop());
+    EXPECT_FALSE(c.WaitStopSeen(absl::Milliseconds(20)));
+    // The end, as the chief ends a job.
+    c.SetPhase(proto::PHASE_DONE);
     c.RequestStop("job done");
     EXPECT_FALSE(c.WaitStopSeen(absl::Milliseconds(20)));
     EXPECT_TRUE(c.Heartbeat(Beat(0, 1, 1), now)->should_stop());
@@ -233,6 +238,30 @@ TEST(CoordinatorTest, Register_LiveWorkerAfterChiefRestart_KeepsItsOwnPosition) 
   EXPECT_EQ(c.Register(live, kT0)->position(), 123);
 }
 
+TEST(CoordinatorTest, Register_FinishedWorkerAfterChiefRestart_CountsAsDone_OnlyInItsGeneration) {
+  Coordinator c(TwoWorkers(), absl::Seconds(10));
+  c.SetGeneration(2);  // what the ps said
+  c.SetPhase(proto::PHASE_RUNNING);
+  proto::RegisterRequest finished = Reg(0, 7);
+  finished.set_position(900);
+  finished.set_generation(2);
+  finished.set_finished(true);
+  ASSERT_TRUE(c.Register(finished, kT0).ok());
+  Coordinator::Snapshot s = c.Check(kT0);
+  EXPECT_EQ(s.done, 1);
+  EXPECT_EQ(s.left_early, 0);
+  // Finished in a generation the ps no longer hold: it trains again.
+  proto::RegisterRequest stale = Reg(1, 8);
+  stale.set_position(880);
+  stale.set_generation(1);
+  stale.set_finished(true);
+  ASSERT_TRUE(c.Register(stale, kT0).ok());
+  s = c.Check(kT0);
+  EXPECT_EQ(s.done, 1);
+  EXPECT_FALSE(s.all_done);
+  EXPECT_EQ(s.active, std::vector<int>{1});
+}
+
 TEST(CoordinatorTest, Recovery_NewGeneration_ResetsStepAndPositions_IgnoresOldReports) {
   Coordinator c(TwoWorkers(), absl::Seconds(10));
   c.SetPhase(proto::PHASE_RUNNING);
@@ -263,6 +292,40 @@ TEST(CoordinatorTest, Recovery_NewGeneration_ResetsStepAndPositions_IgnoresOldRe
   ASSERT_TRUE(c.Heartbeat(BeatAt(1, 2, 31, 1, 61), kT0).ok());
   EXPECT_EQ(c.Check(kT0).global_step, 61);
   EXPECT_EQ(c.Check(kT0).positions, (std::vector<int64_t>{30, 31}));
+}
+
+TEST(CoordinatorTest, Recovery_AfterAWorkerFinished_SendsItBackToWork_NotOneThatLeft) {
+  Coordinator c(TwoWorkers(), absl::Seconds(10));
+  c.SetPhase(proto::PHASE_RUNNING);
+  ASSERT_TRUE(c.Register(Reg(0, 1), kT0).ok());
+  ASSERT_TRUE(c.Register(Reg(1, 2), kT0).ok());
+  ASSERT_TRUE(c.WorkerDone(Done(0, 1, 50, /*completed=*/true), kT0).ok());
+  ASSERT_TRUE(c.WorkerDone(Done(1, 2, 20, /*completed=*/false), kT0).ok());
+  ASSERT_TRUE(c.Check(kT0).all_done);
+
+  // A ps lost before the chief's final save: the restore takes back what
+  // worker 0 trained since the checkpoint, so the job is not done.
+  c.BeginRecovery();
+  c.ResetProgress(/*step=*/40, {35, 20});
+  c.SetPhase(proto::PHASE_RUNNING);
+  Coordinator::Snapshot s = c.Check(kT0);
+  EXPECT_FALSE(s.all_done);
+  EXPECT_EQ(s.done, 1);
+  EXPECT_EQ(s.left_early, 1) << "worker 1 had left; it is not waited for";
+  EXPECT_EQ(s.active, std::vector<int>{0});
+  absl::StatusOr<proto::HeartbeatResponse> beat = c.Heartbeat(BeatAt(0, 1, 50, 0, 50), kT0);
+  ASSERT_TRUE(beat.ok());
+  EXPECT_EQ(beat->generation(), 1);
+  EXPECT_EQ(beat->position(), 35);
+  EXPECT_FALSE(beat->should_stop());
+
+  // It finishes again, in the new generation.
+  proto::WorkerDoneRequest again = Done(0, 1, 65, true);
+  again.mutable_final_progress()->set_generation(1);
+  ASSERT_TRUE(c.WorkerDone(again, kT0).ok());
+  s = c.Check(kT0);
+  EXPECT_TRUE(s.all_done);
+  EXPECT_EQ(s.left_early, 1);
 }
 
 TEST(CoordinatorTest, Check_SilentWorker_IsNotActive_GiveUpLetsTheJobFinish) {

@@ -1,15 +1,17 @@
 // Fault injection on real clusters: `pstrain local --restart_failed` trains
 // the MLP on Fashion-MNIST while the test kill -9s one daemon at a random
-// moment (a worker, a ps, the chief, or a ps in the middle of a save). Each
-// job must finish with a test accuracy within 0.01 of fault-free runs of
-// the same job, and every checkpoint left must pass `pstrain checkpoint
-// inspect`. The figures of each recovery are printed.
+// moment (a worker, a ps, the chief, or a ps in the middle of a save, the
+// final one included). Each job must finish with a test accuracy within
+// kAccuracyTolerance of fault-free runs of the same job, and every
+// checkpoint left must pass `pstrain checkpoint inspect`. The figures of
+// each recovery are printed.
 //
 // A sync job is deterministic, so one fault-free run is its reference. An
 // async job is not: the order in which two workers' pushes land changes
 // from run to run, and fault-free runs alone end up to about 0.011 apart.
 // Its reference is therefore the range of kAsyncBaselineRuns fault-free
-// runs, and a faulted run must fall within 0.01 of that range.
+// runs, and a faulted run must fall within kAccuracyTolerance of that
+// range.
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -284,6 +286,54 @@ TEST_F(FaultInjectionTest, PsKilledDuringASave_LeavesThePreviousCheckpointTheLat
     EXPECT_TRUE(common::ReadManifest(entry.path().string()).ok())
         << entry.path() << " is not a committed checkpoint";
   }
+}
+
+TEST_F(FaultInjectionTest, PsKilledDuringTheFinalSave_WorkersRedoTheirLastSteps_JobFinishes) {
+  std::unique_ptr<TestProcess> launcher = Launch({absl::StrCat(ps::kSaveDelayEnv, "=1500")});
+  ASSERT_NE(launcher, nullptr);
+  // Every worker has finished; kill ps:1 in the middle of the final save.
+  std::optional<size_t> end =
+      launcher->WaitForOutputAfter("every worker has finished", 0, kTimeout);
+  ASSERT_TRUE(end.has_value()) << launcher->output();
+  ASSERT_TRUE(launcher->WaitForOutputAfter("ps:1] writing", *end, kTimeout).has_value())
+      << launcher->output();
+  absl::SleepFor(RandomDelay(absl::Seconds(1)));  // within the 1.5 s delay
+  const absl::Time killed = Kill(launcher.get(), "ps:1");
+  const nlohmann::json summary = Finish(launcher.get(), "ps:1");
+  ASSERT_GE(summary["recoveries"].size(), 1u) << output_;
+  PrintRecoveries(summary, killed);
+  // The restore took back the workers' steps since the checkpoint: both
+  // trained again, and the job ended a second time.
+  for (const std::string worker : {"worker:0", "worker:1"}) {
+    EXPECT_NE(output_.find(worker + "] the ps are being restored from a checkpoint after this "
+                                    "worker finished"),
+              std::string::npos)
+        << output_;
+  }
+  EXPECT_NE(output_.find("every worker has finished", *end + 1), std::string::npos) << output_;
+  // The final checkpoint holds the end of the job.
+  const std::vector<std::string> saved = common::ListCheckpoints(dir_ + "/ckpt");
+  ASSERT_FALSE(saved.empty());
+  absl::StatusOr<proto::CheckpointManifest> latest = common::ReadManifest(saved.front());
+  ASSERT_TRUE(latest.ok()) << latest.status();
+  EXPECT_EQ(latest->global_step(), summary["global_step"].get<int64_t>()) << saved.front();
+}
+
+TEST_F(FaultInjectionTest, ChiefKilledAfterTheWorkersFinished_TheRestartedOneEndsTheJob) {
+  // The final save waits 1.5 s: the chief is killed during it.
+  std::unique_ptr<TestProcess> launcher = Launch({absl::StrCat(ps::kSaveDelayEnv, "=1500")});
+  ASSERT_NE(launcher, nullptr);
+  std::optional<size_t> end =
+      launcher->WaitForOutputAfter("every worker has finished", 0, kTimeout);
+  ASSERT_TRUE(end.has_value()) << launcher->output();
+  absl::SleepFor(RandomDelay(absl::Seconds(1)));
+  Kill(launcher.get(), "chief:0");
+  const nlohmann::json summary = Finish(launcher.get(), "chief:0");
+  // The workers told the new chief they had finished; nothing was redone.
+  EXPECT_NE(output_.find("every ps kept its state: going on from there"), std::string::npos)
+      << output_;
+  EXPECT_EQ(summary["recoveries"].size(), 0u);
+  EXPECT_EQ(output_.find("trains again"), std::string::npos) << output_;
 }
 
 // Daemons started one by one (no supervisor): a ps that is killed stays dead.

@@ -1,6 +1,7 @@
 #include "worker/trainer.h"
 
 #include <algorithm>
+#include <atomic>
 #include <optional>
 #include <thread>
 
@@ -245,6 +246,8 @@ absl::Status RunWorker(const TrainerOptions& options, const common::StopSignal& 
   // told where it is. Without an answer for recovery_timeout, give up.
   common::StopSignal lost_coordinator;
   absl::Notification loop_done;
+  // This worker finished in its current generation and waits for the end.
+  std::atomic<bool> finished{false};
   absl::Status heartbeat_error;
   std::thread heartbeat([&] {
     absl::Time last_ok = absl::Now();
@@ -269,6 +272,7 @@ absl::Status RunWorker(const TrainerOptions& options, const common::StopSignal& 
         again.set_incarnation(options.incarnation);
         again.set_position(request.position());
         again.set_generation(request.generation());
+        again.set_finished(finished.load());
         absl::StatusOr<proto::RegisterResponse> r =
             Register(coordinator.get(), options, again, absl::Now(), stop);
         if (r.ok()) {
@@ -433,10 +437,30 @@ absl::Status RunWorker(const TrainerOptions& options, const common::StopSignal& 
       proto::WorkerDoneResponse done_response;
       grpc::Status reported = coordinator->WorkerDone(&context, done, &done_response);
       if (reported.ok()) {
-        completed = true;
-        break;
+        finished = true;
+        // Stay up, heartbeating, until the chief ends the job (PHASE_DONE,
+        // which follows every stop it asks for; with --max_steps, should_stop
+        // comes first): the chief is then the first task to exit, which
+        // `docker-compose up --exit-code-from chief` needs (it stops every
+        // container at the first exit). A ps lost before the chief's final
+        // save is restored from a checkpoint that lacks this worker's last
+        // steps: then it trains again from its position there.
+        spdlog::info("waiting for the chief to end the job");
+        while (!stop.stopped() && !lost_coordinator.stopped() && v.phase != proto::PHASE_DONE &&
+               !recovering(v)) {
+          v = view.WaitForUpdate(v.updates, options.heartbeat_interval);
+        }
+        if (stop.stopped() || lost_coordinator.stopped() || v.phase == proto::PHASE_DONE) {
+          completed = true;
+          break;
+        }
+        finished = false;
+        spdlog::warn(
+            "the ps are being restored from a checkpoint after this worker finished: it trains "
+            "again from its position there");
+      } else {
+        spdlog::warn("could not report completion: {}", reported.error_message());
       }
-      spdlog::warn("could not report completion: {}", reported.error_message());
       if (!failing_since.has_value()) failing_since = absl::Now();
     } else if (!trained.ok() && !recovering(v) && !Retryable(trained.status())) {
       status = trained.status();
@@ -484,17 +508,6 @@ absl::Status RunWorker(const TrainerOptions& options, const common::StopSignal& 
                    generation, v.position);
     } else {
       spdlog::info("retrying from data position {}", progress.position());
-    }
-  }
-  if (completed) {
-    // Stay up, heartbeating, until the chief ends the job: the chief is then
-    // the first task to exit, which `docker-compose up --exit-code-from
-    // chief` needs (it stops every container at the first exit).
-    spdlog::info("waiting for the chief to end the job");
-    CoordinatorView::State v = view.Get();
-    while (!stop.stopped() && !lost_coordinator.stopped() && !v.should_stop &&
-           v.phase != proto::PHASE_DONE) {
-      v = view.WaitForUpdate(v.updates, options.heartbeat_interval);
     }
   }
   loop_done.Notify();
