@@ -89,6 +89,10 @@ ABSL_FLAG(int64_t, table_rows, 1'000'000, "Sparse cases: rows in the table.");
 ABSL_FLAG(double, zipf_s, 1.1, "Sparse cases: exponent of the Zipf law the ids follow.");
 ABSL_FLAG(double, seconds_per_case, 3, "Time budget of each case (after one warm-up operation).");
 ABSL_FLAG(int, min_iters, 3, "Operations per worker per case at least, whatever the time budget.");
+ABSL_FLAG(int, rounds, 3,
+          "Dense cases run in this many rounds, every size and op once per round with its share "
+          "of --seconds_per_case, so that a change of load during the run falls on each size "
+          "alike; a case's figures add up its rounds.");
 ABSL_FLAG(double, reference_seconds, 2.5,
           "Time budget of each TCP reference (shared by its 5 runs) and of memcpy.");
 ABSL_FLAG(std::string, cases, "push,pull,pushpull,sparse_pull,sparse_push",
@@ -129,6 +133,7 @@ struct Options {
   double zipf_s = 0;
   absl::Duration case_budget;
   int min_iters = 1;
+  int rounds = 1;
   absl::Duration reference_budget;
   std::set<std::string> cases;
   std::string json;
@@ -197,6 +202,7 @@ absl::StatusOr<Options> ParseOptions() {
   o.zipf_s = absl::GetFlag(FLAGS_zipf_s);
   o.case_budget = absl::Seconds(absl::GetFlag(FLAGS_seconds_per_case));
   o.min_iters = absl::GetFlag(FLAGS_min_iters);
+  o.rounds = absl::GetFlag(FLAGS_rounds);
   o.reference_budget = absl::Seconds(absl::GetFlag(FLAGS_reference_seconds));
   o.json = absl::GetFlag(FLAGS_json);
   o.ps_server = absl::GetFlag(FLAGS_ps_server);
@@ -229,11 +235,11 @@ absl::StatusOr<Options> ParseOptions() {
     }
     if (!(o.zipf_s > 0)) return absl::InvalidArgumentError("--zipf_s must be > 0");
   }
-  if (o.case_budget < absl::ZeroDuration() || o.min_iters < 1 ||
+  if (o.case_budget < absl::ZeroDuration() || o.min_iters < 1 || o.rounds < 1 ||
       o.reference_budget <= absl::ZeroDuration() || o.rpc_timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError(
-        "--seconds_per_case must be >= 0, --min_iters >= 1, --reference_seconds and "
-        "--rpc_timeout_s > 0");
+        "--seconds_per_case must be >= 0, --min_iters and --rounds >= 1, --reference_seconds "
+        "and --rpc_timeout_s > 0");
   }
   return o;
 }
@@ -861,6 +867,11 @@ struct Result {
   double client_cpu_s_per_gb = 0;
   int64_t ps_rss_bytes = 0;
   std::string error;
+  // Summed over a case's rounds, until FinishResult.
+  std::vector<double> latencies_ms;
+  double ps_cpu_s = 0;
+  bool ps_cpu_known = true;
+  double client_cpu_s = 0;
 };
 
 // One worker thread's state, kept across cases: its transport (channels),
@@ -881,15 +892,19 @@ double Percentile(std::vector<double>& sorted, double q) {
   return sorted[std::min(sorted.size() - 1, rank == 0 ? 0 : rank - 1)];
 }
 
-// Runs `ops[w]` on W threads: one warm-up each, then together until the
-// budget is spent and each has done min_iters.
-Result RunCase(const Options& options, PsCluster& cluster, std::vector<Op>& ops, Result result) {
+// Runs `ops[w]` on W threads: one warm-up each, then together until
+// `budget` is spent and each has done `min_iters`. Adds the operations,
+// bytes, time and CPU to `*result` (a case run in rounds adds each);
+// FinishResult then computes the figures.
+void RunCase(PsCluster& cluster, std::vector<Op>& ops, absl::Duration budget, int min_iters,
+             Result* result) {
   const int num_workers = static_cast<int>(ops.size());
-  result.workers = num_workers;
-  result.ps = cluster.size();
+  result->workers = num_workers;
+  result->ps = cluster.size();
+  if (!result->error.empty()) return;
   if (absl::Status alive = cluster.CheckAlive(); !alive.ok()) {
-    result.error = std::string(alive.message());
-    return result;
+    result->error = std::string(alive.message());
+    return;
   }
   std::vector<std::vector<double>> latencies(num_workers);
   std::vector<double> bytes(num_workers, 0);
@@ -911,7 +926,7 @@ Result RunCase(const Options& options, PsCluster& cluster, std::vector<Op>& ops,
       absl::Status status = run_op().status();  // warm-up: buffers, connections
       warmed.DecrementCount();
       go.WaitForNotification();
-      for (int i = 0; status.ok() && (i < options.min_iters || absl::Now() < deadline); ++i) {
+      for (int i = 0; status.ok() && (i < min_iters || absl::Now() < deadline); ++i) {
         const absl::Time t0 = absl::Now();
         absl::StatusOr<double> moved = run_op();
         if (!moved.ok()) {
@@ -928,7 +943,7 @@ Result RunCase(const Options& options, PsCluster& cluster, std::vector<Op>& ops,
   const absl::StatusOr<double> cpu0 = cluster.CpuSeconds();
   const double self0 = SelfCpuSeconds();
   const absl::Time start = absl::Now();
-  deadline = start + options.case_budget;
+  deadline = start + budget;
   go.Notify();
   for (std::thread& t : threads) t.join();
   const absl::Time end = absl::Now();
@@ -937,90 +952,130 @@ Result RunCase(const Options& options, PsCluster& cluster, std::vector<Op>& ops,
 
   for (int w = 0; w < num_workers; ++w) {
     if (!errors[w].ok()) {
-      result.error = absl::StrCat("worker ", w, ": ", absl::StatusCodeToString(errors[w].code()),
-                                  ": ", errors[w].message());
+      result->error = absl::StrCat("worker ", w, ": ", absl::StatusCodeToString(errors[w].code()),
+                                   ": ", errors[w].message());
       if (absl::Status alive = cluster.CheckAlive(); !alive.ok()) {
-        absl::StrAppend(&result.error, " [", alive.message(), "]");
+        absl::StrAppend(&result->error, " [", alive.message(), "]");
       }
-      return result;
+      return;
     }
   }
-  std::vector<double> all;
-  for (const auto& l : latencies) all.insert(all.end(), l.begin(), l.end());
-  std::sort(all.begin(), all.end());
-  result.ops = static_cast<int64_t>(all.size());
-  result.seconds = absl::ToDoubleSeconds(end - start);
-  result.bytes = std::accumulate(bytes.begin(), bytes.end(), 0.0);
-  result.gbps = result.bytes / result.seconds / kGB;
-  result.p50_ms = Percentile(all, 0.50);
-  result.p99_ms = Percentile(all, 0.99);
-  result.max_ms = all.empty() ? 0 : all.back();
-  if (cpu0.ok() && cpu1.ok() && result.bytes > 0) {
-    result.ps_cpu_s_per_gb = (*cpu1 - *cpu0) / (result.bytes / kGB);
+  for (const auto& l : latencies) {
+    result->latencies_ms.insert(result->latencies_ms.end(), l.begin(), l.end());
   }
-  if (result.bytes > 0) result.client_cpu_s_per_gb = (self1 - self0) / (result.bytes / kGB);
-  result.ps_rss_bytes = cluster.MemoryBytes("VmRSS");
-  return result;
+  result->seconds += absl::ToDoubleSeconds(end - start);
+  result->bytes += std::accumulate(bytes.begin(), bytes.end(), 0.0);
+  if (cpu0.ok() && cpu1.ok()) {
+    result->ps_cpu_s += *cpu1 - *cpu0;
+  } else {
+    result->ps_cpu_known = false;
+  }
+  result->client_cpu_s += self1 - self0;
+  result->ps_rss_bytes = cluster.MemoryBytes("VmRSS");
 }
 
-std::vector<Result> RunDense(const Options& options, PsCluster& cluster,
-                             const proto::PlacementPlan& plan, std::vector<Worker>& workers,
-                             int64_t size) {
-  std::vector<Result> results;
-  const int num_workers = static_cast<int>(workers.size());
-  const std::vector<std::string> names = {DenseName(size)};
-  // One gradient shared by every worker (read only): small enough that
-  // SGD at the benchmark's learning rate keeps the values finite.
-  const worker::Values grads = {std::vector<float>(size, 1e-3f)};
-  const double payload = static_cast<double>(size) * sizeof(float);
-
-  std::vector<std::unique_ptr<worker::PsClient>> clients(num_workers);
-  std::vector<worker::Values> values(num_workers);
-  for (int w = 0; w < num_workers; ++w) {
-    absl::StatusOr<std::unique_ptr<worker::PsClient>> client = worker::PsClient::Create(
-        plan, names, workers[w].transport, workers[w].index, workers[w].incarnation);
-    if (!client.ok()) {
-      Result r;
-      r.op = "dense";
-      r.size_floats = size;
-      r.error = std::string(client.status().message());
-      return {r};
-    }
-    clients[w] = *std::move(client);
+// The figures of a case from what its rounds added up.
+void FinishResult(Result* result) {
+  std::vector<double>& all = result->latencies_ms;
+  std::sort(all.begin(), all.end());
+  result->ops = static_cast<int64_t>(all.size());
+  if (!result->error.empty() || result->seconds <= 0) return;
+  result->gbps = result->bytes / result->seconds / kGB;
+  result->p50_ms = Percentile(all, 0.50);
+  result->p99_ms = Percentile(all, 0.99);
+  result->max_ms = all.empty() ? 0 : all.back();
+  if (result->bytes > 0) {
+    if (result->ps_cpu_known) result->ps_cpu_s_per_gb = result->ps_cpu_s / (result->bytes / kGB);
+    result->client_cpu_s_per_gb = result->client_cpu_s / (result->bytes / kGB);
   }
+}
 
-  for (const std::string op : {"push", "pull", "pushpull"}) {
-    if (!options.Has(op)) continue;
+// Every dense size and op, in --rounds rounds: each round runs each case
+// for its share of the budget, so load that comes and goes during the run
+// falls on every size alike rather than on whichever ran then.
+std::vector<Result> RunDense(const Options& options, PsCluster& cluster,
+                             const proto::PlacementPlan& plan, std::vector<Worker>& workers) {
+  const int num_workers = static_cast<int>(workers.size());
+  // What one size's operations use, for every round (addresses stay put).
+  struct SizeState {
+    worker::Values grads;  // shared by every worker (read only)
+    std::vector<std::unique_ptr<worker::PsClient>> clients;
+    std::vector<worker::Values> values;
+  };
+  struct Case {
+    Result result;
     std::vector<Op> ops;
-    for (int w = 0; w < num_workers; ++w) {
-      Worker* me = &workers[w];
-      worker::PsClient* client = clients[w].get();
-      worker::Values* out = &values[w];
-      if (op == "pull") {
-        ops.push_back([client, out, payload]() -> absl::StatusOr<double> {
-          PST_RETURN_IF_ERROR(client->Pull(out).status());
-          return payload;
-        });
-      } else if (op == "pushpull") {
-        ops.push_back([client, out, me, &grads, payload]() -> absl::StatusOr<double> {
-          ++me->step;
-          PST_RETURN_IF_ERROR(client->PushPull(me->step, 0, grads, out).status());
-          return 2 * payload;
-        });
+  };
+  std::vector<std::unique_ptr<SizeState>> sizes;
+  std::vector<Case> cases;
+  for (int64_t size : options.sizes) {
+    auto state = std::make_unique<SizeState>();
+    // Small enough that SGD at the benchmark's learning rate keeps the
+    // values finite.
+    state->grads = {std::vector<float>(size, 1e-3f)};
+    state->values.resize(num_workers);
+    const double payload = static_cast<double>(size) * sizeof(float);
+    std::string error;
+    for (int w = 0; w < num_workers && error.empty(); ++w) {
+      absl::StatusOr<std::unique_ptr<worker::PsClient>> client =
+          worker::PsClient::Create(plan, {DenseName(size)}, workers[w].transport,
+                                   workers[w].index, workers[w].incarnation);
+      if (!client.ok()) {
+        error = std::string(client.status().message());
       } else {
-        ops.push_back([client, me, &grads, payload]() -> absl::StatusOr<double> {
-          ++me->step;
-          PST_RETURN_IF_ERROR(client->Push(me->step, 0, grads).status());
-          return payload;
-        });
+        state->clients.push_back(*std::move(client));
       }
     }
-    Result r;
-    r.op = op;
-    r.size_floats = size;
-    std::printf("  running %s of %s floats ...\n", op.c_str(), SizeName(size).c_str());
-    std::fflush(stdout);
-    results.push_back(RunCase(options, cluster, ops, r));
+    for (const std::string op : {"push", "pull", "pushpull"}) {
+      if (!options.Has(op)) continue;
+      Case c;
+      c.result.op = op;
+      c.result.size_floats = size;
+      c.result.error = error;
+      for (int w = 0; w < num_workers && error.empty(); ++w) {
+        Worker* me = &workers[w];
+        worker::PsClient* client = state->clients[w].get();
+        worker::Values* out = &state->values[w];
+        const worker::Values* grads = &state->grads;
+        if (op == "pull") {
+          c.ops.push_back([client, out, payload]() -> absl::StatusOr<double> {
+            PST_RETURN_IF_ERROR(client->Pull(out).status());
+            return payload;
+          });
+        } else if (op == "pushpull") {
+          c.ops.push_back([client, out, me, grads, payload]() -> absl::StatusOr<double> {
+            ++me->step;
+            PST_RETURN_IF_ERROR(client->PushPull(me->step, 0, *grads, out).status());
+            return 2 * payload;
+          });
+        } else {
+          c.ops.push_back([client, me, grads, payload]() -> absl::StatusOr<double> {
+            ++me->step;
+            PST_RETURN_IF_ERROR(client->Push(me->step, 0, *grads).status());
+            return payload;
+          });
+        }
+      }
+      cases.push_back(std::move(c));
+    }
+    sizes.push_back(std::move(state));
+  }
+
+  const absl::Duration budget = options.case_budget / options.rounds;
+  const int min_iters = (options.min_iters + options.rounds - 1) / options.rounds;
+  for (int round = 1; round <= options.rounds; ++round) {
+    for (Case& c : cases) {
+      if (!c.result.error.empty()) continue;
+      std::printf("  round %d of %d: %s of %s floats ...\n", round, options.rounds,
+                  c.result.op.c_str(), SizeName(c.result.size_floats).c_str());
+      std::fflush(stdout);
+      RunCase(cluster, c.ops, budget, min_iters, &c.result);
+    }
+  }
+  std::vector<Result> results;
+  for (Case& c : cases) {
+    FinishResult(&c.result);
+    results.push_back(std::move(c.result));
   }
   return results;
 }
@@ -1096,7 +1151,8 @@ std::vector<Result> RunSparse(const Options& options, PsCluster& cluster,
     r.table_rows = options.table_rows;
     std::printf("  running %s of %d rows x %d ...\n", op.c_str(), options.rows, dim);
     std::fflush(stdout);
-    r = RunCase(options, cluster, ops, r);
+    RunCase(cluster, ops, options.case_budget, options.min_iters, &r);
+    FinishResult(&r);
     if (r.error.empty() && r.seconds > 0) {
       r.rows_per_s = static_cast<double>(r.ops) * options.rows / r.seconds;
       r.unique_rows_per_s = r.bytes / (8.0 + 4.0 * dim) / r.seconds;
@@ -1174,6 +1230,7 @@ nlohmann::json ToJson(const std::vector<Result>& results, const References& refs
   j["tcp4_reference_by_message_bytes"] = by4;
   j["cpus"] = std::thread::hardware_concurrency();
   j["seconds_per_case"] = absl::ToDoubleSeconds(options.case_budget);
+  j["rounds"] = options.rounds;
   j["dense_piece_bytes"] = options.dense_piece_bytes;
   j["link_rate"] = options.link_rate;
   j["bdp_probe"] = absl::GetFlag(FLAGS_bdp_probe);
@@ -1247,12 +1304,10 @@ absl::Status RunConfig(const Options& options, int num_ps, int num_workers,
     workers[w].transport = worker::MakeGrpcPsTransport(cluster->addresses(), options.rpc_timeout);
   }
   if (options.AnyDense()) {
-    for (int64_t size : options.sizes) {
-      for (Result& r : RunDense(options, *cluster, plan, workers, size)) {
-        r.ps = num_ps;
-        r.workers = num_workers;
-        results->push_back(std::move(r));
-      }
+    for (Result& r : RunDense(options, *cluster, plan, workers)) {
+      r.ps = num_ps;
+      r.workers = num_workers;
+      results->push_back(std::move(r));
     }
   }
   if (options.AnySparse()) {
@@ -1282,10 +1337,10 @@ int Run() {
   }
   const double load_start = LoadAverage();
   std::printf(
-      "ps_bench: %u cpus, load average %.2f; cases %s; %.1f s per case, at least %d op(s) per "
-      "worker\n",
+      "ps_bench: %u cpus, load average %.2f; cases %s; %.1f s per case (dense cases in %d "
+      "rounds), at least %d op(s) per worker\n",
       std::thread::hardware_concurrency(), load_start, absl::StrJoin(options->cases, ",").c_str(),
-      absl::ToDoubleSeconds(options->case_budget), options->min_iters);
+      absl::ToDoubleSeconds(options->case_budget), options->rounds, options->min_iters);
   std::printf("references:\n");
   std::fflush(stdout);
   std::vector<int64_t> message_bytes;

@@ -1,0 +1,76 @@
+// ps_bench end to end, at a small scale: it starts a real ps_server, runs
+// every case (the dense ones in rounds) against TCP and memcpy references,
+// and writes the JSON that scripts compare runs by. Figures are not checked
+// against targets here (that belongs to a quiet machine), only that each
+// case ran and reported them.
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "absl/time/time.h"
+#include "tests/test_cluster.h"
+
+namespace pst::testing {
+namespace {
+
+constexpr absl::Duration kTimeout = absl::Seconds(120);
+
+TEST(PsBenchTest, SmallRun_ReportsEveryCaseInTheJson) {
+  const std::string json = TestDir() + "/bench.json";
+  absl::StatusOr<std::unique_ptr<TestProcess>> bench = TestProcess::Start(
+      {BinaryPath("ps_bench"), "--sizes=64K,256K", "--seconds_per_case=0.3",
+       "--reference_seconds=0.2", "--rounds=2", "--min_iters=4", "--rows=256",
+       "--table_rows=20000", "--json=" + json});
+  ASSERT_TRUE(bench.ok()) << bench.status();
+  std::optional<int> exited = (*bench)->WaitForExit(kTimeout);
+  ASSERT_TRUE(exited.has_value()) << (*bench)->output();
+  ASSERT_EQ(ExitCode(*exited), 0) << (*bench)->output();
+
+  const nlohmann::json j = ReadJsonFile(json);
+  ASSERT_TRUE(j.is_object()) << (*bench)->output();
+  EXPECT_GT(j["tcp_reference_gbps"].get<double>(), 0);
+  EXPECT_GT(j["memcpy_gbps"].get<double>(), 0);
+  EXPECT_EQ(j["rounds"], 2);
+  std::set<std::string> seen;
+  for (const nlohmann::json& r : j["results"]) {
+    SCOPED_TRACE(r.dump());
+    ASSERT_FALSE(r.contains("error"));
+    EXPECT_EQ(r["ps"], 1);
+    EXPECT_EQ(r["workers"], 1);
+    // At least --min_iters operations, split over the rounds (2 each).
+    EXPECT_GE(r["ops"].get<int64_t>(), 4);
+    EXPECT_GT(r["gbps"].get<double>(), 0);
+    EXPECT_GT(r["ratio_to_tcp"].get<double>(), 0);
+    EXPECT_GT(r["p50_ms"].get<double>(), 0);
+    EXPECT_LE(r["p50_ms"].get<double>(), r["p99_ms"].get<double>());
+    EXPECT_LE(r["p99_ms"].get<double>(), r["max_ms"].get<double>());
+    EXPECT_GT(r["ps_cpu_s_per_gb"].get<double>(), 0);
+    EXPECT_GT(r["ps_rss_bytes"].get<int64_t>(), 0);
+    const std::string op = r["op"];
+    if (r.contains("size_floats")) {
+      seen.insert(op + "/" + std::to_string(r["size_floats"].get<int64_t>()));
+      EXPECT_GT(r["ratio_to_tcp_same_size"].get<double>(), 0);
+    } else {
+      seen.insert(op);
+      EXPECT_EQ(r["dim"], 64);
+      EXPECT_GT(r["rows_per_s"].get<double>(), 0);
+      EXPECT_LE(r["unique_rows_per_s"].get<double>(), r["rows_per_s"].get<double>());
+    }
+  }
+  EXPECT_EQ(seen, (std::set<std::string>{"push/65536", "pull/65536", "pushpull/65536",
+                                         "push/262144", "pull/262144", "pushpull/262144",
+                                         "sparse_pull", "sparse_push"}));
+}
+
+TEST(PsBenchTest, BadFlag_ExitsWithCodeTwoNamingIt) {
+  absl::StatusOr<std::unique_ptr<TestProcess>> bench =
+      TestProcess::Start({BinaryPath("ps_bench"), "--rounds=0"});
+  ASSERT_TRUE(bench.ok()) << bench.status();
+  std::optional<int> exited = (*bench)->WaitForExit(kTimeout);
+  ASSERT_TRUE(exited.has_value());
+  EXPECT_EQ(ExitCode(*exited), 2);
+  EXPECT_NE((*bench)->output().find("--rounds"), std::string::npos) << (*bench)->output();
+}
+
+}  // namespace
+}  // namespace pst::testing
