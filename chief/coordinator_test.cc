@@ -25,6 +25,16 @@ proto::RegisterRequest Reg(int index, uint64_t incarnation) {
   return r;
 }
 
+// A live worker registering again (with a restarted chief): where it is.
+proto::RegisterRequest RegAt(int index, uint64_t incarnation, int64_t position,
+                             int64_t generation, bool finished = false) {
+  proto::RegisterRequest r = Reg(index, incarnation);
+  r.set_position(position);
+  r.set_generation(generation);
+  r.set_finished(finished);
+  return r;
+}
+
 proto::HeartbeatRequest Beat(int index, uint64_t incarnation, int64_t steps, float loss = 1.0f,
                              int64_t version = 0) {
   proto::HeartbeatRequest r;
@@ -224,9 +234,7 @@ TEST(CoordinatorTest, Register_LiveWorkerAfterChiefRestart_KeepsItsOwnPosition) 
   Coordinator c(TwoWorkers(), absl::Seconds(10));
   c.SetGeneration(3);  // what the ps said
   c.SetPhase(proto::PHASE_RUNNING);
-  proto::RegisterRequest live = Reg(1, 7);
-  live.set_position(123);
-  live.set_generation(3);
+  proto::RegisterRequest live = RegAt(1, 7, /*position=*/123, /*generation=*/3);
   absl::StatusOr<proto::RegisterResponse> r = c.Register(live, kT0);
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->position(), 123);
@@ -242,20 +250,14 @@ TEST(CoordinatorTest, Register_FinishedWorkerAfterChiefRestart_CountsAsDone_Only
   Coordinator c(TwoWorkers(), absl::Seconds(10));
   c.SetGeneration(2);  // what the ps said
   c.SetPhase(proto::PHASE_RUNNING);
-  proto::RegisterRequest finished = Reg(0, 7);
-  finished.set_position(900);
-  finished.set_generation(2);
-  finished.set_finished(true);
-  ASSERT_TRUE(c.Register(finished, kT0).ok());
+  ASSERT_TRUE(c.Register(RegAt(0, 7, /*position=*/900, /*generation=*/2, /*finished=*/true), kT0)
+                  .ok());
   Coordinator::Snapshot s = c.Check(kT0);
   EXPECT_EQ(s.done, 1);
   EXPECT_EQ(s.left_early, 0);
   // Finished in a generation the ps no longer hold: it trains again.
-  proto::RegisterRequest stale = Reg(1, 8);
-  stale.set_position(880);
-  stale.set_generation(1);
-  stale.set_finished(true);
-  ASSERT_TRUE(c.Register(stale, kT0).ok());
+  ASSERT_TRUE(c.Register(RegAt(1, 8, /*position=*/880, /*generation=*/1, /*finished=*/true), kT0)
+                  .ok());
   s = c.Check(kT0);
   EXPECT_EQ(s.done, 1);
   EXPECT_FALSE(s.all_done);

@@ -320,7 +320,8 @@ TEST_F(FaultInjectionTest, PsKilledDuringTheFinalSave_WorkersRedoTheirLastSteps_
 }
 
 TEST_F(FaultInjectionTest, ChiefKilledAfterTheWorkersFinished_TheRestartedOneEndsTheJob) {
-  // The final save waits 1.5 s: the chief is killed during it.
+  // The final save waits 1.5 s, so the chief is killed while it evaluates
+  // or saves, after every worker has finished.
   std::unique_ptr<TestProcess> launcher = Launch({absl::StrCat(ps::kSaveDelayEnv, "=1500")});
   ASSERT_NE(launcher, nullptr);
   std::optional<size_t> end =
