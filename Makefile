@@ -59,7 +59,8 @@ bench-modes: build
 
 # The data plane against the wire: dense Push, Pull and PushPull and sparse
 # row pulls and pushes through real ps processes, beside a loopback TCP
-# stream and memcpy measured in the same run (a few minutes on 2 cores).
+# stream and memcpy measured in the same run, then 1 ps against 2 on
+# loopback and behind shaped links (root) (a few minutes on 2 cores).
 # BENCH_PS_FLAGS adds ps_bench flags, e.g. BENCH_PS_FLAGS="--ps=1,2 --workers=2".
 BENCH_PS_FLAGS ?=
 bench-ps: build

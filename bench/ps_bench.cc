@@ -112,6 +112,13 @@ ABSL_FLAG(std::string, link_rate, "",
           "Put each ps in a network namespace of its own, behind a veth pair shaped to this "
           "rate each way (tc tbf, e.g. 2gbit), as if every ps were a machine with that NIC. "
           "Needs root and iproute2. Empty: every ps on loopback.");
+ABSL_FLAG(bool, scaling, true,
+          "After the cases, measure what a second ps buys: PushPull of --scaling_size floats by "
+          "2 workers against 1 ps, then 2 ps, on loopback and (as root, with iproute2) with "
+          "each ps behind a link of --scaling_link_rate, as on machines of their own.");
+ABSL_FLAG(std::string, scaling_size, "16M", "Floats per PushPull in the scaling comparison.");
+ABSL_FLAG(std::string, scaling_link_rate, "2gbit",
+          "Rate of each ps's link in the shaped scaling comparison (tc syntax).");
 ABSL_FLAG(bool, verbose, false, "Echo the ps processes' log lines.");
 
 namespace pst::bench {
@@ -141,6 +148,9 @@ struct Options {
   absl::Duration rpc_timeout;
   int64_t dense_piece_bytes = 0;
   std::string link_rate;
+  bool scaling = false;
+  int64_t scaling_size = 0;
+  std::string scaling_link_rate;
   bool verbose = false;
 
   bool Has(const std::string& c) const { return cases.count(c) > 0; }
@@ -163,7 +173,7 @@ absl::StatusOr<std::vector<int>> ParseCounts(const std::string& flag, const std:
 }
 
 // "1M" -> 1048576, "4096" -> 4096, "16K" -> 16384.
-absl::StatusOr<std::vector<int64_t>> ParseSizes(const std::string& text) {
+absl::StatusOr<std::vector<int64_t>> ParseSizes(const std::string& flag, const std::string& text) {
   std::vector<int64_t> out;
   for (absl::string_view part : absl::StrSplit(text, ',', absl::SkipWhitespace())) {
     std::string digits(part);
@@ -175,7 +185,7 @@ absl::StatusOr<std::vector<int64_t>> ParseSizes(const std::string& text) {
     int64_t n = 0;
     if (!absl::SimpleAtoi(digits, &n) || n < 1 || n > (int64_t{1} << 32) / unit) {
       return absl::InvalidArgumentError(
-          absl::StrCat("--sizes: '", part, "' is not a float count such as 4096, 1M or 64M"));
+          absl::StrCat("--", flag, ": '", part, "' is not a float count such as 4096, 1M or 64M"));
     }
     out.push_back(n * unit);
   }
@@ -187,15 +197,33 @@ absl::StatusOr<Options> ParseOptions() {
   PST_ASSIGN_OR_RETURN(o.ps_counts, ParseCounts("ps", absl::GetFlag(FLAGS_ps)));
   PST_ASSIGN_OR_RETURN(o.worker_counts, ParseCounts("workers", absl::GetFlag(FLAGS_workers)));
   o.link_rate = absl::GetFlag(FLAGS_link_rate);
-  if (o.link_rate.find_first_not_of("0123456789.kmgKMGbitps") != std::string::npos) {
+  o.scaling_link_rate = absl::GetFlag(FLAGS_scaling_link_rate);
+  auto check_rate = [](const char* flag, const std::string& rate) {
+    if (rate.find_first_not_of("0123456789.kmgKMGbitps") == std::string::npos) {
+      return absl::OkStatus();
+    }
     return absl::InvalidArgumentError(
-        absl::StrCat("--link_rate=", o.link_rate, " is not a tc rate such as 2gbit or 500mbit"));
+        absl::StrCat("--", flag, "=", rate, " is not a tc rate such as 2gbit or 500mbit"));
+  };
+  PST_RETURN_IF_ERROR(check_rate("link_rate", o.link_rate));
+  PST_RETURN_IF_ERROR(check_rate("scaling_link_rate", o.scaling_link_rate));
+  o.scaling = absl::GetFlag(FLAGS_scaling);
+  if (o.scaling) {
+    PST_ASSIGN_OR_RETURN(const std::vector<int64_t> scaling_size,
+                         ParseSizes("scaling_size", absl::GetFlag(FLAGS_scaling_size)));
+    if (scaling_size.size() != 1 || scaling_size[0] < 2) {
+      return absl::InvalidArgumentError("--scaling_size must be one size of at least 2 floats");
+    }
+    o.scaling_size = scaling_size[0];
+    if (o.scaling_link_rate.empty()) {
+      return absl::InvalidArgumentError("--scaling_link_rate is empty");
+    }
   }
   o.dense_piece_bytes = absl::GetFlag(FLAGS_dense_piece_bytes);
   if (o.dense_piece_bytes < 0) {
     return absl::InvalidArgumentError("--dense_piece_bytes must be >= 0 (0: never cut)");
   }
-  PST_ASSIGN_OR_RETURN(o.sizes, ParseSizes(absl::GetFlag(FLAGS_sizes)));
+  PST_ASSIGN_OR_RETURN(o.sizes, ParseSizes("sizes", absl::GetFlag(FLAGS_sizes)));
   o.rows = absl::GetFlag(FLAGS_rows);
   o.dim = absl::GetFlag(FLAGS_dim);
   o.table_rows = absl::GetFlag(FLAGS_table_rows);
@@ -320,6 +348,15 @@ std::optional<int> WaitChild(pid_t pid, absl::Duration timeout) {
 // ---------------------------------------------------------------------------
 // The ps processes.
 
+// The ip(8) binary (Spawn execs a path, not a name looked up in $PATH), or
+// "" when there is none.
+std::string IpPath() {
+  for (const char* path : {"/usr/sbin/ip", "/sbin/ip", "/usr/bin/ip", "/bin/ip"}) {
+    if (access(path, X_OK) == 0) return path;
+  }
+  return "";
+}
+
 // A network namespace holding one ps, joined to this one by a veth pair
 // shaped to a rate each way: the ps sees a NIC of that rate, as on a
 // machine of its own. Removed (with its veth pair) on destruction.
@@ -359,19 +396,13 @@ class ShapedLink {
   const std::string& address() const { return address_; }
   // argv that runs `argv` inside the namespace.
   std::vector<std::string> Wrap(std::vector<std::string> argv) const {
-    argv.insert(argv.begin(), {IpPath(), "netns", "exec", ns_});
+    const std::string ip = IpPath();
+    argv.insert(argv.begin(), {ip.empty() ? "ip" : ip, "netns", "exec", ns_});
     return argv;
   }
 
  private:
   ShapedLink() = default;
-  // Spawn execs a path, not a name looked up in $PATH.
-  static std::string IpPath() {
-    for (const char* path : {"/usr/sbin/ip", "/sbin/ip", "/usr/bin/ip", "/bin/ip"}) {
-      if (access(path, X_OK) == 0) return path;
-    }
-    return "ip";
-  }
   std::string InNs(const std::string& command) const {
     return "ip netns exec " + ns_ + " " + command;
   }
@@ -1281,7 +1312,10 @@ nlohmann::json ToJson(const std::vector<Result>& results, const References& refs
 // stop the ps.
 absl::Status RunConfig(const Options& options, int num_ps, int num_workers,
                        std::vector<Result>* results) {
-  std::printf("\n== %d ps, %d worker(s)\n", num_ps, num_workers);
+  std::printf("\n== %d ps, %d worker(s)%s\n", num_ps, num_workers,
+              options.link_rate.empty()
+                  ? ""
+                  : absl::StrCat(", each ps behind a ", options.link_rate, " link").c_str());
   std::fflush(stdout);
   PST_ASSIGN_OR_RETURN(std::unique_ptr<PsCluster> cluster,
                        PsCluster::Start(options, num_ps, num_workers));
@@ -1322,6 +1356,88 @@ absl::Status RunConfig(const Options& options, int num_ps, int num_workers,
   workers.clear();  // channels closed before the ps go
   cluster->Stop();
   return absl::OkStatus();
+}
+
+// What a second ps buys on one network: PushPull by 2 workers against 1
+// ps, then against 2. On loopback every ps shares this machine's cores with
+// the workers; behind shaped links each ps has a NIC of its own, as in a
+// cluster, and the network is the limit more ps lift.
+struct Scaling {
+  std::string link_rate;  // empty: loopback
+  double one_ps_gbps = 0, two_ps_gbps = 0;
+  std::string skipped;  // why it did not run (no failure)
+  std::string error;
+};
+
+Scaling RunScaling(const Options& options, const std::string& link_rate) {
+  Scaling scaling;
+  scaling.link_rate = link_rate;
+  if (!link_rate.empty() && (geteuid() != 0 || IpPath().empty())) {
+    scaling.skipped = "shaped links need root and iproute2";
+    return scaling;
+  }
+  Options o = options;
+  o.sizes = {options.scaling_size};
+  o.cases = {"pushpull"};
+  o.link_rate = link_rate;
+  for (int num_ps : {1, 2}) {
+    std::vector<Result> results;
+    absl::Status status = RunConfig(o, num_ps, /*num_workers=*/2, &results);
+    if (status.ok() && results.size() == 1 && !results[0].error.empty()) {
+      status = absl::InternalError(results[0].error);
+    }
+    if (!status.ok() || results.size() != 1) {
+      scaling.error = absl::StrCat(num_ps, " ps: ",
+                                   status.ok() ? "no result" : std::string(status.message()));
+      return scaling;
+    }
+    (num_ps == 1 ? scaling.one_ps_gbps : scaling.two_ps_gbps) = results[0].gbps;
+  }
+  return scaling;
+}
+
+std::string ScalingNetwork(const Scaling& s) {
+  return s.link_rate.empty() ? "loopback" : s.link_rate + " link per ps";
+}
+
+void PrintScaling(const std::vector<Scaling>& scalings, const Options& options) {
+  std::printf("\nscaling: PushPull of %s floats by 2 workers, against 1 ps and then 2 ps\n",
+              SizeName(options.scaling_size).c_str());
+  std::printf("  %-22s %10s %10s %12s\n", "network", "1 ps GB/s", "2 ps GB/s", "2 ps / 1 ps");
+  for (const Scaling& s : scalings) {
+    if (!s.skipped.empty() || !s.error.empty()) {
+      std::printf("  %-22s %s: %s\n", ScalingNetwork(s).c_str(),
+                  s.error.empty() ? "skipped" : "FAILED",
+                  (s.error.empty() ? s.skipped : s.error).c_str());
+      continue;
+    }
+    std::printf("  %-22s %10.3f %10.3f %11.2fx\n", ScalingNetwork(s).c_str(), s.one_ps_gbps,
+                s.two_ps_gbps, s.one_ps_gbps > 0 ? s.two_ps_gbps / s.one_ps_gbps : 0.0);
+  }
+  std::printf(
+      "On loopback the ps and the workers share this machine's cores, so a second ps adds no "
+      "CPU; behind shaped links each ps has its own NIC, as on machines of their own.\n");
+}
+
+nlohmann::json ScalingJson(const std::vector<Scaling>& scalings, const Options& options) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const Scaling& s : scalings) {
+    nlohmann::json e = {{"op", "pushpull"},
+                        {"size_floats", options.scaling_size},
+                        {"workers", 2},
+                        {"link_rate", s.link_rate}};
+    if (!s.skipped.empty()) {
+      e["skipped"] = s.skipped;
+    } else if (!s.error.empty()) {
+      e["error"] = s.error;
+    } else {
+      e["one_ps_gbps"] = s.one_ps_gbps;
+      e["two_ps_gbps"] = s.two_ps_gbps;
+      e["ratio"] = s.one_ps_gbps > 0 ? s.two_ps_gbps / s.one_ps_gbps : 0.0;
+    }
+    out.push_back(e);
+  }
+  return out;
 }
 
 int Run() {
@@ -1374,6 +1490,13 @@ int Run() {
     }
   }
 
+  std::vector<Scaling> scalings;
+  if (options->scaling) {
+    for (const std::string& rate : {std::string(), options->scaling_link_rate}) {
+      scalings.push_back(RunScaling(*options, rate));
+    }
+  }
+
   const double load_end = LoadAverage();
   std::printf(
       "\nreferences: tcp 1 stream %.3f GB/s, 4 streams %.3f GB/s (best over message "
@@ -1382,12 +1505,16 @@ int Run() {
       refs->tcp_gbps, refs->tcp4_gbps, refs->memcpy_gbps, refs->memcpy_bytes / 1e6, load_start,
       load_end);
   PrintTable(results, *refs, *options);
+  if (!scalings.empty()) PrintScaling(scalings, *options);
   bool failed = false;
   for (const Result& r : results) failed |= !r.error.empty();
+  for (const Scaling& s : scalings) failed |= !s.error.empty();
 
   if (!options->json.empty()) {
     std::ofstream out(options->json);
-    out << ToJson(results, *refs, *options, load_start, load_end).dump(2) << "\n";
+    nlohmann::json j = ToJson(results, *refs, *options, load_start, load_end);
+    if (!scalings.empty()) j["scaling"] = ScalingJson(scalings, *options);
+    out << j.dump(2) << "\n";
     if (!out) {
       std::fprintf(stderr, "ps_bench: cannot write %s\n", options->json.c_str());
       return 1;

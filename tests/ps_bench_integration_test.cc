@@ -1,9 +1,11 @@
 // ps_bench end to end, at a small scale: it starts a real ps_server, runs
 // every case (the dense ones in rounds) against TCP and memcpy references,
-// and writes the JSON that scripts compare runs by. Figures are not checked
-// against targets here (that belongs to a quiet machine), only that each
-// case ran and reported them.
+// compares 1 ps with 2 (on loopback, and behind shaped links where this
+// runs as root), and writes the JSON that scripts compare runs by. Figures
+// are not checked against targets here (that belongs to a quiet machine),
+// only that each case ran and reported them.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <set>
 
@@ -20,7 +22,8 @@ TEST(PsBenchTest, SmallRun_ReportsEveryCaseInTheJson) {
   absl::StatusOr<std::unique_ptr<TestProcess>> bench = TestProcess::Start(
       {BinaryPath("ps_bench"), "--sizes=64K,256K", "--seconds_per_case=0.3",
        "--reference_seconds=0.2", "--rounds=2", "--min_iters=4", "--rows=256",
-       "--table_rows=20000", "--json=" + json});
+       "--table_rows=20000", "--scaling_size=256K", "--scaling_link_rate=1gbit",
+       "--json=" + json});
   ASSERT_TRUE(bench.ok()) << bench.status();
   std::optional<int> exited = (*bench)->WaitForExit(kTimeout);
   ASSERT_TRUE(exited.has_value()) << (*bench)->output();
@@ -60,16 +63,41 @@ TEST(PsBenchTest, SmallRun_ReportsEveryCaseInTheJson) {
   EXPECT_EQ(seen, (std::set<std::string>{"push/65536", "pull/65536", "pushpull/65536",
                                          "push/262144", "pull/262144", "pushpull/262144",
                                          "sparse_pull", "sparse_push"}));
+
+  // 1 ps against 2: on loopback always; behind 1gbit links as root.
+  ASSERT_EQ(j["scaling"].size(), 2u) << j.dump(2);
+  const bool can_shape = geteuid() == 0 && (access("/usr/sbin/ip", X_OK) == 0 ||
+                                            access("/sbin/ip", X_OK) == 0 ||
+                                            access("/usr/bin/ip", X_OK) == 0);
+  for (const nlohmann::json& s : j["scaling"]) {
+    SCOPED_TRACE(s.dump());
+    EXPECT_EQ(s["size_floats"], 262144);
+    EXPECT_EQ(s["workers"], 2);
+    ASSERT_FALSE(s.contains("error"));
+    if (s["link_rate"] == "1gbit" && !can_shape) {
+      EXPECT_TRUE(s.contains("skipped"));
+      continue;
+    }
+    EXPECT_GT(s["one_ps_gbps"].get<double>(), 0);
+    EXPECT_GT(s["two_ps_gbps"].get<double>(), 0);
+    EXPECT_NEAR(s["ratio"].get<double>(),
+                s["two_ps_gbps"].get<double>() / s["one_ps_gbps"].get<double>(), 1e-9);
+  }
+  EXPECT_EQ(j["scaling"][0]["link_rate"], "");
+  EXPECT_EQ(j["scaling"][1]["link_rate"], "1gbit");
 }
 
-TEST(PsBenchTest, BadFlag_ExitsWithCodeTwoNamingIt) {
-  absl::StatusOr<std::unique_ptr<TestProcess>> bench =
-      TestProcess::Start({BinaryPath("ps_bench"), "--rounds=0"});
-  ASSERT_TRUE(bench.ok()) << bench.status();
-  std::optional<int> exited = (*bench)->WaitForExit(kTimeout);
-  ASSERT_TRUE(exited.has_value());
-  EXPECT_EQ(ExitCode(*exited), 2);
-  EXPECT_NE((*bench)->output().find("--rounds"), std::string::npos) << (*bench)->output();
+TEST(PsBenchTest, BadFlags_ExitWithCodeTwoNamingThem) {
+  for (const std::string flag : {"--rounds=0", "--scaling_size=3x", "--scaling_link_rate=fast"}) {
+    absl::StatusOr<std::unique_ptr<TestProcess>> bench =
+        TestProcess::Start({BinaryPath("ps_bench"), flag});
+    ASSERT_TRUE(bench.ok()) << bench.status();
+    std::optional<int> exited = (*bench)->WaitForExit(kTimeout);
+    ASSERT_TRUE(exited.has_value());
+    EXPECT_EQ(ExitCode(*exited), 2) << flag;
+    const std::string name = flag.substr(0, flag.find('='));
+    EXPECT_NE((*bench)->output().find(name), std::string::npos) << (*bench)->output();
+  }
 }
 
 }  // namespace
