@@ -1382,13 +1382,12 @@ Scaling RunScaling(const Options& options, const std::string& link_rate) {
   o.link_rate = link_rate;
   for (int num_ps : {1, 2}) {
     std::vector<Result> results;
-    absl::Status status = RunConfig(o, num_ps, /*num_workers=*/2, &results);
-    if (status.ok() && results.size() == 1 && !results[0].error.empty()) {
-      status = absl::InternalError(results[0].error);
-    }
-    if (!status.ok() || results.size() != 1) {
-      scaling.error = absl::StrCat(num_ps, " ps: ",
-                                   status.ok() ? "no result" : std::string(status.message()));
+    const absl::Status status = RunConfig(o, num_ps, /*num_workers=*/2, &results);
+    const std::string error = !status.ok()          ? std::string(status.message())
+                              : results.size() != 1 ? "no result"
+                                                    : results[0].error;
+    if (!error.empty()) {
+      scaling.error = absl::StrCat(num_ps, " ps: ", error);
       return scaling;
     }
     (num_ps == 1 ? scaling.one_ps_gbps : scaling.two_ps_gbps) = results[0].gbps;
