@@ -19,6 +19,7 @@
 #include "chief/coordinator.h"
 #include "chief/grpc_coordinator_service.h"
 #include "common/checkpoint_format.h"
+#include "common/safe_file.h"
 #include "common/event_writer.h"
 #include "common/grpc_channel.h"
 #include "common/grpc_status.h"
@@ -124,18 +125,31 @@ struct SaveFigures {
 absl::StatusOr<SaveFigures> SaveCheckpoint(std::vector<PsPeer>& ps, const ChiefOptions& options,
                                            const proto::ClusterState& state, int64_t step,
                                            const std::vector<int64_t>& positions) {
-  const std::string dir =
-      absl::StrCat(options.checkpoint_dir, "/", common::CheckpointDirName(step));
+  const std::string name = common::CheckpointDirName(step);
+  const std::string dir = absl::StrCat(options.checkpoint_dir, "/", name);
   SaveFigures figures;
   figures.step = step;
-  if (common::ReadManifest(dir).ok()) return figures;  // saved already
+  if (common::ReadManifest(dir).ok()) {
+    if (common::InspectCheckpoint(dir).ok()) return figures;  // saved already
+    // A checkpoint of this step that fails its checks (the job fell back
+    // past it): kept for a look under another name, never deleted.
+    const std::string aside = absl::StrCat(dir, ".unusable-", absl::ToUnixMillis(absl::Now()));
+    std::error_code ec;
+    std::filesystem::rename(dir, aside, ec);
+    if (ec) {
+      return absl::InternalError(absl::StrCat("checkpoint ", dir, " fails its checks and cannot ",
+                                              "be moved aside to ", aside, ": ", ec.message()));
+    }
+    spdlog::warn("checkpoint {} fails its checks; moved it to {} and saving step {} anew", dir,
+                 aside, step);
+  }
   const absl::Time start = absl::Now();
   std::vector<proto::SaveResponse> saved(ps.size());
   absl::Status written = ForEachPs(ps.size(), [&](size_t i) -> absl::Status {
     grpc::ClientContext context;
     common::SetDeadline(&context, absl::Minutes(10));
     proto::SaveRequest request;
-    request.set_directory(dir);
+    request.set_checkpoint(name);
     request.set_num_ps(static_cast<int>(ps.size()));
     request.set_incarnation(ps[i].incarnation);
     grpc::Status s = ps[i].stub->Save(&context, request, &saved[i]);
@@ -167,6 +181,15 @@ absl::StatusOr<SaveFigures> SaveCheckpoint(std::vector<PsPeer>& ps, const ChiefO
     figures.pushes_during = std::max(figures.pushes_during, r.pushes_during());
   }
   PST_RETURN_IF_ERROR(common::WriteManifest(dir, manifest));
+  PST_RETURN_IF_ERROR(common::FsyncDirectory(options.checkpoint_dir));
+  // Nothing older is removed until this one passes every check a restore
+  // makes.
+  if (absl::StatusOr<common::CheckpointReport> checked = common::InspectCheckpoint(dir);
+      !checked.ok()) {
+    return absl::DataLossError(absl::StrCat("checkpoint ", dir, " was written but fails its checks (",
+                                            checked.status().message(),
+                                            "); older checkpoints are kept"));
+  }
   figures.seconds = absl::ToDoubleSeconds(absl::Now() - start);
   spdlog::info(
       "saved checkpoint {}: {:.1f} MB in {:.2f} s ({:.0f} MB/s); snapshot {:.0f} ms, a "
@@ -174,7 +197,8 @@ absl::StatusOr<SaveFigures> SaveCheckpoint(std::vector<PsPeer>& ps, const ChiefO
       dir, figures.bytes / 1e6, figures.seconds,
       figures.seconds > 0 ? figures.bytes / 1e6 / figures.seconds : 0.0,
       figures.snapshot_seconds * 1e3, figures.locked_seconds * 1e3);
-  PST_RETURN_IF_ERROR(common::PruneCheckpoints(options.checkpoint_dir, options.keep_checkpoints));
+  PST_RETURN_IF_ERROR(
+      common::PruneCheckpoints(options.checkpoint_dir, options.keep_checkpoints, dir));
   return figures;
 }
 
@@ -199,7 +223,7 @@ absl::StatusOr<std::optional<proto::CheckpointManifest>> RestoreLatest(std::vect
       grpc::ClientContext context;
       common::SetDeadline(&context, absl::Minutes(10));
       proto::RestoreRequest request;
-      request.set_directory(dir);
+      request.set_checkpoint(std::filesystem::path(dir).filename().string());
       *request.mutable_manifest() = manifest;
       request.set_generation(generation);
       grpc::Status s = ps[i].stub->Restore(&context, request, &restored[i]);

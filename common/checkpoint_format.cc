@@ -1,9 +1,6 @@
 #include "common/checkpoint_format.h"
 
-#include <fcntl.h>
 #include <sys/stat.h>
-#include <unistd.h>
-#include <zlib.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -18,6 +15,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
+#include "common/checkpoint_layout.h"
+#include "common/safe_file.h"
+#include "common/shard_reader.h"
 #include "common/status_macros.h"
 #include "common/tensor_util.h"
 #include "google/protobuf/util/json_util.h"
@@ -27,144 +27,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-constexpr char kMagic[] = "PSTSHRD1";
-constexpr char kTrailer[] = "PSTEND01";
-constexpr size_t kTagBytes = 8;
-// The smallest record: header_bytes, version, rows, tensor_count, crc.
-constexpr size_t kMinRecordBytes = 4 + 8 + 8 + 4 + 4;
-// The smallest tensor: payload_bytes and crc.
-constexpr size_t kMinTensorBytes = 8 + 4;
 constexpr char kCheckpointPrefix[] = "ckpt-";
-
-uint32_t Crc32(const char* data, size_t size) {
-  uLong crc = crc32(0L, Z_NULL, 0);
-  // zlib takes uInt lengths: feed large buffers in chunks.
-  constexpr size_t kChunk = size_t{1} << 30;
-  while (size > 0) {
-    const size_t n = std::min(size, kChunk);
-    crc = crc32(crc, reinterpret_cast<const Bytef*>(data), static_cast<uInt>(n));
-    data += n;
-    size -= n;
-  }
-  return static_cast<uint32_t>(crc);
-}
-
-uint32_t Crc32(absl::string_view s) { return Crc32(s.data(), s.size()); }
-
-std::string ErrnoString(int err) { return std::strerror(err); }
-
-// ---------------------------------------------------------------------------
-// Files.
-
-// Reads the whole of `path`. NotFound when it does not exist.
-absl::StatusOr<std::string> ReadWholeFile(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    const int err = errno;
-    if (err == ENOENT) return absl::NotFoundError(absl::StrCat(path, ": no such file"));
-    return absl::InternalError(absl::StrCat("cannot open ", path, ": ", ErrnoString(err)));
-  }
-  struct stat st;
-  if (::fstat(fd, &st) != 0) {
-    const int err = errno;
-    ::close(fd);
-    return absl::InternalError(absl::StrCat("cannot stat ", path, ": ", ErrnoString(err)));
-  }
-  if (!S_ISREG(st.st_mode)) {
-    ::close(fd);
-    return absl::DataLossError(absl::StrCat(path, ": not a regular file"));
-  }
-  std::string data;
-  data.resize(static_cast<size_t>(st.st_size));
-  size_t done = 0;
-  while (true) {
-    if (done == data.size()) {
-      // The file may have grown since fstat: read on until end of file.
-      char extra[4096];
-      const ssize_t n = ::read(fd, extra, sizeof(extra));
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0) {
-        const int err = errno;
-        ::close(fd);
-        return absl::InternalError(absl::StrCat("cannot read ", path, ": ", ErrnoString(err)));
-      }
-      if (n == 0) break;
-      data.append(extra, static_cast<size_t>(n));
-      done = data.size();
-      continue;
-    }
-    const ssize_t n = ::read(fd, data.data() + done, data.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      const int err = errno;
-      ::close(fd);
-      return absl::InternalError(absl::StrCat("cannot read ", path, ": ", ErrnoString(err)));
-    }
-    if (n == 0) {  // The file shrank since fstat.
-      data.resize(done);
-      break;
-    }
-    done += static_cast<size_t>(n);
-  }
-  ::close(fd);
-  return data;
-}
-
-std::string DirectoryOf(const std::string& path) {
-  std::string dir = fs::path(path).parent_path().string();
-  return dir.empty() ? std::string(".") : dir;
-}
-
-// Writes `contents` to "<path>.tmp", fsyncs it, renames it to `path` and
-// fsyncs the directory. Errors: Internal naming the path and the OS error.
-absl::Status WriteFileAtomically(const std::string& path, absl::string_view contents) {
-  const std::string tmp = absl::StrCat(path, ".tmp");
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) {
-    return absl::InternalError(absl::StrCat("cannot create ", tmp, ": ", ErrnoString(errno)));
-  }
-  auto fail = [&](const char* what, int err) {
-    ::unlink(tmp.c_str());
-    return absl::InternalError(absl::StrCat("cannot ", what, " ", tmp, ": ", ErrnoString(err)));
-  };
-  size_t done = 0;
-  while (done < contents.size()) {
-    const ssize_t n = ::write(fd, contents.data() + done, contents.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      const int err = errno;
-      ::close(fd);
-      return fail("write", err);
-    }
-    done += static_cast<size_t>(n);
-  }
-  if (::fsync(fd) != 0) {
-    const int err = errno;
-    ::close(fd);
-    return fail("fsync", err);
-  }
-  if (::close(fd) != 0) return fail("close", errno);
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    const int err = errno;
-    ::unlink(tmp.c_str());
-    return absl::InternalError(
-        absl::StrCat("cannot rename ", tmp, " to ", path, ": ", ErrnoString(err)));
-  }
-  const std::string dir = DirectoryOf(path);
-  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd < 0) {
-    return absl::InternalError(
-        absl::StrCat("cannot open directory ", dir, " of ", path, ": ", ErrnoString(errno)));
-  }
-  if (::fsync(dfd) != 0) {
-    const int err = errno;
-    ::close(dfd);
-    return absl::InternalError(
-        absl::StrCat("cannot fsync directory ", dir, " of ", path, ": ", ErrnoString(err)));
-  }
-  ::close(dfd);
-  return absl::OkStatus();
-}
 
 // ---------------------------------------------------------------------------
 // Encoding.
@@ -185,30 +48,7 @@ void AppendTensor(const void* data, size_t bytes, std::string* out) {
   AppendU64(bytes, out);
   const size_t start = out->size();
   out->append(static_cast<const char*>(data), bytes);
-  AppendU32(Crc32(out->data() + start, bytes), out);
-}
-
-// Elements in one row: the product of shape[1:] (1 for rank 1).
-absl::StatusOr<int64_t> RowElements(const proto::VariableSpec& spec) {
-  Shape rest;
-  for (int i = 1; i < spec.shape_size(); ++i) rest.Add(spec.shape(i));
-  return NumElements(rest);
-}
-
-bool IsHash(const proto::VariableSpec& spec) { return spec.routing() == proto::HASH; }
-
-// Bytes of values (and of each slot) for `rows` rows of `spec`; an error
-// (the caller picks its code) for a bad shape or an overflow.
-absl::StatusOr<uint64_t> FloatPayloadBytes(const proto::VariableSpec& spec, int64_t rows) {
-  absl::StatusOr<int64_t> dim = RowElements(spec);
-  if (!dim.ok()) return dim.status();
-  if (rows < 0) return absl::InvalidArgumentError(absl::StrCat("negative row count ", rows));
-  constexpr int64_t kMaxBytes = INT64_MAX;
-  if (*dim != 0 && rows > kMaxBytes / static_cast<int64_t>(sizeof(float)) / *dim) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(rows, " rows of ", *dim, " elements overflow a 64-bit size"));
-  }
-  return static_cast<uint64_t>(rows) * static_cast<uint64_t>(*dim) * sizeof(float);
+  AppendU32(ShardCrc32(out->data() + start, bytes), out);
 }
 
 absl::Status CheckRecordForWrite(const std::string& path, const ShardRecord& r) {
@@ -216,10 +56,10 @@ absl::Status CheckRecordForWrite(const std::string& path, const ShardRecord& r) 
     return absl::InvalidArgumentError(
         absl::StrCat("cannot write ", path, ": variable '", r.spec.name(), "': ", why));
   };
-  absl::StatusOr<uint64_t> bytes = FloatPayloadBytes(r.spec, r.rows);
+  absl::StatusOr<uint64_t> bytes = ShardFloatPayloadBytes(r.spec, r.rows);
   if (!bytes.ok()) return bad(bytes.status().message());
   const uint64_t elements = *bytes / sizeof(float);
-  if (!IsHash(r.spec) && r.spec.shape_size() > 0 && r.rows != r.spec.shape(0)) {
+  if (!ShardSpecIsHash(r.spec) && r.spec.shape_size() > 0 && r.rows != r.spec.shape(0)) {
     return bad(absl::StrCat(r.rows, " rows, but the shape is ", ShapeString(r.spec.shape())));
   }
   if (r.values.size() != elements) {
@@ -231,168 +71,11 @@ absl::Status CheckRecordForWrite(const std::string& path, const ShardRecord& r) 
           absl::StrCat("slot ", i, " has ", r.slots[i].size(), " values, expected ", elements));
     }
   }
-  const size_t want_ids = IsHash(r.spec) ? static_cast<size_t>(r.rows) : 0;
+  const size_t want_ids = ShardSpecIsHash(r.spec) ? static_cast<size_t>(r.rows) : 0;
   if (r.hash_ids.size() != want_ids) {
     return bad(absl::StrCat(r.hash_ids.size(), " hash ids, expected ", want_ids));
   }
   return absl::OkStatus();
-}
-
-// ---------------------------------------------------------------------------
-// Decoding.
-
-// Reads little-endian fields from a buffer, never past its end.
-class Cursor {
- public:
-  explicit Cursor(absl::string_view data) : data_(data) {}
-
-  size_t pos() const { return pos_; }
-  size_t remaining() const { return data_.size() - pos_; }
-
-  bool U32(uint32_t* v) { return Raw(v, sizeof(*v)); }
-  bool U64(uint64_t* v) { return Raw(v, sizeof(*v)); }
-  bool I64(int64_t* v) { return Raw(v, sizeof(*v)); }
-  // A view of the next `n` bytes; false when fewer remain.
-  bool Bytes(uint64_t n, absl::string_view* out) {
-    if (n > remaining()) return false;
-    *out = data_.substr(pos_, static_cast<size_t>(n));
-    pos_ += static_cast<size_t>(n);
-    return true;
-  }
-
- private:
-  bool Raw(void* v, size_t n) {
-    if (n > remaining()) return false;
-    std::memcpy(v, data_.data() + pos_, n);
-    pos_ += n;
-    return true;
-  }
-
-  absl::string_view data_;
-  size_t pos_ = 0;
-};
-
-// Parses the bytes of the shard file `path`.
-absl::StatusOr<std::vector<ShardRecord>> ParseShard(const std::string& path,
-                                                    absl::string_view data) {
-  auto loss = [&](absl::string_view why) {
-    return absl::DataLossError(absl::StrCat("checkpoint shard ", path, ": ", why));
-  };
-  Cursor in(data);
-  absl::string_view magic;
-  if (!in.Bytes(kTagBytes, &magic)) {
-    return loss(absl::StrCat("truncated: ", data.size(), " bytes, too short for the magic"));
-  }
-  if (magic != absl::string_view(kMagic, kTagBytes)) return loss("bad magic (not a shard file)");
-  uint32_t record_count = 0;
-  if (!in.U32(&record_count)) return loss("truncated in the record count");
-
-  std::vector<ShardRecord> records;
-  records.reserve(std::min<size_t>(record_count, in.remaining() / kMinRecordBytes));
-  for (uint32_t i = 0; i < record_count; ++i) {
-    // Until the spec is parsed, the record is known by its index only.
-    std::string where = absl::StrCat("record ", i, " of ", record_count);
-    auto rec_loss = [&](absl::string_view why) { return loss(absl::StrCat(where, ": ", why)); };
-    const size_t start = in.pos();
-    uint32_t header_bytes = 0;
-    absl::string_view header;
-    if (!in.U32(&header_bytes)) return rec_loss("truncated in the header length");
-    if (!in.Bytes(header_bytes, &header)) {
-      return rec_loss(absl::StrCat("header of ", header_bytes, " bytes runs past the end (",
-                                   in.remaining(), " bytes left)"));
-    }
-    ShardRecord r;
-    if (!r.spec.ParseFromArray(header.data(), static_cast<int>(header.size()))) {
-      return rec_loss("header is not a valid VariableSpec");
-    }
-    where = absl::StrCat(where, " (variable '", r.spec.name(), "')");
-    uint32_t tensor_count = 0;
-    if (!in.I64(&r.version) || !in.I64(&r.rows) || !in.U32(&tensor_count)) {
-      return rec_loss("truncated in the record header");
-    }
-    if (tensor_count > in.remaining() / kMinTensorBytes) {
-      return rec_loss(
-          absl::StrCat(tensor_count, " tensors cannot fit in the ", in.remaining(), " bytes left"));
-    }
-    std::vector<absl::string_view> payloads;
-    payloads.reserve(tensor_count);
-    for (uint32_t t = 0; t < tensor_count; ++t) {
-      uint64_t payload_bytes = 0;
-      absl::string_view payload;
-      uint32_t crc = 0;
-      if (!in.U64(&payload_bytes)) return rec_loss(absl::StrCat("truncated in tensor ", t));
-      if (!in.Bytes(payload_bytes, &payload)) {
-        return rec_loss(absl::StrCat("tensor ", t, " of ", payload_bytes,
-                                     " bytes runs past the end (", in.remaining(), " bytes left)"));
-      }
-      if (!in.U32(&crc)) return rec_loss(absl::StrCat("truncated in the crc32 of tensor ", t));
-      const uint32_t actual = Crc32(payload);
-      if (crc != actual) {
-        return rec_loss(absl::StrCat("tensor ", t, " checksum mismatch: stored crc32 ", crc,
-                                     ", computed ", actual));
-      }
-      payloads.push_back(payload);
-    }
-    const uint32_t actual_crc = Crc32(data.substr(start, in.pos() - start));
-    uint32_t record_crc = 0;
-    if (!in.U32(&record_crc)) return rec_loss("truncated in the record crc32");
-    if (record_crc != actual_crc) {
-      return rec_loss(absl::StrCat("record checksum mismatch: stored crc32 ", record_crc,
-                                   ", computed ", actual_crc));
-    }
-
-    // The bytes are as written; now check they agree with the spec.
-    const bool hash = IsHash(r.spec);
-    absl::StatusOr<uint64_t> float_bytes = FloatPayloadBytes(r.spec, r.rows);
-    if (!float_bytes.ok()) {
-      return rec_loss(absl::StrCat("shape ", ShapeString(r.spec.shape()), " with ", r.rows,
-                                   " rows: ", float_bytes.status().message()));
-    }
-    if (!hash && r.spec.shape_size() > 0 && r.rows != r.spec.shape(0)) {
-      return rec_loss(
-          absl::StrCat(r.rows, " rows stored, but the shape is ", ShapeString(r.spec.shape())));
-    }
-    const uint32_t fixed = hash ? 2 : 1;  // values (and hash ids)
-    if (tensor_count < fixed) {
-      return rec_loss(absl::StrCat(tensor_count, " tensors, expected at least ", fixed));
-    }
-    const uint32_t num_slots = tensor_count - fixed;
-    for (uint32_t t = 0; t < 1 + num_slots; ++t) {
-      if (payloads[t].size() != *float_bytes) {
-        return rec_loss(absl::StrCat("tensor ", t, " is ", payloads[t].size(), " bytes, expected ",
-                                     *float_bytes, " for ", r.rows, " rows of shape ",
-                                     ShapeString(r.spec.shape())));
-      }
-    }
-    if (hash && (payloads.back().size() % sizeof(int64_t) != 0 ||
-                 payloads.back().size() / sizeof(int64_t) != static_cast<uint64_t>(r.rows))) {
-      return rec_loss(absl::StrCat("hash ids are ", payloads.back().size(), " bytes, expected ",
-                                   r.rows, " ids of 8 bytes"));
-    }
-
-    const size_t elements = static_cast<size_t>(*float_bytes / sizeof(float));
-    auto copy_floats = [elements](absl::string_view p, std::vector<float>* out) {
-      out->resize(elements);
-      if (elements > 0) std::memcpy(out->data(), p.data(), p.size());
-    };
-    copy_floats(payloads[0], &r.values);
-    r.slots.resize(num_slots);
-    for (uint32_t s = 0; s < num_slots; ++s) copy_floats(payloads[1 + s], &r.slots[s]);
-    if (hash) {
-      r.hash_ids.resize(static_cast<size_t>(r.rows));
-      if (r.rows > 0) {
-        std::memcpy(r.hash_ids.data(), payloads.back().data(), payloads.back().size());
-      }
-    }
-    records.push_back(std::move(r));
-  }
-  absl::string_view trailer;
-  if (!in.Bytes(kTagBytes, &trailer)) return loss("truncated before the trailer");
-  if (trailer != absl::string_view(kTrailer, kTagBytes)) return loss("bad trailer");
-  if (in.remaining() != 0) {
-    return loss(absl::StrCat(in.remaining(), " unexpected bytes after the trailer"));
-  }
-  return records;
 }
 
 // "ckpt-<digits>": the step, or -1 for any other name.
@@ -411,12 +94,18 @@ int64_t CheckpointStep(const std::string& name) {
 }
 
 struct CheckpointDir {
+  enum class State {
+    kCommitted,   // its manifest reads and parses
+    kNoManifest,  // no manifest at all: an interrupted save's debris
+    kUnreadable,  // a manifest that cannot be read or parsed: never removed
+  };
   int64_t step = 0;
   std::string path;
-  bool committed = false;  // has a readable manifest
+  State state = State::kNoManifest;
 };
 
-// Every "ckpt-<digits>" directory under `root`.
+// Every "ckpt-<digits>" directory under `root` (symbolic links are not
+// checkpoints), newest first.
 std::vector<CheckpointDir> ScanCheckpointDirs(const std::string& root) {
   std::vector<CheckpointDir> dirs;
   std::error_code ec;
@@ -427,11 +116,20 @@ std::vector<CheckpointDir> ScanCheckpointDirs(const std::string& root) {
     const int64_t step = CheckpointStep(it->path().filename().string());
     if (step < 0) continue;
     std::error_code dir_ec;
-    if (!it->is_directory(dir_ec) || dir_ec) continue;
+    if (!fs::is_directory(it->symlink_status(dir_ec)) || dir_ec) continue;
     CheckpointDir d;
     d.step = step;
     d.path = it->path().string();
-    d.committed = ReadManifest(d.path).ok();
+    if (ReadManifest(d.path).ok()) {
+      d.state = CheckpointDir::State::kCommitted;
+    } else {
+      // Debris only when there is certainly no manifest: a directory that
+      // cannot be looked into is not known to be debris.
+      struct stat st;
+      const std::string manifest = (fs::path(d.path) / kManifestFile).string();
+      const bool absent = ::lstat(manifest.c_str(), &st) != 0 && errno == ENOENT;
+      d.state = absent ? CheckpointDir::State::kNoManifest : CheckpointDir::State::kUnreadable;
+    }
     dirs.push_back(std::move(d));
   }
   if (ec) dirs.clear();
@@ -439,6 +137,18 @@ std::vector<CheckpointDir> ScanCheckpointDirs(const std::string& root) {
     return a.step != b.step ? a.step > b.step : a.path > b.path;
   });
   return dirs;
+}
+
+// "shard-<i>-of-<n>.pst" with 0 <= i < n: sets *index and *count.
+bool ParseShardFileName(absl::string_view name, int* index, int* count) {
+  int i = -1, n = -1, consumed = 0;
+  const std::string copy(name);
+  if (std::sscanf(copy.c_str(), "shard-%d-of-%d.pst%n", &i, &n, &consumed) != 2) return false;
+  if (consumed != static_cast<int>(copy.size()) || i < 0 || n < 1 || i >= n) return false;
+  if (ShardFileName(i, n) != copy) return false;  // no signs, spaces or leading zeros
+  *index = i;
+  *count = n;
+  return true;
 }
 
 }  // namespace
@@ -473,7 +183,7 @@ absl::Status WriteShardFile(const std::string& path, const std::vector<ShardReco
   }
   std::string out;
   out.reserve(estimate);
-  out.append(kMagic, kTagBytes);
+  out.append(kShardMagic, kShardTagBytes);
   AppendU32(static_cast<uint32_t>(records.size()), &out);
   for (const ShardRecord& r : records) {
     const size_t start = out.size();
@@ -482,29 +192,36 @@ absl::Status WriteShardFile(const std::string& path, const std::vector<ShardReco
     out.append(header);
     AppendI64(r.version, &out);
     AppendI64(r.rows, &out);
-    const bool hash = IsHash(r.spec);
+    const bool hash = ShardSpecIsHash(r.spec);
     AppendU32(static_cast<uint32_t>(1 + r.slots.size() + (hash ? 1 : 0)), &out);
     AppendTensor(r.values.data(), r.values.size() * sizeof(float), &out);
     for (const std::vector<float>& slot : r.slots) {
       AppendTensor(slot.data(), slot.size() * sizeof(float), &out);
     }
     if (hash) AppendTensor(r.hash_ids.data(), r.hash_ids.size() * sizeof(int64_t), &out);
-    AppendU32(Crc32(out.data() + start, out.size() - start), &out);
+    AppendU32(ShardCrc32(out.data() + start, out.size() - start), &out);
   }
-  out.append(kTrailer, kTagBytes);
+  out.append(kShardTrailer, kShardTagBytes);
 
   PST_RETURN_IF_ERROR(WriteFileAtomically(path, out));
   if (shard != nullptr) {
     shard->set_file(fs::path(path).filename().string());
     shard->set_bytes(static_cast<int64_t>(out.size()));
-    shard->set_crc32(Crc32(out));
+    shard->set_crc32(ShardCrc32(out.data(), out.size()));
   }
   return absl::OkStatus();
 }
 
 absl::StatusOr<std::vector<ShardRecord>> ReadShardFile(const std::string& path) {
-  PST_ASSIGN_OR_RETURN(const std::string data, ReadWholeFile(path));
-  return ParseShard(path, data);
+  PST_ASSIGN_OR_RETURN(std::unique_ptr<ShardReader> reader, ShardReader::Open(path));
+  std::vector<ShardRecord> records;
+  while (true) {
+    ShardRecord record;
+    PST_ASSIGN_OR_RETURN(const bool more, reader->Next(&record));
+    if (!more) break;
+    records.push_back(std::move(record));
+  }
+  return records;
 }
 
 absl::Status WriteManifest(const std::string& dir, const proto::CheckpointManifest& manifest) {
@@ -525,51 +242,108 @@ absl::StatusOr<proto::CheckpointManifest> ReadManifest(const std::string& dir) {
   const std::string path = (fs::path(dir) / kManifestFile).string();
   PST_ASSIGN_OR_RETURN(const std::string json, ReadWholeFile(path));
   proto::CheckpointManifest manifest;
-  const auto status = google::protobuf::util::JsonStringToMessage(json, &manifest);
+  google::protobuf::util::JsonParseOptions options;
+  // A field a later version added does not make the checkpoint unreadable;
+  // format_version says when the meaning changed.
+  options.ignore_unknown_fields = true;
+  const auto status = google::protobuf::util::JsonStringToMessage(json, &manifest, options);
   if (!status.ok()) {
     return absl::DataLossError(
         absl::StrCat("checkpoint manifest ", path, " does not parse: ", status.ToString()));
   }
+  if (manifest.format_version() != kManifestFormatVersion) {
+    return absl::DataLossError(absl::StrCat("checkpoint manifest ", path, " is of format version ",
+                                            manifest.format_version(), "; this build reads ",
+                                            kManifestFormatVersion));
+  }
   return manifest;
+}
+
+absl::Status CheckCheckpointName(absl::string_view name) {
+  if (CheckpointStep(std::string(name)) < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "'", name, "' is not a checkpoint name: checkpoints are named ckpt-<digits>, never a path"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckManifestShards(const proto::CheckpointManifest& manifest) {
+  const int n = manifest.shards_size();
+  if (n < 1) return absl::InvalidArgumentError("the manifest lists no shard");
+  std::vector<bool> seen(n, false);
+  for (const proto::CheckpointShard& shard : manifest.shards()) {
+    int index = -1, count = -1;
+    if (!ParseShardFileName(shard.file(), &index, &count)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the manifest names shard file '", shard.file(),
+          "', which is not of the form shard-<ps>-of-<num_ps>.pst (never a path)"));
+    }
+    if (count != n || index != shard.ps_index() || seen[index]) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the manifest's shards must be shard-0-of-", n, " to shard-", n - 1, "-of-", n,
+          ", each once; '", shard.file(), "' (ps_index ", shard.ps_index(), ") does not fit"));
+    }
+    if (shard.bytes() < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("the manifest gives '", shard.file(), "' a negative size"));
+    }
+    seen[index] = true;
+  }
+  return absl::OkStatus();
 }
 
 std::vector<std::string> ListCheckpoints(const std::string& root) {
   std::vector<std::string> out;
   for (CheckpointDir& d : ScanCheckpointDirs(root)) {
-    if (d.committed) out.push_back(std::move(d.path));
+    if (d.state == CheckpointDir::State::kCommitted) out.push_back(std::move(d.path));
   }
   return out;
 }
 
-absl::Status PruneCheckpoints(const std::string& root, int keep) {
+absl::Status PruneCheckpoints(const std::string& root, int keep, const std::string& verified) {
   if (keep < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("checkpoints to keep must be at least 1, got ", keep));
   }
   const std::vector<CheckpointDir> dirs = ScanCheckpointDirs(root);
-  int64_t newest = -1;
+  const fs::path verified_path = fs::path(verified).lexically_normal();
+  const CheckpointDir* newest = nullptr;
+  bool verified_found = false;
   for (const CheckpointDir& d : dirs) {
-    if (d.committed) {
-      newest = d.step;
-      break;
-    }
+    if (d.state != CheckpointDir::State::kCommitted) continue;
+    if (newest == nullptr) newest = &d;
+    verified_found |= fs::path(d.path).lexically_normal() == verified_path;
   }
-  if (newest < 0) return absl::OkStatus();  // Nothing committed: touch nothing.
+  // Nothing removed unless the checkpoint just verified is here to stay.
+  if (newest == nullptr || !verified_found) return absl::OkStatus();
 
   std::vector<std::string> errors;
-  int kept = 0;
+  int kept = 1;  // the verified one
+  bool removed = false;
   for (const CheckpointDir& d : dirs) {
     bool remove = false;
-    if (d.committed) {
-      remove = kept >= keep;
-      if (!remove) ++kept;
-    } else {
-      remove = d.step < newest;  // Newer debris may be a save in progress.
+    switch (d.state) {
+      case CheckpointDir::State::kCommitted:
+        if (fs::path(d.path).lexically_normal() == verified_path) continue;
+        remove = kept >= keep;
+        if (!remove) ++kept;
+        break;
+      case CheckpointDir::State::kNoManifest:
+        remove = d.step < newest->step;  // Newer debris may be a save in progress.
+        break;
+      case CheckpointDir::State::kUnreadable:
+        break;  // Never removed because it could not be read.
     }
     if (!remove) continue;
     std::error_code ec;
     fs::remove_all(d.path, ec);
     if (ec) errors.push_back(absl::StrCat(d.path, ": ", ec.message()));
+    removed = true;
+  }
+  if (removed) {
+    if (absl::Status synced = FsyncDirectory(root); !synced.ok()) {
+      errors.push_back(std::string(synced.message()));
+    }
   }
   if (!errors.empty()) {
     return absl::InternalError(
@@ -583,29 +357,45 @@ absl::StatusOr<CheckpointReport> InspectCheckpoint(const std::string& dir) {
   CheckpointReport report;
   report.global_step = manifest.global_step();
   report.num_ps = manifest.shards_size();
+  if (absl::Status shards = CheckManifestShards(manifest); !shards.ok()) {
+    return absl::DataLossError(absl::StrCat("checkpoint manifest in ", dir, ": ", shards.message()));
+  }
   for (const proto::CheckpointShard& shard : manifest.shards()) {
     const std::string& name = shard.file();
-    if (name.empty() || name == "." || name == ".." || name.find('/') != std::string::npos) {
-      return absl::DataLossError(absl::StrCat("checkpoint manifest in ", dir,
-                                              " names an invalid shard file '", name, "'"));
-    }
     const std::string path = (fs::path(dir) / name).string();
-    PST_ASSIGN_OR_RETURN(const std::string data, ReadWholeFile(path));
-    if (static_cast<int64_t>(data.size()) != shard.bytes()) {
-      return absl::DataLossError(absl::StrCat("checkpoint shard ", path, " is ", data.size(),
-                                              " bytes, the manifest says ", shard.bytes()));
+    PST_ASSIGN_OR_RETURN(std::unique_ptr<ShardReader> reader, ShardReader::Open(path));
+    if (reader->file_bytes() != shard.bytes()) {
+      return absl::DataLossError(absl::StrCat("checkpoint shard ", path, " is ",
+                                              reader->file_bytes(), " bytes, the manifest says ",
+                                              shard.bytes()));
     }
-    const uint32_t crc = Crc32(data);
-    if (crc != shard.crc32()) {
-      return absl::DataLossError(absl::StrCat("checkpoint shard ", path, " has crc32 ", crc,
-                                              ", the manifest says ", shard.crc32()));
+    std::vector<ShardRecord> records;
+    absl::Status parsed;
+    while (true) {
+      ShardRecord record;
+      absl::StatusOr<bool> more = reader->Next(&record);
+      if (!more.ok()) {
+        parsed = more.status();
+        break;
+      }
+      if (!*more) break;
+      // The report needs the spec, rows and version, not the values.
+      record.values = {};
+      record.slots.assign(record.slots.size(), {});
+      record.hash_ids = {};
+      records.push_back(std::move(record));
     }
-    PST_ASSIGN_OR_RETURN(const std::vector<ShardRecord> records, ParseShard(path, data));
-    report.total_bytes += static_cast<int64_t>(data.size());
+    if (parsed.ok() && reader->file_crc32() != shard.crc32()) {
+      return absl::DataLossError(absl::StrCat("checkpoint shard ", path, " has crc32 ",
+                                              reader->file_crc32(), ", the manifest says ",
+                                              shard.crc32()));
+    }
+    PST_RETURN_IF_ERROR(parsed);
+    report.total_bytes += reader->file_bytes();
     for (const ShardRecord& r : records) {
       CheckpointReport::Variable v;
       v.name = r.spec.name();
-      if (IsHash(r.spec)) {
+      if (ShardSpecIsHash(r.spec)) {
         std::vector<int64_t> rest(r.spec.shape().begin(), r.spec.shape().end());
         if (!rest.empty()) rest.erase(rest.begin());
         v.shape = absl::StrCat("[", r.rows, " ids", rest.empty() ? "" : ", ",

@@ -19,7 +19,10 @@
 //     uint32 crc32 of the record's bytes before this field
 //   "PSTEND01"                       8-byte trailer
 // Values and slots are float32 [rows, dim]; hash ids are int64 [rows].
-// Every file is written to "<name>.tmp", fsync'ed and renamed into place.
+// Every file is written to a new temp file of a unique name, fsync'ed and
+// renamed into place (common/safe_file.h: no symbolic link is followed).
+// A ps names its shard files itself, in its own --checkpoint_dir; requests
+// name a checkpoint (CheckCheckpointName), never a path.
 //
 // Thread-safety: pure functions of their arguments and the files.
 #ifndef PST_COMMON_CHECKPOINT_FORMAT_H_
@@ -30,11 +33,13 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "proto/pstrain.pb.h"
 
 namespace pst::common {
 
 inline constexpr char kManifestFile[] = "MANIFEST.json";
+inline constexpr int kManifestFormatVersion = 1;
 
 // One variable (or partition) as saved by a ps.
 struct ShardRecord {
@@ -57,25 +62,42 @@ std::string ShardFileName(int ps_index, int num_ps);
 absl::Status WriteShardFile(const std::string& path, const std::vector<ShardRecord>& records,
                             proto::CheckpointShard* shard);
 
-// Reads and checks a shard file. Errors: NotFound for a missing file;
-// DataLoss naming the file (and the record/variable when known) for a bad
-// magic, a truncated file, a size that does not match the spec, or a
-// checksum mismatch.
+// Reads and checks a whole shard file (common/shard_reader.h reads one
+// record at a time). Errors: NotFound for a missing file; FailedPrecondition
+// for a symbolic link; DataLoss naming the file (and the record/variable
+// when known) for a bad magic, a truncated file, a size that does not match
+// the spec, or a checksum mismatch.
 absl::StatusOr<std::vector<ShardRecord>> ReadShardFile(const std::string& path);
+
+// OK for a checkpoint's name as requests carry it, "ckpt-<digits>";
+// InvalidArgument naming it for anything else (a path, "..", empty).
+absl::Status CheckCheckpointName(absl::string_view name);
+
+// OK when the manifest lists shard-0-of-N.pst .. shard-(N-1)-of-N.pst, each
+// once, with ps_index matching and a size >= 0; InvalidArgument naming the
+// first that does not (a path, a repeat, a gap).
+absl::Status CheckManifestShards(const proto::CheckpointManifest& manifest);
 
 // Writes <dir>/MANIFEST.json atomically (the commit point). Errors: Internal.
 absl::Status WriteManifest(const std::string& dir, const proto::CheckpointManifest& manifest);
-// Errors: NotFound when absent; DataLoss when it does not parse.
+// Fields this build does not know are ignored. Errors: NotFound when
+// absent; FailedPrecondition for a symbolic link; DataLoss when it does not
+// parse or is of another format_version.
 absl::StatusOr<proto::CheckpointManifest> ReadManifest(const std::string& dir);
 
 // Checkpoint directories under `root` that have a manifest, newest (highest
 // step) first. A missing root gives an empty list.
 std::vector<std::string> ListCheckpoints(const std::string& root);
 
-// Removes all but the newest `keep` checkpoints, and directories without a
-// manifest older than the newest checkpoint (debris of interrupted saves).
-// Errors: Internal naming what could not be removed.
-absl::Status PruneCheckpoints(const std::string& root, int keep);
+// Retention after a save. `verified` is the checkpoint just written and
+// checked (InspectCheckpoint): it is always kept, with the newest `keep`-1
+// others, and nothing is removed unless it is listed. Directories with no
+// manifest at all older than the newest checkpoint are removed (debris of
+// interrupted saves); a directory whose manifest exists but cannot be read
+// is never removed. The root is fsync'ed after a removal.
+// Errors: InvalidArgument for keep < 1; Internal naming what could not be
+// removed.
+absl::Status PruneCheckpoints(const std::string& root, int keep, const std::string& verified);
 
 // What `pstrain checkpoint inspect` prints about one checkpoint.
 struct CheckpointReport {

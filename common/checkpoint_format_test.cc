@@ -1,5 +1,6 @@
 #include "common/checkpoint_format.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -525,7 +526,7 @@ TEST_F(CheckpointFormatTest, PruneCheckpoints_KeepsNewestAndRemovesOldDebrisOnly
   fs::create_directories(Path("other_dir"));
   fs::create_directories(Path("ckpt-latest"));
 
-  ASSERT_TRUE(PruneCheckpoints(dir_, 2).ok());
+  ASSERT_TRUE(PruneCheckpoints(dir_, 2, Path("ckpt-000000000400")).ok());
   const std::vector<std::string> want = {Path("ckpt-000000000400"), Path("ckpt-000000000300")};
   EXPECT_EQ(ListCheckpoints(dir_), want);
   EXPECT_FALSE(fs::exists(Path("ckpt-000000000100")));
@@ -537,21 +538,142 @@ TEST_F(CheckpointFormatTest, PruneCheckpoints_KeepsNewestAndRemovesOldDebrisOnly
   EXPECT_TRUE(fs::exists(Path("ckpt-latest")));
 
   // Keeping more than exist changes nothing.
-  ASSERT_TRUE(PruneCheckpoints(dir_, 10).ok());
+  ASSERT_TRUE(PruneCheckpoints(dir_, 10, Path("ckpt-000000000400")).ok());
   EXPECT_EQ(ListCheckpoints(dir_), want);
 }
 
 TEST_F(CheckpointFormatTest, PruneCheckpoints_WithoutCommittedCheckpoint_TouchesNothing) {
   MakeCheckpointDir(dir_, 100, false);
-  ASSERT_TRUE(PruneCheckpoints(dir_, 1).ok());
+  ASSERT_TRUE(PruneCheckpoints(dir_, 1, Path("ckpt-000000000100")).ok());
   EXPECT_TRUE(fs::exists(Path("ckpt-000000000100")));
-  EXPECT_TRUE(PruneCheckpoints(Path("absent"), 1).ok());
+  EXPECT_TRUE(PruneCheckpoints(Path("absent"), 1, Path("absent/ckpt-000000000100")).ok());
 }
 
 TEST_F(CheckpointFormatTest, PruneCheckpoints_KeepBelowOne_IsInvalidArgument) {
   MakeCheckpointDir(dir_, 100, true);
-  EXPECT_EQ(PruneCheckpoints(dir_, 0).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(PruneCheckpoints(dir_, 0, Path("ckpt-000000000100")).code(),
+            absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE(fs::exists(Path("ckpt-000000000100")));
+}
+
+// After a fall back from a newer checkpoint that failed its checks, the
+// next save is older by step than it: with keep=1 that save is what stays.
+TEST_F(CheckpointFormatTest, PruneCheckpoints_KeepOne_KeepsTheVerifiedSaveOverANewerStep) {
+  MakeCheckpointDir(dir_, 100, true);
+  MakeCheckpointDir(dir_, 200, true);  // the corrupt one the job fell back from
+  MakeCheckpointDir(dir_, 150, true);  // the save just made and checked
+  ASSERT_TRUE(PruneCheckpoints(dir_, 1, Path("ckpt-000000000150")).ok());
+  const std::vector<std::string> want = {Path("ckpt-000000000150")};
+  EXPECT_EQ(ListCheckpoints(dir_), want);
+}
+
+TEST_F(CheckpointFormatTest, PruneCheckpoints_UnverifiedSave_RemovesNothing) {
+  MakeCheckpointDir(dir_, 100, true);
+  MakeCheckpointDir(dir_, 200, true);
+  MakeCheckpointDir(dir_, 50, false);
+  ASSERT_TRUE(PruneCheckpoints(dir_, 1, Path("ckpt-000000000300")).ok());  // not there
+  EXPECT_EQ(ListCheckpoints(dir_).size(), 2u);
+  EXPECT_TRUE(fs::exists(Path("ckpt-000000000050")));
+}
+
+// A manifest that exists but cannot be read or parsed is not debris: it may
+// be a good checkpoint on a bad day (permissions, a newer build's format).
+TEST_F(CheckpointFormatTest, PruneCheckpoints_NeverRemovesAnUnreadableManifest) {
+  MakeCheckpointDir(dir_, 100, false);
+  WriteBytes(Path("ckpt-000000000100/MANIFEST.json"), "{ not json");
+  MakeCheckpointDir(dir_, 200, false);
+  WriteBytes(Path("ckpt-000000000200/MANIFEST.json"), "{}");
+  ASSERT_EQ(::chmod(Path("ckpt-000000000200/MANIFEST.json").c_str(), 0), 0);
+  MakeCheckpointDir(dir_, 300, true);
+  ASSERT_TRUE(PruneCheckpoints(dir_, 1, Path("ckpt-000000000300")).ok());
+  EXPECT_TRUE(fs::exists(Path("ckpt-000000000100/MANIFEST.json")));
+  EXPECT_TRUE(fs::exists(Path("ckpt-000000000200/MANIFEST.json")));
+  EXPECT_TRUE(fs::exists(Path("ckpt-000000000300/MANIFEST.json")));
+}
+
+TEST_F(CheckpointFormatTest, ReadManifest_UnknownFieldIsIgnored_OtherFormatVersionIsDataLoss) {
+  MakeCheckpointDir(dir_, 100, false);
+  WriteBytes(Path("ckpt-000000000100/MANIFEST.json"),
+             R"({"format_version": 1, "global_step": "100", "added_later": {"x": 1}})");
+  absl::StatusOr<proto::CheckpointManifest> read = ReadManifest(Path("ckpt-000000000100"));
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_EQ(read->global_step(), 100);
+  WriteBytes(Path("ckpt-000000000100/MANIFEST.json"), R"({"format_version": 2})");
+  read = ReadManifest(Path("ckpt-000000000100"));
+  EXPECT_EQ(read.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_TRUE(Contains(std::string(read.status().message()), "format version 2"));
+}
+
+TEST_F(CheckpointFormatTest, CheckCheckpointName_AcceptsOnlyCkptDigits) {
+  EXPECT_TRUE(CheckCheckpointName("ckpt-000000001200").ok());
+  EXPECT_TRUE(CheckCheckpointName("ckpt-7").ok());
+  for (const char* bad : {"", "ckpt-", "..", "/etc", "ckpt-1/..", "../ckpt-1", "ckpt-1 ",
+                          "ckpt--1", "ckpt-1a", "/tmp/ckpt-1", "ckpt-99999999999999999999"}) {
+    absl::Status status = CheckCheckpointName(bad);
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << "'" << bad << "'";
+  }
+}
+
+TEST_F(CheckpointFormatTest, CheckManifestShards_RefusesPathsRepeatsAndGaps) {
+  auto manifest = [](std::vector<std::pair<std::string, int>> shards) {
+    proto::CheckpointManifest m;
+    for (const auto& [file, index] : shards) {
+      proto::CheckpointShard* s = m.add_shards();
+      s->set_file(file);
+      s->set_ps_index(index);
+    }
+    return m;
+  };
+  EXPECT_TRUE(
+      CheckManifestShards(manifest({{"shard-0-of-2.pst", 0}, {"shard-1-of-2.pst", 1}})).ok());
+  const std::vector<std::vector<std::pair<std::string, int>>> bad = {
+      {},
+      {{"/etc/passwd", 0}},
+      {{"../shard-0-of-1.pst", 0}},
+      {{"shard-0-of-1.pst/..", 0}},
+      {{"shard-0-of-2.pst", 0}, {"shard-0-of-2.pst", 0}},  // a repeat
+      {{"shard-0-of-3.pst", 0}, {"shard-1-of-3.pst", 1}},  // a gap
+      {{"shard-1-of-1.pst", 1}},
+      {{"shard-00-of-1.pst", 0}},
+      {{"shard-0-of-1.pst", 3}},  // ps_index differs
+  };
+  for (const auto& shards : bad) {
+    absl::Status status = CheckManifestShards(manifest(shards));
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument)
+        << (shards.empty() ? std::string("(none)") : shards[0].first);
+  }
+  std::vector<std::pair<std::string, int>> thousand(1000, {"shard-0-of-1.pst", 0});
+  EXPECT_EQ(CheckManifestShards(manifest(thousand)).code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(CheckpointFormatTest, ReadShardFile_ThroughASymlink_IsRefused) {
+  const std::string target = Path("real.pst");
+  proto::CheckpointShard shard;
+  ASSERT_TRUE(WriteShardFile(target, {}, &shard).ok());
+  fs::create_symlink(target, Path("link.pst"));
+  absl::StatusOr<std::vector<ShardRecord>> got = ReadShardFile(Path("link.pst"));
+  EXPECT_EQ(got.status().code(), absl::StatusCode::kFailedPrecondition) << got.status();
+  EXPECT_TRUE(ReadShardFile(target).ok());
+}
+
+TEST_F(CheckpointFormatTest, WriteShardFile_IntoALinkedDirectory_IsRefused) {
+  fs::create_directories(Path("elsewhere"));
+  fs::create_directory_symlink(Path("elsewhere"), Path("ckpt-000000000001"));
+  proto::CheckpointShard shard;
+  absl::Status status = WriteShardFile(Path("ckpt-000000000001/shard-0-of-1.pst"), {}, &shard);
+  EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition) << status;
+  EXPECT_TRUE(fs::is_empty(Path("elsewhere")));
+}
+
+// A link planted where the shard goes is replaced, never written through.
+TEST_F(CheckpointFormatTest, WriteShardFile_OverAPlantedLink_ReplacesTheLinkOnly) {
+  WriteBytes(Path("victim"), "precious");
+  fs::create_symlink(Path("victim"), Path("shard-0-of-1.pst"));
+  proto::CheckpointShard shard;
+  ASSERT_TRUE(WriteShardFile(Path("shard-0-of-1.pst"), {}, &shard).ok());
+  EXPECT_EQ(ReadBytes(Path("victim")), "precious");
+  EXPECT_FALSE(fs::is_symlink(Path("shard-0-of-1.pst")));
+  EXPECT_TRUE(ReadShardFile(Path("shard-0-of-1.pst")).ok());
 }
 
 // Writes a two-ps checkpoint at step 1200 whose plan places the sample

@@ -98,8 +98,10 @@ ABSL_FLAG(pst::common::ProgressMode, progress, pst::common::ProgressMode::kAuto,
           "--log_every_s), off, or auto (tty when stderr, for pstrain local stdout, is a "
           "terminal, else plain).");
 ABSL_FLAG(std::string, checkpoint_dir, "",
-          "Where the chief saves sharded checkpoints (a directory every ps can write); a job "
-          "started with a checkpoint there resumes from the newest valid one.");
+          "Where checkpoints live: the same shared directory for the chief and every ps (it may "
+          "be mounted at another path on each). The chief writes manifests there, each ps its "
+          "shards, and a ps reads and writes nowhere else; a ps without it refuses Save and "
+          "Restore. A job started with a checkpoint there resumes from the newest valid one.");
 ABSL_FLAG(int64_t, save_checkpoints_steps, 0,
           "Save a checkpoint every this many updates (0: off).");
 ABSL_FLAG(double, save_checkpoints_secs, 0, "Save a checkpoint every this many seconds (0: off).");

@@ -17,6 +17,8 @@
 #include "common/checkpoint_format.h"
 #include "common/grpc_status.h"
 #include "common/logging.h"
+#include "common/safe_file.h"
+#include "common/shard_reader.h"
 #include "common/status_macros.h"
 #include "common/wire_codec.h"
 
@@ -150,12 +152,15 @@ grpc::ServerUnaryReactor* StartRawPull(
 }  // namespace
 
 GrpcPsService::GrpcPsService(VariableStore* store, int ps_index, std::string task,
-                             uint64_t incarnation, common::StopSignal* stop)
+                             uint64_t incarnation, common::StopSignal* stop,
+                             std::string checkpoint_dir)
     : store_(store),
       ps_index_(ps_index),
       task_(std::move(task)),
       incarnation_(incarnation),
-      stop_(stop) {
+      stop_(stop),
+      checkpoint_dir_(std::move(checkpoint_dir)),
+      background_(kMaxBackgroundJobs) {
   TouchChief();
   if (const char* delay = std::getenv(kSaveDelayEnv); delay != nullptr) {
     int ms = 0;
@@ -246,83 +251,107 @@ grpc::ServerUnaryReactor* GrpcPsService::SetMembership(grpc::CallbackServerConte
   return FinishWith(context, [&] { return store_->SetMembership(*request); });
 }
 
+absl::StatusOr<std::string> GrpcPsService::CheckpointPath(const std::string& name) const {
+  if (checkpoint_dir_.empty()) {
+    return absl::FailedPreconditionError(
+        "this ps has no --checkpoint_dir: it neither saves nor restores checkpoints (give every "
+        "ps and the chief the same shared directory)");
+  }
+  PST_RETURN_IF_ERROR(common::CheckCheckpointName(name));
+  return absl::StrCat(checkpoint_dir_, "/", name);
+}
+
 grpc::ServerUnaryReactor* GrpcPsService::Save(grpc::CallbackServerContext* context,
                                               const proto::SaveRequest* request,
                                               proto::SaveResponse* response) {
   TouchChief();
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  if (request->directory().empty() || request->num_ps() < 1 || ps_index_ >= request->num_ps()) {
-    reactor->Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                                 "save needs a directory and num_ps > this ps's index"));
-    return reactor;
-  }
-  if (request->incarnation() != 0 && request->incarnation() != incarnation_) {
-    // Restarted since the chief last looked: the variables it would save are
-    // not the job's (none, or not yet restored).
-    reactor->Finish(grpc::Status(
-        grpc::StatusCode::FAILED_PRECONDITION,
-        absl::StrFormat("this ps is incarnation %016x, not %016x: it restarted and lost its "
-                        "variables, and saves nothing until the chief has restored it",
-                        incarnation_, request->incarnation())));
-    return reactor;
-  }
-  std::error_code ec;
-  std::filesystem::create_directories(request->directory(), ec);
-  if (ec) {
-    reactor->Finish(
-        grpc::Status(grpc::StatusCode::INTERNAL,
-                     absl::StrCat("cannot create ", request->directory(), ": ", ec.message())));
-    return reactor;
-  }
-  const absl::Time start = absl::Now();
-  const int64_t pushes_before = store_->GetStats().pushes_applied;
-  absl::Duration longest_lock;
-  auto records =
-      std::make_shared<std::vector<common::ShardRecord>>(store_->Snapshot(&longest_lock));
-  response->set_snapshot_seconds(absl::ToDoubleSeconds(absl::Now() - start));
-  response->set_locked_seconds(absl::ToDoubleSeconds(longest_lock));
-  const std::string path =
-      absl::StrCat(request->directory(), "/", common::ShardFileName(ps_index_, request->num_ps()));
-  BackgroundStarted();
-  std::thread([this, reactor, response, records, path, pushes_before, index = ps_index_] {
-    // Training comes first: on a busy machine the write takes the CPU time
-    // training leaves (Linux applies a nice value to one thread).
-    setpriority(PRIO_PROCESS, static_cast<id_t>(gettid()), 10);
-    if (save_delay_ > absl::ZeroDuration()) {
-      // Fault injection for tests: a save slow enough to be killed during.
-      spdlog::info("writing {} after a delay of {} ({})", path, absl::FormatDuration(save_delay_),
-                   kSaveDelayEnv);
-      absl::SleepFor(save_delay_);
+  absl::Status started = [&]() -> absl::Status {
+    PST_ASSIGN_OR_RETURN(const std::string dir, CheckpointPath(request->checkpoint()));
+    if (request->num_ps() < 1 || ps_index_ >= request->num_ps()) {
+      return absl::InvalidArgumentError(absl::StrCat("save of a job of ", request->num_ps(),
+                                                     " ps sent to ps ", ps_index_));
     }
-    const absl::Time write_start = absl::Now();
-    absl::Status status = common::WriteShardFile(path, *records, response->mutable_shard());
-    response->mutable_shard()->set_ps_index(index);
-    response->set_write_seconds(absl::ToDoubleSeconds(absl::Now() - write_start));
-    response->set_pushes_during(store_->GetStats().pushes_applied - pushes_before);
-    if (status.ok()) {
-      spdlog::info("saved {} ({} bytes) in {:.3f} s", path, response->shard().bytes(),
-                   response->write_seconds());
+    if (request->incarnation() != incarnation_) {
+      // Restarted since the chief last looked: the variables it would save
+      // are not the job's (none, or not yet restored).
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "this ps is incarnation %016x, not %016x: it restarted and lost its variables, and "
+          "saves nothing until the chief has restored it",
+          incarnation_, request->incarnation()));
     }
-    reactor->Finish(common::ToGrpcStatus(status));
-    BackgroundDone();
-  }).detach();
+    const std::string path =
+        absl::StrCat(dir, "/", common::ShardFileName(ps_index_, request->num_ps()));
+    return background_.Start(
+        "save",
+        [this, dir, path, response]() -> absl::Status {
+          PST_RETURN_IF_ERROR(common::MakeDirectory(dir));
+          PST_RETURN_IF_ERROR(common::FsyncDirectory(checkpoint_dir_));
+          const absl::Time start = absl::Now();
+          const int64_t pushes_before = store_->GetStats().pushes_applied;
+          absl::Duration longest_lock;
+          const std::vector<common::ShardRecord> records = store_->Snapshot(&longest_lock);
+          response->set_snapshot_seconds(absl::ToDoubleSeconds(absl::Now() - start));
+          response->set_locked_seconds(absl::ToDoubleSeconds(longest_lock));
+          // Training comes first: on a busy machine the write takes the CPU
+          // time training leaves (Linux applies a nice value to one thread).
+          setpriority(PRIO_PROCESS, static_cast<id_t>(gettid()), 10);
+          if (save_delay_ > absl::ZeroDuration()) {
+            // Fault injection for tests: a save slow enough to be killed during.
+            spdlog::info("writing {} after a delay of {} ({})", path,
+                         absl::FormatDuration(save_delay_), kSaveDelayEnv);
+            absl::SleepFor(save_delay_);
+          }
+          const absl::Time write_start = absl::Now();
+          PST_RETURN_IF_ERROR(common::WriteShardFile(path, records, response->mutable_shard()));
+          response->mutable_shard()->set_ps_index(ps_index_);
+          response->set_write_seconds(absl::ToDoubleSeconds(absl::Now() - write_start));
+          response->set_pushes_during(store_->GetStats().pushes_applied - pushes_before);
+          spdlog::info("saved {} ({} bytes) in {:.3f} s", path, response->shard().bytes(),
+                       response->write_seconds());
+          return absl::OkStatus();
+        },
+        [reactor](absl::Status status) { reactor->Finish(common::ToGrpcStatus(status)); });
+  }();
+  if (!started.ok()) reactor->Finish(common::ToGrpcStatus(started));
   return reactor;
 }
 
-void GrpcPsService::BackgroundStarted() {
-  absl::MutexLock lock(&background_mu_);
-  ++background_;
-}
+void GrpcPsService::StopBackgroundWork() { background_.Stop(); }
 
-void GrpcPsService::BackgroundDone() {
-  absl::MutexLock lock(&background_mu_);
-  --background_;
-}
-
-void GrpcPsService::WaitForBackgroundWork() {
-  absl::MutexLock lock(&background_mu_);
-  background_mu_.Await(absl::Condition(
-      +[](int* n) { return *n == 0; }, &background_));
+absl::Status GrpcPsService::RestoreFrom(const std::string& dir,
+                                        const proto::RestoreRequest& request,
+                                        proto::RestoreResponse* response) {
+  std::unique_ptr<VariableStore::Restorer> restorer = store_->BeginRestore();
+  int64_t bytes = 0;
+  for (const proto::CheckpointShard& shard : request.manifest().shards()) {
+    const std::string path = absl::StrCat(dir, "/", shard.file());
+    PST_ASSIGN_OR_RETURN(std::unique_ptr<common::ShardReader> reader,
+                         common::ShardReader::Open(path));
+    if (reader->file_bytes() != shard.bytes()) {
+      return absl::DataLossError(absl::StrCat("checkpoint shard ", path, " is ",
+                                              reader->file_bytes(), " bytes, the manifest says ",
+                                              shard.bytes()));
+    }
+    while (true) {
+      common::ShardRecord record;
+      PST_ASSIGN_OR_RETURN(const bool more, reader->Next(&record));
+      if (!more) break;
+      PST_RETURN_IF_ERROR(restorer->Absorb(record));
+    }
+    if (reader->file_crc32() != shard.crc32()) {
+      return absl::DataLossError(absl::StrCat("checkpoint shard ", path, " has crc32 ",
+                                              reader->file_crc32(), ", the manifest says ",
+                                              shard.crc32()));
+    }
+    bytes += reader->file_bytes();
+  }
+  PST_RETURN_IF_ERROR(restorer->Commit(request.generation()));
+  response->set_bytes_read(bytes);
+  response->set_variables_restored(store_->GetStats().num_variables);
+  spdlog::info("restored {} variable(s) from {} ({} bytes read), generation {}",
+               response->variables_restored(), dir, bytes, request.generation());
+  return absl::OkStatus();
 }
 
 grpc::ServerUnaryReactor* GrpcPsService::Restore(grpc::CallbackServerContext* context,
@@ -330,33 +359,15 @@ grpc::ServerUnaryReactor* GrpcPsService::Restore(grpc::CallbackServerContext* co
                                                  proto::RestoreResponse* response) {
   TouchChief();
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  BackgroundStarted();
-  std::thread([this, reactor, request, response] {
-    absl::Status status = [&]() -> absl::Status {
-      std::vector<std::vector<common::ShardRecord>> shards;
-      std::vector<const common::ShardRecord*> records;
-      int64_t bytes = 0;
-      for (const proto::CheckpointShard& shard : request->manifest().shards()) {
-        const std::string path = absl::StrCat(request->directory(), "/", shard.file());
-        absl::StatusOr<std::vector<common::ShardRecord>> read = common::ReadShardFile(path);
-        if (!read.ok()) return read.status();
-        shards.push_back(*std::move(read));
-        bytes += shard.bytes();
-      }
-      for (const auto& shard : shards) {
-        for (const common::ShardRecord& r : shard) records.push_back(&r);
-      }
-      PST_RETURN_IF_ERROR(store_->Restore(records, request->generation()));
-      response->set_bytes_read(bytes);
-      response->set_variables_restored(store_->GetStats().num_variables);
-      spdlog::info("restored {} variable(s) from {} ({} bytes read), generation {}",
-                   response->variables_restored(), request->directory(), bytes,
-                   request->generation());
-      return absl::OkStatus();
-    }();
-    reactor->Finish(common::ToGrpcStatus(status));
-    BackgroundDone();
-  }).detach();
+  absl::Status started = [&]() -> absl::Status {
+    PST_ASSIGN_OR_RETURN(const std::string dir, CheckpointPath(request->checkpoint()));
+    PST_RETURN_IF_ERROR(common::CheckManifestShards(request->manifest()));
+    return background_.Start(
+        "restore",
+        [this, dir, request, response] { return RestoreFrom(dir, *request, response); },
+        [reactor](absl::Status status) { reactor->Finish(common::ToGrpcStatus(status)); });
+  }();
+  if (!started.ok()) reactor->Finish(common::ToGrpcStatus(started));
   return reactor;
 }
 

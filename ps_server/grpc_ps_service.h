@@ -14,6 +14,7 @@
 
 #include "absl/time/clock.h"
 #include "common/process.h"
+#include "ps_server/background_work.h"
 #include "proto/pstrain.grpc.pb.h"
 #include "ps_server/variable_store.h"
 
@@ -37,9 +38,14 @@ using ParameterServerBase = proto::ParameterServer::WithRawCallbackMethod_Pull<
 // Thread-safe. Does not own the store.
 class GrpcPsService final : public ParameterServerBase {
  public:
-  // A Shutdown call stops `stop`.
+  // A Shutdown call stops `stop`. Checkpoints are saved and restored only
+  // under `checkpoint_dir` ("": none, and Save and Restore are refused).
   GrpcPsService(VariableStore* store, int ps_index, std::string task, uint64_t incarnation,
-                common::StopSignal* stop);
+                common::StopSignal* stop, std::string checkpoint_dir = "");
+
+  // Saves and restores running at once at most; more are refused with
+  // RESOURCE_EXHAUSTED.
+  static constexpr int kMaxBackgroundJobs = 2;
 
   grpc::ServerUnaryReactor* CreateVariables(grpc::CallbackServerContext* context,
                                             const proto::CreateVariablesRequest* request,
@@ -62,13 +68,21 @@ class GrpcPsService final : public ParameterServerBase {
   grpc::ServerUnaryReactor* SetMembership(grpc::CallbackServerContext* context,
                                           const proto::MembershipRequest* request,
                                           proto::MembershipResponse* response) override;
-  // Snapshots the variables (a short lock per variable), then writes the
-  // shard on a thread of its own; the call finishes when the file is durable.
+  // On a thread of its own: snapshots the variables (a short lock per
+  // variable), then writes the shard under checkpoint_dir/<checkpoint>; the
+  // call finishes when the file is durable. Errors: FailedPrecondition
+  // without a checkpoint_dir or for another incarnation; InvalidArgument for
+  // a name that is not ckpt-<digits>; ResourceExhausted past
+  // kMaxBackgroundJobs or for a full disk; Unavailable once stopping.
   grpc::ServerUnaryReactor* Save(grpc::CallbackServerContext* context,
                                  const proto::SaveRequest* request,
                                  proto::SaveResponse* response) override;
-  // Reads every shard of the checkpoint on a thread of its own, then loads
-  // what belongs to this ps.
+  // On a thread of its own, streams every shard of the checkpoint, keeping
+  // the rows this ps holds, then swaps them in. Errors: as Save, plus
+  // InvalidArgument for shard names that are not the manifest's
+  // shard-<i>-of-<n>.pst each once, DataLoss for a shard that differs from
+  // the manifest or fails its checksums, FailedPrecondition for a checkpoint
+  // that does not fit this ps's variables (VariableStore::Restorer).
   grpc::ServerUnaryReactor* Restore(grpc::CallbackServerContext* context,
                                     const proto::RestoreRequest* request,
                                     proto::RestoreResponse* response) override;
@@ -87,9 +101,9 @@ class GrpcPsService final : public ParameterServerBase {
   // any CreateVariables), for the ps's own chief-lost timeout.
   absl::Time last_chief_contact() const;
 
-  // Waits until every Save and Restore running on its own thread has
-  // finished its call. REQUIRES: called before the server shuts down.
-  void WaitForBackgroundWork();
+  // Refuses Save and Restore from now on, and waits until every one running
+  // has finished its call. REQUIRES: called before the server shuts down.
+  void StopBackgroundWork();
 
  private:
   void TouchChief();
@@ -101,11 +115,14 @@ class GrpcPsService final : public ParameterServerBase {
   std::atomic<int64_t> last_chief_contact_ns_;
   common::StopSignal* const stop_;
   absl::Duration save_delay_ = absl::ZeroDuration();  // kSaveDelayEnv
-  // Save and Restore calls still running on their own threads.
-  absl::Mutex background_mu_;
-  int background_ ABSL_GUARDED_BY(background_mu_) = 0;
-  void BackgroundStarted();
-  void BackgroundDone();
+  // checkpoint_dir/<name>; errors as Save's for the name.
+  absl::StatusOr<std::string> CheckpointPath(const std::string& name) const;
+  absl::Status RestoreFrom(const std::string& dir, const proto::RestoreRequest& request,
+                           proto::RestoreResponse* response);
+  const std::string checkpoint_dir_;
+  // Save and Restore calls running on their own threads. Last: destroyed
+  // (joined) first.
+  BackgroundWork background_;
 };
 
 }  // namespace pst::ps

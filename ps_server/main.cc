@@ -2,7 +2,10 @@
 // the optimizer to every push. Started with a TF_CONFIG whose task type is
 // "ps"; exits 0 when the chief says the job is done, or on SIGTERM after
 // draining in-flight requests.
+#include <unistd.h>
+
 #include <cstdio>
+#include <filesystem>
 #include <string>
 
 #include "absl/flags/flag.h"
@@ -24,6 +27,19 @@
 ABSL_FLAG(int64_t, max_ids_per_request, int64_t{1} << 22,
           "Row ids one PullRows or PushRows may list (over all its tables); a request with "
           "more is refused with INVALID_ARGUMENT.");
+ABSL_FLAG(int64_t, max_variable_bytes, 0,
+          "Bytes of dense variables and optimizer slots this ps may hold; a CreateVariables past "
+          "it is refused with RESOURCE_EXHAUSTED before anything is allocated (0: half of this "
+          "machine's memory).");
+ABSL_FLAG(int64_t, max_table_rows, int64_t{1} << 26,
+          "Rows one hash embedding table (per ps) may hold; a row push that would store more is "
+          "refused with RESOURCE_EXHAUSTED. Reads store no row.");
+ABSL_FLAG(int64_t, max_parked_pulls, 4096,
+          "Pulls that may wait at once for a version (sync) or a clock (SSP); one more is "
+          "refused with RESOURCE_EXHAUSTED.");
+ABSL_FLAG(double, max_park_s, 600,
+          "Longest a pull may wait for a version or clock before it is answered "
+          "DEADLINE_EXCEEDED, whatever the client's deadline.");
 ABSL_FLAG(double, chief_timeout_s, 300,
           "Exit with an error if the chief has not been heard from for this many seconds "
           "(0: wait forever).");
@@ -121,6 +137,21 @@ int Run() {
     return 2;
   }
   store_options.max_response_bytes = common::kMaxMessageBytes;
+  store_options.max_store_bytes = absl::GetFlag(FLAGS_max_variable_bytes);
+  if (store_options.max_store_bytes == 0) {
+    const int64_t pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+    store_options.max_store_bytes = pages > 0 && page > 0 ? pages * page / 2 : int64_t{8} << 30;
+  }
+  store_options.max_hash_rows = absl::GetFlag(FLAGS_max_table_rows);
+  store_options.max_parked_pulls = absl::GetFlag(FLAGS_max_parked_pulls);
+  const double max_park_s = absl::GetFlag(FLAGS_max_park_s);
+  if (store_options.max_store_bytes < 0 || store_options.max_hash_rows < 1 ||
+      store_options.max_parked_pulls < 1 || !(max_park_s > 0)) {
+    std::fprintf(stderr,
+                 "ps_server: --max_variable_bytes must be >= 0, and --max_table_rows, "
+                 "--max_parked_pulls and --max_park_s > 0\n");
+    return 2;
+  }
   VariableStore store(store_options);  // before the exporter, whose scrapes read it
   absl::StatusOr<std::unique_ptr<common::MetricsExporter>> metrics =
       common::StartMetricsFromFlags(task);
@@ -132,7 +163,17 @@ int Run() {
     ExportStoreMetrics(&store, metrics->get());
     (*metrics)->SetRawMethods(GrpcPsService::RawMethodNames());
   }
-  GrpcPsService service(&store, tf->task.index, task, incarnation, &stop);
+  const std::string checkpoint_dir = absl::GetFlag(FLAGS_checkpoint_dir);
+  if (!checkpoint_dir.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(checkpoint_dir, ec);
+    if (ec || !std::filesystem::is_directory(checkpoint_dir)) {
+      spdlog::error("--checkpoint_dir={}: cannot create it: {}", checkpoint_dir,
+                    ec ? ec.message() : "not a directory");
+      return 2;
+    }
+  }
+  GrpcPsService service(&store, tf->task.index, task, incarnation, &stop, checkpoint_dir);
   absl::StatusOr<std::unique_ptr<grpc::Server>> server =
       common::StartServer(tf->SelfAddress(), {&service}, absl::GetFlag(FLAGS_bind));
   if (!server.ok()) {
@@ -151,6 +192,10 @@ int Run() {
   const double chief_timeout_s = absl::GetFlag(FLAGS_chief_timeout_s);
   int exit_code = 0;
   while (!stop.WaitFor(absl::Seconds(1))) {
+    if (const int expired = store.ExpireParked(absl::Seconds(max_park_s)); expired > 0) {
+      spdlog::warn("answered {} pull(s) that waited longer than --max_park_s={} s", expired,
+                   max_park_s);
+    }
     if (chief_timeout_s > 0 &&
         absl::Now() - service.last_chief_contact() > absl::Seconds(chief_timeout_s)) {
       stop.Stop(absl::StrCat("no word from the chief for ", chief_timeout_s,
@@ -161,7 +206,7 @@ int Run() {
   (exit_code == 0 ? spdlog::info("stopping: {}", stop.reason())
                   : spdlog::error("stopping: {}", stop.reason()));
   store.CancelAllWaiters(absl::UnavailableError("the ps is shutting down"));
-  service.WaitForBackgroundWork();  // a save in progress finishes its file
+  service.StopBackgroundWork();  // a save in progress finishes its file; no new one starts
   (*server)->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
   const VariableStore::Stats stats = store.GetStats();
   spdlog::info("exiting: {} variable(s), {} push(es) applied", stats.num_variables,

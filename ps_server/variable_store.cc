@@ -333,6 +333,22 @@ absl::StatusOr<int> VariableStore::Create(const proto::CreateVariablesRequest& r
                        " and another spec; asked for shape ", common::ShapeString(spec.shape())));
     }
   }
+  // The memory the new variables take, checked before any is allocated.
+  int64_t new_bytes = 0;
+  for (const proto::VariableSpec* spec : to_create) {
+    if (spec->routing() == proto::HASH) continue;  // bounded by max_hash_rows
+    absl::StatusOr<int64_t> elements = common::NumElements(spec->shape());
+    if (!elements.ok()) return elements.status();
+    const int64_t bytes = *elements * static_cast<int64_t>(sizeof(float)) *
+                          (1 + optimizer->num_slots());
+    new_bytes += bytes;
+    if (new_bytes > options_.max_store_bytes - store_bytes_) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "creating these variables would take this ps to ", store_bytes_ + new_bytes,
+          " bytes of variables and optimizer slots (at '", spec->name(), "'); it holds at most ",
+          options_.max_store_bytes, " (--max_variable_bytes); nothing was created"));
+    }
+  }
   // Allocate and initialize outside the map, then publish all at once.
   std::vector<std::unique_ptr<Variable>> created;
   for (const proto::VariableSpec* spec : to_create) {
@@ -359,6 +375,7 @@ absl::StatusOr<int> VariableStore::Create(const proto::CreateVariablesRequest& r
     std::string name = var->spec.name();
     variables_.emplace(std::move(name), std::move(var));
   }
+  store_bytes_ += new_bytes;
   if (optimizer_ == nullptr) {
     optimizer_ = std::move(optimizer);
     optimizer_config_ = request.optimizer();
@@ -412,10 +429,24 @@ absl::Status VariableStore::Pull(const google::protobuf::RepeatedPtrField<std::s
     std::sort(vars.begin(), vars.end(),
               [](const Variable* a, const Variable* b) { return a->spec.name() < b->spec.name(); });
   } else {
+    absl::flat_hash_set<std::string_view> seen;
     for (const std::string& name : names) {
+      if (!seen.insert(name).second) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("pull names variable '", name, "' more than once"));
+      }
       PST_ASSIGN_OR_RETURN(const Variable* var, Find(name));
       if (var->is_hash) return HashNeedsRowOps(name, "PullRows");
       vars.push_back(var);
+    }
+  }
+  int64_t answer_bytes = 0;
+  for (const Variable* var : vars) {
+    answer_bytes += var->rows * var->dim * static_cast<int64_t>(sizeof(float));
+    if (answer_bytes > options_.max_response_bytes) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "this pull would answer with more than ", options_.max_response_bytes,
+          " bytes, the message limit: pull fewer variables per request"));
     }
   }
   response->Clear();
@@ -445,6 +476,11 @@ absl::Status VariableStore::PushNoWake(const proto::PushRequest& request,
   if (payloads != nullptr && static_cast<int>(payloads->size()) != request.gradients_size()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "push has ", request.gradients_size(), " gradients but ", payloads->size(), " payloads"));
+  }
+  PST_RETURN_IF_ERROR(CheckCounter(request.step(), "step"));
+  {
+    absl::MutexLock wait_lock(&wait_mu_);
+    PST_RETURN_IF_ERROR(CheckWorkerLocked(request.worker_index(), /*allow_none=*/false));
   }
   // Gradient i's data: its pieces in gRPC's receive buffer, or the tensor's
   // own bytes.
@@ -706,15 +742,29 @@ bool VariableStore::ReadyLocked(const proto::PullRequest& request) {
 
 uint64_t VariableStore::PullWhenReady(const proto::PullRequest* request,
                                       proto::PullResponse* response, Done done) {
+  if (absl::Status checked = CheckPullRequest(*request); !checked.ok()) {
+    done(checked);
+    return 0;
+  }
+  bool full = false;
   {
     absl::ReaderMutexLock lock(&mu_);
     absl::MutexLock wait_lock(&wait_mu_);
     if (!ReadyLocked(*request)) {
-      const uint64_t ticket = next_ticket_++;
-      waiters_.push_back({ticket, *request, response, std::move(done), absl::Now()});
-      ++parked_pulls_;
-      return ticket;
+      full = static_cast<int64_t>(waiters_.size()) >= options_.max_parked_pulls;
+      if (!full) {
+        const uint64_t ticket = next_ticket_++;
+        waiters_.push_back({ticket, *request, response, std::move(done), absl::Now()});
+        ++parked_pulls_;
+        return ticket;
+      }
     }
+  }
+  if (full) {
+    done(absl::ResourceExhaustedError(absl::StrCat(
+        "this ps already holds ", options_.max_parked_pulls,
+        " pulls waiting for a version or clock (--max_parked_pulls); pull again later")));
+    return 0;
   }
   done(Pull(request->names(), response));
   return 0;
@@ -784,6 +834,56 @@ void VariableStore::CancelAllWaiters(const absl::Status& status) {
     all.swap(waiters_);
   }
   for (Waiter& w : all) w.done(status);
+}
+
+int VariableStore::ExpireParked(absl::Duration max_wait) {
+  std::vector<Waiter> expired;
+  {
+    absl::MutexLock wait_lock(&wait_mu_);
+    const absl::Time now = absl::Now();
+    for (size_t i = 0; i < waiters_.size();) {
+      if (now - waiters_[i].since > max_wait) {
+        parked_seconds_ += absl::ToDoubleSeconds(now - waiters_[i].since);
+        expired.push_back(std::move(waiters_[i]));
+        waiters_.erase(waiters_.begin() + i);
+      } else {
+        ++i;
+      }
+    }
+  }
+  for (Waiter& w : expired) {
+    w.done(absl::DeadlineExceededError(absl::StrCat(
+        "this pull waited ", absl::FormatDuration(max_wait),
+        " (--max_park_s) for a version or clock that did not come; pull again")));
+  }
+  return static_cast<int>(expired.size());
+}
+
+absl::Status VariableStore::CheckWorkerLocked(int32_t worker, bool allow_none) const {
+  if (allow_none && worker == -1) return absl::OkStatus();
+  const int32_t limit = sync_set_ && sync_.num_workers() > 0 ? sync_.num_workers()
+                                                             : options_.max_workers;
+  if (worker < 0 || worker >= limit) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "worker_index ", worker, " is out of range: this job has ", limit, " worker(s)",
+        allow_none ? " (-1: not a worker)" : ""));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status VariableStore::CheckCounter(int64_t value, absl::string_view what) {
+  if (value < 0 || value >= kMaxCounter) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, " ", value, " is out of range [0, 2^62)"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status VariableStore::CheckPullRequest(const proto::PullRequest& request) const {
+  PST_RETURN_IF_ERROR(CheckCounter(request.min_version(), "min_version"));
+  PST_RETURN_IF_ERROR(CheckCounter(request.clock(), "clock"));
+  absl::MutexLock wait_lock(&wait_mu_);
+  return CheckWorkerLocked(request.worker_index(), /*allow_none=*/true);
 }
 
 absl::Status VariableStore::SetMembership(const proto::MembershipRequest& request) {
@@ -897,51 +997,78 @@ absl::Status VariableStore::CheckRowIds(const Variable& var, const proto::RowIds
   return absl::OkStatus();
 }
 
+bool VariableStore::CountTouch(Variable& var, int64_t id, bool admit) const {
+  const int32_t admit_after = var.spec.admit_after();
+  if (admit_after <= 1) return true;
+  int64_t count;
+  auto pending = var.pending.find(id);
+  uint32_t* shared = nullptr;
+  if (pending == var.pending.end() && !var.overflow_counts.empty()) {
+    // An id once counted in the shared counters keeps counting there
+    // (they never decrease), even after the exact map has room again.
+    shared = &var.overflow_counts[MixId(id) % var.overflow_counts.size()];
+    if (*shared == 0) shared = nullptr;
+  }
+  if (pending != var.pending.end()) {
+    count = ++pending->second;
+  } else if (shared == nullptr &&
+             static_cast<int64_t>(var.pending.size()) < options_.max_pending_ids) {
+    var.pending.emplace(id, 1);
+    count = 1;
+  } else {
+    // The exact map is full: count in shared, saturating counters.
+    if (var.overflow_counts.empty()) {
+      var.overflow_counts.assign(std::max<int64_t>(1, options_.admission_overflow_counters), 0);
+    }
+    uint32_t& c = var.overflow_counts[MixId(id) % var.overflow_counts.size()];
+    if (c < std::numeric_limits<uint32_t>::max()) ++c;
+    count = c;
+  }
+  if (count < admit_after) return false;
+  // A read leaves an admitted id counted, so that the push that makes its
+  // row finds it admitted.
+  if (admit) var.pending.erase(id);
+  return true;
+}
+
+void VariableStore::InitialHashRow(const Variable& var, int64_t id, float* out) const {
+  const uint64_t first =
+      (static_cast<uint64_t>(id) & (kHashRowSpace - 1)) * static_cast<uint64_t>(var.dim);
+  common::FillInitialValues(var.fill_spec, static_cast<int64_t>(first),
+                            std::span<float>(out, var.dim));
+}
+
 float* VariableStore::TouchHashRow(Variable& var, int64_t id) const {
   auto it = var.hash_rows.find(id);
   if (it != var.hash_rows.end()) return it->second.data();
-  const int32_t admit_after = var.spec.admit_after();
-  if (admit_after > 1) {
-    int64_t count;
-    auto pending = var.pending.find(id);
-    uint32_t* shared = nullptr;
-    if (pending == var.pending.end() && !var.overflow_counts.empty()) {
-      // An id once counted in the shared counters keeps counting there
-      // (they never decrease), even after the exact map has room again.
-      shared = &var.overflow_counts[MixId(id) % var.overflow_counts.size()];
-      if (*shared == 0) shared = nullptr;
-    }
-    if (pending != var.pending.end()) {
-      count = ++pending->second;
-    } else if (shared == nullptr &&
-               static_cast<int64_t>(var.pending.size()) < options_.max_pending_ids) {
-      var.pending.emplace(id, 1);
-      count = 1;
-    } else {
-      // The exact map is full: count in shared, saturating counters.
-      if (var.overflow_counts.empty()) {
-        var.overflow_counts.assign(std::max<int64_t>(1, options_.admission_overflow_counters), 0);
-      }
-      uint32_t& c = var.overflow_counts[MixId(id) % var.overflow_counts.size()];
-      if (c < std::numeric_limits<uint32_t>::max()) ++c;
-      count = c;
-    }
-    if (count < admit_after) return nullptr;
-    var.pending.erase(id);
-  }
+  if (!CountTouch(var, id, /*admit=*/true)) return nullptr;
   const int64_t dim = var.dim;
   const int num_slots = optimizer_->num_slots();
   std::vector<float> row(dim * (1 + num_slots));
-  const uint64_t first =
-      (static_cast<uint64_t>(id) & (kHashRowSpace - 1)) * static_cast<uint64_t>(dim);
-  common::FillInitialValues(var.fill_spec, static_cast<int64_t>(first),
-                            std::span<float>(row.data(), dim));
+  InitialHashRow(var, id, row.data());
   for (int s = 0; s < num_slots; ++s) {
     std::fill_n(row.data() + (s + 1) * dim, dim, optimizer_->SlotInitialValue(s));
   }
   float* data = var.hash_rows.emplace(id, std::move(row)).first->second.data();
   var.num_hash_rows.fetch_add(1, std::memory_order_relaxed);
   return data;
+}
+
+absl::Status VariableStore::CheckHashRoom(const Variable& var,
+                                          const std::vector<int64_t>& ids) const {
+  int64_t fresh = 0;
+  {
+    absl::ReaderMutexLock var_lock(&var.mu);
+    for (int64_t id : ids) fresh += var.hash_rows.contains(id) ? 0 : 1;
+  }
+  const int64_t held = var.num_hash_rows.load(std::memory_order_relaxed);
+  if (fresh > 0 && held + fresh > options_.max_hash_rows) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "hash embedding '", var.spec.name(), "' holds ", held, " rows and this push would add up to ",
+        fresh, "; this ps keeps at most ", options_.max_hash_rows,
+        " rows per table (--max_table_rows); nothing applied"));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status VariableStore::CheckIdCount(
@@ -1005,12 +1132,17 @@ absl::Status VariableStore::PullRows(const proto::PullRowsRequest& request,
       version = var.version;
     }
     if (!done) {
-      // Some rows are new or pending: count the touches, create what is
-      // admitted. Not-admitted rows read as zeros.
+      // Some rows are not stored. A read stores none: an unseen id reads as
+      // its initial values (zeros while admission has not admitted it, and
+      // the read counts as a touch); its row is made by the first push.
       absl::MutexLock var_lock(&var.mu);
       for (size_t r = 0; r < rows.size(); ++r) {
-        const float* row = TouchHashRow(var, rows[r]);
-        if (row != nullptr) std::copy_n(row, dim, out.data() + r * dim);
+        auto it = var.hash_rows.find(rows[r]);
+        if (it != var.hash_rows.end()) {
+          std::copy_n(it->second.data(), dim, out.data() + r * dim);
+        } else if (CountTouch(var, rows[r], /*admit=*/false)) {
+          InitialHashRow(var, rows[r], out.data() + r * dim);
+        }
       }
       version = var.version;
     }
@@ -1031,6 +1163,11 @@ absl::Status VariableStore::PushRows(const proto::PushRowsRequest& request,
                                                    " gradients"));
   }
   PST_RETURN_IF_ERROR(CheckIdCount(request.rows(), "PushRows"));
+  PST_RETURN_IF_ERROR(CheckCounter(request.step(), "step"));
+  {
+    absl::MutexLock wait_lock(&wait_mu_);
+    PST_RETURN_IF_ERROR(CheckWorkerLocked(request.worker_index(), /*allow_none=*/false));
+  }
   absl::ReaderMutexLock lock(&mu_);
   if (optimizer_ == nullptr) {
     return absl::FailedPreconditionError("no variables have been created on this ps yet");
@@ -1051,6 +1188,7 @@ absl::Status VariableStore::PushRows(const proto::PushRowsRequest& request,
     }
     PST_ASSIGN_OR_RETURN(u.var, Find(name));
     PST_RETURN_IF_ERROR(CheckRowIds(*u.var, ids, &u.local));
+    if (u.var->is_hash) PST_RETURN_IF_ERROR(CheckHashRoom(*u.var, u.local));
     const int64_t n = ids.ids_size(), dim = u.var->dim;
     common::Shape shape;
     shape.Add(n);
@@ -1228,27 +1366,6 @@ std::vector<common::ShardRecord> VariableStore::Snapshot(absl::Duration* longest
   return records;
 }
 
-namespace {
-
-// The global row of local row r of `spec` (whole variables: r itself).
-int64_t GlobalRow(const proto::VariableSpec& spec, int64_t r) {
-  if (spec.variable().empty() || spec.routing() == proto::ROUTING_NONE) return r;
-  return spec.row_offset() + r * spec.row_stride();
-}
-// The local row holding global row g in `spec`, or -1 if another partition
-// holds it.
-int64_t LocalRow(const proto::VariableSpec& spec, int64_t rows, int64_t g) {
-  if (spec.variable().empty() || spec.routing() == proto::ROUTING_NONE) {
-    return g >= 0 && g < rows ? g : -1;
-  }
-  const int64_t stride = spec.row_stride() > 0 ? spec.row_stride() : 1;
-  const int64_t d = g - spec.row_offset();
-  if (d < 0 || d % stride != 0 || d / stride >= rows) return -1;
-  return d / stride;
-}
-
-}  // namespace
-
 absl::Status VariableStore::CheckGeneration(int64_t generation) const {
   if (generation != generation_) {
     return absl::AbortedError(absl::StrCat("gradient from restore generation ", generation,
@@ -1262,125 +1379,6 @@ absl::Status VariableStore::CheckGeneration(int64_t generation) const {
 int64_t VariableStore::generation() const {
   absl::ReaderMutexLock lock(&mu_);
   return generation_;
-}
-
-absl::Status VariableStore::Restore(const std::vector<const common::ShardRecord*>& records,
-                                    int64_t generation) {
-  // Read what to load under a shared lock (training goes on), then swap it
-  // in under the exclusive one: no push is half-way through when the values
-  // and the generation change, and every later push is checked against the
-  // new generation.
-  struct Loaded {
-    Variable* var = nullptr;
-    int64_t version = 0;
-    std::vector<float> values;
-    std::vector<std::vector<float>> slots;
-    absl::flat_hash_map<int64_t, std::vector<float>> hash_rows;
-  };
-  std::vector<Loaded> loaded;
-  {
-    absl::ReaderMutexLock lock(&mu_);
-    const int num_slots = optimizer_ == nullptr ? 0 : optimizer_->num_slots();
-    absl::flat_hash_map<std::string, std::vector<const common::ShardRecord*>> by_logical;
-    for (const common::ShardRecord* r : records) by_logical[LogicalName(r->spec)].push_back(r);
-
-    // Build every variable's new contents first.
-    for (const auto& [name, var_ptr] : variables_) {
-      Variable& var = *var_ptr;
-      const std::string logical = LogicalName(var.spec);
-      auto it = by_logical.find(logical);
-      if (it == by_logical.end()) {
-        return absl::FailedPreconditionError(
-            absl::StrCat("the checkpoint has no variable '", logical, "' (for '", name, "')"));
-      }
-      Loaded l;
-      l.var = &var;
-      const int64_t dim = var.dim;
-      for (const common::ShardRecord* r : it->second) {
-        const int64_t rdim = r->rows > 0 ? static_cast<int64_t>(r->values.size()) / r->rows : dim;
-        if (r->rows > 0 && rdim != dim) {
-          return absl::FailedPreconditionError(absl::StrCat("variable '", logical, "' has rows of ",
-                                                            rdim, " in the checkpoint but ", dim,
-                                                            " here"));
-        }
-        if (static_cast<int>(r->slots.size()) != num_slots) {
-          return absl::FailedPreconditionError(absl::StrCat(
-              "variable '", r->spec.name(), "' has ", r->slots.size(),
-              " optimizer slot(s) in the checkpoint but this optimizer keeps ", num_slots));
-        }
-        l.version = std::max(l.version, r->version);
-      }
-      if (var.is_hash) {
-        for (const common::ShardRecord* r : it->second) {
-          for (int64_t k = 0; k < static_cast<int64_t>(r->hash_ids.size()); ++k) {
-            const int64_t id = r->hash_ids[k];
-            if (common::HashPartition(id, var.spec.num_partitions()) != var.spec.partition())
-              continue;
-            std::vector<float> row(dim * (1 + num_slots));
-            std::copy_n(&r->values[k * dim], dim, row.begin());
-            for (int s = 0; s < num_slots; ++s) {
-              std::copy_n(&r->slots[s][k * dim], dim, row.begin() + (s + 1) * dim);
-            }
-            l.hash_rows[id] = std::move(row);
-          }
-        }
-      } else {
-        l.values.assign(var.rows * dim, 0.0f);
-        l.slots.assign(num_slots, std::vector<float>(var.rows * dim, 0.0f));
-        std::vector<bool> filled(var.rows, false);
-        int64_t count = 0;
-        for (const common::ShardRecord* r : it->second) {
-          for (int64_t k = 0; k < r->rows; ++k) {
-            const int64_t local = LocalRow(var.spec, var.rows, GlobalRow(r->spec, k));
-            if (local < 0 || filled[local]) continue;
-            filled[local] = true;
-            ++count;
-            std::copy_n(&r->values[k * dim], dim, &l.values[local * dim]);
-            for (int s = 0; s < num_slots; ++s) {
-              std::copy_n(&r->slots[s][k * dim], dim, &l.slots[s][local * dim]);
-            }
-          }
-        }
-        if (count != var.rows) {
-          return absl::FailedPreconditionError(absl::StrCat(
-              "the checkpoint holds ", count, " of the ", var.rows, " rows of '", name, "'"));
-        }
-      }
-      loaded.push_back(std::move(l));
-    }
-  }
-  // Then swap them in. (Variables are never removed, so the pointers hold.)
-  std::vector<Waiter> parked;
-  {
-    absl::MutexLock lock(&mu_);
-    for (Loaded& l : loaded) {
-      Variable& var = *l.var;
-      absl::MutexLock var_lock(&var.mu);
-      var.version = l.version;
-      var.accum.clear();
-      var.contributors.clear();
-      if (var.is_hash) {
-        var.hash_rows = std::move(l.hash_rows);
-        var.num_hash_rows.store(static_cast<int64_t>(var.hash_rows.size()));
-        var.pending.clear();
-      } else {
-        var.values = std::move(l.values);
-        var.slots = std::move(l.slots);
-      }
-    }
-    generation_ = generation;
-    absl::MutexLock wait_lock(&wait_mu_);
-    std::fill(clocks_.begin(), clocks_.end(), 0);
-    last_push_.clear();
-    positions_.clear();
-    // Parked pulls waited for versions or clocks of the replaced state.
-    parked.swap(waiters_);
-  }
-  for (Waiter& w : parked) {
-    w.done(absl::AbortedError(
-        "the ps was restored from a checkpoint while this call waited; pull again"));
-  }
-  return absl::OkStatus();
 }
 
 VariableStore::Stats VariableStore::GetStats() const {

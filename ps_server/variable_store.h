@@ -98,7 +98,25 @@ class VariableStore {
     // pull whose rows would not fit is refused with ResourceExhausted up
     // front, instead of being built and then dropped by gRPC.
     int64_t max_response_bytes = int64_t{512} << 20;
+    // Bytes of dense variables and their optimizer slots this store may
+    // hold (ps flag --max_variable_bytes): a Create past it is refused with
+    // ResourceExhausted before anything is allocated.
+    int64_t max_store_bytes = int64_t{64} << 30;
+    // Rows one hash embedding (one partition) may hold (--max_table_rows):
+    // a row push that would store more is refused with ResourceExhausted.
+    // Reads store no row.
+    int64_t max_hash_rows = int64_t{1} << 26;
+    // Pulls parked at once (--max_parked_pulls); one more is answered
+    // ResourceExhausted at once. ExpireParked bounds how long each waits.
+    int64_t max_parked_pulls = 4096;
+    // Worker indices accepted when the job's SyncConfig names no
+    // num_workers (with one, [0, num_workers)).
+    int32_t max_workers = 1 << 16;
   };
+
+  // Largest step, clock or min_version a request may carry: far beyond any
+  // job, and small enough that step + 1 never overflows.
+  static constexpr int64_t kMaxCounter = int64_t{1} << 62;
 
   VariableStore() : VariableStore(Options()) {}
   explicit VariableStore(Options options);
@@ -162,6 +180,10 @@ class VariableStore {
   bool CancelWaiter(uint64_t ticket);
   // Completes every parked call with `status` (shutdown).
   void CancelAllWaiters(const absl::Status& status);
+  // Answers DeadlineExceeded to every call parked for longer than
+  // `max_wait` (a pull whose version or clock never comes: a lost worker,
+  // or a hostile clock). Returns how many.
+  int ExpireParked(absl::Duration max_wait);
 
   // Sets the workers that take part and the SYNC quorum (lowered to the
   // number of active workers if larger). Applies any aggregation the new
@@ -218,6 +240,37 @@ class VariableStore {
   // Aborted. The generation starts at 0.
   absl::Status Restore(const std::vector<const common::ShardRecord*>& records,
                        int64_t generation = 0);
+
+  // Restore in stages, for shards read one record at a time: Absorb every
+  // record of every shard of a checkpoint (in any order), then Commit. Each
+  // record gives up only the rows this store holds, so the memory a restore
+  // needs is a copy of this store's variables plus one record, whatever the
+  // checkpoint's size. Nothing in the store changes before Commit; a
+  // Restorer dropped uncommitted changes nothing. Thread-compatible (one
+  // thread drives it); the store serves other calls meanwhile.
+  class Restorer {
+   public:
+    ~Restorer();
+    // Errors: FailedPrecondition naming the variable when its row width or
+    // its number of optimizer slots differs from this store's.
+    absl::Status Absorb(const common::ShardRecord& record);
+    // Errors: FailedPrecondition naming the variable when no record held it
+    // or some of its rows, or when variables were created since
+    // BeginRestore. Otherwise as Restore.
+    absl::Status Commit(int64_t generation);
+
+   private:
+    friend class VariableStore;
+    struct Loaded;
+    explicit Restorer(VariableStore* store);
+    VariableStore* const store_;
+    int num_slots_ = 0;
+    std::vector<std::unique_ptr<Loaded>> loaded_;
+    absl::flat_hash_map<std::string, std::vector<Loaded*>> by_logical_;
+    bool committed_ = false;
+  };
+  // The variables as they are now are the ones a restore fills.
+  std::unique_ptr<Restorer> BeginRestore();
   int64_t generation() const;
 
   // Stripes of row locks per variable.
@@ -300,6 +353,16 @@ class VariableStore {
   absl::StatusOr<Variable*> Find(const std::string& name) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // Aborted unless `generation` is this store's restore generation.
   absl::Status CheckGeneration(int64_t generation) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // InvalidArgument unless `worker` is a worker of this job ([0,
+  // num_workers), or [0, Options::max_workers) without one); -1 (not a
+  // worker: the chief's evaluation) passes when `allow_none`.
+  absl::Status CheckWorkerLocked(int32_t worker, bool allow_none) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(wait_mu_);
+  // InvalidArgument unless 0 <= value < kMaxCounter.
+  static absl::Status CheckCounter(int64_t value, absl::string_view what);
+  // InvalidArgument for a bad worker index, step, clock or min_version.
+  absl::Status CheckPullRequest(const proto::PullRequest& request) const
+      ABSL_LOCKS_EXCLUDED(wait_mu_);
   // InvalidArgument when `rows` list more than max_ids_per_request ids.
   absl::Status CheckIdCount(const google::protobuf::RepeatedPtrField<proto::RowIds>& rows,
                             absl::string_view op) const;
@@ -310,6 +373,15 @@ class VariableStore {
   // nullptr while not admitted.
   float* TouchHashRow(Variable& var, int64_t id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(var.mu)
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // Counts a touch of hash id `id` (admission); whether it is admitted.
+  // `admit`: the caller makes the row now (the id leaves the pending map).
+  bool CountTouch(Variable& var, int64_t id, bool admit) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(var.mu);
+  // The initial values (dim floats) of hash id `id`'s row, into `out`.
+  void InitialHashRow(const Variable& var, int64_t id, float* out) const;
+  // ResourceExhausted when storing rows for the `ids` not stored yet would
+  // take the table past Options::max_hash_rows.
+  absl::Status CheckHashRoom(const Variable& var, const std::vector<int64_t>& ids) const;
   // Calls fn(i) for every i in [0, local.size()), grouped by the stripe of
   // local[i], holding that stripe's lock (exclusively when `write`). The
   // caller holds var.mu shared.
@@ -393,6 +465,8 @@ class VariableStore {
   std::unique_ptr<Optimizer> optimizer_ ABSL_GUARDED_BY(mu_);
   int64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
   proto::OptimizerConfig optimizer_config_ ABSL_GUARDED_BY(mu_);
+  // Bytes of dense values and slots held (Options::max_store_bytes).
+  int64_t store_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   std::atomic<int64_t> pushes_applied_{0};
   std::atomic<int64_t> nonfinite_skipped_{0};
   std::atomic<int64_t> unadmitted_dropped_{0};

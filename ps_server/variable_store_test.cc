@@ -386,6 +386,16 @@ absl::StatusOr<std::vector<float>> PullRowsOf(const VariableStore& store, const 
   return out;
 }
 
+// Stores the rows of hash ids `ids` (a push of zero gradients: reads store
+// no row).
+absl::Status MakeHashRows(VariableStore& store, const std::string& name, std::vector<int64_t> ids,
+                          int64_t dim) {
+  proto::PushRowsRequest push;
+  AddRows(&push, name, ids, dim, std::vector<float>(ids.size() * dim, 0.0f));
+  proto::PushRowsResponse response;
+  return store.PushRows(push, &response);
+}
+
 // Everything a dense Pull sees (values and versions of every non-hash
 // variable), plus the store's counters.
 struct Snapshot {
@@ -430,7 +440,7 @@ class RowStoreTest : public testing::Test {
     ASSERT_TRUE(created.ok()) << created.status();
     ASSERT_EQ(*created, 6);
     // Make two hash rows, so bad pushes have something to leave alone.
-    ASSERT_TRUE(PullRowsOf(store_, "h/part_1", {1, -1}).ok());
+    ASSERT_TRUE(MakeHashRows(store_, "h/part_1", {1, -1}, 2).ok());
   }
 
   // Runs a bad push and checks that it fails with `code` and a message
@@ -460,6 +470,7 @@ TEST_F(RowStoreTest, PushRows_Sgd_UpdatesExactlyThePushedRows) {
   const std::vector<float> other_part = Values(store_, "emb/part_0");
   const std::vector<float> d0 = Values(store_, "div/part_1");  // global rows 3, 4
   const std::vector<float> h0 = PullRowsOf(store_, "h/part_1", {1, -1}).value();
+  const int64_t pushes_before = store_.GetStats().pushes_applied;  // SetUp's
   proto::PushRowsRequest push;
   AddRows(&push, "w", {4, 1}, 2, {1, 2, 3, 4});
   AddRows(&push, "b", {3}, 1, {-2});
@@ -469,9 +480,12 @@ TEST_F(RowStoreTest, PushRows_Sgd_UpdatesExactlyThePushedRows) {
   proto::PushRowsResponse response;
   ASSERT_TRUE(store_.PushRows(push, &response).ok());
   EXPECT_EQ(response.versions_size(), 5);
-  for (int64_t v : response.versions()) EXPECT_EQ(v, 1);
+  // "h" had one push already: the one that stored its two rows in SetUp.
+  for (int i = 0; i < response.versions_size(); ++i) {
+    EXPECT_EQ(response.versions(i), i == 4 ? 2 : 1) << i;
+  }
   EXPECT_EQ(response.rows_skipped(), 0);
-  EXPECT_EQ(store_.GetStats().pushes_applied, 1);
+  EXPECT_EQ(store_.GetStats().pushes_applied, pushes_before + 1);
 
   std::vector<float> w_want = w0;
   w_want[8] -= 0.5f * 1, w_want[9] -= 0.5f * 2, w_want[2] -= 0.5f * 3, w_want[3] -= 0.5f * 4;
@@ -692,6 +706,8 @@ TEST_F(RowStoreTest, Stats_CountHashRowsAndElements) {
   // w 12, b 4, emb 21, div 2 rows * 3, hash 2 rows * 2.
   EXPECT_EQ(stats.num_elements, 12 + 4 + 21 + 6 + 4);
   ASSERT_TRUE(PullRowsOf(store_, "h/part_1", {1, 3, 5}).ok());
+  EXPECT_EQ(store_.GetStats().hash_rows, 2) << "a read stores no row";
+  ASSERT_TRUE(MakeHashRows(store_, "h/part_1", {3, 5}, 2).ok());
   EXPECT_EQ(store_.GetStats().hash_rows, 4);
 }
 
@@ -893,13 +909,14 @@ TEST(VariableStoreLimitsTest, TooManyIdsOrTooLargeAnAnswer_AreRefusedAndChangeNo
   EXPECT_NE(status.message().find("pull fewer rows"), std::string::npos) << status;
   EXPECT_EQ(store.GetStats().hash_rows, 0) << "refused pulls touch no row";
   EXPECT_TRUE(PullRowsOf(store, "h/part_0", {1, 2, 3}).ok());
-  EXPECT_EQ(store.GetStats().hash_rows, 3);
+  EXPECT_EQ(store.GetStats().hash_rows, 0) << "a read stores no row";
 }
 
 TEST(VariableStoreStatsTest, TableRowsAndApplyTime) {
   VariableStore store;
   ASSERT_TRUE(store.Create(RowRequest()).ok());
-  ASSERT_TRUE(PullRowsOf(store, "h/part_1", {1, 3, 5}).ok());
+  ASSERT_TRUE(MakeHashRows(store, "h/part_1", {1, 3, 5}, 2).ok());
+  const double apply_before = store.GetStats().apply_seconds;
   VariableStore::Stats stats = store.GetStats();
   // "emb": both MOD partitions (4 + 3 rows); "div": the one partition of 2
   // rows held here; "h": 3 hash rows; whole variables are not tables.
@@ -907,12 +924,11 @@ TEST(VariableStoreStatsTest, TableRowsAndApplyTime) {
   EXPECT_EQ(stats.table_rows["div"], 2);
   EXPECT_EQ(stats.table_rows["h"], 3);
   EXPECT_FALSE(stats.table_rows.contains("w"));
-  EXPECT_EQ(stats.apply_seconds, 0);
   proto::PushRowsRequest push;
   AddRows(&push, "w", {0, 5}, 2, std::vector<float>(4, 1.0f));
   proto::PushRowsResponse pushed;
   ASSERT_TRUE(store.PushRows(push, &pushed).ok());
-  EXPECT_GT(store.GetStats().apply_seconds, 0);
+  EXPECT_GT(store.GetStats().apply_seconds, apply_before);
 }
 
 TEST(HashStoreTest, FirstTouch_CreatesDeterministicRows) {
@@ -936,8 +952,8 @@ TEST(HashStoreTest, FirstTouch_CreatesDeterministicRows) {
             std::vector<float>(rb.begin() + 3, rb.begin() + 6));
   EXPECT_NE(std::vector<float>(ra.begin(), ra.begin() + 3),
             std::vector<float>(ra.begin() + 3, ra.begin() + 6));
-  EXPECT_EQ(a.GetStats().hash_rows, 3);
-  EXPECT_EQ(b.GetStats().hash_rows, 3);
+  EXPECT_EQ(a.GetStats().hash_rows, 0) << "reads store no row";
+  EXPECT_EQ(b.GetStats().hash_rows, 1) << "the pushed row only";
 
   // A non-negative id starts as the same row of a dense variable with the
   // same initializer (documented).
@@ -963,10 +979,10 @@ TEST(HashStoreTest, Admission_ZerosAndDroppedGradientsUntilTheNthTouch) {
   ASSERT_TRUE(store.PushRows(push, &response).ok());
   EXPECT_EQ(store.GetStats().unadmitted_dropped, 1);
   EXPECT_EQ(store.GetStats().hash_rows, 0);
-  // Touch 3: admitted, created with its initial values.
+  // Touch 3: admitted, read as its initial values (a read stores no row).
   EXPECT_EQ(PullRowsOf(store, "h/part_0", {42}).value(), initial);
-  EXPECT_EQ(store.GetStats().hash_rows, 1);
-  // From now on, gradients apply.
+  EXPECT_EQ(store.GetStats().hash_rows, 0);
+  // From now on, gradients apply (the first push stores the row).
   ASSERT_TRUE(store.PushRows(push, &response).ok());
   EXPECT_EQ(PullRowsOf(store, "h/part_0", {42}).value(),
             (std::vector<float>{initial[0] - 0.5f, initial[1] - 0.5f}));
@@ -996,8 +1012,11 @@ TEST(HashStoreTest, Admission_BeyondThePendingLimit_StillCountsTouches) {
   // The 3rd touch admits all five, those counted beyond the limit included
   // (the first two admitted free the exact map first).
   const std::vector<float> third = PullRowsOf(store, "h/part_0", ids).value();
-  EXPECT_EQ(store.GetStats().hash_rows, 5);
+  EXPECT_EQ(store.GetStats().hash_rows, 0) << "a read stores no row";
   for (float v : third) EXPECT_NE(v, 0.0f);
+  // Each admitted id's first push stores its row.
+  ASSERT_TRUE(MakeHashRows(store, "h/part_0", ids, 1).ok());
+  EXPECT_EQ(store.GetStats().hash_rows, 5);
 }
 
 TEST(HashStoreTest, RankOneHashVariable_HasOneElementRows) {
@@ -1250,6 +1269,195 @@ TEST(VariableStoreRestoreTest, Restore_AnswersParkedPullsAborted) {
   ASSERT_TRUE(done.HasBeenNotified());
   EXPECT_EQ(result.code(), absl::StatusCode::kAborted) << result;
   EXPECT_FALSE(store.CancelWaiter(ticket));
+}
+
+// ---------------------------------------------------------------------------
+// Hard limits (issue 19): each refused with a status naming it, changing
+// nothing.
+
+TEST(VariableStoreLimitsTest, Pull_RepeatedNameOrTooLargeAnAnswer_IsRefused) {
+  VariableStore::Options options;
+  options.max_response_bytes = 12 * sizeof(float);
+  VariableStore store(options);
+  proto::CreateVariablesRequest create;
+  *create.add_variables() = Spec("w", {3, 4});
+  *create.add_variables() = Spec("b", {4});
+  create.mutable_optimizer()->set_name("sgd");
+  create.mutable_optimizer()->set_learning_rate(0.1f);
+  ASSERT_TRUE(store.Create(create).ok());
+  google::protobuf::RepeatedPtrField<std::string> names;
+  for (int i = 0; i < 100000; ++i) *names.Add() = "b";
+  proto::PullResponse response;
+  absl::Status status = store.Pull(names, &response);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+  EXPECT_NE(status.message().find("more than once"), std::string::npos) << status;
+  EXPECT_EQ(response.values_size(), 0);
+  names.Clear();
+  *names.Add() = "w";
+  EXPECT_TRUE(store.Pull(names, &response).ok());
+  *names.Add() = "b";  // 16 floats: past the 12 allowed
+  status = store.Pull(names, &response);
+  EXPECT_EQ(status.code(), absl::StatusCode::kResourceExhausted) << status;
+  EXPECT_NE(status.message().find("message limit"), std::string::npos) << status;
+}
+
+TEST(VariableStoreLimitsTest, Create_PastTheByteBudget_IsRefusedBeforeAllocating) {
+  VariableStore::Options options;
+  options.max_store_bytes = int64_t{1} << 20;  // 1 MiB
+  VariableStore store(options);
+  proto::CreateVariablesRequest create;
+  *create.add_variables() = Spec("small", {1024, 64});  // 256 KiB, slots none (sgd)
+  create.mutable_optimizer()->set_name("sgd");
+  create.mutable_optimizer()->set_learning_rate(0.1f);
+  ASSERT_TRUE(store.Create(create).ok());
+  // [2^32] (16 GiB), then 1000 of [2^30]: refused whole, nothing allocated.
+  proto::CreateVariablesRequest huge;
+  huge.mutable_optimizer()->set_name("sgd");
+  huge.mutable_optimizer()->set_learning_rate(0.1f);
+  proto::VariableSpec big = Spec("big", {int64_t{1} << 32});
+  big.mutable_initializer()->set_kind(proto::Initializer::ZEROS);
+  *huge.add_variables() = big;
+  absl::StatusOr<int> created = store.Create(huge);
+  EXPECT_EQ(created.status().code(), absl::StatusCode::kResourceExhausted) << created.status();
+  EXPECT_NE(created.status().message().find("--max_variable_bytes"), std::string::npos);
+  proto::CreateVariablesRequest many;
+  many.mutable_optimizer()->set_name("sgd");
+  many.mutable_optimizer()->set_learning_rate(0.1f);
+  for (int i = 0; i < 1000; ++i) {
+    proto::VariableSpec spec = Spec(absl::StrCat("v", i), {int64_t{1} << 30});
+    spec.mutable_initializer()->set_kind(proto::Initializer::ZEROS);
+    *many.add_variables() = spec;
+  }
+  created = store.Create(many);
+  EXPECT_EQ(created.status().code(), absl::StatusCode::kResourceExhausted) << created.status();
+  EXPECT_EQ(store.GetStats().num_variables, 1);
+  // Adam keeps two slots: the budget counts them.
+  VariableStore adam_store(options);
+  proto::CreateVariablesRequest adam;
+  *adam.add_variables() = Spec("w", {1024, 128});  // 512 KiB of values, 1.5 MiB with slots
+  adam.mutable_optimizer()->set_name("adam");
+  adam.mutable_optimizer()->set_learning_rate(0.1f);
+  adam.mutable_optimizer()->set_beta1(0.9f);
+  adam.mutable_optimizer()->set_beta2(0.999f);
+  adam.mutable_optimizer()->set_epsilon(1e-8f);
+  EXPECT_EQ(adam_store.Create(adam).status().code(), absl::StatusCode::kResourceExhausted);
+}
+
+TEST(VariableStoreLimitsTest, HashTable_PastItsRowLimit_RefusesThePushWhole) {
+  VariableStore::Options options;
+  options.max_hash_rows = 3;
+  VariableStore store(options);
+  ASSERT_TRUE(store.Create(HashRequest(HashSpec("h", 2, 0, 1))).ok());
+  ASSERT_TRUE(MakeHashRows(store, "h/part_0", {1, 2}, 2).ok());
+  // Reads of unseen ids store nothing, however many.
+  std::vector<int64_t> fresh(1000);
+  for (int i = 0; i < 1000; ++i) fresh[i] = 1000 + i;
+  ASSERT_TRUE(PullRowsOf(store, "h/part_0", fresh).ok());
+  EXPECT_EQ(store.GetStats().hash_rows, 2);
+  const std::vector<float> before = PullRowsOf(store, "h/part_0", {1, 2}).value();
+  proto::PushRowsRequest push;
+  AddRows(&push, "h/part_0", {1, 3, 4}, 2, std::vector<float>(6, 1.0f));  // two new rows
+  proto::PushRowsResponse response;
+  absl::Status status = store.PushRows(push, &response);
+  EXPECT_EQ(status.code(), absl::StatusCode::kResourceExhausted) << status;
+  EXPECT_NE(status.message().find("--max_table_rows"), std::string::npos) << status;
+  EXPECT_EQ(store.GetStats().hash_rows, 2);
+  EXPECT_EQ(PullRowsOf(store, "h/part_0", {1, 2}).value(), before) << "nothing applied";
+  // One new row still fits.
+  EXPECT_TRUE(MakeHashRows(store, "h/part_0", {1, 3}, 2).ok());
+  EXPECT_EQ(store.GetStats().hash_rows, 3);
+}
+
+TEST(VariableStoreLimitsTest, WorkerIndexAndCountersOutOfRange_AreInvalidArgument) {
+  VariableStore store;
+  proto::CreateVariablesRequest create = CreateRequest();
+  create.mutable_sync()->set_mode(proto::SSP);
+  create.mutable_sync()->set_num_workers(2);
+  create.mutable_sync()->set_staleness(1);
+  ASSERT_TRUE(store.Create(create).ok());
+  const std::vector<common::ShardRecord> before = store.Snapshot();
+  auto push_with = [&](int32_t worker, int64_t step) {
+    proto::PushRequest push;
+    push.set_worker_index(worker);
+    push.set_step(step);
+    AddGradient(&push, "b", {3}, {1, 1, 1});
+    proto::PushResponse response;
+    return store.Push(push, &response);
+  };
+  for (int32_t worker : {-1, 2, std::numeric_limits<int32_t>::max(),
+                         std::numeric_limits<int32_t>::min()}) {
+    absl::Status status = push_with(worker, 0);
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << worker << ": " << status;
+  }
+  for (int64_t step : {int64_t{-1}, std::numeric_limits<int64_t>::max(),
+                       std::numeric_limits<int64_t>::min()}) {
+    absl::Status status = push_with(0, step);
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << step << ": " << status;
+  }
+  proto::PushRowsRequest rows;
+  rows.set_worker_index(7);
+  AddRows(&rows, "b", {0}, 1, {1});
+  proto::PushRowsResponse rows_response;
+  EXPECT_EQ(store.PushRows(rows, &rows_response).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(store.GetStats().pushes_applied, 0);
+
+  auto pull_with = [&](int32_t worker, int64_t clock, int64_t min_version) {
+    proto::PullRequest pull;
+    pull.set_worker_index(worker);
+    pull.set_clock(clock);
+    pull.set_min_version(min_version);
+    proto::PullResponse response;
+    absl::Status result;
+    const uint64_t ticket =
+        store.PullWhenReady(&pull, &response, [&](absl::Status s) { result = std::move(s); });
+    EXPECT_EQ(ticket, 0u) << "parked";
+    return result;
+  };
+  EXPECT_EQ(pull_with(0, std::numeric_limits<int64_t>::max(), 0).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(pull_with(0, std::numeric_limits<int64_t>::min(), 0).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(pull_with(0, 0, std::numeric_limits<int64_t>::min()).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(pull_with(5, 0, 0).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(pull_with(-1, 0, 0).ok()) << "-1: not a worker (the chief's evaluation)";
+  EXPECT_TRUE(pull_with(1, 0, 0).ok());
+  EXPECT_EQ(store.GetStats().parked_pulls, 0);
+  const std::vector<common::ShardRecord> after = store.Snapshot();
+  ASSERT_EQ(after.size(), before.size());
+  for (size_t i = 0; i < after.size(); ++i) EXPECT_EQ(after[i].values, before[i].values);
+}
+
+TEST(VariableStoreLimitsTest, ParkedPulls_AreCappedAndExpire) {
+  VariableStore::Options options;
+  options.max_parked_pulls = 2;
+  VariableStore store(options);
+  proto::CreateVariablesRequest create = CreateRequest();
+  create.mutable_sync()->set_mode(proto::SYNC);
+  create.mutable_sync()->set_num_workers(2);
+  ASSERT_TRUE(store.Create(create).ok());
+  proto::PullRequest pull;
+  pull.set_worker_index(0);
+  pull.set_min_version(1);  // not reached: both workers must push first
+  std::vector<proto::PullResponse> responses(3);
+  std::vector<absl::Status> results(3, absl::UnknownError("not answered"));
+  std::vector<uint64_t> tickets(3);
+  for (int i = 0; i < 3; ++i) {
+    tickets[i] = store.PullWhenReady(&pull, &responses[i],
+                                     [&results, i](absl::Status s) { results[i] = std::move(s); });
+  }
+  EXPECT_NE(tickets[0], 0u);
+  EXPECT_NE(tickets[1], 0u);
+  EXPECT_EQ(tickets[2], 0u) << "the third should have been refused at once";
+  EXPECT_EQ(results[2].code(), absl::StatusCode::kResourceExhausted) << results[2];
+  EXPECT_NE(results[2].message().find("--max_parked_pulls"), std::string::npos);
+  EXPECT_EQ(results[0].code(), absl::StatusCode::kUnknown) << "still parked";
+  EXPECT_EQ(store.ExpireParked(absl::Hours(1)), 0);
+  EXPECT_EQ(store.ExpireParked(absl::ZeroDuration()), 2);
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_EQ(results[i].code(), absl::StatusCode::kDeadlineExceeded) << results[i];
+    EXPECT_FALSE(store.CancelWaiter(tickets[i]));
+  }
 }
 
 }  // namespace

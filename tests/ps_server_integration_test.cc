@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
+#include "common/checkpoint_format.h"
 #include "common/grpc_channel.h"
 #include "common/tensor_util.h"
 #include "proto/pstrain.grpc.pb.h"
@@ -210,12 +211,13 @@ TEST_F(PsServerTest, Save_ForAnotherIncarnation_IsRefusedAndWritesNothing) {
     ASSERT_TRUE(stub_->Health(&context, proto::HealthRequest(), &health).ok());
   }
   ASSERT_NE(health.incarnation(), 0u);
-  const std::string dir = TestDir() + "/ckpt";
+  const std::string name = common::CheckpointDirName(1);
+  const std::string dir = checkpoint_dir_ + "/" + name;
   auto save = [&](uint64_t incarnation, proto::SaveResponse* response) {
     grpc::ClientContext context;
     common::SetDeadline(&context, kTimeout);
     proto::SaveRequest request;
-    request.set_directory(dir);
+    request.set_checkpoint(name);
     request.set_num_ps(1);
     request.set_incarnation(incarnation);
     return stub_->Save(&context, request, response);

@@ -132,8 +132,11 @@ int ExitCode(int wait_status) { return WIFEXITED(wait_status) ? WEXITSTATUS(wait
 
 void LonePsTest::SetUp() {
   spec_ = PickLocalSpec(1, 1, 1);
-  auto ps =
-      TestProcess::Start({BinaryPath("ps_server")}, {"TF_CONFIG=" + TfConfigJson(spec_, "ps", 0)});
+  // Beside TestDir(), which a test may empty again.
+  checkpoint_dir_ = TestDir() + "_ps_checkpoints";
+  std::filesystem::remove_all(checkpoint_dir_);
+  auto ps = TestProcess::Start({BinaryPath("ps_server"), "--checkpoint_dir=" + checkpoint_dir_},
+                               {"TF_CONFIG=" + TfConfigJson(spec_, "ps", 0)});
   ASSERT_TRUE(ps.ok()) << ps.status();
   ps_ = *std::move(ps);
   stub_ = proto::ParameterServer::NewStub(common::MakeChannel(spec_.ps[0]));

@@ -81,6 +81,7 @@ class LonePsTest : public ::testing::Test {
   void SetUp() override;
 
   LocalSpec spec_;
+  std::string checkpoint_dir_;  // the ps's --checkpoint_dir (made by the ps)
   std::unique_ptr<TestProcess> ps_;
   std::unique_ptr<proto::ParameterServer::Stub> stub_;
 };

@@ -1,0 +1,35 @@
+// The byte-level pieces of the shard file format that its writer
+// (checkpoint_format.cc) and its reader (shard_reader.cc) share. The format
+// itself is described in common/checkpoint_format.h.
+//
+// Thread-safety: constants and pure functions.
+#ifndef PST_COMMON_CHECKPOINT_LAYOUT_H_
+#define PST_COMMON_CHECKPOINT_LAYOUT_H_
+
+#include <cstddef>
+#include <cstdint>
+
+#include "absl/status/statusor.h"
+#include "proto/pstrain.pb.h"
+
+namespace pst::common {
+
+inline constexpr char kShardMagic[] = "PSTSHRD1";
+inline constexpr char kShardTrailer[] = "PSTEND01";
+inline constexpr size_t kShardTagBytes = 8;
+// The smallest tensor: payload_bytes and crc.
+inline constexpr size_t kShardMinTensorBytes = 8 + 4;
+
+// zlib's crc32 of `size` bytes (any size).
+uint32_t ShardCrc32(const char* data, size_t size);
+
+// Whether `spec` is a hash variable's (its record also stores row ids).
+bool ShardSpecIsHash(const proto::VariableSpec& spec);
+
+// Bytes of values (and of each slot) for `rows` rows of `spec`; an error
+// (the caller picks its code) for a bad shape or an overflow.
+absl::StatusOr<uint64_t> ShardFloatPayloadBytes(const proto::VariableSpec& spec, int64_t rows);
+
+}  // namespace pst::common
+
+#endif  // PST_COMMON_CHECKPOINT_LAYOUT_H_

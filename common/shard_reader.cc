@@ -1,0 +1,204 @@
+#include "common/shard_reader.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "common/checkpoint_layout.h"
+#include "common/safe_file.h"
+#include "common/status_macros.h"
+#include "common/tensor_util.h"
+
+namespace pst::common {
+namespace {
+
+constexpr size_t kBufferBytes = size_t{1} << 20;
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<ShardReader>> ShardReader::Open(const std::string& path) {
+  absl::StatusOr<int> fd = OpenRegularFileForRead(path);
+  if (!fd.ok()) return fd.status();
+  struct stat st;
+  if (::fstat(*fd, &st) != 0) {
+    const int err = errno;
+    ::close(*fd);
+    return OsError("stat", path, err);
+  }
+  std::unique_ptr<ShardReader> reader(new ShardReader(*fd, path, st.st_size));
+  char magic[kShardTagBytes];
+  if (reader->remaining() < kShardTagBytes) {
+    return reader->Loss(
+        absl::StrCat("truncated: ", reader->file_bytes_, " bytes, too short for the magic"));
+  }
+  PST_RETURN_IF_ERROR(reader->Read(magic, kShardTagBytes, "the magic"));
+  if (std::memcmp(magic, kShardMagic, kShardTagBytes) != 0) {
+    return reader->Loss("bad magic (not a shard file)");
+  }
+  PST_RETURN_IF_ERROR(
+      reader->Read(&reader->record_count_, sizeof(reader->record_count_), "the record count"));
+  return reader;
+}
+
+ShardReader::ShardReader(int fd, std::string path, int64_t file_bytes)
+    : fd_(fd), path_(std::move(path)), file_bytes_(file_bytes), buffer_(kBufferBytes) {
+  file_crc_ = static_cast<uint32_t>(crc32(0L, Z_NULL, 0));
+}
+
+ShardReader::~ShardReader() { ::close(fd_); }
+
+absl::Status ShardReader::Loss(const std::string& why) const {
+  return absl::DataLossError(absl::StrCat("checkpoint shard ", path_, ": ", why));
+}
+
+absl::Status ShardReader::Read(void* out, uint64_t n, const std::string& what) {
+  if (n > remaining()) {
+    return Loss(absl::StrCat("truncated in ", what, " (", n, " bytes needed, ", remaining(),
+                             " left)"));
+  }
+  char* dst = static_cast<char*>(out);
+  while (n > 0) {
+    if (buffer_pos_ == buffer_len_) {
+      ssize_t got;
+      do {
+        got = ::read(fd_, buffer_.data(), buffer_.size());
+      } while (got < 0 && errno == EINTR);
+      if (got < 0) return OsError("read", path_, errno);
+      if (got == 0) return Loss(absl::StrCat("truncated in ", what, " (the file shrank)"));
+      buffer_pos_ = 0;
+      buffer_len_ = static_cast<size_t>(got);
+    }
+    const size_t take = static_cast<size_t>(std::min<uint64_t>(n, buffer_len_ - buffer_pos_));
+    const Bytef* bytes = reinterpret_cast<const Bytef*>(buffer_.data() + buffer_pos_);
+    file_crc_ = static_cast<uint32_t>(crc32(file_crc_, bytes, static_cast<uInt>(take)));
+    if (in_record_) {
+      record_crc_ = static_cast<uint32_t>(crc32(record_crc_, bytes, static_cast<uInt>(take)));
+    }
+    std::memcpy(dst, buffer_.data() + buffer_pos_, take);
+    buffer_pos_ += take;
+    offset_ += take;
+    dst += take;
+    n -= take;
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<bool> ShardReader::Next(ShardRecord* record) {
+  if (finished_) return false;
+  if (records_read_ == record_count_) {
+    char trailer[kShardTagBytes];
+    if (remaining() < kShardTagBytes) return Loss("truncated before the trailer");
+    PST_RETURN_IF_ERROR(Read(trailer, kShardTagBytes, "the trailer"));
+    if (std::memcmp(trailer, kShardTrailer, kShardTagBytes) != 0) return Loss("bad trailer");
+    if (remaining() != 0) {
+      return Loss(absl::StrCat(remaining(), " unexpected bytes after the trailer"));
+    }
+    finished_ = true;
+    return false;
+  }
+  const uint32_t index = records_read_++;
+  // Until the spec is parsed, the record is known by its index only.
+  std::string where = absl::StrCat("record ", index, " of ", record_count_);
+  auto loss = [&](const std::string& why) { return Loss(absl::StrCat(where, ": ", why)); };
+  auto read = [&](void* out, uint64_t n, const std::string& what) -> absl::Status {
+    if (n > remaining()) {
+      return loss(absl::StrCat(what, " of ", n, " bytes runs past the end (", remaining(),
+                               " bytes left)"));
+    }
+    return Read(out, n, what);
+  };
+  *record = ShardRecord();
+  ShardRecord& r = *record;
+  record_crc_ = static_cast<uint32_t>(crc32(0L, Z_NULL, 0));
+  in_record_ = true;
+
+  uint32_t header_bytes = 0;
+  PST_RETURN_IF_ERROR(read(&header_bytes, sizeof(header_bytes), "the header length"));
+  if (header_bytes > remaining()) {
+    return loss(absl::StrCat("header of ", header_bytes, " bytes runs past the end (", remaining(),
+                             " bytes left)"));
+  }
+  std::string header(header_bytes, '\0');
+  PST_RETURN_IF_ERROR(read(header.data(), header_bytes, "the header"));
+  if (!r.spec.ParseFromString(header)) return loss("header is not a valid VariableSpec");
+  where = absl::StrCat(where, " (variable '", r.spec.name(), "')");
+  uint32_t tensor_count = 0;
+  PST_RETURN_IF_ERROR(read(&r.version, sizeof(r.version), "the record header"));
+  PST_RETURN_IF_ERROR(read(&r.rows, sizeof(r.rows), "the record header"));
+  PST_RETURN_IF_ERROR(read(&tensor_count, sizeof(tensor_count), "the record header"));
+  if (tensor_count > remaining() / kShardMinTensorBytes) {
+    return loss(
+        absl::StrCat(tensor_count, " tensors cannot fit in the ", remaining(), " bytes left"));
+  }
+  const bool hash = ShardSpecIsHash(r.spec);
+  absl::StatusOr<uint64_t> float_bytes = ShardFloatPayloadBytes(r.spec, r.rows);
+  if (!float_bytes.ok()) {
+    return loss(absl::StrCat("shape ", ShapeString(r.spec.shape()), " with ", r.rows,
+                             " rows: ", float_bytes.status().message()));
+  }
+  if (!hash && r.spec.shape_size() > 0 && r.rows != r.spec.shape(0)) {
+    return loss(
+        absl::StrCat(r.rows, " rows stored, but the shape is ", ShapeString(r.spec.shape())));
+  }
+  const uint32_t fixed = hash ? 2 : 1;  // values (and hash ids)
+  if (tensor_count < fixed) {
+    return loss(absl::StrCat(tensor_count, " tensors, expected at least ", fixed));
+  }
+  const uint32_t num_slots = tensor_count - fixed;
+  r.slots.resize(num_slots);
+  for (uint32_t t = 0; t < tensor_count; ++t) {
+    uint64_t payload_bytes = 0;
+    PST_RETURN_IF_ERROR(read(&payload_bytes, sizeof(payload_bytes), absl::StrCat("tensor ", t)));
+    const bool ids = hash && t == tensor_count - 1;
+    if (ids && static_cast<uint64_t>(r.rows) > remaining() / sizeof(int64_t)) {
+      return loss(absl::StrCat(r.rows, " hash ids cannot fit in the ", remaining(),
+                               " bytes left"));
+    }
+    const uint64_t expected = ids ? static_cast<uint64_t>(r.rows) * sizeof(int64_t) : *float_bytes;
+    if (payload_bytes > remaining()) {
+      return loss(absl::StrCat("tensor ", t, " of ", payload_bytes, " bytes runs past the end (",
+                               remaining(), " bytes left)"));
+    }
+    if (payload_bytes != expected) {
+      if (ids) {
+        return loss(absl::StrCat("hash ids are ", payload_bytes, " bytes, expected ", r.rows,
+                                 " ids of 8 bytes"));
+      }
+      return loss(absl::StrCat("tensor ", t, " is ", payload_bytes, " bytes, expected ", expected,
+                               " for ", r.rows, " rows of shape ", ShapeString(r.spec.shape())));
+    }
+    void* data;
+    if (ids) {
+      r.hash_ids.resize(static_cast<size_t>(r.rows));
+      data = r.hash_ids.data();
+    } else {
+      std::vector<float>& floats = t == 0 ? r.values : r.slots[t - 1];
+      floats.resize(static_cast<size_t>(payload_bytes / sizeof(float)));
+      data = floats.data();
+    }
+    PST_RETURN_IF_ERROR(read(data, payload_bytes, absl::StrCat("tensor ", t)));
+    uint32_t stored = 0;
+    PST_RETURN_IF_ERROR(read(&stored, sizeof(stored), absl::StrCat("the crc32 of tensor ", t)));
+    const uint32_t actual = ShardCrc32(static_cast<const char*>(data), payload_bytes);
+    if (stored != actual) {
+      return loss(absl::StrCat("tensor ", t, " checksum mismatch: stored crc32 ", stored,
+                               ", computed ", actual));
+    }
+  }
+  in_record_ = false;
+  const uint32_t actual_crc = record_crc_;
+  uint32_t record_crc = 0;
+  PST_RETURN_IF_ERROR(read(&record_crc, sizeof(record_crc), "the record crc32"));
+  if (record_crc != actual_crc) {
+    return loss(absl::StrCat("record checksum mismatch: stored crc32 ", record_crc, ", computed ",
+                             actual_crc));
+  }
+  return true;
+}
+
+}  // namespace pst::common

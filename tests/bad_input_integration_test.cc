@@ -1,0 +1,303 @@
+// Hostile and malformed requests sent as raw gRPC calls to a real ps_server:
+// each gets a clear status, changes nothing, and leaves the ps serving.
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/mount.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/checkpoint_format.h"
+#include "common/grpc_channel.h"
+#include "common/tensor_util.h"
+#include "proto/pstrain.grpc.pb.h"
+#include "tests/test_cluster.h"
+
+namespace pst::testing {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr absl::Duration kTimeout = absl::Seconds(60);
+
+proto::VariableSpec Spec(const std::string& name, std::vector<int64_t> shape) {
+  proto::VariableSpec spec;
+  spec.set_name(name);
+  spec.set_dtype(proto::DT_FLOAT32);
+  for (int64_t d : shape) spec.add_shape(d);
+  spec.mutable_initializer()->set_kind(proto::Initializer::NORMAL);
+  spec.mutable_initializer()->set_scale(0.1f);
+  spec.mutable_initializer()->set_seed(7);
+  return spec;
+}
+
+// Every regular file below `dir`, with its size, for "nothing was written"
+// checks.
+std::vector<std::pair<std::string, uintmax_t>> FilesUnder(const std::string& dir) {
+  std::vector<std::pair<std::string, uintmax_t>> files;
+  std::error_code ec;
+  for (auto it = fs::recursive_directory_iterator(dir, ec); !ec && it != fs::end(it);
+       it.increment(ec)) {
+    std::error_code size_ec;
+    if (!it->is_regular_file(size_ec)) continue;
+    files.emplace_back(it->path().string(), it->file_size(size_ec));
+  }
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
+class BadInputTest : public LonePsTest {
+ protected:
+  void SetUp() override {
+    LonePsTest::SetUp();
+    if (HasFatalFailure()) return;
+    proto::CreateVariablesRequest create;
+    *create.add_variables() = Spec("w", {64, 16});
+    create.mutable_optimizer()->set_name("sgd");
+    create.mutable_optimizer()->set_learning_rate(0.1f);
+    grpc::ClientContext context;
+    common::SetDeadline(&context, kTimeout, /*wait_for_ready=*/true);
+    proto::CreateVariablesResponse created;
+    grpc::Status status = stub_->CreateVariables(&context, create, &created);
+    ASSERT_TRUE(status.ok()) << status.error_message() << "\n" << ps_->output();
+    ASSERT_TRUE(PullAll(&before_).ok());
+    proto::HealthResponse health;
+    ASSERT_TRUE(Health(&health).ok());
+    incarnation_ = health.incarnation();
+  }
+
+  grpc::Status Health(proto::HealthResponse* health) {
+    grpc::ClientContext context;
+    common::SetDeadline(&context, kTimeout);
+    return stub_->Health(&context, proto::HealthRequest(), health);
+  }
+  grpc::Status PullAll(proto::PullResponse* response) {
+    grpc::ClientContext context;
+    common::SetDeadline(&context, kTimeout);
+    return stub_->Pull(&context, proto::PullRequest(), response);
+  }
+  grpc::Status Save(const std::string& checkpoint, proto::SaveResponse* response = nullptr) {
+    proto::SaveResponse ignored;
+    grpc::ClientContext context;
+    common::SetDeadline(&context, kTimeout);
+    proto::SaveRequest request;
+    request.set_checkpoint(checkpoint);
+    request.set_num_ps(1);
+    request.set_incarnation(incarnation_);
+    return stub_->Save(&context, request, response != nullptr ? response : &ignored);
+  }
+  grpc::Status Restore(const std::string& checkpoint, const proto::CheckpointManifest& manifest) {
+    grpc::ClientContext context;
+    common::SetDeadline(&context, kTimeout);
+    proto::RestoreRequest request;
+    request.set_checkpoint(checkpoint);
+    *request.mutable_manifest() = manifest;
+    request.set_generation(1);
+    proto::RestoreResponse response;
+    return stub_->Restore(&context, request, &response);
+  }
+
+  // The ps still serves, with the parameters it had after SetUp.
+  void ExpectServingAndUnchanged(const std::string& after) {
+    proto::HealthResponse health;
+    grpc::Status status = Health(&health);
+    ASSERT_TRUE(status.ok()) << "after " << after << ": " << status.error_message() << "\n"
+                             << ps_->output();
+    EXPECT_EQ(health.generation(), 0) << "after " << after;
+    proto::PullResponse now;
+    ASSERT_TRUE(PullAll(&now).ok()) << "after " << after;
+    ASSERT_EQ(now.values_size(), before_.values_size());
+    for (int i = 0; i < now.values_size(); ++i) {
+      EXPECT_EQ(now.values(i).data(), before_.values(i).data()) << "after " << after;
+    }
+  }
+
+  proto::PullResponse before_;
+  uint64_t incarnation_ = 0;
+};
+
+TEST_F(BadInputTest, Save_WithAPathForAName_IsInvalidArgument_AndWritesNothing) {
+  const std::string outside = TestDir() + "/outside";
+  fs::create_directories(outside);
+  for (const std::string& name :
+       {std::string(), std::string(".."), std::string("/"), outside,
+        absl::StrCat("../", fs::path(outside).filename().string()), std::string("ckpt-1/.."),
+        std::string("ckpt-1/../../x"), std::string("ckpt-")}) {
+    grpc::Status status = Save(name);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << "'" << name << "'";
+    EXPECT_NE(status.error_message().find("not a checkpoint name"), std::string::npos)
+        << status.error_message();
+  }
+  EXPECT_TRUE(fs::is_empty(outside));
+  EXPECT_TRUE(FilesUnder(checkpoint_dir_).empty());
+  ExpectServingAndUnchanged("saves named by paths");
+}
+
+TEST_F(BadInputTest, Save_IntoAPlantedSymlink_IsRefused_AndWritesNothingThere) {
+  const std::string target = TestDir() + "/target";
+  fs::create_directories(target);
+  fs::create_directory_symlink(target, checkpoint_dir_ + "/ckpt-000000000005");
+  grpc::Status status = Save("ckpt-000000000005");
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << status.error_message();
+  EXPECT_NE(status.error_message().find("symbolic link"), std::string::npos)
+      << status.error_message();
+  EXPECT_TRUE(fs::is_empty(target));
+  ExpectServingAndUnchanged("a save into a link");
+}
+
+TEST_F(BadInputTest, Restore_OfPathsRepeatsAndLinks_IsRefused_AndChangesNothing) {
+  proto::SaveResponse saved;
+  grpc::Status status = Save("ckpt-000000000001", &saved);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  proto::CheckpointManifest good;
+  good.set_format_version(1);
+  *good.add_shards() = saved.shard();
+
+  struct Case {
+    std::string what;
+    std::string checkpoint;
+    proto::CheckpointManifest manifest;
+    grpc::StatusCode code;
+  };
+  std::vector<Case> cases;
+  for (const char* name : {"", "..", "/etc", "ckpt-1/..", "ckpt-1/../.."}) {
+    cases.push_back({absl::StrCat("checkpoint '", name, "'"), name, good,
+                     grpc::StatusCode::INVALID_ARGUMENT});
+  }
+  for (const char* file : {"/etc/passwd", "../../../../etc/passwd", "", ".", "x/../shard-0-of-1.pst"}) {
+    Case c{absl::StrCat("shard file '", file, "'"), "ckpt-000000000001", good,
+           grpc::StatusCode::INVALID_ARGUMENT};
+    c.manifest.mutable_shards(0)->set_file(file);
+    cases.push_back(c);
+  }
+  {
+    Case c{"one shard listed 1000 times", "ckpt-000000000001", good,
+           grpc::StatusCode::INVALID_ARGUMENT};
+    for (int i = 1; i < 1000; ++i) *c.manifest.add_shards() = saved.shard();
+    cases.push_back(c);
+  }
+  {
+    Case c{"no shards", "ckpt-000000000001", good, grpc::StatusCode::INVALID_ARGUMENT};
+    c.manifest.clear_shards();
+    cases.push_back(c);
+  }
+  {
+    Case c{"a size the file does not have", "ckpt-000000000001", good,
+           grpc::StatusCode::DATA_LOSS};
+    c.manifest.mutable_shards(0)->set_bytes(saved.shard().bytes() + 1);
+    cases.push_back(c);
+  }
+  {
+    Case c{"a crc32 the file does not have", "ckpt-000000000001", good,
+           grpc::StatusCode::DATA_LOSS};
+    c.manifest.mutable_shards(0)->set_crc32(saved.shard().crc32() ^ 1);
+    cases.push_back(c);
+  }
+  {
+    Case c{"a checkpoint that is not there", "ckpt-000000000099", good,
+           grpc::StatusCode::NOT_FOUND};
+    cases.push_back(c);
+  }
+  // A shard replaced by a link to a file the ps user can read.
+  const std::string linked = checkpoint_dir_ + "/ckpt-000000000002";
+  fs::create_directories(linked);
+  fs::create_symlink("/etc/passwd", linked + "/shard-0-of-1.pst");
+  cases.push_back({"a shard that is a symbolic link", "ckpt-000000000002", good,
+                   grpc::StatusCode::FAILED_PRECONDITION});
+
+  for (const Case& c : cases) {
+    status = Restore(c.checkpoint, c.manifest);
+    EXPECT_EQ(status.error_code(), c.code) << c.what << ": " << status.error_message();
+    EXPECT_EQ(status.error_message().find("root:"), std::string::npos)
+        << c.what << " leaked a file's contents: " << status.error_message();
+    ExpectServingAndUnchanged(c.what);
+  }
+  // The good manifest still restores.
+  status = Restore("ckpt-000000000001", good);
+  EXPECT_TRUE(status.ok()) << status.error_message();
+}
+
+// A ps started without --checkpoint_dir writes and reads no checkpoint.
+TEST(BadInputNoDirTest, SaveAndRestore_WithoutCheckpointDir_AreFailedPrecondition) {
+  LocalSpec spec = PickLocalSpec(1, 1, 1);
+  auto ps = TestProcess::Start({BinaryPath("ps_server"), "--chief_timeout_s=0"},
+                               {"TF_CONFIG=" + TfConfigJson(spec, "ps", 0)});
+  ASSERT_TRUE(ps.ok()) << ps.status();
+  auto stub = proto::ParameterServer::NewStub(common::MakeChannel(spec.ps[0]));
+  proto::HealthResponse health;
+  {
+    grpc::ClientContext context;
+    common::SetDeadline(&context, kTimeout, /*wait_for_ready=*/true);
+    ASSERT_TRUE(stub->Health(&context, proto::HealthRequest(), &health).ok());
+  }
+  {
+    grpc::ClientContext context;
+    common::SetDeadline(&context, kTimeout);
+    proto::SaveRequest request;
+    request.set_checkpoint("ckpt-000000000001");
+    request.set_num_ps(1);
+    request.set_incarnation(health.incarnation());
+    proto::SaveResponse response;
+    grpc::Status status = stub->Save(&context, request, &response);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+    EXPECT_NE(status.error_message().find("--checkpoint_dir"), std::string::npos)
+        << status.error_message();
+  }
+  {
+    grpc::ClientContext context;
+    common::SetDeadline(&context, kTimeout);
+    proto::RestoreRequest request;
+    request.set_checkpoint("ckpt-000000000001");
+    proto::RestoreResponse response;
+    grpc::Status status = stub->Restore(&context, request, &response);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  }
+}
+
+// A disk that fills during a shard write: a clear RESOURCE_EXHAUSTED, no
+// temp file left, and the ps serves on. Needs root (a small tmpfs).
+TEST_F(BadInputTest, Save_OnAFullDisk_IsResourceExhausted_AndLeavesNoTempFile) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to mount a small tmpfs";
+  // A variable larger than the tmpfs.
+  proto::CreateVariablesRequest create;
+  *create.add_variables() = Spec("big", {1024, 256});  // 1 MiB
+  create.mutable_optimizer()->set_name("sgd");
+  create.mutable_optimizer()->set_learning_rate(0.1f);
+  {
+    grpc::ClientContext context;
+    common::SetDeadline(&context, kTimeout);
+    proto::CreateVariablesResponse created;
+    ASSERT_TRUE(stub_->CreateVariables(&context, create, &created).ok());
+  }
+  ASSERT_TRUE(PullAll(&before_).ok());
+  if (::mount("tmpfs", checkpoint_dir_.c_str(), "tmpfs", 0, "size=256k") != 0) {
+    GTEST_SKIP() << "cannot mount a tmpfs here: " << std::strerror(errno);
+  }
+  grpc::Status status = Save("ckpt-000000000003");
+  const std::vector<std::pair<std::string, uintmax_t>> left = FilesUnder(checkpoint_dir_);
+  ::umount2(checkpoint_dir_.c_str(), MNT_DETACH);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << status.error_message();
+  for (const auto& [path, size] : left) ADD_FAILURE() << "left behind: " << path;
+  ExpectServingAndUnchanged("a save to a full disk");
+}
+
+// A Save that arrives as the ps stops gets a clear answer (done, or refused
+// as the ps is going), and the ps exits cleanly either way.
+TEST_F(BadInputTest, Save_JustAfterSigterm_IsAnsweredAndThePsExitsCleanly) {
+  ps_->Signal(SIGTERM);
+  grpc::Status status = Save("ckpt-000000000004");
+  EXPECT_TRUE(status.ok() || status.error_code() == grpc::StatusCode::UNAVAILABLE ||
+              status.error_code() == grpc::StatusCode::CANCELLED)
+      << status.error_code() << ": " << status.error_message();
+  std::optional<int> exited = ps_->WaitForExit(kTimeout);
+  ASSERT_TRUE(exited.has_value()) << ps_->output();
+  EXPECT_EQ(ExitCode(*exited), 0) << ps_->output();
+}
+
+}  // namespace
+}  // namespace pst::testing
