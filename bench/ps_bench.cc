@@ -73,6 +73,7 @@
 #include "common/tf_config.h"
 #include "nlohmann/json.hpp"
 #include "proto/pstrain.grpc.pb.h"
+#include "tools/netns.h"
 #include "tools/subprocess.h"
 #include "worker/grpc_ps_transport.h"
 #include "worker/ps_client.h"
@@ -348,65 +349,49 @@ std::optional<int> WaitChild(pid_t pid, absl::Duration timeout) {
 // ---------------------------------------------------------------------------
 // The ps processes.
 
-// The ip(8) binary (Spawn execs a path, not a name looked up in $PATH), or
-// "" when there is none.
-std::string IpPath() {
-  for (const char* path : {"/usr/sbin/ip", "/sbin/ip", "/usr/bin/ip", "/bin/ip"}) {
-    if (access(path, X_OK) == 0) return path;
-  }
-  return "";
-}
-
 // A network namespace holding one ps, joined to this one by a veth pair
 // shaped to a rate each way: the ps sees a NIC of that rate, as on a
 // machine of its own. Removed (with its veth pair) on destruction.
 class ShapedLink {
  public:
-  // Link `index` of this process. Errors: Internal naming the command that
-  // failed (not root, no iproute2).
-  static absl::StatusOr<std::unique_ptr<ShapedLink>> Create(int index, const std::string& rate) {
-    const int tag = static_cast<int>(getpid() % 100000);
+  // A link of its own: names and subnet never used before by this process.
+  // Errors: Internal naming the command that failed and what it printed.
+  static absl::StatusOr<std::unique_ptr<ShapedLink>> Create(const std::string& rate) {
     std::unique_ptr<ShapedLink> link(new ShapedLink());
-    link->ns_ = absl::StrCat("pstbench", tag, "_", index);
-    const std::string host = absl::StrCat("pb", tag, "h", index);
-    const std::string peer = absl::StrCat("pb", tag, "n", index);
-    const std::string net = absl::StrCat("10.", 200 + tag % 50, ".", index);
+    PST_ASSIGN_OR_RETURN(link->ns_, tools::VethNamespace::Create("pb"));
+    const tools::VethNamespace& ns = *link->ns_;
+    // 10.200-249.x.0/24: the pid spreads processes, the sequence number
+    // makes each link of this one a subnet of its own (256 before one
+    // comes again, long after the first link is gone).
+    const int pid = static_cast<int>(getpid());
+    const std::string net =
+        absl::StrCat("10.", 200 + pid % 50, ".", (pid / 50 + ns.sequence()) % 256);
     link->address_ = net + ".2";
     const std::string shape = absl::StrCat(" root tbf rate ", rate, " burst 4mb latency 100ms");
+    const std::string ip = tools::IpPath();
     for (const std::string& command :
-         {"ip netns add " + link->ns_, "ip link add " + host + " type veth peer name " + peer,
-          "ip link set " + peer + " netns " + link->ns_,
-          "ip addr add " + net + ".1/24 dev " + host, "ip link set " + host + " up",
-          link->InNs("ip addr add " + net + ".2/24 dev " + peer),
-          link->InNs("ip link set " + peer + " up"), link->InNs("ip link set lo up"),
-          "tc qdisc add dev " + host + shape, link->InNs("tc qdisc add dev " + peer + shape)}) {
-      if (std::system((command + " 2>/dev/null").c_str()) != 0) {
-        return absl::InternalError(absl::StrCat(
-            "--link_rate: '", command, "' failed (it needs root and iproute2)"));
-      }
+         {absl::StrCat(ip, " addr add ", net, ".1/24 dev ", ns.host_veth()),
+          absl::StrCat("tc qdisc add dev ", ns.host_veth(), shape)}) {
+      PST_RETURN_IF_ERROR(tools::RunShell(command).status());
+    }
+    for (const std::string& command :
+         {absl::StrCat(ip, " addr add ", net, ".2/24 dev ", ns.inner_veth()),
+          absl::StrCat("tc qdisc add dev ", ns.inner_veth(), shape)}) {
+      PST_RETURN_IF_ERROR(ns.Run(command).status());
     }
     return link;
-  }
-  ~ShapedLink() {
-    if (std::system(("ip netns del " + ns_ + " 2>/dev/null").c_str()) != 0) {
-      std::fprintf(stderr, "ps_bench: could not remove network namespace %s\n", ns_.c_str());
-    }
   }
   // The ps's address inside the namespace.
   const std::string& address() const { return address_; }
   // argv that runs `argv` inside the namespace.
   std::vector<std::string> Wrap(std::vector<std::string> argv) const {
-    const std::string ip = IpPath();
-    argv.insert(argv.begin(), {ip.empty() ? "ip" : ip, "netns", "exec", ns_});
-    return argv;
+    return ns_->Wrap(std::move(argv));
   }
 
  private:
   ShapedLink() = default;
-  std::string InNs(const std::string& command) const {
-    return "ip netns exec " + ns_ + " " + command;
-  }
-  std::string ns_, address_;
+  std::unique_ptr<tools::VethNamespace> ns_;
+  std::string address_;
 };
 
 // P ps_server processes on free 127.0.0.1 ports, started and stopped by
@@ -438,8 +423,12 @@ class PsCluster {
     pick(&tf.cluster.worker, num_workers);
     if (!options.link_rate.empty()) {
       for (int i = 0; i < num_ps; ++i) {
-        PST_ASSIGN_OR_RETURN(std::unique_ptr<ShapedLink> link,
-                             ShapedLink::Create(i, options.link_rate));
+        absl::StatusOr<std::unique_ptr<ShapedLink>> made = ShapedLink::Create(options.link_rate);
+        if (!made.ok()) {
+          return absl::Status(made.status().code(),
+                              absl::StrCat("--link_rate: ", made.status().message()));
+        }
+        std::unique_ptr<ShapedLink> link = *std::move(made);
         tf.cluster.ps[i] = absl::StrCat(link->address(), ":", ports[1 + i]);
         cluster->links_.push_back(std::move(link));
       }
@@ -1372,7 +1361,7 @@ struct Scaling {
 Scaling RunScaling(const Options& options, const std::string& link_rate) {
   Scaling scaling;
   scaling.link_rate = link_rate;
-  if (!link_rate.empty() && (geteuid() != 0 || IpPath().empty())) {
+  if (!link_rate.empty() && (geteuid() != 0 || tools::IpPath().empty())) {
     scaling.skipped = "shaped links need root and iproute2";
     return scaling;
   }

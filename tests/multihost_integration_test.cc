@@ -15,29 +15,27 @@
 #include <unistd.h>
 
 #include <cstdio>
-#include <cstdlib>
 #include <deque>
-#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
 
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "tests/test_cluster.h"
+#include "tools/netns.h"
+#include "tools/subprocess.h"
 
 namespace pst::testing {
 namespace {
 
 constexpr absl::Duration kTimeout = absl::Seconds(240);
 constexpr int kPort = 2222;  // every namespace has its own ports
-
-std::string IpPath() {
-  for (const char* path : {"/usr/sbin/ip", "/sbin/ip", "/usr/bin/ip", "/bin/ip"}) {
-    if (access(path, X_OK) == 0) return path;
-  }
-  return "";
-}
 
 std::string IptablesPath() {
   for (const char* path : {"/usr/sbin/iptables", "/sbin/iptables"}) {
@@ -46,21 +44,8 @@ std::string IptablesPath() {
   return "";
 }
 
-bool Shell(const std::string& command) {
-  return std::system((command + " >/dev/null 2>&1").c_str()) == 0;
-}
-
-// What `command` printed on stdout.
-std::string ShellOutput(const std::string& command) {
-  std::string out;
-  FILE* pipe = popen(command.c_str(), "r");
-  if (pipe == nullptr) return out;
-  char buffer[4096];
-  size_t n;
-  while ((n = fread(buffer, 1, sizeof(buffer), pipe)) > 0) out.append(buffer, n);
-  pclose(pipe);
-  return out;
-}
+// OK, or an error with the command, its exit status and what it printed.
+absl::Status Shell(const std::string& command) { return tools::RunShell(command).status(); }
 
 // Packets the DROP rules of `listing` (iptables -L -v -x -n) dropped.
 int64_t DroppedPackets(const std::string& listing) {
@@ -78,62 +63,74 @@ class MultiHostTest : public ::testing::Test {
  protected:
   void SetUp() override {
     if (!HaveFashionMnist()) GTEST_SKIP() << "Fashion-MNIST is missing";
-    ip_ = IpPath();
+    ip_ = tools::IpPath();
     if (geteuid() != 0 || ip_.empty()) GTEST_SKIP() << "needs root and iproute2";
-    tag_ = std::to_string(getpid() % 100000);
-    bridge_ = "pstbr" + tag_;
-    subnet_ = absl::StrCat("10.", 100 + getpid() % 100, ".", getpid() / 100 % 250);
-    if (!Shell(absl::StrCat(ip_, " link add ", bridge_, " type bridge")) ||
-        !Shell(absl::StrCat(ip_, " addr add ", subnet_, ".1/24 dev ", bridge_)) ||
-        !Shell(absl::StrCat(ip_, " link set ", bridge_, " up"))) {
-      GTEST_SKIP() << "cannot create a bridge here (no CAP_NET_ADMIN?)";
+    // A bridge and subnet of this test's own: never those of an earlier test
+    // in this process, whose links may still be going away.
+    const int sequence = tools::NextNetSequence();
+    const int pid = static_cast<int>(getpid());
+    subnet_ = absl::StrCat("10.", 100 + pid % 100, ".", (pid / 100 + sequence) % 250);
+    const std::string bridge = tools::InterfaceName("pm", 'r', sequence);
+    absl::Status made = Shell(absl::StrCat(ip_, " link add ", bridge, " type bridge"));
+    if (!made.ok()) GTEST_SKIP() << "cannot create a bridge here: " << made;
+    bridge_ = bridge;
+    for (const std::string& command :
+         {absl::StrCat(ip_, " addr add ", subnet_, ".1/24 dev ", bridge_),
+          absl::StrCat(ip_, " link set ", bridge_, " up")}) {
+      ASSERT_EQ(Shell(command), absl::OkStatus());
     }
     iptables_ = IptablesPath();
     if (!iptables_.empty()) {
       forward_rule_ = absl::StrCat("FORWARD -i ", bridge_, " -o ", bridge_, " -j ACCEPT");
-      if (!Shell(absl::StrCat(iptables_, " -I ", forward_rule_))) forward_rule_.clear();
+      const absl::Status inserted = Shell(absl::StrCat(iptables_, " -I ", forward_rule_));
+      if (!inserted.ok()) {
+        std::printf("bridged traffic left to the FORWARD policy: %s\n",
+                    inserted.ToString().c_str());
+        forward_rule_.clear();
+      }
     }
     dir_ = TestDir();
   }
 
   void TearDown() override {
     processes_.clear();  // kills what still runs
-    for (const Host& host : hosts_) Shell(absl::StrCat(ip_, " netns del ", host.ns));
-    if (!bridge_.empty()) Shell(absl::StrCat(ip_, " link del ", bridge_));
-    if (!forward_rule_.empty()) Shell(absl::StrCat(iptables_, " -D ", forward_rule_));
+    // Each host's veth first (synchronous), then its namespace.
+    for (Host& host : hosts_) EXPECT_EQ(host.link->Remove(), absl::OkStatus());
+    hosts_.clear();
+    if (!bridge_.empty()) {
+      EXPECT_EQ(Shell(absl::StrCat(ip_, " link del ", bridge_)), absl::OkStatus());
+    }
+    if (!forward_rule_.empty()) {
+      EXPECT_EQ(Shell(absl::StrCat(iptables_, " -D ", forward_rule_)), absl::OkStatus());
+    }
   }
 
   struct Host {
-    std::string ns, veth, address;  // veth: the bridge's end of its link
+    std::unique_ptr<tools::VethNamespace> link;  // host_veth(): the bridge's end
+    std::string address;
   };
 
   // A namespace with one link to the bridge, at subnet.(10 + index).
-  const Host& AddHost(int index) {
-    Host host;
-    host.ns = absl::StrCat("pstmh", tag_, "_", index);
-    host.veth = absl::StrCat("pm", tag_, "b", index);
-    const std::string inside = absl::StrCat("pm", tag_, "n", index);
+  // nullptr (and a failure) when it cannot be made.
+  const Host* AddHost(int index) {
+    absl::StatusOr<std::unique_ptr<tools::VethNamespace>> link = tools::VethNamespace::Create("pm");
+    EXPECT_TRUE(link.ok()) << link.status();
+    if (!link.ok()) return nullptr;
+    Host& host = hosts_.emplace_back();
+    host.link = *std::move(link);
     host.address = absl::StrCat(subnet_, ".", 10 + index);
-    const std::string in_ns = absl::StrCat(ip_, " netns exec ", host.ns, " ", ip_);
-    for (const std::string& command : {
-             absl::StrCat(ip_, " netns add ", host.ns),
-             absl::StrCat(ip_, " link add ", host.veth, " type veth peer name ", inside),
-             absl::StrCat(ip_, " link set ", inside, " netns ", host.ns),
-             absl::StrCat(ip_, " link set ", host.veth, " master ", bridge_),
-             absl::StrCat(ip_, " link set ", host.veth, " up"),
-             absl::StrCat(in_ns, " addr add ", host.address, "/24 dev ", inside),
-             absl::StrCat(in_ns, " link set ", inside, " up"),
-             absl::StrCat(in_ns, " link set lo up"),
-         }) {
-      EXPECT_TRUE(Shell(command)) << command;
-    }
-    hosts_.push_back(host);
-    return hosts_.back();
+    const tools::VethNamespace& ns = *host.link;
+    EXPECT_EQ(Shell(absl::StrCat(ip_, " link set ", ns.host_veth(), " master ", bridge_)),
+              absl::OkStatus());
+    EXPECT_EQ(
+        ns.Run(absl::StrCat(ip_, " addr add ", host.address, "/24 dev ", ns.inner_veth())).status(),
+        absl::OkStatus());
+    return &host;
   }
 
   TestProcess* StartIn(const Host& host, const std::string& binary, const std::string& tf_config,
                        std::vector<std::string> flags) {
-    std::vector<std::string> argv = {ip_, "netns", "exec", host.ns, BinaryPath(binary)};
+    std::vector<std::string> argv = host.link->Wrap({BinaryPath(binary)});
     argv.insert(argv.end(), flags.begin(), flags.end());
     auto process = TestProcess::Start(argv, {"TF_CONFIG=" + tf_config});
     EXPECT_TRUE(process.ok()) << process.status();
@@ -142,20 +139,25 @@ class MultiHostTest : public ::testing::Test {
     return processes_.back().get();
   }
 
-  std::string ip_, tag_, bridge_, subnet_, dir_;
-  std::string iptables_, forward_rule_;  // the rule SetUp inserted, if any
-  std::deque<Host> hosts_;  // stable references
+  std::string ip_, bridge_, subnet_, dir_;  // bridge_: empty until made
+  std::string iptables_, forward_rule_;     // the rule SetUp inserted, if any
+  std::deque<Host> hosts_;                  // stable references
   std::vector<std::unique_ptr<TestProcess>> processes_;
 };
 
 TEST_F(MultiHostTest, PsLinkDownForSeconds_AndASlowWorkerLink_TheJobStillFinishes) {
   // chief, ps:0, ps:1, worker:0, worker:1: one host each.
-  const Host& chief = AddHost(0);
-  const Host& ps0 = AddHost(1);
-  const Host& ps1 = AddHost(2);
-  const Host& w0 = AddHost(3);
-  const Host& w1 = AddHost(4);
+  const Host* hosts[5];
+  for (int i = 0; i < 5; ++i) {
+    hosts[i] = AddHost(i);
+    ASSERT_NE(hosts[i], nullptr);
+  }
   ASSERT_FALSE(HasFailure());
+  const Host& chief = *hosts[0];
+  const Host& ps0 = *hosts[1];
+  const Host& ps1 = *hosts[2];
+  const Host& w0 = *hosts[3];
+  const Host& w1 = *hosts[4];
   auto at = [](const Host& h) { return absl::StrCat("\"", h.address, ":", kPort, "\""); };
   const std::string cluster =
       absl::StrCat(R"({"cluster": {"chief": [)", at(chief), R"(], "ps": [)", at(ps0), ",", at(ps1),
@@ -164,17 +166,21 @@ TEST_F(MultiHostTest, PsLinkDownForSeconds_AndASlowWorkerLink_TheJobStillFinishe
     return absl::StrCat(cluster, R"("task": {"type": ")", type, R"(", "index": )", index, "}}");
   };
   // worker:1's link: 400 Mbit/s each way (tc tbf at both ends).
-  ASSERT_TRUE(Shell(absl::StrCat("tc qdisc add dev ", w1.veth,
-                                 " root tbf rate 400mbit burst 1mb latency 200ms")));
-  ASSERT_TRUE(Shell(absl::StrCat(ip_, " netns exec ", w1.ns, " tc qdisc add dev pm", tag_,
-                                 "n4 root tbf rate 400mbit burst 1mb latency 200ms")));
+  const std::string shape = " root tbf rate 400mbit burst 1mb latency 200ms";
+  ASSERT_EQ(Shell(absl::StrCat("tc qdisc add dev ", w1.link->host_veth(), shape)),
+            absl::OkStatus());
+  ASSERT_EQ(w1.link->Run(absl::StrCat("tc qdisc add dev ", w1.link->inner_veth(), shape)).status(),
+            absl::OkStatus());
   // ... and 1% of its packets dropped each way.
   if (iptables_.empty()) {
     std::printf("no iptables: worker:1's link loses no packets\n");
   } else {
     for (const char* chain : {"INPUT", "OUTPUT"}) {
-      ASSERT_TRUE(Shell(absl::StrCat(ip_, " netns exec ", w1.ns, " ", iptables_, " -A ", chain,
-                                     " -m statistic --mode random --probability 0.01 -j DROP")));
+      ASSERT_EQ(w1.link
+                    ->Run(absl::StrCat(iptables_, " -A ", chain,
+                                       " -m statistic --mode random --probability 0.01 -j DROP"))
+                    .status(),
+                absl::OkStatus());
     }
   }
 
@@ -197,10 +203,11 @@ TEST_F(MultiHostTest, PsLinkDownForSeconds_AndASlowWorkerLink_TheJobStillFinishe
   // Once training is under way, ps:1's link goes down for 3 s (under the
   // 10 s peer timeout: a stall, not a loss).
   ASSERT_TRUE(c->WaitForOutput("saved checkpoint", kTimeout)) << c->output();
-  ASSERT_TRUE(Shell(absl::StrCat(ip_, " link set ", ps1.veth, " down")));
+  ASSERT_EQ(Shell(absl::StrCat(ip_, " link set ", ps1.link->host_veth(), " down")),
+            absl::OkStatus());
   const absl::Time cut = absl::Now();
   absl::SleepFor(absl::Seconds(3));  // the outage itself, not a wait for a condition
-  ASSERT_TRUE(Shell(absl::StrCat(ip_, " link set ", ps1.veth, " up")));
+  ASSERT_EQ(Shell(absl::StrCat(ip_, " link set ", ps1.link->host_veth(), " up")), absl::OkStatus());
   std::printf("ps:1 cut off for %.1f s\n", absl::ToDoubleSeconds(absl::Now() - cut));
 
   for (TestProcess* p : {c, k0, k1, p0, p1}) {
@@ -215,8 +222,9 @@ TEST_F(MultiHostTest, PsLinkDownForSeconds_AndASlowWorkerLink_TheJobStillFinishe
   EXPECT_GE(summary["test_accuracy"].get<double>(), 0.80) << c->output();
   EXPECT_EQ(summary["global_step"], 2 * ((30000 + 63) / 64)) << "every batch of both workers";
   if (!iptables_.empty()) {
-    const int64_t dropped = DroppedPackets(
-        ShellOutput(absl::StrCat(ip_, " netns exec ", w1.ns, " ", iptables_, " -L -v -x -n")));
+    absl::StatusOr<std::string> listing = w1.link->Run(iptables_ + " -L -v -x -n");
+    ASSERT_TRUE(listing.ok()) << listing.status();
+    const int64_t dropped = DroppedPackets(*listing);
     std::printf("worker:1's link dropped %lld packets\n", static_cast<long long>(dropped));
     EXPECT_GT(dropped, 0) << "the loss was injected";
   }

@@ -13,6 +13,7 @@
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 
 extern char** environ;
 
@@ -113,6 +114,23 @@ absl::StatusOr<std::vector<int>> PickFreePorts(int count) {
   for (int fd : fds) close(fd);
   if (!status.ok()) return status;
   return ports;
+}
+
+absl::StatusOr<std::string> RunShell(const std::string& command) {
+  SpawnOptions options;
+  options.argv = {"/bin/sh", "-c", command};
+  int fd = -1;
+  absl::StatusOr<pid_t> pid = Spawn(options, &fd);
+  if (!pid.ok()) return pid.status();
+  std::string output;
+  ForEachLine(fd, [&output](const std::string& line) { absl::StrAppend(&output, line, "\n"); });
+  int status = 0;
+  while (waitpid(*pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return output;
+  const absl::string_view said = absl::StripTrailingAsciiWhitespace(output);
+  return absl::InternalError(absl::StrCat("'", command, "' ", DescribeWaitStatus(status),
+                                          said.empty() ? ", printing nothing" : ": ", said));
 }
 
 std::string DescribeWaitStatus(int wait_status) {

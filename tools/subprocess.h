@@ -35,6 +35,11 @@ void ForEachLine(int fd, const std::function<void(const std::string&)>& on_line)
 // Another process may take one before it is used; callers bind promptly.
 absl::StatusOr<std::vector<int>> PickFreePorts(int count);
 
+// Runs `command` with /bin/sh -c and waits for it. Its stdout and stderr
+// together, or, when it does not exit with status 0, Internal naming the
+// command, how it ended and what it printed.
+absl::StatusOr<std::string> RunShell(const std::string& command);
+
 // "exited with status 3", "killed by signal 9 (Killed)".
 std::string DescribeWaitStatus(int wait_status);
 
