@@ -131,10 +131,12 @@ int Run() {
   if (*metrics != nullptr) {
     ExportStoreMetrics(&store, metrics->get());
     (*metrics)->SetRawMethods(GrpcPsService::RawMethodNames());
+    spdlog::info("Prometheus metrics on {} at /metrics", (*metrics)->address());
   }
   GrpcPsService service(&store, tf->task.index, task, incarnation, &stop);
-  absl::StatusOr<std::unique_ptr<grpc::Server>> server =
-      common::StartServer(tf->SelfAddress(), {&service}, absl::GetFlag(FLAGS_bind));
+  absl::StatusOr<std::unique_ptr<grpc::Server>> server = common::StartServer(
+      tf->SelfAddress(), {{&service, proto::ParameterServer::service_full_name()}},
+      absl::GetFlag(FLAGS_bind));
   if (!server.ok()) {
     spdlog::error("{}", server.status().message());
     return 1;
