@@ -967,8 +967,10 @@ absl::Status RunChief(const ChiefOptions& options, const common::StopSignal& sto
   std::optional<ChiefMetrics> metrics;
   if (common::ProcessMetrics() != nullptr) metrics.emplace(common::ProcessMetrics(), &coordinator);
   GrpcCoordinatorService service(&coordinator);
-  PST_ASSIGN_OR_RETURN(std::unique_ptr<grpc::Server> server,
-                       common::StartServer(cluster.CoordinatorAddress(), {&service}, options.bind));
+  PST_ASSIGN_OR_RETURN(
+      std::unique_ptr<grpc::Server> server,
+      common::StartServer(cluster.CoordinatorAddress(),
+                          {{&service, proto::Coordinator::service_full_name()}}, options.bind));
   spdlog::info("coordinator serving on {} (advertised as {}, {})",
                common::ListenAddress(cluster.CoordinatorAddress(), options.bind),
                cluster.CoordinatorAddress(),

@@ -47,7 +47,7 @@ absl::StatusOr<DaemonSetup> SetUpDaemon(const char* binary, TaskType type,
   }
   setup.metrics = *std::move(metrics);
   if (setup.metrics != nullptr) {
-    spdlog::info("Prometheus metrics on port {} at /metrics", absl::GetFlag(FLAGS_metrics_port));
+    spdlog::info("Prometheus metrics on {} at /metrics", setup.metrics->address());
   }
   StopOnTerminationSignals("received signal");
   return setup;

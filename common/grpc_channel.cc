@@ -9,11 +9,35 @@
 #include "common/metrics.h"
 #include "common/tf_config.h"
 #include "common/transport_security.h"
+#include "google/protobuf/descriptor.h"
 
 namespace pst::common {
 
 namespace {
+
 std::atomic<bool> dense_bdp_probe{true};
+
+// The full names ("/pkg.Service/Method") of the methods a server of
+// `services` serves, gRPC's health service (StartServer enables it)
+// included. Errors: InvalidArgument naming a service no generated code
+// describes.
+absl::StatusOr<std::vector<std::string>> ServedMethodNames(
+    const std::vector<ServedService>& services) {
+  std::vector<std::string> names = {"/grpc.health.v1.Health/Check", "/grpc.health.v1.Health/Watch"};
+  for (const ServedService& served : services) {
+    const google::protobuf::ServiceDescriptor* service =
+        google::protobuf::DescriptorPool::generated_pool()->FindServiceByName(served.name);
+    if (service == nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("no generated gRPC service is named \"", served.name, "\""));
+    }
+    for (int i = 0; i < service->method_count(); ++i) {
+      names.push_back(absl::StrCat("/", service->full_name(), "/", service->method(i)->name()));
+    }
+  }
+  return names;
+}
+
 }  // namespace
 
 void SetDenseBdpProbe(bool enabled) { dense_bdp_probe.store(enabled); }
@@ -68,10 +92,23 @@ std::string ListenAddress(const std::string& advertised, const std::string& bind
   return bind + ":" + std::to_string(port);                           // host alone
 }
 
+std::string ListenHost(const std::string& bind) {
+  if (bind.empty()) return "0.0.0.0";
+  std::string host;
+  int port = 0;
+  if (ParseHostPort(bind, &host, &port).ok()) return host;  // host:port
+  if (bind.size() >= 2 && bind.front() == '[' && bind.back() == ']') {
+    return bind.substr(1, bind.size() - 2);  // [IPv6] alone
+  }
+  return bind;  // host alone
+}
+
 absl::StatusOr<std::unique_ptr<grpc::Server>> StartServer(
-    const std::string& advertised, const std::vector<grpc::Service*>& services,
+    const std::string& advertised, const std::vector<ServedService>& services,
     const std::string& bind) {
   const std::string listen = ListenAddress(advertised, bind);
+  absl::StatusOr<std::vector<std::string>> methods = ServedMethodNames(services);
+  if (!methods.ok()) return methods.status();
   // The standard grpc.health.v1 service: `pstrain health`, Kubernetes' gRPC
   // probes and any gRPC health checker can ask whether the daemon serves.
   grpc::EnableDefaultHealthCheckService(true);
@@ -82,9 +119,9 @@ absl::StatusOr<std::unique_ptr<grpc::Server>> StartServer(
   ConfigureServerBuilder(&builder);
   int bound_port = 0;
   builder.AddListeningPort(listen, *credentials, &bound_port);
-  for (grpc::Service* service : services) builder.RegisterService(service);
+  for (const ServedService& served : services) builder.RegisterService(served.service);
   if (MetricsExporter* metrics = ProcessMetrics(); metrics != nullptr) {
-    builder.experimental().SetInterceptorCreators(metrics->RpcInterceptors());
+    builder.experimental().SetInterceptorCreators(metrics->RpcInterceptors(*methods));
   }
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || bound_port == 0) {

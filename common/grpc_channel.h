@@ -53,11 +53,28 @@ void SetDeadline(grpc::ClientContext* context, absl::Duration timeout, bool wait
 // host, or both.
 std::string ListenAddress(const std::string& advertised, const std::string& bind = "");
 
+// The host ListenAddress listens on, for a daemon's other ports (its
+// --metrics_port): "0.0.0.0" (every interface) when `bind` is empty, else
+// bind's host ("127.0.0.1" for "127.0.0.1:3000", "::1" for "[::1]").
+std::string ListenHost(const std::string& bind);
+
+// A service for StartServer: the implementation, and the full name of the
+// generated service it implements ("pkg.Service", e.g.
+// proto::Coordinator::service_full_name()). The server's metrics label
+// calls by method for that service's methods (and gRPC's health service's);
+// a call to any other name counts as method "unknown".
+struct ServedService {
+  grpc::Service* service;
+  std::string name;
+};
+
 // Builds and starts a server for `services` listening on
-// ListenAddress(advertised, bind). Errors: Unavailable naming the address when the
-// port cannot be bound.
+// ListenAddress(advertised, bind), with the process's metrics interceptors
+// (ProcessMetrics()) when there are. Errors: InvalidArgument when a
+// service's name is no generated service's; Unavailable naming the address
+// when the port cannot be bound.
 absl::StatusOr<std::unique_ptr<grpc::Server>> StartServer(
-    const std::string& advertised, const std::vector<grpc::Service*>& services,
+    const std::string& advertised, const std::vector<ServedService>& services,
     const std::string& bind = "");
 
 }  // namespace pst::common

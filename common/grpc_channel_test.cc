@@ -1,5 +1,5 @@
 // Where a daemon listens: every interface at its TF_CONFIG port, unless
-// --bind says otherwise.
+// --bind says otherwise; its metrics port on the same host.
 #include "common/grpc_channel.h"
 
 #include <arpa/inet.h>
@@ -21,6 +21,15 @@ TEST(ListenAddressTest, DefaultsToEveryInterface_BindOverridesHostOrBoth) {
   EXPECT_EQ(ListenAddress("ps-0.example:2222", "[::]:2300"), "[::]:2300");
 }
 
+TEST(ListenHostTest, EveryInterfaceWithoutBind_ElseBindsHost) {
+  EXPECT_EQ(ListenHost(""), "0.0.0.0");
+  EXPECT_EQ(ListenHost("127.0.0.1"), "127.0.0.1");
+  EXPECT_EQ(ListenHost("10.0.0.5:3000"), "10.0.0.5");
+  EXPECT_EQ(ListenHost("[::1]"), "::1");
+  EXPECT_EQ(ListenHost("[::]:2300"), "::");
+  EXPECT_EQ(ListenHost("ps-0.example"), "ps-0.example");
+}
+
 // A port the kernel just handed out and took back.
 int FreePort() {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
@@ -38,13 +47,26 @@ TEST(StartServerTest, BindNamesThePort_OrAnUnusableAddressIsUnavailableNamingIt)
   proto::ParameterServer::CallbackService unimplemented;  // gRPC needs some service
   // TF_CONFIG port 1 is privileged: only --bind's port can work.
   const absl::StatusOr<std::unique_ptr<grpc::Server>> good =
-      StartServer("127.0.0.1:1", {&unimplemented}, "127.0.0.1:" + std::to_string(FreePort()));
+      StartServer("127.0.0.1:1", {{&unimplemented, proto::ParameterServer::service_full_name()}},
+                  "127.0.0.1:" + std::to_string(FreePort()));
   EXPECT_TRUE(good.ok()) << good.status();
   const absl::StatusOr<std::unique_ptr<grpc::Server>> bad =
-      StartServer("127.0.0.1:1", {&unimplemented}, "256.0.0.1:5");
+      StartServer("127.0.0.1:1", {{&unimplemented, proto::ParameterServer::service_full_name()}},
+                  "256.0.0.1:5");
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kUnavailable);
   EXPECT_NE(std::string(bad.status().message()).find("256.0.0.1:5"), std::string::npos)
       << bad.status();
+}
+
+TEST(StartServerTest, AServiceNameNoGeneratedServiceHasIsInvalid) {
+  proto::ParameterServer::CallbackService unimplemented;
+  const absl::StatusOr<std::unique_ptr<grpc::Server>> server =
+      StartServer("127.0.0.1:1", {{&unimplemented, "pst.proto.NoSuchService"}},
+                  "127.0.0.1:" + std::to_string(FreePort()));
+  EXPECT_EQ(server.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(std::string(server.status().message()).find("pst.proto.NoSuchService"),
+            std::string::npos)
+      << server.status();
 }
 
 }  // namespace

@@ -17,7 +17,8 @@ ABSL_FLAG(std::string, tf_config, "",
           "TF_CONFIG environment variable.");
 ABSL_FLAG(std::string, bind, "",
           "ps and chief: where to listen, host or host:port (default: every interface, at this "
-          "task's TF_CONFIG port). Peers still use the TF_CONFIG address.");
+          "task's TF_CONFIG port). Peers still use the TF_CONFIG address. Every daemon's "
+          "--metrics_port listens on this host too (default: every interface).");
 ABSL_FLAG(std::string, data_dir, "/usr/share/datasets/fashion-mnist",
           "Directory with the Fashion-MNIST IDX files (Debian's dataset-fashion-mnist).");
 ABSL_FLAG(std::string, model, "mlp",
@@ -84,8 +85,9 @@ ABSL_FLAG(std::string, summary_dir, "",
           "staleness every --summary_steps updates, and the test metrics at the end.");
 ABSL_FLAG(int64_t, summary_steps, 100, "Updates between TensorBoard scalars (--summary_dir).");
 ABSL_FLAG(int32_t, metrics_port, 0,
-          "Serve Prometheus metrics on this port at /metrics (0: off). pstrain local gives "
-          "its daemons this port and the ones after it.");
+          "Serve Prometheus metrics on this port at /metrics (0: off), on --bind's host "
+          "(default: every interface), to 8 connections at once, each given 5 s to send its "
+          "request. pstrain local gives its daemons this port and the ones after it.");
 ABSL_FLAG(int32_t, num_workers, 0,
           "When > 0: the job has this many workers whatever TF_CONFIG's worker list says, "
           "named after its first entry (host-0, host-1, ... at its port). For replicas of one "
@@ -307,7 +309,8 @@ absl::StatusOr<std::unique_ptr<MetricsExporter>> StartMetricsFromFlags(const std
   if (port < 0 || port > 65535) {
     return absl::InvalidArgumentError(absl::StrCat("--metrics_port=", port, " is not a port"));
   }
-  absl::StatusOr<std::unique_ptr<MetricsExporter>> exporter = MetricsExporter::Start(port, task);
+  absl::StatusOr<std::unique_ptr<MetricsExporter>> exporter =
+      MetricsExporter::Start(ListenHost(absl::GetFlag(FLAGS_bind)), port, task);
   if (exporter.ok()) SetProcessMetrics(exporter->get());
   return exporter;
 }

@@ -81,9 +81,11 @@ ABSL_DECLARE_FLAG(std::string, auth_token_file);
 
 namespace pst::common {
 
-// The Prometheus exporter of --metrics_port (null when 0), installed as the
-// process's (ProcessMetrics). Errors: InvalidArgument for a bad port,
-// Unavailable when it cannot be bound.
+// The Prometheus exporter of --metrics_port (null when 0) on the host the
+// daemon's gRPC server listens on (ListenHost(--bind): every interface
+// unless --bind names a host), installed as the process's (ProcessMetrics).
+// Errors: InvalidArgument for a bad port, Unavailable when it cannot be
+// bound.
 absl::StatusOr<std::unique_ptr<MetricsExporter>> StartMetricsFromFlags(const std::string& task);
 
 // LoadTransportSecurity of the --tls_* and --auth_token_file flags, then

@@ -1,15 +1,7 @@
 #include "common/metrics.h"
 
-#include <netinet/in.h>
-#include <poll.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
 #include <atomic>
-#include <cerrno>
 #include <chrono>
-#include <cstring>
-#include <exception>
 #include <map>
 #include <utility>
 
@@ -106,8 +98,9 @@ class RpcMetrics {
 
 class RpcInterceptor final : public grpc::experimental::Interceptor {
  public:
-  // `raw`: the method takes its request as a grpc::ByteBuffer (a raw
-  // callback method), else as a generated protobuf message.
+  // `method`: the label. `raw`: the request arrives as a grpc::ByteBuffer
+  // (a raw callback method, or a method not served, which gRPC handles
+  // generically), else as a generated protobuf message.
   RpcInterceptor(RpcMetrics* metrics, std::string method, bool raw)
       : metrics_(metrics), method_(std::move(method)), raw_(raw) {}
 
@@ -145,19 +138,28 @@ class RpcInterceptor final : public grpc::experimental::Interceptor {
   size_t bytes_ = 0;
 };
 
+// Labels each call by its method when the server serves it, else as
+// kUnknownMethod: the names clients call are theirs to choose.
 class RpcInterceptorFactory final : public grpc::experimental::ServerInterceptorFactoryInterface {
  public:
   RpcInterceptorFactory(std::shared_ptr<RpcMetrics> metrics,
+                        absl::flat_hash_set<std::string> served_methods,
                         absl::flat_hash_set<std::string> raw_methods)
-      : metrics_(std::move(metrics)), raw_methods_(std::move(raw_methods)) {}
+      : metrics_(std::move(metrics)),
+        served_methods_(std::move(served_methods)),
+        raw_methods_(std::move(raw_methods)) {}
   grpc::experimental::Interceptor* CreateServerInterceptor(
       grpc::experimental::ServerRpcInfo* info) override {
-    const std::string method = info->method();
+    const char* method = info->method();
+    if (method == nullptr || !served_methods_.contains(method)) {
+      return new RpcInterceptor(metrics_.get(), kUnknownMethod, /*raw=*/true);
+    }
     return new RpcInterceptor(metrics_.get(), method, raw_methods_.contains(method));
   }
 
  private:
   std::shared_ptr<RpcMetrics> metrics_;
+  const absl::flat_hash_set<std::string> served_methods_;
   const absl::flat_hash_set<std::string> raw_methods_;
 };
 
@@ -165,73 +167,27 @@ std::atomic<MetricsExporter*> process_metrics{nullptr};
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<MetricsExporter>> MetricsExporter::Start(int port,
-                                                                       const std::string& task) {
+absl::StatusOr<std::unique_ptr<MetricsExporter>> MetricsExporter::Start(
+    const std::string& host, int port, const std::string& task, const HttpServer::Options& http) {
   std::unique_ptr<MetricsExporter> exporter(new MetricsExporter());
   exporter->registry_ = std::make_shared<prometheus::Registry>();
   exporter->hook_ = std::make_shared<ScrapeHook>(exporter->registry_);
   exporter->labels_ = {{"task", task}};
-  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  const int on = 1;
-  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof(on));
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_ANY);
-  address.sin_port = htons(static_cast<uint16_t>(port));
-  if (fd < 0 || bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0 ||
-      listen(fd, 16) != 0) {
-    const std::string reason = std::strerror(errno);
-    if (fd >= 0) close(fd);
-    return absl::UnavailableError(
-        absl::StrCat("--metrics_port=", port, ": cannot serve /metrics there: ", reason));
+  absl::StatusOr<std::unique_ptr<HttpServer>> server = HttpServer::Start(
+      host, port, "/metrics",
+      [hook = exporter->hook_] { return prometheus::TextSerializer().Serialize(hook->Collect()); },
+      http);
+  if (!server.ok()) {
+    return absl::UnavailableError(absl::StrCat(
+        "--metrics_port=", port, ": cannot serve /metrics: ", server.status().message()));
   }
-  exporter->listen_fd_ = fd;
-  exporter->server_ = std::thread([e = exporter.get()] { e->Serve(); });
+  exporter->http_ = *std::move(server);
   return exporter;
 }
 
 MetricsExporter::~MetricsExporter() {
-  stop_ = true;
-  if (server_.joinable()) server_.join();
-  if (listen_fd_ >= 0) close(listen_fd_);
+  http_.reset();  // no scrape runs from here on
   if (ProcessMetrics() == this) SetProcessMetrics(nullptr);
-}
-
-void MetricsExporter::Serve() {
-  while (!stop_) {
-    pollfd listening{listen_fd_, POLLIN, 0};
-    if (poll(&listening, 1, 200) <= 0) continue;  // wakes to check stop_
-    const int conn = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
-    if (conn < 0) continue;
-    // One request per connection: read its head (2 s at most), answer, close.
-    timeval timeout{2, 0};
-    setsockopt(conn, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
-    setsockopt(conn, SOL_SOCKET, SO_SNDTIMEO, &timeout, sizeof(timeout));
-    std::string request;
-    char buffer[2048];
-    while (request.find("\r\n\r\n") == std::string::npos && request.size() < 16384) {
-      const ssize_t n = read(conn, buffer, sizeof(buffer));
-      if (n <= 0) break;
-      request.append(buffer, static_cast<size_t>(n));
-    }
-    std::string status = "404 Not Found", body = "only /metrics is served here\n";
-    if (request.rfind("GET /metrics ", 0) == 0 || request.rfind("GET /metrics?", 0) == 0) {
-      status = "200 OK";
-      body = prometheus::TextSerializer().Serialize(hook_->Collect());
-    }
-    const std::string response =
-        absl::StrCat("HTTP/1.1 ", status,
-                     "\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\n"
-                     "Content-Length: ",
-                     body.size(), "\r\nConnection: close\r\n\r\n", body);
-    size_t sent = 0;
-    while (sent < response.size()) {
-      const ssize_t n = send(conn, response.data() + sent, response.size() - sent, MSG_NOSIGNAL);
-      if (n <= 0) break;
-      sent += static_cast<size_t>(n);
-    }
-    close(conn);
-  }
 }
 
 int MetricsExporter::AddRefresher(std::function<void()> refresh) {
@@ -241,10 +197,12 @@ int MetricsExporter::AddRefresher(std::function<void()> refresh) {
 void MetricsExporter::RemoveRefresher(int id) { hook_->Remove(id); }
 
 std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>>
-MetricsExporter::RpcInterceptors() {
+MetricsExporter::RpcInterceptors(const std::vector<std::string>& served_methods) {
   std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> out;
   out.push_back(std::make_unique<RpcInterceptorFactory>(
-      std::make_shared<RpcMetrics>(*registry_, labels_), raw_methods_));
+      std::make_shared<RpcMetrics>(*registry_, labels_),
+      absl::flat_hash_set<std::string>(served_methods.begin(), served_methods.end()),
+      raw_methods_));
   return out;
 }
 

@@ -1,16 +1,22 @@
 // Prometheus metrics: every daemon can serve /metrics in the Prometheus text
 // format on --metrics_port. The metrics, their registry and the text format
 // are prometheus-cpp's (Debian's prometheus-cpp-dev, core library); the
-// HTTP endpoint is a small server of our own on one thread, since Debian's
-// civetweb (behind prometheus-cpp's Exposer) runs its handlers on 100 KB
-// thread stacks, which a worker's scrape overflowed (SIGSEGV in mg_printf).
+// HTTP endpoint is a small server of our own (HttpServer: one thread polling
+// a few connections, each with a deadline), since Debian's civetweb (behind
+// prometheus-cpp's Exposer) runs its handlers on 100 KB thread stacks, which
+// a worker's scrape overflowed (SIGSEGV in mg_printf).
+//
+// The port listens on the host the daemon's gRPC server does (--bind's host;
+// every interface when --bind is empty).
 //
 // A daemon's figures are mostly read when a scrape comes: each daemon adds
 // a refresher that copies its live statistics (the ps's store, the chief's
 // coordinator, the worker's step times) into the registry just before it
 // is serialized, so the hot paths carry no instrumentation. Servers started
 // with StartServer also count requests, their latency and the bytes they
-// send, per method, through a gRPC server interceptor.
+// send, per method, through a gRPC server interceptor; methods the server
+// does not serve count as one method, "unknown", so clients calling made-up
+// names cannot add series without bound.
 //
 // Thread-safety: everything here may be used from any thread.
 #ifndef PST_COMMON_METRICS_H_
@@ -19,28 +25,38 @@
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/support/server_interceptor.h>
 
-#include <atomic>
 #include <functional>
 #include <memory>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "common/http_server.h"
 #include "prometheus/counter.h"
 #include "prometheus/registry.h"
 
 namespace pst::common {
 
+// The method label of calls to methods a server does not serve.
+inline constexpr char kUnknownMethod[] = "unknown";
+
 class MetricsExporter {
  public:
-  // Serves the registry on 0.0.0.0:port (/metrics). Every metric carries
-  // the label task="<task>" (ps:0, chief:0, ...). Errors: Unavailable
-  // naming the port when it cannot be bound.
-  static absl::StatusOr<std::unique_ptr<MetricsExporter>> Start(int port, const std::string& task);
+  // Serves the registry at /metrics on host:port (port 0: one the kernel
+  // picks), within `http`'s limits. Daemons pass ListenHost(--bind), the
+  // host their gRPC server listens on. Every metric carries the label
+  // task="<task>" (ps:0, chief:0, ...). Errors: Unavailable naming the port
+  // and the reason when it cannot be bound.
+  static absl::StatusOr<std::unique_ptr<MetricsExporter>> Start(
+      const std::string& host, int port, const std::string& task,
+      const HttpServer::Options& http = {});
   ~MetricsExporter();
+
+  // Where /metrics is served: "0.0.0.0:9090", "127.0.0.1:9090".
+  const std::string& address() const { return http_->address(); }
+  int port() const { return http_->port(); }
 
   prometheus::Registry& registry() { return *registry_; }
   const prometheus::Labels& labels() const { return labels_; }
@@ -50,9 +66,11 @@ class MetricsExporter {
   void RemoveRefresher(int id);
 
   // Server interceptors counting requests, latency and bytes received and
-  // sent per method.
+  // sent per method, for a server whose services serve `served_methods`
+  // ("/pkg.Service/Method"). Calls to any other name (gRPC answers them
+  // UNIMPLEMENTED) count under method="unknown" (kUnknownMethod).
   std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>>
-  RpcInterceptors();
+  RpcInterceptors(const std::vector<std::string>& served_methods);
   // Methods ("/pkg.Service/Method") served as raw callback methods, whose
   // requests arrive as grpc::ByteBuffer rather than as generated messages.
   // REQUIRES: called before RpcInterceptors (before the server starts).
@@ -62,16 +80,11 @@ class MetricsExporter {
   class ScrapeHook;
   MetricsExporter() = default;
 
-  // Answers HTTP requests on listen_fd_ until stop_ is set.
-  void Serve();
-
   std::shared_ptr<prometheus::Registry> registry_;
   std::shared_ptr<ScrapeHook> hook_;
   prometheus::Labels labels_;
   absl::flat_hash_set<std::string> raw_methods_;
-  int listen_fd_ = -1;
-  std::atomic<bool> stop_{false};
-  std::thread server_;
+  std::unique_ptr<HttpServer> http_;  // last: its thread reads the above
 };
 
 // The process's exporter, or null when --metrics_port is 0. StartServer

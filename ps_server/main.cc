@@ -162,6 +162,7 @@ int Run() {
   if (*metrics != nullptr) {
     ExportStoreMetrics(&store, metrics->get());
     (*metrics)->SetRawMethods(GrpcPsService::RawMethodNames());
+    spdlog::info("Prometheus metrics on {} at /metrics", (*metrics)->address());
   }
   const std::string checkpoint_dir = absl::GetFlag(FLAGS_checkpoint_dir);
   if (!checkpoint_dir.empty()) {
@@ -174,8 +175,9 @@ int Run() {
     }
   }
   GrpcPsService service(&store, tf->task.index, task, incarnation, &stop, checkpoint_dir);
-  absl::StatusOr<std::unique_ptr<grpc::Server>> server =
-      common::StartServer(tf->SelfAddress(), {&service}, absl::GetFlag(FLAGS_bind));
+  absl::StatusOr<std::unique_ptr<grpc::Server>> server = common::StartServer(
+      tf->SelfAddress(), {{&service, proto::ParameterServer::service_full_name()}},
+      absl::GetFlag(FLAGS_bind));
   if (!server.ok()) {
     spdlog::error("{}", server.status().message());
     return 1;

@@ -184,8 +184,11 @@ TEST_F(MultiHostTest, PsLinkDownForSeconds_AndASlowWorkerLink_TheJobStillFinishe
     }
   }
 
+  // The chief and every ps share one checkpoint directory, as on a shared
+  // volume.
   const std::vector<std::string> common = {"--heartbeat_ms=200", "--startup_timeout_s=60",
-                                           "--peer_timeout_s=10", "--recovery_timeout_s=60"};
+                                           "--peer_timeout_s=10", "--recovery_timeout_s=60",
+                                           "--checkpoint_dir=" + dir_ + "/ckpt"};
   auto with = [&](std::vector<std::string> extra) {
     extra.insert(extra.end(), common.begin(), common.end());
     return extra;
@@ -194,8 +197,7 @@ TEST_F(MultiHostTest, PsLinkDownForSeconds_AndASlowWorkerLink_TheJobStillFinishe
   TestProcess* p1 = StartIn(ps1, "ps_server", config("ps", 1), with({}));
   TestProcess* c =
       StartIn(chief, "chief", config("chief", 0),
-              with({"--epochs=1", "--log_every_s=1", "--checkpoint_dir=" + dir_ + "/ckpt",
-                    "--save_checkpoints_steps=100", "--summary_json=" + dir_ + "/summary.json"}));
+              with({"--epochs=1", "--log_every_s=1", "--save_checkpoints_steps=100", "--summary_json=" + dir_ + "/summary.json"}));
   TestProcess* k0 = StartIn(w0, "worker", config("worker", 0), with({}));
   TestProcess* k1 = StartIn(w1, "worker", config("worker", 1), with({}));
   ASSERT_TRUE(p0 && p1 && c && k0 && k1);
