@@ -769,6 +769,11 @@ class Job {
       *every_ps_answered = std::all_of(health.begin(), health.end(),
                                        [](const auto& h) { return h.ok(); });
     }
+    if (std::all_of(health.begin(), health.end(), [](const auto& h) { return h.ok(); })) {
+      int64_t max_version = 0;
+      for (const auto& h : health) max_version = std::max(max_version, h->max_version());
+      coordinator_->SetVersionCeiling(max_version);
+    }
     for (size_t i = 0; i < ps_.size(); ++i) {
       if (health[i].ok() && health[i]->incarnation() != ps_[i].incarnation) {
         return absl::StrCat("ps ", i, " at ", ps_[i].address,

@@ -203,7 +203,12 @@ void Coordinator::RequestStop(std::string reason) {
 int64_t Coordinator::GlobalStepLocked() const {
   int64_t step = 0;
   for (const WorkerState& w : workers_) step = std::max(step, w.version);
-  return step;
+  return std::min(step, version_ceiling_);
+}
+
+void Coordinator::SetVersionCeiling(int64_t version) {
+  absl::MutexLock lock(&mu_);
+  version_ceiling_ = std::max<int64_t>(0, version);
 }
 
 bool Coordinator::AllDoneLocked() const {

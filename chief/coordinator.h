@@ -21,6 +21,7 @@
 #ifndef PST_CHIEF_COORDINATOR_H_
 #define PST_CHIEF_COORDINATOR_H_
 
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -52,6 +53,12 @@ class Coordinator {
   // `step`, and each worker goes on from positions[i] (kept as they are
   // when `positions` does not have one per worker).
   void ResetProgress(int64_t step, const std::vector<int64_t>& positions);
+  // The highest version of a dense variable the ps hold, from the chief's
+  // latest probe of every ps. The global step is the highest version the
+  // workers report, but never above it: a heartbeat cannot move the job's
+  // step past what the ps have applied (a hostile or broken version of
+  // INT64_MAX counts as the ps's own). Unset, reports count as they are.
+  void SetVersionCeiling(int64_t version);
   // Gives up on a silent worker: it counts as having left early, so the job
   // can finish without it. It may still come back by registering again.
   void GiveUp(int index);
@@ -144,6 +151,7 @@ class Coordinator {
   std::string stop_reason_ ABSL_GUARDED_BY(mu_);
   absl::Time last_done_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   int64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t version_ceiling_ ABSL_GUARDED_BY(mu_) = std::numeric_limits<int64_t>::max();
   // Claimant -> the index it was given (ClaimWorkerIndex).
   absl::flat_hash_map<std::string, int> claims_ ABSL_GUARDED_BY(mu_);
 };

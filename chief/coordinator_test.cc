@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <thread>
 
 namespace pst::chief {
@@ -94,6 +95,25 @@ TEST(CoordinatorTest, Register_AfterDone_IsFailedPrecondition) {
   Coordinator c(TwoWorkers(), absl::Seconds(10));
   c.SetPhase(proto::PHASE_DONE);
   EXPECT_EQ(c.Register(Reg(0, 1), kT0).status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
+TEST(CoordinatorTest, Heartbeat_VersionAboveWhatThePsHold_CountsOnlyUpToIt) {
+  Coordinator c(TwoWorkers(/*max_steps=*/1000), absl::Seconds(10));
+  c.SetPhase(proto::PHASE_RUNNING);
+  ASSERT_TRUE(c.Register(Reg(0, 1), kT0).ok());
+  ASSERT_TRUE(c.Register(Reg(1, 2), kT0).ok());
+  c.SetVersionCeiling(40);  // the chief's probe: the ps are at version 40
+  absl::StatusOr<proto::HeartbeatResponse> hb =
+      c.Heartbeat(Beat(1, 2, 5, 1.0f, std::numeric_limits<int64_t>::max()), kT0);
+  ASSERT_TRUE(hb.ok()) << hb.status();
+  EXPECT_EQ(hb->global_step(), 40);
+  EXPECT_FALSE(hb->should_stop()) << "max_steps is not reached by a claim";
+  EXPECT_EQ(c.Check(kT0).global_step, 40);
+  // A report behind the ps counts as it is; the ceiling rises with them.
+  ASSERT_TRUE(c.Heartbeat(Beat(0, 1, 5, 1.0f, 30), kT0).ok());
+  EXPECT_EQ(c.Check(kT0).global_step, 40);
+  c.SetVersionCeiling(55);
+  EXPECT_EQ(c.Check(kT0).global_step, 55);
 }
 
 TEST(CoordinatorTest, Heartbeat_GlobalStepIsHighestVersion_PushesAreSummed) {

@@ -8,10 +8,13 @@
 
 #include <filesystem>
 #include <fstream>
+#include <limits>
+#include <map>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "common/checkpoint_format.h"
 #include "common/grpc_channel.h"
 #include "common/tensor_util.h"
@@ -297,6 +300,217 @@ TEST_F(BadInputTest, Save_JustAfterSigterm_IsAnsweredAndThePsExitsCleanly) {
   std::optional<int> exited = ps_->WaitForExit(kTimeout);
   ASSERT_TRUE(exited.has_value()) << ps_->output();
   EXPECT_EQ(ExitCode(*exited), 0) << ps_->output();
+}
+
+// ---------------------------------------------------------------------------
+// Hard limits: small requests that would make the ps allocate without bound.
+
+TEST_F(BadInputTest, Pull_NamingAVariableAMillionTimes_IsInvalidArgument) {
+  proto::PullRequest pull;
+  for (int i = 0; i < 1000000; ++i) *pull.add_names() = "w";
+  grpc::ClientContext context;
+  common::SetDeadline(&context, kTimeout);
+  proto::PullResponse response;
+  grpc::Status status = stub_->Pull(&context, pull, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << status.error_message();
+  EXPECT_NE(status.error_message().find("more than once"), std::string::npos)
+      << status.error_message();
+  ExpectServingAndUnchanged("a pull naming w 10^6 times");
+}
+
+TEST_F(BadInputTest, HugeOrManyVariables_AreResourceExhausted_AndNothingIsCreated) {
+  auto create = [&](const proto::CreateVariablesRequest& request) {
+    grpc::ClientContext context;
+    common::SetDeadline(&context, kTimeout);
+    proto::CreateVariablesResponse response;
+    return stub_->CreateVariables(&context, request, &response);
+  };
+  proto::CreateVariablesRequest one;
+  one.mutable_optimizer()->set_name("sgd");
+  one.mutable_optimizer()->set_learning_rate(0.1f);
+  *one.add_variables() = Spec("huge", {int64_t{1} << 32});  // 16 GiB
+  grpc::Status status = create(one);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << status.error_message();
+  EXPECT_NE(status.error_message().find("--max_variable_bytes"), std::string::npos)
+      << status.error_message();
+  proto::CreateVariablesRequest many;
+  *many.mutable_optimizer() = one.optimizer();
+  for (int i = 0; i < 1000; ++i) *many.add_variables() = Spec(absl::StrCat("v", i), {1 << 30});
+  status = create(many);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << status.error_message();
+  proto::HealthResponse health;
+  ASSERT_TRUE(Health(&health).ok());
+  EXPECT_EQ(health.num_variables(), 1) << "only SetUp's w";
+  ExpectServingAndUnchanged("huge CreateVariables");
+}
+
+TEST_F(BadInputTest, PullRowsOfFreshHashIds_StoresNoRow) {
+  proto::CreateVariablesRequest create;
+  create.mutable_optimizer()->set_name("sgd");
+  create.mutable_optimizer()->set_learning_rate(0.1f);
+  proto::VariableSpec hash = Spec("h/part_0", {0, 1});
+  hash.set_variable("h");
+  hash.set_routing(proto::HASH);
+  hash.set_partition(0);
+  hash.set_num_partitions(1);
+  *hash.mutable_full_shape() = hash.shape();
+  *create.add_variables() = hash;
+  {
+    grpc::ClientContext context;
+    common::SetDeadline(&context, kTimeout);
+    proto::CreateVariablesResponse response;
+    grpc::Status status = stub_->CreateVariables(&context, create, &response);
+    ASSERT_TRUE(status.ok()) << status.error_message();
+  }
+  // 4Mi ids, the default --max_ids_per_request; 10 rounds, 40Mi ids in all
+  // (the 100 rounds take two minutes here on 2 busy cores).
+  constexpr int kIds = 4 << 20;
+  constexpr int kRounds = 10;
+  proto::PullRowsRequest request;
+  proto::RowIds* rows = request.add_rows();
+  rows->set_name("h/part_0");
+  for (int round = 0; round < kRounds; ++round) {
+    rows->clear_ids();
+    for (int i = 0; i < kIds; ++i) rows->add_ids(int64_t{round} * kIds + i + 1);
+    grpc::ClientContext context;
+    common::SetDeadline(&context, kTimeout);
+    proto::PullRowsResponse response;
+    grpc::Status status = stub_->PullRows(&context, request, &response);
+    ASSERT_TRUE(status.ok()) << "round " << round << ": " << status.error_message();
+    ASSERT_EQ(response.values(0).data().size(), size_t{kIds} * sizeof(float));
+  }
+  proto::HealthResponse health;
+  ASSERT_TRUE(Health(&health).ok());
+  EXPECT_EQ(health.hash_rows(), 0) << kRounds << " reads of " << kIds << " fresh ids stored rows";
+  ExpectServingAndUnchanged("PullRows of fresh ids");
+}
+
+TEST_F(BadInputTest, CountersAndWorkerIndicesOutOfRange_AreInvalidArgument) {
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+  constexpr int64_t kMin = std::numeric_limits<int64_t>::min();
+  auto push = [&](int32_t worker, int64_t step) {
+    proto::PushRequest request;
+    request.set_worker_index(worker);
+    request.set_step(step);
+    request.add_names("w");
+    const std::vector<int64_t> dims = {64, 16};
+    common::PackFloats(std::vector<float>(64 * 16, 1.0f), common::Shape(dims.begin(), dims.end()),
+                       request.add_gradients());
+    grpc::ClientContext context;
+    common::SetDeadline(&context, kTimeout);
+    proto::PushResponse response;
+    return stub_->Push(&context, request, &response);
+  };
+  for (int32_t worker : {-1, std::numeric_limits<int32_t>::max()}) {
+    grpc::Status status = push(worker, 0);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT)
+        << "worker " << worker << ": " << status.error_message();
+  }
+  for (int64_t step : {kMax, kMin}) {
+    grpc::Status status = push(0, step);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT)
+        << "step " << step << ": " << status.error_message();
+  }
+  for (auto [clock, min_version] : {std::pair{kMax, int64_t{0}}, std::pair{kMin, int64_t{0}},
+                                    std::pair{int64_t{0}, kMax}, std::pair{int64_t{0}, kMin}}) {
+    proto::PullRequest pull;
+    pull.set_worker_index(0);
+    pull.set_clock(clock);
+    pull.set_min_version(min_version);
+    grpc::ClientContext context;
+    common::SetDeadline(&context, kTimeout);
+    proto::PullResponse response;
+    grpc::Status status = stub_->Pull(&context, pull, &response);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT)
+        << "clock " << clock << ", min_version " << min_version << ": " << status.error_message();
+  }
+  ExpectServingAndUnchanged("counters at INT64 extremes");
+}
+
+// 10^5 SSP pulls whose clock is far ahead of every worker: refused at once
+// (INT64_MAX), or parked up to --max_parked_pulls and refused beyond.
+TEST(BadInputParkTest, ParkedSspPulls_AreBounded_AndThePsServesOn) {
+  LocalSpec spec = PickLocalSpec(1, 1, 1);
+  auto ps = TestProcess::Start(
+      {BinaryPath("ps_server"), "--chief_timeout_s=0", "--max_parked_pulls=100"},
+      {"TF_CONFIG=" + TfConfigJson(spec, "ps", 0)});
+  ASSERT_TRUE(ps.ok()) << ps.status();
+  auto stub = proto::ParameterServer::NewStub(common::MakeChannel(spec.ps[0]));
+  proto::CreateVariablesRequest create;
+  *create.add_variables() = Spec("b", {4});
+  create.mutable_optimizer()->set_name("sgd");
+  create.mutable_optimizer()->set_learning_rate(0.1f);
+  create.mutable_sync()->set_mode(proto::SSP);
+  create.mutable_sync()->set_num_workers(2);
+  create.mutable_sync()->set_staleness(1);
+  {
+    grpc::ClientContext context;
+    common::SetDeadline(&context, kTimeout, /*wait_for_ready=*/true);
+    proto::CreateVariablesResponse response;
+    ASSERT_TRUE(stub->CreateVariables(&context, create, &response).ok());
+  }
+  constexpr int kPulls = 100000;
+  constexpr int kCap = 100;
+  struct Call {
+    grpc::ClientContext context;
+    proto::PullRequest request;
+    proto::PullResponse response;
+    grpc::Status status;
+    bool done = false;
+  };
+  std::vector<std::unique_ptr<Call>> calls(kPulls);
+  absl::Mutex mu;
+  int finished = 0;
+  std::map<grpc::StatusCode, int> codes;
+  for (int i = 0; i < kPulls; ++i) {
+    calls[i] = std::make_unique<Call>();
+    Call& call = *calls[i];
+    call.request.set_worker_index(i % 2);
+    // Half at INT64_MAX, half merely far ahead (parkable).
+    call.request.set_clock(i % 2 == 0 ? std::numeric_limits<int64_t>::max() : int64_t{1} << 40);
+    common::SetDeadline(&call.context, absl::Seconds(240));
+    stub->async()->Pull(&call.context, &call.request, &call.response,
+                        [&, i](grpc::Status status) {
+                          absl::MutexLock lock(&mu);
+                          calls[i]->status = std::move(status);
+                          calls[i]->done = true;
+                          ++codes[calls[i]->status.error_code()];
+                          ++finished;
+                        });
+  }
+  // Every pull but the parked ones is answered at once.
+  {
+    absl::MutexLock lock(&mu);
+    ASSERT_TRUE(mu.AwaitWithTimeout(absl::Condition(
+                                        +[](int* n) { return *n >= kPulls - kCap; }, &finished),
+                                    absl::Seconds(120)))
+        << finished << " of " << kPulls << " answered";
+    EXPECT_EQ(codes[grpc::StatusCode::INVALID_ARGUMENT], kPulls / 2) << "clock INT64_MAX";
+    EXPECT_EQ(codes[grpc::StatusCode::RESOURCE_EXHAUSTED], kPulls / 2 - kCap) << "past the cap";
+  }
+  {
+    proto::HealthResponse health;
+    grpc::ClientContext context;
+    common::SetDeadline(&context, kTimeout);
+    ASSERT_TRUE(stub->Health(&context, proto::HealthRequest(), &health).ok());
+    EXPECT_EQ(health.parked_pulls(), kCap) << "pulls parked, ever";
+  }
+  // The parked ones end when their callers give up.
+  {
+    absl::MutexLock lock(&mu);
+    for (auto& call : calls) {
+      if (!call->done) call->context.TryCancel();
+    }
+    ASSERT_TRUE(mu.AwaitWithTimeout(absl::Condition(
+                                        +[](int* n) { return *n == kPulls; }, &finished),
+                                    absl::Seconds(60)));
+    EXPECT_EQ(codes[grpc::StatusCode::CANCELLED], kCap);
+  }
+  proto::HealthResponse health;
+  grpc::ClientContext context;
+  common::SetDeadline(&context, kTimeout);
+  grpc::Status status = stub->Health(&context, proto::HealthRequest(), &health);
+  EXPECT_TRUE(status.ok()) << status.error_message() << "\n" << (*ps)->output();
 }
 
 }  // namespace
