@@ -16,6 +16,7 @@
 #include "absl/strings/strip.h"
 #include "absl/synchronization/blocking_counter.h"
 #include "absl/time/clock.h"
+#include "chief/checkpoint_cut.h"
 #include "chief/coordinator.h"
 #include "chief/grpc_coordinator_service.h"
 #include "common/checkpoint_format.h"
@@ -118,17 +119,77 @@ struct SaveFigures {
   int64_t bytes = 0;
   double seconds = 0;           // from the first request to the manifest
   double snapshot_seconds = 0;  // longest snapshot (the copy in memory) on a ps
-  double locked_seconds = 0;    // longest time one variable was locked for it
+  double locked_seconds = 0;    // longest time a ps held pushes for its snapshot
   int64_t pushes_during = 0;    // most pushes a ps applied during its save
+  int cut_attempts = 0;         // snapshots taken until they formed one cut
+  bool exact = false;           // a consistent cut (else lowest positions)
 };
+
+// Snapshots tried for one consistent cut before saving an inexact one.
+constexpr int kCutAttempts = 30;
 
 absl::StatusOr<SaveFigures> SaveCheckpoint(std::vector<PsPeer>& ps, const ChiefOptions& options,
                                            const proto::ClusterState& state, int64_t step,
                                            const std::vector<int64_t>& positions) {
+  const absl::Time start = absl::Now();
+  SaveFigures figures;
+  // Phase 1: every ps snapshots (holding pushes for the instant of its
+  // copy), again until the snapshots form one cut.
+  auto each_ps = [&](proto::SaveRequest::Phase phase, const std::string& name,
+                     std::vector<proto::SaveResponse>* answers) {
+    return ForEachPs(ps.size(), [&](size_t i) -> absl::Status {
+      grpc::ClientContext context;
+      common::SetDeadline(&context, absl::Minutes(10));
+      proto::SaveRequest request;
+      request.set_phase(phase);
+      request.set_checkpoint(name);
+      request.set_num_ps(static_cast<int>(ps.size()));
+      request.set_incarnation(ps[i].incarnation);
+      (*answers)[i].Clear();
+      grpc::Status s = ps[i].stub->Save(&context, request, &(*answers)[i]);
+      if (!s.ok()) {
+        return absl::Status(
+            common::FromGrpcStatus(s).code(),
+            absl::StrCat("saving ps ", i, " at ", ps[i].address, ": ", s.error_message()));
+      }
+      return absl::OkStatus();
+    });
+  };
+  const bool sync = state.training().sync().mode() == proto::SYNC;
+  std::vector<proto::SaveResponse> snapshots(ps.size());
+  std::optional<std::vector<int64_t>> cut_positions;
+  absl::Status disagreement;
+  for (figures.cut_attempts = 1;; ++figures.cut_attempts) {
+    PST_RETURN_IF_ERROR(each_ps(proto::SaveRequest::SNAPSHOT, "", &snapshots));
+    absl::StatusOr<std::vector<int64_t>> agreed = CutPositions(snapshots, sync, positions);
+    if (agreed.ok()) {
+      cut_positions = *std::move(agreed);
+      break;
+    }
+    if (agreed.status().code() != absl::StatusCode::kAborted) return agreed.status();
+    disagreement = agreed.status();
+    if (figures.cut_attempts >= kCutAttempts) break;
+    absl::SleepFor(absl::Milliseconds(1 << std::min(figures.cut_attempts - 1, 6)));
+  }
+  figures.exact = cut_positions.has_value();
+  if (!figures.exact) {
+    spdlog::warn(
+        "no consistent cut in {} snapshots ({}): saving with each worker at its lowest "
+        "position on any ps, so a restore applies some batches again",
+        figures.cut_attempts, disagreement.message());
+    cut_positions = LowestPositions(snapshots, positions);
+  }
+  for (const proto::SaveResponse& r : snapshots) {
+    figures.snapshot_seconds = std::max(figures.snapshot_seconds, r.snapshot_seconds());
+    figures.locked_seconds = std::max(figures.locked_seconds, r.locked_seconds());
+  }
+  int64_t cut_step = 0;
+  for (const proto::SaveResponse& r : snapshots) cut_step = std::max(cut_step, r.max_version());
+  if (cut_step > 0) step = cut_step;  // the version the shards hold
+  figures.step = step;
+
   const std::string name = common::CheckpointDirName(step);
   const std::string dir = absl::StrCat(options.checkpoint_dir, "/", name);
-  SaveFigures figures;
-  figures.step = step;
   if (common::ReadManifest(dir).ok()) {
     if (common::InspectCheckpoint(dir).ok()) return figures;  // saved already
     // A checkpoint of this step that fails its checks (the job fell back
@@ -143,23 +204,9 @@ absl::StatusOr<SaveFigures> SaveCheckpoint(std::vector<PsPeer>& ps, const ChiefO
     spdlog::warn("checkpoint {} fails its checks; moved it to {} and saving step {} anew", dir,
                  aside, step);
   }
-  const absl::Time start = absl::Now();
+  // Phase 2: every ps writes the snapshot it kept.
   std::vector<proto::SaveResponse> saved(ps.size());
-  absl::Status written = ForEachPs(ps.size(), [&](size_t i) -> absl::Status {
-    grpc::ClientContext context;
-    common::SetDeadline(&context, absl::Minutes(10));
-    proto::SaveRequest request;
-    request.set_checkpoint(name);
-    request.set_num_ps(static_cast<int>(ps.size()));
-    request.set_incarnation(ps[i].incarnation);
-    grpc::Status s = ps[i].stub->Save(&context, request, &saved[i]);
-    if (!s.ok()) {
-      return absl::Status(
-          common::FromGrpcStatus(s).code(),
-          absl::StrCat("saving ps ", i, " at ", ps[i].address, ": ", s.error_message()));
-    }
-    return absl::OkStatus();
-  });
+  absl::Status written = each_ps(proto::SaveRequest::WRITE, name, &saved);
   if (!written.ok()) {
     // Not a checkpoint (it has no manifest); remove what was written.
     std::error_code ignored;
@@ -172,12 +219,10 @@ absl::StatusOr<SaveFigures> SaveCheckpoint(std::vector<PsPeer>& ps, const ChiefO
   *manifest.mutable_plan() = state.plan();
   *manifest.mutable_training() = state.training();
   manifest.set_created_unix_ms(absl::ToUnixMillis(absl::Now()));
-  for (int64_t p : positions) manifest.add_worker_positions(p);
+  for (int64_t p : *cut_positions) manifest.add_worker_positions(p);
   for (const proto::SaveResponse& r : saved) {
     *manifest.add_shards() = r.shard();
     figures.bytes += r.shard().bytes();
-    figures.snapshot_seconds = std::max(figures.snapshot_seconds, r.snapshot_seconds());
-    figures.locked_seconds = std::max(figures.locked_seconds, r.locked_seconds());
     figures.pushes_during = std::max(figures.pushes_during, r.pushes_during());
   }
   PST_RETURN_IF_ERROR(common::WriteManifest(dir, manifest));
@@ -192,11 +237,12 @@ absl::StatusOr<SaveFigures> SaveCheckpoint(std::vector<PsPeer>& ps, const ChiefO
   }
   figures.seconds = absl::ToDoubleSeconds(absl::Now() - start);
   spdlog::info(
-      "saved checkpoint {}: {:.1f} MB in {:.2f} s ({:.0f} MB/s); snapshot {:.0f} ms, a "
-      "variable locked {:.1f} ms at most",
+      "saved checkpoint {}: {:.1f} MB in {:.2f} s ({:.0f} MB/s); {} cut in {} snapshot(s), "
+      "pushes held {:.2f} ms at most",
       dir, figures.bytes / 1e6, figures.seconds,
       figures.seconds > 0 ? figures.bytes / 1e6 / figures.seconds : 0.0,
-      figures.snapshot_seconds * 1e3, figures.locked_seconds * 1e3);
+      figures.exact ? "a consistent" : "NOT an exact", figures.cut_attempts,
+      figures.locked_seconds * 1e3);
   PST_RETURN_IF_ERROR(
       common::PruneCheckpoints(options.checkpoint_dir, options.keep_checkpoints, dir));
   return figures;

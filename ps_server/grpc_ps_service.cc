@@ -267,7 +267,13 @@ grpc::ServerUnaryReactor* GrpcPsService::Save(grpc::CallbackServerContext* conte
   TouchChief();
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   absl::Status started = [&]() -> absl::Status {
-    PST_ASSIGN_OR_RETURN(const std::string dir, CheckpointPath(request->checkpoint()));
+    const proto::SaveRequest::Phase phase = request->phase();
+    std::string dir;
+    if (phase != proto::SaveRequest::SNAPSHOT) {
+      PST_ASSIGN_OR_RETURN(dir, CheckpointPath(request->checkpoint()));
+    } else if (checkpoint_dir_.empty()) {
+      PST_RETURN_IF_ERROR(CheckpointPath("").status());  // the same refusal
+    }
     if (request->num_ps() < 1 || ps_index_ >= request->num_ps()) {
       return absl::InvalidArgumentError(absl::StrCat("save of a job of ", request->num_ps(),
                                                      " ps sent to ps ", ps_index_));
@@ -281,18 +287,30 @@ grpc::ServerUnaryReactor* GrpcPsService::Save(grpc::CallbackServerContext* conte
           incarnation_, request->incarnation()));
     }
     const std::string path =
-        absl::StrCat(dir, "/", common::ShardFileName(ps_index_, request->num_ps()));
+        dir.empty() ? std::string()
+                    : absl::StrCat(dir, "/", common::ShardFileName(ps_index_, request->num_ps()));
     return background_.Start(
         "save",
-        [this, dir, path, response]() -> absl::Status {
+        [this, dir, path, phase, response]() -> absl::Status {
+          std::shared_ptr<const std::vector<common::ShardRecord>> records;
+          const int64_t pushes_before = store_->GetStats().pushes_applied;
+          if (phase == proto::SaveRequest::WRITE) {
+            absl::MutexLock lock(&kept_mu_);
+            if (kept_ == nullptr) {
+              return absl::FailedPreconditionError(
+                  "WRITE without a SNAPSHOT kept: this ps holds no snapshot to write");
+            }
+            records = kept_;
+          } else {
+            records = TakeSnapshot(response);
+            if (phase == proto::SaveRequest::SNAPSHOT) {
+              absl::MutexLock lock(&kept_mu_);
+              kept_ = records;  // replaces an older one never written
+              return absl::OkStatus();
+            }
+          }
           PST_RETURN_IF_ERROR(common::MakeDirectory(dir));
           PST_RETURN_IF_ERROR(common::FsyncDirectory(checkpoint_dir_));
-          const absl::Time start = absl::Now();
-          const int64_t pushes_before = store_->GetStats().pushes_applied;
-          absl::Duration longest_lock;
-          const std::vector<common::ShardRecord> records = store_->Snapshot(&longest_lock);
-          response->set_snapshot_seconds(absl::ToDoubleSeconds(absl::Now() - start));
-          response->set_locked_seconds(absl::ToDoubleSeconds(longest_lock));
           // Training comes first: on a busy machine the write takes the CPU
           // time training leaves (Linux applies a nice value to one thread).
           setpriority(PRIO_PROCESS, static_cast<id_t>(gettid()), 10);
@@ -303,10 +321,14 @@ grpc::ServerUnaryReactor* GrpcPsService::Save(grpc::CallbackServerContext* conte
             absl::SleepFor(save_delay_);
           }
           const absl::Time write_start = absl::Now();
-          PST_RETURN_IF_ERROR(common::WriteShardFile(path, records, response->mutable_shard()));
+          PST_RETURN_IF_ERROR(common::WriteShardFile(path, *records, response->mutable_shard()));
           response->mutable_shard()->set_ps_index(ps_index_);
           response->set_write_seconds(absl::ToDoubleSeconds(absl::Now() - write_start));
           response->set_pushes_during(store_->GetStats().pushes_applied - pushes_before);
+          if (phase == proto::SaveRequest::WRITE) {
+            absl::MutexLock lock(&kept_mu_);
+            if (kept_ == records) kept_ = nullptr;
+          }
           spdlog::info("saved {} ({} bytes) in {:.3f} s", path, response->shard().bytes(),
                        response->write_seconds());
           return absl::OkStatus();
@@ -315,6 +337,22 @@ grpc::ServerUnaryReactor* GrpcPsService::Save(grpc::CallbackServerContext* conte
   }();
   if (!started.ok()) reactor->Finish(common::ToGrpcStatus(started));
   return reactor;
+}
+
+std::shared_ptr<const std::vector<common::ShardRecord>> GrpcPsService::TakeSnapshot(
+    proto::SaveResponse* response) {
+  const absl::Time start = absl::Now();
+  absl::Duration held;
+  VariableStore::Cut cut;
+  auto records = std::make_shared<const std::vector<common::ShardRecord>>(
+      store_->Snapshot(&held, &cut));
+  response->set_snapshot_seconds(absl::ToDoubleSeconds(absl::Now() - start));
+  response->set_locked_seconds(absl::ToDoubleSeconds(held));
+  for (proto::WorkerCut& w : cut.workers) *response->add_cut() = std::move(w);
+  response->set_sync_pending(cut.sync_pending);
+  response->set_max_version(cut.max_version);
+  response->set_holds_dense(cut.holds_dense);
+  return records;
 }
 
 void GrpcPsService::StopBackgroundWork() { background_.Stop(); }

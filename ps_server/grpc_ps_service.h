@@ -9,6 +9,7 @@
 #define PST_PS_SERVER_GRPC_PS_SERVICE_H_
 
 #include <atomic>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -68,12 +69,15 @@ class GrpcPsService final : public ParameterServerBase {
   grpc::ServerUnaryReactor* SetMembership(grpc::CallbackServerContext* context,
                                           const proto::MembershipRequest* request,
                                           proto::MembershipResponse* response) override;
-  // On a thread of its own: snapshots the variables (a short lock per
-  // variable), then writes the shard under checkpoint_dir/<checkpoint>; the
+  // On a thread of its own, by SaveRequest.phase: SNAPSHOT copies the
+  // variables at one instant (pushes held for the copy) and keeps the copy,
+  // answering its cut; WRITE writes the copy kept under
+  // checkpoint_dir/<checkpoint>; SNAPSHOT_AND_WRITE does both. A write's
   // call finishes when the file is durable. Errors: FailedPrecondition
-  // without a checkpoint_dir or for another incarnation; InvalidArgument for
-  // a name that is not ckpt-<digits>; ResourceExhausted past
-  // kMaxBackgroundJobs or for a full disk; Unavailable once stopping.
+  // without a checkpoint_dir, for another incarnation, or for a WRITE with
+  // no snapshot kept; InvalidArgument for a name that is not ckpt-<digits>;
+  // ResourceExhausted past kMaxBackgroundJobs or for a full disk;
+  // Unavailable once stopping.
   grpc::ServerUnaryReactor* Save(grpc::CallbackServerContext* context,
                                  const proto::SaveRequest* request,
                                  proto::SaveResponse* response) override;
@@ -119,7 +123,13 @@ class GrpcPsService final : public ParameterServerBase {
   absl::StatusOr<std::string> CheckpointPath(const std::string& name) const;
   absl::Status RestoreFrom(const std::string& dir, const proto::RestoreRequest& request,
                            proto::RestoreResponse* response);
+  // Takes the store's snapshot and fills the response's cut and figures.
+  std::shared_ptr<const std::vector<common::ShardRecord>> TakeSnapshot(
+      proto::SaveResponse* response);
   const std::string checkpoint_dir_;
+  // The snapshot a SNAPSHOT phase kept for the WRITE that follows.
+  absl::Mutex kept_mu_;
+  std::shared_ptr<const std::vector<common::ShardRecord>> kept_ ABSL_GUARDED_BY(kept_mu_);
   // Save and Restore calls running on their own threads. Last: destroyed
   // (joined) first.
   BackgroundWork background_;

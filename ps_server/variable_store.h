@@ -219,12 +219,25 @@ class VariableStore {
   // and not applied again.
   absl::Status PushRows(const proto::PushRowsRequest& request, proto::PushRowsResponse* response);
 
-  // A copy of every variable: values, slots, version and hash rows, taken
-  // under each variable's lock in turn, so training is held up only for the
-  // copy of one variable at a time (the memory for a dense variable's copy
-  // is allocated before its lock is taken). Sorted by name. Sets
-  // `*longest_lock`, when given, to the longest time one lock was held.
-  std::vector<common::ShardRecord> Snapshot(absl::Duration* longest_lock = nullptr) const;
+  // What a snapshot holds of each worker's pushes (a cut; see Snapshot).
+  struct Cut {
+    std::vector<proto::WorkerCut> workers;  // by worker index
+    bool sync_pending = false;  // SYNC: gradients accumulated, not applied
+    int64_t max_version = 0;    // highest version of a dense variable
+    bool holds_dense = false;   // some variable here is dense
+  };
+
+  // A copy of every variable (values, slots, version, hash rows), sorted by
+  // name, all taken at one instant: the store is held exclusively for the
+  // copy, so no push is half-way through and none starts (the memory for
+  // the dense copies is allocated before). Sets `*held`, when given, to how
+  // long pushes were held, and `*cut` to what the copy holds of each
+  // worker's pushes: its position after its last dense push, the lowest and
+  // highest step of its last push over every dense part (equal when no
+  // dense step of it is half applied here; SYNC tracks no steps, see
+  // Cut::sync_pending), and its last row push.
+  std::vector<common::ShardRecord> Snapshot(absl::Duration* held = nullptr,
+                                            Cut* cut = nullptr) const;
 
   // Loads the variables this store holds from `records`, the shards of a
   // checkpoint written by any number of ps: each variable or partition takes
@@ -433,6 +446,8 @@ class VariableStore {
   // Serves every parked pull that is ready now.
   void WakeWaiters() ABSL_LOCKS_EXCLUDED(wait_mu_);
   int64_t MinActiveClockLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(wait_mu_);
+  // The workers' part of Snapshot's cut.
+  Cut CutLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(wait_mu_);
 
   const Options options_;
 

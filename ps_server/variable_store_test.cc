@@ -1460,5 +1460,77 @@ TEST(VariableStoreLimitsTest, ParkedPulls_AreCappedAndExpire) {
   }
 }
 
+// ---------------------------------------------------------------------------
+// Snapshot cuts (consistent checkpoints).
+
+TEST(VariableStoreCutTest, Snapshot_SaysWhichPushesOfEachWorkerItHolds) {
+  VariableStore store;
+  proto::CreateVariablesRequest create = CreateRequest();
+  create.mutable_sync()->set_num_workers(2);
+  ASSERT_TRUE(store.Create(create).ok());
+  VariableStore::Cut cut;
+  store.Snapshot(nullptr, &cut);
+  EXPECT_TRUE(cut.workers.empty());
+  EXPECT_TRUE(cut.holds_dense);
+  EXPECT_FALSE(cut.sync_pending);
+  auto push = [&](int32_t worker, int32_t part, int64_t step, const std::string& name,
+                  std::vector<int64_t> shape) {
+    proto::PushRequest request;
+    request.set_worker_index(worker);
+    request.set_incarnation(100 + worker);
+    request.set_step(step);
+    request.set_part(part);
+    request.set_position(step);  // one batch a step
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    AddGradient(&request, name, shape, std::vector<float>(n, 0.5f));
+    proto::PushResponse response;
+    return store.Push(request, &response);
+  };
+  // Worker 0's step 4 in two parts, both here; worker 1's step 2, part 0 only.
+  ASSERT_TRUE(push(0, 0, 4, "w", {2, 3}).ok());
+  ASSERT_TRUE(push(0, 1, 4, "b", {3}).ok());
+  ASSERT_TRUE(push(1, 0, 1, "w", {2, 3}).ok());
+  ASSERT_TRUE(push(1, 1, 1, "b", {3}).ok());
+  ASSERT_TRUE(push(1, 0, 2, "w", {2, 3}).ok());
+  absl::Duration held;
+  const std::vector<common::ShardRecord> records = store.Snapshot(&held, &cut);
+  ASSERT_EQ(cut.workers.size(), 2u);
+  EXPECT_EQ(cut.workers[0].worker_index(), 0);
+  EXPECT_EQ(cut.workers[0].position(), 5);
+  EXPECT_EQ(cut.workers[0].min_step(), 4);
+  EXPECT_EQ(cut.workers[0].max_step(), 4);
+  EXPECT_EQ(cut.workers[1].position(), 3);
+  EXPECT_EQ(cut.workers[1].min_step(), 1) << "part 1 of step 2 not held";
+  EXPECT_EQ(cut.workers[1].max_step(), 2);
+  EXPECT_EQ(cut.max_version, 3) << "w took three pushes";
+  EXPECT_GE(held, absl::ZeroDuration());
+  // The records are the state the cut describes.
+  ASSERT_EQ(records.size(), 2u);
+  EXPECT_EQ(records[1].spec.name(), "w");
+  EXPECT_EQ(records[1].version, 3);
+}
+
+TEST(VariableStoreCutTest, Snapshot_InSync_SaysWhenGradientsWaitForTheQuorum) {
+  VariableStore store;
+  proto::CreateVariablesRequest create = CreateRequest();
+  create.mutable_sync()->set_mode(proto::SYNC);
+  create.mutable_sync()->set_num_workers(2);
+  ASSERT_TRUE(store.Create(create).ok());
+  proto::PushRequest request;
+  request.set_worker_index(0);
+  request.set_step(0);
+  AddGradient(&request, "b", {3}, {1, 1, 1});
+  proto::PushResponse response;
+  ASSERT_TRUE(store.Push(request, &response).ok());
+  VariableStore::Cut cut;
+  store.Snapshot(nullptr, &cut);
+  EXPECT_TRUE(cut.sync_pending) << "worker 0's gradient waits for worker 1's";
+  request.set_worker_index(1);
+  ASSERT_TRUE(store.Push(request, &response).ok());
+  store.Snapshot(nullptr, &cut);
+  EXPECT_FALSE(cut.sync_pending);
+}
+
 }  // namespace
 }  // namespace pst::ps

@@ -181,6 +181,26 @@ class FaultInjectionTest : public ::testing::Test {
     return summary;
   }
 
+  // Async only (each batch is one update of every dense variable): every
+  // checkpoint left is an exact cut (its workers' positions add up to its
+  // step), and the job applied every batch exactly once (as many updates as
+  // the fault-free run).
+  void ExpectEveryBatchAppliedOnce(const nlohmann::json& summary) {
+    ASSERT_EQ(mode_, "async");
+    int checkpoints = 0;
+    for (const auto& entry : std::filesystem::directory_iterator(dir_ + "/ckpt")) {
+      absl::StatusOr<proto::CheckpointManifest> manifest =
+          common::ReadManifest(entry.path().string());
+      if (!manifest.ok()) continue;
+      int64_t batches = 0;
+      for (int64_t p : manifest->worker_positions()) batches += p;
+      EXPECT_EQ(batches, manifest->global_step()) << entry.path();
+      ++checkpoints;
+    }
+    EXPECT_GT(checkpoints, 0);
+    EXPECT_EQ(summary["global_step"], Baselines("async")[0]["global_step"]) << summary.dump();
+  }
+
   // Prints the figures of the recoveries in `summary`, the first measured
   // from `killed`.
   static void PrintRecoveries(const nlohmann::json& summary, absl::Time killed) {
@@ -250,6 +270,7 @@ TEST_F(FaultInjectionTest, KilledPs_EveryPsIsRestoredFromTheLatestCheckpoint) {
   EXPECT_NE(output_.find("the ps were restored (generation 1): going on from data position"),
             std::string::npos)
       << output_;
+  ExpectEveryBatchAppliedOnce(summary);
 }
 
 TEST_F(FaultInjectionTest, KilledChief_RestartsWithoutRestoringTheLivePs) {
