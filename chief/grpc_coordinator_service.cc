@@ -1,6 +1,8 @@
 #include "chief/grpc_coordinator_service.h"
 
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/grpc_caller.h"
 #include "common/grpc_status.h"
 
 namespace pst::chief {
@@ -17,6 +19,11 @@ grpc::ServerUnaryReactor* Finish(grpc::CallbackServerContext* context, const abs
 grpc::ServerUnaryReactor* GrpcCoordinatorService::Register(grpc::CallbackServerContext* context,
                                                            const proto::RegisterRequest* request,
                                                            proto::RegisterResponse* response) {
+  if (absl::Status allowed =
+          common::RequireWorker(common::CallerOf(*context), request->worker_index(), "Register");
+      !allowed.ok()) {
+    return Finish(context, allowed);
+  }
   absl::StatusOr<proto::RegisterResponse> result = coordinator_->Register(*request, absl::Now());
   if (result.ok()) *response = *std::move(result);
   return Finish(context, result.status());
@@ -25,6 +32,11 @@ grpc::ServerUnaryReactor* GrpcCoordinatorService::Register(grpc::CallbackServerC
 grpc::ServerUnaryReactor* GrpcCoordinatorService::Heartbeat(grpc::CallbackServerContext* context,
                                                             const proto::HeartbeatRequest* request,
                                                             proto::HeartbeatResponse* response) {
+  if (absl::Status allowed =
+          common::RequireWorker(common::CallerOf(*context), request->worker_index(), "Heartbeat");
+      !allowed.ok()) {
+    return Finish(context, allowed);
+  }
   absl::StatusOr<proto::HeartbeatResponse> result = coordinator_->Heartbeat(*request, absl::Now());
   if (result.ok()) *response = *std::move(result);
   return Finish(context, result.status());
@@ -33,12 +45,27 @@ grpc::ServerUnaryReactor* GrpcCoordinatorService::Heartbeat(grpc::CallbackServer
 grpc::ServerUnaryReactor* GrpcCoordinatorService::WorkerDone(
     grpc::CallbackServerContext* context, const proto::WorkerDoneRequest* request,
     proto::WorkerDoneResponse* response) {
+  if (absl::Status allowed = common::RequireWorker(
+          common::CallerOf(*context), request->final_progress().worker_index(), "WorkerDone");
+      !allowed.ok()) {
+    return Finish(context, allowed);
+  }
   return Finish(context, coordinator_->WorkerDone(*request, absl::Now()));
 }
 
 grpc::ServerUnaryReactor* GrpcCoordinatorService::ClaimWorkerIndex(
     grpc::CallbackServerContext* context, const proto::ClaimWorkerIndexRequest* request,
     proto::ClaimWorkerIndexResponse* response) {
+  // With per-role certificates a worker's index is in its certificate: a
+  // claimed one would not match it.
+  const common::Caller caller = common::CallerOf(*context);
+  if (caller.checked) {
+    return Finish(
+        context, absl::PermissionDeniedError(absl::StrCat(
+                     "ClaimWorkerIndex is for workers that share one identity; the caller is ",
+                     caller.tasks.empty() ? "a certificate that names no pstrain task" : caller.who,
+                     ": with per-role certificates give each worker its index in TF_CONFIG")));
+  }
   absl::StatusOr<int> index = coordinator_->ClaimWorkerIndex(request->claimant());
   if (index.ok()) {
     response->set_index(*index);
@@ -50,6 +77,11 @@ grpc::ServerUnaryReactor* GrpcCoordinatorService::ClaimWorkerIndex(
 grpc::ServerUnaryReactor* GrpcCoordinatorService::GetState(grpc::CallbackServerContext* context,
                                                            const proto::GetStateRequest* request,
                                                            proto::ClusterState* response) {
+  if (absl::Status allowed =
+          common::RequireChiefOrWorker(common::CallerOf(*context), -1, "GetState");
+      !allowed.ok()) {
+    return Finish(context, allowed);
+  }
   *response = coordinator_->State();
   return Finish(context, absl::OkStatus());
 }

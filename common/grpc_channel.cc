@@ -5,7 +5,9 @@
 #include <atomic>
 #include <chrono>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/logging.h"
 #include "common/metrics.h"
 #include "common/tf_config.h"
 #include "common/transport_security.h"
@@ -103,10 +105,30 @@ std::string ListenHost(const std::string& bind) {
   return bind;  // host alone
 }
 
+bool IsLoopbackHost(const std::string& host) {
+  return host == "localhost" || host == "::1" || absl::StartsWith(host, "127.");
+}
+
 absl::StatusOr<std::unique_ptr<grpc::Server>> StartServer(
     const std::string& advertised, const std::vector<ServedService>& services,
     const std::string& bind) {
   const std::string listen = ListenAddress(advertised, bind);
+  const TransportSecurity& security = GetTransportSecurity();
+  if (!IsLoopbackHost(ListenHost(bind))) {
+    if (!security.tls()) {
+      spdlog::warn(
+          "listening on {} without TLS: anyone who can reach this port controls the job (can "
+          "read and change the parameters, shut the ps down); see README \"Security\" "
+          "(--tls_cert, --tls_key, --tls_ca)",
+          listen);
+    } else if (!security.roles()) {
+      spdlog::warn(
+          "serving on {} without per-role certificates: every caller the CA and token admit may "
+          "make every call (save, restore, shut the ps down); see README \"Security\" "
+          "(certificates naming chief-0.pstrain, worker-N.pstrain)",
+          listen);
+    }
+  }
   absl::StatusOr<std::vector<std::string>> methods = ServedMethodNames(services);
   if (!methods.ok()) return methods.status();
   // The standard grpc.health.v1 service: `pstrain health`, Kubernetes' gRPC

@@ -68,11 +68,16 @@ struct ServedService {
   std::string name;
 };
 
+// Whether `host` (a ListenHost) is this machine's loopback only.
+bool IsLoopbackHost(const std::string& host);
+
 // Builds and starts a server for `services` listening on
 // ListenAddress(advertised, bind), with the process's metrics interceptors
 // (ProcessMetrics()) when there are. Errors: InvalidArgument when a
 // service's name is no generated service's; Unavailable naming the address
-// when the port cannot be bound.
+// when the port cannot be bound. Logs a warning when it listens beyond
+// loopback in plaintext (anyone who reaches the port controls the job), or
+// with TLS but no roles (GetTransportSecurity().roles()).
 absl::StatusOr<std::unique_ptr<grpc::Server>> StartServer(
     const std::string& advertised, const std::vector<ServedService>& services,
     const std::string& bind = "");

@@ -99,6 +99,7 @@ absl::StatusOr<TransportSecurity> LoadTransportSecurity(const SecurityFiles& fil
     if (!key.ok()) return key.status();
     s.cert_pem = *std::move(cert);
     s.key_pem = *std::move(key);
+    s.cert_tasks = TasksInCertificate(s.cert_pem);
   }
   if (!files.tls_ca.empty()) {
     absl::StatusOr<std::string> ca = ReadPem("tls_ca", files.tls_ca);
@@ -176,6 +177,11 @@ std::string DescribeTransportSecurity(const TransportSecurity& security) {
                     : security.cert_pem.empty() ? "TLS (no client certificate)"
                                                 : "mutual TLS";
   if (!security.token.empty()) out += ", token";
+  if (security.roles()) {
+    out += ", roles";
+  } else if (!security.ca_pem.empty() && !security.cert_pem.empty()) {
+    out += ", no roles";
+  }
   return out;
 }
 

@@ -17,6 +17,14 @@
 //                          when it is not the host in TF_CONFIG (one
 //                          certificate for the whole cluster, say)
 //
+// Roles: when this process's certificate names a pstrain task
+// (task_identity.h) and mutual TLS is on, its servers know each caller's
+// task from the caller's certificate and the gRPC services refuse calls the
+// caller's role may not make (grpc_caller.h). Otherwise (plaintext, TLS
+// without client certificates, one certificate with no task name shared by
+// every daemon) roles cannot be told apart and every authenticated caller
+// may make every call, as a single shared token does.
+//
 // The daemons' mains load it once from the flags
 // (InitTransportFromFlags in job_flags.h)
 // before opening any channel or server; MakeChannel and StartServer use it.
@@ -29,9 +37,11 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "common/task_identity.h"
 
 namespace pst::common {
 
@@ -43,7 +53,11 @@ struct TransportSecurity {
   std::string cert_pem, key_pem, ca_pem;  // empty: not given
   std::string token;                      // empty: no token
   std::string server_name;                // empty: the address's host
+  std::vector<TaskIdentity> cert_tasks;   // the tasks cert_pem names
   bool tls() const { return !ca_pem.empty() || !cert_pem.empty(); }
+  // Servers enforce roles: mutual TLS, and this process's certificate
+  // follows the per-role naming convention (so the cluster's do too).
+  bool roles() const { return !ca_pem.empty() && !cert_tasks.empty(); }
 };
 
 // Reads and checks the files. Errors: InvalidArgument naming the flag for a
@@ -66,7 +80,8 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
     const TransportSecurity& security);
 
 // What the flags' help and the logs say of `security`: "plaintext",
-// "TLS", "mutual TLS", each with ", token" when one is set.
+// "TLS", "mutual TLS", each with ", token" when one is set and ", roles"
+// when roles() (", no roles" for mutual TLS without them).
 std::string DescribeTransportSecurity(const TransportSecurity& security);
 
 }  // namespace pst::common

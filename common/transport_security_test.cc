@@ -49,7 +49,8 @@ TEST_F(TransportSecurityTest, CertKeyCaAndToken_MutualTlsWithTheTokenTrimmed) {
   absl::StatusOr<TransportSecurity> s = LoadTransportSecurity(files);
   ASSERT_TRUE(s.ok()) << s.status();
   EXPECT_EQ(s->token, "abc def");
-  EXPECT_EQ(DescribeTransportSecurity(*s), "mutual TLS, token");
+  EXPECT_EQ(DescribeTransportSecurity(*s), "mutual TLS, token, no roles");
+  EXPECT_FALSE(s->roles());
   files.tls_ca.clear();
   files.auth_token_file.clear();
   EXPECT_EQ(DescribeTransportSecurity(*LoadTransportSecurity(files)), "TLS");

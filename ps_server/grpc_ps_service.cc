@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/checkpoint_format.h"
+#include "common/grpc_caller.h"
 #include "common/grpc_status.h"
 #include "common/logging.h"
 #include "common/safe_file.h"
@@ -187,6 +188,10 @@ absl::Time GrpcPsService::last_chief_contact() const {
 grpc::ServerUnaryReactor* GrpcPsService::CreateVariables(
     grpc::CallbackServerContext* context, const proto::CreateVariablesRequest* request,
     proto::CreateVariablesResponse* response) {
+  const common::Caller caller = common::CallerOf(*context);
+  if (absl::Status allowed = common::RequireChief(caller, "CreateVariables"); !allowed.ok()) {
+    return FinishWith(context, [&] { return allowed; });
+  }
   TouchChief();
   return FinishWith(context, [&]() -> absl::Status {
     absl::StatusOr<int> created = store_->Create(*request);
@@ -197,12 +202,19 @@ grpc::ServerUnaryReactor* GrpcPsService::CreateVariables(
   });
 }
 
-grpc::ServerUnaryReactor* GrpcPsService::Pull(grpc::CallbackServerContext* /*context*/,
+grpc::ServerUnaryReactor* GrpcPsService::Pull(grpc::CallbackServerContext* context,
                                               const grpc::ByteBuffer* request,
                                               grpc::ByteBuffer* response) {
   return StartRawPull<proto::PullRequest>(
       store_, request, response,
-      [this](auto* call, const VariableStore::Payloads*, VariableStore::Done done) {
+      [this, caller = common::CallerOf(*context)](auto* call, const VariableStore::Payloads*,
+                                                  VariableStore::Done done) -> uint64_t {
+        if (absl::Status allowed =
+                common::RequireChiefOrWorker(caller, call->request()->worker_index(), "Pull");
+            !allowed.ok()) {
+          done(allowed);
+          return 0;
+        }
         return store_->PullWhenReady(call->request(), call->response(), std::move(done));
       });
 }
@@ -214,6 +226,8 @@ grpc::ServerUnaryReactor* GrpcPsService::Push(grpc::CallbackServerContext* conte
     proto::PushRequest push;
     common::ReceivedGradients gradients;
     PST_RETURN_IF_ERROR(common::DecodePush(*request, &push, &gradients));
+    PST_RETURN_IF_ERROR(
+        common::RequireWorker(common::CallerOf(*context), push.worker_index(), "Push"));
     proto::PushResponse pushed;
     PST_RETURN_IF_ERROR(store_->Push(push, &pushed, &gradients.payloads));
     *response = common::SerializeMessage(pushed);
@@ -221,12 +235,20 @@ grpc::ServerUnaryReactor* GrpcPsService::Push(grpc::CallbackServerContext* conte
   });
 }
 
-grpc::ServerUnaryReactor* GrpcPsService::PushPull(grpc::CallbackServerContext* /*context*/,
+grpc::ServerUnaryReactor* GrpcPsService::PushPull(grpc::CallbackServerContext* context,
                                                   const grpc::ByteBuffer* request,
                                                   grpc::ByteBuffer* response) {
   return StartRawPull<proto::PushPullRequest>(
       store_, request, response,
-      [this](auto* call, const VariableStore::Payloads* payloads, VariableStore::Done done) {
+      [this, caller = common::CallerOf(*context)](auto* call,
+                                                  const VariableStore::Payloads* payloads,
+                                                  VariableStore::Done done) -> uint64_t {
+        if (absl::Status allowed =
+                common::RequireWorker(caller, call->request()->push().worker_index(), "PushPull");
+            !allowed.ok()) {
+          done(allowed);
+          return 0;
+        }
         return store_->PushPullWhenReady(call->request(), call->response(), std::move(done),
                                          payloads);
       });
@@ -235,18 +257,29 @@ grpc::ServerUnaryReactor* GrpcPsService::PushPull(grpc::CallbackServerContext* /
 grpc::ServerUnaryReactor* GrpcPsService::PullRows(grpc::CallbackServerContext* context,
                                                   const proto::PullRowsRequest* request,
                                                   proto::PullRowsResponse* response) {
-  return FinishWith(context, [&] { return store_->PullRows(*request, response); });
+  return FinishWith(context, [&]() -> absl::Status {
+    PST_RETURN_IF_ERROR(common::RequireChiefOrWorker(common::CallerOf(*context), -1, "PullRows"));
+    return store_->PullRows(*request, response);
+  });
 }
 
 grpc::ServerUnaryReactor* GrpcPsService::PushRows(grpc::CallbackServerContext* context,
                                                   const proto::PushRowsRequest* request,
                                                   proto::PushRowsResponse* response) {
-  return FinishWith(context, [&] { return store_->PushRows(*request, response); });
+  return FinishWith(context, [&]() -> absl::Status {
+    PST_RETURN_IF_ERROR(
+        common::RequireWorker(common::CallerOf(*context), request->worker_index(), "PushRows"));
+    return store_->PushRows(*request, response);
+  });
 }
 
 grpc::ServerUnaryReactor* GrpcPsService::SetMembership(grpc::CallbackServerContext* context,
                                                        const proto::MembershipRequest* request,
                                                        proto::MembershipResponse* response) {
+  const common::Caller caller = common::CallerOf(*context);
+  if (absl::Status allowed = common::RequireChief(caller, "SetMembership"); !allowed.ok()) {
+    return FinishWith(context, [&] { return allowed; });
+  }
   TouchChief();
   return FinishWith(context, [&] { return store_->SetMembership(*request); });
 }
@@ -264,6 +297,10 @@ absl::StatusOr<std::string> GrpcPsService::CheckpointPath(const std::string& nam
 grpc::ServerUnaryReactor* GrpcPsService::Save(grpc::CallbackServerContext* context,
                                               const proto::SaveRequest* request,
                                               proto::SaveResponse* response) {
+  if (absl::Status allowed = common::RequireChief(common::CallerOf(*context), "Save");
+      !allowed.ok()) {
+    return FinishWith(context, [&] { return allowed; });
+  }
   TouchChief();
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   absl::Status started = [&]() -> absl::Status {
@@ -395,6 +432,10 @@ absl::Status GrpcPsService::RestoreFrom(const std::string& dir,
 grpc::ServerUnaryReactor* GrpcPsService::Restore(grpc::CallbackServerContext* context,
                                                  const proto::RestoreRequest* request,
                                                  proto::RestoreResponse* response) {
+  if (absl::Status allowed = common::RequireChief(common::CallerOf(*context), "Restore");
+      !allowed.ok()) {
+    return FinishWith(context, [&] { return allowed; });
+  }
   TouchChief();
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   absl::Status started = [&]() -> absl::Status {
@@ -412,7 +453,12 @@ grpc::ServerUnaryReactor* GrpcPsService::Restore(grpc::CallbackServerContext* co
 grpc::ServerUnaryReactor* GrpcPsService::Health(grpc::CallbackServerContext* context,
                                                 const proto::HealthRequest* request,
                                                 proto::HealthResponse* response) {
-  if (request->caller() == "chief") TouchChief();
+  const common::Caller caller = common::CallerOf(*context);
+  if (absl::Status allowed = common::RequireChiefOrWorker(caller, -1, "Health"); !allowed.ok()) {
+    return FinishWith(context, [&] { return allowed; });
+  }
+  // Only the chief's word keeps a ps waiting for it (--chief_timeout_s).
+  if (request->caller() == "chief" && common::RequireChief(caller, "").ok()) TouchChief();
   return FinishWith(context, [&] {
     VariableStore::Stats stats = store_->GetStats();
     response->set_task(task_);
@@ -442,6 +488,11 @@ grpc::ServerUnaryReactor* GrpcPsService::Health(grpc::CallbackServerContext* con
 grpc::ServerUnaryReactor* GrpcPsService::Shutdown(grpc::CallbackServerContext* context,
                                                   const proto::ShutdownRequest* request,
                                                   proto::ShutdownResponse* response) {
+  if (absl::Status allowed = common::RequireChief(common::CallerOf(*context), "Shutdown");
+      !allowed.ok()) {
+    spdlog::warn("refused a shutdown: {}", allowed.message());
+    return FinishWith(context, [&] { return allowed; });
+  }
   stop_->Stop(absl::StrCat("shutdown requested: ", request->reason()));
   return FinishWith(context, [] { return absl::OkStatus(); });
 }

@@ -3,7 +3,10 @@
 // refuses plaintext clients, clients without a certificate or with one from
 // another CA (the handshake fails), and clients with no token or a wrong
 // one (UNAUTHENTICATED), and its parameters are bit-for-bit unchanged by
-// their attempts. Certificates are made by the openssl command line, in
+// their attempts. With one certificate per task (chief-0.pstrain, ...), a
+// worker's certificate cannot manage the ps nor act for another worker, a
+// task-less one can do nothing, and a whole job trains. Certificates are
+// made by the openssl command line, in
 // the test's directory; the test skips without it.
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -48,6 +51,26 @@ bool MakeCertificates(const std::string& dir, const std::string& name) {
                           ".ext"));
 }
 
+// A certificate signed by <dir>/<ca>-ca.pem for 127.0.0.1 and localhost, and
+// for `task` ("worker-1": the SAN worker-1.pstrain) unless it is empty, as
+// <dir>/<name>.pem and <name>.key.
+bool MakeTaskCertificate(const std::string& dir, const std::string& ca, const std::string& name,
+                         const std::string& task) {
+  const std::string p = absl::StrCat(dir, "/", name);
+  const std::string c = absl::StrCat(dir, "/", ca);
+  {
+    std::ofstream ext(p + ".ext");
+    ext << "subjectAltName=IP:127.0.0.1,DNS:localhost"
+        << (task.empty() ? "" : absl::StrCat(",DNS:", task, ".pstrain")) << "\n";
+    if (!ext) return false;
+  }
+  return Shell(absl::StrCat("openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes",
+                            " -keyout ", p, ".key -out ", p, ".csr -subj /CN=", name)) &&
+         Shell(absl::StrCat("openssl x509 -req -in ", p, ".csr -CA ", c, "-ca.pem -CAkey ", c,
+                            "-ca.key -CAcreateserial -out ", p, ".pem -days 2 -extfile ", p,
+                            ".ext"));
+}
+
 void WriteFile(const std::string& path, const std::string& content) {
   std::ofstream(path) << content;
 }
@@ -59,6 +82,11 @@ class SecurityTest : public ::testing::Test {
     dir_ = TestDir();
     ASSERT_TRUE(MakeCertificates(dir_, "cluster"));
     ASSERT_TRUE(MakeCertificates(dir_, "rogue"));
+    // Per-role certificates from the cluster's CA; "foreign" names no task.
+    for (const char* task : {"chief-0", "ps-0", "worker-0", "worker-1"}) {
+      ASSERT_TRUE(MakeTaskCertificate(dir_, "cluster", task, task));
+    }
+    ASSERT_TRUE(MakeTaskCertificate(dir_, "cluster", "foreign", ""));
     WriteFile(dir_ + "/token", "s3cret-token\n");
     WriteFile(dir_ + "/wrong-token", "not-the-token\n");
   }
@@ -82,6 +110,12 @@ class SecurityTest : public ::testing::Test {
     absl::StatusOr<common::TransportSecurity> s = common::LoadTransportSecurity(files);
     EXPECT_TRUE(s.ok()) << s.status();
     return s.value_or(common::TransportSecurity());
+  }
+
+  // The flags of a daemon with the per-role certificate `name`.
+  std::vector<std::string> RoleFlags(const std::string& name) const {
+    return {"--tls_cert=" + dir_ + "/" + name + ".pem", "--tls_key=" + dir_ + "/" + name + ".key",
+            "--tls_ca=" + dir_ + "/cluster-ca.pem"};
   }
 
   std::string dir_;
@@ -236,6 +270,219 @@ TEST_F(SecurityTest, Intruders_AreRefused_AndTheParametersStayUnchanged) {
   exited = (*secure)->WaitForExit(kTimeout);
   ASSERT_TRUE(exited.has_value());
   EXPECT_EQ(ExitCode(*exited), 0) << (*secure)->output();
+}
+
+}  // namespace
+}  // namespace pst::testing
+
+namespace pst::testing {
+namespace {
+
+template <typename Service>
+std::unique_ptr<typename Service::Stub> RoleStub(const std::string& address,
+                                                 const common::TransportSecurity& security) {
+  grpc::ChannelArguments args;
+  return Service::NewStub(
+      grpc::CreateCustomChannel(address, common::MakeChannelCredentials(security), args));
+}
+
+// Calls `method` of `stub` with a default request and a 10 s deadline.
+template <typename Stub, typename Request, typename Response>
+grpc::Status Call(Stub* stub,
+                  grpc::Status (Stub::*method)(grpc::ClientContext*, const Request&, Response*),
+                  const Request& request = Request()) {
+  grpc::ClientContext context;
+  common::SetDeadline(&context, absl::Seconds(10), /*wait_for_ready=*/true);
+  Response response;
+  return (stub->*method)(&context, request, &response);
+}
+
+proto::PushRequest OnesPush(int worker_index) {
+  proto::PushRequest push;
+  push.set_worker_index(worker_index);
+  push.add_names("w");
+  common::Shape shape;
+  shape.Add(4);
+  common::PackFloats(std::vector<float>{1, 1, 1, 1}, shape, push.add_gradients());
+  return push;
+}
+
+// Per-role certificates: a worker's certificate cannot manage the ps
+// (create, save, restore, change membership, shut down) nor push as another
+// worker; a certificate from the cluster's CA that names no task can do
+// nothing; the chief's can, and the ps serves on through the refusals.
+TEST_F(SecurityTest, RoleCertificates_PsTakesManagementOnlyFromTheChief) {
+  const LocalSpec spec = PickLocalSpec(1, 1, 2);
+  std::vector<std::string> argv = {BinaryPath("ps_server")};
+  for (const std::string& f : RoleFlags("ps-0")) argv.push_back(f);
+  auto started = TestProcess::Start(argv, {"TF_CONFIG=" + TfConfigJson(spec, "ps", 0)});
+  ASSERT_TRUE(started.ok());
+  std::unique_ptr<TestProcess> ps = *std::move(started);
+  const std::string address = spec.ps[0];
+  ASSERT_TRUE(ps->WaitForOutput("mutual TLS, roles", kTimeout)) << ps->output();
+
+  using Ps = proto::ParameterServer;
+  auto chief = RoleStub<Ps>(address, Client("chief-0", ""));
+  auto worker = RoleStub<Ps>(address, Client("worker-1", ""));
+  auto foreign = RoleStub<Ps>(address, Client("foreign", ""));
+
+  proto::CreateVariablesRequest create;
+  proto::VariableSpec* w = create.add_variables();
+  w->set_name("w");
+  w->set_dtype(proto::DT_FLOAT32);
+  w->add_shape(4);
+  create.mutable_optimizer()->set_name("sgd");
+  create.mutable_optimizer()->set_learning_rate(1.0f);
+  grpc::Status status = Call(worker.get(), &Ps::Stub::CreateVariables, create);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::PERMISSION_DENIED) << status.error_message();
+  EXPECT_TRUE(absl::StrContains(status.error_message(), "needs the chief's role"))
+      << status.error_message();
+  EXPECT_TRUE(absl::StrContains(status.error_message(), "worker-1.pstrain"))
+      << status.error_message();
+  status = Call(chief.get(), &Ps::Stub::CreateVariables, create);
+  ASSERT_TRUE(status.ok()) << status.error_message() << "\n" << ps->output();
+
+  proto::SaveRequest save;
+  save.set_checkpoint("ckpt-1");
+  save.set_num_ps(1);
+  proto::RestoreRequest restore;
+  restore.set_checkpoint("ckpt-1");
+  proto::ShutdownRequest shutdown;
+  shutdown.set_reason("a worker wants the ps gone");
+  struct Refused {
+    std::string what;
+    grpc::Status status;
+  };
+  for (auto* stub : {worker.get(), foreign.get()}) {
+    const Refused refused[] = {
+        {"Shutdown", Call(stub, &Ps::Stub::Shutdown, shutdown)},
+        {"Save", Call(stub, &Ps::Stub::Save, save)},
+        {"Restore", Call(stub, &Ps::Stub::Restore, restore)},
+        {"SetMembership", Call(stub, &Ps::Stub::SetMembership, proto::MembershipRequest())},
+        {"CreateVariables", Call(stub, &Ps::Stub::CreateVariables, create)},
+        {"Push as worker 0", Call(stub, &Ps::Stub::Push, OnesPush(0))},
+    };
+    for (const Refused& r : refused) {
+      EXPECT_EQ(r.status.error_code(), grpc::StatusCode::PERMISSION_DENIED)
+          << r.what << ": " << r.status.error_message();
+    }
+  }
+  proto::PullResponse read;
+  status = Pull(foreign.get(), &read);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::PERMISSION_DENIED) << status.error_message();
+  EXPECT_TRUE(absl::StrContains(status.error_message(), "names no pstrain task"))
+      << status.error_message();
+
+  // The ps serves on: worker 1 pushes as itself and reads; the chief reads,
+  // and its management calls pass the role check (this ps has no
+  // --checkpoint_dir, so a save fails on that instead).
+  proto::PullResponse before;
+  ASSERT_TRUE(Pull(chief.get(), &before).ok());
+  status = Call(worker.get(), &Ps::Stub::Push, OnesPush(1));
+  EXPECT_TRUE(status.ok()) << status.error_message();
+  proto::PullRequest as_worker_1;
+  as_worker_1.set_worker_index(1);
+  {
+    grpc::ClientContext context;
+    common::SetDeadline(&context, absl::Seconds(10));
+    proto::PullResponse after;
+    status = worker->Pull(&context, as_worker_1, &after);
+    ASSERT_TRUE(status.ok()) << status.error_message();
+    EXPECT_NE(after.SerializeAsString(), before.SerializeAsString());
+  }
+  proto::PullRequest as_worker_0;  // worker_index 0
+  EXPECT_EQ(Call(worker.get(), &Ps::Stub::Pull, as_worker_0).error_code(),
+            grpc::StatusCode::PERMISSION_DENIED);
+  status = Call(chief.get(), &Ps::Stub::Save, save);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << status.error_message();
+  EXPECT_TRUE(
+      Call(chief.get(), &Ps::Stub::SetMembership, proto::MembershipRequest()).error_code() !=
+      grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_TRUE(ps->WaitForOutput("refused a shutdown", kTimeout)) << ps->output();
+
+  status = Call(chief.get(), &Ps::Stub::Shutdown, shutdown);
+  EXPECT_TRUE(status.ok()) << status.error_message();
+  std::optional<int> exited = ps->WaitForExit(kTimeout);
+  ASSERT_TRUE(exited.has_value()) << ps->output();
+  EXPECT_EQ(ExitCode(*exited), 0) << ps->output();
+}
+
+// A whole job with one certificate per task trains and finishes; while it
+// runs, the chief's coordinator refuses a worker acting for another worker
+// and a certificate that names no task.
+TEST_F(SecurityTest, RoleCertificates_JobTrains_AndWorkersActOnlyAsThemselves) {
+  if (!HaveFashionMnist()) GTEST_SKIP() << "Fashion-MNIST is missing";
+  const LocalSpec spec = PickLocalSpec(1, 1, 2);
+  const std::vector<std::string> flags = {"--epochs=1", "--max_steps=300", "--heartbeat_ms=200"};
+  auto start = [&](const std::string& binary, const std::string& type, int index) {
+    std::vector<std::string> argv = {BinaryPath(binary)};
+    argv.insert(argv.end(), flags.begin(), flags.end());
+    for (const std::string& f : RoleFlags(absl::StrCat(type, "-", index))) argv.push_back(f);
+    auto process = TestProcess::Start(argv, {"TF_CONFIG=" + TfConfigJson(spec, type, index)});
+    EXPECT_TRUE(process.ok()) << process.status();
+    return process.ok() ? *std::move(process) : nullptr;
+  };
+  auto ps = start("ps_server", "ps", 0);
+  auto chief = start("chief", "chief", 0);
+  ASSERT_TRUE(ps && chief);
+  ASSERT_TRUE(chief->WaitForOutput("coordinator serving on", kTimeout)) << chief->output();
+
+  using Coordinator = proto::Coordinator;
+  for (const std::string& cert : {std::string("worker-1"), std::string("foreign")}) {
+    SCOPED_TRACE(cert);
+    auto stub = RoleStub<Coordinator>(spec.chief[0], Client(cert, ""));
+    proto::RegisterRequest done;
+    done.set_worker_index(0);
+    done.set_finished(true);
+    grpc::Status status = Call(stub.get(), &Coordinator::Stub::Register, done);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::PERMISSION_DENIED) << status.error_message();
+    EXPECT_TRUE(absl::StrContains(status.error_message(), "worker-0.pstrain"))
+        << status.error_message();
+    proto::HeartbeatRequest beat;
+    beat.set_worker_index(0);
+    status = Call(stub.get(), &Coordinator::Stub::Heartbeat, beat);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::PERMISSION_DENIED) << status.error_message();
+    proto::WorkerDoneRequest left;
+    left.mutable_final_progress()->set_worker_index(0);
+    status = Call(stub.get(), &Coordinator::Stub::WorkerDone, left);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::PERMISSION_DENIED) << status.error_message();
+    proto::ClaimWorkerIndexRequest claim;
+    claim.set_claimant("intruder");
+    status = Call(stub.get(), &Coordinator::Stub::ClaimWorkerIndex, claim);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::PERMISSION_DENIED) << status.error_message();
+  }
+  auto foreign = RoleStub<Coordinator>(spec.chief[0], Client("foreign", ""));
+  EXPECT_EQ(Call(foreign.get(), &Coordinator::Stub::GetState).error_code(),
+            grpc::StatusCode::PERMISSION_DENIED);
+
+  auto worker0 = start("worker", "worker", 0);
+  auto worker1 = start("worker", "worker", 1);
+  ASSERT_TRUE(worker0 && worker1);
+  std::optional<int> chief_exit = chief->WaitForExit(absl::Seconds(240));
+  ASSERT_TRUE(chief_exit.has_value()) << chief->output();
+  EXPECT_EQ(ExitCode(*chief_exit), 0) << chief->output();
+  EXPECT_TRUE(absl::StrContains(chief->output(), "workers 2/2 done")) << chief->output();
+  for (TestProcess* process : {worker0.get(), worker1.get(), ps.get()}) {
+    std::optional<int> exited = process->WaitForExit(kTimeout);
+    ASSERT_TRUE(exited.has_value()) << process->output();
+    EXPECT_EQ(ExitCode(*exited), 0) << process->output();
+  }
+}
+
+// Worker 0 of a chief-less cluster acts as chief: under per-role
+// certificates its certificate must name chief-0 too, or it refuses to
+// start rather than be refused by the ps.
+TEST_F(SecurityTest, RoleCertificates_WorkerZeroAsChiefWithoutChiefName_ExitsTwo) {
+  const LocalSpec spec = PickLocalSpec(0, 1, 1);
+  std::vector<std::string> argv = {BinaryPath("worker")};
+  for (const std::string& f : RoleFlags("worker-0")) argv.push_back(f);
+  auto worker = TestProcess::Start(argv, {"TF_CONFIG=" + TfConfigJson(spec, "worker", 0)});
+  ASSERT_TRUE(worker.ok());
+  std::optional<int> exited = (*worker)->WaitForExit(kTimeout);
+  ASSERT_TRUE(exited.has_value()) << (*worker)->output();
+  EXPECT_EQ(ExitCode(*exited), 2) << (*worker)->output();
+  EXPECT_TRUE(absl::StrContains((*worker)->output(), "does not name chief-0.pstrain"))
+      << (*worker)->output();
 }
 
 }  // namespace

@@ -16,6 +16,7 @@
 #include "common/daemon_main.h"
 #include "common/logging.h"
 #include "common/process.h"
+#include "common/transport_security.h"
 #include "worker/device_mapping.h"
 #include "worker/device_options_from_flags.h"
 #include "worker/trainer.h"
@@ -86,6 +87,22 @@ int main(int argc, char** argv) {
     absl::Status chief_status;
     std::thread chief_thread;
     if (setup->tf.IsCoordinator()) {
+      // Under per-role certificates the ps take the chief's calls only
+      // from a certificate that names chief 0.
+      const pst::common::TransportSecurity& security = pst::common::GetTransportSecurity();
+      bool names_chief = false;
+      for (const pst::common::TaskIdentity& task : security.cert_tasks) {
+        names_chief =
+            names_chief || (task.type == pst::common::TaskType::kChief && task.index == 0);
+      }
+      if (security.roles() && !names_chief) {
+        spdlog::error(
+            "no chief in the cluster, so this worker acts as chief, but its certificate "
+            "(--tls_cert) does not name chief-0.pstrain: the ps would refuse its chief calls. "
+            "Give worker 0 a certificate with both worker-0.pstrain and chief-0.pstrain, or run a "
+            "chief");
+        return 2;
+      }
       spdlog::info("no chief in the cluster: this worker also acts as chief");
       const pst::chief::ChiefOptions options = pst::chief::ChiefOptionsFromFlags(*setup);
       chief_thread = std::thread(

@@ -1,0 +1,64 @@
+// Who is calling a gRPC service, and whether the caller's role allows the
+// call: the roles of a pstrain cluster read from the caller's certificate.
+//
+// Roles are checked only when this process's transport security enforces
+// them (TransportSecurity::roles(): mutual TLS, and a certificate that names
+// a task). Then a caller's tasks are those its verified certificate names
+// (task_identity.h); a certificate that names none has no role. Otherwise
+// (plaintext, or one shared certificate with no task name) roles cannot be
+// known and every check passes, as before roles existed.
+//
+//   chief     Save, Restore, SetMembership, CreateVariables, Shutdown on a
+//             ps; pulls for evaluation
+//   worker i  pushes and pulls as worker i; Register, Heartbeat, WorkerDone
+//             as worker i on the chief
+//   ps        nothing (a ps calls no one)
+//
+// Services check at the top of each handler and refuse with
+// PERMISSION_DENIED naming the role the call needs and the caller.
+#ifndef PST_COMMON_GRPC_CALLER_H_
+#define PST_COMMON_GRPC_CALLER_H_
+
+#include <grpcpp/grpcpp.h>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "common/task_identity.h"
+
+namespace pst::common {
+
+// A call's caller. A value; thread-compatible.
+struct Caller {
+  bool checked = false;             // false: roles unknown, every check passes
+  std::vector<TaskIdentity> tasks;  // the tasks it speaks for (checked only)
+  std::string who;                  // its names, for messages
+
+  bool Is(TaskType type, int index) const;
+  bool IsChief() const;                    // chief 0
+  std::optional<int> WorkerIndex() const;  // the worker it is, if any
+};
+
+// A caller named by `names` (its certificate's SANs, then its CN).
+Caller CallerFromNames(const std::vector<std::string>& names);
+
+// The caller of a call to this process's servers: unchecked unless
+// GetTransportSecurity().roles().
+Caller CallerOf(const grpc::ServerContextBase& context);
+
+// OK when `caller` may make `call`; PERMISSION_DENIED naming the role it
+// needs and the caller otherwise.
+//   RequireChief          the chief only
+//   RequireWorker         worker `worker_index` only
+//   RequireChiefOrWorker  the chief, or a worker acting as itself
+//                         (`worker_index` its own, or -1 for none)
+absl::Status RequireChief(const Caller& caller, absl::string_view call);
+absl::Status RequireWorker(const Caller& caller, int worker_index, absl::string_view call);
+absl::Status RequireChiefOrWorker(const Caller& caller, int worker_index, absl::string_view call);
+
+}  // namespace pst::common
+
+#endif  // PST_COMMON_GRPC_CALLER_H_
