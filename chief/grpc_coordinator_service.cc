@@ -16,6 +16,16 @@ grpc::ServerUnaryReactor* Finish(grpc::CallbackServerContext* context, const abs
 
 }  // namespace
 
+GrpcCoordinatorService::GrpcCoordinatorService(Coordinator* coordinator)
+    : coordinator_(coordinator) {
+  const std::string service = proto::Coordinator::service_full_name();
+  BoundRequestSize(&GrpcCoordinatorService::Register, service, "Register");
+  BoundRequestSize(&GrpcCoordinatorService::Heartbeat, service, "Heartbeat");
+  BoundRequestSize(&GrpcCoordinatorService::WorkerDone, service, "WorkerDone");
+  BoundRequestSize(&GrpcCoordinatorService::ClaimWorkerIndex, service, "ClaimWorkerIndex");
+  BoundRequestSize(&GrpcCoordinatorService::GetState, service, "GetState");
+}
+
 grpc::ServerUnaryReactor* GrpcCoordinatorService::Register(grpc::CallbackServerContext* context,
                                                            const proto::RegisterRequest* request,
                                                            proto::RegisterResponse* response) {

@@ -3,14 +3,18 @@
 #define PST_CHIEF_GRPC_COORDINATOR_SERVICE_H_
 
 #include "chief/coordinator.h"
+#include "common/grpc_bounded_service.h"
 #include "proto/pstrain.grpc.pb.h"
 
 namespace pst::chief {
 
-// Thread-safe. Does not own the coordinator.
-class GrpcCoordinatorService final : public proto::Coordinator::CallbackService {
+// Thread-safe. Does not own the coordinator. Every method is a control call:
+// requests over ServerLimits::max_control_message_bytes are refused
+// RESOURCE_EXHAUSTED unparsed (common/grpc_bounded_service.h).
+class GrpcCoordinatorService final
+    : public common::BoundedService<proto::Coordinator::CallbackService> {
  public:
-  explicit GrpcCoordinatorService(Coordinator* coordinator) : coordinator_(coordinator) {}
+  explicit GrpcCoordinatorService(Coordinator* coordinator);
 
   grpc::ServerUnaryReactor* Register(grpc::CallbackServerContext* context,
                                      const proto::RegisterRequest* request,

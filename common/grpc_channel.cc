@@ -1,6 +1,7 @@
 #include "common/grpc_channel.h"
 
 #include <grpcpp/health_check_service_interface.h>
+#include <grpcpp/resource_quota.h>
 
 #include <atomic>
 #include <chrono>
@@ -18,6 +19,7 @@ namespace pst::common {
 namespace {
 
 std::atomic<bool> dense_bdp_probe{true};
+ServerLimits server_limits;  // set before servers start (SetServerLimits)
 
 // The full names ("/pkg.Service/Method") of the methods a server of
 // `services` serves, gRPC's health service (StartServer enables it)
@@ -43,6 +45,10 @@ absl::StatusOr<std::vector<std::string>> ServedMethodNames(
 }  // namespace
 
 void SetDenseBdpProbe(bool enabled) { dense_bdp_probe.store(enabled); }
+
+void SetServerLimits(const ServerLimits& limits) { server_limits = limits; }
+
+const ServerLimits& GetServerLimits() { return server_limits; }
 
 std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address, int connection) {
   grpc::ChannelArguments args;
@@ -75,6 +81,19 @@ void ConfigureServerBuilder(grpc::ServerBuilder* builder) {
   if (!dense_bdp_probe.load()) {
     builder->AddChannelArgument(GRPC_ARG_HTTP2_BDP_PROBE, 0);
     builder->AddChannelArgument(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, kDenseWindowBytes);
+  }
+  const ServerLimits& limits = GetServerLimits();
+  if (limits.max_concurrent_streams > 0) {
+    builder->AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, limits.max_concurrent_streams);
+  }
+  if (limits.memory_quota_bytes > 0 || limits.max_threads > 0) {
+    // The builder keeps a reference to the quota's core object.
+    grpc::ResourceQuota quota("pstrain-server");
+    if (limits.memory_quota_bytes > 0) {
+      quota.Resize(static_cast<size_t>(limits.memory_quota_bytes));
+    }
+    if (limits.max_threads > 0) quota.SetMaxThreads(limits.max_threads);
+    builder->SetResourceQuota(quota);
   }
 }
 

@@ -40,7 +40,34 @@ inline constexpr int kDenseWindowBytes = 16 << 20;
 // 24.7-28.1k examples/s. Call before making channels or servers.
 void SetDenseBdpProbe(bool enabled);
 
-// Applies pstrain's limits to a server under construction.
+// A server's limits beyond kMaxMessageBytes (flags --grpc_max_concurrent_streams,
+// --grpc_memory_quota_mb, --grpc_max_threads, --grpc_max_control_message_mb).
+struct ServerLimits {
+  // HTTP/2 streams (calls) one client connection may have open at once;
+  // more wait in the client's queue until one ends. 0: no limit. The
+  // worker's dense calls (pieces of --dense_piece_bytes, 512 KiB, pipelined
+  // over 4 connections per ps) and parked SYNC/SSP pulls each hold one, so
+  // the default leaves room for a big model's pieces all in flight.
+  int max_concurrent_streams = 1024;
+  // gRPC's resource quota: memory its buffers may use (near it gRPC reads
+  // more slowly and may close idle connections), and threads its
+  // synchronous handlers may use (pstrain's services use the callback API,
+  // which this does not count). 0: no limit.
+  int64_t memory_quota_bytes = int64_t{8} << 30;
+  int max_threads = 256;
+  // Largest request a control method (BoundedService, grpc_bounded_service.h)
+  // accepts; the data plane (Pull, Push, PushPull, PullRows, PushRows) takes
+  // kMaxMessageBytes. 0: no limit beyond kMaxMessageBytes.
+  size_t max_control_message_bytes = 16 << 20;
+};
+
+// The process's server limits (StartServer and BoundedService read them).
+// Set before starting servers.
+void SetServerLimits(const ServerLimits& limits);
+const ServerLimits& GetServerLimits();
+
+// Applies pstrain's limits (kMaxMessageBytes, GetServerLimits()) to a server
+// under construction.
 void ConfigureServerBuilder(grpc::ServerBuilder* builder);
 
 // Sets a deadline `timeout` from now; with wait_for_ready the call waits

@@ -73,6 +73,11 @@ ABSL_DECLARE_FLAG(int32_t, cpu_devices);
 ABSL_DECLARE_FLAG(bool, log_device_placement);
 // Transport security (common/transport_security.h has their meaning).
 ABSL_DECLARE_FLAG(bool, bdp_probe);
+// gRPC server limits (common/grpc_channel.h: ServerLimits).
+ABSL_DECLARE_FLAG(int32_t, grpc_max_concurrent_streams);
+ABSL_DECLARE_FLAG(int64_t, grpc_memory_quota_mb);
+ABSL_DECLARE_FLAG(int32_t, grpc_max_threads);
+ABSL_DECLARE_FLAG(int64_t, grpc_max_control_message_mb);
 ABSL_DECLARE_FLAG(std::string, tls_cert);
 ABSL_DECLARE_FLAG(std::string, tls_key);
 ABSL_DECLARE_FLAG(std::string, tls_ca);
@@ -90,8 +95,9 @@ absl::StatusOr<std::unique_ptr<MetricsExporter>> StartMetricsFromFlags(const std
 
 // LoadTransportSecurity of the --tls_* and --auth_token_file flags, then
 // SetTransportSecurity: every channel and server of the process uses it;
-// and SetDenseBdpProbe(--bdp_probe).
-// Errors: as LoadTransportSecurity (a bad flag, an unreadable file).
+// SetDenseBdpProbe(--bdp_probe); and SetServerLimits of the --grpc_* flags.
+// Errors: as LoadTransportSecurity (a bad flag, an unreadable file);
+// InvalidArgument for a negative --grpc_* limit.
 absl::Status InitTransportFromFlags();
 
 // The training settings the coordinator decides and sends to every worker.

@@ -162,6 +162,13 @@ GrpcPsService::GrpcPsService(VariableStore* store, int ps_index, std::string tas
       stop_(stop),
       checkpoint_dir_(std::move(checkpoint_dir)),
       background_(kMaxBackgroundJobs) {
+  const std::string service = proto::ParameterServer::service_full_name();
+  BoundRequestSize(&GrpcPsService::CreateVariables, service, "CreateVariables");
+  BoundRequestSize(&GrpcPsService::SetMembership, service, "SetMembership");
+  BoundRequestSize(&GrpcPsService::Save, service, "Save");
+  BoundRequestSize(&GrpcPsService::Restore, service, "Restore");
+  BoundRequestSize(&GrpcPsService::Health, service, "Health");
+  BoundRequestSize(&GrpcPsService::Shutdown, service, "Shutdown");
   TouchChief();
   if (const char* delay = std::getenv(kSaveDelayEnv); delay != nullptr) {
     int ms = 0;

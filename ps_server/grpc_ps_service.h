@@ -14,9 +14,10 @@
 #include <vector>
 
 #include "absl/time/clock.h"
+#include "common/grpc_bounded_service.h"
 #include "common/process.h"
-#include "ps_server/background_work.h"
 #include "proto/pstrain.grpc.pb.h"
+#include "ps_server/background_work.h"
 #include "ps_server/variable_store.h"
 
 namespace pst::ps {
@@ -36,8 +37,11 @@ using ParameterServerBase = proto::ParameterServer::WithRawCallbackMethod_Pull<
         proto::ParameterServer::WithRawCallbackMethod_PushPull<
             proto::ParameterServer::CallbackService>>>;
 
-// Thread-safe. Does not own the store.
-class GrpcPsService final : public ParameterServerBase {
+// Thread-safe. Does not own the store. The control calls (CreateVariables,
+// SetMembership, Save, Restore, Health, Shutdown) refuse requests over
+// ServerLimits::max_control_message_bytes RESOURCE_EXHAUSTED unparsed
+// (common/grpc_bounded_service.h); the data plane takes kMaxMessageBytes.
+class GrpcPsService final : public common::BoundedService<ParameterServerBase> {
  public:
   // A Shutdown call stops `stop`. Checkpoints are saved and restored only
   // under `checkpoint_dir` ("": none, and Save and Restore are refused).

@@ -81,7 +81,8 @@ constexpr const char* kForwardedFlags[] = {
     "save_checkpoints_steps", "save_checkpoints_secs",
     "keep_checkpoints", "device", "gpus", "gpu_memory", "virtual_devices", "cpu_devices",
     "log_device_placement", "tls_cert", "tls_key", "tls_ca", "tls_server_name", "auth_token_file",
-    "bdp_probe",
+    "bdp_probe", "grpc_max_concurrent_streams", "grpc_memory_quota_mb", "grpc_max_threads",
+    "grpc_max_control_message_mb",
 };
 // clang-format on
 
