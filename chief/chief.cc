@@ -191,7 +191,11 @@ absl::StatusOr<SaveFigures> SaveCheckpoint(std::vector<PsPeer>& ps, const ChiefO
   const std::string name = common::CheckpointDirName(step);
   const std::string dir = absl::StrCat(options.checkpoint_dir, "/", name);
   if (common::ReadManifest(dir).ok()) {
-    if (common::InspectCheckpoint(dir).ok()) return figures;  // saved already
+    if (common::InspectCheckpoint(dir).ok()) {  // saved already
+      std::vector<proto::SaveResponse> ignored(ps.size());
+      each_ps(proto::SaveRequest::DISCARD, "", &ignored).IgnoreError();  // frees the copies
+      return figures;
+    }
     // A checkpoint of this step that fails its checks (the job fell back
     // past it): kept for a look under another name, never deleted.
     const std::string aside = absl::StrCat(dir, ".unusable-", absl::ToUnixMillis(absl::Now()));

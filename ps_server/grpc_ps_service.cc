@@ -312,6 +312,12 @@ grpc::ServerUnaryReactor* GrpcPsService::Save(grpc::CallbackServerContext* conte
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   absl::Status started = [&]() -> absl::Status {
     const proto::SaveRequest::Phase phase = request->phase();
+    if (phase == proto::SaveRequest::DISCARD) {
+      absl::MutexLock lock(&kept_mu_);
+      kept_ = nullptr;
+      reactor->Finish(grpc::Status::OK);
+      return absl::OkStatus();
+    }
     std::string dir;
     if (phase != proto::SaveRequest::SNAPSHOT) {
       PST_ASSIGN_OR_RETURN(dir, CheckpointPath(request->checkpoint()));

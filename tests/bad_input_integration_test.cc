@@ -225,6 +225,36 @@ TEST_F(BadInputTest, Restore_OfPathsRepeatsAndLinks_IsRefused_AndChangesNothing)
   EXPECT_TRUE(status.ok()) << status.error_message();
 }
 
+// The two phases of a save: a WRITE needs a SNAPSHOT kept, and DISCARD
+// drops it.
+TEST_F(BadInputTest, SaveWrite_WithoutAKeptSnapshot_IsFailedPrecondition) {
+  auto save = [&](proto::SaveRequest::Phase phase, proto::SaveResponse* response) {
+    grpc::ClientContext context;
+    common::SetDeadline(&context, kTimeout);
+    proto::SaveRequest request;
+    request.set_phase(phase);
+    request.set_checkpoint("ckpt-000000000007");
+    request.set_num_ps(1);
+    request.set_incarnation(incarnation_);
+    return stub_->Save(&context, request, response);
+  };
+  proto::SaveResponse response;
+  grpc::Status status = save(proto::SaveRequest::WRITE, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << status.error_message();
+  EXPECT_TRUE(FilesUnder(checkpoint_dir_).empty());
+  ASSERT_TRUE(save(proto::SaveRequest::SNAPSHOT, &response).ok());
+  EXPECT_TRUE(response.holds_dense());
+  EXPECT_TRUE(FilesUnder(checkpoint_dir_).empty()) << "a snapshot alone writes nothing";
+  ASSERT_TRUE(save(proto::SaveRequest::DISCARD, &response).ok());
+  status = save(proto::SaveRequest::WRITE, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << status.error_message();
+  ASSERT_TRUE(save(proto::SaveRequest::SNAPSHOT, &response).ok());
+  status = save(proto::SaveRequest::WRITE, &response);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(FilesUnder(checkpoint_dir_).size(), 1u);
+  ExpectServingAndUnchanged("the phases of a save");
+}
+
 // A ps started without --checkpoint_dir writes and reads no checkpoint.
 TEST(BadInputNoDirTest, SaveAndRestore_WithoutCheckpointDir_AreFailedPrecondition) {
   LocalSpec spec = PickLocalSpec(1, 1, 1);
