@@ -273,6 +273,26 @@ TEST_F(FaultInjectionTest, KilledPs_EveryPsIsRestoredFromTheLatestCheckpoint) {
   ExpectEveryBatchAppliedOnce(summary);
 }
 
+// In sync mode every version averages one batch of each worker (and with
+// two workers the sum is the same in either order): a restore from an
+// exact cut redoes exactly the versions after it, so the job ends with the
+// fault-free run's global step and parameters, bit for bit (the same test
+// loss to the last digit).
+TEST_F(FaultInjectionTest, KilledPsInSyncMode_EndsBitForBitAsWithoutTheFault) {
+  std::unique_ptr<TestProcess> launcher = Launch({}, "sync");
+  ASSERT_NE(launcher, nullptr);
+  ASSERT_TRUE(launcher->WaitForOutput("saved checkpoint", kTimeout)) << launcher->output();
+  absl::SleepFor(RandomDelay(absl::Seconds(2)));
+  const absl::Time killed = Kill(launcher.get(), "ps:1");
+  const nlohmann::json summary = Finish(launcher.get(), "ps:1");
+  ASSERT_GE(summary["recoveries"].size(), 1u) << output_;
+  PrintRecoveries(summary, killed);
+  const nlohmann::json baseline = Baselines("sync")[0];
+  EXPECT_EQ(summary["global_step"], baseline["global_step"]) << summary.dump();
+  EXPECT_EQ(summary["test_loss"].get<double>(), baseline["test_loss"].get<double>())
+      << summary.dump() << "\nfault-free: " << baseline.dump();
+}
+
 TEST_F(FaultInjectionTest, KilledChief_RestartsWithoutRestoringTheLivePs) {
   std::unique_ptr<TestProcess> launcher = Launch();
   ASSERT_NE(launcher, nullptr);
