@@ -9,7 +9,7 @@ DEMO_FLAGS ?= --ps=2 --workers=2 --epochs=3
 DEBIAN_PACKAGES := cmake make g++ pkg-config ccache \
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler \
   libabsl-dev libspdlog-dev libopenblas-dev nlohmann-json3-dev zlib1g-dev \
-  libgtest-dev dataset-fashion-mnist prometheus-cpp-dev
+  libgtest-dev dataset-fashion-mnist prometheus-cpp-dev libssl-dev
 # What only the tests need: iptables (packet loss in the multi-host test),
 # openssl (certificates), promtool, clang with libFuzzer.
 TEST_PACKAGES := iptables openssl prometheus clang libclang-rt-14-dev
