@@ -478,10 +478,6 @@ absl::Status VariableStore::PushNoWake(const proto::PushRequest& request,
         "push has ", request.gradients_size(), " gradients but ", payloads->size(), " payloads"));
   }
   PST_RETURN_IF_ERROR(CheckCounter(request.step(), "step"));
-  {
-    absl::MutexLock wait_lock(&wait_mu_);
-    PST_RETURN_IF_ERROR(CheckWorkerLocked(request.worker_index(), /*allow_none=*/false));
-  }
   // Gradient i's data: its pieces in gRPC's receive buffer, or the tensor's
   // own bytes.
   std::vector<std::string_view> whole(payloads == nullptr ? request.gradients_size() : 0);
@@ -545,6 +541,7 @@ absl::Status VariableStore::PushNoWake(const proto::PushRequest& request,
   proto::SyncMode mode;
   {
     absl::MutexLock wait_lock(&wait_mu_);
+    PST_RETURN_IF_ERROR(CheckWorkerLocked(worker, /*allow_none=*/false));
     mode = sync_.mode();
     // A push is identified by (worker, incarnation, part, step) when it
     // carries an incarnation; a repeat (a retry) is acknowledged and not
@@ -1164,10 +1161,6 @@ absl::Status VariableStore::PushRows(const proto::PushRowsRequest& request,
   }
   PST_RETURN_IF_ERROR(CheckIdCount(request.rows(), "PushRows"));
   PST_RETURN_IF_ERROR(CheckCounter(request.step(), "step"));
-  {
-    absl::MutexLock wait_lock(&wait_mu_);
-    PST_RETURN_IF_ERROR(CheckWorkerLocked(request.worker_index(), /*allow_none=*/false));
-  }
   absl::ReaderMutexLock lock(&mu_);
   if (optimizer_ == nullptr) {
     return absl::FailedPreconditionError("no variables have been created on this ps yet");
@@ -1219,6 +1212,7 @@ absl::Status VariableStore::PushRows(const proto::PushRowsRequest& request,
     // A repeat of an applied row push (worker, incarnation, step) is
     // acknowledged and not applied again.
     absl::MutexLock wait_lock(&wait_mu_);
+    PST_RETURN_IF_ERROR(CheckWorkerLocked(request.worker_index(), /*allow_none=*/false));
     if (request.incarnation() != 0) {
       PushKey& key = last_push_[{request.worker_index(), 0}];
       if (key.incarnation != request.incarnation()) key = PushKey{request.incarnation(), -1, -1};
