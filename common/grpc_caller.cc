@@ -51,11 +51,18 @@ Caller CallerFromNames(const std::vector<std::string>& names) {
 }
 
 Caller CallerOf(const grpc::ServerContextBase& context) {
-  if (!GetTransportSecurity().roles()) return Caller();
+  const TransportSecurity& security = GetTransportSecurity();
+  if (!security.roles()) return Caller();
+  // Under role tokens only the token's tasks count (the processor wrote
+  // them); under role certificates, the certificate's names.
+  std::vector<const char*> properties = {kTokenTaskProperty};
+  if (!security.token_roles()) {
+    properties = {GRPC_X509_SAN_PROPERTY_NAME, GRPC_X509_CN_PROPERTY_NAME};
+  }
   std::vector<std::string> names;
   std::shared_ptr<const grpc::AuthContext> auth = context.auth_context();
   if (auth != nullptr) {
-    for (const char* property : {GRPC_X509_SAN_PROPERTY_NAME, GRPC_X509_CN_PROPERTY_NAME}) {
+    for (const char* property : properties) {
       for (const grpc::string_ref& value : auth->FindPropertyValues(property)) {
         names.emplace_back(value.data(), value.size());
       }

@@ -1,11 +1,13 @@
 // Who is calling a gRPC service, and whether the caller's role allows the
-// call: the roles of a pstrain cluster read from the caller's certificate.
+// call: the roles of a pstrain cluster read from the caller's token or
+// certificate.
 //
 // Roles are checked only when this process's transport security enforces
-// them (TransportSecurity::roles(): mutual TLS, and a certificate that names
-// a task). Then a caller's tasks are those its verified certificate names
-// (task_identity.h); a certificate that names none has no role. Otherwise
-// (plaintext, or one shared certificate with no task name) roles cannot be
+// them (TransportSecurity::roles()). Under per-role tokens a caller's tasks
+// are those its token speaks for (role_tokens.h); under per-role
+// certificates, those its verified certificate names (task_identity.h), and
+// a certificate that names none has no role. Otherwise (plaintext, or one
+// shared certificate with no task name and no token table) roles cannot be
 // known and every check passes, as before roles existed.
 //
 //   chief     Save, Restore, SetMembership, CreateVariables, Shutdown on a

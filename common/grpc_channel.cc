@@ -142,9 +142,9 @@ absl::StatusOr<std::unique_ptr<grpc::Server>> StartServer(
           listen);
     } else if (!security.roles()) {
       spdlog::warn(
-          "serving on {} without per-role certificates: every caller the CA and token admit may "
-          "make every call (save, restore, shut the ps down); see README \"Security\" "
-          "(certificates naming chief-0.pstrain, worker-N.pstrain)",
+          "serving on {} without roles: every caller the CA and token admit may make every "
+          "call (save, restore, shut the ps down); see README \"Security\" (certificates "
+          "naming chief-0.pstrain, worker-N.pstrain, or --role_tokens_file)",
           listen);
     }
   }

@@ -147,8 +147,14 @@ ABSL_FLAG(std::string, tls_ca, "",
 ABSL_FLAG(std::string, tls_server_name, "",
           "Name expected in server certificates when it is not the TF_CONFIG host.");
 ABSL_FLAG(std::string, auth_token_file, "",
-          "File holding a shared secret every RPC must carry (UNAUTHENTICATED without it). "
-          "Needs TLS.");
+          "File holding the token this process sends with every RPC: the cluster's shared "
+          "secret, or this task's own token under --role_tokens_file. Servers answer "
+          "UNAUTHENTICATED without the right one. Needs TLS.");
+ABSL_FLAG(std::string, role_tokens_file, "",
+          "Servers (ps, chief): a table of per-role tokens, one line each: the token's SHA-256 "
+          "(hex) and the task it speaks for (worker-3.pstrain). Each caller's role then comes "
+          "from its token; other tokens are UNAUTHENTICATED. Needs TLS. See README "
+          "\"Security\".");
 
 ABSL_FLAG(int32_t, grpc_max_concurrent_streams, pst::common::ServerLimits().max_concurrent_streams,
           "Calls one client connection may have open at once on a daemon's gRPC server; more "
@@ -357,6 +363,7 @@ absl::Status InitTransportFromFlags() {
   files.tls_ca = absl::GetFlag(FLAGS_tls_ca);
   files.auth_token_file = absl::GetFlag(FLAGS_auth_token_file);
   files.tls_server_name = absl::GetFlag(FLAGS_tls_server_name);
+  files.role_tokens_file = absl::GetFlag(FLAGS_role_tokens_file);
   absl::StatusOr<TransportSecurity> security = LoadTransportSecurity(files);
   if (!security.ok()) return security.status();
   SetTransportSecurity(*std::move(security));

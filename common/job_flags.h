@@ -83,6 +83,7 @@ ABSL_DECLARE_FLAG(std::string, tls_key);
 ABSL_DECLARE_FLAG(std::string, tls_ca);
 ABSL_DECLARE_FLAG(std::string, tls_server_name);
 ABSL_DECLARE_FLAG(std::string, auth_token_file);
+ABSL_DECLARE_FLAG(std::string, role_tokens_file);
 
 namespace pst::common {
 

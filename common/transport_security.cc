@@ -81,6 +81,41 @@ class TokenProcessor final : public grpc::AuthMetadataProcessor {
   const std::string expected_;
 };
 
+// Admits only calls whose token is in the table of role tokens, and records
+// the tasks it speaks for in the call's auth context (kTokenTaskProperty),
+// where CallerOf finds them. The table holds digests: a lookup's time says
+// nothing of the tokens in it.
+class RoleTokenProcessor final : public grpc::AuthMetadataProcessor {
+ public:
+  explicit RoleTokenProcessor(RoleTokens tokens) : tokens_(std::move(tokens)) {}
+  bool IsBlocking() const override { return false; }
+  grpc::Status Process(const InputMetadata& auth_metadata, grpc::AuthContext* context,
+                       OutputMetadata* consumed, OutputMetadata*) override {
+    auto it = auth_metadata.find(kAuthHeader);
+    if (it == auth_metadata.end()) {
+      return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
+                          "this cluster gives each task a token of its own (--auth_token_file); "
+                          "none was sent");
+    }
+    absl::string_view got(it->second.data(), it->second.size());
+    const std::vector<TaskIdentity>* tasks = nullptr;
+    if (absl::ConsumePrefix(&got, kBearer)) tasks = &tokens_.TasksOf(got);
+    if (tasks == nullptr || tasks->empty()) {
+      return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
+                          "the token sent is not one of this cluster's role tokens "
+                          "(--role_tokens_file)");
+    }
+    for (const TaskIdentity& task : *tasks) {
+      context->AddProperty(kTokenTaskProperty, TaskName(task));
+    }
+    consumed->emplace(kAuthHeader, std::string(it->second.data(), it->second.size()));
+    return grpc::Status::OK;
+  }
+
+ private:
+  const RoleTokens tokens_;
+};
+
 absl::Mutex security_mu(absl::kConstInit);
 TransportSecurity* process_security ABSL_GUARDED_BY(security_mu) = nullptr;
 
@@ -119,6 +154,21 @@ absl::StatusOr<TransportSecurity> LoadTransportSecurity(const SecurityFiles& fil
           "--auth_token_file needs TLS (--tls_ca, and --tls_cert/--tls_key on daemons that "
           "serve): a token sent in plaintext can be read by anyone on the network");
     }
+  }
+  if (!files.role_tokens_file.empty()) {
+    absl::StatusOr<std::string> text = ReadFile("role_tokens_file", files.role_tokens_file);
+    if (!text.ok()) return text.status();
+    absl::StatusOr<RoleTokens> table = RoleTokens::Parse(*text);
+    if (!table.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("--role_tokens_file=", files.role_tokens_file,
+                                                     ": ", table.status().message()));
+    }
+    if (!s.tls()) {
+      return absl::InvalidArgumentError(
+          "--role_tokens_file needs TLS (--tls_ca, and --tls_cert/--tls_key on daemons that "
+          "serve): tokens sent in plaintext can be read by anyone on the network");
+    }
+    s.role_tokens = *std::move(table);
   }
   s.server_name = files.tls_server_name;
   return s;
@@ -165,7 +215,10 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
   options.pem_root_certs = security.ca_pem;
   options.pem_key_cert_pairs.push_back({security.key_pem, security.cert_pem});
   std::shared_ptr<grpc::ServerCredentials> credentials = grpc::SslServerCredentials(options);
-  if (!security.token.empty()) {
+  if (security.token_roles()) {
+    credentials->SetAuthMetadataProcessor(
+        std::make_shared<RoleTokenProcessor>(security.role_tokens));
+  } else if (!security.token.empty()) {
     credentials->SetAuthMetadataProcessor(std::make_shared<TokenProcessor>(security.token));
   }
   return credentials;
@@ -177,7 +230,9 @@ std::string DescribeTransportSecurity(const TransportSecurity& security) {
                     : security.cert_pem.empty() ? "TLS (no client certificate)"
                                                 : "mutual TLS";
   if (!security.token.empty()) out += ", token";
-  if (security.roles()) {
+  if (security.token_roles()) {
+    out += ", role tokens";
+  } else if (security.cert_roles()) {
     out += ", roles";
   } else if (!security.ca_pem.empty() && !security.cert_pem.empty()) {
     out += ", no roles";

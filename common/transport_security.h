@@ -16,14 +16,23 @@
 //   --tls_server_name      the name clients expect in server certificates,
 //                          when it is not the host in TF_CONFIG (one
 //                          certificate for the whole cluster, say)
+//   --role_tokens_file     servers: the table of per-role tokens
+//                          (role_tokens.h); each caller's token names its
+//                          task, and a token not in the table is
+//                          UNAUTHENTICATED. Each task then sends its own
+//                          token with --auth_token_file. Needs TLS.
 //
-// Roles: when this process's certificate names a pstrain task
-// (task_identity.h) and mutual TLS is on, its servers know each caller's
-// task from the caller's certificate and the gRPC services refuse calls the
-// caller's role may not make (grpc_caller.h). Otherwise (plaintext, TLS
-// without client certificates, one certificate with no task name shared by
-// every daemon) roles cannot be told apart and every authenticated caller
-// may make every call, as a single shared token does.
+// Roles: its servers know each caller's task, and the gRPC services refuse
+// calls the caller's role may not make (grpc_caller.h), in two cases:
+//   - per-role tokens (--role_tokens_file): the task comes from the
+//     caller's token; certificates then only encrypt and admit callers;
+//   - per-role certificates: this process's certificate names a pstrain
+//     task (task_identity.h) and mutual TLS is on; the task comes from the
+//     caller's certificate.
+// Otherwise (plaintext, TLS without client certificates or one certificate
+// with no task name shared by every daemon, and no table) roles cannot be
+// told apart and every authenticated caller may make every call, as a
+// single shared token does.
 //
 // The daemons' mains load it once from the flags
 // (InitTransportFromFlags in job_flags.h)
@@ -41,12 +50,13 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "common/role_tokens.h"
 #include "common/task_identity.h"
 
 namespace pst::common {
 
 struct SecurityFiles {
-  std::string tls_cert, tls_key, tls_ca, auth_token_file, tls_server_name;
+  std::string tls_cert, tls_key, tls_ca, auth_token_file, tls_server_name, role_tokens_file;
 };
 
 struct TransportSecurity {
@@ -54,15 +64,26 @@ struct TransportSecurity {
   std::string token;                      // empty: no token
   std::string server_name;                // empty: the address's host
   std::vector<TaskIdentity> cert_tasks;   // the tasks cert_pem names
+  RoleTokens role_tokens;                 // empty: no per-role tokens
   bool tls() const { return !ca_pem.empty() || !cert_pem.empty(); }
-  // Servers enforce roles: mutual TLS, and this process's certificate
-  // follows the per-role naming convention (so the cluster's do too).
-  bool roles() const { return !ca_pem.empty() && !cert_tasks.empty(); }
+  // Servers take roles from callers' tokens.
+  bool token_roles() const { return !role_tokens.empty(); }
+  // Servers take roles from callers' certificates: mutual TLS, this
+  // process's certificate follows the per-role naming convention (so the
+  // cluster's do too), and no per-role tokens.
+  bool cert_roles() const { return !token_roles() && !ca_pem.empty() && !cert_tasks.empty(); }
+  // Servers enforce roles.
+  bool roles() const { return token_roles() || cert_roles(); }
 };
+
+// The auth context property under which a server records the tasks a
+// caller's role token speaks for (one value a task, as task names).
+inline constexpr char kTokenTaskProperty[] = "pstrain_token_task";
 
 // Reads and checks the files. Errors: InvalidArgument naming the flag for a
 // certificate without its key (or the reverse), a file that is not PEM, an
-// empty token, or a token without TLS; NotFound naming the flag and path
+// empty token, a token or a table of role tokens without TLS, or a table
+// that does not parse (naming its line); NotFound naming the flag and path
 // for a file that cannot be read.
 absl::StatusOr<TransportSecurity> LoadTransportSecurity(const SecurityFiles& files);
 
@@ -80,8 +101,9 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
     const TransportSecurity& security);
 
 // What the flags' help and the logs say of `security`: "plaintext",
-// "TLS", "mutual TLS", each with ", token" when one is set and ", roles"
-// when roles() (", no roles" for mutual TLS without them).
+// "TLS", "mutual TLS", each with ", token" when one is set, then ", roles"
+// (certificates), ", role tokens" or, for mutual TLS without either,
+// ", no roles".
 std::string DescribeTransportSecurity(const TransportSecurity& security);
 
 }  // namespace pst::common

@@ -86,11 +86,38 @@ TEST_F(TransportSecurityTest, BadSettings_NameTheFlag) {
   f = SecurityFiles();
   f.auth_token_file = text;
   cases.push_back({f, absl::StatusCode::kInvalidArgument, "--auth_token_file needs TLS"});
+  const std::string table = Write("roles", std::string(64, 'a') + " worker-0.pstrain\n");
+  f = SecurityFiles();
+  f.role_tokens_file = table;
+  cases.push_back({f, absl::StatusCode::kInvalidArgument, "--role_tokens_file needs TLS"});
+  f = SecurityFiles();
+  f.tls_ca = pem;
+  f.role_tokens_file = Write("bad-roles", std::string(64, 'a') + " worker-0\n");
+  cases.push_back({f, absl::StatusCode::kInvalidArgument,
+                   "--role_tokens_file=" + f.role_tokens_file + ": line 1: 'worker-0' is not"});
+  f.role_tokens_file = dir_ + "/missing-roles";
+  cases.push_back({f, absl::StatusCode::kNotFound, "--role_tokens_file=" + dir_});
   for (const Case& c : cases) {
     absl::StatusOr<TransportSecurity> s = LoadTransportSecurity(c.files);
     EXPECT_EQ(s.status().code(), c.code) << s.status();
     EXPECT_TRUE(absl::StrContains(s.status().message(), c.message)) << s.status();
   }
+}
+
+TEST_F(TransportSecurityTest, RoleTokens_RolesComeFromTokensNotCertificates) {
+  SecurityFiles files;
+  files.tls_cert = Write("c.pem", kPem);
+  files.tls_key = Write("k.pem", kPem);
+  files.tls_ca = Write("ca.pem", kPem);
+  files.auth_token_file = Write("token", "mine\n");
+  files.role_tokens_file = Write("roles", std::string(64, 'b') + " ps-0.pstrain\n");
+  absl::StatusOr<TransportSecurity> s = LoadTransportSecurity(files);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_TRUE(s->roles());
+  EXPECT_TRUE(s->token_roles());
+  EXPECT_FALSE(s->cert_roles());
+  EXPECT_EQ(DescribeTransportSecurity(*s), "mutual TLS, token, role tokens");
+  EXPECT_TRUE(MakeServerCredentials(*s).ok());
 }
 
 TEST_F(TransportSecurityTest, CaWithoutCertificate_ClientOnly_ServerRefusesToStart) {

@@ -20,6 +20,7 @@
 #include "common/tensor_util.h"
 #include "proto/pstrain.grpc.pb.h"
 #include "tests/test_cluster.h"
+#include "tests/test_requests.h"
 
 namespace pst::testing {
 namespace {
@@ -28,15 +29,8 @@ namespace fs = std::filesystem;
 
 constexpr absl::Duration kTimeout = absl::Seconds(60);
 
-proto::VariableSpec Spec(const std::string& name, std::vector<int64_t> shape) {
-  proto::VariableSpec spec;
-  spec.set_name(name);
-  spec.set_dtype(proto::DT_FLOAT32);
-  for (int64_t d : shape) spec.add_shape(d);
-  spec.mutable_initializer()->set_kind(proto::Initializer::NORMAL);
-  spec.mutable_initializer()->set_scale(0.1f);
-  spec.mutable_initializer()->set_seed(7);
-  return spec;
+proto::VariableSpec Spec(const std::string& name, const std::vector<int64_t>& shape) {
+  return FloatSpec(name, shape, /*seed=*/7);
 }
 
 // Every regular file below `dir`, with its size, for "nothing was written"

@@ -22,54 +22,13 @@
 #include "common/transport_security.h"
 #include "proto/pstrain.grpc.pb.h"
 #include "tests/test_cluster.h"
+#include "tests/test_requests.h"
+#include "tests/test_security.h"
 
 namespace pst::testing {
 namespace {
 
 constexpr absl::Duration kTimeout = absl::Seconds(60);
-
-bool Shell(const std::string& command) {
-  return std::system((command + " >/dev/null 2>&1").c_str()) == 0;
-}
-
-// A CA and a certificate it signed for 127.0.0.1 and localhost, as
-// <dir>/<name>-ca.pem, <name>.pem and <name>.key (EC P-256, two days).
-bool MakeCertificates(const std::string& dir, const std::string& name) {
-  const std::string p = absl::StrCat(dir, "/", name);
-  const std::string ec = "-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes";
-  {
-    std::ofstream ext(p + ".ext");
-    ext << "subjectAltName=IP:127.0.0.1,DNS:localhost\n";
-    if (!ext) return false;
-  }  // closed: openssl reads it below
-  return Shell(absl::StrCat("openssl req -x509 ", ec, " -keyout ", p, "-ca.key -out ", p,
-                          "-ca.pem -days 2 -subj /CN=", name, "-ca")) &&
-         Shell(absl::StrCat("openssl req ", ec, " -keyout ", p, ".key -out ", p,
-                          ".csr -subj /CN=", name, "-node")) &&
-         Shell(absl::StrCat("openssl x509 -req -in ", p, ".csr -CA ", p, "-ca.pem -CAkey ", p,
-                          "-ca.key -CAcreateserial -out ", p, ".pem -days 2 -extfile ", p,
-                          ".ext"));
-}
-
-// A certificate signed by <dir>/<ca>-ca.pem for 127.0.0.1 and localhost, and
-// for `task` ("worker-1": the SAN worker-1.pstrain) unless it is empty, as
-// <dir>/<name>.pem and <name>.key.
-bool MakeTaskCertificate(const std::string& dir, const std::string& ca, const std::string& name,
-                         const std::string& task) {
-  const std::string p = absl::StrCat(dir, "/", name);
-  const std::string c = absl::StrCat(dir, "/", ca);
-  {
-    std::ofstream ext(p + ".ext");
-    ext << "subjectAltName=IP:127.0.0.1,DNS:localhost"
-        << (task.empty() ? "" : absl::StrCat(",DNS:", task, ".pstrain")) << "\n";
-    if (!ext) return false;
-  }
-  return Shell(absl::StrCat("openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes",
-                            " -keyout ", p, ".key -out ", p, ".csr -subj /CN=", name)) &&
-         Shell(absl::StrCat("openssl x509 -req -in ", p, ".csr -CA ", c, "-ca.pem -CAkey ", c,
-                            "-ca.key -CAcreateserial -out ", p, ".pem -days 2 -extfile ", p,
-                            ".ext"));
-}
 
 void WriteFile(const std::string& path, const std::string& content) {
   std::ofstream(path) << content;
@@ -78,7 +37,7 @@ void WriteFile(const std::string& path, const std::string& content) {
 class SecurityTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (!Shell("command -v openssl")) GTEST_SKIP() << "no openssl command to make certificates";
+    if (!HaveOpenssl()) GTEST_SKIP() << "no openssl command to make certificates";
     dir_ = TestDir();
     ASSERT_TRUE(MakeCertificates(dir_, "cluster"));
     ASSERT_TRUE(MakeCertificates(dir_, "rogue"));
@@ -98,18 +57,9 @@ class SecurityTest : public ::testing::Test {
   }
 
   // A client's security: its certificate (name: "cluster", "rogue" or ""),
-  // the CA it trusts, and its token file ("" for none).
+  // the cluster's CA, and its token file ("" for none).
   common::TransportSecurity Client(const std::string& cert, const std::string& token) const {
-    common::SecurityFiles files;
-    files.tls_ca = dir_ + "/cluster-ca.pem";
-    if (!cert.empty()) {
-      files.tls_cert = absl::StrCat(dir_, "/", cert, ".pem");
-      files.tls_key = absl::StrCat(dir_, "/", cert, ".key");
-    }
-    if (!token.empty()) files.auth_token_file = absl::StrCat(dir_, "/", token);
-    absl::StatusOr<common::TransportSecurity> s = common::LoadTransportSecurity(files);
-    EXPECT_TRUE(s.ok()) << s.status();
-    return s.value_or(common::TransportSecurity());
+    return ClientSecurity(dir_, "cluster", cert, token);
   }
 
   // The flags of a daemon with the per-role certificate `name`.
@@ -278,35 +228,6 @@ TEST_F(SecurityTest, Intruders_AreRefused_AndTheParametersStayUnchanged) {
 namespace pst::testing {
 namespace {
 
-template <typename Service>
-std::unique_ptr<typename Service::Stub> RoleStub(const std::string& address,
-                                                 const common::TransportSecurity& security) {
-  grpc::ChannelArguments args;
-  return Service::NewStub(
-      grpc::CreateCustomChannel(address, common::MakeChannelCredentials(security), args));
-}
-
-// Calls `method` of `stub` with a default request and a 10 s deadline.
-template <typename Stub, typename Request, typename Response>
-grpc::Status Call(Stub* stub,
-                  grpc::Status (Stub::*method)(grpc::ClientContext*, const Request&, Response*),
-                  const Request& request = Request()) {
-  grpc::ClientContext context;
-  common::SetDeadline(&context, absl::Seconds(10), /*wait_for_ready=*/true);
-  Response response;
-  return (stub->*method)(&context, request, &response);
-}
-
-proto::PushRequest OnesPush(int worker_index) {
-  proto::PushRequest push;
-  push.set_worker_index(worker_index);
-  push.add_names("w");
-  common::Shape shape;
-  shape.Add(4);
-  common::PackFloats(std::vector<float>{1, 1, 1, 1}, shape, push.add_gradients());
-  return push;
-}
-
 // Per-role certificates: a worker's certificate cannot manage the ps
 // (create, save, restore, change membership, shut down) nor push as another
 // worker; a certificate from the cluster's CA that names no task can do
@@ -322,17 +243,11 @@ TEST_F(SecurityTest, RoleCertificates_PsTakesManagementOnlyFromTheChief) {
   ASSERT_TRUE(ps->WaitForOutput("mutual TLS, roles", kTimeout)) << ps->output();
 
   using Ps = proto::ParameterServer;
-  auto chief = RoleStub<Ps>(address, Client("chief-0", ""));
-  auto worker = RoleStub<Ps>(address, Client("worker-1", ""));
-  auto foreign = RoleStub<Ps>(address, Client("foreign", ""));
+  auto chief = SecureStub<Ps>(address, Client("chief-0", ""));
+  auto worker = SecureStub<Ps>(address, Client("worker-1", ""));
+  auto foreign = SecureStub<Ps>(address, Client("foreign", ""));
 
-  proto::CreateVariablesRequest create;
-  proto::VariableSpec* w = create.add_variables();
-  w->set_name("w");
-  w->set_dtype(proto::DT_FLOAT32);
-  w->add_shape(4);
-  create.mutable_optimizer()->set_name("sgd");
-  create.mutable_optimizer()->set_learning_rate(1.0f);
+  const proto::CreateVariablesRequest create = CreateW();
   grpc::Status status = Call(worker.get(), &Ps::Stub::CreateVariables, create);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::PERMISSION_DENIED) << status.error_message();
   EXPECT_TRUE(absl::StrContains(status.error_message(), "needs the chief's role"))
@@ -430,7 +345,7 @@ TEST_F(SecurityTest, RoleCertificates_JobTrains_AndWorkersActOnlyAsThemselves) {
   using Coordinator = proto::Coordinator;
   for (const std::string& cert : {std::string("worker-1"), std::string("foreign")}) {
     SCOPED_TRACE(cert);
-    auto stub = RoleStub<Coordinator>(spec.chief[0], Client(cert, ""));
+    auto stub = SecureStub<Coordinator>(spec.chief[0], Client(cert, ""));
     proto::RegisterRequest done;
     done.set_worker_index(0);
     done.set_finished(true);
@@ -451,7 +366,7 @@ TEST_F(SecurityTest, RoleCertificates_JobTrains_AndWorkersActOnlyAsThemselves) {
     status = Call(stub.get(), &Coordinator::Stub::ClaimWorkerIndex, claim);
     EXPECT_EQ(status.error_code(), grpc::StatusCode::PERMISSION_DENIED) << status.error_message();
   }
-  auto foreign = RoleStub<Coordinator>(spec.chief[0], Client("foreign", ""));
+  auto foreign = SecureStub<Coordinator>(spec.chief[0], Client("foreign", ""));
   EXPECT_EQ(Call(foreign.get(), &Coordinator::Stub::GetState).error_code(),
             grpc::StatusCode::PERMISSION_DENIED);
 

@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
 #include "absl/synchronization/mutex.h"
 #include "common/progress.h"
 #include "common/tf_config.h"
@@ -182,7 +183,13 @@ int RunLocalCluster(const LocalClusterOptions& options, common::StopSignal* stop
     const std::string task = common::TaskIdString(tf.task);
     SpawnOptions spawn;
     spawn.argv = {absl::StrCat(options.bin_dir, "/", launches[i].binary)};
-    for (const std::string& flag : options.daemon_flags) spawn.argv.push_back(flag);
+    // "{task}" in a flag is this daemon's task ("worker-1"): its own
+    // certificate or token file under per-role security.
+    const std::string task_name =
+        absl::StrCat(std::string(common::TaskTypeName(tf.task.type)), "-", tf.task.index);
+    for (const std::string& flag : options.daemon_flags) {
+      spawn.argv.push_back(absl::StrReplaceAll(flag, {{"{task}", task_name}}));
+    }
     if (tf.task.type == common::TaskType::kWorker && tf.task.index == options.slow_worker) {
       spawn.argv.push_back(absl::StrCat("--step_delay_ms=", options.slow_worker_delay_ms));
     }

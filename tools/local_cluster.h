@@ -27,7 +27,9 @@ struct LocalClusterOptions {
   bool with_chief = true;  // false: worker 0 acts as chief
   std::string host = "127.0.0.1";
   std::string bin_dir;                    // where ps_server, worker, chief live
-  std::vector<std::string> daemon_flags;  // passed to every daemon
+  // Passed to every daemon, "{task}" replaced by its task ("ps-0",
+  // "worker-1"): --tls_cert=certs/{task}.pem gives each its own.
+  std::vector<std::string> daemon_flags;
   std::string summary_json;               // passed to the coordinator task
   int metrics_port = 0;  // > 0: daemon k (in start order) serves /metrics on metrics_port + k
   int slow_worker = -1;                   // this worker gets --step_delay_ms

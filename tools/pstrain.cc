@@ -81,6 +81,7 @@ constexpr const char* kForwardedFlags[] = {
     "save_checkpoints_steps", "save_checkpoints_secs",
     "keep_checkpoints", "device", "gpus", "gpu_memory", "virtual_devices", "cpu_devices",
     "log_device_placement", "tls_cert", "tls_key", "tls_ca", "tls_server_name", "auth_token_file",
+    "role_tokens_file",
     "bdp_probe", "grpc_max_concurrent_streams", "grpc_memory_quota_mb", "grpc_max_threads",
     "grpc_max_control_message_mb",
 };
@@ -401,6 +402,16 @@ int Devices() {
   return status.code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
 }
 
+// Whether a security flag holds "{task}": pstrain local gives each daemon
+// its own certificate or token.
+bool NamesEachTasksFiles() {
+  for (const char* name : {"tls_cert", "tls_key", "auth_token_file"}) {
+    const absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
+    if (flag != nullptr && absl::StrContains(flag->CurrentValue(), "{task}")) return true;
+  }
+  return false;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -411,8 +422,14 @@ int main(int argc, char** argv) {
     return 2;
   }
   const std::string command = args[1];
-  // health and check reach daemons; local forwards these flags to them.
-  if (absl::Status security = pst::common::InitTransportFromFlags(); !security.ok()) {
+  // health and check reach daemons; local forwards these flags to them, and
+  // checks them here first unless they name each daemon's own files
+  // ("{task}"), which only the daemons can load.
+  absl::Status security = absl::OkStatus();
+  if (command != "local" || !NamesEachTasksFiles()) {
+    security = pst::common::InitTransportFromFlags();
+  }
+  if (!security.ok()) {
     std::fprintf(stderr, "pstrain %s: %s\n", command.c_str(),
                  std::string(security.message()).c_str());
     return 2;

@@ -95,7 +95,7 @@ int main(int argc, char** argv) {
         names_chief =
             names_chief || (task.type == pst::common::TaskType::kChief && task.index == 0);
       }
-      if (security.roles() && !names_chief) {
+      if (security.cert_roles() && !names_chief) {
         spdlog::error(
             "no chief in the cluster, so this worker acts as chief, but its certificate "
             "(--tls_cert) does not name chief-0.pstrain: the ps would refuse its chief calls. "
