@@ -373,16 +373,14 @@ absl::StatusOr<CheckpointReport> InspectCheckpoint(const std::string& dir) {
     absl::Status parsed;
     while (true) {
       ShardRecord record;
-      absl::StatusOr<bool> more = reader->Next(&record);
+      // The report needs the spec, rows and version, not the tensors.
+      absl::StatusOr<bool> more =
+          reader->Next(&record, [](const proto::VariableSpec&) { return false; });
       if (!more.ok()) {
         parsed = more.status();
         break;
       }
       if (!*more) break;
-      // The report needs the spec, rows and version, not the values.
-      record.values = {};
-      record.slots.assign(record.slots.size(), {});
-      record.hash_ids = {};
       records.push_back(std::move(record));
     }
     if (parsed.ok() && reader->file_crc32() != shard.crc32()) {

@@ -78,7 +78,10 @@ absl::Status CheckCheckpointName(absl::string_view name);
 // first that does not (a path, a repeat, a gap).
 absl::Status CheckManifestShards(const proto::CheckpointManifest& manifest);
 
-// Writes <dir>/MANIFEST.json atomically (the commit point). Errors: Internal.
+// Writes <dir>/MANIFEST.json atomically (the commit point; safe_file.h):
+// on any error the manifest there before, if any, is unchanged and no temp
+// file is left. Errors: ResourceExhausted for a full disk, Internal or
+// FailedPrecondition (a link) otherwise, each naming the file.
 absl::Status WriteManifest(const std::string& dir, const proto::CheckpointManifest& manifest);
 // Fields this build does not know are ignored. Errors: NotFound when
 // absent; FailedPrecondition for a symbolic link; DataLoss when it does not

@@ -1,9 +1,11 @@
 #include "common/checkpoint_format.h"
 
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -13,6 +15,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/shard_reader.h"
+#include "common/status_macros.h"
 #include "gtest/gtest.h"
 
 namespace pst::common {
@@ -228,6 +232,54 @@ TEST_F(CheckpointFormatTest, ReadShard_FlippedByte_IsDataLossNamingTheFile) {
     bad[i] = static_cast<char>(bad[i] ^ 0x5a);
     WriteBytes(path, bad);
     ExpectDataLoss(path, absl::StrCat("byte ", i, " flipped"));
+  }
+}
+
+// Every record through ShardReader with `keep`, or its error.
+absl::StatusOr<std::vector<ShardRecord>> ReadKeeping(const std::string& path,
+                                                     const ShardReader::KeepTensors& keep) {
+  PST_ASSIGN_OR_RETURN(std::unique_ptr<ShardReader> reader, ShardReader::Open(path));
+  std::vector<ShardRecord> records;
+  while (true) {
+    ShardRecord r;
+    PST_ASSIGN_OR_RETURN(const bool more, reader->Next(&r, keep));
+    if (!more) return records;
+    records.push_back(std::move(r));
+  }
+}
+
+TEST_F(CheckpointFormatTest, ShardReader_RecordsNotKept_ComeWithoutTensors_AndAreStillChecked) {
+  const std::string path = Path("shard-0-of-1.pst");
+  const std::vector<ShardRecord> want = SampleRecords();
+  ASSERT_TRUE(WriteShardFile(path, want, nullptr).ok());
+  auto only_bias = [](const proto::VariableSpec& spec) { return spec.name() == "dense_0/bias"; };
+  absl::StatusOr<std::vector<ShardRecord>> got = ReadKeeping(path, only_bias);
+  ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_EQ(got->size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    const ShardRecord& g = (*got)[i];
+    SCOPED_TRACE(want[i].spec.name());
+    EXPECT_EQ(g.spec.SerializeAsString(), want[i].spec.SerializeAsString());
+    EXPECT_EQ(g.version, want[i].version);
+    EXPECT_EQ(g.rows, want[i].rows);
+    ASSERT_EQ(g.slots.size(), want[i].slots.size());
+    if (only_bias(g.spec)) {
+      EXPECT_EQ(g.values, want[i].values);
+      continue;
+    }
+    EXPECT_TRUE(g.values.empty());
+    EXPECT_TRUE(g.hash_ids.empty());
+    for (const std::vector<float>& slot : g.slots) EXPECT_TRUE(slot.empty());
+  }
+  // A flipped byte anywhere is caught whether or not the record is kept.
+  const std::string good = ReadBytes(path);
+  auto none = [](const proto::VariableSpec&) { return false; };
+  for (size_t i = 0; i < good.size(); ++i) {
+    std::string bad = good;
+    bad[i] = static_cast<char>(bad[i] ^ 0x5a);
+    WriteBytes(path, bad);
+    EXPECT_EQ(ReadKeeping(path, none).status().code(), absl::StatusCode::kDataLoss)
+        << "byte " << i << " flipped";
   }
 }
 
@@ -471,6 +523,47 @@ TEST_F(CheckpointFormatTest, Manifest_RoundTrips) {
   absl::StatusOr<proto::CheckpointManifest> got = ReadManifest(dir_);
   ASSERT_TRUE(got.ok()) << got.status();
   EXPECT_EQ(got->SerializeAsString(), m.SerializeAsString());
+}
+
+// A disk that fills as the chief writes a manifest: RESOURCE_EXHAUSTED
+// naming the file, no temp file left, and the manifest already there (a
+// checkpoint saved again at the same step) unchanged. Needs root (a small
+// tmpfs).
+TEST_F(CheckpointFormatTest, WriteManifest_OnAFullDisk_IsResourceExhausted_AndKeepsTheOldOne) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to mount a small tmpfs";
+  if (::mount("tmpfs", dir_.c_str(), "tmpfs", 0, "size=64k") != 0) {
+    GTEST_SKIP() << "cannot mount a tmpfs here: " << std::strerror(errno);
+  }
+  struct Unmount {
+    std::string dir;
+    ~Unmount() { ::umount2(dir.c_str(), MNT_DETACH); }
+  } unmount{dir_};
+  proto::CheckpointManifest m;
+  m.set_format_version(1);
+  m.set_global_step(100);
+  ASSERT_TRUE(WriteManifest(dir_, m).ok());
+  const std::string old = ReadBytes(Path(kManifestFile));
+  // Fill the disk; then a manifest with a plan too large for what is left.
+  {
+    std::ofstream filler(Path("filler"), std::ios::binary);
+    const std::string block(4096, 'x');
+    while (filler.write(block.data(), block.size())) {
+    }
+  }
+  for (int i = 0; i < 200; ++i) {
+    *m.mutable_plan()->add_variables()->mutable_spec() =
+        DenseSpec(absl::StrCat("layer_", i, "/kernel"), {64, 64});
+  }
+  const absl::Status status = WriteManifest(dir_, m);
+  EXPECT_EQ(status.code(), absl::StatusCode::kResourceExhausted) << status;
+  EXPECT_TRUE(Contains(std::string(status.message()), kManifestFile)) << status;
+  std::vector<std::string> names;
+  for (const fs::directory_entry& e : fs::directory_iterator(dir_)) {
+    names.push_back(e.path().filename().string());
+  }
+  std::sort(names.begin(), names.end());
+  EXPECT_EQ(names, (std::vector<std::string>{kManifestFile, "filler"}));
+  EXPECT_EQ(ReadBytes(Path(kManifestFile)), old);
 }
 
 TEST_F(CheckpointFormatTest, Manifest_Garbage_IsDataLoss) {

@@ -88,7 +88,23 @@ absl::Status ShardReader::Read(void* out, uint64_t n, const std::string& what) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<bool> ShardReader::Next(ShardRecord* record) {
+absl::StatusOr<uint32_t> ShardReader::Skip(uint64_t n, const std::string& what) {
+  if (n > remaining()) {
+    return Loss(absl::StrCat("truncated in ", what, " (", n, " bytes needed, ", remaining(),
+                             " left)"));
+  }
+  scratch_.resize(buffer_.size());
+  uLong crc = crc32(0L, Z_NULL, 0);
+  while (n > 0) {
+    const size_t take = static_cast<size_t>(std::min<uint64_t>(n, scratch_.size()));
+    PST_RETURN_IF_ERROR(Read(scratch_.data(), take, what));
+    crc = crc32(crc, reinterpret_cast<const Bytef*>(scratch_.data()), static_cast<uInt>(take));
+    n -= take;
+  }
+  return static_cast<uint32_t>(crc);
+}
+
+absl::StatusOr<bool> ShardReader::Next(ShardRecord* record, const KeepTensors& keep) {
   if (finished_) return false;
   if (records_read_ == record_count_) {
     char trailer[kShardTagBytes];
@@ -151,6 +167,7 @@ absl::StatusOr<bool> ShardReader::Next(ShardRecord* record) {
   }
   const uint32_t num_slots = tensor_count - fixed;
   r.slots.resize(num_slots);
+  const bool keeping = keep == nullptr || keep(r.spec);
   for (uint32_t t = 0; t < tensor_count; ++t) {
     uint64_t payload_bytes = 0;
     PST_RETURN_IF_ERROR(read(&payload_bytes, sizeof(payload_bytes), absl::StrCat("tensor ", t)));
@@ -172,19 +189,24 @@ absl::StatusOr<bool> ShardReader::Next(ShardRecord* record) {
       return loss(absl::StrCat("tensor ", t, " is ", payload_bytes, " bytes, expected ", expected,
                                " for ", r.rows, " rows of shape ", ShapeString(r.spec.shape())));
     }
-    void* data;
-    if (ids) {
-      r.hash_ids.resize(static_cast<size_t>(r.rows));
-      data = r.hash_ids.data();
+    uint32_t actual = 0;
+    if (keeping) {
+      void* data;
+      if (ids) {
+        r.hash_ids.resize(static_cast<size_t>(r.rows));
+        data = r.hash_ids.data();
+      } else {
+        std::vector<float>& floats = t == 0 ? r.values : r.slots[t - 1];
+        floats.resize(static_cast<size_t>(payload_bytes / sizeof(float)));
+        data = floats.data();
+      }
+      PST_RETURN_IF_ERROR(read(data, payload_bytes, absl::StrCat("tensor ", t)));
+      actual = ShardCrc32(static_cast<const char*>(data), payload_bytes);
     } else {
-      std::vector<float>& floats = t == 0 ? r.values : r.slots[t - 1];
-      floats.resize(static_cast<size_t>(payload_bytes / sizeof(float)));
-      data = floats.data();
+      PST_ASSIGN_OR_RETURN(actual, Skip(payload_bytes, absl::StrCat("tensor ", t)));
     }
-    PST_RETURN_IF_ERROR(read(data, payload_bytes, absl::StrCat("tensor ", t)));
     uint32_t stored = 0;
     PST_RETURN_IF_ERROR(read(&stored, sizeof(stored), absl::StrCat("the crc32 of tensor ", t)));
-    const uint32_t actual = ShardCrc32(static_cast<const char*>(data), payload_bytes);
     if (stored != actual) {
       return loss(absl::StrCat("tensor ", t, " checksum mismatch: stored crc32 ", stored,
                                ", computed ", actual));

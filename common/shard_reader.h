@@ -11,6 +11,7 @@
 #define PST_COMMON_SHARD_READER_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -34,12 +35,20 @@ class ShardReader {
   int64_t file_bytes() const { return file_bytes_; }
   uint32_t record_count() const { return record_count_; }
 
+  // Whether a record's tensors are wanted, from its spec.
+  using KeepTensors = std::function<bool(const proto::VariableSpec&)>;
+
   // Reads the next record into `*record` and returns true, or checks the
   // trailer and the end of the file and returns false once every record
-  // was read. Errors: DataLoss naming the file and the record (and its
-  // variable when known) for a truncated file, a checksum mismatch, sizes
-  // that do not match the spec, or bytes after the trailer.
-  absl::StatusOr<bool> Next(ShardRecord* record);
+  // was read. A record `keep` refuses is checked all the same, every
+  // checksum included, through a small buffer, and comes back with its
+  // spec, version and rows but no tensors (values, slots and hash_ids
+  // empty): a reader that skips what it does not hold needs memory for
+  // what it keeps only. No `keep`: every record whole.
+  // Errors: DataLoss naming the file and the record (and its variable when
+  // known) for a truncated file, a checksum mismatch, sizes that do not
+  // match the spec, or bytes after the trailer.
+  absl::StatusOr<bool> Next(ShardRecord* record, const KeepTensors& keep = nullptr);
 
   // After Next returned false: the crc32 of the whole file.
   uint32_t file_crc32() const { return file_crc_; }
@@ -50,6 +59,8 @@ class ShardReader {
   // Reads exactly `n` bytes into `out`, adding them to the file's (and,
   // while in a record, the record's) checksum.
   absl::Status Read(void* out, uint64_t n, const std::string& what);
+  // Reads `n` bytes through a small buffer and returns their crc32.
+  absl::StatusOr<uint32_t> Skip(uint64_t n, const std::string& what);
   uint64_t remaining() const { return static_cast<uint64_t>(file_bytes_) - offset_; }
   absl::Status Loss(const std::string& why) const;
 
@@ -58,6 +69,7 @@ class ShardReader {
   const int64_t file_bytes_;
   uint64_t offset_ = 0;
   std::vector<char> buffer_;
+  std::vector<char> scratch_;  // Skip's
   size_t buffer_pos_ = 0;
   size_t buffer_len_ = 0;
   uint32_t file_crc_ = 0;

@@ -423,9 +423,13 @@ absl::Status GrpcPsService::RestoreFrom(const std::string& dir,
     }
     while (true) {
       common::ShardRecord record;
-      PST_ASSIGN_OR_RETURN(const bool more, reader->Next(&record));
+      // Records of variables this ps does not hold are checked, not kept.
+      PST_ASSIGN_OR_RETURN(const bool more,
+                           reader->Next(&record, [&](const proto::VariableSpec& spec) {
+                             return restorer->Holds(spec);
+                           }));
       if (!more) break;
-      PST_RETURN_IF_ERROR(restorer->Absorb(record));
+      if (restorer->Holds(record.spec)) PST_RETURN_IF_ERROR(restorer->Absorb(record));
     }
     if (reader->file_crc32() != shard.crc32()) {
       return absl::DataLossError(absl::StrCat("checkpoint shard ", path, " has crc32 ",

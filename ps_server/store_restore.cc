@@ -63,6 +63,10 @@ std::unique_ptr<VariableStore::Restorer> VariableStore::BeginRestore() {
   return std::unique_ptr<Restorer>(new Restorer(this));
 }
 
+bool VariableStore::Restorer::Holds(const proto::VariableSpec& spec) const {
+  return by_logical_.contains(Logical(spec));
+}
+
 absl::Status VariableStore::Restorer::Absorb(const common::ShardRecord& r) {
   auto it = by_logical_.find(Logical(r.spec));
   if (it == by_logical_.end()) return absl::OkStatus();  // none of it is held here

@@ -264,6 +264,9 @@ class VariableStore {
   class Restorer {
    public:
     ~Restorer();
+    // Whether some variable here takes rows of `spec`'s logical variable: a
+    // record it does not hold need not be read into memory.
+    bool Holds(const proto::VariableSpec& spec) const;
     // Errors: FailedPrecondition naming the variable when its row width or
     // its number of optimizer slots differs from this store's.
     absl::Status Absorb(const common::ShardRecord& record);

@@ -26,12 +26,17 @@ class CheckpointTest : public ::testing::Test {
   }
 
   // Runs a job; returns its summary and keeps its output.
-  nlohmann::json Run(int ps, int64_t max_steps) {
+  nlohmann::json Run(int ps, int64_t max_steps, const std::vector<std::string>& more = {}) {
     const std::string summary = absl::StrCat(dir_, "/summary_", max_steps, ".json");
-    std::unique_ptr<TestProcess> launcher =
-        LaunchLocal({absl::StrCat("--ps=", ps), "--workers=2", "--epochs=20",
-                     absl::StrCat("--max_steps=", max_steps), "--checkpoint_dir=" + ckpt_,
-                     "--save_checkpoints_steps=50", "--summary_json=" + summary});
+    std::vector<std::string> flags = {absl::StrCat("--ps=", ps),
+                                      "--workers=2",
+                                      "--epochs=20",
+                                      absl::StrCat("--max_steps=", max_steps),
+                                      "--checkpoint_dir=" + ckpt_,
+                                      "--save_checkpoints_steps=50",
+                                      "--summary_json=" + summary};
+    flags.insert(flags.end(), more.begin(), more.end());
+    std::unique_ptr<TestProcess> launcher = LaunchLocal(flags);
     EXPECT_NE(launcher, nullptr);
     if (launcher == nullptr) return {};
     std::optional<int> exited = launcher->WaitForExit(kTimeout);
@@ -75,24 +80,26 @@ TEST_F(CheckpointTest, SavedWhileTraining_ResumesOntoThreePs) {
   EXPECT_EQ(Inspect(&report), 0) << report;
 }
 
+// Flips one byte in the middle of `path`.
+void FlipAByte(const std::string& path) {
+  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+  ASSERT_TRUE(f.good()) << path;
+  f.seekg(0, std::ios::end);
+  const std::streamoff middle = f.tellg() / 2;
+  f.seekg(middle);
+  char byte = 0;
+  f.read(&byte, 1);
+  byte ^= 0x10;
+  f.seekp(middle);
+  f.write(&byte, 1);
+}
+
 TEST_F(CheckpointTest, CorruptNewestCheckpoint_IsReportedAndTheOlderOneUsed) {
   ASSERT_TRUE(Run(/*ps=*/2, kFirstSteps).is_object()) << output_;
   const std::vector<std::string> saved = common::ListCheckpoints(ckpt_);
   ASSERT_GE(saved.size(), 2u) << output_;
-  // Flip one byte in the middle of the newest checkpoint's first shard.
   const std::string shard = saved[0] + "/" + common::ShardFileName(0, 2);
-  {
-    std::fstream f(shard, std::ios::in | std::ios::out | std::ios::binary);
-    ASSERT_TRUE(f.good()) << shard;
-    f.seekg(0, std::ios::end);
-    const std::streamoff middle = f.tellg() / 2;
-    f.seekg(middle);
-    char byte = 0;
-    f.read(&byte, 1);
-    byte ^= 0x10;
-    f.seekp(middle);
-    f.write(&byte, 1);
-  }
+  FlipAByte(shard);
   std::string report;
   EXPECT_EQ(Inspect(&report), 1) << report;
   EXPECT_NE(report.find("CORRUPT"), std::string::npos) << report;
@@ -102,6 +109,39 @@ TEST_F(CheckpointTest, CorruptNewestCheckpoint_IsReportedAndTheOlderOneUsed) {
   EXPECT_NE(output_.find(absl::StrCat("checkpoint ", saved[0], " is unusable")), std::string::npos)
       << output_;
   EXPECT_NE(output_.find(absl::StrCat("restored from ", saved[1])), std::string::npos) << output_;
+}
+
+// The newest checkpoint is corrupt and of a step the next job will not
+// reach; that job, keeping one checkpoint, falls back to an older one, saves
+// and prunes: its own verified save must survive every prune, so a valid
+// checkpoint remains (retention once kept the newest by step, the corrupt
+// one, and deleted the good save).
+TEST_F(CheckpointTest, CorruptNewestWithKeepOne_FallBackSaveAndPrune_LeaveAValidCheckpoint) {
+  ASSERT_TRUE(Run(/*ps=*/2, kFirstSteps).is_object()) << output_;
+  const std::vector<std::string> saved = common::ListCheckpoints(ckpt_);
+  ASSERT_GE(saved.size(), 1u) << output_;
+  // A copy of the newest at a step far ahead, one shard byte flipped.
+  absl::StatusOr<proto::CheckpointManifest> manifest = common::ReadManifest(saved[0]);
+  ASSERT_TRUE(manifest.ok()) << manifest.status();
+  const int64_t far_step = manifest->global_step() + 1000000;
+  const std::string corrupt = ckpt_ + "/" + common::CheckpointDirName(far_step);
+  std::filesystem::copy(saved[0], corrupt);
+  manifest->set_global_step(far_step);
+  ASSERT_TRUE(common::WriteManifest(corrupt, *manifest).ok());
+  FlipAByte(corrupt + "/" + common::ShardFileName(0, 2));
+  ASSERT_FALSE(common::InspectCheckpoint(corrupt).ok());
+  ASSERT_EQ(common::ListCheckpoints(ckpt_)[0], corrupt);
+
+  ASSERT_TRUE(Run(/*ps=*/2, kSecondSteps, {"--keep_checkpoints=1"}).is_object()) << output_;
+  EXPECT_NE(output_.find(absl::StrCat("checkpoint ", corrupt, " is unusable")), std::string::npos)
+      << output_;
+  EXPECT_NE(output_.find(absl::StrCat("restored from ", saved[0])), std::string::npos) << output_;
+  int64_t newest_valid = -1;
+  for (const std::string& dir : common::ListCheckpoints(ckpt_)) {
+    absl::StatusOr<common::CheckpointReport> checked = common::InspectCheckpoint(dir);
+    if (checked.ok()) newest_valid = std::max(newest_valid, checked->global_step);
+  }
+  EXPECT_GE(newest_valid, kSecondSteps) << output_;
 }
 
 }  // namespace
