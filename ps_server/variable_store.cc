@@ -739,15 +739,14 @@ bool VariableStore::ReadyLocked(const proto::PullRequest& request) {
 
 uint64_t VariableStore::PullWhenReady(const proto::PullRequest* request,
                                       proto::PullResponse* response, Done done) {
-  if (absl::Status checked = CheckPullRequest(*request); !checked.ok()) {
-    done(checked);
-    return 0;
-  }
+  absl::Status checked = CheckCounter(request->min_version(), "min_version");
+  if (checked.ok()) checked = CheckCounter(request->clock(), "clock");
   bool full = false;
-  {
+  if (checked.ok()) {
     absl::ReaderMutexLock lock(&mu_);
     absl::MutexLock wait_lock(&wait_mu_);
-    if (!ReadyLocked(*request)) {
+    checked = CheckWorkerLocked(request->worker_index(), /*allow_none=*/true);
+    if (checked.ok() && !ReadyLocked(*request)) {
       full = static_cast<int64_t>(waiters_.size()) >= options_.max_parked_pulls;
       if (!full) {
         const uint64_t ticket = next_ticket_++;
@@ -756,6 +755,10 @@ uint64_t VariableStore::PullWhenReady(const proto::PullRequest* request,
         return ticket;
       }
     }
+  }
+  if (!checked.ok()) {
+    done(checked);
+    return 0;
   }
   if (full) {
     done(absl::ResourceExhaustedError(absl::StrCat(
@@ -874,13 +877,6 @@ absl::Status VariableStore::CheckCounter(int64_t value, absl::string_view what) 
         absl::StrCat(what, " ", value, " is out of range [0, 2^62)"));
   }
   return absl::OkStatus();
-}
-
-absl::Status VariableStore::CheckPullRequest(const proto::PullRequest& request) const {
-  PST_RETURN_IF_ERROR(CheckCounter(request.min_version(), "min_version"));
-  PST_RETURN_IF_ERROR(CheckCounter(request.clock(), "clock"));
-  absl::MutexLock wait_lock(&wait_mu_);
-  return CheckWorkerLocked(request.worker_index(), /*allow_none=*/true);
 }
 
 absl::Status VariableStore::SetMembership(const proto::MembershipRequest& request) {

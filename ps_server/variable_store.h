@@ -376,9 +376,6 @@ class VariableStore {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(wait_mu_);
   // InvalidArgument unless 0 <= value < kMaxCounter.
   static absl::Status CheckCounter(int64_t value, absl::string_view what);
-  // InvalidArgument for a bad worker index, step, clock or min_version.
-  absl::Status CheckPullRequest(const proto::PullRequest& request) const
-      ABSL_LOCKS_EXCLUDED(wait_mu_);
   // InvalidArgument when `rows` list more than max_ids_per_request ids.
   absl::Status CheckIdCount(const google::protobuf::RepeatedPtrField<proto::RowIds>& rows,
                             absl::string_view op) const;
