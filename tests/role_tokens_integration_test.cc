@@ -66,15 +66,7 @@ TEST_F(RoleTokensTest, PsTakesManagementOnlyFromTheChiefsToken) {
   auto stranger = PsStub(address, "stranger.token");
   auto tokenless = PsStub(address, "");
 
-  const proto::CreateVariablesRequest create = CreateW();
-  grpc::Status status = Call(worker.get(), &Ps::Stub::CreateVariables, create);
-  EXPECT_EQ(status.error_code(), grpc::StatusCode::PERMISSION_DENIED) << status.error_message();
-  EXPECT_TRUE(absl::StrContains(status.error_message(), "needs the chief's role"))
-      << status.error_message();
-  EXPECT_TRUE(absl::StrContains(status.error_message(), "worker-1.pstrain"))
-      << status.error_message();
-  status = Call(chief.get(), &Ps::Stub::CreateVariables, create);
-  ASSERT_TRUE(status.ok()) << status.error_message() << "\n" << ps->output();
+  ExpectOnlyTheChiefCreates(worker.get(), chief.get());
   proto::PullResponse before;
   {
     grpc::ClientContext context;
@@ -82,40 +74,27 @@ TEST_F(RoleTokensTest, PsTakesManagementOnlyFromTheChiefsToken) {
     ASSERT_TRUE(chief->Pull(&context, proto::PullRequest(), &before).ok());
   }
 
-  proto::SaveRequest save;
-  save.set_checkpoint("ckpt-1");
-  save.set_num_ps(1);
-  proto::RestoreRequest restore;
-  restore.set_checkpoint("ckpt-1");
-  proto::ShutdownRequest shutdown;
-  shutdown.set_reason("not the chief");
-  struct Refused {
-    std::string what;
-    grpc::Status status;
+  // A worker and a ps are known and refused for their role; a stranger's
+  // token and none are not let in.
+  const struct {
+    std::string who;
+    Ps::Stub* stub;
     grpc::StatusCode code;
+  } callers[] = {
+      {"worker 1", worker.get(), grpc::StatusCode::PERMISSION_DENIED},
+      {"ps 1", other_ps.get(), grpc::StatusCode::PERMISSION_DENIED},
+      {"a stranger's token", stranger.get(), grpc::StatusCode::UNAUTHENTICATED},
+      {"no token", tokenless.get(), grpc::StatusCode::UNAUTHENTICATED},
   };
-  const grpc::StatusCode denied = grpc::StatusCode::PERMISSION_DENIED;
-  const grpc::StatusCode unauthenticated = grpc::StatusCode::UNAUTHENTICATED;
-  const Refused refused[] = {
-      {"worker Shutdown", Call(worker.get(), &Ps::Stub::Shutdown, shutdown), denied},
-      {"worker Save", Call(worker.get(), &Ps::Stub::Save, save), denied},
-      {"worker Restore", Call(worker.get(), &Ps::Stub::Restore, restore), denied},
-      {"worker SetMembership",
-       Call(worker.get(), &Ps::Stub::SetMembership, proto::MembershipRequest()), denied},
-      {"worker 1 pushing as worker 0", Call(worker.get(), &Ps::Stub::Push, OnesPush(0)), denied},
-      {"ps Shutdown", Call(other_ps.get(), &Ps::Stub::Shutdown, shutdown), denied},
-      {"ps push", Call(other_ps.get(), &Ps::Stub::Push, OnesPush(0)), denied},
-      {"stranger Shutdown", Call(stranger.get(), &Ps::Stub::Shutdown, shutdown), unauthenticated},
-      {"stranger push", Call(stranger.get(), &Ps::Stub::Push, OnesPush(0)), unauthenticated},
-      {"no token, Shutdown", Call(tokenless.get(), &Ps::Stub::Shutdown, shutdown), unauthenticated},
-      {"no token, CreateVariables", Call(tokenless.get(), &Ps::Stub::CreateVariables, create),
-       unauthenticated},
-  };
-  for (const Refused& r : refused) {
-    EXPECT_EQ(r.status.error_code(), r.code) << r.what << ": " << r.status.error_message();
+  for (const auto& caller : callers) {
+    for (const auto& [what, status] : ManagementCallsBy(caller.stub)) {
+      EXPECT_EQ(status.error_code(), caller.code)
+          << caller.who << ", " << what << ": " << status.error_message();
+    }
   }
-  EXPECT_TRUE(absl::StrContains(refused[7].status.error_message(), "not one of this cluster's"))
-      << refused[7].status.error_message();
+  grpc::Status status = Call(stranger.get(), &Ps::Stub::Pull, proto::PullRequest());
+  EXPECT_TRUE(absl::StrContains(status.error_message(), "not one of this cluster's"))
+      << status.error_message();
 
   // Nothing moved; worker 1 pushes as itself, and the ps serves on.
   proto::PullResponse after;
@@ -134,6 +113,8 @@ TEST_F(RoleTokensTest, PsTakesManagementOnlyFromTheChiefsToken) {
   }
   EXPECT_NE(after.SerializeAsString(), before.SerializeAsString());
 
+  proto::ShutdownRequest shutdown;
+  shutdown.set_reason("the test is done");
   status = Call(chief.get(), &Ps::Stub::Shutdown, shutdown);
   EXPECT_TRUE(status.ok()) << status.error_message();
   std::optional<int> exited = ps->WaitForExit(kTimeout);

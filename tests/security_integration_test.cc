@@ -247,43 +247,15 @@ TEST_F(SecurityTest, RoleCertificates_PsTakesManagementOnlyFromTheChief) {
   auto worker = SecureStub<Ps>(address, Client("worker-1", ""));
   auto foreign = SecureStub<Ps>(address, Client("foreign", ""));
 
-  const proto::CreateVariablesRequest create = CreateW();
-  grpc::Status status = Call(worker.get(), &Ps::Stub::CreateVariables, create);
-  EXPECT_EQ(status.error_code(), grpc::StatusCode::PERMISSION_DENIED) << status.error_message();
-  EXPECT_TRUE(absl::StrContains(status.error_message(), "needs the chief's role"))
-      << status.error_message();
-  EXPECT_TRUE(absl::StrContains(status.error_message(), "worker-1.pstrain"))
-      << status.error_message();
-  status = Call(chief.get(), &Ps::Stub::CreateVariables, create);
-  ASSERT_TRUE(status.ok()) << status.error_message() << "\n" << ps->output();
-
-  proto::SaveRequest save;
-  save.set_checkpoint("ckpt-1");
-  save.set_num_ps(1);
-  proto::RestoreRequest restore;
-  restore.set_checkpoint("ckpt-1");
-  proto::ShutdownRequest shutdown;
-  shutdown.set_reason("a worker wants the ps gone");
-  struct Refused {
-    std::string what;
-    grpc::Status status;
-  };
+  ExpectOnlyTheChiefCreates(worker.get(), chief.get());
   for (auto* stub : {worker.get(), foreign.get()}) {
-    const Refused refused[] = {
-        {"Shutdown", Call(stub, &Ps::Stub::Shutdown, shutdown)},
-        {"Save", Call(stub, &Ps::Stub::Save, save)},
-        {"Restore", Call(stub, &Ps::Stub::Restore, restore)},
-        {"SetMembership", Call(stub, &Ps::Stub::SetMembership, proto::MembershipRequest())},
-        {"CreateVariables", Call(stub, &Ps::Stub::CreateVariables, create)},
-        {"Push as worker 0", Call(stub, &Ps::Stub::Push, OnesPush(0))},
-    };
-    for (const Refused& r : refused) {
-      EXPECT_EQ(r.status.error_code(), grpc::StatusCode::PERMISSION_DENIED)
-          << r.what << ": " << r.status.error_message();
+    for (const auto& [what, status] : ManagementCallsBy(stub)) {
+      EXPECT_EQ(status.error_code(), grpc::StatusCode::PERMISSION_DENIED)
+          << what << ": " << status.error_message();
     }
   }
   proto::PullResponse read;
-  status = Pull(foreign.get(), &read);
+  grpc::Status status = Pull(foreign.get(), &read);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::PERMISSION_DENIED) << status.error_message();
   EXPECT_TRUE(absl::StrContains(status.error_message(), "names no pstrain task"))
       << status.error_message();
@@ -308,6 +280,9 @@ TEST_F(SecurityTest, RoleCertificates_PsTakesManagementOnlyFromTheChief) {
   proto::PullRequest as_worker_0;  // worker_index 0
   EXPECT_EQ(Call(worker.get(), &Ps::Stub::Pull, as_worker_0).error_code(),
             grpc::StatusCode::PERMISSION_DENIED);
+  proto::SaveRequest save;
+  save.set_checkpoint("ckpt-1");
+  save.set_num_ps(1);
   status = Call(chief.get(), &Ps::Stub::Save, save);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << status.error_message();
   EXPECT_TRUE(
@@ -315,6 +290,8 @@ TEST_F(SecurityTest, RoleCertificates_PsTakesManagementOnlyFromTheChief) {
       grpc::StatusCode::PERMISSION_DENIED);
   EXPECT_TRUE(ps->WaitForOutput("refused a shutdown", kTimeout)) << ps->output();
 
+  proto::ShutdownRequest shutdown;
+  shutdown.set_reason("the test is done");
   status = Call(chief.get(), &Ps::Stub::Shutdown, shutdown);
   EXPECT_TRUE(status.ok()) << status.error_message();
   std::optional<int> exited = ps->WaitForExit(kTimeout);

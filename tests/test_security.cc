@@ -5,7 +5,9 @@
 #include <cstdlib>
 #include <fstream>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "tests/test_requests.h"
 
 namespace pst::testing {
 
@@ -74,6 +76,39 @@ common::TransportSecurity ClientSecurity(const std::string& dir, const std::stri
   absl::StatusOr<common::TransportSecurity> s = common::LoadTransportSecurity(files);
   EXPECT_TRUE(s.ok()) << s.status();
   return s.value_or(common::TransportSecurity());
+}
+
+std::vector<std::pair<std::string, grpc::Status>> ManagementCallsBy(
+    proto::ParameterServer::Stub* stub) {
+  using Ps = proto::ParameterServer;
+  proto::SaveRequest save;
+  save.set_checkpoint("ckpt-1");
+  save.set_num_ps(1);
+  proto::RestoreRequest restore;
+  restore.set_checkpoint("ckpt-1");
+  proto::ShutdownRequest shutdown;
+  shutdown.set_reason("not the chief");
+  return {
+      {"Shutdown", Call(stub, &Ps::Stub::Shutdown, shutdown)},
+      {"Save", Call(stub, &Ps::Stub::Save, save)},
+      {"Restore", Call(stub, &Ps::Stub::Restore, restore)},
+      {"SetMembership", Call(stub, &Ps::Stub::SetMembership, proto::MembershipRequest())},
+      {"CreateVariables", Call(stub, &Ps::Stub::CreateVariables, CreateW())},
+      {"Push as worker 0", Call(stub, &Ps::Stub::Push, OnesPush(0))},
+  };
+}
+
+void ExpectOnlyTheChiefCreates(proto::ParameterServer::Stub* worker,
+                               proto::ParameterServer::Stub* chief) {
+  using Ps = proto::ParameterServer;
+  grpc::Status status = Call(worker, &Ps::Stub::CreateVariables, CreateW());
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::PERMISSION_DENIED) << status.error_message();
+  EXPECT_TRUE(absl::StrContains(status.error_message(), "needs the chief's role"))
+      << status.error_message();
+  EXPECT_TRUE(absl::StrContains(status.error_message(), "worker-1.pstrain"))
+      << status.error_message();
+  status = Call(chief, &Ps::Stub::CreateVariables, CreateW());
+  ASSERT_TRUE(status.ok()) << status.error_message();
 }
 
 }  // namespace pst::testing

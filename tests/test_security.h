@@ -8,11 +8,13 @@
 
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/time/time.h"
 #include "common/grpc_channel.h"
 #include "common/transport_security.h"
+#include "proto/pstrain.grpc.pb.h"
 
 namespace pst::testing {
 
@@ -63,6 +65,17 @@ grpc::Status Call(Stub* stub,
   Response response;
   return (stub->*method)(&context, request, &response);
 }
+
+// What a caller that is not the chief gets from a ps: the status of each
+// management call (Shutdown, Save, Restore, SetMembership,
+// CreateVariables) and of a push as worker 0, by name.
+std::vector<std::pair<std::string, grpc::Status>> ManagementCallsBy(
+    proto::ParameterServer::Stub* stub);
+
+// Expects `worker` (worker 1's credentials) refused CreateVariables of "w"
+// for want of the chief's role, and `chief` to create it.
+void ExpectOnlyTheChiefCreates(proto::ParameterServer::Stub* worker,
+                               proto::ParameterServer::Stub* chief);
 
 }  // namespace pst::testing
 
