@@ -16,6 +16,7 @@
 #include "absl/strings/strip.h"
 #include "absl/synchronization/blocking_counter.h"
 #include "absl/time/clock.h"
+#include "chief/busy_retry.h"
 #include "chief/checkpoint_cut.h"
 #include "chief/coordinator.h"
 #include "chief/grpc_coordinator_service.h"
@@ -125,6 +126,10 @@ struct SaveFigures {
   bool exact = false;           // a consistent cut (else lowest positions)
 };
 
+// How long a save or restore waits for a ps busy with earlier ones (a
+// restarted chief's predecessor may have left one running).
+constexpr absl::Duration kBusyBudget = absl::Seconds(30);
+
 // Snapshots tried for one consistent cut before saving an inexact one.
 constexpr int kCutAttempts = 30;
 
@@ -138,21 +143,25 @@ absl::StatusOr<SaveFigures> SaveCheckpoint(std::vector<PsPeer>& ps, const ChiefO
   auto each_ps = [&](proto::SaveRequest::Phase phase, const std::string& name,
                      std::vector<proto::SaveResponse>* answers) {
     return ForEachPs(ps.size(), [&](size_t i) -> absl::Status {
-      grpc::ClientContext context;
-      common::SetDeadline(&context, absl::Minutes(10));
       proto::SaveRequest request;
       request.set_phase(phase);
       request.set_checkpoint(name);
       request.set_num_ps(static_cast<int>(ps.size()));
       request.set_incarnation(ps[i].incarnation);
-      (*answers)[i].Clear();
-      grpc::Status s = ps[i].stub->Save(&context, request, &(*answers)[i]);
-      if (!s.ok()) {
-        return absl::Status(
-            common::FromGrpcStatus(s).code(),
-            absl::StrCat("saving ps ", i, " at ", ps[i].address, ": ", s.error_message()));
-      }
-      return absl::OkStatus();
+      return CallWhileBusy(
+          [&]() -> absl::Status {
+            grpc::ClientContext context;
+            common::SetDeadline(&context, absl::Minutes(10));
+            (*answers)[i].Clear();
+            grpc::Status s = ps[i].stub->Save(&context, request, &(*answers)[i]);
+            if (!s.ok()) {
+              return absl::Status(
+                  common::FromGrpcStatus(s).code(),
+                  absl::StrCat("saving ps ", i, " at ", ps[i].address, ": ", s.error_message()));
+            }
+            return absl::OkStatus();
+          },
+          kBusyBudget);
     });
   };
   const bool sync = state.training().sync().mode() == proto::SYNC;
@@ -270,19 +279,23 @@ absl::StatusOr<std::optional<proto::CheckpointManifest>> RestoreLatest(std::vect
     const absl::Time start = absl::Now();
     std::vector<proto::RestoreResponse> restored(ps.size());
     PST_RETURN_IF_ERROR(ForEachPs(ps.size(), [&](size_t i) -> absl::Status {
-      grpc::ClientContext context;
-      common::SetDeadline(&context, absl::Minutes(10));
       proto::RestoreRequest request;
       request.set_checkpoint(std::filesystem::path(dir).filename().string());
       *request.mutable_manifest() = manifest;
       request.set_generation(generation);
-      grpc::Status s = ps[i].stub->Restore(&context, request, &restored[i]);
-      if (!s.ok()) {
-        return absl::Status(common::FromGrpcStatus(s).code(),
-                            absl::StrCat("restoring ps ", i, " at ", ps[i].address, " from ", dir,
-                                         ": ", s.error_message()));
-      }
-      return absl::OkStatus();
+      return CallWhileBusy(
+          [&]() -> absl::Status {
+            grpc::ClientContext context;
+            common::SetDeadline(&context, absl::Minutes(10));
+            grpc::Status s = ps[i].stub->Restore(&context, request, &restored[i]);
+            if (!s.ok()) {
+              return absl::Status(common::FromGrpcStatus(s).code(),
+                                  absl::StrCat("restoring ps ", i, " at ", ps[i].address,
+                                               " from ", dir, ": ", s.error_message()));
+            }
+            return absl::OkStatus();
+          },
+          kBusyBudget);
     }));
     const double secs = absl::ToDoubleSeconds(absl::Now() - start);
     spdlog::info(
