@@ -9,8 +9,8 @@
 #include "absl/strings/str_split.h"
 #include "common/grpc_channel.h"
 #include "common/metrics.h"
+#include "common/optimizer_config.h"
 #include "common/transport_security.h"
-#include "ps_server/optimizer.h"
 
 ABSL_FLAG(std::string, tf_config, "",
           "Cluster spec as TF_CONFIG JSON, or @path to a file holding it. Default: the "
@@ -217,7 +217,7 @@ absl::StatusOr<proto::TrainingConfig> TrainingConfigFromFlags() {
   opt->set_lr_power(static_cast<float>(absl::GetFlag(FLAGS_lr_power)));
   opt->set_skip_nonfinite(absl::GetFlag(FLAGS_skip_nonfinite));
   // The ps's own check, so a bad hyperparameter fails before anything starts.
-  if (absl::Status s = ps::CreateOptimizer(*opt).status(); !s.ok()) {
+  if (absl::Status s = CheckOptimizerConfig(*opt).status(); !s.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("optimizer flags: ", s.message()));
   }
 

@@ -3,6 +3,8 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "common/optimizer_config.h"
+#include "common/status_macros.h"
 
 namespace pst::ps {
 namespace {
@@ -168,55 +170,14 @@ class Ftrl final : public Optimizer {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Optimizer>> CreateOptimizer(const proto::OptimizerConfig& config) {
-  const float lr = config.learning_rate();
-  if (!std::isfinite(lr) || lr <= 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("optimizer learning_rate must be positive and finite, got ", lr));
-  }
-  if (config.name() == "sgd") return std::make_unique<Sgd>(lr);
-  if (config.name() == "momentum") {
-    const float m = config.momentum();
-    if (!(m >= 0 && m < 1)) {
-      return absl::InvalidArgumentError(absl::StrCat("momentum must be in [0, 1), got ", m));
-    }
-    return std::make_unique<Momentum>(lr, m, config.nesterov());
-  }
-  if (config.name() == "adam") {
-    const float b1 = config.beta1(), b2 = config.beta2(), eps = config.epsilon();
-    if (!(b1 >= 0 && b1 < 1) || !(b2 >= 0 && b2 < 1)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("adam betas must be in [0, 1), got beta1 ", b1, ", beta2 ", b2));
-    }
-    if (!(eps > 0) || !std::isfinite(eps)) {
-      return absl::InvalidArgumentError(absl::StrCat("adam epsilon must be positive, got ", eps));
-    }
-    return std::make_unique<Adam>(lr, b1, b2, eps);
-  }
-  if (config.name() == "adagrad" || config.name() == "ftrl") {
-    const std::string& opt = config.name();
-    float init = config.initial_accumulator();
-    if (!std::isfinite(init) || init < 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(opt, " initial_accumulator must be positive and finite (0: default ",
-                       kDefaultInitialAccumulator, "), got ", init));
-    }
-    if (init == 0) init = kDefaultInitialAccumulator;
-    if (opt == "adagrad") return std::make_unique<Adagrad>(lr, init);
-    const float l1 = config.l1(), l2 = config.l2(), lr_power = config.lr_power();
-    if (!std::isfinite(l1) || l1 < 0) {
-      return absl::InvalidArgumentError(absl::StrCat("ftrl l1 must be >= 0 and finite, got ", l1));
-    }
-    if (!std::isfinite(l2) || l2 < 0) {
-      return absl::InvalidArgumentError(absl::StrCat("ftrl l2 must be >= 0 and finite, got ", l2));
-    }
-    if (!std::isfinite(lr_power) || lr_power > 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "ftrl lr_power must be <= 0 and finite (TensorFlow's default: -0.5), got ", lr_power));
-    }
-    return std::make_unique<Ftrl>(lr, init, l1, l2, lr_power);
-  }
-  return absl::InvalidArgumentError(absl::StrCat("unknown optimizer '", config.name(),
-                                                 "' (known: sgd, momentum, adam, adagrad, ftrl)"));
+  PST_ASSIGN_OR_RETURN(const proto::OptimizerConfig c, common::CheckOptimizerConfig(config));
+  const float lr = c.learning_rate();
+  const std::string& name = c.name();
+  if (name == "sgd") return std::make_unique<Sgd>(lr);
+  if (name == "momentum") return std::make_unique<Momentum>(lr, c.momentum(), c.nesterov());
+  if (name == "adam") return std::make_unique<Adam>(lr, c.beta1(), c.beta2(), c.epsilon());
+  if (name == "adagrad") return std::make_unique<Adagrad>(lr, c.initial_accumulator());
+  return std::make_unique<Ftrl>(lr, c.initial_accumulator(), c.l1(), c.l2(), c.lr_power());
 }
 
 }  // namespace pst::ps

@@ -20,6 +20,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "common/optimizer_config.h"
 #include "proto/pstrain.pb.h"
 
 namespace pst::ps {
@@ -44,9 +45,7 @@ class Optimizer {
                           std::span<const std::span<float>> slots, int64_t t) = 0;
 };
 
-// The accumulator start value Adagrad and FTRL use when the config's
-// initial_accumulator is 0 (unset), as TensorFlow's default.
-inline constexpr float kDefaultInitialAccumulator = 0.1f;
+using common::kDefaultInitialAccumulator;
 
 // Builds the optimizer `config.name` names:
 //   sgd:      var -= lr * g
@@ -59,8 +58,7 @@ inline constexpr float kDefaultInitialAccumulator = 0.1f;
 //             l2 and lr_power (slots: accum from initial_accumulator, linear
 //             from 0). lr_power is taken as given: 0 is a fixed learning rate.
 // initial_accumulator 0 means kDefaultInitialAccumulator.
-// Errors: InvalidArgument for an unknown name or a bad hyperparameter (the
-// message names the field).
+// Errors: as common::CheckOptimizerConfig, which checks `config` first.
 absl::StatusOr<std::unique_ptr<Optimizer>> CreateOptimizer(const proto::OptimizerConfig& config);
 
 }  // namespace pst::ps
