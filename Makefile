@@ -82,7 +82,7 @@ bench-recovery: build
 # is too slow for the training tests on two cores. Every report, also one
 # from a daemon whose exit status no test looks at, goes to a file under
 # $(SAN_DIR)/san-logs; any such file fails the target. SAN_EXCLUDE names the
-# tests left out (see the README's note on sanitizers). Not part of
+# tests left out (see the note on sanitizers in docs/testing.md). Not part of
 # `make test`.
 SAN_DIR ?= build-asan
 SAN_FLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined

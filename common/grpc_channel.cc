@@ -137,13 +137,13 @@ absl::StatusOr<std::unique_ptr<grpc::Server>> StartServer(
     if (!security.tls()) {
       spdlog::warn(
           "listening on {} without TLS: anyone who can reach this port controls the job (can "
-          "read and change the parameters, shut the ps down); see README \"Security\" "
+          "read and change the parameters, shut the ps down); see docs/security.md "
           "(--tls_cert, --tls_key, --tls_ca)",
           listen);
     } else if (!security.roles()) {
       spdlog::warn(
           "serving on {} without roles: every caller the CA and token admit may make every "
-          "call (save, restore, shut the ps down); see README \"Security\" (certificates "
+          "call (save, restore, shut the ps down); see docs/security.md (certificates "
           "naming chief-0.pstrain, worker-N.pstrain, or --role_tokens_file)",
           listen);
     }

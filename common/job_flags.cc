@@ -153,8 +153,8 @@ ABSL_FLAG(std::string, auth_token_file, "",
 ABSL_FLAG(std::string, role_tokens_file, "",
           "Servers (ps, chief): a table of per-role tokens, one line each: the token's SHA-256 "
           "(hex) and the task it speaks for (worker-3.pstrain). Each caller's role then comes "
-          "from its token; other tokens are UNAUTHENTICATED. Needs TLS. See README "
-          "\"Security\".");
+          "from its token; other tokens are UNAUTHENTICATED. Needs TLS. See "
+          "docs/security.md.");
 
 ABSL_FLAG(int32_t, grpc_max_concurrent_streams, pst::common::ServerLimits().max_concurrent_streams,
           "Calls one client connection may have open at once on a daemon's gRPC server; more "

@@ -5,8 +5,8 @@
 // worker, a ps's token can do nothing, a token not in the table and no
 // token are UNAUTHENTICATED, the ps serves on through the refusals, and a
 // whole job started by `pstrain local` with "{task}" token files trains.
-// Tokens and certificates are made with the openssl command line, as README
-// "Security" shows; the test skips without it.
+// Tokens and certificates are made with the openssl command line, as
+// docs/security.md shows; the test skips without it.
 #include <gtest/gtest.h>
 
 #include <fstream>

@@ -52,7 +52,7 @@ bool MakeTaskCertificate(const std::string& dir, const std::string& ca, const st
 }
 
 bool MakeRoleTokens(const std::string& dir, const std::vector<std::string>& tasks) {
-  // The commands README "Security" gives.
+  // The commands docs/security.md gives.
   for (const std::string& task : tasks) {
     const std::string token = absl::StrCat(dir, "/", task, ".token");
     if (!Shell(absl::StrCat("cd ", dir, " && umask 077 && openssl rand -hex 32 | tr -d '\\n' > ",

@@ -1,5 +1,5 @@
 // Certificates and tokens for the security tests, made with the openssl
-// command line in a test's directory, the way README "Security" tells a
+// command line in a test's directory, the way docs/security.md tells a
 // user to make them.
 #ifndef PST_TESTS_TEST_SECURITY_H_
 #define PST_TESTS_TEST_SECURITY_H_
