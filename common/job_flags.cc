@@ -65,7 +65,8 @@ ABSL_FLAG(int64_t, max_steps, 0,
           "Stop when the global step (pushes applied) reaches this; 0 means no limit.");
 ABSL_FLAG(int32_t, batch_size, 64, "Examples per worker step.");
 ABSL_FLAG(double, learning_rate, 0.001, "Optimizer learning rate.");
-ABSL_FLAG(std::string, optimizer, "adam", "Optimizer run on the ps: sgd, momentum or adam.");
+ABSL_FLAG(std::string, optimizer, "adam",
+          "Optimizer run on the ps: sgd, momentum, adam, adagrad or ftrl.");
 ABSL_FLAG(double, momentum, 0.9, "Momentum coefficient, for --optimizer=momentum.");
 ABSL_FLAG(bool, nesterov, false, "Nesterov momentum, for --optimizer=momentum.");
 ABSL_FLAG(double, beta1, 0.9, "Adam's first-moment decay, for --optimizer=adam.");
