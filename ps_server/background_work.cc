@@ -35,6 +35,12 @@ absl::Status BackgroundWork::Start(const std::string& what, std::function<absl::
     } catch (const std::exception& e) {
       status = absl::InternalError(absl::StrCat(what, ": ", e.what()));
     }
+    {
+      // The work is over: its slot is free before its caller hears back,
+      // so a caller that sends the next request at once is not refused.
+      absl::MutexLock lock(&mu_);
+      --running_;
+    }
     try {
       finish(status);
     } catch (...) {
@@ -42,7 +48,6 @@ absl::Status BackgroundWork::Start(const std::string& what, std::function<absl::
     }
     absl::MutexLock lock(&mu_);
     job->done = true;
-    --running_;
   });
   return absl::OkStatus();
 }

@@ -33,7 +33,8 @@ class BackgroundWork {
   // ResourceExhausted for a std::bad_alloc, Internal for another exception
   // `work` threw). `what` names the job in messages ("save").
   // Errors (and then neither runs): Unavailable once Stop was called;
-  // ResourceExhausted when `limit` jobs are running.
+  // ResourceExhausted when `limit` jobs are running. A job stops counting
+  // when `work` returns, before `finish` runs.
   absl::Status Start(const std::string& what, std::function<absl::Status()> work,
                      std::function<void(absl::Status)> finish);
 
