@@ -113,13 +113,7 @@ TEST_F(RoleTokensTest, PsTakesManagementOnlyFromTheChiefsToken) {
   }
   EXPECT_NE(after.SerializeAsString(), before.SerializeAsString());
 
-  proto::ShutdownRequest shutdown;
-  shutdown.set_reason("the test is done");
-  status = Call(chief.get(), &Ps::Stub::Shutdown, shutdown);
-  EXPECT_TRUE(status.ok()) << status.error_message();
-  std::optional<int> exited = ps->WaitForExit(kTimeout);
-  ASSERT_TRUE(exited.has_value()) << ps->output();
-  EXPECT_EQ(ExitCode(*exited), 0) << ps->output();
+  ExpectTheChiefShutsItDown(chief.get(), ps.get());
 }
 
 // `pstrain local` gives each daemon its own token ("{task}" in the flag).

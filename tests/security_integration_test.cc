@@ -290,13 +290,7 @@ TEST_F(SecurityTest, RoleCertificates_PsTakesManagementOnlyFromTheChief) {
       grpc::StatusCode::PERMISSION_DENIED);
   EXPECT_TRUE(ps->WaitForOutput("refused a shutdown", kTimeout)) << ps->output();
 
-  proto::ShutdownRequest shutdown;
-  shutdown.set_reason("the test is done");
-  status = Call(chief.get(), &Ps::Stub::Shutdown, shutdown);
-  EXPECT_TRUE(status.ok()) << status.error_message();
-  std::optional<int> exited = ps->WaitForExit(kTimeout);
-  ASSERT_TRUE(exited.has_value()) << ps->output();
-  EXPECT_EQ(ExitCode(*exited), 0) << ps->output();
+  ExpectTheChiefShutsItDown(chief.get(), ps.get());
 }
 
 // A whole job with one certificate per task trains and finishes; while it

@@ -7,6 +7,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "tests/test_cluster.h"
 #include "tests/test_requests.h"
 
 namespace pst::testing {
@@ -109,6 +110,16 @@ void ExpectOnlyTheChiefCreates(proto::ParameterServer::Stub* worker,
       << status.error_message();
   status = Call(chief, &Ps::Stub::CreateVariables, CreateW());
   ASSERT_TRUE(status.ok()) << status.error_message();
+}
+
+void ExpectTheChiefShutsItDown(proto::ParameterServer::Stub* chief, TestProcess* ps) {
+  proto::ShutdownRequest shutdown;
+  shutdown.set_reason("the test is done");
+  const grpc::Status status = Call(chief, &proto::ParameterServer::Stub::Shutdown, shutdown);
+  EXPECT_TRUE(status.ok()) << status.error_message();
+  std::optional<int> exited = ps->WaitForExit(absl::Seconds(60));
+  ASSERT_TRUE(exited.has_value()) << ps->output();
+  EXPECT_EQ(ExitCode(*exited), 0) << ps->output();
 }
 
 }  // namespace pst::testing

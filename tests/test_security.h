@@ -77,6 +77,11 @@ std::vector<std::pair<std::string, grpc::Status>> ManagementCallsBy(
 void ExpectOnlyTheChiefCreates(proto::ParameterServer::Stub* worker,
                                proto::ParameterServer::Stub* chief);
 
+class TestProcess;
+
+// Expects `chief`'s Shutdown of the ps `ps` to be taken, and the ps to exit 0.
+void ExpectTheChiefShutsItDown(proto::ParameterServer::Stub* chief, TestProcess* ps);
+
 }  // namespace pst::testing
 
 #endif  // PST_TESTS_TEST_SECURITY_H_
