@@ -20,7 +20,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
-#include "worker/wide_deep.h"
+#include "common/classifier_metrics.h"
 
 namespace pst::worker {
 namespace {
@@ -398,7 +398,7 @@ absl::StatusOr<SyntheticCriteoStats> WriteSyntheticCriteo(const std::string& pat
   stats.rows = config.rows;
   stats.positive_rate =
       config.rows > 0 ? static_cast<double>(positives) / static_cast<double>(config.rows) : 0.0;
-  stats.best_auc = Auc(probs, labels);
+  stats.best_auc = common::Auc(probs, labels);
   return stats;
 }
 

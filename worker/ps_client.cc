@@ -10,7 +10,6 @@
 #include "common/partition.h"
 #include "common/status_macros.h"
 #include "common/tensor_util.h"
-#include "worker/wide_deep.h"
 
 namespace pst::worker {
 namespace {
@@ -397,7 +396,7 @@ std::vector<std::string> PsClient::TableNames() const {
 absl::StatusOr<PsClient::Routed> PsClient::Route(const Table& table,
                                                  std::span<const int64_t> ids) const {
   Routed routed;
-  UniqueIds(ids.data(), static_cast<int64_t>(ids.size()), &routed.unique, &routed.index);
+  common::UniqueIds(ids.data(), static_cast<int64_t>(ids.size()), &routed.unique, &routed.index);
   const int parts = static_cast<int>(table.partition_names.size());
   routed.partition.resize(routed.unique.size());
   for (size_t u = 0; u < routed.unique.size(); ++u) {

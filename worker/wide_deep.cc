@@ -7,19 +7,14 @@
 #include <cstddef>
 #include <cstring>
 #include <limits>
-#include <numeric>
 #include <utility>
 
-#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 
 namespace pst::worker {
 namespace {
-
-// Probabilities are clipped to [kProbClip, 1 - kProbClip] by LogLoss.
-constexpr double kProbClip = 1e-7;
 
 // Deep layer widths: dims[0] = F*D + num_dense, then the hidden widths, then 1.
 std::vector<int> DeepDims(const WideDeepConfig& config) {
@@ -304,72 +299,6 @@ absl::Status WideDeep::Predict(const ParamSet& dense, const CtrBatch& batch,
   probs->resize(batch.size);
   for (int i = 0; i < batch.size; ++i) (*probs)[i] = Sigmoid(logits[i]);
   return absl::OkStatus();
-}
-
-// Scores are ranked in ascending order, a run of equal scores sharing the
-// mean of its ranks; AUC = (sum of positive ranks - P(P+1)/2) / (P*N). A
-// label counts as positive when > 0.5; NaN scores rank lowest. Should the
-// two vectors differ in length, only the common prefix counts.
-double Auc(const std::vector<float>& scores, const std::vector<float>& labels) {
-  const size_t n = std::min(scores.size(), labels.size());
-  std::vector<float> key(n);
-  for (size_t i = 0; i < n; ++i) {
-    key[i] = std::isnan(scores[i]) ? -std::numeric_limits<float>::infinity() : scores[i];
-  }
-  std::vector<size_t> order(n);
-  std::iota(order.begin(), order.end(), size_t{0});
-  std::sort(order.begin(), order.end(), [&key](size_t a, size_t b) { return key[a] < key[b]; });
-
-  double positives = 0;
-  double positive_rank_sum = 0;
-  size_t start = 0;
-  while (start < n) {
-    size_t end = start + 1;
-    while (end < n && key[order[end]] == key[order[start]]) ++end;
-    // Positions start..end-1 hold ranks start+1..end; their mean:
-    const double midrank = 0.5 * static_cast<double>(start + 1 + end);
-    for (size_t k = start; k < end; ++k) {
-      if (labels[order[k]] > 0.5f) {
-        positives += 1;
-        positive_rank_sum += midrank;
-      }
-    }
-    start = end;
-  }
-  const double negatives = static_cast<double>(n) - positives;
-  if (positives == 0 || negatives == 0) return 0.5;
-  return (positive_rank_sum - positives * (positives + 1) / 2) / (positives * negatives);
-}
-
-// Labels count as positive when > 0.5. Should the two vectors differ in
-// length, only the common prefix counts; an empty input gives 0.
-double LogLoss(const std::vector<float>& probs, const std::vector<float>& labels) {
-  const size_t n = std::min(probs.size(), labels.size());
-  if (n == 0) return 0;
-  double total = 0;
-  for (size_t i = 0; i < n; ++i) {
-    double p = probs[i];
-    if (!(p >= kProbClip)) p = kProbClip;  // also NaN
-    if (p > 1 - kProbClip) p = 1 - kProbClip;
-    total -= labels[i] > 0.5f ? std::log(p) : std::log1p(-p);
-  }
-  return total / static_cast<double>(n);
-}
-
-void UniqueIds(const int64_t* ids, int64_t n, std::vector<int64_t>* unique,
-               std::vector<int32_t>* index) {
-  if (unique == nullptr || index == nullptr) return;
-  unique->clear();
-  index->clear();
-  if (ids == nullptr || n <= 0) return;
-  index->resize(static_cast<size_t>(n));
-  absl::flat_hash_map<int64_t, int32_t> position;
-  position.reserve(static_cast<size_t>(std::min<int64_t>(n, int64_t{1} << 20)));
-  for (int64_t i = 0; i < n; ++i) {
-    const auto [it, inserted] = position.try_emplace(ids[i], static_cast<int32_t>(unique->size()));
-    if (inserted) unique->push_back(ids[i]);
-    (*index)[i] = it->second;
-  }
 }
 
 }  // namespace pst::worker

@@ -20,6 +20,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/classifier_metrics.h"
+#include "common/partition.h"
 #include "worker/mlp.h"
 
 namespace pst::worker {
@@ -80,16 +82,11 @@ absl::Status CheckWideDeepInputs(const WideDeepConfig& config, const ParamSet& d
 // Deep layer widths: F*D + num_dense, the hidden widths, then 1.
 std::vector<int> WideDeepLayerDims(const WideDeepConfig& config);
 
-// Area under the ROC curve, ties counted half (midranks). Returns 0.5 when
-// only one class is present.
-double Auc(const std::vector<float>& scores, const std::vector<float>& labels);
-// Mean binary cross-entropy of probabilities, clipped to [1e-7, 1-1e-7].
-double LogLoss(const std::vector<float>& probs, const std::vector<float>& labels);
-
-// The distinct values of ids[0..n) in first-seen order, and for each input
-// position its index in `unique`.
-void UniqueIds(const int64_t* ids, int64_t n, std::vector<int64_t>* unique,
-               std::vector<int32_t>* index);
+// The model's scores (AUC, log-loss) and the deduplication of a batch's ids
+// live in common/, where the data readers and the ps client reach them too.
+using common::Auc;
+using common::LogLoss;
+using common::UniqueIds;
 
 }  // namespace pst::worker
 
