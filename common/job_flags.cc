@@ -47,7 +47,7 @@ ABSL_FLAG(int32_t, max_partitions, 0, "min_max partitioner: most partitions (0: 
 ABSL_FLAG(int64_t, max_shard_bytes, 64 << 20, "axis_size partitioner: largest slice.");
 ABSL_FLAG(int64_t, dense_piece_bytes, 512 << 10,
           "Dense variables bigger than this are cut into pieces of at most this size, spread "
-          "over the ps and sent in requests of about this size (worker/ps_client.h), so big "
+          "over the ps and sent in requests of about this size (client/ps_client.h), so big "
           "tensors pipeline; 0: never cut.");
 ABSL_FLAG(bool, overlap, false,
           "async, mlp: compute the next batch while the last push+pull is in flight (compute "

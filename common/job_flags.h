@@ -64,7 +64,7 @@ ABSL_DECLARE_FLAG(double, peer_timeout_s);
 ABSL_DECLARE_FLAG(double, startup_timeout_s);
 ABSL_DECLARE_FLAG(double, rpc_timeout_s);
 ABSL_DECLARE_FLAG(double, recovery_timeout_s);
-// Devices of a worker (worker/device_mapping.h has their meaning).
+// Devices of a worker (device/device_mapping.h has their meaning).
 ABSL_DECLARE_FLAG(std::string, device);
 ABSL_DECLARE_FLAG(std::string, gpus);
 ABSL_DECLARE_FLAG(std::string, gpu_memory);

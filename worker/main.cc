@@ -17,8 +17,8 @@
 #include "common/logging.h"
 #include "common/process.h"
 #include "common/transport_security.h"
-#include "worker/device_mapping.h"
-#include "worker/device_options_from_flags.h"
+#include "device/device_mapping.h"
+#include "device/device_options_from_flags.h"
 #include "worker/trainer.h"
 
 ABSL_FLAG(bool, claim_worker_index, false,

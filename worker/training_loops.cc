@@ -9,13 +9,13 @@
 #include "absl/time/clock.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
+#include "device/cpu_device.h"
+#include "models/device_mlp.h"
+#include "models/device_wide_deep.h"
+#include "models/mlp.h"
+#include "models/model_spec.h"
+#include "models/wide_deep.h"
 #include "worker/background.h"
-#include "worker/cpu_device.h"
-#include "worker/device_mlp.h"
-#include "worker/device_wide_deep.h"
-#include "worker/mlp.h"
-#include "worker/model_spec.h"
-#include "worker/wide_deep.h"
 
 namespace pst::worker {
 namespace {

@@ -11,11 +11,11 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "client/ps_client.h"
+#include "data/criteo.h"
+#include "data/mnist_reader.h"
+#include "device/device.h"
 #include "proto/pstrain.pb.h"
-#include "worker/criteo.h"
-#include "worker/device.h"
-#include "worker/mnist_reader.h"
-#include "worker/ps_client.h"
 
 namespace pst::worker {
 
