@@ -33,14 +33,15 @@
 #include "common/progress.h"
 #include "common/status_macros.h"
 #include "common/transport_security.h"
+#include "data/criteo.h"
 #include "data/mnist_reader.h"
+#include "models/evaluation.h"
 #include "models/mlp.h"
 #include "models/model_spec.h"
 #include "nlohmann/json.hpp"
 #include "prometheus/gauge.h"
 #include "prometheus/histogram.h"
 #include "proto/pstrain.grpc.pb.h"
-#include "worker/training_loops.h"
 
 namespace pst::chief {
 namespace {

@@ -21,6 +21,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "common/classifier_metrics.h"
+#include "common/status_macros.h"
 
 namespace pst::worker {
 namespace {
@@ -400,6 +401,29 @@ absl::StatusOr<SyntheticCriteoStats> WriteSyntheticCriteo(const std::string& pat
       config.rows > 0 ? static_cast<double>(positives) / static_cast<double>(config.rows) : 0.0;
   stats.best_auc = common::Auc(probs, labels);
   return stats;
+}
+
+absl::StatusOr<CtrDataset> LoadCtrSplit(const proto::TrainingConfig& training, bool held_out,
+                                        int shard, int num_shards) {
+  if (training.data().empty()) {
+    return absl::InvalidArgumentError("the wide_deep model needs --data=<Criteo-format file>");
+  }
+  CtrFeatureConfig features;
+  features.buckets_per_field = training.buckets_per_field();
+  PST_ASSIGN_OR_RETURN(CtrDataset all, ReadCriteo(training.data(), features));
+  CtrDataset tail;
+  SplitHeldOut(&all, training.eval_fraction(), &tail);
+  if (held_out) return tail;
+  if (num_shards <= 1) return all;
+  CtrDataset mine;
+  for (int64_t i = shard; i < all.size; i += num_shards) {
+    mine.dense.insert(mine.dense.end(), &all.dense[i * kCriteoDense],
+                      &all.dense[(i + 1) * kCriteoDense]);
+    mine.ids.insert(mine.ids.end(), &all.ids[i * kCriteoFields], &all.ids[(i + 1) * kCriteoFields]);
+    mine.labels.push_back(all.labels[i]);
+    ++mine.size;
+  }
+  return mine;
 }
 
 }  // namespace pst::worker

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "proto/pstrain.pb.h"
 
 namespace pst::worker {
 
@@ -46,6 +47,12 @@ absl::StatusOr<CtrDataset> ReadCriteo(const std::string& path, const CtrFeatureC
 
 // Splits off the last `fraction` of the rows as a held-out set.
 void SplitHeldOut(CtrDataset* data, double fraction, CtrDataset* held_out);
+
+// Reads training.data(): the held-out tail (the last eval_fraction of the
+// rows) or shard `shard` of `num_shards` of the rest (rows i with
+// i % num_shards == shard).
+absl::StatusOr<CtrDataset> LoadCtrSplit(const proto::TrainingConfig& training, bool held_out,
+                                        int shard, int num_shards);
 
 // Synthetic Criteo-format data from a hidden ground-truth logistic model:
 // each field has `vocab_per_field` raw values drawn with Zipf(zipf_s)

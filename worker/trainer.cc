@@ -12,6 +12,7 @@
 #include "client/ps_client.h"
 #include "common/grpc_channel.h"
 #include "common/metrics.h"
+#include "data/criteo.h"
 #include "data/mnist_reader.h"
 #include "models/model_spec.h"
 #include "prometheus/counter.h"
