@@ -1,4 +1,4 @@
-#include "common/job_flags.h"
+#include "flags/job_flags.h"
 
 #include <cmath>
 #include <vector>

@@ -1,16 +1,16 @@
 // What the chief and worker main()s share: load the TF_CONFIG for this
 // binary, set up logging and signals, and read the job flags.
-#ifndef PST_COMMON_DAEMON_MAIN_H_
-#define PST_COMMON_DAEMON_MAIN_H_
+#ifndef PST_FLAGS_DAEMON_MAIN_H_
+#define PST_FLAGS_DAEMON_MAIN_H_
 
 #include <functional>
 #include <memory>
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "common/job_flags.h"
 #include "common/process.h"
 #include "common/tf_config.h"
+#include "flags/job_flags.h"
 #include "proto/pstrain.pb.h"
 
 namespace pst::common {
@@ -35,4 +35,4 @@ absl::StatusOr<DaemonSetup> SetUpDaemon(const char* binary, TaskType type,
 
 }  // namespace pst::common
 
-#endif  // PST_COMMON_DAEMON_MAIN_H_
+#endif  // PST_FLAGS_DAEMON_MAIN_H_

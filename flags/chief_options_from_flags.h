@@ -1,14 +1,14 @@
 // ChiefOptions from the command line, for the executables that run a
 // coordinator: the chief, and worker 0 of a cluster without one.
-#ifndef PST_CHIEF_OPTIONS_FROM_FLAGS_H_
-#define PST_CHIEF_OPTIONS_FROM_FLAGS_H_
+#ifndef PST_FLAGS_CHIEF_OPTIONS_FROM_FLAGS_H_
+#define PST_FLAGS_CHIEF_OPTIONS_FROM_FLAGS_H_
 
 #include <algorithm>
 
 #include "absl/flags/flag.h"
 #include "chief/chief.h"
-#include "common/daemon_main.h"
-#include "common/job_flags.h"
+#include "flags/daemon_main.h"
+#include "flags/job_flags.h"
 
 namespace pst::chief {
 
@@ -32,4 +32,4 @@ inline ChiefOptions ChiefOptionsFromFlags(const common::DaemonSetup& setup) {
 
 }  // namespace pst::chief
 
-#endif  // PST_CHIEF_OPTIONS_FROM_FLAGS_H_
+#endif  // PST_FLAGS_CHIEF_OPTIONS_FROM_FLAGS_H_

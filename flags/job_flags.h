@@ -1,7 +1,7 @@
 // Command-line flags shared by the daemons (and forwarded by the launcher).
 // Only executables link this, so no library carries global flags.
-#ifndef PST_COMMON_JOB_FLAGS_H_
-#define PST_COMMON_JOB_FLAGS_H_
+#ifndef PST_FLAGS_JOB_FLAGS_H_
+#define PST_FLAGS_JOB_FLAGS_H_
 
 #include <string>
 
@@ -10,6 +10,7 @@
 #include "absl/time/time.h"
 #include "common/metrics.h"
 #include "common/progress.h"
+#include "common/timing.h"
 #include "proto/pstrain.pb.h"
 
 ABSL_DECLARE_FLAG(std::string, tf_config);
@@ -105,17 +106,9 @@ absl::Status InitTransportFromFlags();
 // InvalidArgument names a flag whose value is out of range.
 absl::StatusOr<proto::TrainingConfig> TrainingConfigFromFlags();
 
-// Timeouts and intervals, read from the flags above.
-struct Timing {
-  absl::Duration heartbeat_interval;
-  absl::Duration peer_timeout;     // a silent peer is declared dead after this
-  absl::Duration startup_timeout;  // how long to wait for peers to come up
-  absl::Duration rpc_timeout;      // deadline of one data-plane RPC
-  absl::Duration recovery_timeout;  // how long a failure may last
-  absl::Duration log_every;
-};
+// Timeouts and intervals (common/timing.h), read from the flags above.
 absl::StatusOr<Timing> TimingFromFlags();
 
 }  // namespace pst::common
 
-#endif  // PST_COMMON_JOB_FLAGS_H_
+#endif  // PST_FLAGS_JOB_FLAGS_H_

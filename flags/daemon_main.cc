@@ -1,11 +1,11 @@
-#include "common/daemon_main.h"
+#include "flags/daemon_main.h"
 
 #include <cstdio>
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
-#include "common/job_flags.h"
 #include "common/logging.h"
+#include "flags/job_flags.h"
 
 namespace pst::common {
 

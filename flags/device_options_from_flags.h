@@ -1,13 +1,13 @@
 // DeviceOptions from the command line (--device, --gpus, --gpu_memory,
 // --virtual_devices, --cpu_devices) and CUDA_VISIBLE_DEVICES, for the
 // executables that read them: the worker and `pstrain devices`. The flags
-// live in common/job_flags, which only executables link.
-#ifndef PST_DEVICE_DEVICE_OPTIONS_FROM_FLAGS_H_
-#define PST_DEVICE_DEVICE_OPTIONS_FROM_FLAGS_H_
+// live in flags/job_flags, which only executables link.
+#ifndef PST_FLAGS_DEVICE_OPTIONS_FROM_FLAGS_H_
+#define PST_FLAGS_DEVICE_OPTIONS_FROM_FLAGS_H_
 
 #include "absl/flags/flag.h"
-#include "common/job_flags.h"
 #include "device/device_mapping.h"
+#include "flags/job_flags.h"
 
 namespace pst::worker {
 
@@ -23,4 +23,4 @@ inline DeviceOptions DeviceOptionsFromFlags() {
 
 }  // namespace pst::worker
 
-#endif  // PST_DEVICE_DEVICE_OPTIONS_FROM_FLAGS_H_
+#endif  // PST_FLAGS_DEVICE_OPTIONS_FROM_FLAGS_H_
