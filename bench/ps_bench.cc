@@ -63,6 +63,8 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "client/grpc_ps_transport.h"
+#include "client/ps_client.h"
 #include "common/grpc_channel.h"
 #include "common/grpc_status.h"
 #include "common/partition.h"
@@ -75,8 +77,6 @@
 #include "proto/pstrain.grpc.pb.h"
 #include "tools/netns.h"
 #include "tools/subprocess.h"
-#include "worker/grpc_ps_transport.h"
-#include "worker/ps_client.h"
 
 ABSL_FLAG(std::string, ps, "1",
           "Number of ps processes; a comma list (e.g. 1,2) runs every case for each.");

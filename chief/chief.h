@@ -7,10 +7,10 @@
 #include <string>
 
 #include "absl/status/status.h"
-#include "common/job_flags.h"
 #include "common/process.h"
 #include "common/progress.h"
 #include "common/tf_config.h"
+#include "common/timing.h"
 #include "proto/pstrain.pb.h"
 
 namespace pst::chief {

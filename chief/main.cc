@@ -6,10 +6,10 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "chief/chief.h"
-#include "chief/options_from_flags.h"
-#include "common/daemon_main.h"
 #include "common/logging.h"
 #include "common/process.h"
+#include "flags/chief_options_from_flags.h"
+#include "flags/daemon_main.h"
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(

@@ -4,6 +4,7 @@
 #include <climits>
 #include <utility>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "common/tensor_util.h"
@@ -230,6 +231,22 @@ absl::StatusOr<std::vector<proto::VariableSpec>> SplitDense(const proto::Variabl
   if (!parts.ok()) return parts.status();
   if (*parts == 1) return std::vector<proto::VariableSpec>{spec};
   return SplitVariable(spec, *parts, proto::DIV);
+}
+
+void UniqueIds(const int64_t* ids, int64_t n, std::vector<int64_t>* unique,
+               std::vector<int32_t>* index) {
+  if (unique == nullptr || index == nullptr) return;
+  unique->clear();
+  index->clear();
+  if (ids == nullptr || n <= 0) return;
+  index->resize(static_cast<size_t>(n));
+  absl::flat_hash_map<int64_t, int32_t> position;
+  position.reserve(static_cast<size_t>(std::min<int64_t>(n, int64_t{1} << 20)));
+  for (int64_t i = 0; i < n; ++i) {
+    const auto [it, inserted] = position.try_emplace(ids[i], static_cast<int32_t>(unique->size()));
+    if (inserted) unique->push_back(ids[i]);
+    (*index)[i] = it->second;
+  }
 }
 
 }  // namespace pst::common

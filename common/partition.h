@@ -74,6 +74,12 @@ absl::StatusOr<std::vector<proto::VariableSpec>> SplitVariable(const proto::Vari
 absl::StatusOr<std::vector<proto::VariableSpec>> SplitDense(const proto::VariableSpec& spec,
                                                             int64_t piece_bytes);
 
+// The distinct values of ids[0..n) in first-seen order, and for each input
+// position its index in `unique`: a batch's ids deduplicated before they are
+// routed (and before a model gathers their rows).
+void UniqueIds(const int64_t* ids, int64_t n, std::vector<int64_t>* unique,
+               std::vector<int32_t>* index);
+
 }  // namespace pst::common
 
 #endif  // PST_COMMON_PARTITION_H_

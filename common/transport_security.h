@@ -35,7 +35,7 @@
 // single shared token does.
 //
 // The daemons' mains load it once from the flags
-// (InitTransportFromFlags in job_flags.h)
+// (InitTransportFromFlags in flags/job_flags.h)
 // before opening any channel or server; MakeChannel and StartServer use it.
 // The grpc.health.v1 service is covered too: health checkers need the same
 // certificate and token.

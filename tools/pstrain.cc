@@ -20,18 +20,18 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/checkpoint_format.h"
-#include "common/job_flags.h"
 #include "common/process.h"
 #include "common/tf_config.h"
+#include "data/criteo.h"
+#include "device/device_mapping.h"
+#include "flags/device_options_from_flags.h"
+#include "flags/job_flags.h"
+#include "models/model_spec.h"
 #include "tools/checkpoint_export.h"
 #include "tools/deploy_tools.h"
 #include "tools/local_cluster.h"
 #include "tools/reference.h"
 #include "tools/subprocess.h"
-#include "worker/criteo.h"
-#include "worker/device_mapping.h"
-#include "worker/device_options_from_flags.h"
-#include "worker/model_spec.h"
 
 ABSL_FLAG(int32_t, ps, 2, "local, plan, reference: number of ps tasks.");
 ABSL_FLAG(int32_t, workers, 2, "local: number of worker tasks.");

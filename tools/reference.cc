@@ -9,9 +9,12 @@
 #include "common/placement.h"
 #include "common/status_macros.h"
 #include "common/tensor_util.h"
+#include "data/criteo.h"
+#include "data/mnist_reader.h"
+#include "models/evaluation.h"
+#include "models/mlp.h"
+#include "models/model_spec.h"
 #include "ps_server/in_process_transport.h"
-#include "worker/mlp.h"
-#include "worker/model_spec.h"
 #include "worker/training_loops.h"
 
 namespace pst::tools {

@@ -8,10 +8,10 @@
 #include <random>
 
 #include "absl/strings/str_cat.h"
+#include "client/ps_client.h"
 #include "common/checkpoint_format.h"
+#include "models/model_spec.h"
 #include "ps_server/in_process_transport.h"
-#include "worker/model_spec.h"
-#include "worker/ps_client.h"
 
 namespace pst::worker {
 namespace {

@@ -12,13 +12,13 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "chief/chief.h"
-#include "chief/options_from_flags.h"
-#include "common/daemon_main.h"
 #include "common/logging.h"
 #include "common/process.h"
 #include "common/transport_security.h"
-#include "worker/device_mapping.h"
-#include "worker/device_options_from_flags.h"
+#include "device/device_mapping.h"
+#include "flags/chief_options_from_flags.h"
+#include "flags/daemon_main.h"
+#include "flags/device_options_from_flags.h"
 #include "worker/trainer.h"
 
 ABSL_FLAG(bool, claim_worker_index, false,

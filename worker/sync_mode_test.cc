@@ -8,12 +8,12 @@
 #include <thread>
 
 #include "absl/synchronization/notification.h"
+#include "client/ps_client.h"
 #include "common/placement.h"
+#include "device/device_mapping.h"
+#include "models/mlp.h"
+#include "models/model_spec.h"
 #include "ps_server/in_process_transport.h"
-#include "worker/device_mapping.h"
-#include "worker/mlp.h"
-#include "worker/model_spec.h"
-#include "worker/ps_client.h"
 #include "worker/training_loops.h"
 
 namespace pst::worker {

@@ -12,7 +12,7 @@
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "common/process.h"
-#include "worker/device_mapping.h"
+#include "device/device_mapping.h"
 
 namespace pst::worker {
 

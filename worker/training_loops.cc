@@ -9,13 +9,14 @@
 #include "absl/time/clock.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
+#include "device/cpu_device.h"
+#include "models/ctr_batch.h"
+#include "models/device_mlp.h"
+#include "models/device_wide_deep.h"
+#include "models/mlp.h"
+#include "models/model_spec.h"
+#include "models/wide_deep.h"
 #include "worker/background.h"
-#include "worker/cpu_device.h"
-#include "worker/device_mlp.h"
-#include "worker/device_wide_deep.h"
-#include "worker/mlp.h"
-#include "worker/model_spec.h"
-#include "worker/wide_deep.h"
 
 namespace pst::worker {
 namespace {
@@ -248,45 +249,6 @@ absl::StatusOr<int64_t> TrainMlp(const proto::TrainingConfig& training, const Da
   return global_step;
 }
 
-namespace {
-
-// A gathered wide & deep batch: dense features, labels and the unique ids.
-struct CtrBatchData {
-  std::vector<float> dense, labels;
-  std::vector<int64_t> ids, unique;
-  std::vector<int32_t> slot;
-  Values rows;  // [deep rows, wide rows] of the unique ids
-
-  void Gather(const CtrDataset& data, const int64_t* examples, int64_t n) {
-    dense.resize(n * kCriteoDense);
-    labels.resize(n);
-    ids.resize(n * kCriteoFields);
-    for (int64_t k = 0; k < n; ++k) {
-      const int64_t e = examples[k];
-      std::copy_n(&data.dense[e * kCriteoDense], kCriteoDense, &dense[k * kCriteoDense]);
-      std::copy_n(&data.ids[e * kCriteoFields], kCriteoFields, &ids[k * kCriteoFields]);
-      labels[k] = data.labels[e];
-    }
-    UniqueIds(ids.data(), static_cast<int64_t>(ids.size()), &unique, &slot);
-  }
-  std::vector<PsClient::TableIds> Tables() const {
-    return {{kDeepEmbedding, unique}, {kWideEmbedding, unique}};
-  }
-  CtrBatch View(int64_t n) const {
-    CtrBatch b;
-    b.size = static_cast<int>(n);
-    b.dense = dense.data();
-    b.slot = slot.data();
-    b.labels = labels.data();
-    b.num_unique = static_cast<int>(unique.size());
-    b.deep_rows = rows[0].data();
-    b.wide_rows = rows[1].data();
-    return b;
-  }
-};
-
-}  // namespace
-
 absl::StatusOr<int64_t> TrainWideDeep(const proto::TrainingConfig& training, const CtrDataset& data,
                                       uint64_t shuffle_seed, PsClient* ps,
                                       const LoopControl& control) {
@@ -332,56 +294,6 @@ absl::StatusOr<int64_t> TrainWideDeep(const proto::TrainingConfig& training, con
         return true;
       }));
   return global_step;
-}
-
-absl::StatusOr<CtrEval> EvaluateWideDeep(const proto::TrainingConfig& training,
-                                         const CtrDataset& data, PsClient* ps) {
-  PST_ASSIGN_OR_RETURN(WideDeepConfig config, WideDeepConfigFor(training));
-  WideDeep model(config);
-  Values params;
-  PST_ASSIGN_OR_RETURN(const int64_t version, ps->Pull(&params));
-  CtrBatchData batch;
-  std::vector<float> probs, all_probs;
-  std::vector<int64_t> examples;
-  constexpr int64_t kChunk = 4096;
-  for (int64_t first = 0; first < data.size; first += kChunk) {
-    const int64_t n = std::min(kChunk, data.size - first);
-    examples.resize(n);
-    std::iota(examples.begin(), examples.end(), first);
-    batch.Gather(data, examples.data(), n);
-    PST_RETURN_IF_ERROR(ps->PullRows(batch.Tables(), &batch.rows));
-    PST_RETURN_IF_ERROR(model.Predict(params, batch.View(n), &probs));
-    all_probs.insert(all_probs.end(), probs.begin(), probs.end());
-  }
-  CtrEval eval;
-  eval.examples = data.size;
-  eval.version = version;
-  eval.auc = Auc(all_probs, data.labels);
-  eval.logloss = LogLoss(all_probs, data.labels);
-  return eval;
-}
-
-absl::StatusOr<CtrDataset> LoadCtrSplit(const proto::TrainingConfig& training, bool held_out,
-                                        int shard, int num_shards) {
-  if (training.data().empty()) {
-    return absl::InvalidArgumentError("the wide_deep model needs --data=<Criteo-format file>");
-  }
-  CtrFeatureConfig features;
-  features.buckets_per_field = training.buckets_per_field();
-  PST_ASSIGN_OR_RETURN(CtrDataset all, ReadCriteo(training.data(), features));
-  CtrDataset tail;
-  SplitHeldOut(&all, training.eval_fraction(), &tail);
-  if (held_out) return tail;
-  if (num_shards <= 1) return all;
-  CtrDataset mine;
-  for (int64_t i = shard; i < all.size; i += num_shards) {
-    mine.dense.insert(mine.dense.end(), &all.dense[i * kCriteoDense],
-                      &all.dense[(i + 1) * kCriteoDense]);
-    mine.ids.insert(mine.ids.end(), &all.ids[i * kCriteoFields], &all.ids[(i + 1) * kCriteoFields]);
-    mine.labels.push_back(all.labels[i]);
-    ++mine.size;
-  }
-  return mine;
 }
 
 }  // namespace pst::worker

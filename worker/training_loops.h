@@ -11,11 +11,11 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "client/ps_client.h"
+#include "data/criteo.h"
+#include "data/mnist_reader.h"
+#include "device/device.h"
 #include "proto/pstrain.pb.h"
-#include "worker/criteo.h"
-#include "worker/device.h"
-#include "worker/mnist_reader.h"
-#include "worker/ps_client.h"
 
 namespace pst::worker {
 
@@ -61,21 +61,6 @@ absl::StatusOr<int64_t> TrainMlp(const proto::TrainingConfig& training, const Da
 absl::StatusOr<int64_t> TrainWideDeep(const proto::TrainingConfig& training, const CtrDataset& data,
                                       uint64_t shuffle_seed, PsClient* ps,
                                       const LoopControl& control);
-
-struct CtrEval {
-  double auc = 0;
-  double logloss = 0;
-  int64_t examples = 0;
-  int64_t version = 0;  // of the dense variables evaluated: the global step
-};
-absl::StatusOr<CtrEval> EvaluateWideDeep(const proto::TrainingConfig& training,
-                                         const CtrDataset& data, PsClient* ps);
-
-// Reads training.data(): the held-out tail (the last eval_fraction of the
-// rows) or shard `shard` of `num_shards` of the rest (rows i with
-// i % num_shards == shard).
-absl::StatusOr<CtrDataset> LoadCtrSplit(const proto::TrainingConfig& training, bool held_out,
-                                        int shard, int num_shards);
 
 }  // namespace pst::worker
 

@@ -1,0 +1,35 @@
+// ChiefOptions from the command line, for the executables that run a
+// coordinator: the chief, and worker 0 of a cluster without one.
+#ifndef PST_FLAGS_CHIEF_OPTIONS_FROM_FLAGS_H_
+#define PST_FLAGS_CHIEF_OPTIONS_FROM_FLAGS_H_
+
+#include <algorithm>
+
+#include "absl/flags/flag.h"
+#include "chief/chief.h"
+#include "flags/daemon_main.h"
+#include "flags/job_flags.h"
+
+namespace pst::chief {
+
+inline ChiefOptions ChiefOptionsFromFlags(const common::DaemonSetup& setup) {
+  ChiefOptions options;
+  options.tf = setup.tf;
+  options.training = setup.training;
+  options.timing = setup.timing;
+  options.data_dir = absl::GetFlag(FLAGS_data_dir);
+  options.summary_json = absl::GetFlag(FLAGS_summary_json);
+  options.summary_dir = absl::GetFlag(FLAGS_summary_dir);
+  options.summary_steps = std::max<int64_t>(1, absl::GetFlag(FLAGS_summary_steps));
+  options.bind = absl::GetFlag(FLAGS_bind);
+  options.checkpoint_dir = absl::GetFlag(FLAGS_checkpoint_dir);
+  options.save_steps = absl::GetFlag(FLAGS_save_checkpoints_steps);
+  options.save_secs = absl::GetFlag(FLAGS_save_checkpoints_secs);
+  options.keep_checkpoints = std::max(1, absl::GetFlag(FLAGS_keep_checkpoints));
+  options.progress = absl::GetFlag(FLAGS_progress);
+  return options;
+}
+
+}  // namespace pst::chief
+
+#endif  // PST_FLAGS_CHIEF_OPTIONS_FROM_FLAGS_H_

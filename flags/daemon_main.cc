@@ -1,0 +1,56 @@
+#include "flags/daemon_main.h"
+
+#include <cstdio>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/str_cat.h"
+#include "common/logging.h"
+#include "flags/job_flags.h"
+
+namespace pst::common {
+
+absl::StatusOr<DaemonSetup> SetUpDaemon(const char* binary, TaskType type,
+                                        const AdjustSetup& adjust) {
+  TuneForServing();
+  DaemonSetup setup;
+  absl::Status status = [&]() -> absl::Status {
+    absl::StatusOr<TfConfig> tf = LoadTfConfig(absl::GetFlag(FLAGS_tf_config), type);
+    if (!tf.ok()) return tf.status();
+    setup.tf = *std::move(tf);
+    if (const int workers = absl::GetFlag(FLAGS_num_workers); workers > 0) {
+      absl::StatusOr<TfConfig> scaled = WithWorkerCount(setup.tf, workers);
+      if (!scaled.ok()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--num_workers=", workers, ": ", scaled.status().message()));
+      }
+      setup.tf = *std::move(scaled);
+    }
+    absl::StatusOr<proto::TrainingConfig> training = TrainingConfigFromFlags();
+    if (!training.ok()) return training.status();
+    setup.training = *std::move(training);
+    absl::StatusOr<Timing> timing = TimingFromFlags();
+    if (!timing.ok()) return timing.status();
+    setup.timing = *timing;
+    if (absl::Status security = InitTransportFromFlags(); !security.ok()) return security;
+    return adjust == nullptr ? absl::OkStatus() : adjust(&setup);
+  }();
+  if (!status.ok()) {
+    std::fprintf(stderr, "%s: %s\n", binary, std::string(status.message()).c_str());
+    return status;
+  }
+  InitLogging(TaskIdString(setup.tf.task));
+  absl::StatusOr<std::unique_ptr<MetricsExporter>> metrics =
+      StartMetricsFromFlags(TaskIdString(setup.tf.task));
+  if (!metrics.ok()) {
+    std::fprintf(stderr, "%s: %s\n", binary, std::string(metrics.status().message()).c_str());
+    return metrics.status();
+  }
+  setup.metrics = *std::move(metrics);
+  if (setup.metrics != nullptr) {
+    spdlog::info("Prometheus metrics on {} at /metrics", setup.metrics->address());
+  }
+  StopOnTerminationSignals("received signal");
+  return setup;
+}
+
+}  // namespace pst::common

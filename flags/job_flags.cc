@@ -1,0 +1,374 @@
+#include "flags/job_flags.h"
+
+#include <cmath>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "common/grpc_channel.h"
+#include "common/metrics.h"
+#include "common/optimizer_config.h"
+#include "common/transport_security.h"
+
+ABSL_FLAG(std::string, tf_config, "",
+          "Cluster spec as TF_CONFIG JSON, or @path to a file holding it. Default: the "
+          "TF_CONFIG environment variable.");
+ABSL_FLAG(std::string, bind, "",
+          "ps and chief: where to listen, host or host:port (default: every interface, at this "
+          "task's TF_CONFIG port). Peers still use the TF_CONFIG address. Every daemon's "
+          "--metrics_port listens on this host too (default: every interface).");
+ABSL_FLAG(std::string, data_dir, "/usr/share/datasets/fashion-mnist",
+          "Directory with the Fashion-MNIST IDX files (Debian's dataset-fashion-mnist).");
+ABSL_FLAG(std::string, model, "mlp",
+          "Model to train: mlp (Fashion-MNIST) or wide_deep (Criteo-format CTR data).");
+ABSL_FLAG(std::string, hidden, "",
+          "Hidden layer widths, comma-separated. Default: 256,128 for mlp, 64,32 for wide_deep.");
+ABSL_FLAG(std::string, data, "",
+          "wide_deep: a Criteo-format file that every task can read (pstrain local also takes "
+          "'generate' or 'generate:rows=N,vocab=V,seed=S').");
+ABSL_FLAG(double, eval_fraction, 0.1,
+          "wide_deep: the last fraction of --data held out for evaluation.");
+ABSL_FLAG(int32_t, embedding_dim, 8, "wide_deep: width of the deep embedding rows.");
+ABSL_FLAG(int64_t, buckets_per_field, 100000,
+          "wide_deep: embedding rows per categorical field; 0 for hash embeddings (unbounded ids, "
+          "rows created on first touch).");
+ABSL_FLAG(int32_t, admit_after, 0,
+          "Hash embeddings: create a row only after its id was seen this many times.");
+ABSL_FLAG(std::string, placement, "size_balanced",
+          "Placement of variables over the ps: round_robin or size_balanced.");
+ABSL_FLAG(std::string, partitioner, "min_max",
+          "How embedding tables are split: none, fixed (--num_shards), min_max (--min_slice_bytes, "
+          "--max_partitions) or axis_size (--max_shard_bytes).");
+ABSL_FLAG(int32_t, num_shards, 0, "fixed partitioner: partitions per table (0: one per ps).");
+ABSL_FLAG(int64_t, min_slice_bytes, 256 << 10, "min_max partitioner: smallest slice.");
+ABSL_FLAG(int32_t, max_partitions, 0, "min_max partitioner: most partitions (0: 4 per ps).");
+ABSL_FLAG(int64_t, max_shard_bytes, 64 << 20, "axis_size partitioner: largest slice.");
+ABSL_FLAG(int64_t, dense_piece_bytes, 512 << 10,
+          "Dense variables bigger than this are cut into pieces of at most this size, spread "
+          "over the ps and sent in requests of about this size (client/ps_client.h), so big "
+          "tensors pipeline; 0: never cut.");
+ABSL_FLAG(bool, overlap, false,
+          "async, mlp: compute the next batch while the last push+pull is in flight (compute "
+          "and communication overlap, at one step more staleness).");
+ABSL_FLAG(std::string, routing, "mod", "Id routing of partitioned tables: mod or div.");
+ABSL_FLAG(std::string, mode, "async",
+          "How workers agree on parameters: async, sync (bulk synchronous, averaged steps) or ssp "
+          "(stale synchronous, bounded by --staleness).");
+ABSL_FLAG(int32_t, staleness, 2, "ssp: how many steps a worker may run ahead of the slowest.");
+ABSL_FLAG(int32_t, replicas_to_aggregate, 0,
+          "sync: gradients averaged per step (0: every worker). Fewer than the workers makes the "
+          "rest backup workers: the slowest pushes of each step are dropped.");
+ABSL_FLAG(int32_t, epochs, 3, "Passes over each worker's shard of the training data.");
+ABSL_FLAG(int64_t, max_steps, 0,
+          "Stop when the global step (pushes applied) reaches this; 0 means no limit.");
+ABSL_FLAG(int32_t, batch_size, 64, "Examples per worker step.");
+ABSL_FLAG(double, learning_rate, 0.001, "Optimizer learning rate.");
+ABSL_FLAG(std::string, optimizer, "adam",
+          "Optimizer run on the ps: sgd, momentum, adam, adagrad or ftrl.");
+ABSL_FLAG(double, momentum, 0.9, "Momentum coefficient, for --optimizer=momentum.");
+ABSL_FLAG(bool, nesterov, false, "Nesterov momentum, for --optimizer=momentum.");
+ABSL_FLAG(double, beta1, 0.9, "Adam's first-moment decay, for --optimizer=adam.");
+ABSL_FLAG(double, beta2, 0.999, "Adam's second-moment decay, for --optimizer=adam.");
+ABSL_FLAG(double, epsilon, 1e-7, "Adam's epsilon, for --optimizer=adam.");
+ABSL_FLAG(double, initial_accumulator, 0.1, "Adagrad and FTRL: initial accumulator value.");
+ABSL_FLAG(double, l1, 0, "FTRL: L1 regularization strength.");
+ABSL_FLAG(double, l2, 0, "FTRL: L2 regularization strength.");
+ABSL_FLAG(double, lr_power, -0.5, "FTRL: learning rate power (<= 0).");
+ABSL_FLAG(bool, skip_nonfinite, false,
+          "Skip (and count) gradient rows holding NaN or Inf instead of rejecting the push.");
+ABSL_FLAG(uint64_t, seed, 1, "Seed for initialization and data shuffling.");
+ABSL_FLAG(std::string, summary_json, "",
+          "If set, the chief writes the job's final figures to this file as JSON.");
+ABSL_FLAG(std::string, summary_dir, "",
+          "If set, the chief writes TensorBoard event files here: loss, examples/s and "
+          "staleness every --summary_steps updates, and the test metrics at the end.");
+ABSL_FLAG(int64_t, summary_steps, 100, "Updates between TensorBoard scalars (--summary_dir).");
+ABSL_FLAG(int32_t, metrics_port, 0,
+          "Serve Prometheus metrics on this port at /metrics (0: off), on --bind's host "
+          "(default: every interface), to 8 connections at once, each given 5 s to send its "
+          "request. pstrain local gives its daemons this port and the ones after it.");
+ABSL_FLAG(int32_t, num_workers, 0,
+          "When > 0: the job has this many workers whatever TF_CONFIG's worker list says, "
+          "named after its first entry (host-0, host-1, ... at its port). For replicas of one "
+          "worker service that claim their indices (worker --claim_worker_index), e.g. "
+          "docker-compose with PSTRAIN_WORKERS=N. Give every daemon the same value.");
+ABSL_FLAG(double, log_every_s, 5, "Seconds between the chief's progress lines.");
+ABSL_FLAG(pst::common::ProgressMode, progress, pst::common::ProgressMode::kAuto,
+          "How the chief (and pstrain local) show progress: tty (one live line rewritten in "
+          "place: epoch, step/total, loss, examples/s, ETA), plain (a log line every "
+          "--log_every_s), off, or auto (tty when stderr, for pstrain local stdout, is a "
+          "terminal, else plain).");
+ABSL_FLAG(std::string, checkpoint_dir, "",
+          "Where checkpoints live: the same shared directory for the chief and every ps (it may "
+          "be mounted at another path on each). The chief writes manifests there, each ps its "
+          "shards, and a ps reads and writes nowhere else; a ps without it refuses Save and "
+          "Restore. A job started with a checkpoint there resumes from the newest valid one.");
+ABSL_FLAG(int64_t, save_checkpoints_steps, 0,
+          "Save a checkpoint every this many updates (0: off).");
+ABSL_FLAG(double, save_checkpoints_secs, 0, "Save a checkpoint every this many seconds (0: off).");
+ABSL_FLAG(int32_t, keep_checkpoints, 5, "Checkpoints kept; older ones are deleted.");
+ABSL_FLAG(int32_t, heartbeat_ms, 1000, "Milliseconds between heartbeats.");
+ABSL_FLAG(double, peer_timeout_s, 15,
+          "Seconds without a heartbeat after which a peer is declared dead.");
+ABSL_FLAG(double, startup_timeout_s, 120, "Seconds to wait for the cluster's tasks to come up.");
+ABSL_FLAG(double, rpc_timeout_s, 60, "Deadline of one Pull or Push RPC, in seconds.");
+ABSL_FLAG(double, recovery_timeout_s, 300,
+          "How long a failure may last before the job gives up: the chief waits this long for "
+          "a lost ps to come back, workers wait this long for the ps or the chief, and a "
+          "worker silent this long is given up on.");
+ABSL_FLAG(std::string, device, "cpu",
+          "Where a worker computes: cpu, gpu (fails if no GPU is visible) or auto (the GPUs if "
+          "any is visible, else the CPU).");
+ABSL_FLAG(std::string, gpus, "",
+          "GPUs a worker uses, as physical indices (nvidia-smi's numbering), e.g. 1,2; logical "
+          "device GPU:k is the k-th. Empty: every GPU that CUDA_VISIBLE_DEVICES leaves visible.");
+ABSL_FLAG(std::string, gpu_memory, "growth",
+          "GPU memory budget per logical device: growth (take memory as needed, up to the GPU), "
+          "fraction:F (at most F of the GPU) or limit_mb:M (at most M MiB). Never allocated "
+          "ahead; exceeding it is a ResourceExhausted error naming the budget.");
+ABSL_FLAG(int32_t, virtual_devices, 1,
+          "Logical devices per GPU, each with its own share of the memory budget.");
+ABSL_FLAG(int32_t, cpu_devices, 1,
+          "Logical CPU devices of a worker with --device=cpu (the batch is split across them).");
+ABSL_FLAG(bool, log_device_placement, false,
+          "Log where each variable copy and each op of the model runs.");
+ABSL_FLAG(bool, bdp_probe, true,
+          "gRPC's BDP probing on the dense data plane (the ps's server side and the "
+          "workers' dense connections). false: a fixed 16 MiB HTTP/2 window instead: about "
+          "25% more throughput on tensors of megabytes over loopback, 10-15% fewer "
+          "examples/s for the small Fashion-MNIST MLP. Give every daemon the same.");
+ABSL_FLAG(std::string, tls_cert, "",
+          "PEM certificate chain of this process; with --tls_key, daemons serve TLS.");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key for --tls_cert.");
+ABSL_FLAG(std::string, tls_ca, "",
+          "PEM CA the cluster's certificates are signed by: clients verify servers against it, "
+          "and servers require client certificates signed by it (mutual TLS).");
+ABSL_FLAG(std::string, tls_server_name, "",
+          "Name expected in server certificates when it is not the TF_CONFIG host.");
+ABSL_FLAG(std::string, auth_token_file, "",
+          "File holding the token this process sends with every RPC: the cluster's shared "
+          "secret, or this task's own token under --role_tokens_file. Servers answer "
+          "UNAUTHENTICATED without the right one. Needs TLS.");
+ABSL_FLAG(std::string, role_tokens_file, "",
+          "Servers (ps, chief): a table of per-role tokens, one line each: the token's SHA-256 "
+          "(hex) and the task it speaks for (worker-3.pstrain). Each caller's role then comes "
+          "from its token; other tokens are UNAUTHENTICATED. Needs TLS. See "
+          "docs/security.md.");
+
+ABSL_FLAG(int32_t, grpc_max_concurrent_streams, pst::common::ServerLimits().max_concurrent_streams,
+          "Calls one client connection may have open at once on a daemon's gRPC server; more "
+          "wait in the client's queue (0: no limit). Each dense piece in flight and each "
+          "parked SYNC/SSP pull holds one.");
+ABSL_FLAG(int64_t, grpc_memory_quota_mb, pst::common::ServerLimits().memory_quota_bytes >> 20,
+          "Memory a daemon's gRPC server may use for its buffers (gRPC resource quota): near "
+          "it gRPC reads more slowly and may close idle connections (0: no limit).");
+ABSL_FLAG(int32_t, grpc_max_threads, pst::common::ServerLimits().max_threads,
+          "Threads of a daemon's gRPC server's resource quota (0: no limit). It counts "
+          "gRPC's synchronous-API threads; pstrain's services use the callback API.");
+ABSL_FLAG(int64_t, grpc_max_control_message_mb,
+          static_cast<int64_t>(pst::common::ServerLimits().max_control_message_bytes >> 20),
+          "Largest request, in MiB, of a control call (CreateVariables, Save, Restore, "
+          "SetMembership, Health, Shutdown on the ps; every Coordinator call on the chief), "
+          "refused RESOURCE_EXHAUSTED unparsed above it (0: up to the 512 MiB every call may "
+          "carry). The data plane (Pull, Push, PushPull, PullRows, PushRows) takes 512 MiB.");
+
+namespace pst::common {
+
+absl::StatusOr<proto::TrainingConfig> TrainingConfigFromFlags() {
+  proto::TrainingConfig config;
+  config.set_model(absl::GetFlag(FLAGS_model));
+  if (config.model() != "mlp" && config.model() != "wide_deep") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--model=", config.model(), " is not a known model (known: mlp, wide_deep)"));
+  }
+  std::string hidden = absl::GetFlag(FLAGS_hidden);
+  if (hidden.empty()) hidden = config.model() == "mlp" ? "256,128" : "64,32";
+  for (absl::string_view part : absl::StrSplit(hidden, ',', absl::SkipWhitespace())) {
+    int units = 0;
+    if (!absl::SimpleAtoi(part, &units) || units < 1 || units > (1 << 20)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--hidden=", hidden,
+                       ": each layer width must be an integer in 1..1048576, got '", part, "'"));
+    }
+    config.add_hidden_units(units);
+  }
+  config.set_epochs(absl::GetFlag(FLAGS_epochs));
+  if (config.epochs() < 1) return absl::InvalidArgumentError("--epochs must be at least 1");
+  config.set_max_steps(absl::GetFlag(FLAGS_max_steps));
+  if (config.max_steps() < 0) return absl::InvalidArgumentError("--max_steps must be >= 0");
+  config.set_batch_size(absl::GetFlag(FLAGS_batch_size));
+  if (config.batch_size() < 1 || config.batch_size() > 65536) {
+    return absl::InvalidArgumentError("--batch_size must be in 1..65536");
+  }
+  config.set_seed(absl::GetFlag(FLAGS_seed));
+
+  proto::OptimizerConfig* opt = config.mutable_optimizer();
+  opt->set_name(absl::GetFlag(FLAGS_optimizer));
+  opt->set_learning_rate(static_cast<float>(absl::GetFlag(FLAGS_learning_rate)));
+  opt->set_momentum(static_cast<float>(absl::GetFlag(FLAGS_momentum)));
+  opt->set_nesterov(absl::GetFlag(FLAGS_nesterov));
+  opt->set_beta1(static_cast<float>(absl::GetFlag(FLAGS_beta1)));
+  opt->set_beta2(static_cast<float>(absl::GetFlag(FLAGS_beta2)));
+  opt->set_epsilon(static_cast<float>(absl::GetFlag(FLAGS_epsilon)));
+  opt->set_initial_accumulator(static_cast<float>(absl::GetFlag(FLAGS_initial_accumulator)));
+  opt->set_l1(static_cast<float>(absl::GetFlag(FLAGS_l1)));
+  opt->set_l2(static_cast<float>(absl::GetFlag(FLAGS_l2)));
+  opt->set_lr_power(static_cast<float>(absl::GetFlag(FLAGS_lr_power)));
+  opt->set_skip_nonfinite(absl::GetFlag(FLAGS_skip_nonfinite));
+  // The ps's own check, so a bad hyperparameter fails before anything starts.
+  if (absl::Status s = CheckOptimizerConfig(*opt).status(); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("optimizer flags: ", s.message()));
+  }
+
+  config.set_data(absl::GetFlag(FLAGS_data));
+  config.set_eval_fraction(absl::GetFlag(FLAGS_eval_fraction));
+  if (!(config.eval_fraction() > 0 && config.eval_fraction() < 1)) {
+    return absl::InvalidArgumentError("--eval_fraction must be in (0, 1)");
+  }
+  config.set_embedding_dim(absl::GetFlag(FLAGS_embedding_dim));
+  if (config.embedding_dim() < 1 || config.embedding_dim() > 4096) {
+    return absl::InvalidArgumentError("--embedding_dim must be in 1..4096");
+  }
+  config.set_buckets_per_field(absl::GetFlag(FLAGS_buckets_per_field));
+  if (config.buckets_per_field() < 0) {
+    return absl::InvalidArgumentError("--buckets_per_field must be >= 0 (0: hash embeddings)");
+  }
+  config.set_admit_after(absl::GetFlag(FLAGS_admit_after));
+  if (config.admit_after() < 0) return absl::InvalidArgumentError("--admit_after must be >= 0");
+
+  config.set_placement(absl::GetFlag(FLAGS_placement));
+  if (config.placement() != "round_robin" && config.placement() != "size_balanced") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--placement=", config.placement(), " is not known (known: round_robin, size_balanced)"));
+  }
+  proto::Partitioner* partitioner = config.mutable_partitioner();
+  partitioner->set_kind(absl::GetFlag(FLAGS_partitioner));
+  partitioner->set_num_shards(absl::GetFlag(FLAGS_num_shards));
+  partitioner->set_min_slice_bytes(absl::GetFlag(FLAGS_min_slice_bytes));
+  partitioner->set_max_partitions(absl::GetFlag(FLAGS_max_partitions));
+  partitioner->set_max_shard_bytes(absl::GetFlag(FLAGS_max_shard_bytes));
+  const std::string& kind = partitioner->kind();
+  if (kind != "none" && kind != "fixed" && kind != "min_max" && kind != "axis_size") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--partitioner=", kind, " is not known (known: none, fixed, min_max, axis_size)"));
+  }
+  if (kind == "fixed" && partitioner->num_shards() < 1) {
+    return absl::InvalidArgumentError("--partitioner=fixed needs --num_shards >= 1");
+  }
+  if (partitioner->min_slice_bytes() < 1 || partitioner->max_shard_bytes() < 1 ||
+      partitioner->max_partitions() < 0) {
+    return absl::InvalidArgumentError(
+        "--min_slice_bytes and --max_shard_bytes must be positive, --max_partitions >= 0");
+  }
+  config.set_overlap(absl::GetFlag(FLAGS_overlap));
+  config.set_dense_piece_bytes(absl::GetFlag(FLAGS_dense_piece_bytes));
+  if (config.dense_piece_bytes() < 0) {
+    return absl::InvalidArgumentError("--dense_piece_bytes must be >= 0 (0: never cut)");
+  }
+  const std::string mode = absl::GetFlag(FLAGS_mode);
+  proto::SyncConfig* sync = config.mutable_sync();
+  if (mode == "async") {
+    sync->set_mode(proto::ASYNC);
+  } else if (mode == "sync") {
+    sync->set_mode(proto::SYNC);
+  } else if (mode == "ssp") {
+    sync->set_mode(proto::SSP);
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--mode=", mode, " is not known (known: async, sync, ssp)"));
+  }
+  sync->set_staleness(absl::GetFlag(FLAGS_staleness));
+  sync->set_replicas_to_aggregate(absl::GetFlag(FLAGS_replicas_to_aggregate));
+  if (sync->staleness() < 0 || sync->replicas_to_aggregate() < 0) {
+    return absl::InvalidArgumentError("--staleness and --replicas_to_aggregate must be >= 0");
+  }
+  if (sync->mode() == proto::SYNC && config.model() == "wide_deep") {
+    return absl::InvalidArgumentError(
+        "--mode=sync aggregates dense variables only; wide_deep's embedding tables need "
+        "--mode=async or --mode=ssp");
+  }
+  const std::string routing = absl::GetFlag(FLAGS_routing);
+  if (routing == "mod") {
+    config.set_routing(proto::MOD);
+  } else if (routing == "div") {
+    config.set_routing(proto::DIV);
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--routing=", routing, " is not known (known: mod, div)"));
+  }
+  return config;
+}
+
+absl::StatusOr<Timing> TimingFromFlags() {
+  const double log_every = absl::GetFlag(FLAGS_log_every_s);
+  const int heartbeat_ms = absl::GetFlag(FLAGS_heartbeat_ms);
+  const double peer = absl::GetFlag(FLAGS_peer_timeout_s);
+  const double startup = absl::GetFlag(FLAGS_startup_timeout_s);
+  const double rpc = absl::GetFlag(FLAGS_rpc_timeout_s);
+  const double recovery = absl::GetFlag(FLAGS_recovery_timeout_s);
+  if (heartbeat_ms < 10) return absl::InvalidArgumentError("--heartbeat_ms must be >= 10");
+  if (!(log_every > 0)) return absl::InvalidArgumentError("--log_every_s must be > 0");
+  if (!(peer * 1000 > 2 * heartbeat_ms)) {
+    return absl::InvalidArgumentError("--peer_timeout_s must exceed two heartbeat intervals");
+  }
+  if (!(startup > 0) || !(rpc > 0)) {
+    return absl::InvalidArgumentError("--startup_timeout_s and --rpc_timeout_s must be > 0");
+  }
+  if (!(recovery > 0)) return absl::InvalidArgumentError("--recovery_timeout_s must be > 0");
+  Timing t;
+  t.heartbeat_interval = absl::Milliseconds(heartbeat_ms);
+  t.peer_timeout = absl::Seconds(peer);
+  t.startup_timeout = absl::Seconds(startup);
+  t.rpc_timeout = absl::Seconds(rpc);
+  t.recovery_timeout = absl::Seconds(recovery);
+  t.log_every = absl::Seconds(log_every);
+  return t;
+}
+
+absl::StatusOr<std::unique_ptr<MetricsExporter>> StartMetricsFromFlags(const std::string& task) {
+  const int port = absl::GetFlag(FLAGS_metrics_port);
+  if (port == 0) return std::unique_ptr<MetricsExporter>();
+  if (port < 0 || port > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat("--metrics_port=", port, " is not a port"));
+  }
+  absl::StatusOr<std::unique_ptr<MetricsExporter>> exporter =
+      MetricsExporter::Start(ListenHost(absl::GetFlag(FLAGS_bind)), port, task);
+  if (exporter.ok()) SetProcessMetrics(exporter->get());
+  return exporter;
+}
+
+absl::Status InitTransportFromFlags() {
+  SetDenseBdpProbe(absl::GetFlag(FLAGS_bdp_probe));
+  ServerLimits limits;
+  limits.max_concurrent_streams = absl::GetFlag(FLAGS_grpc_max_concurrent_streams);
+  const int64_t memory_mb = absl::GetFlag(FLAGS_grpc_memory_quota_mb);
+  limits.max_threads = absl::GetFlag(FLAGS_grpc_max_threads);
+  const int64_t control_mb = absl::GetFlag(FLAGS_grpc_max_control_message_mb);
+  if (limits.max_concurrent_streams < 0 || memory_mb < 0 || memory_mb > (int64_t{1} << 30) ||
+      limits.max_threads < 0 || control_mb < 0 || control_mb > (kMaxMessageBytes >> 20)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--grpc_max_concurrent_streams=", limits.max_concurrent_streams,
+        ", --grpc_memory_quota_mb=", memory_mb, ", --grpc_max_threads=", limits.max_threads,
+        ", --grpc_max_control_message_mb=", control_mb,
+        ": each must be >= 0 (0: no limit), and the control limit at most ",
+        kMaxMessageBytes >> 20));
+  }
+  limits.memory_quota_bytes = memory_mb << 20;
+  limits.max_control_message_bytes = static_cast<size_t>(control_mb) << 20;
+  SetServerLimits(limits);
+  SecurityFiles files;
+  files.tls_cert = absl::GetFlag(FLAGS_tls_cert);
+  files.tls_key = absl::GetFlag(FLAGS_tls_key);
+  files.tls_ca = absl::GetFlag(FLAGS_tls_ca);
+  files.auth_token_file = absl::GetFlag(FLAGS_auth_token_file);
+  files.tls_server_name = absl::GetFlag(FLAGS_tls_server_name);
+  files.role_tokens_file = absl::GetFlag(FLAGS_role_tokens_file);
+  absl::StatusOr<TransportSecurity> security = LoadTransportSecurity(files);
+  if (!security.ok()) return security.status();
+  SetTransportSecurity(*std::move(security));
+  return absl::OkStatus();
+}
+
+}  // namespace pst::common

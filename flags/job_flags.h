@@ -1,0 +1,114 @@
+// Command-line flags shared by the daemons (and forwarded by the launcher).
+// Only executables link this, so no library carries global flags.
+#ifndef PST_FLAGS_JOB_FLAGS_H_
+#define PST_FLAGS_JOB_FLAGS_H_
+
+#include <string>
+
+#include "absl/flags/declare.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "common/metrics.h"
+#include "common/progress.h"
+#include "common/timing.h"
+#include "proto/pstrain.pb.h"
+
+ABSL_DECLARE_FLAG(std::string, tf_config);
+ABSL_DECLARE_FLAG(std::string, bind);
+ABSL_DECLARE_FLAG(std::string, data_dir);
+ABSL_DECLARE_FLAG(std::string, model);
+ABSL_DECLARE_FLAG(std::string, hidden);
+ABSL_DECLARE_FLAG(int32_t, epochs);
+ABSL_DECLARE_FLAG(int64_t, max_steps);
+ABSL_DECLARE_FLAG(int32_t, batch_size);
+ABSL_DECLARE_FLAG(double, learning_rate);
+ABSL_DECLARE_FLAG(std::string, optimizer);
+ABSL_DECLARE_FLAG(double, momentum);
+ABSL_DECLARE_FLAG(bool, nesterov);
+ABSL_DECLARE_FLAG(double, beta1);
+ABSL_DECLARE_FLAG(double, beta2);
+ABSL_DECLARE_FLAG(double, epsilon);
+ABSL_DECLARE_FLAG(double, initial_accumulator);
+ABSL_DECLARE_FLAG(double, l1);
+ABSL_DECLARE_FLAG(double, l2);
+ABSL_DECLARE_FLAG(double, lr_power);
+ABSL_DECLARE_FLAG(bool, skip_nonfinite);
+ABSL_DECLARE_FLAG(std::string, data);
+ABSL_DECLARE_FLAG(double, eval_fraction);
+ABSL_DECLARE_FLAG(int32_t, embedding_dim);
+ABSL_DECLARE_FLAG(int64_t, buckets_per_field);
+ABSL_DECLARE_FLAG(int32_t, admit_after);
+ABSL_DECLARE_FLAG(std::string, placement);
+ABSL_DECLARE_FLAG(std::string, partitioner);
+ABSL_DECLARE_FLAG(int32_t, num_shards);
+ABSL_DECLARE_FLAG(int64_t, min_slice_bytes);
+ABSL_DECLARE_FLAG(int32_t, max_partitions);
+ABSL_DECLARE_FLAG(int64_t, max_shard_bytes);
+ABSL_DECLARE_FLAG(std::string, routing);
+ABSL_DECLARE_FLAG(std::string, mode);
+ABSL_DECLARE_FLAG(int32_t, staleness);
+ABSL_DECLARE_FLAG(int32_t, replicas_to_aggregate);
+ABSL_DECLARE_FLAG(uint64_t, seed);
+ABSL_DECLARE_FLAG(std::string, summary_json);
+ABSL_DECLARE_FLAG(std::string, summary_dir);
+ABSL_DECLARE_FLAG(int32_t, metrics_port);
+ABSL_DECLARE_FLAG(int64_t, summary_steps);
+ABSL_DECLARE_FLAG(int32_t, num_workers);
+ABSL_DECLARE_FLAG(double, log_every_s);
+ABSL_DECLARE_FLAG(pst::common::ProgressMode, progress);
+ABSL_DECLARE_FLAG(std::string, checkpoint_dir);
+ABSL_DECLARE_FLAG(int64_t, save_checkpoints_steps);
+ABSL_DECLARE_FLAG(double, save_checkpoints_secs);
+ABSL_DECLARE_FLAG(int32_t, keep_checkpoints);
+ABSL_DECLARE_FLAG(int32_t, heartbeat_ms);
+ABSL_DECLARE_FLAG(double, peer_timeout_s);
+ABSL_DECLARE_FLAG(double, startup_timeout_s);
+ABSL_DECLARE_FLAG(double, rpc_timeout_s);
+ABSL_DECLARE_FLAG(double, recovery_timeout_s);
+// Devices of a worker (device/device_mapping.h has their meaning).
+ABSL_DECLARE_FLAG(std::string, device);
+ABSL_DECLARE_FLAG(std::string, gpus);
+ABSL_DECLARE_FLAG(std::string, gpu_memory);
+ABSL_DECLARE_FLAG(int32_t, virtual_devices);
+ABSL_DECLARE_FLAG(int32_t, cpu_devices);
+ABSL_DECLARE_FLAG(bool, log_device_placement);
+// Transport security (common/transport_security.h has their meaning).
+ABSL_DECLARE_FLAG(bool, bdp_probe);
+// gRPC server limits (common/grpc_channel.h: ServerLimits).
+ABSL_DECLARE_FLAG(int32_t, grpc_max_concurrent_streams);
+ABSL_DECLARE_FLAG(int64_t, grpc_memory_quota_mb);
+ABSL_DECLARE_FLAG(int32_t, grpc_max_threads);
+ABSL_DECLARE_FLAG(int64_t, grpc_max_control_message_mb);
+ABSL_DECLARE_FLAG(std::string, tls_cert);
+ABSL_DECLARE_FLAG(std::string, tls_key);
+ABSL_DECLARE_FLAG(std::string, tls_ca);
+ABSL_DECLARE_FLAG(std::string, tls_server_name);
+ABSL_DECLARE_FLAG(std::string, auth_token_file);
+ABSL_DECLARE_FLAG(std::string, role_tokens_file);
+
+namespace pst::common {
+
+// The Prometheus exporter of --metrics_port (null when 0) on the host the
+// daemon's gRPC server listens on (ListenHost(--bind): every interface
+// unless --bind names a host), installed as the process's (ProcessMetrics).
+// Errors: InvalidArgument for a bad port, Unavailable when it cannot be
+// bound.
+absl::StatusOr<std::unique_ptr<MetricsExporter>> StartMetricsFromFlags(const std::string& task);
+
+// LoadTransportSecurity of the --tls_* and --auth_token_file flags, then
+// SetTransportSecurity: every channel and server of the process uses it;
+// SetDenseBdpProbe(--bdp_probe); and SetServerLimits of the --grpc_* flags.
+// Errors: as LoadTransportSecurity (a bad flag, an unreadable file);
+// InvalidArgument for a negative --grpc_* limit.
+absl::Status InitTransportFromFlags();
+
+// The training settings the coordinator decides and sends to every worker.
+// InvalidArgument names a flag whose value is out of range.
+absl::StatusOr<proto::TrainingConfig> TrainingConfigFromFlags();
+
+// Timeouts and intervals (common/timing.h), read from the flags above.
+absl::StatusOr<Timing> TimingFromFlags();
+
+}  // namespace pst::common
+
+#endif  // PST_FLAGS_JOB_FLAGS_H_

@@ -1,0 +1,206 @@
+#include "models/model_spec.h"
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "common/partition.h"
+#include "common/placement.h"
+#include "common/tensor_util.h"
+#include "data/criteo.h"
+
+namespace pst::worker {
+namespace {
+
+// Rows a hash embedding is assumed to reach, for placement only.
+constexpr int64_t kHashRowGuess = 1 << 20;
+
+proto::VariableSpec DenseSpec(const ParamSpec& param, uint64_t seed) {
+  proto::VariableSpec spec;
+  spec.set_name(param.name);
+  spec.set_dtype(proto::DT_FLOAT32);
+  for (int64_t d : param.shape) spec.add_shape(d);
+  proto::Initializer* init = spec.mutable_initializer();
+  if (param.is_kernel) {
+    init->set_kind(proto::Initializer::GLOROT_UNIFORM);
+    init->set_seed(seed);
+  } else {
+    init->set_kind(proto::Initializer::ZEROS);
+  }
+  return spec;
+}
+
+}  // namespace
+
+absl::StatusOr<MlpConfig> MlpConfigFor(const proto::TrainingConfig& training) {
+  if (training.model() != "mlp") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model '", training.model(), "' is not the mlp"));
+  }
+  MlpConfig config;
+  config.input_dim = kFashionMnistDim;
+  config.num_classes = kFashionMnistClasses;
+  config.hidden.assign(training.hidden_units().begin(), training.hidden_units().end());
+  for (int units : config.hidden) {
+    if (units < 1) return absl::InvalidArgumentError("hidden layer widths must be positive");
+  }
+  return config;
+}
+
+absl::StatusOr<WideDeepConfig> WideDeepConfigFor(const proto::TrainingConfig& training) {
+  if (training.model() != "wide_deep") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model '", training.model(), "' is not wide_deep"));
+  }
+  WideDeepConfig config;
+  config.num_dense = kCriteoDense;
+  config.num_fields = kCriteoFields;
+  config.embedding_dim = training.embedding_dim();
+  config.hidden.assign(training.hidden_units().begin(), training.hidden_units().end());
+  if (config.embedding_dim < 1) return absl::InvalidArgumentError("embedding_dim must be >= 1");
+  for (int units : config.hidden) {
+    if (units < 1) return absl::InvalidArgumentError("hidden layer widths must be positive");
+  }
+  return config;
+}
+
+absl::StatusOr<std::vector<ModelVariable>> ModelVariables(const proto::TrainingConfig& training) {
+  std::vector<ModelVariable> vars;
+  std::vector<ParamSpec> dense;
+  if (training.model() == "mlp") {
+    absl::StatusOr<MlpConfig> mlp = MlpConfigFor(training);
+    if (!mlp.ok()) return mlp.status();
+    dense = MlpParamSpecs(*mlp);
+  } else if (training.model() == "wide_deep") {
+    absl::StatusOr<WideDeepConfig> wd = WideDeepConfigFor(training);
+    if (!wd.ok()) return wd.status();
+    const int64_t buckets = training.buckets_per_field();
+    if (buckets < 0) return absl::InvalidArgumentError("buckets_per_field must be >= 0");
+    const int64_t rows = buckets * kCriteoFields;
+    for (const char* name : {kDeepEmbedding, kWideEmbedding}) {
+      ModelVariable table;
+      table.table = true;
+      proto::VariableSpec& spec = table.spec;
+      spec.set_name(name);
+      spec.set_dtype(proto::DT_FLOAT32);
+      spec.add_shape(rows);
+      spec.add_shape(name == std::string(kDeepEmbedding) ? wd->embedding_dim : 1);
+      if (name == std::string(kDeepEmbedding)) {
+        spec.mutable_initializer()->set_kind(proto::Initializer::UNIFORM);
+        spec.mutable_initializer()->set_scale(0.05f);
+        spec.mutable_initializer()->set_seed(training.seed() * 1000003u + 7777);
+      }
+      if (buckets == 0) spec.set_admit_after(training.admit_after());
+      vars.push_back(std::move(table));
+    }
+    dense = WideDeepDenseSpecs(*wd);
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown model '", training.model(), "' (known: mlp, wide_deep)"));
+  }
+  for (size_t i = 0; i < dense.size(); ++i) {
+    vars.push_back({DenseSpec(dense[i], training.seed() * 1000003u + i), false});
+  }
+  return vars;
+}
+
+std::vector<std::string> DenseNames(const std::vector<ModelVariable>& variables) {
+  std::vector<std::string> names;
+  for (const ModelVariable& v : variables) {
+    if (!v.table) names.push_back(v.spec.name());
+  }
+  return names;
+}
+
+absl::StatusOr<proto::PlacementPlan> BuildPlan(const proto::TrainingConfig& training, int num_ps) {
+  absl::StatusOr<std::vector<ModelVariable>> vars = ModelVariables(training);
+  if (!vars.ok()) return vars.status();
+  std::vector<proto::VariableSpec> specs;
+  const proto::Partitioner& partitioner = training.partitioner();
+  for (const ModelVariable& var : *vars) {
+    if (!var.table) {
+      absl::StatusOr<std::vector<proto::VariableSpec>> pieces =
+          common::SplitDense(var.spec, training.dense_piece_bytes());
+      if (!pieces.ok()) return pieces.status();
+      specs.insert(specs.end(), pieces->begin(), pieces->end());
+      continue;
+    }
+    const int64_t rows = var.spec.shape(0);
+    const int64_t row_bytes = var.spec.shape(1) * static_cast<int64_t>(sizeof(float));
+    absl::StatusOr<int> parts = 1;
+    proto::Routing routing = training.routing() == proto::DIV ? proto::DIV : proto::MOD;
+    if (rows == 0) {  // hash embedding: one partition per ps unless told otherwise
+      routing = proto::HASH;
+      parts = partitioner.kind() == "fixed" && partitioner.num_shards() > 0
+                  ? partitioner.num_shards()
+                  : num_ps;
+    } else if (partitioner.kind() == "fixed") {
+      parts = common::FixedPartitions(rows, partitioner.num_shards());
+    } else if (partitioner.kind() == "min_max") {
+      parts = common::MinMaxPartitions(
+          rows, row_bytes, partitioner.min_slice_bytes(),
+          partitioner.max_partitions() > 0 ? partitioner.max_partitions() : 4 * num_ps);
+    } else if (partitioner.kind() == "axis_size") {
+      parts = common::AxisSizePartitions(rows, row_bytes, partitioner.max_shard_bytes());
+    } else if (!partitioner.kind().empty() && partitioner.kind() != "none") {
+      return absl::InvalidArgumentError(absl::StrCat("unknown partitioner '", partitioner.kind(),
+                                                     "' (known: none, fixed, min_max, axis_size)"));
+    }
+    if (!parts.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("partitioning '", var.spec.name(), "': ", parts.status().message()));
+    }
+    absl::StatusOr<std::vector<proto::VariableSpec>> split =
+        common::SplitVariable(var.spec, *parts, routing);
+    if (!split.ok()) return split.status();
+    specs.insert(specs.end(), split->begin(), split->end());
+  }
+  if (training.placement() == "round_robin") return common::PlaceRoundRobin(specs, num_ps);
+  if (training.placement().empty() || training.placement() == "size_balanced") {
+    return common::PlaceSizeBalanced(specs, num_ps, kHashRowGuess);
+  }
+  return absl::InvalidArgumentError(absl::StrCat("unknown placement '", training.placement(),
+                                                 "' (known: round_robin, size_balanced)"));
+}
+
+absl::Status CheckPlanMatches(const proto::PlacementPlan& plan,
+                              const std::vector<ModelVariable>& variables) {
+  // Whole variables by name, and partitioned ones by logical name (a dense
+  // variable cut into pieces is checked by its full shape).
+  absl::flat_hash_map<std::string, const proto::VariableSpec*> whole;
+  absl::flat_hash_set<std::string> tables;
+  for (const auto& entry : plan.variables()) {
+    if (entry.spec().variable().empty()) {
+      whole[entry.spec().name()] = &entry.spec();
+    } else {
+      tables.insert(entry.spec().variable());
+      if (entry.spec().routing() == proto::DIV) {
+        whole.emplace(entry.spec().variable(), &entry.spec());
+      }
+    }
+  }
+  for (const ModelVariable& var : variables) {
+    const proto::VariableSpec& spec = var.spec;
+    if (var.table) {
+      if (!tables.contains(spec.name())) {
+        return absl::FailedPreconditionError(absl::StrCat("the placement plan has no table '",
+                                                          spec.name(), "' that the model needs"));
+      }
+      continue;
+    }
+    auto it = whole.find(spec.name());
+    if (it == whole.end()) {
+      return absl::FailedPreconditionError(absl::StrCat("the placement plan has no variable '",
+                                                        spec.name(), "' that the model needs"));
+    }
+    const auto& got = it->second->variable().empty() ? it->second->shape()
+                                                     : it->second->full_shape();
+    if (!std::equal(got.begin(), got.end(), spec.shape().begin(), spec.shape().end())) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "variable '", spec.name(), "' has shape ", common::ShapeString(got),
+          " in the placement plan but the model needs ", common::ShapeString(spec.shape())));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace pst::worker
