@@ -33,11 +33,8 @@
 #include "common/progress.h"
 #include "common/status_macros.h"
 #include "common/transport_security.h"
-#include "data/criteo.h"
-#include "data/mnist_reader.h"
-#include "models/evaluation.h"
-#include "models/mlp.h"
 #include "models/model_spec.h"
+#include "models/registry.h"
 #include "nlohmann/json.hpp"
 #include "prometheus/gauge.h"
 #include "prometheus/histogram.h"
@@ -316,8 +313,9 @@ struct EvalResult {
 };
 
 absl::StatusOr<EvalResult> Evaluate(const proto::ClusterState& state, const ChiefOptions& options) {
+  PST_ASSIGN_OR_RETURN(const worker::Model* model, worker::ModelFor(options.training));
   PST_ASSIGN_OR_RETURN(std::vector<worker::ModelVariable> variables,
-                       worker::ModelVariables(options.training));
+                       model->Variables(options.training));
   const std::vector<std::string> addresses(state.ps_addresses().begin(),
                                            state.ps_addresses().end());
   PST_ASSIGN_OR_RETURN(
@@ -325,31 +323,24 @@ absl::StatusOr<EvalResult> Evaluate(const proto::ClusterState& state, const Chie
       worker::PsClient::Create(state.plan(), worker::DenseNames(variables),
                                worker::MakeGrpcPsTransport(addresses, options.timing.rpc_timeout),
                                -1, 0));
+  PST_ASSIGN_OR_RETURN(std::unique_ptr<worker::ModelData> held_out,
+                       model->Load(options.training, options.data_dir, /*held_out=*/true, 0, 1));
+  PST_ASSIGN_OR_RETURN(worker::ModelEvaluation eval,
+                       model->Evaluate(options.training, *held_out, client.get()));
   EvalResult result;
-  if (options.training.model() == "wide_deep") {
-    PST_ASSIGN_OR_RETURN(worker::CtrDataset held_out,
-                         worker::LoadCtrSplit(options.training, /*held_out=*/true, 0, 1));
-    PST_ASSIGN_OR_RETURN(worker::CtrEval eval,
-                         worker::EvaluateWideDeep(options.training, held_out, client.get()));
-    result.metrics = {
-        {"test_auc", eval.auc}, {"test_logloss", eval.logloss}, {"test_examples", eval.examples}};
-    result.line = absl::StrFormat("test AUC %.4f, test log-loss %.4f on %d held-out example(s)",
-                                  eval.auc, eval.logloss, eval.examples);
-    result.global_step = eval.version;
-    return result;
-  }
-  PST_ASSIGN_OR_RETURN(worker::MlpConfig mlp_config, worker::MlpConfigFor(options.training));
-  worker::Values params;
-  PST_ASSIGN_OR_RETURN(result.global_step, client->Pull(&params));
-  PST_ASSIGN_OR_RETURN(worker::Dataset test,
-                       worker::LoadFashionMnist(options.data_dir, worker::Split::kTest));
-  worker::Mlp model(mlp_config);
-  PST_ASSIGN_OR_RETURN(
-      worker::Mlp::Eval eval,
-      model.Evaluate(params, test.features.data(), test.labels.data(), test.num_examples));
-  result.metrics = {{"test_accuracy", eval.accuracy}, {"test_loss", eval.loss}};
-  result.line = absl::StrFormat("test accuracy %.4f, test loss %.4f", eval.accuracy, eval.loss);
+  for (const auto& [name, value] : eval.metrics) result.metrics[name] = value;
+  for (const auto& [name, value] : eval.counts) result.metrics[name] = value;
+  result.line = eval.line;
+  result.global_step = eval.global_step;
   return result;
+}
+
+// Whether the plan holds a hash embedding (rows created on first use).
+bool HasHashTable(const proto::PlacementPlan& plan) {
+  for (const auto& entry : plan.variables()) {
+    if (entry.spec().routing() == proto::HASH) return true;
+  }
+  return false;
 }
 
 absl::Status WriteSummary(const std::string& path, const nlohmann::json& summary) {
@@ -634,15 +625,12 @@ class Job {
     ProgressDisplay progress;
     const common::ProgressMode mode = common::ResolveProgressMode(options_.progress, STDERR_FILENO);
     if (mode == common::ProgressMode::kOff) return progress;
-    // Only mlp's data tells its size cheaply (the IDX header); wide_deep's
-    // would have to be read whole, so its total is known only from
-    // --max_steps.
-    int64_t examples = 0;
-    if (options_.training.model() != "wide_deep") {
-      absl::StatusOr<int> count =
-          worker::CountFashionMnist(options_.data_dir, worker::Split::kTrain);
-      if (count.ok()) examples = *count;
-    }
+    // Only some data tells its size cheaply (the IDX header); a model whose
+    // data would have to be read whole says 0, and then the total is known
+    // only from --max_steps.
+    absl::StatusOr<const worker::Model*> model = worker::ModelFor(options_.training);
+    const int64_t examples =
+        model.ok() ? (*model)->CountTrainingExamples(options_.training, options_.data_dir) : 0;
     progress.total_steps = ExpectedFinalStep(
         initial_.training(), static_cast<int>(options_.tf.cluster.worker.size()), examples);
     if (mode == common::ProgressMode::kTty) {
@@ -1112,7 +1100,7 @@ absl::Status RunChief(const ChiefOptions& options, const common::StopSignal& sto
         "duplicate(s) ignored, {:.1f} s waited at barriers",
         absl::AsciiStrToLower(proto::SyncMode_Name(initial.training().sync().mode())),
         mean_staleness, staleness_max, stale_dropped, duplicates, parked_seconds);
-    if (options.training.model() == "wide_deep" && options.training.buckets_per_field() == 0) {
+    if (HasHashTable(initial.plan())) {
       spdlog::info("hash embedding rows per ps: [{}]", absl::StrJoin(hash_rows, ", "));
     }
     if (!options.summary_json.empty()) {

@@ -29,7 +29,7 @@
 #include "models/mlp_test_util.h"
 #include "models/wide_deep.h"
 #include "models/wide_deep_test_util.h"
-#include "worker/background.h"
+#include "models/background.h"
 
 namespace pst::worker {
 namespace {

@@ -64,9 +64,11 @@ ABSL_FLAG(int32_t, epochs, 3, "Passes over each worker's shard of the training d
 ABSL_FLAG(int64_t, max_steps, 0,
           "Stop when the global step (pushes applied) reaches this; 0 means no limit.");
 ABSL_FLAG(int32_t, batch_size, 64, "Examples per worker step.");
-ABSL_FLAG(double, learning_rate, 0.001, "Optimizer learning rate.");
-ABSL_FLAG(std::string, optimizer, "adam",
-          "Optimizer run on the ps: sgd, momentum, adam, adagrad or ftrl.");
+ABSL_FLAG(double, learning_rate, 0,
+          "Optimizer learning rate (0: the model's own, 0.001 for mlp and wide_deep).");
+ABSL_FLAG(std::string, optimizer, "",
+          "Optimizer run on the ps: sgd, momentum, adam, adagrad or ftrl (empty: the model's "
+          "own, adam for mlp and wide_deep).");
 ABSL_FLAG(double, momentum, 0.9, "Momentum coefficient, for --optimizer=momentum.");
 ABSL_FLAG(bool, nesterov, false, "Nesterov momentum, for --optimizer=momentum.");
 ABSL_FLAG(double, beta1, 0.9, "Adam's first-moment decay, for --optimizer=adam.");
@@ -175,131 +177,6 @@ ABSL_FLAG(int64_t, grpc_max_control_message_mb,
           "carry). The data plane (Pull, Push, PushPull, PullRows, PushRows) takes 512 MiB.");
 
 namespace pst::common {
-
-absl::StatusOr<proto::TrainingConfig> TrainingConfigFromFlags() {
-  proto::TrainingConfig config;
-  config.set_model(absl::GetFlag(FLAGS_model));
-  if (config.model() != "mlp" && config.model() != "wide_deep") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--model=", config.model(), " is not a known model (known: mlp, wide_deep)"));
-  }
-  std::string hidden = absl::GetFlag(FLAGS_hidden);
-  if (hidden.empty()) hidden = config.model() == "mlp" ? "256,128" : "64,32";
-  for (absl::string_view part : absl::StrSplit(hidden, ',', absl::SkipWhitespace())) {
-    int units = 0;
-    if (!absl::SimpleAtoi(part, &units) || units < 1 || units > (1 << 20)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--hidden=", hidden,
-                       ": each layer width must be an integer in 1..1048576, got '", part, "'"));
-    }
-    config.add_hidden_units(units);
-  }
-  config.set_epochs(absl::GetFlag(FLAGS_epochs));
-  if (config.epochs() < 1) return absl::InvalidArgumentError("--epochs must be at least 1");
-  config.set_max_steps(absl::GetFlag(FLAGS_max_steps));
-  if (config.max_steps() < 0) return absl::InvalidArgumentError("--max_steps must be >= 0");
-  config.set_batch_size(absl::GetFlag(FLAGS_batch_size));
-  if (config.batch_size() < 1 || config.batch_size() > 65536) {
-    return absl::InvalidArgumentError("--batch_size must be in 1..65536");
-  }
-  config.set_seed(absl::GetFlag(FLAGS_seed));
-
-  proto::OptimizerConfig* opt = config.mutable_optimizer();
-  opt->set_name(absl::GetFlag(FLAGS_optimizer));
-  opt->set_learning_rate(static_cast<float>(absl::GetFlag(FLAGS_learning_rate)));
-  opt->set_momentum(static_cast<float>(absl::GetFlag(FLAGS_momentum)));
-  opt->set_nesterov(absl::GetFlag(FLAGS_nesterov));
-  opt->set_beta1(static_cast<float>(absl::GetFlag(FLAGS_beta1)));
-  opt->set_beta2(static_cast<float>(absl::GetFlag(FLAGS_beta2)));
-  opt->set_epsilon(static_cast<float>(absl::GetFlag(FLAGS_epsilon)));
-  opt->set_initial_accumulator(static_cast<float>(absl::GetFlag(FLAGS_initial_accumulator)));
-  opt->set_l1(static_cast<float>(absl::GetFlag(FLAGS_l1)));
-  opt->set_l2(static_cast<float>(absl::GetFlag(FLAGS_l2)));
-  opt->set_lr_power(static_cast<float>(absl::GetFlag(FLAGS_lr_power)));
-  opt->set_skip_nonfinite(absl::GetFlag(FLAGS_skip_nonfinite));
-  // The ps's own check, so a bad hyperparameter fails before anything starts.
-  if (absl::Status s = CheckOptimizerConfig(*opt).status(); !s.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("optimizer flags: ", s.message()));
-  }
-
-  config.set_data(absl::GetFlag(FLAGS_data));
-  config.set_eval_fraction(absl::GetFlag(FLAGS_eval_fraction));
-  if (!(config.eval_fraction() > 0 && config.eval_fraction() < 1)) {
-    return absl::InvalidArgumentError("--eval_fraction must be in (0, 1)");
-  }
-  config.set_embedding_dim(absl::GetFlag(FLAGS_embedding_dim));
-  if (config.embedding_dim() < 1 || config.embedding_dim() > 4096) {
-    return absl::InvalidArgumentError("--embedding_dim must be in 1..4096");
-  }
-  config.set_buckets_per_field(absl::GetFlag(FLAGS_buckets_per_field));
-  if (config.buckets_per_field() < 0) {
-    return absl::InvalidArgumentError("--buckets_per_field must be >= 0 (0: hash embeddings)");
-  }
-  config.set_admit_after(absl::GetFlag(FLAGS_admit_after));
-  if (config.admit_after() < 0) return absl::InvalidArgumentError("--admit_after must be >= 0");
-
-  config.set_placement(absl::GetFlag(FLAGS_placement));
-  if (config.placement() != "round_robin" && config.placement() != "size_balanced") {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--placement=", config.placement(), " is not known (known: round_robin, size_balanced)"));
-  }
-  proto::Partitioner* partitioner = config.mutable_partitioner();
-  partitioner->set_kind(absl::GetFlag(FLAGS_partitioner));
-  partitioner->set_num_shards(absl::GetFlag(FLAGS_num_shards));
-  partitioner->set_min_slice_bytes(absl::GetFlag(FLAGS_min_slice_bytes));
-  partitioner->set_max_partitions(absl::GetFlag(FLAGS_max_partitions));
-  partitioner->set_max_shard_bytes(absl::GetFlag(FLAGS_max_shard_bytes));
-  const std::string& kind = partitioner->kind();
-  if (kind != "none" && kind != "fixed" && kind != "min_max" && kind != "axis_size") {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--partitioner=", kind, " is not known (known: none, fixed, min_max, axis_size)"));
-  }
-  if (kind == "fixed" && partitioner->num_shards() < 1) {
-    return absl::InvalidArgumentError("--partitioner=fixed needs --num_shards >= 1");
-  }
-  if (partitioner->min_slice_bytes() < 1 || partitioner->max_shard_bytes() < 1 ||
-      partitioner->max_partitions() < 0) {
-    return absl::InvalidArgumentError(
-        "--min_slice_bytes and --max_shard_bytes must be positive, --max_partitions >= 0");
-  }
-  config.set_overlap(absl::GetFlag(FLAGS_overlap));
-  config.set_dense_piece_bytes(absl::GetFlag(FLAGS_dense_piece_bytes));
-  if (config.dense_piece_bytes() < 0) {
-    return absl::InvalidArgumentError("--dense_piece_bytes must be >= 0 (0: never cut)");
-  }
-  const std::string mode = absl::GetFlag(FLAGS_mode);
-  proto::SyncConfig* sync = config.mutable_sync();
-  if (mode == "async") {
-    sync->set_mode(proto::ASYNC);
-  } else if (mode == "sync") {
-    sync->set_mode(proto::SYNC);
-  } else if (mode == "ssp") {
-    sync->set_mode(proto::SSP);
-  } else {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--mode=", mode, " is not known (known: async, sync, ssp)"));
-  }
-  sync->set_staleness(absl::GetFlag(FLAGS_staleness));
-  sync->set_replicas_to_aggregate(absl::GetFlag(FLAGS_replicas_to_aggregate));
-  if (sync->staleness() < 0 || sync->replicas_to_aggregate() < 0) {
-    return absl::InvalidArgumentError("--staleness and --replicas_to_aggregate must be >= 0");
-  }
-  if (sync->mode() == proto::SYNC && config.model() == "wide_deep") {
-    return absl::InvalidArgumentError(
-        "--mode=sync aggregates dense variables only; wide_deep's embedding tables need "
-        "--mode=async or --mode=ssp");
-  }
-  const std::string routing = absl::GetFlag(FLAGS_routing);
-  if (routing == "mod") {
-    config.set_routing(proto::MOD);
-  } else if (routing == "div") {
-    config.set_routing(proto::DIV);
-  } else {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--routing=", routing, " is not known (known: mod, div)"));
-  }
-  return config;
-}
 
 absl::StatusOr<Timing> TimingFromFlags() {
   const double log_every = absl::GetFlag(FLAGS_log_every_s);

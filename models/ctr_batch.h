@@ -1,7 +1,7 @@
 // A wide & deep batch gathered for the ps and the model: the examples'
 // dense features and labels, their ids deduplicated, and the embedding rows
-// of those ids once pulled. The training loop (worker/training_loops.cc)
-// and the evaluation (models/evaluation.cc) share it.
+// of those ids once pulled. The training loop and the evaluation
+// (models/wide_deep_model.cc) share it.
 // Thread-compatible: one per loop, reused from batch to batch.
 #ifndef PST_MODELS_CTR_BATCH_H_
 #define PST_MODELS_CTR_BATCH_H_
@@ -12,7 +12,7 @@
 
 #include "client/ps_client.h"
 #include "data/criteo.h"
-#include "models/model_spec.h"
+#include "models/wide_deep_model.h"
 #include "models/wide_deep.h"
 
 namespace pst::worker {

@@ -5,8 +5,9 @@
 #include "absl/strings/str_cat.h"
 #include "common/partition.h"
 #include "common/placement.h"
+#include "common/status_macros.h"
 #include "common/tensor_util.h"
-#include "data/criteo.h"
+#include "models/registry.h"
 
 namespace pst::worker {
 namespace {
@@ -31,74 +32,15 @@ proto::VariableSpec DenseSpec(const ParamSpec& param, uint64_t seed) {
 
 }  // namespace
 
-absl::StatusOr<MlpConfig> MlpConfigFor(const proto::TrainingConfig& training) {
-  if (training.model() != "mlp") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("model '", training.model(), "' is not the mlp"));
-  }
-  MlpConfig config;
-  config.input_dim = kFashionMnistDim;
-  config.num_classes = kFashionMnistClasses;
-  config.hidden.assign(training.hidden_units().begin(), training.hidden_units().end());
-  for (int units : config.hidden) {
-    if (units < 1) return absl::InvalidArgumentError("hidden layer widths must be positive");
-  }
-  return config;
-}
-
-absl::StatusOr<WideDeepConfig> WideDeepConfigFor(const proto::TrainingConfig& training) {
-  if (training.model() != "wide_deep") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("model '", training.model(), "' is not wide_deep"));
-  }
-  WideDeepConfig config;
-  config.num_dense = kCriteoDense;
-  config.num_fields = kCriteoFields;
-  config.embedding_dim = training.embedding_dim();
-  config.hidden.assign(training.hidden_units().begin(), training.hidden_units().end());
-  if (config.embedding_dim < 1) return absl::InvalidArgumentError("embedding_dim must be >= 1");
-  for (int units : config.hidden) {
-    if (units < 1) return absl::InvalidArgumentError("hidden layer widths must be positive");
-  }
-  return config;
-}
-
 absl::StatusOr<std::vector<ModelVariable>> ModelVariables(const proto::TrainingConfig& training) {
+  PST_ASSIGN_OR_RETURN(const Model* model, ModelFor(training));
+  return model->Variables(training);
+}
+
+std::vector<ModelVariable> DenseVariables(const std::vector<ParamSpec>& params, uint64_t seed) {
   std::vector<ModelVariable> vars;
-  std::vector<ParamSpec> dense;
-  if (training.model() == "mlp") {
-    absl::StatusOr<MlpConfig> mlp = MlpConfigFor(training);
-    if (!mlp.ok()) return mlp.status();
-    dense = MlpParamSpecs(*mlp);
-  } else if (training.model() == "wide_deep") {
-    absl::StatusOr<WideDeepConfig> wd = WideDeepConfigFor(training);
-    if (!wd.ok()) return wd.status();
-    const int64_t buckets = training.buckets_per_field();
-    if (buckets < 0) return absl::InvalidArgumentError("buckets_per_field must be >= 0");
-    const int64_t rows = buckets * kCriteoFields;
-    for (const char* name : {kDeepEmbedding, kWideEmbedding}) {
-      ModelVariable table;
-      table.table = true;
-      proto::VariableSpec& spec = table.spec;
-      spec.set_name(name);
-      spec.set_dtype(proto::DT_FLOAT32);
-      spec.add_shape(rows);
-      spec.add_shape(name == std::string(kDeepEmbedding) ? wd->embedding_dim : 1);
-      if (name == std::string(kDeepEmbedding)) {
-        spec.mutable_initializer()->set_kind(proto::Initializer::UNIFORM);
-        spec.mutable_initializer()->set_scale(0.05f);
-        spec.mutable_initializer()->set_seed(training.seed() * 1000003u + 7777);
-      }
-      if (buckets == 0) spec.set_admit_after(training.admit_after());
-      vars.push_back(std::move(table));
-    }
-    dense = WideDeepDenseSpecs(*wd);
-  } else {
-    return absl::InvalidArgumentError(
-        absl::StrCat("unknown model '", training.model(), "' (known: mlp, wide_deep)"));
-  }
-  for (size_t i = 0; i < dense.size(); ++i) {
-    vars.push_back({DenseSpec(dense[i], training.seed() * 1000003u + i), false});
+  for (size_t i = 0; i < params.size(); ++i) {
+    vars.push_back({DenseSpec(params[i], seed * 1000003u + i), false});
   }
   return vars;
 }

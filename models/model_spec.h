@@ -1,6 +1,7 @@
-// The bridge between a TrainingConfig and the variables a model needs: the
-// chief uses it to build the placement plan, workers to check the plan they
-// receive matches the model they will compute, and `pstrain plan` to show it.
+// The bridge between a TrainingConfig and the variables its model needs
+// (found through the registry): the chief uses it to build the placement
+// plan, workers to check the plan they receive matches the model they will
+// compute, and `pstrain plan` to show it.
 #ifndef PST_MODELS_MODEL_SPEC_H_
 #define PST_MODELS_MODEL_SPEC_H_
 
@@ -9,32 +10,19 @@
 
 #include "absl/status/statusor.h"
 #include "models/mlp.h"
-#include "models/wide_deep.h"
+#include "models/model.h"
 #include "proto/pstrain.pb.h"
 
 namespace pst::worker {
 
-inline constexpr int kFashionMnistDim = 784;
-inline constexpr int kFashionMnistClasses = 10;
-
-// Embedding tables of the wide & deep model.
-inline constexpr char kDeepEmbedding[] = "deep/embedding";
-inline constexpr char kWideEmbedding[] = "wide/embedding";
-
-struct ModelVariable {
-  proto::VariableSpec spec;  // the whole, logical variable
-  bool table = false;        // read and updated by rows; partitioned
-};
-
-// The MLP shape a config asks for. InvalidArgument for another model.
-absl::StatusOr<MlpConfig> MlpConfigFor(const proto::TrainingConfig& training);
-absl::StatusOr<WideDeepConfig> WideDeepConfigFor(const proto::TrainingConfig& training);
-
-// The model's variables in creation order, with their initializers: dense
-// kernels Glorot-uniform (seeded from training.seed and their position),
-// biases zeros, deep embeddings U(-0.05, 0.05), wide embeddings zeros. A
-// hash embedding (buckets_per_field == 0) has shape [0, dim].
+// The variables of training.model(), in creation order, with their
+// initializers. Errors: InvalidArgument for an unknown model or a setting
+// out of range.
 absl::StatusOr<std::vector<ModelVariable>> ModelVariables(const proto::TrainingConfig& training);
+
+// Dense variables from a model's parameter specs: kernels Glorot-uniform
+// (kernel i seeded from seed * 1000003 + i), biases zeros.
+std::vector<ModelVariable> DenseVariables(const std::vector<ParamSpec>& params, uint64_t seed);
 
 // Names of the variables that are not tables, in creation order.
 std::vector<std::string> DenseNames(const std::vector<ModelVariable>& variables);

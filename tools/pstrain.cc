@@ -27,6 +27,7 @@
 #include "flags/device_options_from_flags.h"
 #include "flags/job_flags.h"
 #include "models/model_spec.h"
+#include "models/registry.h"
 #include "tools/checkpoint_export.h"
 #include "tools/deploy_tools.h"
 #include "tools/local_cluster.h"
@@ -74,7 +75,8 @@ constexpr const char* kForwardedFlags[] = {
     "optimizer", "momentum", "nesterov", "beta1", "beta2", "epsilon", "initial_accumulator", "l1",
     "l2", "lr_power", "skip_nonfinite", "seed", "log_every_s", "heartbeat_ms", "peer_timeout_s",
     "startup_timeout_s", "rpc_timeout_s", "recovery_timeout_s", "data", "eval_fraction",
-    "embedding_dim", "buckets_per_field", "admit_after", "placement", "partitioner", "num_shards",
+    "embedding_dim", "buckets_per_field", "admit_after", "placement", "partitioner",
+    "num_shards",
     "min_slice_bytes", "max_partitions", "max_shard_bytes", "dense_piece_bytes", "overlap",
     "routing", "mode", "staleness",
     "replicas_to_aggregate", "summary_dir", "summary_steps", "checkpoint_dir",
@@ -100,6 +102,7 @@ constexpr char kUsage[] =
     "      Trains the same model in one process (in-process ps) and prints its metrics.\n"
     "  pstrain generate_criteo --out=PATH [--rows=N] [--vocab=V] [--seed=S]\n"
     "      Writes synthetic Criteo-format data and prints its best achievable AUC.\n"
+
     "  pstrain checkpoint inspect DIR\n"
     "      Lists a checkpoint's (or every checkpoint's in a root) step, variables and sizes,\n"
     "      and verifies every checksum; exits 1 if any is corrupt.\n"
@@ -174,57 +177,14 @@ int Fail(const std::string& command, const absl::Status& status) {
   return 2;
 }
 
-// "generate" or "generate:rows=N,vocab=V,seed=S" -> a synthetic Criteo file,
-// cached by its parameters under $TMPDIR; anything else is a path.
-absl::StatusOr<std::string> ResolveData(const std::string& data) {
-  if (data != "generate" && !absl::StartsWith(data, "generate:")) return data;
-  pst::worker::SyntheticCriteoConfig config;
-  config.rows = 200000;
-  config.vocab_per_field = 10000;
-  if (data.size() > 9) {
-    for (absl::string_view item : absl::StrSplit(data.substr(9), ',', absl::SkipEmpty())) {
-      std::pair<std::string, std::string> kv = absl::StrSplit(item, absl::MaxSplits('=', 1));
-      int64_t value = 0;
-      if (!absl::SimpleAtoi(kv.second, &value) || value < 1) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("--data=", data, ": '", item, "' needs a positive integer value"));
-      }
-      if (kv.first == "rows") {
-        config.rows = value;
-      } else if (kv.first == "vocab") {
-        config.vocab_per_field = value;
-      } else if (kv.first == "seed") {
-        config.seed = static_cast<uint64_t>(value);
-      } else {
-        return absl::InvalidArgumentError(absl::StrCat("--data=", data, ": unknown key '", kv.first,
-                                                       "' (known: rows, vocab, seed)"));
-      }
-    }
-  }
-  const char* tmp = std::getenv("TMPDIR");
-  const std::string path =
-      absl::StrCat(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp", "/pstrain_criteo_r", config.rows,
-                   "_v", config.vocab_per_field, "_s", config.seed, ".tsv");
-  if (std::filesystem::exists(path)) return path;
-  const std::string partial = absl::StrCat(path, ".", getpid(), ".tmp");
-  absl::StatusOr<pst::worker::SyntheticCriteoStats> stats =
-      pst::worker::WriteSyntheticCriteo(partial, config);
-  if (!stats.ok()) return stats.status();
-  std::error_code ec;
-  std::filesystem::rename(partial, path, ec);
-  if (ec) return absl::InternalError(absl::StrCat("cannot rename ", partial, ": ", ec.message()));
-  std::printf("pstrain: generated %s: %lld rows, %.1f%% positive, best achievable AUC %.4f\n",
-              path.c_str(), static_cast<long long>(stats->rows), 100 * stats->positive_rate,
-              stats->best_auc);
-  return path;
-}
-
 // The job flags as a TrainingConfig, with --data resolved.
 absl::StatusOr<pst::proto::TrainingConfig> JobConfig() {
   absl::StatusOr<pst::proto::TrainingConfig> training = pst::common::TrainingConfigFromFlags();
   if (!training.ok()) return training.status();
-  if (training->model() == "wide_deep") {
-    absl::StatusOr<std::string> data = ResolveData(training->data());
+  absl::StatusOr<const pst::worker::Model*> model = pst::worker::ModelFor(*training);
+  if (!model.ok()) return model.status();
+  if ((*model)->reads_data_file()) {
+    absl::StatusOr<std::string> data = (*model)->PrepareData(training->data());
     if (!data.ok()) return data.status();
     training->set_data(*data);
   }

@@ -9,13 +9,9 @@
 #include "common/placement.h"
 #include "common/status_macros.h"
 #include "common/tensor_util.h"
-#include "data/criteo.h"
-#include "data/mnist_reader.h"
-#include "models/evaluation.h"
-#include "models/mlp.h"
 #include "models/model_spec.h"
+#include "models/registry.h"
 #include "ps_server/in_process_transport.h"
-#include "worker/training_loops.h"
 
 namespace pst::tools {
 
@@ -36,43 +32,25 @@ absl::StatusOr<nlohmann::json> TrainReference(const proto::TrainingConfig& train
   PST_ASSIGN_OR_RETURN(std::unique_ptr<worker::PsClient> client,
                        worker::PsClient::Create(plan, worker::DenseNames(variables), transport,
                                                 /*worker_index=*/0, /*incarnation=*/1));
+  PST_ASSIGN_OR_RETURN(const worker::Model* model, worker::ModelFor(training));
+  PST_ASSIGN_OR_RETURN(std::unique_ptr<worker::ModelData> train,
+                       model->Load(training, data_dir, /*held_out=*/false, 0, 1));
+  PST_ASSIGN_OR_RETURN(std::unique_ptr<worker::ModelData> held_out,
+                       model->Load(training, data_dir, /*held_out=*/true, 0, 1));
   const absl::Time start = absl::Now();
-  nlohmann::json result;
-  const uint64_t shuffle_seed = training.seed();
-  if (training.model() == "wide_deep") {
-    PST_ASSIGN_OR_RETURN(worker::CtrDataset train, worker::LoadCtrSplit(training, false, 0, 1));
-    PST_ASSIGN_OR_RETURN(worker::CtrDataset held_out, worker::LoadCtrSplit(training, true, 0, 1));
-    PST_ASSIGN_OR_RETURN(int64_t step, worker::TrainWideDeep(training, train, shuffle_seed,
-                                                             client.get(), worker::LoopControl()));
-    const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
-    PST_ASSIGN_OR_RETURN(worker::CtrEval eval,
-                         worker::EvaluateWideDeep(training, held_out, client.get()));
-    result = {{"test_auc", eval.auc},
-              {"test_logloss", eval.logloss},
-              {"test_examples", eval.examples},
-              {"global_step", step},
-              {"train_seconds", seconds},
-              {"examples_per_sec", train.size * training.epochs() / seconds}};
-    return result;
-  }
-  PST_ASSIGN_OR_RETURN(worker::Dataset train,
-                       worker::LoadFashionMnist(data_dir, worker::Split::kTrain));
-  PST_ASSIGN_OR_RETURN(worker::Dataset test,
-                       worker::LoadFashionMnist(data_dir, worker::Split::kTest));
-  PST_ASSIGN_OR_RETURN(int64_t step, worker::TrainMlp(training, train, shuffle_seed, client.get(),
-                                                      worker::LoopControl()));
-  const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
-  PST_ASSIGN_OR_RETURN(worker::MlpConfig config, worker::MlpConfigFor(training));
-  worker::Values params;
-  PST_RETURN_IF_ERROR(client->Pull(&params).status());
-  worker::Mlp model(config);
   PST_ASSIGN_OR_RETURN(
-      worker::Mlp::Eval eval,
-      model.Evaluate(params, test.features.data(), test.labels.data(), test.num_examples));
-  result = {{"test_accuracy", eval.accuracy},
-            {"test_loss", eval.loss},
-            {"global_step", step},
-            {"train_seconds", seconds}};
+      int64_t step, model->Train(training, *train, /*shuffle_seed=*/training.seed(), client.get(),
+                                 worker::LoopControl()));
+  const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  PST_ASSIGN_OR_RETURN(worker::ModelEvaluation eval,
+                       model->Evaluate(training, *held_out, client.get()));
+  nlohmann::json result;
+  for (const auto& [name, value] : eval.metrics) result[name] = value;
+  for (const auto& [name, value] : eval.counts) result[name] = value;
+  result["global_step"] = step;
+  result["train_seconds"] = seconds;
+  result["examples_per_sec"] =
+      seconds > 0 ? static_cast<double>(train->size()) * training.epochs() / seconds : 0.0;
   return result;
 }
 

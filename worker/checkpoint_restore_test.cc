@@ -11,6 +11,7 @@
 #include "client/ps_client.h"
 #include "common/checkpoint_format.h"
 #include "models/model_spec.h"
+#include "models/wide_deep_model.h"
 #include "ps_server/in_process_transport.h"
 
 namespace pst::worker {

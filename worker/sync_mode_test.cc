@@ -14,7 +14,7 @@
 #include "models/mlp.h"
 #include "models/model_spec.h"
 #include "ps_server/in_process_transport.h"
-#include "worker/training_loops.h"
+#include "models/mlp_model.h"
 
 namespace pst::worker {
 namespace {

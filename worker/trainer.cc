@@ -12,16 +12,15 @@
 #include "client/ps_client.h"
 #include "common/grpc_channel.h"
 #include "common/metrics.h"
-#include "data/criteo.h"
-#include "data/mnist_reader.h"
 #include "models/model_spec.h"
+#include "models/registry.h"
 #include "prometheus/counter.h"
 #include "prometheus/gauge.h"
 #include "common/grpc_status.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "proto/pstrain.grpc.pb.h"
-#include "worker/training_loops.h"
+#include "models/train_loop.h"
 
 namespace pst::worker {
 namespace {
@@ -220,7 +219,8 @@ absl::Status RunWorker(const TrainerOptions& options, const common::StopSignal& 
       options.coordinator_address, state.num_workers(), state.ps_addresses_size(), training.model(),
       training.batch_size(), training.epochs(), registered.position());
 
-  PST_ASSIGN_OR_RETURN(std::vector<ModelVariable> variables, ModelVariables(training));
+  PST_ASSIGN_OR_RETURN(const Model* model, ModelFor(training));
+  PST_ASSIGN_OR_RETURN(std::vector<ModelVariable> variables, model->Variables(training));
   PST_RETURN_IF_ERROR(CheckPlanMatches(state.plan(), variables));
   const std::vector<std::string> ps_addresses(state.ps_addresses().begin(),
                                               state.ps_addresses().end());
@@ -307,19 +307,13 @@ absl::Status RunWorker(const TrainerOptions& options, const common::StopSignal& 
   int64_t global_step = -1;
   bool completed = false;
   // This worker's shard of the data.
-  Dataset images;
-  CtrDataset clicks;
+  std::unique_ptr<ModelData> data;
   status = [&]() -> absl::Status {
-    if (training.model() == "mlp") {
-      PST_ASSIGN_OR_RETURN(Dataset all, LoadFashionMnist(options.data_dir, Split::kTrain));
-      images = ShardDataset(all, options.worker_index, state.num_workers());
-      spdlog::info("training on {} example(s) of {}", images.num_examples, options.data_dir);
-    } else {
-      PST_ASSIGN_OR_RETURN(clicks, LoadCtrSplit(training, /*held_out=*/false, options.worker_index,
-                                                state.num_workers()));
-      spdlog::info("training on {} example(s) of {}", clicks.size, training.data());
-    }
-    if (images.num_examples == 0 && clicks.size == 0) {
+    PST_ASSIGN_OR_RETURN(data, model->Load(training, options.data_dir, /*held_out=*/false,
+                                           options.worker_index, state.num_workers()));
+    spdlog::info("training on {} example(s) of {}", data->size(),
+                 model->reads_data_file() ? training.data() : options.data_dir);
+    if (data->size() == 0) {
       return absl::FailedPreconditionError("this worker's shard of the training data is empty");
     }
     return absl::OkStatus();
@@ -411,9 +405,7 @@ absl::Status RunWorker(const TrainerOptions& options, const common::StopSignal& 
     control.start_position = progress.position();
     const int64_t position_before = progress.position();
     absl::StatusOr<int64_t> trained =
-        training.model() == "mlp"
-            ? TrainMlp(training, images, shuffle_seed, ps.get(), control)
-            : TrainWideDeep(training, clicks, shuffle_seed, ps.get(), control);
+        model->Train(training, *data, shuffle_seed, ps.get(), control);
     if (progress.position() != position_before) {
       failing_since.reset();
       backoff = absl::Milliseconds(100);
@@ -541,9 +533,7 @@ absl::Status RunWorker(const TrainerOptions& options, const common::StopSignal& 
         compute * per_step, communication * per_step,
         absl::ToDoubleSeconds(times.waited) * per_step,
         communication > 0 ? compute / communication : 0.0,
-        training.sync().mode() == proto::ASYNC && training.overlap() && training.model() == "mlp"
-            ? " (overlapped)"
-            : "");
+        model->Overlaps(training) ? " (overlapped)" : "");
   }
   return status;
 }

@@ -1,8 +1,8 @@
 // Background: one job at a time on a thread of its own. The training loops
 // use it for the push+pull they overlap with compute (--overlap) and for
 // prefetching the next batch to the devices.
-#ifndef PST_WORKER_BACKGROUND_H_
-#define PST_WORKER_BACKGROUND_H_
+#ifndef PST_MODELS_BACKGROUND_H_
+#define PST_MODELS_BACKGROUND_H_
 
 #include <functional>
 #include <thread>
@@ -59,4 +59,4 @@ class Background {
 
 }  // namespace pst::worker
 
-#endif  // PST_WORKER_BACKGROUND_H_
+#endif  // PST_MODELS_BACKGROUND_H_

@@ -1,72 +1,96 @@
-#include "worker/training_loops.h"
+#include "models/mlp_model.h"
 
 #include <algorithm>
-#include <numeric>
 #include <optional>
-#include <random>
 
-#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
-#include "device/cpu_device.h"
-#include "models/ctr_batch.h"
+#include "models/background.h"
 #include "models/device_mlp.h"
-#include "models/device_wide_deep.h"
-#include "models/mlp.h"
 #include "models/model_spec.h"
-#include "models/wide_deep.h"
-#include "worker/background.h"
 
 namespace pst::worker {
 namespace {
 
-bool ReachedMaxSteps(const proto::TrainingConfig& training, int64_t global_step) {
-  return training.max_steps() > 0 && global_step >= training.max_steps();
-}
+struct MnistData : ModelData {
+  Dataset data;
+  int64_t size() const override { return data.num_examples; }
+};
 
-// Calls step(first, count, epoch, position) for every batch of a shuffled
-// pass, for each epoch, from data position `start_position` on, until step
-// fails or asks to stop. `position` counts batches from the job's start.
-template <typename Step>
-absl::Status ForEachBatch(const proto::TrainingConfig& training, int64_t num_examples,
-                          uint64_t shuffle_seed, int64_t start_position,
-                          std::vector<int64_t>* order, Step&& step) {
-  const int64_t batch = training.batch_size();
-  const int64_t per_epoch = (num_examples + batch - 1) / batch;
-  if (per_epoch == 0) return absl::OkStatus();
-  int64_t position = std::max<int64_t>(0, start_position);
-  for (int epoch = static_cast<int>(position / per_epoch); epoch < training.epochs(); ++epoch) {
-    // Each epoch's order depends only on the seed and the epoch.
-    order->resize(num_examples);
-    std::iota(order->begin(), order->end(), 0);
-    std::mt19937_64 rng(shuffle_seed ^ (static_cast<uint64_t>(epoch) * 0x9e3779b97f4a7c15ULL));
-    std::shuffle(order->begin(), order->end(), rng);
-    for (int64_t b = position - epoch * per_epoch; b < per_epoch; ++b, ++position) {
-      const int64_t start = b * batch;
-      absl::StatusOr<bool> go_on =
-          step(start, std::min(batch, num_examples - start), epoch, position);
-      if (!go_on.ok()) return go_on.status();
-      if (!*go_on) return absl::OkStatus();
-    }
+class Mlp784 : public Model {
+ public:
+  std::string_view name() const override { return "mlp"; }
+  std::string_view default_hidden() const override { return "256,128"; }
+
+  absl::StatusOr<std::vector<ModelVariable>> Variables(
+      const proto::TrainingConfig& training) const override {
+    PST_ASSIGN_OR_RETURN(MlpConfig config, MlpConfigFor(training));
+    return DenseVariables(MlpParamSpecs(config), training.seed());
   }
-  return absl::OkStatus();
-}
 
-// Whether a model runs as the reference implementation, straight from host
-// memory: on one CPU device (or none given).
-bool HostOnly(const std::vector<Device*>& devices) {
-  return devices.empty() || (devices.size() == 1 && devices[0]->type() == DeviceType::kCpu);
-}
+  absl::StatusOr<std::unique_ptr<ModelData>> Load(const proto::TrainingConfig& training,
+                                                  const std::string& data_dir, bool held_out,
+                                                  int shard, int num_shards) const override {
+    PST_ASSIGN_OR_RETURN(Dataset all,
+                         LoadFashionMnist(data_dir, held_out ? Split::kTest : Split::kTrain));
+    auto loaded = std::make_unique<MnistData>();
+    loaded->data = held_out ? std::move(all) : ShardDataset(all, shard, num_shards);
+    return loaded;
+  }
 
-// "CPU:0", for the placement log of a worker given no devices. Only its
-// allocator is used, which is thread-safe.
-Device* DefaultCpuDevice() {
-  static Device* const device = NewCpuDevice(0).release();
-  return device;
-}
+  int64_t CountTrainingExamples(const proto::TrainingConfig& training,
+                                const std::string& data_dir) const override {
+    absl::StatusOr<int> count = CountFashionMnist(data_dir, Split::kTrain);
+    return count.ok() ? *count : 0;
+  }
+
+  absl::StatusOr<int64_t> Train(const proto::TrainingConfig& training, const ModelData& data,
+                                uint64_t shuffle_seed, PsClient* ps,
+                                const LoopControl& control) const override {
+    PST_ASSIGN_OR_RETURN(const MnistData* mnist, DataAs<MnistData>(data, name()));
+    return TrainMlp(training, mnist->data, shuffle_seed, ps, control);
+  }
+
+  bool Overlaps(const proto::TrainingConfig& training) const override {
+    return training.sync().mode() == proto::ASYNC && training.overlap();
+  }
+
+  absl::StatusOr<ModelEvaluation> Evaluate(const proto::TrainingConfig& training,
+                                           const ModelData& held_out, PsClient* ps) const override {
+    PST_ASSIGN_OR_RETURN(const MnistData* test, DataAs<MnistData>(held_out, name()));
+    PST_ASSIGN_OR_RETURN(MlpConfig config, MlpConfigFor(training));
+    ModelEvaluation result;
+    Values params;
+    PST_ASSIGN_OR_RETURN(result.global_step, ps->Pull(&params));
+    Mlp model(config);
+    PST_ASSIGN_OR_RETURN(
+        Mlp::Eval eval, model.Evaluate(params, test->data.features.data(), test->data.labels.data(),
+                                       test->data.num_examples));
+    result.metrics = {{"test_accuracy", eval.accuracy}, {"test_loss", eval.loss}};
+    result.line = absl::StrFormat("test accuracy %.4f, test loss %.4f", eval.accuracy, eval.loss);
+    return result;
+  }
+};
 
 }  // namespace
+
+const Model& MlpModel() {
+  static const Mlp784 model;
+  return model;
+}
+
+absl::StatusOr<MlpConfig> MlpConfigFor(const proto::TrainingConfig& training) {
+  MlpConfig config;
+  config.input_dim = kFashionMnistDim;
+  config.num_classes = kFashionMnistClasses;
+  config.hidden.assign(training.hidden_units().begin(), training.hidden_units().end());
+  for (int units : config.hidden) {
+    if (units < 1) return absl::InvalidArgumentError("hidden layer widths must be positive");
+  }
+  return config;
+}
 
 absl::StatusOr<int64_t> TrainMlp(const proto::TrainingConfig& training, const Dataset& data,
                                  uint64_t shuffle_seed, PsClient* ps, const LoopControl& control) {
@@ -126,8 +150,7 @@ absl::StatusOr<int64_t> TrainMlp(const proto::TrainingConfig& training, const Da
   }
   auto stage = [&](int slot, int64_t first, int64_t n) {
     gather(first, n, staging.x[slot].f32(), staging.y[slot].i32());
-    return mirrored->Stage(slot, staging.x[slot].f32(), staging.y[slot].i32(),
-                           static_cast<int>(n));
+    return mirrored->Stage(slot, staging.x[slot].f32(), staging.y[slot].i32(), static_cast<int>(n));
   };
   auto compute_on_devices = [&](int64_t first, int64_t n, int epoch,
                                 Values* out) -> absl::StatusOr<float> {
@@ -243,53 +266,6 @@ absl::StatusOr<int64_t> TrainMlp(const proto::TrainingConfig& training, const Da
         times.communication += took;
         times.waited += took;
         ++times.steps;
-        control.on_step(n, loss, epoch, global_step, position + 1);
-        return true;
-      }));
-  return global_step;
-}
-
-absl::StatusOr<int64_t> TrainWideDeep(const proto::TrainingConfig& training, const CtrDataset& data,
-                                      uint64_t shuffle_seed, PsClient* ps,
-                                      const LoopControl& control) {
-  PST_ASSIGN_OR_RETURN(WideDeepConfig config, WideDeepConfigFor(training));
-  // As TrainMlp: the reference model on one CPU device, MirroredWideDeep
-  // on any other set of devices.
-  const bool host_only = HostOnly(control.devices);
-  std::optional<WideDeep> host_model;
-  std::optional<MirroredWideDeep> mirrored;
-  if (host_only) host_model.emplace(config);
-  if (!host_only || control.log_device_placement) {
-    std::vector<Device*> devices = control.devices;
-    if (devices.empty()) devices.push_back(DefaultCpuDevice());
-    mirrored.emplace(config, devices);
-  }
-  if (control.log_device_placement) {
-    for (const std::string& line : mirrored->DevicePlacement(control.job_prefix)) {
-      spdlog::info("{}", line);
-    }
-  }
-  Values params, grads, row_grads(2);
-  PST_ASSIGN_OR_RETURN(int64_t global_step, ps->Pull(&params));
-  CtrBatchData batch;
-  std::vector<int64_t> order;
-  PST_RETURN_IF_ERROR(ForEachBatch(
-      training, data.size, shuffle_seed, control.start_position, &order,
-      [&](int64_t first, int64_t n, int epoch, int64_t position) -> absl::StatusOr<bool> {
-        if (control.should_stop() || ReachedMaxSteps(training, global_step)) return false;
-        batch.Gather(data, &order[first], n);
-        const std::vector<PsClient::TableIds> tables = batch.Tables();
-        PST_RETURN_IF_ERROR(ps->PullRows(tables, &batch.rows));
-        PST_ASSIGN_OR_RETURN(
-            const float loss,
-            host_only ? host_model->LossAndGradients(params, batch.View(n), &grads, &row_grads[0],
-                                                     &row_grads[1])
-                      : mirrored->LossAndGradients(params, batch.View(n), &grads, &row_grads[0],
-                                                   &row_grads[1]));
-        if (control.step_delay > absl::ZeroDuration()) absl::SleepFor(control.step_delay);
-        PST_RETURN_IF_ERROR(ps->PushRows(position, tables, row_grads));
-        PST_ASSIGN_OR_RETURN(global_step,
-                             ps->PushPull(position, global_step, grads, &params, position));
         control.on_step(n, loss, epoch, global_step, position + 1);
         return true;
       }));

@@ -1,0 +1,41 @@
+#include "models/registry.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace pst::worker {
+
+// Each defined in its model's file (models/<name>_model.cc).
+const Model& MlpModel();
+const Model& WideDeepModel();
+
+namespace {
+
+// One line per model.
+const Model* const kModels[] = {
+    &MlpModel(),
+    &WideDeepModel(),
+};
+
+}  // namespace
+
+absl::StatusOr<const Model*> FindModel(std::string_view name) {
+  for (const Model* model : kModels) {
+    if (model->name() == name) return model;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("'", std::string(name),
+                   "' is not a known model (known: ", absl::StrJoin(ModelNames(), ", "), ")"));
+}
+
+absl::StatusOr<const Model*> ModelFor(const proto::TrainingConfig& training) {
+  return FindModel(training.model());
+}
+
+std::vector<std::string> ModelNames() {
+  std::vector<std::string> names;
+  for (const Model* model : kModels) names.emplace_back(model->name());
+  return names;
+}
+
+}  // namespace pst::worker

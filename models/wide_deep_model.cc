@@ -1,0 +1,218 @@
+#include "models/wide_deep_model.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <numeric>
+#include <optional>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/logging.h"
+#include "common/status_macros.h"
+#include "data/generated.h"
+#include "models/ctr_batch.h"
+#include "models/device_wide_deep.h"
+#include "models/model_spec.h"
+
+namespace pst::worker {
+namespace {
+
+struct CtrData : ModelData {
+  CtrDataset data;
+  int64_t size() const override { return data.size; }
+};
+
+class WideDeepCtr : public Model {
+ public:
+  std::string_view name() const override { return "wide_deep"; }
+  std::string_view default_hidden() const override { return "64,32"; }
+  bool reads_data_file() const override { return true; }
+
+  absl::StatusOr<std::string> PrepareData(const std::string& data) const override {
+    PST_ASSIGN_OR_RETURN(auto settings, ParseGenerateSpec(data, {"rows", "vocab", "seed"}));
+    if (!settings.has_value()) return data;
+    SyntheticCriteoConfig config;
+    config.rows = 200000;
+    config.vocab_per_field = 10000;
+    if (settings->contains("rows")) config.rows = settings->at("rows");
+    if (settings->contains("vocab")) config.vocab_per_field = settings->at("vocab");
+    if (settings->contains("seed")) config.seed = static_cast<uint64_t>(settings->at("seed"));
+    SyntheticCriteoStats stats;
+    bool wrote = false;
+    PST_ASSIGN_OR_RETURN(std::string path,
+                         GenerateOnce(
+                             absl::StrCat("pstrain_criteo_r", config.rows, "_v",
+                                          config.vocab_per_field, "_s", config.seed, ".tsv"),
+                             [&](const std::string& partial) -> absl::Status {
+                               PST_ASSIGN_OR_RETURN(stats, WriteSyntheticCriteo(partial, config));
+                               return absl::OkStatus();
+                             },
+                             &wrote));
+    if (wrote) {
+      std::printf("pstrain: generated %s: %lld rows, %.1f%% positive, best achievable AUC %.4f\n",
+                  path.c_str(), static_cast<long long>(stats.rows), 100 * stats.positive_rate,
+                  stats.best_auc);
+    }
+    return path;
+  }
+
+  absl::Status CheckConfig(const proto::TrainingConfig& training) const override {
+    if (training.buckets_per_field() < 0) {
+      return absl::InvalidArgumentError("buckets_per_field must be >= 0");
+    }
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<std::vector<ModelVariable>> Variables(
+      const proto::TrainingConfig& training) const override {
+    PST_ASSIGN_OR_RETURN(WideDeepConfig wd, WideDeepConfigFor(training));
+    PST_RETURN_IF_ERROR(CheckConfig(training));
+    const int64_t buckets = training.buckets_per_field();
+    const int64_t rows = buckets * kCriteoFields;
+    std::vector<ModelVariable> vars;
+    for (const char* name : {kDeepEmbedding, kWideEmbedding}) {
+      const bool deep = name == std::string(kDeepEmbedding);
+      ModelVariable table;
+      table.table = true;
+      proto::VariableSpec& spec = table.spec;
+      spec.set_name(name);
+      spec.set_dtype(proto::DT_FLOAT32);
+      spec.add_shape(rows);
+      spec.add_shape(deep ? wd.embedding_dim : 1);
+      if (deep) {
+        spec.mutable_initializer()->set_kind(proto::Initializer::UNIFORM);
+        spec.mutable_initializer()->set_scale(0.05f);
+        spec.mutable_initializer()->set_seed(training.seed() * 1000003u + 7777);
+      }
+      if (buckets == 0) spec.set_admit_after(training.admit_after());
+      vars.push_back(std::move(table));
+    }
+    std::vector<ModelVariable> dense = DenseVariables(WideDeepDenseSpecs(wd), training.seed());
+    vars.insert(vars.end(), dense.begin(), dense.end());
+    return vars;
+  }
+
+  absl::StatusOr<std::unique_ptr<ModelData>> Load(const proto::TrainingConfig& training,
+                                                  const std::string& data_dir, bool held_out,
+                                                  int shard, int num_shards) const override {
+    auto loaded = std::make_unique<CtrData>();
+    PST_ASSIGN_OR_RETURN(loaded->data, LoadCtrSplit(training, held_out, shard, num_shards));
+    return loaded;
+  }
+
+  absl::StatusOr<int64_t> Train(const proto::TrainingConfig& training, const ModelData& data,
+                                uint64_t shuffle_seed, PsClient* ps,
+                                const LoopControl& control) const override {
+    PST_ASSIGN_OR_RETURN(const CtrData* ctr, DataAs<CtrData>(data, name()));
+    return TrainWideDeep(training, ctr->data, shuffle_seed, ps, control);
+  }
+
+  absl::StatusOr<ModelEvaluation> Evaluate(const proto::TrainingConfig& training,
+                                           const ModelData& held_out, PsClient* ps) const override {
+    PST_ASSIGN_OR_RETURN(const CtrData* ctr, DataAs<CtrData>(held_out, name()));
+    PST_ASSIGN_OR_RETURN(CtrEval eval, EvaluateWideDeep(training, ctr->data, ps));
+    ModelEvaluation result;
+    result.metrics = {{"test_auc", eval.auc}, {"test_logloss", eval.logloss}};
+    result.counts = {{"test_examples", eval.examples}};
+    result.line = absl::StrFormat("test AUC %.4f, test log-loss %.4f on %d held-out example(s)",
+                                  eval.auc, eval.logloss, eval.examples);
+    result.global_step = eval.version;
+    return result;
+  }
+};
+
+}  // namespace
+
+const Model& WideDeepModel() {
+  static const WideDeepCtr model;
+  return model;
+}
+
+absl::StatusOr<WideDeepConfig> WideDeepConfigFor(const proto::TrainingConfig& training) {
+  WideDeepConfig config;
+  config.num_dense = kCriteoDense;
+  config.num_fields = kCriteoFields;
+  config.embedding_dim = training.embedding_dim();
+  config.hidden.assign(training.hidden_units().begin(), training.hidden_units().end());
+  if (config.embedding_dim < 1) return absl::InvalidArgumentError("embedding_dim must be >= 1");
+  for (int units : config.hidden) {
+    if (units < 1) return absl::InvalidArgumentError("hidden layer widths must be positive");
+  }
+  return config;
+}
+
+absl::StatusOr<int64_t> TrainWideDeep(const proto::TrainingConfig& training, const CtrDataset& data,
+                                      uint64_t shuffle_seed, PsClient* ps,
+                                      const LoopControl& control) {
+  PST_ASSIGN_OR_RETURN(WideDeepConfig config, WideDeepConfigFor(training));
+  // As TrainMlp: the reference model on one CPU device, MirroredWideDeep
+  // on any other set of devices.
+  const bool host_only = HostOnly(control.devices);
+  std::optional<WideDeep> host_model;
+  std::optional<MirroredWideDeep> mirrored;
+  if (host_only) host_model.emplace(config);
+  if (!host_only || control.log_device_placement) {
+    std::vector<Device*> devices = control.devices;
+    if (devices.empty()) devices.push_back(DefaultCpuDevice());
+    mirrored.emplace(config, devices);
+  }
+  if (control.log_device_placement) {
+    for (const std::string& line : mirrored->DevicePlacement(control.job_prefix)) {
+      spdlog::info("{}", line);
+    }
+  }
+  Values params, grads, row_grads(2);
+  PST_ASSIGN_OR_RETURN(int64_t global_step, ps->Pull(&params));
+  CtrBatchData batch;
+  std::vector<int64_t> order;
+  PST_RETURN_IF_ERROR(ForEachBatch(
+      training, data.size, shuffle_seed, control.start_position, &order,
+      [&](int64_t first, int64_t n, int epoch, int64_t position) -> absl::StatusOr<bool> {
+        if (control.should_stop() || ReachedMaxSteps(training, global_step)) return false;
+        batch.Gather(data, &order[first], n);
+        const std::vector<PsClient::TableIds> tables = batch.Tables();
+        PST_RETURN_IF_ERROR(ps->PullRows(tables, &batch.rows));
+        PST_ASSIGN_OR_RETURN(const float loss,
+                             host_only ? host_model->LossAndGradients(params, batch.View(n), &grads,
+                                                                      &row_grads[0], &row_grads[1])
+                                       : mirrored->LossAndGradients(params, batch.View(n), &grads,
+                                                                    &row_grads[0], &row_grads[1]));
+        if (control.step_delay > absl::ZeroDuration()) absl::SleepFor(control.step_delay);
+        PST_RETURN_IF_ERROR(ps->PushRows(position, tables, row_grads));
+        PST_ASSIGN_OR_RETURN(global_step,
+                             ps->PushPull(position, global_step, grads, &params, position));
+        control.on_step(n, loss, epoch, global_step, position + 1);
+        return true;
+      }));
+  return global_step;
+}
+
+absl::StatusOr<CtrEval> EvaluateWideDeep(const proto::TrainingConfig& training,
+                                         const CtrDataset& data, PsClient* ps) {
+  PST_ASSIGN_OR_RETURN(WideDeepConfig config, WideDeepConfigFor(training));
+  WideDeep model(config);
+  Values params;
+  PST_ASSIGN_OR_RETURN(const int64_t version, ps->Pull(&params));
+  CtrBatchData batch;
+  std::vector<float> probs, all_probs;
+  std::vector<int64_t> examples;
+  constexpr int64_t kChunk = 4096;
+  for (int64_t first = 0; first < data.size; first += kChunk) {
+    const int64_t n = std::min(kChunk, data.size - first);
+    examples.resize(n);
+    std::iota(examples.begin(), examples.end(), first);
+    batch.Gather(data, examples.data(), n);
+    PST_RETURN_IF_ERROR(ps->PullRows(batch.Tables(), &batch.rows));
+    PST_RETURN_IF_ERROR(model.Predict(params, batch.View(n), &probs));
+    all_probs.insert(all_probs.end(), probs.begin(), probs.end());
+  }
+  CtrEval eval;
+  eval.examples = data.size;
+  eval.version = version;
+  eval.auc = Auc(all_probs, data.labels);
+  eval.logloss = LogLoss(all_probs, data.labels);
+  return eval;
+}
+
+}  // namespace pst::worker

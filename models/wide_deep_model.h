@@ -1,0 +1,50 @@
+// Wide & deep on Criteo-format CTR data (--model=wide_deep): 13 dense
+// features and 26 categorical fields; a wide (linear) part over the fields'
+// embedding rows of width 1 and a deep part (embeddings of --embedding_dim,
+// then --hidden ReLU layers, 64,32 unless set); AUC and log-loss on the
+// held-out tail. Reads --data (a file, or "generate[:rows=,vocab=,seed=]").
+#ifndef PST_MODELS_WIDE_DEEP_MODEL_H_
+#define PST_MODELS_WIDE_DEEP_MODEL_H_
+
+#include <cstdint>
+
+#include "absl/status/statusor.h"
+#include "client/ps_client.h"
+#include "data/criteo.h"
+#include "models/model.h"
+#include "models/train_loop.h"
+#include "models/wide_deep.h"
+#include "proto/pstrain.pb.h"
+
+namespace pst::worker {
+
+// Embedding tables of the wide & deep model.
+inline constexpr char kDeepEmbedding[] = "deep/embedding";
+inline constexpr char kWideEmbedding[] = "wide/embedding";
+
+// The wide & deep shape a config asks for. InvalidArgument for a width
+// below 1.
+absl::StatusOr<WideDeepConfig> WideDeepConfigFor(const proto::TrainingConfig& training);
+
+// The training loop over `data` (see Model::Train): per batch, pull the
+// rows of its unique ids, compute, push the row gradients, then the fused
+// dense push+pull.
+absl::StatusOr<int64_t> TrainWideDeep(const proto::TrainingConfig& training, const CtrDataset& data,
+                                      uint64_t shuffle_seed, PsClient* ps,
+                                      const LoopControl& control);
+
+struct CtrEval {
+  double auc = 0;
+  double logloss = 0;
+  int64_t examples = 0;
+  int64_t version = 0;  // of the dense variables evaluated: the global step
+};
+// The model of `training`, with the dense variables and the embedding rows
+// pulled from `ps`, scored on every example of `data`.
+// Errors: those of the pulls and of the model's checks of its inputs.
+absl::StatusOr<CtrEval> EvaluateWideDeep(const proto::TrainingConfig& training,
+                                         const CtrDataset& data, PsClient* ps);
+
+}  // namespace pst::worker
+
+#endif  // PST_MODELS_WIDE_DEEP_MODEL_H_
