@@ -22,18 +22,24 @@ ABSL_FLAG(std::string, bind, "",
 ABSL_FLAG(std::string, data_dir, "/usr/share/datasets/fashion-mnist",
           "Directory with the Fashion-MNIST IDX files (Debian's dataset-fashion-mnist).");
 ABSL_FLAG(std::string, model, "mlp",
-          "Model to train: mlp (Fashion-MNIST) or wide_deep (Criteo-format CTR data).");
+          "Model to train: mlp (Fashion-MNIST), wide_deep (Criteo-format CTR data) or logreg "
+          "(sparse logistic regression on libsvm data).");
 ABSL_FLAG(std::string, hidden, "",
-          "Hidden layer widths, comma-separated. Default: 256,128 for mlp, 64,32 for wide_deep.");
+          "Hidden layer widths, comma-separated. Default: 256,128 for mlp, 64,32 for wide_deep "
+          "(logreg has none).");
 ABSL_FLAG(std::string, data, "",
           "wide_deep: a Criteo-format file that every task can read (pstrain local also takes "
-          "'generate' or 'generate:rows=N,vocab=V,seed=S').");
+          "'generate' or 'generate:rows=N,vocab=V,seed=S'). logreg: a libsvm file, or "
+          "'generate' or 'generate:rows=N,features=F,seed=S'.");
 ABSL_FLAG(double, eval_fraction, 0.1,
-          "wide_deep: the last fraction of --data held out for evaluation.");
+          "wide_deep, logreg: the last fraction of --data held out for evaluation.");
 ABSL_FLAG(int32_t, embedding_dim, 8, "wide_deep: width of the deep embedding rows.");
 ABSL_FLAG(int64_t, buckets_per_field, 100000,
           "wide_deep: embedding rows per categorical field; 0 for hash embeddings (unbounded ids, "
           "rows created on first touch).");
+ABSL_FLAG(int64_t, buckets, 0,
+          "logreg: rows of the weight table, feature ids folded into them; 0 for a hash table "
+          "(ids up to 2^64, rows created on first touch).");
 ABSL_FLAG(int32_t, admit_after, 0,
           "Hash embeddings: create a row only after its id was seen this many times.");
 ABSL_FLAG(std::string, placement, "size_balanced",

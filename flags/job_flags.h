@@ -37,6 +37,7 @@ ABSL_DECLARE_FLAG(std::string, data);
 ABSL_DECLARE_FLAG(double, eval_fraction);
 ABSL_DECLARE_FLAG(int32_t, embedding_dim);
 ABSL_DECLARE_FLAG(int64_t, buckets_per_field);
+ABSL_DECLARE_FLAG(int64_t, buckets);
 ABSL_DECLARE_FLAG(int32_t, admit_after);
 ABSL_DECLARE_FLAG(std::string, placement);
 ABSL_DECLARE_FLAG(std::string, partitioner);

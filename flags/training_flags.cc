@@ -81,6 +81,10 @@ absl::StatusOr<proto::TrainingConfig> TrainingConfigFromFlags() {
   if (config.buckets_per_field() < 0) {
     return absl::InvalidArgumentError("--buckets_per_field must be >= 0 (0: hash embeddings)");
   }
+  config.set_buckets(absl::GetFlag(FLAGS_buckets));
+  if (config.buckets() < 0) {
+    return absl::InvalidArgumentError("--buckets must be >= 0 (0: a hash table)");
+  }
   config.set_admit_after(absl::GetFlag(FLAGS_admit_after));
   if (config.admit_after() < 0) return absl::InvalidArgumentError("--admit_after must be >= 0");
 

@@ -8,6 +8,7 @@ namespace pst::worker {
 // Each defined in its model's file (models/<name>_model.cc).
 const Model& MlpModel();
 const Model& WideDeepModel();
+const Model& LogregModel();
 
 namespace {
 
@@ -15,6 +16,7 @@ namespace {
 const Model* const kModels[] = {
     &MlpModel(),
     &WideDeepModel(),
+    &LogregModel(),
 };
 
 }  // namespace

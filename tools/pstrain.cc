@@ -23,6 +23,7 @@
 #include "common/process.h"
 #include "common/tf_config.h"
 #include "data/criteo.h"
+#include "data/libsvm.h"
 #include "device/device_mapping.h"
 #include "flags/device_options_from_flags.h"
 #include "flags/job_flags.h"
@@ -59,9 +60,11 @@ ABSL_FLAG(bool, restart_failed, false,
           "local: restart a daemon killed by a signal (kill -9, a crash) with the same task, "
           "like Docker Compose's restart: on-failure.");
 ABSL_FLAG(int32_t, max_restarts, 3, "local: with --restart_failed, restarts allowed per task.");
-ABSL_FLAG(std::string, out, "", "generate_criteo: the file to write.");
-ABSL_FLAG(int64_t, rows, 200000, "generate_criteo: rows to write.");
+ABSL_FLAG(std::string, out, "", "generate_criteo, generate_libsvm: the file to write.");
+ABSL_FLAG(int64_t, rows, 200000, "generate_criteo, generate_libsvm: rows to write.");
 ABSL_FLAG(int64_t, vocab, 10000, "generate_criteo: raw values per categorical field.");
+ABSL_FLAG(int64_t, features, 1000,
+          "generate_libsvm: distinct feature ids (spread over the 64-bit id space).");
 ABSL_FLAG(std::string, format, "safetensors", "checkpoint export: the file format (safetensors).");
 ABSL_FLAG(bool, include_slots, false,
           "checkpoint export: also export the optimizer slots, as <variable>/<slot>.");
@@ -75,7 +78,7 @@ constexpr const char* kForwardedFlags[] = {
     "optimizer", "momentum", "nesterov", "beta1", "beta2", "epsilon", "initial_accumulator", "l1",
     "l2", "lr_power", "skip_nonfinite", "seed", "log_every_s", "heartbeat_ms", "peer_timeout_s",
     "startup_timeout_s", "rpc_timeout_s", "recovery_timeout_s", "data", "eval_fraction",
-    "embedding_dim", "buckets_per_field", "admit_after", "placement", "partitioner",
+    "embedding_dim", "buckets_per_field", "buckets", "admit_after", "placement", "partitioner",
     "num_shards",
     "min_slice_bytes", "max_partitions", "max_shard_bytes", "dense_piece_bytes", "overlap",
     "routing", "mode", "staleness",
@@ -92,7 +95,7 @@ constexpr const char* kForwardedFlags[] = {
 constexpr char kUsage[] =
     "pstrain: parameter-server training.\n"
     "\n"
-    "  pstrain local [--ps=2] [--workers=2] [--chief=true] [--model=mlp|wide_deep]\n"
+    "  pstrain local [--ps=2] [--workers=2] [--chief=true] [--model=mlp|wide_deep|logreg]\n"
     "                [--epochs=3] [--batch_size=64] [--optimizer=adam] [--learning_rate=0.001]\n"
     "                [--data=FILE|generate[:rows=N,vocab=V,seed=S]] [--summary_json=PATH] ...\n"
     "      Runs a whole cluster on this machine and trains the model.\n"
@@ -102,7 +105,9 @@ constexpr char kUsage[] =
     "      Trains the same model in one process (in-process ps) and prints its metrics.\n"
     "  pstrain generate_criteo --out=PATH [--rows=N] [--vocab=V] [--seed=S]\n"
     "      Writes synthetic Criteo-format data and prints its best achievable AUC.\n"
-
+    "  pstrain generate_libsvm --out=PATH [--rows=N] [--features=F] [--seed=S]\n"
+    "      Writes synthetic libsvm data from a hidden sparse logistic model and prints its\n"
+    "      best achievable AUC (over all rows and over the held-out last 10%).\n"
     "  pstrain checkpoint inspect DIR\n"
     "      Lists a checkpoint's (or every checkpoint's in a root) step, variables and sizes,\n"
     "      and verifies every checksum; exits 1 if any is corrupt.\n"
@@ -285,6 +290,29 @@ int GenerateCriteo() {
   return 0;
 }
 
+int GenerateLibsvm() {
+  const std::string out = absl::GetFlag(FLAGS_out);
+  if (out.empty()) return Fail("generate_libsvm", absl::InvalidArgumentError("--out is required"));
+  pst::worker::SyntheticLibsvmConfig config;
+  config.rows = absl::GetFlag(FLAGS_rows);
+  config.features = absl::GetFlag(FLAGS_features);
+  config.seed = absl::GetFlag(FLAGS_seed);
+  if (config.rows < 1 || config.features < 1) {
+    return Fail("generate_libsvm",
+                absl::InvalidArgumentError("--rows and --features must be >= 1"));
+  }
+  absl::StatusOr<pst::worker::SyntheticLibsvmStats> stats =
+      pst::worker::WriteSyntheticLibsvm(out, config);
+  if (!stats.ok()) return Fail("generate_libsvm", stats.status());
+  nlohmann::json j = {{"path", out},
+                      {"rows", stats->rows},
+                      {"positive_rate", stats->positive_rate},
+                      {"best_auc", stats->best_auc},
+                      {"best_auc_held_out", stats->best_auc_tail}};
+  std::printf("%s\n", j.dump(2).c_str());
+  return 0;
+}
+
 // DIR is one checkpoint or a checkpoint root (then every checkpoint in
 // it, and any directory that looks like an unfinished one, is reported).
 int InspectCheckpoints(const std::string& dir) {
@@ -420,6 +448,7 @@ int main(int argc, char** argv) {
     if (command == "plan") return Plan();
     if (command == "reference") return Reference();
     if (command == "generate_criteo") return GenerateCriteo();
+    if (command == "generate_libsvm") return GenerateLibsvm();
     if (command == "devices") return Devices();
     if (command == "tfconfig") return TfConfigCommand();
     if (command == "check") return CheckCommand();

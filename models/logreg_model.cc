@@ -1,0 +1,241 @@
+// Sparse logistic regression (--model=logreg): the classic parameter-server
+// workload (the OSDI'14 parameter-server paper's). One weight per feature id
+// in a table ("logreg/weights", [--buckets, 1], or a hash table when
+// --buckets=0) and a bias; p = sigmoid(bias + sum_k w[id_k] * value_k).
+// Data: libsvm lines, --data (a file, or "generate[:rows=,features=,seed=]").
+// FTRL-Proximal on the ps by default. Evaluation: AUC and log-loss on the
+// held-out tail (--eval_fraction).
+//
+// The batch gradient is the sum over its examples, not the mean: FTRL (and
+// Adagrad) scale each coordinate's step by its own gradient history, so the
+// sum keeps a rare feature's few updates from vanishing under
+// --initial_accumulator, as per-example FTRL would.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <numeric>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "common/classifier_metrics.h"
+#include "common/partition.h"
+#include "common/status_macros.h"
+#include "data/generated.h"
+#include "data/libsvm.h"
+#include "models/model.h"
+#include "models/model_spec.h"
+
+namespace pst::worker {
+namespace {
+
+constexpr char kWeights[] = "logreg/weights";
+constexpr char kBias[] = "logreg/bias";
+
+struct LibsvmData : ModelData {
+  LibsvmDataset data;
+  int64_t size() const override { return data.size; }
+};
+
+float Sigmoid(float z) {
+  return z >= 0 ? 1.0f / (1.0f + std::exp(-z)) : std::exp(z) / (1.0f + std::exp(z));
+}
+
+// A batch of examples gathered from a LibsvmDataset: its ids deduplicated
+// (the rows to pull and push) and each feature's slot among them.
+struct SparseBatch {
+  std::vector<int64_t> ids, unique;
+  std::vector<int32_t> slot;
+  std::vector<float> values, labels;
+  std::vector<int64_t> offsets;  // [n + 1] into ids/values
+  Values rows;                   // [unique, 1] once pulled
+
+  void Gather(const LibsvmDataset& data, const int64_t* examples, int64_t n) {
+    ids.clear();
+    values.clear();
+    labels.resize(n);
+    offsets.assign(1, 0);
+    for (int64_t k = 0; k < n; ++k) {
+      const int64_t e = examples[k];
+      const int64_t begin = data.offsets[e], end = data.offsets[e + 1];
+      ids.insert(ids.end(), data.ids.begin() + begin, data.ids.begin() + end);
+      values.insert(values.end(), data.values.begin() + begin, data.values.begin() + end);
+      offsets.push_back(static_cast<int64_t>(ids.size()));
+      labels[k] = data.labels[e];
+    }
+    common::UniqueIds(ids.data(), static_cast<int64_t>(ids.size()), &unique, &slot);
+  }
+  std::vector<PsClient::TableIds> Tables() const { return {{kWeights, unique}}; }
+
+  // The probabilities of the batch's n examples. REQUIRES: rows pulled.
+  void Predict(float bias, std::vector<float>* probs) const {
+    const int64_t n = static_cast<int64_t>(labels.size());
+    probs->resize(n);
+    const float* w = rows[0].data();
+    for (int64_t i = 0; i < n; ++i) {
+      float z = bias;
+      for (int64_t k = offsets[i]; k < offsets[i + 1]; ++k) z += w[slot[k]] * values[k];
+      (*probs)[i] = Sigmoid(z);
+    }
+  }
+};
+
+class Logreg : public Model {
+ public:
+  std::string_view name() const override { return "logreg"; }
+  std::string_view default_optimizer() const override { return "ftrl"; }
+  double default_learning_rate() const override { return 0.05; }
+  bool reads_data_file() const override { return true; }
+
+  absl::StatusOr<std::string> PrepareData(const std::string& data) const override {
+    PST_ASSIGN_OR_RETURN(auto settings, ParseGenerateSpec(data, {"rows", "features", "seed"}));
+    if (!settings.has_value()) return data;
+    SyntheticLibsvmConfig config;
+    if (settings->contains("rows")) config.rows = settings->at("rows");
+    if (settings->contains("features")) config.features = settings->at("features");
+    if (settings->contains("seed")) config.seed = static_cast<uint64_t>(settings->at("seed"));
+    SyntheticLibsvmStats stats;
+    bool wrote = false;
+    PST_ASSIGN_OR_RETURN(std::string path,
+                         GenerateOnce(
+                             absl::StrCat("pstrain_libsvm_r", config.rows, "_f", config.features,
+                                          "_s", config.seed, ".svm"),
+                             [&](const std::string& partial) -> absl::Status {
+                               PST_ASSIGN_OR_RETURN(stats, WriteSyntheticLibsvm(partial, config));
+                               return absl::OkStatus();
+                             },
+                             &wrote));
+    if (wrote) {
+      std::printf(
+          "pstrain: generated %s: %lld rows, %.1f%% positive, best achievable AUC %.4f (%.4f on "
+          "the last 10%%)\n",
+          path.c_str(), static_cast<long long>(stats.rows), 100 * stats.positive_rate,
+          stats.best_auc, stats.best_auc_tail);
+    }
+    return path;
+  }
+
+  absl::Status CheckConfig(const proto::TrainingConfig& training) const override {
+    if (training.buckets() < 0) return absl::InvalidArgumentError("buckets must be >= 0");
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<std::vector<ModelVariable>> Variables(
+      const proto::TrainingConfig& training) const override {
+    PST_RETURN_IF_ERROR(CheckConfig(training));
+    ModelVariable weights;
+    weights.table = true;
+    weights.spec.set_name(kWeights);
+    weights.spec.set_dtype(proto::DT_FLOAT32);
+    weights.spec.add_shape(training.buckets());  // 0: a hash table
+    weights.spec.add_shape(1);
+    weights.spec.mutable_initializer()->set_kind(proto::Initializer::ZEROS);
+    if (training.buckets() == 0) weights.spec.set_admit_after(training.admit_after());
+    std::vector<ModelVariable> vars = {weights};
+    ParamSpec bias;
+    bias.name = kBias;
+    bias.shape = {1};
+    std::vector<ModelVariable> dense = DenseVariables({bias}, training.seed());
+    vars.insert(vars.end(), dense.begin(), dense.end());
+    return vars;
+  }
+
+  absl::StatusOr<std::unique_ptr<ModelData>> Load(const proto::TrainingConfig& training,
+                                                  const std::string& data_dir, bool held_out,
+                                                  int shard, int num_shards) const override {
+    auto loaded = std::make_unique<LibsvmData>();
+    PST_ASSIGN_OR_RETURN(
+        loaded->data, LoadLibsvmSplit(training, training.buckets(), held_out, shard, num_shards));
+    return loaded;
+  }
+
+  absl::StatusOr<int64_t> Train(const proto::TrainingConfig& training, const ModelData& data,
+                                uint64_t shuffle_seed, PsClient* ps,
+                                const LoopControl& control) const override {
+    PST_ASSIGN_OR_RETURN(const LibsvmData* svm, DataAs<LibsvmData>(data, name()));
+    StepTimes unused_times;
+    StepTimes& times = control.times != nullptr ? *control.times : unused_times;
+    Values params, grads(1, std::vector<float>(1)), row_grads(1);
+    PST_ASSIGN_OR_RETURN(int64_t global_step, ps->Pull(&params));
+    SparseBatch batch;
+    std::vector<float> probs;
+    std::vector<int64_t> order;
+    PST_RETURN_IF_ERROR(ForEachBatch(
+        training, svm->data.size, shuffle_seed, control.start_position, &order,
+        [&](int64_t first, int64_t n, int epoch, int64_t position) -> absl::StatusOr<bool> {
+          if (control.should_stop() || ReachedMaxSteps(training, global_step)) return false;
+          absl::Time start = absl::Now();
+          batch.Gather(svm->data, &order[first], n);
+          const std::vector<PsClient::TableIds> tables = batch.Tables();
+          PST_RETURN_IF_ERROR(ps->PullRows(tables, &batch.rows));
+          const absl::Duration pulled = absl::Now() - start;
+          start = absl::Now();
+          batch.Predict(params[0][0], &probs);
+          // Loss: the batch's mean log-loss. Gradients: sums (see the top).
+          double loss = 0;
+          float dbias = 0;
+          row_grads[0].assign(batch.unique.size(), 0.0f);
+          for (int64_t i = 0; i < n; ++i) {
+            const float p = std::clamp(probs[i], 1e-7f, 1 - 1e-7f);
+            loss -= batch.labels[i] > 0.5f ? std::log(p) : std::log(1 - p);
+            const float dz = probs[i] - batch.labels[i];
+            dbias += dz;
+            for (int64_t k = batch.offsets[i]; k < batch.offsets[i + 1]; ++k) {
+              row_grads[0][batch.slot[k]] += dz * batch.values[k];
+            }
+          }
+          grads[0][0] = dbias;
+          if (control.step_delay > absl::ZeroDuration()) absl::SleepFor(control.step_delay);
+          times.compute += absl::Now() - start;
+          start = absl::Now();
+          PST_RETURN_IF_ERROR(ps->PushRows(position, tables, row_grads));
+          PST_ASSIGN_OR_RETURN(global_step,
+                               ps->PushPull(position, global_step, grads, &params, position));
+          const absl::Duration took = absl::Now() - start + pulled;
+          times.communication += took;
+          times.waited += took;
+          ++times.steps;
+          control.on_step(n, static_cast<float>(loss / n), epoch, global_step, position + 1);
+          return true;
+        }));
+    return global_step;
+  }
+
+  absl::StatusOr<ModelEvaluation> Evaluate(const proto::TrainingConfig& training,
+                                           const ModelData& held_out, PsClient* ps) const override {
+    PST_ASSIGN_OR_RETURN(const LibsvmData* svm, DataAs<LibsvmData>(held_out, name()));
+    ModelEvaluation result;
+    Values params;
+    PST_ASSIGN_OR_RETURN(result.global_step, ps->Pull(&params));
+    SparseBatch batch;
+    std::vector<float> probs, all_probs;
+    std::vector<int64_t> examples;
+    constexpr int64_t kChunk = 4096;
+    for (int64_t first = 0; first < svm->data.size; first += kChunk) {
+      const int64_t n = std::min(kChunk, svm->data.size - first);
+      examples.resize(n);
+      std::iota(examples.begin(), examples.end(), first);
+      batch.Gather(svm->data, examples.data(), n);
+      PST_RETURN_IF_ERROR(ps->PullRows(batch.Tables(), &batch.rows));
+      batch.Predict(params[0][0], &probs);
+      all_probs.insert(all_probs.end(), probs.begin(), probs.end());
+    }
+    const double auc = common::Auc(all_probs, svm->data.labels);
+    const double logloss = common::LogLoss(all_probs, svm->data.labels);
+    result.metrics = {{"test_auc", auc}, {"test_logloss", logloss}};
+    result.counts = {{"test_examples", svm->data.size}};
+    result.line = absl::StrFormat("test AUC %.4f, test log-loss %.4f on %d held-out example(s)",
+                                  auc, logloss, svm->data.size);
+    return result;
+  }
+};
+
+}  // namespace
+
+const Model& LogregModel() {
+  static const Logreg model;
+  return model;
+}
+
+}  // namespace pst::worker

@@ -1,0 +1,125 @@
+// --model=logreg end to end: real daemons via pstrain local on generated
+// libsvm data, against the generator's best achievable AUC and against
+// pstrain reference (one process) on the same file.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+
+#include "absl/strings/str_cat.h"
+#include "nlohmann/json.hpp"
+#include "tests/test_cluster.h"
+
+namespace pst::testing {
+namespace {
+
+class LogregClusterTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = absl::StrCat(::testing::TempDir(), "/logreg_it_", getpid());
+    std::filesystem::create_directories(dir_);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  struct Result {
+    int exit_code = -1;
+    std::string output;
+    nlohmann::json summary;
+  };
+  // Runs `pstrain <args>` with TMPDIR in this test's directory (so
+  // --data=generate writes a fresh file there).
+  Result Run(std::vector<std::string> args, const std::string& name) {
+    const std::string summary = absl::StrCat(dir_, "/", name, ".json");
+    std::vector<std::string> argv = {BinaryPath("pstrain")};
+    argv.insert(argv.end(), args.begin(), args.end());
+    argv.push_back("--summary_json=" + summary);
+    Result result;
+    auto process = TestProcess::Start(argv, {"TMPDIR=" + dir_});
+    EXPECT_TRUE(process.ok());
+    if (!process.ok()) return result;
+    std::optional<int> exited = (*process)->WaitForExit(absl::Seconds(240));
+    EXPECT_TRUE(exited.has_value()) << (*process)->output();
+    result.exit_code = exited.has_value() ? ExitCode(*exited) : -1;
+    result.output = (*process)->output();
+    std::ifstream in(summary);
+    result.summary = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+    return result;
+  }
+
+  std::string dir_;
+};
+
+TEST_F(LogregClusterTest, GeneratedData_ClusterReachesTheBestAucWithin001_AndTheReference) {
+  const Result cluster =
+      Run({"local", "--model=logreg", "--data=generate:rows=200000,seed=5", "--ps=2", "--workers=2",
+           "--heartbeat_ms=200", "--log_every_s=1", "--timeout_s=240"},
+          "cluster");
+  ASSERT_EQ(cluster.exit_code, 0) << cluster.output;
+  // "pstrain: generated PATH: N rows, P% positive, best achievable AUC A (B on the last 10%)"
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(
+      cluster.output, m,
+      std::regex(
+          R"(generated (\S+): 200000 rows, .* best achievable AUC ([0-9.]+) \(([0-9.]+) on the last 10%\))")))
+      << cluster.output;
+  const std::string data = m[1];
+  const double best_held_out = std::stod(m[3]);
+  ASSERT_TRUE(cluster.summary.contains("test_auc")) << cluster.summary.dump();
+  EXPECT_EQ(cluster.summary["test_examples"].get<int64_t>(), 20000);
+  // Rows of the hash table were created on both ps, and no more than the
+  // generator's 1000 distinct features.
+  const auto rows = cluster.summary["hash_rows_per_ps"].get<std::vector<int64_t>>();
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_GT(rows[0], 0);
+  EXPECT_GT(rows[1], 0);
+  EXPECT_LE(rows[0] + rows[1], 1000);
+
+  const Result single = Run({"reference", "--model=logreg", "--data=" + data, "--ps=2"}, "single");
+  ASSERT_EQ(single.exit_code, 0) << single.output;
+  const double a = cluster.summary["test_auc"].get<double>();
+  const double b = single.summary["test_auc"].get<double>();
+  std::printf("best achievable AUC %.4f, cluster %.4f, single process %.4f\n", best_held_out, a, b);
+  EXPECT_NEAR(a, best_held_out, 0.01);
+  EXPECT_NEAR(a, b, 0.005);
+  EXPECT_LE(a, best_held_out + 0.005);  // not above what the data allows
+}
+
+TEST_F(LogregClusterTest, BucketedTableInSsp_TrainsNearTheBestAuc) {
+  const std::string data = dir_ + "/data.svm";
+  const Result gen = Run({"generate_libsvm", "--out=" + data, "--rows=100000", "--seed=9"}, "gen");
+  ASSERT_EQ(gen.exit_code, 0) << gen.output;
+  const nlohmann::json stats = nlohmann::json::parse(gen.output.substr(gen.output.find('{')));
+  const Result cluster =
+      Run({"local", "--model=logreg", "--data=" + data, "--buckets=65536", "--mode=ssp", "--ps=2",
+           "--workers=2", "--heartbeat_ms=200", "--log_every_s=1", "--timeout_s=240"},
+          "cluster");
+  ASSERT_EQ(cluster.exit_code, 0) << cluster.output;
+  EXPECT_NEAR(cluster.summary["test_auc"].get<double>(), stats["best_auc_held_out"].get<double>(),
+              0.015)
+      << cluster.summary.dump();
+  // A bounded table: no hash rows.
+  for (int64_t r : cluster.summary["hash_rows_per_ps"].get<std::vector<int64_t>>()) EXPECT_EQ(r, 0);
+}
+
+TEST_F(LogregClusterTest, SyncMode_IsRefusedBecauseOfTheTable) {
+  const Result r = Run({"plan", "--model=logreg", "--mode=sync"}, "plan");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("logreg's embedding tables need --mode=async or --mode=ssp"),
+            std::string::npos)
+      << r.output;
+}
+
+TEST_F(LogregClusterTest, MalformedData_ExitsNonzeroNamingTheLine) {
+  const std::string data = dir_ + "/bad.svm";
+  std::ofstream(data) << "1 3:1 4:1\n0 3:1\n1 4:oops\n";
+  const Result r = Run({"reference", "--model=logreg", "--data=" + data}, "bad");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("bad.svm:3"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("oops"), std::string::npos) << r.output;
+}
+
+}  // namespace
+}  // namespace pst::testing
