@@ -14,22 +14,22 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
-#include "absl/synchronization/blocking_counter.h"
 #include "absl/time/clock.h"
 #include "chief/busy_retry.h"
 #include "chief/checkpoint_cut.h"
 #include "chief/coordinator.h"
 #include "chief/grpc_coordinator_service.h"
+#include "client/grpc_ps_control.h"
 #include "client/grpc_ps_transport.h"
 #include "client/ps_client.h"
 #include "common/checkpoint_format.h"
 #include "common/safe_file.h"
 #include "common/event_writer.h"
 #include "common/grpc_channel.h"
-#include "common/grpc_status.h"
 #include "common/logging.h"
 #include "common/metrics.h"
 #include "common/placement.h"
+#include "common/ps_control.h"
 #include "common/progress.h"
 #include "common/status_macros.h"
 #include "common/transport_security.h"
@@ -46,27 +46,27 @@
 namespace pst::chief {
 namespace {
 
+// A ps as the chief knows it: where it is, and the incarnation it was last
+// created or restored in.
 struct PsPeer {
   std::string address;
-  std::unique_ptr<proto::ParameterServer::Stub> stub;
   uint64_t incarnation = 0;
   absl::Time last_ok;
 };
 
 // Creates this ps's variables, retrying while it is not up yet. Returns how
 // many were new (the rest existed already: a ps that kept its state).
-absl::StatusOr<int> CreateOnPs(PsPeer* ps, const proto::CreateVariablesRequest& request,
-                               absl::Time deadline, const common::StopSignal& stop) {
+absl::StatusOr<int> CreateOnPs(common::PsControl& control, int index, PsPeer* ps,
+                               const proto::CreateVariablesRequest& request, absl::Time deadline,
+                               const common::StopSignal& stop) {
   absl::Duration backoff = absl::Milliseconds(50);
   for (;; backoff = std::min(2 * backoff, absl::Seconds(1))) {
-    grpc::ClientContext context;
-    common::SetDeadline(&context, absl::Seconds(2), /*wait_for_ready=*/true);
-    proto::CreateVariablesResponse response;
-    grpc::Status status = ps->stub->CreateVariables(&context, request, &response);
-    if (status.ok()) return response.created();
-    const bool retry = status.error_code() == grpc::StatusCode::UNAVAILABLE ||
-                       status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED;
-    absl::Status s = common::FromGrpcStatus(status);
+    absl::StatusOr<proto::CreateVariablesResponse> response =
+        control.CreateVariables(index, request, absl::Seconds(2));
+    if (response.ok()) return response->created();
+    const absl::Status& s = response.status();
+    const bool retry = s.code() == absl::StatusCode::kUnavailable ||
+                       s.code() == absl::StatusCode::kDeadlineExceeded;
     if (!retry) {
       return absl::Status(s.code(), absl::StrCat("ps at ", ps->address, ": ", s.message()));
     }
@@ -78,32 +78,13 @@ absl::StatusOr<int> CreateOnPs(PsPeer* ps, const proto::CreateVariablesRequest& 
   }
 }
 
-absl::StatusOr<proto::HealthResponse> ProbePs(PsPeer* ps, absl::Duration timeout) {
-  grpc::ClientContext context;
-  common::SetDeadline(&context, timeout);
+absl::StatusOr<proto::HealthResponse> ProbePs(common::PsControl& control, int index,
+                                              absl::Duration timeout) {
   proto::HealthRequest request;
   request.set_caller("chief");
-  proto::HealthResponse response;
-  grpc::Status status = ps->stub->Health(&context, request, &response);
-  if (!status.ok()) return common::FromGrpcStatus(status);
-  return response;
+  return control.Health(index, request, timeout);
 }
 
-void ShutdownAllPs(std::vector<PsPeer>& ps, const std::string& reason) {
-  absl::BlockingCounter pending(static_cast<int>(ps.size()));
-  std::vector<grpc::ClientContext> contexts(ps.size());
-  std::vector<proto::ShutdownResponse> responses(ps.size());
-  proto::ShutdownRequest request;
-  request.set_reason(reason);
-  for (size_t i = 0; i < ps.size(); ++i) {
-    common::SetDeadline(&contexts[i], absl::Seconds(5));
-    ps[i].stub->async()->Shutdown(&contexts[i], &request, &responses[i],
-                                  [&pending](grpc::Status) { pending.DecrementCount(); });
-  }
-  pending.Wait();
-}
-
-// The model's quality on held-out data, with the parameters the ps hold now.
 // Runs `call(i)` for every ps on its own thread and returns the first error.
 absl::Status ForEachPs(size_t n, const std::function<absl::Status(size_t)>& call) {
   std::vector<absl::Status> statuses(n);
@@ -112,6 +93,17 @@ absl::Status ForEachPs(size_t n, const std::function<absl::Status(size_t)>& call
   for (std::thread& t : threads) t.join();
   for (const absl::Status& s : statuses) PST_RETURN_IF_ERROR(s);
   return absl::OkStatus();
+}
+
+// Tells every ps, in parallel, to exit; answers are not waited for beyond a
+// few seconds, and failures are ignored.
+void ShutdownAllPs(common::PsControl& control, const std::string& reason) {
+  proto::ShutdownRequest request;
+  request.set_reason(reason);
+  ForEachPs(control.num_ps(), [&](size_t i) {
+    control.Shutdown(static_cast<int>(i), request, absl::Seconds(5)).IgnoreError();
+    return absl::OkStatus();
+  }).IgnoreError();
 }
 
 // Saves a checkpoint of every ps at `step` and commits it with the manifest.
@@ -134,7 +126,8 @@ constexpr absl::Duration kBusyBudget = absl::Seconds(30);
 // Snapshots tried for one consistent cut before saving an inexact one.
 constexpr int kCutAttempts = 30;
 
-absl::StatusOr<SaveFigures> SaveCheckpoint(std::vector<PsPeer>& ps, const ChiefOptions& options,
+absl::StatusOr<SaveFigures> SaveCheckpoint(common::PsControl& control, std::vector<PsPeer>& ps,
+                                           const ChiefOptions& options,
                                            const proto::ClusterState& state, int64_t step,
                                            const std::vector<int64_t>& positions) {
   const absl::Time start = absl::Now();
@@ -151,15 +144,15 @@ absl::StatusOr<SaveFigures> SaveCheckpoint(std::vector<PsPeer>& ps, const ChiefO
       request.set_incarnation(ps[i].incarnation);
       return CallWhileBusy(
           [&]() -> absl::Status {
-            grpc::ClientContext context;
-            common::SetDeadline(&context, absl::Minutes(10));
             (*answers)[i].Clear();
-            grpc::Status s = ps[i].stub->Save(&context, request, &(*answers)[i]);
+            absl::StatusOr<proto::SaveResponse> s =
+                control.Save(static_cast<int>(i), request, absl::Minutes(10));
             if (!s.ok()) {
-              return absl::Status(
-                  common::FromGrpcStatus(s).code(),
-                  absl::StrCat("saving ps ", i, " at ", ps[i].address, ": ", s.error_message()));
+              return absl::Status(s.status().code(), absl::StrCat("saving ps ", i, " at ",
+                                                                  ps[i].address, ": ",
+                                                                  s.status().message()));
             }
+            (*answers)[i] = *std::move(s);
             return absl::OkStatus();
           },
           kBusyBudget);
@@ -266,9 +259,9 @@ absl::StatusOr<SaveFigures> SaveCheckpoint(std::vector<PsPeer>& ps, const ChiefO
 // restore generation `generation`; an unusable one is reported by name and
 // the next older is tried. Returns the manifest of the checkpoint restored,
 // or nullopt when there is none.
-absl::StatusOr<std::optional<proto::CheckpointManifest>> RestoreLatest(std::vector<PsPeer>& ps,
-                                                                       const ChiefOptions& options,
-                                                                       int64_t generation) {
+absl::StatusOr<std::optional<proto::CheckpointManifest>> RestoreLatest(
+    common::PsControl& control, std::vector<PsPeer>& ps, const ChiefOptions& options,
+    int64_t generation) {
   for (const std::string& dir : common::ListCheckpoints(options.checkpoint_dir)) {
     absl::StatusOr<common::CheckpointReport> report = common::InspectCheckpoint(dir);
     if (!report.ok()) {
@@ -286,14 +279,14 @@ absl::StatusOr<std::optional<proto::CheckpointManifest>> RestoreLatest(std::vect
       request.set_generation(generation);
       return CallWhileBusy(
           [&]() -> absl::Status {
-            grpc::ClientContext context;
-            common::SetDeadline(&context, absl::Minutes(10));
-            grpc::Status s = ps[i].stub->Restore(&context, request, &restored[i]);
+            absl::StatusOr<proto::RestoreResponse> s =
+                control.Restore(static_cast<int>(i), request, absl::Minutes(10));
             if (!s.ok()) {
-              return absl::Status(common::FromGrpcStatus(s).code(),
+              return absl::Status(s.status().code(),
                                   absl::StrCat("restoring ps ", i, " at ", ps[i].address,
-                                               " from ", dir, ": ", s.error_message()));
+                                               " from ", dir, ": ", s.status().message()));
             }
+            restored[i] = *std::move(s);
             return absl::OkStatus();
           },
           kBusyBudget);
@@ -454,16 +447,15 @@ class Job {
         stop_(stop),
         coordinator_(coordinator),
         initial_(initial),
-        quorum_(quorum) {
+        quorum_(quorum),
+        control_(worker::MakeGrpcPsControl(options.tf.cluster.ps)) {
     const common::ClusterSpec& cluster = options.tf.cluster;
     ps_.resize(cluster.ps.size());
-    for (size_t i = 0; i < ps_.size(); ++i) {
-      ps_[i].address = cluster.ps[i];
-      ps_[i].stub = proto::ParameterServer::NewStub(common::MakeChannel(cluster.ps[i]));
-    }
+    for (size_t i = 0; i < ps_.size(); ++i) ps_[i].address = cluster.ps[i];
   }
 
   std::vector<PsPeer>& ps() { return ps_; }
+  common::PsControl& control() { return *control_; }
   const std::vector<RecoveryRecord>& recoveries() const { return recoveries_; }
   int given_up() const { return given_up_; }
 
@@ -476,7 +468,8 @@ class Job {
     int64_t max_generation = 0, min_generation = INT64_MAX;
     bool some_kept = false, some_lost = false;
     for (size_t i = 0; i < ps_.size(); ++i) {
-      PST_ASSIGN_OR_RETURN(proto::HealthResponse health, ProbePs(&ps_[i], absl::Seconds(5)));
+      PST_ASSIGN_OR_RETURN(proto::HealthResponse health,
+                           ProbePs(*control_, static_cast<int>(i), absl::Seconds(5)));
       ps_[i].incarnation = health.incarnation();
       ps_[i].last_ok = absl::Now();
       max_generation = std::max(max_generation, health.generation());
@@ -511,7 +504,7 @@ class Job {
       return absl::OkStatus();
     }
     PST_ASSIGN_OR_RETURN(std::optional<proto::CheckpointManifest> manifest,
-                         RestoreLatest(ps_, options_, generation));
+                         RestoreLatest(*control_, ps_, options_, generation));
     if (!manifest.has_value()) {
       if (some_kept) return LostWithoutCheckpoint("a ps restarted while the chief was down");
       return absl::OkStatus();
@@ -562,7 +555,8 @@ class Job {
         const int64_t pushes_before = probed_pushes_;
         const absl::Time save_start = absl::Now();
         absl::StatusOr<SaveFigures> saved =
-            SaveCheckpoint(ps_, options_, coordinator_->State(), snap.global_step, snap.positions);
+            SaveCheckpoint(*control_, ps_, options_, coordinator_->State(), snap.global_step,
+                           snap.positions);
         last_save_time_ = absl::Now();
         if (saved.ok()) {
           last_saved_step_ = snap.global_step;
@@ -766,7 +760,7 @@ class Job {
         for (const auto& entry : initial_.plan().variables()) {
           if (entry.ps_index() == static_cast<int>(i)) *request.add_variables() = entry.spec();
         }
-        (*created)[i] = CreateOnPs(&ps_[i], request, deadline, stop_);
+        (*created)[i] = CreateOnPs(*control_, static_cast<int>(i), &ps_[i], request, deadline, stop_);
       });
     }
     for (std::thread& t : threads) t.join();
@@ -826,7 +820,7 @@ class Job {
     std::vector<absl::StatusOr<proto::HealthResponse>> health(ps_.size(),
                                                               absl::UnknownError("not probed"));
     ForEachPs(ps_.size(), [&](size_t i) {
-      health[i] = ProbePs(&ps_[i], timing_.heartbeat_interval + absl::Seconds(1));
+      health[i] = ProbePs(*control_, static_cast<int>(i), timing_.heartbeat_interval + absl::Seconds(1));
       return absl::OkStatus();
     }).IgnoreError();
     if (every_ps_answered != nullptr) {
@@ -881,7 +875,8 @@ class Job {
     const absl::Time deadline = record.detected + timing_.recovery_timeout;
     for (size_t i = 0; i < ps_.size(); ++i) {
       for (;;) {
-        absl::StatusOr<proto::HealthResponse> health = ProbePs(&ps_[i], absl::Seconds(1));
+        absl::StatusOr<proto::HealthResponse> health =
+            ProbePs(*control_, static_cast<int>(i), absl::Seconds(1));
         if (health.ok()) {
           ps_[i].incarnation = health->incarnation();
           ps_[i].last_ok = absl::Now();
@@ -902,7 +897,7 @@ class Job {
     std::vector<absl::StatusOr<int>> created(ps_.size(), 0);
     PST_RETURN_IF_ERROR(CreateEverywhere(deadline, &created));
     PST_ASSIGN_OR_RETURN(std::optional<proto::CheckpointManifest> manifest,
-                         RestoreLatest(ps_, options_, generation));
+                         RestoreLatest(*control_, ps_, options_, generation));
     if (!manifest.has_value()) return LostWithoutCheckpoint(cause);
     ApplyRestored(*manifest);
     after_save_pushes_ = -1;  // the ps counts started again
@@ -928,14 +923,13 @@ class Job {
     proto::MembershipRequest membership;
     for (int w : active) membership.add_active_workers(w);
     membership.set_replicas_to_aggregate(quorum_);
-    for (PsPeer& p : ps_) {
-      grpc::ClientContext context;
-      common::SetDeadline(&context, absl::Seconds(5));
-      proto::MembershipResponse response;
-      grpc::Status s = p.stub->SetMembership(&context, membership, &response);
+    for (size_t i = 0; i < ps_.size(); ++i) {
+      absl::StatusOr<proto::MembershipResponse> s =
+          control_->SetMembership(static_cast<int>(i), membership, absl::Seconds(5));
       if (!s.ok()) {
         membership_stale_ = true;  // try again next time
-        spdlog::warn("could not update membership on {}: {}", p.address, s.error_message());
+        spdlog::warn("could not update membership on {}: {}", ps_[i].address,
+                     s.status().message());
       }
     }
     if (initial_.training().sync().mode() != proto::ASYNC) {
@@ -950,6 +944,7 @@ class Job {
   Coordinator* const coordinator_;
   const proto::ClusterState& initial_;
   const int quorum_;
+  const std::unique_ptr<common::PsControl> control_;
   std::vector<PsPeer> ps_;
   int64_t last_saved_step_ = 0;
   absl::Time last_save_time_;
@@ -1067,7 +1062,7 @@ absl::Status RunChief(const ChiefOptions& options, const common::StopSignal& sto
       absl::Status finished = [&]() -> absl::Status {
         PST_ASSIGN_OR_RETURN(eval, Evaluate(coordinator.State(), options));
         if (options.checkpoint_dir.empty()) return absl::OkStatus();
-        return SaveCheckpoint(ps, options, coordinator.State(), eval.global_step,
+        return SaveCheckpoint(job.control(), ps, options, coordinator.State(), eval.global_step,
                               final_snap.positions)
             .status();
       }();
@@ -1092,8 +1087,9 @@ absl::Status RunChief(const ChiefOptions& options, const common::StopSignal& sto
     int64_t applied = 0, staleness_sum = 0, staleness_max = 0, stale_dropped = 0, duplicates = 0,
             max_clock_gap = 0;
     double parked_seconds = 0;
-    for (PsPeer& p : ps) {
-      absl::StatusOr<proto::HealthResponse> health = ProbePs(&p, absl::Seconds(5));
+    for (size_t i = 0; i < ps.size(); ++i) {
+      absl::StatusOr<proto::HealthResponse> health =
+          ProbePs(job.control(), static_cast<int>(i), absl::Seconds(5));
       hash_rows.push_back(health.ok() ? health->hash_rows() : -1);
       if (!health.ok()) continue;
       if (health->gradients_applied() > applied) {
@@ -1186,7 +1182,7 @@ absl::Status RunChief(const ChiefOptions& options, const common::StopSignal& sto
   if (!coordinator.WaitStopSeen(2 * timing.heartbeat_interval + absl::Seconds(1))) {
     spdlog::warn("not every worker heard that the job ended; stopping anyway");
   }
-  ShutdownAllPs(job.ps(),
+  ShutdownAllPs(job.control(),
                 status.ok() ? "job done" : absl::StrCat("job failed: ", status.message()));
   server->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(2)));
   return status;
