@@ -17,15 +17,10 @@
 #include "common/grpc_bounded_service.h"
 #include "common/process.h"
 #include "proto/pstrain.grpc.pb.h"
-#include "ps_server/background_work.h"
+#include "ps_server/ps_node.h"
 #include "ps_server/variable_store.h"
 
 namespace pst::ps {
-
-// Fault injection for tests: when this environment variable holds N > 0,
-// every Save waits N ms after its snapshot before writing the shard (and
-// says so in the log), so a test can kill the ps in the middle of a save.
-inline constexpr char kSaveDelayEnv[] = "PSTRAIN_TEST_SAVE_DELAY_MS";
 
 // Pull, Push and PushPull, the dense data plane, are served as raw bytes:
 // the request is parsed here, gradients are applied from the slices they
@@ -38,7 +33,9 @@ using ParameterServerBase = proto::ParameterServer::WithRawCallbackMethod_Pull<
             proto::ParameterServer::CallbackService>>>;
 
 // Thread-safe. Does not own the store. The control calls (CreateVariables,
-// SetMembership, Save, Restore, Health, Shutdown) refuse requests over
+// SetMembership, Save, Restore, Health) check the caller and run PsNode's
+// logic (ps_node.h; kSaveDelayEnv there is read at construction). They and
+// Shutdown refuse requests over
 // ServerLimits::max_control_message_bytes RESOURCE_EXHAUSTED unparsed
 // (common/grpc_bounded_service.h); the data plane takes kMaxMessageBytes.
 class GrpcPsService final : public common::BoundedService<ParameterServerBase> {
@@ -50,7 +47,7 @@ class GrpcPsService final : public common::BoundedService<ParameterServerBase> {
 
   // Saves and restores running at once at most; more are refused with
   // RESOURCE_EXHAUSTED.
-  static constexpr int kMaxBackgroundJobs = 2;
+  static constexpr int kMaxBackgroundJobs = PsNode::kMaxBackgroundJobs;
 
   grpc::ServerUnaryReactor* CreateVariables(grpc::CallbackServerContext* context,
                                             const proto::CreateVariablesRequest* request,
@@ -73,24 +70,11 @@ class GrpcPsService final : public common::BoundedService<ParameterServerBase> {
   grpc::ServerUnaryReactor* SetMembership(grpc::CallbackServerContext* context,
                                           const proto::MembershipRequest* request,
                                           proto::MembershipResponse* response) override;
-  // On a thread of its own, by SaveRequest.phase: SNAPSHOT copies the
-  // variables at one instant (pushes held for the copy) and keeps the copy,
-  // answering its cut; WRITE writes the copy kept under
-  // checkpoint_dir/<checkpoint>; SNAPSHOT_AND_WRITE does both. A write's
-  // call finishes when the file is durable. Errors: FailedPrecondition
-  // without a checkpoint_dir, for another incarnation, or for a WRITE with
-  // no snapshot kept; InvalidArgument for a name that is not ckpt-<digits>;
-  // ResourceExhausted past kMaxBackgroundJobs or for a full disk;
-  // Unavailable once stopping.
+  // On a thread of its own: PsNode::Save (its phases and errors).
   grpc::ServerUnaryReactor* Save(grpc::CallbackServerContext* context,
                                  const proto::SaveRequest* request,
                                  proto::SaveResponse* response) override;
-  // On a thread of its own, streams every shard of the checkpoint, keeping
-  // the rows this ps holds, then swaps them in. Errors: as Save, plus
-  // InvalidArgument for shard names that are not the manifest's
-  // shard-<i>-of-<n>.pst each once, DataLoss for a shard that differs from
-  // the manifest or fails its checksums, FailedPrecondition for a checkpoint
-  // that does not fit this ps's variables (VariableStore::Restorer).
+  // On a thread of its own: PsNode::Restore (its errors).
   grpc::ServerUnaryReactor* Restore(grpc::CallbackServerContext* context,
                                     const proto::RestoreRequest* request,
                                     proto::RestoreResponse* response) override;
@@ -117,26 +101,11 @@ class GrpcPsService final : public common::BoundedService<ParameterServerBase> {
   void TouchChief();
 
   VariableStore* const store_;
-  const int ps_index_;
-  const std::string task_;
-  const uint64_t incarnation_;
   std::atomic<int64_t> last_chief_contact_ns_;
   common::StopSignal* const stop_;
-  absl::Duration save_delay_ = absl::ZeroDuration();  // kSaveDelayEnv
-  // checkpoint_dir/<name>; errors as Save's for the name.
-  absl::StatusOr<std::string> CheckpointPath(const std::string& name) const;
-  absl::Status RestoreFrom(const std::string& dir, const proto::RestoreRequest& request,
-                           proto::RestoreResponse* response);
-  // Takes the store's snapshot and fills the response's cut and figures.
-  std::shared_ptr<const std::vector<common::ShardRecord>> TakeSnapshot(
-      proto::SaveResponse* response);
-  const std::string checkpoint_dir_;
-  // The snapshot a SNAPSHOT phase kept for the WRITE that follows.
-  absl::Mutex kept_mu_;
-  std::shared_ptr<const std::vector<common::ShardRecord>> kept_ ABSL_GUARDED_BY(kept_mu_);
-  // Save and Restore calls running on their own threads. Last: destroyed
-  // (joined) first.
-  BackgroundWork background_;
+  // The control calls' logic, with the saves and restores running on their
+  // own threads. Last: destroyed (joined) first.
+  PsNode node_;
 };
 
 }  // namespace pst::ps

@@ -4,33 +4,44 @@
 
 namespace pst::ps {
 
-InProcessPsTransport::InProcessPsTransport(int num_ps) {
-  for (int i = 0; i < num_ps; ++i) stores_.push_back(std::make_unique<VariableStore>());
-}
+InProcessPsTransport::InProcessPsTransport(int num_ps)
+    : ps_(std::make_shared<InProcessPs>(num_ps)) {}
+
+InProcessPsTransport::InProcessPsTransport(std::shared_ptr<InProcessPs> ps) : ps_(std::move(ps)) {}
 
 void InProcessPsTransport::Pull(int ps, const proto::PullRequest* request,
                                 proto::PullResponse* response, Done done) {
-  stores_[ps]->PullWhenReady(request, response, std::move(done));
+  absl::StatusOr<InProcessPs::Server*> server = ps_->Get(ps);
+  if (!server.ok()) return done(server.status());
+  (*server)->store.PullWhenReady(request, response, std::move(done));
 }
 
 void InProcessPsTransport::Push(int ps, const proto::PushRequest* request,
                                 proto::PushResponse* response, Done done) {
-  done(stores_[ps]->Push(*request, response));
+  absl::StatusOr<InProcessPs::Server*> server = ps_->Get(ps);
+  if (!server.ok()) return done(server.status());
+  done((*server)->store.Push(*request, response));
 }
 
 void InProcessPsTransport::PushPull(int ps, const proto::PushPullRequest* request,
                                     proto::PullResponse* response, Done done) {
-  stores_[ps]->PushPullWhenReady(request, response, std::move(done));
+  absl::StatusOr<InProcessPs::Server*> server = ps_->Get(ps);
+  if (!server.ok()) return done(server.status());
+  (*server)->store.PushPullWhenReady(request, response, std::move(done));
 }
 
 void InProcessPsTransport::PullRows(int ps, const proto::PullRowsRequest* request,
                                     proto::PullRowsResponse* response, Done done) {
-  done(stores_[ps]->PullRows(*request, response));
+  absl::StatusOr<InProcessPs::Server*> server = ps_->Get(ps);
+  if (!server.ok()) return done(server.status());
+  done((*server)->store.PullRows(*request, response));
 }
 
 void InProcessPsTransport::PushRows(int ps, const proto::PushRowsRequest* request,
                                     proto::PushRowsResponse* response, Done done) {
-  done(stores_[ps]->PushRows(*request, response));
+  absl::StatusOr<InProcessPs::Server*> server = ps_->Get(ps);
+  if (!server.ok()) return done(server.status());
+  done((*server)->store.PushRows(*request, response));
 }
 
 std::string InProcessPsTransport::Describe(int ps) const {

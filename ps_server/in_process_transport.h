@@ -1,7 +1,9 @@
 // A PsTransport whose ps are VariableStores in this process: calls run
 // synchronously on the caller's thread. The single-process reference trainer
 // uses it, so a model trained "in one process" runs exactly the optimizer,
-// validation and partition code the cluster runs, without the network.
+// validation and partition code the cluster runs, without the network; tests
+// run a whole cluster over it and InProcessPsControl, sharing one
+// InProcessPs.
 #ifndef PST_PS_SERVER_IN_PROCESS_TRANSPORT_H_
 #define PST_PS_SERVER_IN_PROCESS_TRANSPORT_H_
 
@@ -9,18 +11,23 @@
 #include <vector>
 
 #include "common/ps_transport.h"
+#include "ps_server/in_process_ps.h"
 #include "ps_server/variable_store.h"
 
 namespace pst::ps {
 
-// Thread-safe (the stores are).
+// Thread-safe (the stores are). A call to a ps that is down fails
+// Unavailable (InProcessPs::SetDown).
 class InProcessPsTransport final : public common::PsTransport {
  public:
+  // `num_ps` ps of its own, which neither save nor restore.
   explicit InProcessPsTransport(int num_ps);
+  explicit InProcessPsTransport(std::shared_ptr<InProcessPs> ps);
 
-  VariableStore* store(int ps) { return stores_[ps].get(); }
+  // The store of ps `ps` now (after a restart, the new one).
+  VariableStore* store(int ps) { return &ps_->server(ps)->store; }
 
-  int num_ps() const override { return static_cast<int>(stores_.size()); }
+  int num_ps() const override { return ps_->num_ps(); }
   void Pull(int ps, const proto::PullRequest* request, proto::PullResponse* response,
             Done done) override;
   void Push(int ps, const proto::PushRequest* request, proto::PushResponse* response,
@@ -34,7 +41,7 @@ class InProcessPsTransport final : public common::PsTransport {
   std::string Describe(int ps) const override;
 
  private:
-  std::vector<std::unique_ptr<VariableStore>> stores_;
+  const std::shared_ptr<InProcessPs> ps_;
 };
 
 }  // namespace pst::ps

@@ -1,0 +1,71 @@
+// Checkpoints from the chief's side, over common::PsControl: a save of every
+// ps as one consistent cut, committed by its manifest, and a restore of
+// every ps from the newest checkpoint that passes its checks.
+//
+// A save goes in two phases. SNAPSHOT: every ps copies its variables at one
+// instant, holding pushes for the copy, and answers what the copy holds of
+// each worker's pushes; again until the copies form one cut (or, after
+// kCutAttempts, each worker at its lowest position anywhere). WRITE: every
+// ps writes its copy; the chief then writes the manifest, which commits the
+// checkpoint, checks it as a restore would, and prunes older ones.
+//
+// Thread-compatible: one save or restore at a time.
+#ifndef PST_CHIEF_CHECKPOINTING_H_
+#define PST_CHIEF_CHECKPOINTING_H_
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "chief/chief.h"
+#include "chief/ps_peers.h"
+#include "common/ps_control.h"
+#include "proto/pstrain.pb.h"
+
+namespace pst::chief {
+
+// What one save took.
+struct SaveFigures {
+  int64_t step = 0;
+  int64_t bytes = 0;
+  double seconds = 0;           // from the first request to the manifest
+  double snapshot_seconds = 0;  // longest snapshot (the copy in memory) on a ps
+  double locked_seconds = 0;    // longest time a ps held pushes for its snapshot
+  int64_t pushes_during = 0;    // most pushes a ps applied during its save
+  int cut_attempts = 0;         // snapshots taken until they formed one cut
+  bool exact = false;           // a consistent cut (else lowest positions)
+};
+
+// How long a save or restore waits for a ps busy with earlier ones (a
+// restarted chief's predecessor may have left one running).
+constexpr absl::Duration kBusyBudget = absl::Seconds(30);
+
+// Snapshots tried for one consistent cut before saving an inexact one.
+constexpr int kCutAttempts = 30;
+
+// Saves a checkpoint of every ps at `step` (the version the snapshots hold,
+// when they hold one) with the workers at `positions`, and commits it with
+// the manifest under options.checkpoint_dir. Errors: the first ps's failure,
+// naming it; DataLoss when the checkpoint written fails its checks (older
+// ones are kept); Internal when an unusable checkpoint of the same step
+// cannot be moved aside.
+absl::StatusOr<SaveFigures> SaveCheckpoint(common::PsControl& control,
+                                           const std::vector<PsPeer>& ps,
+                                           const ChiefOptions& options,
+                                           const proto::ClusterState& state, int64_t step,
+                                           const std::vector<int64_t>& positions);
+
+// Restores every ps from the newest checkpoint that passes its checks, into
+// restore generation `generation`; an unusable one is reported by name and
+// the next older is tried. Returns the manifest of the checkpoint restored,
+// or nullopt when there is none. Errors: the first ps's failure, naming it
+// and the checkpoint.
+absl::StatusOr<std::optional<proto::CheckpointManifest>> RestoreLatest(
+    common::PsControl& control, const std::vector<PsPeer>& ps, const ChiefOptions& options,
+    int64_t generation);
+
+}  // namespace pst::chief
+
+#endif  // PST_CHIEF_CHECKPOINTING_H_

@@ -1,0 +1,52 @@
+// The chief's calls to its ps, over common::PsControl (gRPC in the daemon,
+// in-process in tests): create the variables, probe, fan a call out to
+// every ps, shut them down.
+//
+// Thread-safety: the functions are as safe as the PsControl they call.
+#ifndef PST_CHIEF_PS_PEERS_H_
+#define PST_CHIEF_PS_PEERS_H_
+
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "common/clock.h"
+#include "common/process.h"
+#include "common/ps_control.h"
+#include "proto/pstrain.pb.h"
+
+namespace pst::chief {
+
+// A ps as the chief knows it: where it is, and the incarnation it was last
+// created or restored in.
+struct PsPeer {
+  std::string address;
+  uint64_t incarnation = 0;
+  absl::Time last_ok;
+};
+
+// Creates ps `index`'s variables, retrying while it is not up yet, until
+// `deadline` on `clock`. Returns how many were new (the rest existed
+// already: a ps that kept its state). Errors: DeadlineExceeded naming
+// `address` and --startup_timeout_s; Cancelled when `stop` stopped; the ps's
+// own refusal, prefixed with "ps at <address>".
+absl::StatusOr<int> CreateOnPs(common::PsControl& control, int index, const std::string& address,
+                               const proto::CreateVariablesRequest& request, absl::Time deadline,
+                               common::Clock& clock, const common::StopSignal& stop);
+
+// ps `index`'s Health, asked as the chief.
+absl::StatusOr<proto::HealthResponse> ProbePs(common::PsControl& control, int index,
+                                              absl::Duration timeout);
+
+// Runs `call(i)` for every ps on its own thread and returns the first error.
+absl::Status ForEachPs(size_t n, const std::function<absl::Status(size_t)>& call);
+
+// Tells every ps, in parallel, to exit; waits at most a few seconds for the
+// answers, and ignores failures.
+void ShutdownAllPs(common::PsControl& control, const std::string& reason);
+
+}  // namespace pst::chief
+
+#endif  // PST_CHIEF_PS_PEERS_H_

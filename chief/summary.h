@@ -1,0 +1,120 @@
+// What the chief reports about a job: the Prometheus metrics it serves
+// (--metrics_port), the TensorBoard scalars it writes (--summary_dir), the
+// records of its saves and recoveries, and at the end the log lines and the
+// summary JSON (--summary_json).
+//
+// Thread-safety: ChiefMetrics is safe for concurrent use; the rest is
+// thread-compatible (the job's thread).
+#ifndef PST_CHIEF_SUMMARY_H_
+#define PST_CHIEF_SUMMARY_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "chief/checkpointing.h"
+#include "chief/chief.h"
+#include "chief/coordinator.h"
+#include "common/event_writer.h"
+#include "common/metrics.h"
+#include "nlohmann/json.hpp"
+#include "prometheus/counter.h"
+#include "prometheus/gauge.h"
+#include "prometheus/histogram.h"
+
+namespace pst::chief {
+
+class Job;
+
+// The model's quality on held-out data, as the evaluation found it.
+struct EvalResult {
+  nlohmann::json metrics;   // test_accuracy/test_loss, or test_auc/test_logloss
+  std::string line;         // for the log
+  int64_t global_step = 0;  // updates applied to the dense variables
+};
+
+// One recovery from a lost ps, for the log and the summary.
+struct RecoveryRecord {
+  std::string cause;
+  absl::Time detected;
+  absl::Time resumed;
+  int64_t step_before = 0;  // global step when the loss was detected
+  int64_t restored_step = 0;
+};
+
+// One periodic save, with the training throughput during it and between
+// saves (pushes applied per second on the busiest ps).
+struct SaveRecord {
+  SaveFigures figures;
+  double pushes_per_sec_during = 0;
+  double pushes_per_sec_between = -1;  // -1: not measured (the first save)
+};
+
+// The chief's Prometheus metrics (--metrics_port): the coordinator's view,
+// read at every scrape while the job runs, and the events Job records.
+class ChiefMetrics {
+ public:
+  ChiefMetrics(common::MetricsExporter* exporter, const Coordinator* coordinator);
+  ~ChiefMetrics() { exporter_->RemoveRefresher(refresher_); }
+
+  void Saved(double seconds) { save_seconds_->Observe(seconds); }
+  void Recovered() { recoveries_->Increment(); }
+
+ private:
+  common::MetricsExporter* exporter_;
+  int refresher_ = -1;
+  std::vector<std::pair<int, prometheus::Gauge*>> phases_;
+  prometheus::Gauge* global_step_;
+  prometheus::Gauge* live_workers_;
+  prometheus::Gauge* done_workers_;
+  prometheus::Gauge* generation_;
+  prometheus::Counter* examples_;
+  prometheus::Counter* recoveries_;
+  prometheus::Histogram* save_seconds_;
+};
+
+// TensorBoard scalars (--summary_dir): loss, examples/s and the staleness of
+// the gradients applied since the last ones, every summary_steps updates,
+// and the test metrics at the end. Does nothing until opened.
+class TrainingEvents {
+ public:
+  // Opens the event file under `dir` (a failure is logged, not fatal: the
+  // job goes on without summaries).
+  void Open(const std::string& dir);
+  bool open() const { return events_ != nullptr; }
+  // The global step of the last scalars written.
+  int64_t last_step() const { return summary_step_; }
+
+  // `applied` and `staleness_sum`: the busiest ps's applied gradients and
+  // their summed staleness, at the last probe.
+  void Write(const Coordinator::Snapshot& snap, absl::Time now, int64_t applied,
+             int64_t staleness_sum);
+  // The test metrics at the step they were measured.
+  void WriteFinal(const nlohmann::json& metrics, int64_t step);
+
+ private:
+  std::unique_ptr<common::EventWriter> events_;
+  int64_t summary_step_ = 0;
+  absl::Time summary_time_;
+  int64_t summary_examples_ = 0;
+  int64_t summary_applied_ = 0;
+  int64_t summary_staleness_sum_ = 0;
+};
+
+// Writes `summary` to `path` through a temporary file and a rename.
+absl::Status WriteSummary(const std::string& path, const nlohmann::json& summary);
+
+// The end of a job that went well, evaluated as `eval` when the workers had
+// finished as `final_snap`: the final scalars, the "done" line, the
+// training-mode figures every ps reports, and --summary_json.
+absl::Status ReportJob(Job& job, const ChiefOptions& options, const proto::ClusterState& initial,
+                       const EvalResult& eval, const Coordinator::Snapshot& final_snap,
+                       absl::Time job_start);
+
+}  // namespace pst::chief
+
+#endif  // PST_CHIEF_SUMMARY_H_
