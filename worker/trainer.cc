@@ -8,18 +8,19 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "client/coordinator_client.h"
+#include "client/grpc_coordinator_client.h"
+#include "client/grpc_ps_control.h"
 #include "client/grpc_ps_transport.h"
 #include "client/ps_client.h"
-#include "common/grpc_channel.h"
 #include "common/metrics.h"
 #include "models/model_spec.h"
 #include "models/registry.h"
 #include "prometheus/counter.h"
 #include "prometheus/gauge.h"
-#include "common/grpc_status.h"
 #include "common/logging.h"
+#include "common/ps_control.h"
 #include "common/status_macros.h"
-#include "proto/pstrain.grpc.pb.h"
 #include "models/train_loop.h"
 
 namespace pst::worker {
@@ -134,46 +135,45 @@ bool Retryable(const absl::Status& status) {
   }
 }
 
-// Makes one call to the coordinator (`call`, given a context with a 1 s
-// deadline) until it is answered with anything but UNAVAILABLE or
-// DEADLINE_EXCEEDED (the coordinator is not up yet, or is initializing or
-// recovering), backing off up to 1 s between tries, until `deadline`.
-// The errors say "stopped before <stopped_before>" and "the coordinator at
-// <address> did not answer<what> in time".
-absl::Status CallCoordinatorUntil(const std::function<grpc::Status(grpc::ClientContext*)>& call,
+// Makes one call to the coordinator (`call`, given a 1 s timeout, waiting
+// for a coordinator not up yet) until it is answered with anything but
+// UNAVAILABLE or DEADLINE_EXCEEDED (the coordinator is not up yet, or is
+// initializing or recovering), backing off up to 1 s between tries, until
+// `deadline`. The errors say "stopped before <stopped_before>" and "the
+// coordinator at <address> did not answer<what> in time".
+absl::Status CallCoordinatorUntil(const std::function<absl::Status(absl::Duration)>& call,
                                   const std::string& address, absl::Time deadline,
                                   const common::StopSignal& stop, absl::string_view stopped_before,
                                   absl::string_view what) {
   absl::Duration backoff = absl::Milliseconds(50);
   for (;; backoff = std::min(2 * backoff, absl::Seconds(1))) {
-    grpc::ClientContext context;
-    common::SetDeadline(&context, absl::Seconds(1), /*wait_for_ready=*/true);
-    grpc::Status status = call(&context);
+    absl::Status status = call(absl::Seconds(1));
     if (status.ok()) return absl::OkStatus();
-    const bool retry = status.error_code() == grpc::StatusCode::UNAVAILABLE ||
-                       status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED;
-    if (!retry) return common::FromGrpcStatus(status);
+    const bool retry = status.code() == absl::StatusCode::kUnavailable ||
+                       status.code() == absl::StatusCode::kDeadlineExceeded;
+    if (!retry) return status;
     if (stop.WaitFor(backoff))
       return absl::CancelledError(absl::StrCat("stopped before ", stopped_before));
     if (absl::Now() > deadline) {
       return absl::DeadlineExceededError(absl::StrCat("the coordinator at ", address,
                                                       " did not answer", what,
-                                                      " in time: ", status.error_message()));
+                                                      " in time: ", status.message()));
     }
   }
 }
 
 // Registers with the coordinator, retrying while it is not up yet (or is
 // initializing or recovering) until `deadline`.
-absl::StatusOr<proto::RegisterResponse> Register(proto::Coordinator::Stub* coordinator,
+absl::StatusOr<proto::RegisterResponse> Register(CoordinatorClient* coordinator,
                                                  const TrainerOptions& options,
                                                  const proto::RegisterRequest& request,
                                                  absl::Time deadline,
                                                  const common::StopSignal& stop) {
   proto::RegisterResponse response;
   PST_RETURN_IF_ERROR(CallCoordinatorUntil(
-      [&](grpc::ClientContext* context) {
-        return coordinator->Register(context, request, &response);
+      [&](absl::Duration timeout) -> absl::Status {
+        PST_ASSIGN_OR_RETURN(response, coordinator->Register(request, timeout));
+        return absl::OkStatus();
       },
       options.coordinator_address, deadline, stop, "registering", ""));
   return response;
@@ -182,17 +182,14 @@ absl::StatusOr<proto::RegisterResponse> Register(proto::Coordinator::Stub* coord
 // Where this worker's last push left its data, as the ps recorded it in
 // `generation` (-1 when none did): exact, where the coordinator only knows
 // the last position a heartbeat carried.
-int64_t PositionOnPs(const std::vector<std::string>& addresses, int worker_index,
-                     int64_t generation) {
+int64_t PositionOnPs(common::PsControl& ps, int worker_index, int64_t generation) {
   int64_t position = -1;
-  for (const std::string& address : addresses) {
-    auto stub = proto::ParameterServer::NewStub(common::MakeChannel(address));
-    grpc::ClientContext context;
-    common::SetDeadline(&context, absl::Seconds(5));
+  for (int i = 0; i < ps.num_ps(); ++i) {
     proto::HealthRequest request;
     request.set_caller("worker");
-    proto::HealthResponse health;
-    if (!stub->Health(&context, request, &health).ok()) continue;
+    absl::StatusOr<proto::HealthResponse> answer = ps.Health(i, request, absl::Seconds(5));
+    if (!answer.ok()) continue;
+    const proto::HealthResponse& health = *answer;
     if (health.generation() != generation) continue;
     auto it = health.worker_positions().find(worker_index);
     if (it != health.worker_positions().end()) position = std::max(position, it->second);
@@ -203,14 +200,28 @@ int64_t PositionOnPs(const std::vector<std::string>& addresses, int worker_index
 }  // namespace
 
 absl::Status RunWorker(const TrainerOptions& options, const common::StopSignal& stop) {
-  auto coordinator = proto::Coordinator::NewStub(common::MakeChannel(options.coordinator_address));
+  const std::unique_ptr<CoordinatorClient> coordinator =
+      MakeGrpcCoordinatorClient(options.coordinator_address);
+  WorkerConnections connections;
+  connections.coordinator = coordinator.get();
+  connections.ps_transport = [](const std::vector<std::string>& addresses,
+                                absl::Duration rpc_timeout) {
+    return std::shared_ptr<common::PsTransport>(MakeGrpcPsTransport(addresses, rpc_timeout));
+  };
+  connections.ps_control = MakeGrpcPsControl;
+  return RunWorker(options, connections, stop);
+}
+
+absl::Status RunWorker(const TrainerOptions& options, const WorkerConnections& connections,
+                       const common::StopSignal& stop) {
+  CoordinatorClient* const coordinator = connections.coordinator;
   proto::RegisterRequest first;
   first.set_worker_index(options.worker_index);
   first.set_incarnation(options.incarnation);
   first.set_position(-1);  // new: told where to start
   PST_ASSIGN_OR_RETURN(
       proto::RegisterResponse registered,
-      Register(coordinator.get(), options, first, absl::Now() + options.startup_timeout, stop));
+      Register(coordinator, options, first, absl::Now() + options.startup_timeout, stop));
   const proto::ClusterState& state = registered.state();
   const proto::TrainingConfig& training = state.training();
   spdlog::info(
@@ -226,12 +237,13 @@ absl::Status RunWorker(const TrainerOptions& options, const common::StopSignal& 
                                               state.ps_addresses().end());
   PST_ASSIGN_OR_RETURN(std::unique_ptr<PsClient> ps,
                        PsClient::Create(state.plan(), DenseNames(variables),
-                                        MakeGrpcPsTransport(ps_addresses, options.rpc_timeout),
+                                        connections.ps_transport(ps_addresses, options.rpc_timeout),
                                         options.worker_index, options.incarnation));
 
   // A restarted worker: the ps know exactly where its last push left off.
   int64_t start = registered.position();
-  const int64_t on_ps = PositionOnPs(ps_addresses, options.worker_index, state.generation());
+  const int64_t on_ps = PositionOnPs(*connections.ps_control(ps_addresses), options.worker_index,
+                                     state.generation());
   if (on_ps > start) {
     spdlog::info("the ps took this worker's pushes up to data position {}: going on from there",
                  on_ps);
@@ -257,17 +269,17 @@ absl::Status RunWorker(const TrainerOptions& options, const common::StopSignal& 
       request.set_worker_index(options.worker_index);
       request.set_incarnation(options.incarnation);
       progress.Report(&request);
-      grpc::ClientContext context;
-      common::SetDeadline(&context, options.heartbeat_interval + absl::Seconds(1));
-      proto::HeartbeatResponse response;
-      grpc::Status status = coordinator->Heartbeat(&context, request, &response);
-      if (status.ok()) {
+      absl::StatusOr<proto::HeartbeatResponse> answer =
+          coordinator->Heartbeat(request, options.heartbeat_interval + absl::Seconds(1));
+      if (answer.ok()) {
+        const proto::HeartbeatResponse& response = *answer;
         last_ok = absl::Now();
         view.Update(response.phase(), response.generation(), response.position(),
                     response.should_stop());
         continue;
       }
-      if (status.error_code() == grpc::StatusCode::FAILED_PRECONDITION) {
+      const absl::Status& status = answer.status();
+      if (status.code() == absl::StatusCode::kFailedPrecondition) {
         proto::RegisterRequest again;
         again.set_worker_index(options.worker_index);
         again.set_incarnation(options.incarnation);
@@ -275,7 +287,7 @@ absl::Status RunWorker(const TrainerOptions& options, const common::StopSignal& 
         again.set_generation(request.generation());
         again.set_finished(finished.load());
         absl::StatusOr<proto::RegisterResponse> r =
-            Register(coordinator.get(), options, again, absl::Now(), stop);
+            Register(coordinator, options, again, absl::Now(), stop);
         if (r.ok()) {
           spdlog::info("registered again with a restarted coordinator (generation {})",
                        r->state().generation());
@@ -283,10 +295,10 @@ absl::Status RunWorker(const TrainerOptions& options, const common::StopSignal& 
           view.Update(r->state().phase(), r->state().generation(), r->position(), false);
           continue;
         }
-      } else if (status.error_code() == grpc::StatusCode::ABORTED) {
+      } else if (status.code() == absl::StatusCode::kAborted) {
         heartbeat_error = absl::AlreadyExistsError(
             absl::StrCat("another process registered as worker ", options.worker_index, ": ",
-                         status.error_message()));
+                         status.message()));
         lost_coordinator.Stop("replaced");
         return;
       }
@@ -294,7 +306,7 @@ absl::Status RunWorker(const TrainerOptions& options, const common::StopSignal& 
         heartbeat_error = absl::UnavailableError(
             absl::StrCat("lost the coordinator at ", options.coordinator_address, " for ",
                          absl::FormatDuration(options.recovery_timeout),
-                         " (--recovery_timeout_s): ", status.error_message()));
+                         " (--recovery_timeout_s): ", status.message()));
         lost_coordinator.Stop("lost the coordinator");
         return;
       }
@@ -425,10 +437,7 @@ absl::Status RunWorker(const TrainerOptions& options, const common::StopSignal& 
       progress.Report(done.mutable_final_progress());
       done.set_completed(true);
       done.set_reason("finished");
-      grpc::ClientContext context;
-      common::SetDeadline(&context, absl::Seconds(5));
-      proto::WorkerDoneResponse done_response;
-      grpc::Status reported = coordinator->WorkerDone(&context, done, &done_response);
+      absl::Status reported = coordinator->WorkerDone(done, absl::Seconds(5));
       if (reported.ok()) {
         finished = true;
         // Stay up, heartbeating, until the chief ends the job (PHASE_DONE,
@@ -452,7 +461,7 @@ absl::Status RunWorker(const TrainerOptions& options, const common::StopSignal& 
             "the ps are being restored from a checkpoint after this worker finished: it trains "
             "again from its position there");
       } else {
-        spdlog::warn("could not report completion: {}", reported.error_message());
+        spdlog::warn("could not report completion: {}", reported.message());
       }
       if (!failing_since.has_value()) failing_since = absl::Now();
     } else if (!trained.ok() && !recovering(v) && !Retryable(trained.status())) {
@@ -516,10 +525,7 @@ absl::Status RunWorker(const TrainerOptions& options, const common::StopSignal& 
     progress.Report(done.mutable_final_progress());
     done.set_completed(false);
     done.set_reason(status.ok() ? stop.reason() : std::string(status.message()));
-    grpc::ClientContext context;
-    common::SetDeadline(&context, absl::Seconds(5));
-    proto::WorkerDoneResponse done_response;
-    coordinator->WorkerDone(&context, done, &done_response);
+    coordinator->WorkerDone(done, absl::Seconds(5)).IgnoreError();
   }
   spdlog::info("worker finished: {} step(s), global step {}, data position {}", progress.steps(),
                global_step, progress.position());
@@ -541,13 +547,15 @@ absl::Status RunWorker(const TrainerOptions& options, const common::StopSignal& 
 absl::StatusOr<int> ClaimWorkerIndex(const std::string& coordinator_address,
                                      const std::string& claimant, absl::Duration timeout,
                                      const common::StopSignal& stop) {
-  auto coordinator = proto::Coordinator::NewStub(common::MakeChannel(coordinator_address));
+  const std::unique_ptr<CoordinatorClient> coordinator =
+      MakeGrpcCoordinatorClient(coordinator_address);
   proto::ClaimWorkerIndexRequest request;
   request.set_claimant(claimant);
   proto::ClaimWorkerIndexResponse response;
   PST_RETURN_IF_ERROR(CallCoordinatorUntil(
-      [&](grpc::ClientContext* context) {
-        return coordinator->ClaimWorkerIndex(context, request, &response);
+      [&](absl::Duration call_timeout) -> absl::Status {
+        PST_ASSIGN_OR_RETURN(response, coordinator->ClaimWorkerIndex(request, call_timeout));
+        return absl::OkStatus();
       },
       coordinator_address, absl::Now() + timeout, stop, "claiming an index",
       " a worker index claim"));

@@ -6,12 +6,17 @@
 #define PST_WORKER_TRAINER_H_
 
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "client/coordinator_client.h"
 #include "common/process.h"
+#include "common/ps_control.h"
+#include "common/ps_transport.h"
 #include "device/device_mapping.h"
 
 namespace pst::worker {
@@ -47,6 +52,24 @@ struct TrainerOptions {
 // with backoff. Without the coordinator it keeps training, and registers
 // again (with its position) when a restarted chief answers.
 absl::Status RunWorker(const TrainerOptions& options, const common::StopSignal& stop);
+
+// How a worker reaches the rest of the cluster. None of it is owned.
+struct WorkerConnections {
+  CoordinatorClient* coordinator = nullptr;
+  // The ps at `addresses` (as the coordinator lists them): their data plane,
+  // each call bounded by `rpc_timeout`, and their control calls.
+  std::function<std::shared_ptr<common::PsTransport>(const std::vector<std::string>& addresses,
+                                                     absl::Duration rpc_timeout)>
+      ps_transport;
+  std::function<std::unique_ptr<common::PsControl>(const std::vector<std::string>& addresses)>
+      ps_control;
+};
+
+// RunWorker over `connections`: the gRPC ones RunWorker makes from
+// options.coordinator_address, or in-process ones in a test. Messages name
+// the coordinator by options.coordinator_address.
+absl::Status RunWorker(const TrainerOptions& options, const WorkerConnections& connections,
+                       const common::StopSignal& stop);
 
 // Asks the coordinator at `coordinator_address` for the worker index of
 // `claimant` (Coordinator.ClaimWorkerIndex), retrying while it is not up

@@ -1,0 +1,19 @@
+// CoordinatorClient over gRPC: one channel, reused for every call; each call
+// gets its timeout as its deadline, and gRPC's status comes back as the
+// canonical absl one.
+#ifndef PST_CLIENT_GRPC_COORDINATOR_CLIENT_H_
+#define PST_CLIENT_GRPC_COORDINATOR_CLIENT_H_
+
+#include <memory>
+#include <string>
+
+#include "client/coordinator_client.h"
+
+namespace pst::worker {
+
+// The coordinator at `address` ("host:port"). Thread-safe.
+std::unique_ptr<CoordinatorClient> MakeGrpcCoordinatorClient(const std::string& address);
+
+}  // namespace pst::worker
+
+#endif  // PST_CLIENT_GRPC_COORDINATOR_CLIENT_H_
