@@ -22,15 +22,19 @@
 #include "absl/strings/string_view.h"
 #include "common/classifier_metrics.h"
 #include "common/status_macros.h"
+#include "data/reader_util.h"
 
 namespace pst::worker {
 namespace {
 
+using data_internal::ErrnoText;
+using data_internal::FilePtr;
+using data_internal::Mix64;
+using data_internal::Shown;
+
 constexpr int kCriteoColumns = 1 + kCriteoDense + kCriteoFields;
 constexpr uint64_t kFnvOffset = 14695981039346656037ull;
 constexpr uint64_t kFnvPrime = 1099511628211ull;
-// Values shown in error messages are cut to this many characters.
-constexpr size_t kMaxShown = 40;
 // The generator keeps a table of every (field, rank); this bounds its memory.
 constexpr int64_t kMaxSyntheticVocab = 1000000;
 // Probability that a generated integer / categorical cell is left empty.
@@ -40,24 +44,6 @@ constexpr double kEmptyCategoricalRate = 0.02;
 constexpr double kDenseWeightScale = 0.3;
 // Generated counts are capped here so they always print as plain integers.
 constexpr double kMaxCount = 1e12;
-
-// The splitmix64 finalizer: a bijection on 64 bits with good avalanche.
-uint64_t Mix64(uint64_t z) {
-  z ^= z >> 30;
-  z *= 0xbf58476d1ce4e5b9ull;
-  z ^= z >> 27;
-  z *= 0x94d049bb133111ebull;
-  z ^= z >> 31;
-  return z;
-}
-
-// Closes a FILE* when it goes out of scope.
-struct FileCloser {
-  void operator()(FILE* f) const {
-    if (f != nullptr) std::fclose(f);
-  }
-};
-using FilePtr = std::unique_ptr<FILE, FileCloser>;
 
 // The buffer POSIX getline allocates and grows, freed at scope exit.
 struct LineBuffer {
@@ -69,16 +55,6 @@ struct LineBuffer {
   char* data = nullptr;
   size_t capacity = 0;
 };
-
-std::string ErrnoText(int errnum) {
-  return std::error_code(errnum, std::generic_category()).message();
-}
-
-// `value` quoted for an error message, cut to kMaxShown characters.
-std::string Shown(absl::string_view value) {
-  if (value.size() <= kMaxShown) return absl::StrCat("\"", value, "\"");
-  return absl::StrCat("\"", value.substr(0, kMaxShown), "...\"");
-}
 
 // Splits `line` at tabs into `cols` (reused between lines).
 void SplitTabs(absl::string_view line, std::vector<absl::string_view>* cols) {

@@ -20,13 +20,17 @@
 #include "absl/strings/string_view.h"
 #include "common/classifier_metrics.h"
 #include "common/status_macros.h"
+#include "data/reader_util.h"
 
 namespace pst::worker {
 namespace {
 
+using data_internal::ErrnoText;
+using data_internal::FilePtr;
+using data_internal::Mix64;
+using data_internal::Shown;
+
 constexpr uint64_t kLow63 = 0x7fffffffffffffffull;
-// Values shown in error messages are cut to this many characters.
-constexpr size_t kMaxShown = 40;
 // The reader's buffer (smaller for a smaller file); it doubles for a line
 // longer than that.
 constexpr size_t kReadChunk = size_t{4} << 20;
@@ -42,35 +46,6 @@ constexpr int kMaxMilli = 2000;
 constexpr int kPilotRows = 8192;
 // The held-out tail the generator rates separately (--eval_fraction's default).
 constexpr double kDefaultEvalFraction = 0.1;
-
-// The splitmix64 finalizer: a bijection on 64 bits with good avalanche. The
-// same function as in data/criteo.cc; pinned by the tests.
-uint64_t Mix64(uint64_t z) {
-  z ^= z >> 30;
-  z *= 0xbf58476d1ce4e5b9ull;
-  z ^= z >> 27;
-  z *= 0x94d049bb133111ebull;
-  z ^= z >> 31;
-  return z;
-}
-
-// Closes a FILE* when it goes out of scope.
-struct FileCloser {
-  void operator()(FILE* f) const {
-    if (f != nullptr) std::fclose(f);
-  }
-};
-using FilePtr = std::unique_ptr<FILE, FileCloser>;
-
-std::string ErrnoText(int errnum) {
-  return std::error_code(errnum, std::generic_category()).message();
-}
-
-// `value` quoted for an error message, cut to kMaxShown characters.
-std::string Shown(absl::string_view value) {
-  if (value.size() <= kMaxShown) return absl::StrCat("\"", value, "\"");
-  return absl::StrCat("\"", value.substr(0, kMaxShown), "...\"");
-}
 
 // The separators of a libsvm line ('\n' never reaches the line parser).
 inline bool IsBlank(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\v' || c == '\f'; }
