@@ -27,10 +27,15 @@
 namespace pst::worker {
 namespace {
 
+using common::Sigmoid;
+using data_internal::DrawRank;
 using data_internal::ErrnoText;
 using data_internal::FilePtr;
 using data_internal::Mix64;
+using data_internal::Normal;
 using data_internal::Shown;
+using data_internal::Uniform;
+using data_internal::ZipfCdf;
 
 constexpr int kCriteoColumns = 1 + kCriteoDense + kCriteoFields;
 constexpr uint64_t kFnvOffset = 14695981039346656037ull;
@@ -69,24 +74,6 @@ void SplitTabs(absl::string_view line, std::vector<absl::string_view>* cols) {
     cols->push_back(line.substr(start, tab - start));
     start = tab + 1;
   }
-}
-
-// Uniform double in [0, 1) from the top 53 bits of one draw.
-double Uniform(std::mt19937_64* rng) { return static_cast<double>((*rng)() >> 11) * 0x1.0p-53; }
-
-// Standard normal by Box-Muller (one of the pair). Written out rather than
-// std::normal_distribution so the stream is the same with every standard
-// library.
-double Normal(std::mt19937_64* rng) {
-  const double u1 = 1.0 - Uniform(rng);  // (0, 1]: log is finite
-  const double u2 = Uniform(rng);
-  return std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * std::numbers::pi * u2);
-}
-
-double Sigmoid(double z) {
-  if (z >= 0) return 1.0 / (1.0 + std::exp(-z));
-  const double e = std::exp(z);
-  return e / (1.0 + e);
 }
 
 absl::Status CheckSyntheticConfig(const SyntheticCriteoConfig& config) {
@@ -129,15 +116,7 @@ HiddenModel MakeHiddenModel(const SyntheticCriteoConfig& config) {
   model.vocab = vocab;
   std::mt19937_64 rng(Mix64(config.seed ^ 0x5eed0001u));
 
-  // Zipf: P(rank k) proportional to (k + 1)^-s.
-  model.zipf_cdf.resize(vocab);
-  double total = 0;
-  for (int64_t k = 0; k < vocab; ++k) {
-    total += std::pow(static_cast<double>(k + 1), -config.zipf_s);
-    model.zipf_cdf[k] = total;
-  }
-  for (double& c : model.zipf_cdf) c /= total;
-  model.zipf_cdf.back() = 1.0;
+  model.zipf_cdf = ZipfCdf(vocab, config.zipf_s);
 
   const size_t table = static_cast<size_t>(kCriteoFields) * vocab;
   model.values.resize(table);
@@ -342,10 +321,7 @@ absl::StatusOr<SyntheticCriteoStats> WriteSyntheticCriteo(const std::string& pat
       if (Uniform(&rng) < kEmptyCategoricalRate) {
         logit += model.empty_weights[f];
       } else {
-        const double u = Uniform(&rng);
-        int64_t rank = std::upper_bound(model.zipf_cdf.begin(), model.zipf_cdf.end(), u) -
-                       model.zipf_cdf.begin();
-        rank = std::min(rank, vocab - 1);
+        const int64_t rank = DrawRank(model.zipf_cdf, &rng);
         absl::StrAppend(&features, absl::Hex(model.values[f * vocab + rank], absl::kZeroPad8));
         logit += model.weights[f * vocab + rank];
       }

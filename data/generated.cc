@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 
@@ -38,23 +39,23 @@ absl::StatusOr<std::optional<std::map<std::string, int64_t>>> ParseGenerateSpec(
 }
 
 absl::StatusOr<std::string> GenerateOnce(
-    const std::string& file_name, const std::function<absl::Status(const std::string&)>& write,
-    bool* wrote) {
-  *wrote = false;
+    const std::string& file_name,
+    const std::function<absl::StatusOr<std::string>(const std::string&)>& write) {
   const char* tmp = std::getenv("TMPDIR");
   const std::string path =
       absl::StrCat(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp", "/", file_name);
   if (std::filesystem::exists(path)) return path;
   const std::string partial = absl::StrCat(path, ".", getpid(), ".tmp");
-  if (absl::Status s = write(partial); !s.ok()) {
+  absl::StatusOr<std::string> written = write(partial);
+  if (!written.ok()) {
     std::error_code ignored;
     std::filesystem::remove(partial, ignored);
-    return s;
+    return written.status();
   }
   std::error_code ec;
   std::filesystem::rename(partial, path, ec);
   if (ec) return absl::InternalError(absl::StrCat("cannot rename ", partial, ": ", ec.message()));
-  *wrote = true;
+  std::printf("pstrain: generated %s: %s\n", path.c_str(), written->c_str());
   return path;
 }
 

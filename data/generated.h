@@ -24,11 +24,12 @@ absl::StatusOr<std::optional<std::map<std::string, int64_t>>> ParseGenerateSpec(
     const std::string& data, const std::vector<std::string>& known);
 
 // $TMPDIR/<file_name> (or /tmp/<file_name>), written by write(partial path)
-// and renamed into place, unless it already exists. `wrote` says which.
+// and renamed into place, unless it already exists. When it writes, prints
+// "pstrain: generated PATH: <what write returned>" on stdout.
 // Errors: those of `write`; Internal when the rename fails.
 absl::StatusOr<std::string> GenerateOnce(
-    const std::string& file_name, const std::function<absl::Status(const std::string&)>& write,
-    bool* wrote);
+    const std::string& file_name,
+    const std::function<absl::StatusOr<std::string>(const std::string&)>& write);
 
 }  // namespace pst::worker
 

@@ -25,10 +25,15 @@
 namespace pst::worker {
 namespace {
 
+using common::Sigmoid;
+using data_internal::DrawRank;
 using data_internal::ErrnoText;
 using data_internal::FilePtr;
 using data_internal::Mix64;
+using data_internal::Normal;
 using data_internal::Shown;
+using data_internal::Uniform;
+using data_internal::ZipfCdf;
 
 constexpr uint64_t kLow63 = 0x7fffffffffffffffull;
 // The reader's buffer (smaller for a smaller file); it doubles for a line
@@ -198,23 +203,6 @@ void AppendExamples(const LibsvmDataset& from, int64_t begin, int64_t end, Libsv
   to->size += end - begin;
 }
 
-// Uniform double in [0, 1) from the top 53 bits of one draw.
-double Uniform(std::mt19937_64* rng) { return static_cast<double>((*rng)() >> 11) * 0x1.0p-53; }
-
-// Standard normal by Box-Muller (one of the pair), written out so that the
-// stream is the same with every standard library.
-double Normal(std::mt19937_64* rng) {
-  const double u1 = 1.0 - Uniform(rng);  // (0, 1]: log is finite
-  const double u2 = Uniform(rng);
-  return std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * std::numbers::pi * u2);
-}
-
-double Sigmoid(double z) {
-  if (z >= 0) return 1.0 / (1.0 + std::exp(-z));
-  const double e = std::exp(z);
-  return e / (1.0 + e);
-}
-
 absl::Status CheckSyntheticConfig(const SyntheticLibsvmConfig& config) {
   if (config.rows < 0) {
     return absl::InvalidArgumentError(absl::StrCat("rows must be >= 0, got ", config.rows));
@@ -254,19 +242,11 @@ class HiddenModel {
   explicit HiddenModel(const SyntheticLibsvmConfig& config)
       : features_(config.features),
         nnz_(config.nnz),
-        zipf_cdf_(static_cast<size_t>(config.features)),
+        zipf_cdf_(ZipfCdf(config.features, config.zipf_s)),
         raw_ids_(static_cast<size_t>(config.features)),
         weights_(static_cast<size_t>(config.features)),
         last_use_(static_cast<size_t>(config.features), -1) {
     std::mt19937_64 rng(Mix64(config.seed ^ 0x1b5f0001u));
-    // Zipf: P(rank k) proportional to (k + 1)^-s.
-    double total = 0;
-    for (int64_t k = 0; k < features_; ++k) {
-      total += std::pow(static_cast<double>(k + 1), -config.zipf_s);
-      zipf_cdf_[k] = total;
-    }
-    for (double& c : zipf_cdf_) c /= total;
-    zipf_cdf_.back() = 1.0;
     // Mix64 is a bijection, so the ids are distinct.
     const uint64_t salt = Mix64(config.seed ^ 0x1b5f0002u);
     for (int64_t k = 0; k < features_; ++k) {
@@ -293,9 +273,7 @@ class HiddenModel {
     // the rest are the most popular unused ranks.
     int64_t budget = 8 * static_cast<int64_t>(nnz_) + 64;
     while (static_cast<int>(ranks_.size()) < nnz_ && budget-- > 0) {
-      const double u = Uniform(rng);
-      int64_t rank = std::upper_bound(zipf_cdf_.begin(), zipf_cdf_.end(), u) - zipf_cdf_.begin();
-      rank = std::min(rank, features_ - 1);
+      const int64_t rank = DrawRank(zipf_cdf_, rng);
       if (last_use_[rank] == example_) continue;
       last_use_[rank] = example_;
       ranks_.push_back(rank);

@@ -1,13 +1,20 @@
 // Small helpers the data readers and generators share: a stable 64-bit mix,
-// an owned FILE*, and the pieces of their error messages.
+// an owned FILE*, the pieces of their error messages, and the draws of the
+// synthetic generators (written out rather than taken from <random>'s
+// distributions, so a seed gives the same file with every standard library).
 #ifndef PST_DATA_READER_UTIL_H_
 #define PST_DATA_READER_UTIL_H_
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <memory>
+#include <numbers>
+#include <random>
 #include <string>
 #include <system_error>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
@@ -44,6 +51,40 @@ inline constexpr size_t kMaxShown = 40;
 inline std::string Shown(absl::string_view value) {
   if (value.size() <= kMaxShown) return absl::StrCat("\"", value, "\"");
   return absl::StrCat("\"", value.substr(0, kMaxShown), "...\"");
+}
+
+// Uniform double in [0, 1) from the top 53 bits of one draw.
+inline double Uniform(std::mt19937_64* rng) {
+  return static_cast<double>((*rng)() >> 11) * 0x1.0p-53;
+}
+
+// Standard normal by Box-Muller (one of the pair).
+inline double Normal(std::mt19937_64* rng) {
+  const double u1 = 1.0 - Uniform(rng);  // (0, 1]: log is finite
+  const double u2 = Uniform(rng);
+  return std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * std::numbers::pi * u2);
+}
+
+// The cumulative distribution of Zipf over ranks 0..n-1: P(rank k)
+// proportional to (k + 1)^-s. The last entry is exactly 1.
+// REQUIRES: n >= 1.
+inline std::vector<double> ZipfCdf(int64_t n, double s) {
+  std::vector<double> cdf(static_cast<size_t>(n));
+  double total = 0;
+  for (int64_t k = 0; k < n; ++k) {
+    total += std::pow(static_cast<double>(k + 1), -s);
+    cdf[k] = total;
+  }
+  for (double& c : cdf) c /= total;
+  cdf.back() = 1.0;
+  return cdf;
+}
+
+// A rank drawn from `cdf` (from ZipfCdf) with one Uniform draw.
+inline int64_t DrawRank(const std::vector<double>& cdf, std::mt19937_64* rng) {
+  const double u = Uniform(rng);
+  const int64_t rank = std::upper_bound(cdf.begin(), cdf.end(), u) - cdf.begin();
+  return std::min(rank, static_cast<int64_t>(cdf.size()) - 1);
 }
 
 }  // namespace pst::worker::data_internal

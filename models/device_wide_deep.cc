@@ -15,12 +15,6 @@ namespace {
 
 size_t Floats(int64_t n) { return static_cast<size_t>(n) * sizeof(float); }
 
-float Sigmoid(float z) {
-  if (z >= 0) return 1.0f / (1.0f + std::exp(-z));
-  const float e = std::exp(z);
-  return e / (1.0f + e);
-}
-
 // The checks both LossAndGradients make before computing anything.
 absl::Status CheckTrainingArgs(const WideDeepConfig& config, const ParamSet& dense,
                                const CtrBatch& batch, const ParamSet* dense_grads,

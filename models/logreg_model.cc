@@ -30,6 +30,8 @@
 namespace pst::worker {
 namespace {
 
+using common::Sigmoid;
+
 constexpr char kWeights[] = "logreg/weights";
 constexpr char kBias[] = "logreg/bias";
 
@@ -37,10 +39,6 @@ struct LibsvmData : ModelData {
   LibsvmDataset data;
   int64_t size() const override { return data.size; }
 };
-
-float Sigmoid(float z) {
-  return z >= 0 ? 1.0f / (1.0f + std::exp(-z)) : std::exp(z) / (1.0f + std::exp(z));
-}
 
 // A batch of examples gathered from a LibsvmDataset: its ids deduplicated
 // (the rows to pull and push) and each feature's slot among them.
@@ -95,25 +93,15 @@ class Logreg : public Model {
     if (settings->contains("rows")) config.rows = settings->at("rows");
     if (settings->contains("features")) config.features = settings->at("features");
     if (settings->contains("seed")) config.seed = static_cast<uint64_t>(settings->at("seed"));
-    SyntheticLibsvmStats stats;
-    bool wrote = false;
-    PST_ASSIGN_OR_RETURN(std::string path,
-                         GenerateOnce(
-                             absl::StrCat("pstrain_libsvm_r", config.rows, "_f", config.features,
-                                          "_s", config.seed, ".svm"),
-                             [&](const std::string& partial) -> absl::Status {
-                               PST_ASSIGN_OR_RETURN(stats, WriteSyntheticLibsvm(partial, config));
-                               return absl::OkStatus();
-                             },
-                             &wrote));
-    if (wrote) {
-      std::printf(
-          "pstrain: generated %s: %lld rows, %.1f%% positive, best achievable AUC %.4f (%.4f on "
-          "the last 10%%)\n",
-          path.c_str(), static_cast<long long>(stats.rows), 100 * stats.positive_rate,
-          stats.best_auc, stats.best_auc_tail);
-    }
-    return path;
+    return GenerateOnce(
+        absl::StrCat("pstrain_libsvm_r", config.rows, "_f", config.features, "_s", config.seed,
+                     ".svm"),
+        [&](const std::string& partial) -> absl::StatusOr<std::string> {
+          PST_ASSIGN_OR_RETURN(SyntheticLibsvmStats stats, WriteSyntheticLibsvm(partial, config));
+          return absl::StrFormat(
+              "%d rows, %.1f%% positive, best achievable AUC %.4f (%.4f on the last 10%%)",
+              stats.rows, 100 * stats.positive_rate, stats.best_auc, stats.best_auc_tail);
+        });
   }
 
   absl::Status CheckConfig(const proto::TrainingConfig& training) const override {
@@ -205,9 +193,8 @@ class Logreg : public Model {
   absl::StatusOr<ModelEvaluation> Evaluate(const proto::TrainingConfig& training,
                                            const ModelData& held_out, PsClient* ps) const override {
     PST_ASSIGN_OR_RETURN(const LibsvmData* svm, DataAs<LibsvmData>(held_out, name()));
-    ModelEvaluation result;
     Values params;
-    PST_ASSIGN_OR_RETURN(result.global_step, ps->Pull(&params));
+    PST_ASSIGN_OR_RETURN(const int64_t global_step, ps->Pull(&params));
     SparseBatch batch;
     std::vector<float> probs, all_probs;
     std::vector<int64_t> examples;
@@ -221,13 +208,7 @@ class Logreg : public Model {
       batch.Predict(params[0][0], &probs);
       all_probs.insert(all_probs.end(), probs.begin(), probs.end());
     }
-    const double auc = common::Auc(all_probs, svm->data.labels);
-    const double logloss = common::LogLoss(all_probs, svm->data.labels);
-    result.metrics = {{"test_auc", auc}, {"test_logloss", logloss}};
-    result.counts = {{"test_examples", svm->data.size}};
-    result.line = absl::StrFormat("test AUC %.4f, test log-loss %.4f on %d held-out example(s)",
-                                  auc, logloss, svm->data.size);
-    return result;
+    return ClassifierEvaluation(all_probs, svm->data.labels, global_step);
   }
 };
 

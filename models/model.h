@@ -49,6 +49,11 @@ struct ModelEvaluation {
   int64_t global_step = 0;  // the version of the dense variables evaluated
 };
 
+// The evaluation of a binary classifier: test_auc and test_logloss of
+// `probs` against 0/1 `labels`, and test_examples.
+ModelEvaluation ClassifierEvaluation(const std::vector<float>& probs,
+                                     const std::vector<float>& labels, int64_t global_step);
+
 class Model {
  public:
   virtual ~Model() = default;

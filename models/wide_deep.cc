@@ -31,12 +31,6 @@ void EnsureSize(std::vector<float>* v, size_t n) {
   if (v->size() < n) v->resize(n);
 }
 
-float Sigmoid(float z) {
-  if (z >= 0) return 1.0f / (1.0f + std::exp(-z));
-  const float e = std::exp(z);
-  return e / (1.0f + e);
-}
-
 absl::Status CheckConfig(const WideDeepConfig& config) {
   if (config.num_dense < 0 || config.num_fields < 0 || config.embedding_dim < 1) {
     return absl::InvalidArgumentError(absl::StrCat(

@@ -86,6 +86,7 @@ std::vector<int> WideDeepLayerDims(const WideDeepConfig& config);
 // live in common/, where the data readers and the ps client reach them too.
 using common::Auc;
 using common::LogLoss;
+using common::Sigmoid;
 using common::UniqueIds;
 
 }  // namespace pst::worker

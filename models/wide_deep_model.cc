@@ -38,23 +38,14 @@ class WideDeepCtr : public Model {
     if (settings->contains("rows")) config.rows = settings->at("rows");
     if (settings->contains("vocab")) config.vocab_per_field = settings->at("vocab");
     if (settings->contains("seed")) config.seed = static_cast<uint64_t>(settings->at("seed"));
-    SyntheticCriteoStats stats;
-    bool wrote = false;
-    PST_ASSIGN_OR_RETURN(std::string path,
-                         GenerateOnce(
-                             absl::StrCat("pstrain_criteo_r", config.rows, "_v",
-                                          config.vocab_per_field, "_s", config.seed, ".tsv"),
-                             [&](const std::string& partial) -> absl::Status {
-                               PST_ASSIGN_OR_RETURN(stats, WriteSyntheticCriteo(partial, config));
-                               return absl::OkStatus();
-                             },
-                             &wrote));
-    if (wrote) {
-      std::printf("pstrain: generated %s: %lld rows, %.1f%% positive, best achievable AUC %.4f\n",
-                  path.c_str(), static_cast<long long>(stats.rows), 100 * stats.positive_rate,
-                  stats.best_auc);
-    }
-    return path;
+    return GenerateOnce(
+        absl::StrCat("pstrain_criteo_r", config.rows, "_v", config.vocab_per_field, "_s",
+                     config.seed, ".tsv"),
+        [&](const std::string& partial) -> absl::StatusOr<std::string> {
+          PST_ASSIGN_OR_RETURN(SyntheticCriteoStats stats, WriteSyntheticCriteo(partial, config));
+          return absl::StrFormat("%d rows, %.1f%% positive, best achievable AUC %.4f", stats.rows,
+                                 100 * stats.positive_rate, stats.best_auc);
+        });
   }
 
   absl::Status CheckConfig(const proto::TrainingConfig& training) const override {
@@ -111,14 +102,7 @@ class WideDeepCtr : public Model {
   absl::StatusOr<ModelEvaluation> Evaluate(const proto::TrainingConfig& training,
                                            const ModelData& held_out, PsClient* ps) const override {
     PST_ASSIGN_OR_RETURN(const CtrData* ctr, DataAs<CtrData>(held_out, name()));
-    PST_ASSIGN_OR_RETURN(CtrEval eval, EvaluateWideDeep(training, ctr->data, ps));
-    ModelEvaluation result;
-    result.metrics = {{"test_auc", eval.auc}, {"test_logloss", eval.logloss}};
-    result.counts = {{"test_examples", eval.examples}};
-    result.line = absl::StrFormat("test AUC %.4f, test log-loss %.4f on %d held-out example(s)",
-                                  eval.auc, eval.logloss, eval.examples);
-    result.global_step = eval.version;
-    return result;
+    return EvaluateWideDeep(training, ctr->data, ps);
   }
 };
 
@@ -188,8 +172,8 @@ absl::StatusOr<int64_t> TrainWideDeep(const proto::TrainingConfig& training, con
   return global_step;
 }
 
-absl::StatusOr<CtrEval> EvaluateWideDeep(const proto::TrainingConfig& training,
-                                         const CtrDataset& data, PsClient* ps) {
+absl::StatusOr<ModelEvaluation> EvaluateWideDeep(const proto::TrainingConfig& training,
+                                                 const CtrDataset& data, PsClient* ps) {
   PST_ASSIGN_OR_RETURN(WideDeepConfig config, WideDeepConfigFor(training));
   WideDeep model(config);
   Values params;
@@ -207,12 +191,7 @@ absl::StatusOr<CtrEval> EvaluateWideDeep(const proto::TrainingConfig& training,
     PST_RETURN_IF_ERROR(model.Predict(params, batch.View(n), &probs));
     all_probs.insert(all_probs.end(), probs.begin(), probs.end());
   }
-  CtrEval eval;
-  eval.examples = data.size;
-  eval.version = version;
-  eval.auc = Auc(all_probs, data.labels);
-  eval.logloss = LogLoss(all_probs, data.labels);
-  return eval;
+  return ClassifierEvaluation(all_probs, data.labels, version);
 }
 
 }  // namespace pst::worker

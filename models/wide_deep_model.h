@@ -33,17 +33,11 @@ absl::StatusOr<int64_t> TrainWideDeep(const proto::TrainingConfig& training, con
                                       uint64_t shuffle_seed, PsClient* ps,
                                       const LoopControl& control);
 
-struct CtrEval {
-  double auc = 0;
-  double logloss = 0;
-  int64_t examples = 0;
-  int64_t version = 0;  // of the dense variables evaluated: the global step
-};
 // The model of `training`, with the dense variables and the embedding rows
-// pulled from `ps`, scored on every example of `data`.
+// pulled from `ps`, scored on every example of `data` (ClassifierEvaluation).
 // Errors: those of the pulls and of the model's checks of its inputs.
-absl::StatusOr<CtrEval> EvaluateWideDeep(const proto::TrainingConfig& training,
-                                         const CtrDataset& data, PsClient* ps);
+absl::StatusOr<ModelEvaluation> EvaluateWideDeep(const proto::TrainingConfig& training,
+                                                 const CtrDataset& data, PsClient* ps);
 
 }  // namespace pst::worker
 
