@@ -78,6 +78,7 @@ absl::StatusOr<std::unique_ptr<PsClient>> PsClient::Create(
       Piece piece{name, std::vector<int64_t>(shape.begin(), shape.end()), it->second->ps_index()};
       piece.size = *common::NumElements(shape);
       var.size = piece.size;
+      var.shape = piece.shape;
       var.pieces.push_back(std::move(piece));
       dense.push_back(std::move(var));
       continue;
@@ -110,6 +111,8 @@ absl::StatusOr<std::unique_ptr<PsClient>> PsClient::Create(
       return absl::FailedPreconditionError(
           absl::StrCat("the pieces of '", name, "' in the plan do not cover its rows"));
     }
+    const auto& full = it->second.front()->spec().full_shape();
+    var.shape.assign(full.begin(), full.end());
     tables.erase(name);  // read whole, not by rows
     dense.push_back(std::move(var));
   }
@@ -259,24 +262,56 @@ absl::Status PsClient::CheckDense(int r, const proto::PullResponse& response,
   return absl::OkStatus();
 }
 
-std::vector<common::DenseBuffers> PsClient::ValueBuffers(Values* values) const {
+GradientSpans SpansOf(const Values& values) {
+  return GradientSpans(values.begin(), values.end());
+}
+
+std::vector<PsClient::DenseInfo> PsClient::DenseVariables() const {
+  std::vector<DenseInfo> out;
+  for (const DenseVar& var : dense_) out.push_back({var.name, var.shape});
+  return out;
+}
+
+ValueSpans PsClient::Resized(Values* values) const {
   values->resize(dense_.size());
-  for (size_t v = 0; v < dense_.size(); ++v) (*values)[v].resize(dense_[v].size);
+  ValueSpans spans;
+  for (size_t v = 0; v < dense_.size(); ++v) {
+    (*values)[v].resize(dense_[v].size);
+    spans.emplace_back((*values)[v]);
+  }
+  return spans;
+}
+
+absl::StatusOr<std::vector<common::DenseBuffers>> PsClient::ValueBuffers(
+    const ValueSpans& values) const {
+  if (values.size() != dense_.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("pull into ", values.size(), " buffers for ", dense_.size(), " variables"));
+  }
+  for (size_t v = 0; v < dense_.size(); ++v) {
+    if (static_cast<int64_t>(values[v].size()) != dense_[v].size) {
+      return absl::InvalidArgumentError(absl::StrCat("buffer for '", dense_[v].name, "' holds ",
+                                                     values[v].size(), " values, expected ",
+                                                     dense_[v].size));
+    }
+  }
   std::vector<common::DenseBuffers> buffers(requests_.size());
   for (size_t r = 0; r < requests_.size(); ++r) {
     for (const auto& [v, p] : requests_[r].pieces) {
       const Piece& piece = dense_[v].pieces[p];
-      buffers[r].values.push_back(std::span<float>((*values)[v]).subspan(piece.offset, piece.size));
+      buffers[r].values.push_back(values[v].subspan(piece.offset, piece.size));
     }
   }
   return buffers;
 }
 
-absl::StatusOr<int64_t> PsClient::Pull(Values* values) {
+absl::StatusOr<int64_t> PsClient::Pull(Values* values) { return Pull(Resized(values)); }
+
+absl::StatusOr<int64_t> PsClient::Pull(const ValueSpans& values) {
   const int count = static_cast<int>(requests_.size());
   std::vector<proto::PullRequest> pulls(count);
   std::vector<proto::PullResponse> responses(count);
-  const std::vector<common::DenseBuffers> buffers = ValueBuffers(values);
+  PST_ASSIGN_OR_RETURN(const std::vector<common::DenseBuffers> buffers, ValueBuffers(values));
   for (int r = 0; r < count; ++r) {
     pulls[r].set_worker_index(worker_index_);
     for (const auto& [v, p] : requests_[r].pieces) pulls[r].add_names(dense_[v].pieces[p].name);
@@ -290,7 +325,7 @@ absl::StatusOr<int64_t> PsClient::Pull(Values* values) {
 }
 
 absl::Status PsClient::BuildPushes(
-    int64_t step, int64_t base_version, const Values& grads, int64_t position,
+    int64_t step, int64_t base_version, const GradientSpans& grads, int64_t position,
     const std::function<proto::PushRequest*(int r)>& request, common::PayloadPins* pins,
     std::vector<common::DenseBuffers>* buffers) const {
   if (grads.size() != dense_.size()) {
@@ -322,8 +357,7 @@ absl::Status PsClient::BuildPushes(
       proto::Tensor* gradient = push->add_gradients();
       gradient->set_dtype(proto::DT_FLOAT32);
       gradient->mutable_shape()->Assign(piece.shape.begin(), piece.shape.end());
-      (*buffers)[r].gradients.push_back(
-          std::span<const float>(grads[v]).subspan(piece.offset, piece.size));
+      (*buffers)[r].gradients.push_back(grads[v].subspan(piece.offset, piece.size));
     }
   }
   return absl::OkStatus();
@@ -331,10 +365,16 @@ absl::Status PsClient::BuildPushes(
 
 absl::StatusOr<int64_t> PsClient::PushPull(int64_t step, int64_t base_version, const Values& grads,
                                            Values* values, int64_t position) {
+  return PushPull(step, base_version, SpansOf(grads), Resized(values), position);
+}
+
+absl::StatusOr<int64_t> PsClient::PushPull(int64_t step, int64_t base_version,
+                                           const GradientSpans& grads, const ValueSpans& values,
+                                           int64_t position) {
   const int count = static_cast<int>(requests_.size());
   std::vector<proto::PushPullRequest> pushes(count);
   std::vector<proto::PullResponse> responses(count);
-  std::vector<common::DenseBuffers> buffers = ValueBuffers(values);
+  PST_ASSIGN_OR_RETURN(std::vector<common::DenseBuffers> buffers, ValueBuffers(values));
   common::PayloadPins pins;  // the caller's grads stay untouched until released
   PST_RETURN_IF_ERROR(BuildPushes(
       step, base_version, grads, position, [&](int r) { return pushes[r].mutable_push(); },
@@ -357,8 +397,8 @@ absl::StatusOr<int64_t> PsClient::Push(int64_t step, int64_t base_version, const
   std::vector<proto::PushResponse> responses(count);
   std::vector<common::DenseBuffers> buffers;
   common::PayloadPins pins;
-  PST_RETURN_IF_ERROR(BuildPushes(
-      step, base_version, grads, position, [&](int r) { return &pushes[r]; }, &pins, &buffers));
+  PST_RETURN_IF_ERROR(BuildPushes(step, base_version, SpansOf(grads), position,
+                                  [&](int r) { return &pushes[r]; }, &pins, &buffers));
   absl::Status sent = RunRequests([&](int r, common::PsTransport::Done done) {
     transport_->PushDense(requests_[r].ps, &pushes[r], &buffers[r], &responses[r],
                           std::move(done));
@@ -417,6 +457,22 @@ absl::StatusOr<PsClient::Routed> PsClient::Route(const Table& table,
 }
 
 absl::Status PsClient::PullRows(std::span<const TableIds> tables, Values* out) {
+  out->resize(tables.size());
+  ValueSpans spans;
+  for (size_t k = 0; k < tables.size(); ++k) {
+    absl::StatusOr<int> dim = TableDim(tables[k].table);
+    if (!dim.ok()) return dim.status();
+    (*out)[k].resize(tables[k].ids.size() * *dim);
+    spans.emplace_back((*out)[k]);
+  }
+  return PullRows(tables, spans);
+}
+
+absl::Status PsClient::PullRows(std::span<const TableIds> tables, const ValueSpans& out) {
+  if (out.size() != tables.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("pull of rows into ", out.size(), " buffers for ", tables.size(), " tables"));
+  }
   const int n = transport_->num_ps();
   std::vector<proto::PullRowsRequest> requests(n);
   std::vector<proto::PullRowsResponse> responses(n);
@@ -432,6 +488,11 @@ absl::Status PsClient::PullRows(std::span<const TableIds> tables, Values* out) {
     absl::StatusOr<const Table*> table = FindTable(tables[k].table);
     if (!table.ok()) return table.status();
     found[k] = *table;
+    if (out[k].size() != tables[k].ids.size() * (*table)->dim) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("buffer for rows of table '", tables[k].table, "' holds ", out[k].size(),
+                       " values, expected ", tables[k].ids.size(), " rows of ", (*table)->dim));
+    }
     absl::StatusOr<Routed> r = Route(**table, tables[k].ids);
     if (!r.ok()) return r.status();
     routed[k] = *std::move(r);
@@ -475,7 +536,6 @@ absl::Status PsClient::PullRows(std::span<const TableIds> tables, Values* out) {
       }
     }
   }
-  out->resize(tables.size());
   for (size_t k = 0; k < tables.size(); ++k) {
     const int dim = found[k]->dim;
     std::vector<float> unique_rows(routed[k].unique.size() * dim);
@@ -489,8 +549,7 @@ absl::Status PsClient::PullRows(std::span<const TableIds> tables, Values* out) {
       std::memcpy(&unique_rows[u * dim], t.data().data() + s.row * dim * sizeof(float),
                   dim * sizeof(float));
     }
-    std::vector<float>& rows = (*out)[k];
-    rows.resize(tables[k].ids.size() * dim);
+    const std::span<float> rows = out[k];
     for (size_t i = 0; i < tables[k].ids.size(); ++i) {
       std::memcpy(&rows[i * dim], &unique_rows[routed[k].index[i] * dim], dim * sizeof(float));
     }
@@ -500,6 +559,11 @@ absl::Status PsClient::PullRows(std::span<const TableIds> tables, Values* out) {
 
 absl::Status PsClient::PushRows(int64_t step, std::span<const TableIds> tables,
                                 const Values& grads) {
+  return PushRows(step, tables, SpansOf(grads));
+}
+
+absl::Status PsClient::PushRows(int64_t step, std::span<const TableIds> tables,
+                                const GradientSpans& grads) {
   if (grads.size() != tables.size()) {
     return absl::InvalidArgumentError(
         absl::StrCat("push of ", grads.size(), " gradient sets for ", tables.size(), " tables"));

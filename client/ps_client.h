@@ -36,6 +36,14 @@
 namespace pst::worker {
 
 using Values = std::vector<std::vector<float>>;
+// Views of caller-owned memory, one per dense variable (or per table of a
+// row call), so that callers with their own buffers (numpy arrays, torch
+// tensors) exchange values without copies.
+using ValueSpans = std::vector<std::span<float>>;
+using GradientSpans = std::vector<std::span<const float>>;
+
+// Views of `values`, for the span overloads.
+GradientSpans SpansOf(const Values& values);
 
 class PsClient {
  public:
@@ -67,6 +75,9 @@ class PsClient {
   // the smallest version among them: the number of pushes every variable
   // has seen, i.e. the global step in async training.
   absl::StatusOr<int64_t> Pull(Values* values);
+  // Pull into caller memory: values[k] must hold exactly dense variable
+  // k's elements (InvalidArgument naming it otherwise).
+  absl::StatusOr<int64_t> Pull(const ValueSpans& values);
 
   // Pushes `grads` tagged with `step` (SYNC: the version they were computed
   // from; ASYNC and SSP: this worker's push count) and `base_version` (the
@@ -76,6 +87,9 @@ class PsClient {
   // position of the gradients' batch (PushRequest.position; -1: none).
   absl::StatusOr<int64_t> PushPull(int64_t step, int64_t base_version, const Values& grads,
                                    Values* values, int64_t position = -1);
+  // PushPull from and into caller memory (sizes checked as Pull's).
+  absl::StatusOr<int64_t> PushPull(int64_t step, int64_t base_version, const GradientSpans& grads,
+                                   const ValueSpans& values, int64_t position = -1);
 
   // Push alone, tagged as PushPull's push; returns the smallest version
   // after it. (Training uses PushPull; this is for benchmarks and tools.)
@@ -93,10 +107,23 @@ class PsClient {
   // Errors: NotFound for an unknown table; InvalidArgument for an id out of
   // range (checked here, before anything is sent, and again by the ps).
   absl::Status PullRows(std::span<const TableIds> tables, Values* out);
+  // Into caller memory: out[k] must hold exactly tables[k].ids.size() * dim
+  // floats (InvalidArgument naming the table otherwise).
+  absl::Status PullRows(std::span<const TableIds> tables, const ValueSpans& out);
 
   // Adds gradient rows: grads[k] is [tables[k].ids.size(), dim].
   // Errors: as PullRows, and InvalidArgument for a gradient of the wrong size.
   absl::Status PushRows(int64_t step, std::span<const TableIds> tables, const Values& grads);
+  absl::Status PushRows(int64_t step, std::span<const TableIds> tables,
+                        const GradientSpans& grads);
+
+  // The dense variables in the order of Create's `dense_names`, with their
+  // whole shapes.
+  struct DenseInfo {
+    std::string name;
+    std::vector<int64_t> shape;
+  };
+  std::vector<DenseInfo> DenseVariables() const;
 
   // The restore generation pushes are tagged with (see PushRequest): the
   // ps refuse pushes of another generation. Starts at 0.
@@ -121,7 +148,8 @@ class PsClient {
   };
   struct DenseVar {
     std::string name;
-    int64_t size = 0;  // elements
+    std::vector<int64_t> shape;  // the whole variable's
+    int64_t size = 0;            // elements
     std::vector<Piece> pieces;
   };
   // One request's worth of pieces to one ps.
@@ -162,14 +190,16 @@ class PsClient {
   // Checks the grads' sizes and fills one PushRequest per entry of
   // requests_, gradient payloads left in `grads` (added to `buffers`, whose
   // slices the transport counts in `pins`).
-  absl::Status BuildPushes(int64_t step, int64_t base_version, const Values& grads,
+  absl::Status BuildPushes(int64_t step, int64_t base_version, const GradientSpans& grads,
                            int64_t position,
                            const std::function<proto::PushRequest*(int r)>& request,
                            common::PayloadPins* pins,
                            std::vector<common::DenseBuffers>* buffers) const;
-  // `values` sized for every dense variable, and per request the spans of
-  // it that the answers' payloads go into.
-  std::vector<common::DenseBuffers> ValueBuffers(Values* values) const;
+  // Per request, the spans of `values` (one per dense variable) that the
+  // answers' payloads go into. Errors: InvalidArgument for a wrong size.
+  absl::StatusOr<std::vector<common::DenseBuffers>> ValueBuffers(const ValueSpans& values) const;
+  // Resizes `values` for every dense variable; views of it.
+  ValueSpans Resized(Values* values) const;
   // Checks request r's answer (its payloads already in place) and lowers
   // *min_version.
   absl::Status CheckDense(int r, const proto::PullResponse& response,

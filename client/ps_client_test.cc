@@ -126,6 +126,57 @@ TEST_P(PsClientTest, DensePushPull_RoutesToTheHoldingPs) {
   EXPECT_EQ(values[0], (std::vector<float>{-1, -2, -3}));
 }
 
+// The span overloads (caller memory, as Python's buffers): the same
+// results as the vector ones, and a buffer of the wrong size is refused,
+// naming the variable, before anything reaches the ps.
+TEST_P(PsClientTest, SpanCalls_WriteCallerMemory_AndRefuseWrongSizes) {
+  const std::vector<PsClient::DenseInfo> dense = client_->DenseVariables();
+  ASSERT_EQ(dense.size(), 1u);
+  EXPECT_EQ(dense[0].name, "bias");
+  EXPECT_EQ(dense[0].shape, std::vector<int64_t>{3});
+
+  std::vector<float> memory(3, 7.0f);
+  ASSERT_EQ(*client_->Pull(ValueSpans{memory}), 0);
+  EXPECT_EQ(memory, std::vector<float>(3, 0.0f));
+
+  std::vector<float> too_short(2), grad = {1, 2, 3};
+  absl::StatusOr<int64_t> refused = client_->Pull(ValueSpans{too_short});
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find("bias"), std::string_view::npos) << refused.status();
+  refused = client_->PushPull(0, 0, GradientSpans{std::span<const float>(too_short)},
+                              ValueSpans{memory});
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  refused = client_->PushPull(0, 0, GradientSpans{grad}, ValueSpans{too_short});
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(client_->PushPull(0, 0, GradientSpans{}, ValueSpans{memory}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(transport_->store(0)->GetStats().pushes_applied +
+                transport_->store(1)->GetStats().pushes_applied,
+            0);
+
+  absl::StatusOr<int64_t> version = client_->PushPull(0, 0, GradientSpans{grad}, ValueSpans{memory});
+  ASSERT_TRUE(version.ok()) << version.status();
+  EXPECT_EQ(*version, 1);
+  EXPECT_EQ(memory, (std::vector<float>{-1, -2, -3}));
+
+  // Rows: into caller memory, and a wrong-sized output names the table.
+  std::vector<int64_t> ids = {4, 2};
+  std::vector<PsClient::TableIds> tables = {{"emb", ids}};
+  std::vector<float> rows(ids.size() * kDim), short_rows(1);
+  ASSERT_TRUE(client_->PullRows(tables, ValueSpans{rows}).ok());
+  std::vector<float> want = InitialRow(4);
+  const std::vector<float> row2 = InitialRow(2);
+  want.insert(want.end(), row2.begin(), row2.end());
+  EXPECT_EQ(rows, want);
+  absl::Status bad = client_->PullRows(tables, ValueSpans{short_rows});
+  EXPECT_EQ(bad.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.message().find("emb"), std::string_view::npos) << bad;
+  const std::vector<float> row_grads(ids.size() * kDim, 1.0f);
+  ASSERT_TRUE(client_->PushRows(1, tables, GradientSpans{row_grads}).ok());
+  ASSERT_TRUE(client_->PullRows(tables, ValueSpans{rows}).ok());
+  for (size_t i = 0; i < rows.size(); ++i) EXPECT_FLOAT_EQ(rows[i], want[i] - 1.0f);
+}
+
 // A dense variable cut into pieces (TrainingConfig.dense_piece_bytes)
 // behaves exactly as the whole variable: same initial values, same updates,
 // and a retried push is still applied once, piece by piece.
