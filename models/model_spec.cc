@@ -58,7 +58,9 @@ absl::StatusOr<proto::PlacementPlan> BuildPlan(const proto::TrainingConfig& trai
   if (!vars.ok()) return vars.status();
   std::vector<proto::VariableSpec> specs;
   const proto::Partitioner& partitioner = training.partitioner();
+  std::vector<std::string> dense, tables;
   for (const ModelVariable& var : *vars) {
+    (var.table ? tables : dense).push_back(var.spec.name());
     if (!var.table) {
       absl::StatusOr<std::vector<proto::VariableSpec>> pieces =
           common::SplitDense(var.spec, training.dense_piece_bytes());
@@ -96,12 +98,19 @@ absl::StatusOr<proto::PlacementPlan> BuildPlan(const proto::TrainingConfig& trai
     if (!split.ok()) return split.status();
     specs.insert(specs.end(), split->begin(), split->end());
   }
-  if (training.placement() == "round_robin") return common::PlaceRoundRobin(specs, num_ps);
-  if (training.placement().empty() || training.placement() == "size_balanced") {
-    return common::PlaceSizeBalanced(specs, num_ps, kHashRowGuess);
+  absl::StatusOr<proto::PlacementPlan> plan;
+  if (training.placement() == "round_robin") {
+    plan = common::PlaceRoundRobin(specs, num_ps);
+  } else if (training.placement().empty() || training.placement() == "size_balanced") {
+    plan = common::PlaceSizeBalanced(specs, num_ps, kHashRowGuess);
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat("unknown placement '", training.placement(),
+                                                   "' (known: round_robin, size_balanced)"));
   }
-  return absl::InvalidArgumentError(absl::StrCat("unknown placement '", training.placement(),
-                                                 "' (known: round_robin, size_balanced)"));
+  if (!plan.ok()) return plan.status();
+  plan->mutable_dense()->Assign(dense.begin(), dense.end());
+  plan->mutable_tables()->Assign(tables.begin(), tables.end());
+  return plan;
 }
 
 absl::Status CheckPlanMatches(const proto::PlacementPlan& plan,

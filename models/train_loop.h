@@ -57,6 +57,16 @@ inline bool ReachedMaxSteps(const proto::TrainingConfig& training, int64_t globa
   return training.max_steps() > 0 && global_step >= training.max_steps();
 }
 
+// The order of epoch `epoch`'s pass over `num_examples` examples: a
+// shuffle that depends only on the seed and the epoch.
+inline void ShuffledOrder(int64_t num_examples, uint64_t shuffle_seed, int epoch,
+                          std::vector<int64_t>* order) {
+  order->resize(num_examples);
+  std::iota(order->begin(), order->end(), 0);
+  std::mt19937_64 rng(shuffle_seed ^ (static_cast<uint64_t>(epoch) * 0x9e3779b97f4a7c15ULL));
+  std::shuffle(order->begin(), order->end(), rng);
+}
+
 // Calls step(first, count, epoch, position) for every batch of a shuffled
 // pass, for each epoch, from data position `start_position` on, until step
 // fails or asks to stop (returns false). `position` counts batches from the
@@ -70,11 +80,7 @@ absl::Status ForEachBatch(const proto::TrainingConfig& training, int64_t num_exa
   if (per_epoch == 0) return absl::OkStatus();
   int64_t position = std::max<int64_t>(0, start_position);
   for (int epoch = static_cast<int>(position / per_epoch); epoch < training.epochs(); ++epoch) {
-    // Each epoch's order depends only on the seed and the epoch.
-    order->resize(num_examples);
-    std::iota(order->begin(), order->end(), 0);
-    std::mt19937_64 rng(shuffle_seed ^ (static_cast<uint64_t>(epoch) * 0x9e3779b97f4a7c15ULL));
-    std::shuffle(order->begin(), order->end(), rng);
+    ShuffledOrder(num_examples, shuffle_seed, epoch, order);
     for (int64_t b = position - epoch * per_epoch; b < per_epoch; ++b, ++position) {
       const int64_t start = b * batch;
       absl::StatusOr<bool> go_on =

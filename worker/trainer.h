@@ -65,6 +65,9 @@ struct WorkerConnections {
       ps_control;
 };
 
+// The gRPC connections, over `coordinator` (not owned).
+WorkerConnections GrpcConnections(CoordinatorClient* coordinator);
+
 // RunWorker over `connections`: the gRPC ones RunWorker makes from
 // options.coordinator_address, or in-process ones in a test. Messages name
 // the coordinator by options.coordinator_address.

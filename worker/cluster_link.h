@@ -1,0 +1,148 @@
+// A worker's link to the rest of the cluster, whoever runs its training
+// loop (RunWorker's models, or a Python process through WorkerSession):
+// registration with the coordinator, the heartbeat thread that carries
+// progress out and brings the coordinator's phase, generation and "should
+// stop" back, and the report of the end.
+#ifndef PST_WORKER_CLUSTER_LINK_H_
+#define PST_WORKER_CLUSTER_LINK_H_
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
+#include "client/coordinator_client.h"
+#include "common/process.h"
+#include "proto/pstrain.pb.h"
+#include "worker/trainer.h"
+
+namespace pst::worker {
+
+// Progress shared between the training loop and the heartbeat thread.
+class Progress {
+ public:
+  // A new attempt: training in `generation` from data position `position`.
+  void Begin(int64_t generation, int64_t position);
+  void Step(int64_t examples, float loss, int epoch, int64_t version, int64_t position);
+  int64_t position() const;
+  int64_t steps() const;
+  // Fills `request` and resets the running loss.
+  void Report(proto::HeartbeatRequest* request);
+
+ private:
+  mutable absl::Mutex mu_;
+  int64_t steps_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t version_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t examples_ ABSL_GUARDED_BY(mu_) = 0;
+  double loss_sum_ ABSL_GUARDED_BY(mu_) = 0;
+  int loss_count_ ABSL_GUARDED_BY(mu_) = 0;
+  int epoch_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t position_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+// What the coordinator last said, from heartbeats and registrations.
+class CoordinatorView {
+ public:
+  struct State {
+    proto::Phase phase = proto::PHASE_RUNNING;
+    int64_t generation = 0;
+    int64_t position = 0;  // where to go on from in `generation`
+    bool should_stop = false;
+    uint64_t updates = 0;  // bumped by every answer
+  };
+  void Update(proto::Phase phase, int64_t generation, int64_t position, bool should_stop);
+  State Get() const;
+  // Waits until the coordinator answers again after `seen`, or `timeout`.
+  State WaitForUpdate(uint64_t seen, absl::Duration timeout) const;
+
+ private:
+  mutable absl::Mutex mu_;
+  State state_ ABSL_GUARDED_BY(mu_);
+};
+
+// Whether a failed step is worth retrying: the ps or the coordinator is
+// away, restarting or restoring (as opposed to bad input).
+bool Retryable(const absl::Status& status);
+
+// Makes one call to the coordinator (`call`, given a 1 s timeout) until it
+// is answered with anything but UNAVAILABLE or DEADLINE_EXCEEDED (the
+// coordinator is not up yet, or is initializing or recovering), backing off
+// up to 1 s between tries, until `deadline`. The errors say "stopped before
+// <stopped_before>" and "the coordinator at <address> did not answer<what>
+// in time".
+absl::Status CallCoordinatorUntil(const std::function<absl::Status(absl::Duration)>& call,
+                                  const std::string& address, absl::Time deadline,
+                                  const common::StopSignal& stop, absl::string_view stopped_before,
+                                  absl::string_view what);
+
+class ClusterLink {
+ public:
+  // Registers as options.worker_index, retrying while the coordinator is not
+  // up (or initializes or recovers) until options.startup_timeout. A
+  // restarted worker starts where the ps last took its pushes, when that is
+  // beyond what the coordinator knows. Heartbeats start with Start().
+  static absl::StatusOr<std::unique_ptr<ClusterLink>> Register(
+      const TrainerOptions& options, const WorkerConnections& connections,
+      const common::StopSignal& stop);
+  // Stops the heartbeats (see StopHeartbeats).
+  ~ClusterLink();
+
+  const proto::ClusterState& state() const { return registered_.state(); }
+  const proto::TrainingConfig& training() const { return registered_.state().training(); }
+  std::vector<std::string> ps_addresses() const;
+  // Where this worker starts in its data.
+  int64_t start_position() const { return start_; }
+
+  // Starts heartbeats from start_position(). Without an answer for
+  // options.recovery_timeout, lost() stops and heartbeat_error() says why.
+  void Start();
+  // Joins the heartbeat thread (idempotent).
+  void StopHeartbeats();
+
+  Progress& progress() { return progress_; }
+  CoordinatorView& view() { return view_; }
+  const common::StopSignal& lost() const { return lost_coordinator_; }
+  // Why heartbeats gave up; OK while they go on. Read after StopHeartbeats.
+  const absl::Status& heartbeat_error() const { return heartbeat_error_; }
+  // This worker finished its share and waits for the end: said again to a
+  // restarted coordinator.
+  void set_finished(bool finished) { finished_ = finished; }
+
+  // Reports the end of this worker: `completed` (finished its share; the
+  // coordinator refuses one from an old generation), or leaving early for
+  // `reason`.
+  absl::Status ReportDone(bool completed, const std::string& reason);
+
+ private:
+  ClusterLink(const TrainerOptions& options, const WorkerConnections& connections,
+              const common::StopSignal& stop)
+      : options_(options), connections_(connections), stop_(stop) {}
+  void HeartbeatLoop();
+
+  const TrainerOptions options_;
+  const WorkerConnections connections_;
+  const common::StopSignal& stop_;
+  proto::RegisterResponse registered_;
+  int64_t start_ = 0;
+  Progress progress_;
+  CoordinatorView view_;
+  common::StopSignal lost_coordinator_;
+  absl::Notification loop_done_;
+  std::atomic<bool> finished_{false};
+  absl::Status heartbeat_error_;
+  std::thread heartbeat_;
+};
+
+}  // namespace pst::worker
+
+#endif  // PST_WORKER_CLUSTER_LINK_H_

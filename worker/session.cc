@@ -1,0 +1,266 @@
+#include "worker/session.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "client/grpc_coordinator_client.h"
+#include "common/logging.h"
+#include "common/status_macros.h"
+#include "models/train_loop.h"
+
+namespace pst::worker {
+
+absl::StatusOr<std::unique_ptr<WorkerSession>> WorkerSession::Start(
+    const TrainerOptions& options) {
+  std::unique_ptr<CoordinatorClient> coordinator =
+      MakeGrpcCoordinatorClient(options.coordinator_address);
+  CoordinatorClient* const raw = coordinator.get();
+  std::unique_ptr<WorkerSession> session(new WorkerSession(options, std::move(coordinator)));
+  PST_RETURN_IF_ERROR(session->Connect(GrpcConnections(raw)));
+  return session;
+}
+
+absl::StatusOr<std::unique_ptr<WorkerSession>> WorkerSession::Start(
+    const TrainerOptions& options, const WorkerConnections& connections) {
+  std::unique_ptr<WorkerSession> session(new WorkerSession(options, nullptr));
+  PST_RETURN_IF_ERROR(session->Connect(connections));
+  return session;
+}
+
+absl::Status WorkerSession::Connect(const WorkerConnections& connections) {
+  PST_ASSIGN_OR_RETURN(link_, ClusterLink::Register(options_, connections, stop_));
+  const proto::ClusterState& state = link_->state();
+  if (state.plan().dense_size() + state.plan().tables_size() == 0) {
+    return absl::FailedPreconditionError(
+        "the chief's plan does not list the model's variables (a chief older than this worker?)");
+  }
+  const std::vector<std::string> dense(state.plan().dense().begin(), state.plan().dense().end());
+  PST_ASSIGN_OR_RETURN(
+      ps_, PsClient::Create(state.plan(), dense,
+                            connections.ps_transport(link_->ps_addresses(), options_.rpc_timeout),
+                            options_.worker_index, options_.incarnation));
+  generation_ = state.generation();
+  ps_->set_generation(generation_);
+  position_ = std::max<int64_t>(0, link_->start_position());
+  shuffle_seed_ = state.training().seed() ^ (uint64_t(options_.worker_index) << 32);
+  spdlog::info(
+      "registered with the coordinator at {}: {} worker(s), {} ps, batch {}, {} epoch(s), "
+      "starting at data position {}",
+      options_.coordinator_address, state.num_workers(), state.ps_addresses_size(),
+      state.training().batch_size(), state.training().epochs(), position_);
+  link_->Start();
+  return absl::OkStatus();
+}
+
+WorkerSession::~WorkerSession() {
+  if (link_ == nullptr) return;
+  link_->StopHeartbeats();
+  if (!completed_) {
+    const std::string reason = stop_.stopped() ? stop_.reason() : "the training loop ended early";
+    link_->ReportDone(false, reason).IgnoreError();
+  }
+}
+
+absl::StatusOr<WorkerSession::Batch> WorkerSession::Next(int64_t num_examples) {
+  const proto::TrainingConfig& training = link_->training();
+  const int workers = std::max(1, state().num_workers());
+  if (num_examples < workers) {
+    return absl::InvalidArgumentError(absl::StrCat("a data set of ", num_examples,
+                                                   " example(s) cannot be shared by ", workers,
+                                                   " worker(s)"));
+  }
+  if (num_examples_ != 0 && num_examples != num_examples_) {
+    return absl::InvalidArgumentError(absl::StrCat("the data set has ", num_examples,
+                                                   " example(s) now, but ", num_examples_,
+                                                   " before: a position names other batches"));
+  }
+  num_examples_ = num_examples;
+  // This worker's examples: i % workers == worker_index.
+  const int64_t shard = (num_examples - options_.worker_index + workers - 1) / workers;
+  const int64_t batch = training.batch_size();
+  const int64_t per_epoch = (shard + batch - 1) / batch;
+  if (handed_out_ && !step_failed_) ++position_;
+  handed_out_ = false;
+  Batch out;
+  for (;;) {
+    if (stop_.stopped()) return absl::CancelledError(stop_.reason());
+    if (link_->lost().stopped()) return link_->heartbeat_error();
+    const CoordinatorView::State v = link_->view().Get();
+    if (step_failed_ || Recovering(v)) {
+      PST_ASSIGN_OR_RETURN(const bool end, WaitForCluster());
+      if (end) {
+        out.done = true;
+        return out;
+      }
+      continue;
+    }
+    if (v.should_stop || position_ >= training.epochs() * per_epoch ||
+        ReachedMaxSteps(training, global_step_)) {
+      PST_ASSIGN_OR_RETURN(const bool ended, Finish());
+      if (ended) {
+        out.done = true;
+        return out;
+      }
+      continue;
+    }
+    break;
+  }
+  epoch_ = static_cast<int>(position_ / per_epoch);
+  if (order_epoch_ != epoch_) {
+    ShuffledOrder(shard, shuffle_seed_, epoch_, &order_);
+    order_epoch_ = epoch_;
+  }
+  const int64_t first = (position_ - epoch_ * per_epoch) * batch;
+  const int64_t count = std::min(batch, shard - first);
+  out.examples.resize(count);
+  for (int64_t k = 0; k < count; ++k) {
+    out.examples[k] = order_[first + k] * workers + options_.worker_index;
+  }
+  out.position = position_;
+  out.epoch = epoch_;
+  out.refresh = refresh_;
+  refresh_ = false;
+  handed_out_ = true;
+  return out;
+}
+
+absl::StatusOr<bool> WorkerSession::WaitForCluster() {
+  if (!failing_since_.has_value()) failing_since_ = absl::Now();
+  const absl::Time retry_at = absl::Now() + backoff_;
+  backoff_ = std::min(2 * backoff_, absl::Seconds(2));
+  CoordinatorView& view = link_->view();
+  CoordinatorView::State v = view.Get();
+  for (;;) {
+    const absl::Time now = absl::Now();
+    if (stop_.stopped() || link_->lost().stopped() || v.should_stop) break;
+    if (now - *failing_since_ > options_.recovery_timeout) break;
+    if (v.phase != proto::PHASE_RECOVERING && (v.generation != generation_ || now >= retry_at)) {
+      break;
+    }
+    // While the chief restores the ps, wait a heartbeat at a time.
+    v = view.WaitForUpdate(v.updates, v.phase == proto::PHASE_RECOVERING
+                                          ? options_.heartbeat_interval
+                                          : retry_at - now);
+  }
+  if (stop_.stopped()) return absl::CancelledError(stop_.reason());
+  if (link_->lost().stopped()) return link_->heartbeat_error();
+  if (v.should_stop) {
+    spdlog::info("the coordinator ended the job while this worker waited");
+    completed_ = true;
+    return true;
+  }
+  if (absl::Now() - *failing_since_ > options_.recovery_timeout) {
+    return absl::UnavailableError(absl::StrCat("the cluster did not recover within ",
+                                               absl::FormatDuration(options_.recovery_timeout),
+                                               " (recovery timeout)"));
+  }
+  if (v.generation != generation_) {
+    generation_ = v.generation;
+    ps_->set_generation(generation_);
+    position_ = v.position;
+    link_->progress().Begin(generation_, position_);
+    spdlog::info("the ps were restored (generation {}): going on from data position {}",
+                 generation_, position_);
+  } else {
+    spdlog::info("retrying from data position {}", position_);
+  }
+  step_failed_ = false;
+  refresh_ = true;
+  return false;
+}
+
+absl::StatusOr<bool> WorkerSession::Finish() {
+  absl::Status reported = link_->ReportDone(true, "finished");
+  if (!reported.ok()) {
+    spdlog::warn("could not report completion: {}", reported.message());
+    step_failed_ = true;  // wait a moment, then report again
+    return false;
+  }
+  link_->set_finished(true);
+  spdlog::info("waiting for the chief to end the job");
+  CoordinatorView& view = link_->view();
+  CoordinatorView::State v = view.Get();
+  while (!stop_.stopped() && !link_->lost().stopped() && v.phase != proto::PHASE_DONE &&
+         !Recovering(v)) {
+    v = view.WaitForUpdate(v.updates, options_.heartbeat_interval);
+  }
+  if (stop_.stopped()) return absl::CancelledError(stop_.reason());
+  if (link_->lost().stopped()) return link_->heartbeat_error();
+  if (v.phase == proto::PHASE_DONE) {
+    completed_ = true;
+    return true;
+  }
+  link_->set_finished(false);
+  spdlog::warn(
+      "the ps are being restored from a checkpoint after this worker finished: it trains again "
+      "from its position there");
+  step_failed_ = true;
+  return false;
+}
+
+absl::StatusOr<bool> WorkerSession::Failed(const absl::Status& status, const char* what) {
+  if (!Retryable(status) && !Recovering(link_->view().Get())) return status;
+  spdlog::warn("{} at data position {} failed: {}; waiting for the cluster", what, position_,
+               status.message());
+  step_failed_ = true;
+  return false;
+}
+
+absl::StatusOr<bool> WorkerSession::Pull(const ValueSpans& values) {
+  if (step_failed_) return false;
+  absl::StatusOr<int64_t> version = ps_->Pull(values);
+  if (version.ok()) {
+    global_step_ = *version;
+    return true;
+  }
+  if (version.status().code() == absl::StatusCode::kInvalidArgument) return version.status();
+  return Failed(version.status(), "pull");
+}
+
+absl::StatusOr<bool> WorkerSession::PushPull(const GradientSpans& grads, const ValueSpans& values,
+                                             int64_t examples, float loss) {
+  if (step_failed_) return false;
+  const bool sync = link_->training().sync().mode() == proto::SYNC;
+  // SYNC tags a push with the version it was computed from; the other
+  // modes with the data position.
+  const int64_t tag = sync ? global_step_ : position_;
+  absl::StatusOr<int64_t> version = ps_->PushPull(tag, global_step_, grads, values, position_);
+  if (!version.ok()) {
+    if (version.status().code() == absl::StatusCode::kInvalidArgument) return version.status();
+    refresh_ = true;  // the answers may have overwritten part of `values`
+    return Failed(version.status(), "step");
+  }
+  global_step_ = *version;
+  link_->progress().Step(examples, loss, epoch_, global_step_, position_ + 1);
+  failing_since_.reset();
+  backoff_ = absl::Milliseconds(100);
+  return true;
+}
+
+absl::StatusOr<bool> WorkerSession::PullRows(const std::string& table,
+                                             std::span<const int64_t> ids,
+                                             std::span<float> rows) {
+  if (step_failed_) return false;
+  PST_RETURN_IF_ERROR(ps_->TableDim(table).status());  // unknown: not worth a retry
+  const PsClient::TableIds request[] = {{table, ids}};
+  absl::Status status = ps_->PullRows(request, ValueSpans{rows});
+  if (status.ok()) return true;
+  if (status.code() == absl::StatusCode::kInvalidArgument) return status;
+  return Failed(status, "row pull");
+}
+
+absl::StatusOr<bool> WorkerSession::PushRows(const std::string& table,
+                                             std::span<const int64_t> ids,
+                                             std::span<const float> grads) {
+  if (step_failed_) return false;
+  PST_RETURN_IF_ERROR(ps_->TableDim(table).status());  // unknown: not worth a retry
+  const PsClient::TableIds request[] = {{table, ids}};
+  absl::Status status = ps_->PushRows(position_, request, GradientSpans{grads});
+  if (status.ok()) return true;
+  if (status.code() == absl::StatusCode::kInvalidArgument) return status;
+  return Failed(status, "row push");
+}
+
+}  // namespace pst::worker
