@@ -9,10 +9,13 @@ DEMO_FLAGS ?= --ps=2 --workers=2 --epochs=3
 DEBIAN_PACKAGES := cmake make g++ pkg-config ccache \
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler \
   libabsl-dev libspdlog-dev libopenblas-dev nlohmann-json3-dev zlib1g-dev \
-  libgtest-dev dataset-fashion-mnist prometheus-cpp-dev libssl-dev
+  libgtest-dev dataset-fashion-mnist prometheus-cpp-dev libssl-dev \
+  python3-dev pybind11-dev python3-numpy
 # What only the tests need: iptables (packet loss in the multi-host test),
-# openssl (certificates), promtool, clang with libFuzzer.
-TEST_PACKAGES := iptables openssl prometheus clang libclang-rt-14-dev
+# openssl (certificates), promtool, clang with libFuzzer, and PyTorch with
+# pytest for the Python workers' tests (python/tests).
+TEST_PACKAGES := iptables openssl prometheus clang libclang-rt-14-dev \
+  python3-torch python3-pytest
 
 .PHONY: all deps test-deps configure build demo test test-deploy test-k8s test-compose fuzz bench-modes bench-ps bench-recovery bench-throughput sanitize tsan clean
 

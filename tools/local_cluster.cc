@@ -1,6 +1,7 @@
 #include "tools/local_cluster.h"
 
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -80,6 +81,12 @@ class Console {
 }  // namespace
 
 int RunLocalCluster(const LocalClusterOptions& options, common::StopSignal* stop) {
+  if (!options.worker_command.empty() && !options.with_chief) {
+    std::fprintf(stderr,
+                 "pstrain local: --worker_command needs a chief (--chief): a Python worker cannot "
+                 "act as one\n");
+    return 2;
+  }
   if (options.num_ps < 1 || options.num_workers < 1) {
     std::fprintf(stderr, "pstrain local: --ps and --workers must be at least 1\n");
     return 2;
@@ -119,6 +126,17 @@ int RunLocalCluster(const LocalClusterOptions& options, common::StopSignal* stop
     console.Print(absl::StrCat("pstrain local: OPENBLAS_NUM_THREADS=", blas_threads,
                                " for each daemon (", cores, " cores, ", options.num_workers,
                                " workers and the chief computing; set it to override)"));
+  }
+
+  // The build tree's Python package, ahead of the inherited PYTHONPATH.
+  std::string python_path;
+  if (!options.worker_command.empty()) {
+    const std::string package = absl::StrCat(options.bin_dir, "/../python");
+    struct stat info;
+    if (stat(absl::StrCat(package, "/pstrain").c_str(), &info) == 0) python_path = package;
+    if (const char* inherited = std::getenv("PYTHONPATH"); inherited != nullptr && *inherited) {
+      python_path = python_path.empty() ? inherited : absl::StrCat(python_path, ":", inherited);
+    }
   }
 
   // Start order: ps, chief, workers (all retry until their peers are up).
@@ -182,15 +200,21 @@ int RunLocalCluster(const LocalClusterOptions& options, common::StopSignal* stop
     tf.task = launches[i].task;
     const std::string task = common::TaskIdString(tf.task);
     SpawnOptions spawn;
+    const bool command = tf.task.type == common::TaskType::kWorker && !options.worker_command.empty();
     spawn.argv = {absl::StrCat(options.bin_dir, "/", launches[i].binary)};
+    // exec: the command is the child itself, so that a signal that kills it
+    // reaches the supervisor as such (restart_failed), not as sh's exit code.
+    if (command) spawn.argv = {"/bin/sh", "-c", "exec " + options.worker_command};
     // "{task}" in a flag is this daemon's task ("worker-1"): its own
     // certificate or token file under per-role security.
     const std::string task_name =
         absl::StrCat(std::string(common::TaskTypeName(tf.task.type)), "-", tf.task.index);
     for (const std::string& flag : options.daemon_flags) {
+      if (command) break;  // a command takes no daemon flags
       spawn.argv.push_back(absl::StrReplaceAll(flag, {{"{task}", task_name}}));
     }
-    if (tf.task.type == common::TaskType::kWorker && tf.task.index == options.slow_worker) {
+    if (!command && tf.task.type == common::TaskType::kWorker &&
+        tf.task.index == options.slow_worker) {
       spawn.argv.push_back(absl::StrCat("--step_delay_ms=", options.slow_worker_delay_ms));
     }
     if (options.metrics_port > 0) {
@@ -213,6 +237,12 @@ int RunLocalCluster(const LocalClusterOptions& options, common::StopSignal* stop
     }
     spawn.env = {absl::StrCat("TF_CONFIG=", common::TfConfigToJson(tf))};
     if (!blas_threads.empty()) spawn.env.push_back("OPENBLAS_NUM_THREADS=" + blas_threads);
+    if (command) {
+      spawn.env.push_back("PSTRAIN_BIN=" + options.bin_dir);
+      if (!python_path.empty()) spawn.env.push_back("PYTHONPATH=" + python_path);
+      // torch's own threads: one each, as the C++ workers' BLAS.
+      if (!blas_threads.empty()) spawn.env.push_back("OMP_NUM_THREADS=" + blas_threads);
+    }
     children[i].task = task;
     children[i].coordinator = tf.IsCoordinator();
     children[i].spawn = std::move(spawn);
@@ -226,6 +256,18 @@ int RunLocalCluster(const LocalClusterOptions& options, common::StopSignal* stop
   }
 
   absl::Notification all_exited;
+  // Set when the coordinator exits with success: the job is over. A daemon
+  // still running `grace` later (one restarted after the chief had told
+  // the ps to shut down) is stopped; nothing is restarted any more, and
+  // what exits after it does not fail the job.
+  absl::Notification job_ended;
+  std::thread straggler_stopper([&] {
+    job_ended.WaitForNotification();
+    if (all_exited.WaitForNotificationWithTimeout(options.grace)) return;
+    console.Print("pstrain local: the chief ended the job; stopping the daemons still running");
+    signal_all(SIGTERM);
+    if (!all_exited.WaitForNotificationWithTimeout(options.grace)) signal_all(SIGKILL);
+  });
   std::thread timer([&] {
     if (options.timeout > absl::ZeroDuration() &&
         !all_exited.WaitForNotificationWithTimeout(options.timeout)) {
@@ -260,7 +302,10 @@ int RunLocalCluster(const LocalClusterOptions& options, common::StopSignal* stop
       c.running = false;
       c.wait_status = wait_status;
       const bool ok = WIFEXITED(wait_status) && WEXITSTATUS(wait_status) == 0;
-      if (!ok && !stop->stopped() && options.restart_failed && WIFSIGNALED(wait_status) &&
+      const bool after_job = job_ended.HasBeenNotified();
+      if (ok && c.coordinator && !after_job) job_ended.Notify();
+      if (!ok && !after_job && !stop->stopped() && options.restart_failed &&
+          WIFSIGNALED(wait_status) &&
           c.restarts < options.max_restarts) {
         // Like a supervisor's restart on failure: the same task, again.
         ++c.restarts;
@@ -273,7 +318,9 @@ int RunLocalCluster(const LocalClusterOptions& options, common::StopSignal* stop
             absl::StrCat("pstrain local: cannot restart ", c.task, ": ", started.message()));
       }
       --live;
-      if (!ok && !stop->stopped()) {
+      // After the job, a daemon killed by a signal (one the straggler
+      // stopper stopped, or killed from outside) has lost nothing.
+      if (!ok && !(after_job && WIFSIGNALED(wait_status)) && !stop->stopped()) {
         exit_code = 1;
         stop->Stop(absl::StrCat(c.task, " ", DescribeWaitStatus(wait_status)));
       }
@@ -282,6 +329,8 @@ int RunLocalCluster(const LocalClusterOptions& options, common::StopSignal* stop
   all_exited.Notify();
   const bool stopped_before_end = stop->stopped();
   stop->Stop("every daemon exited");  // releases the reaper
+  if (!job_ended.HasBeenNotified()) job_ended.Notify();  // releases the straggler stopper
+  straggler_stopper.join();
   timer.join();
   reaper.join();
   for (Child& c : children) {

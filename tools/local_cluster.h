@@ -32,6 +32,13 @@ struct LocalClusterOptions {
   std::vector<std::string> daemon_flags;
   std::string summary_json;               // passed to the coordinator task
   int metrics_port = 0;  // > 0: daemon k (in start order) serves /metrics on metrics_port + k
+  // Non-empty: every worker runs this shell command (`/bin/sh -c`) instead
+  // of the C++ worker binary, e.g. "/usr/bin/python3 examples/train.py":
+  // a Python worker (import pstrain) with its TF_CONFIG, PYTHONPATH naming
+  // the build tree's package (bin_dir/../python) when there is one, and
+  // PSTRAIN_BIN=bin_dir. It gets no daemon flags; it is supervised as any
+  // worker (restart_failed included). Needs with_chief.
+  std::string worker_command;
   int slow_worker = -1;                   // this worker gets --step_delay_ms
   int slow_worker_delay_ms = 0;
   absl::Duration timeout = absl::ZeroDuration();  // zero: none
@@ -39,7 +46,9 @@ struct LocalClusterOptions {
   // Restart a daemon killed by a signal (kill -9, a crash, the OOM killer)
   // with the same task, at most max_restarts times each, as a supervisor
   // with restart-on-failure would. A daemon that exits with an error code
-  // has given its own verdict and is not restarted.
+  // has given its own verdict and is not restarted. Once the chief has
+  // ended the job (exited with success) nothing is restarted, and daemons
+  // still running `grace` later are stopped.
   bool restart_failed = false;
   int max_restarts = 3;
   // How the job's progress is shown on stdout (kAuto is decided here, from

@@ -59,6 +59,10 @@ ABSL_FLAG(int32_t, slow_worker_delay_ms, 0, "local: the slow worker's extra time
 ABSL_FLAG(bool, restart_failed, false,
           "local: restart a daemon killed by a signal (kill -9, a crash) with the same task, "
           "like Docker Compose's restart: on-failure.");
+ABSL_FLAG(std::string, worker_command, "",
+          "local: run every worker as this shell command instead of the C++ worker, e.g. "
+          "'/usr/bin/python3 examples/torch_cnn_fashion_mnist.py' (a Python worker; it gets "
+          "TF_CONFIG, and PYTHONPATH with the build tree's pstrain package). Needs --chief.");
 ABSL_FLAG(int32_t, max_restarts, 3, "local: with --restart_failed, restarts allowed per task.");
 ABSL_FLAG(std::string, out, "", "generate_criteo, generate_libsvm: the file to write.");
 ABSL_FLAG(int64_t, rows, 200000, "generate_criteo, generate_libsvm: rows to write.");
@@ -223,6 +227,7 @@ int Local() {
   options.slow_worker = absl::GetFlag(FLAGS_slow_worker);
   options.slow_worker_delay_ms = absl::GetFlag(FLAGS_slow_worker_delay_ms);
   options.restart_failed = absl::GetFlag(FLAGS_restart_failed);
+  options.worker_command = absl::GetFlag(FLAGS_worker_command);
   options.max_restarts = absl::GetFlag(FLAGS_max_restarts);
   options.progress = absl::GetFlag(FLAGS_progress);
   // A live line should move every second; a --log_every_s set to anything

@@ -1,0 +1,212 @@
+"""pstrain for Python workers.
+
+A Python process joins a pstrain cluster as one of its workers: it reads
+TF_CONFIG, registers with the chief, heartbeats (on a C++ thread that does
+not hold the GIL), and exchanges parameters and gradients with the ps. The
+chief plans, checkpoints and recovers the job as it does for C++ workers.
+
+    import pstrain
+    with pstrain.Worker.from_env() as worker:
+        values = None
+        for batch in worker.batches(len(dataset)):
+            if batch.refresh:
+                values = worker.pull()
+            grads = compute(values, dataset[batch.examples])
+            worker.push_pull(grads, out=values)
+
+Arrays are float32 (values, gradients) and int64 (ids), C-contiguous numpy
+arrays or CPU torch tensors; they are read and written in place, without
+copies. Anything else raises TypeError or ValueError naming the tensor.
+
+A step that fails because a ps or the chief went away is dropped: the call
+returns None (or False), later calls of the same batch do nothing, and the
+next batch the iterator gives is the one to train next once the cluster is
+back: the same one, or the position of the checkpoint the ps were restored
+from. Pushes are tagged with their data position, so none is applied twice.
+"""
+
+import json
+import os
+from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
+
+import numpy as np
+
+from . import _pstrain
+
+__all__ = ["Batch", "Worker"]
+
+
+class Batch(NamedTuple):
+    """One batch to train."""
+
+    position: int  # batches this worker trained since the job began
+    epoch: int
+    refresh: bool  # the values held are stale: pull() before computing
+    examples: np.ndarray  # int64 indices into the whole data set
+
+
+def _as_array(x, what: str, dtype, writable: bool) -> np.ndarray:
+    """A numpy view of `x` (a numpy array or a CPU torch tensor), checked."""
+    if type(x).__module__.startswith("torch"):
+        if x.device.type != "cpu":
+            raise TypeError(f"{what}: a tensor on {x.device}; pstrain exchanges CPU tensors")
+        if not x.is_contiguous():
+            raise TypeError(f"{what}: not contiguous (call .contiguous() first)")
+        x = x.detach().numpy()
+    elif not isinstance(x, np.ndarray):
+        raise TypeError(f"{what}: expected a numpy array or a torch tensor, got {type(x).__name__}")
+    if x.dtype != dtype:
+        raise TypeError(f"{what}: dtype {x.dtype}, expected {np.dtype(dtype).name}")
+    if not x.flags.c_contiguous:
+        raise TypeError(f"{what}: not C-contiguous (use np.ascontiguousarray)")
+    if writable and not x.flags.writeable:
+        raise ValueError(f"{what}: read-only")
+    return x
+
+
+class Worker:
+    """A worker task of a pstrain job, driven from Python."""
+
+    def __init__(self, tf_config=None, *, heartbeat_interval: float = 1.0,
+                 startup_timeout: float = 120.0, rpc_timeout: float = 60.0,
+                 recovery_timeout: float = 300.0):
+        """Registers with the chief named in `tf_config` (a dict or JSON
+        text; default: the TF_CONFIG environment variable).
+
+        Raises ValueError for a malformed TF_CONFIG or one whose task is not
+        a worker, ConnectionError when the chief did not answer within
+        `startup_timeout` seconds.
+        """
+        if tf_config is None:
+            tf_config = os.environ.get("TF_CONFIG")
+            if not tf_config:
+                raise ValueError("TF_CONFIG is not set; pass tf_config= or set the variable")
+        if isinstance(tf_config, dict):
+            tf_config = json.dumps(tf_config)
+        self._session = _pstrain.Session(tf_config, heartbeat_interval, startup_timeout,
+                                         rpc_timeout, recovery_timeout)
+        self._dense: List[Tuple[str, Tuple[int, ...]]] = list(self._session.dense_variables)
+        self._batch: Optional[Batch] = None
+
+    @classmethod
+    def from_env(cls, **kwargs) -> "Worker":
+        """A worker from the TF_CONFIG environment variable."""
+        return cls(None, **kwargs)
+
+    # -- what the chief said --------------------------------------------
+    @property
+    def index(self) -> int:
+        return self._session.worker_index
+
+    @property
+    def config(self) -> dict:
+        """The job's training settings: batch_size, epochs, max_steps, seed,
+        mode (ASYNC, SYNC, SSP), optimizer, learning_rate, num_workers,
+        num_ps, model, data."""
+        return self._session.training
+
+    @property
+    def variables(self) -> Dict[str, Tuple[int, ...]]:
+        """The dense variables, in the order pull() and push_pull() use."""
+        return dict(self._dense)
+
+    @property
+    def tables(self) -> Dict[str, int]:
+        """The tables read by rows, with their widths."""
+        return self._session.tables
+
+    @property
+    def global_step(self) -> int:
+        return self._session.global_step
+
+    def check_variables(self, shapes: Dict[str, Sequence[int]]) -> None:
+        """Raises ValueError unless `shapes` (name -> shape) are exactly the
+        job's dense variables, naming the first that differs."""
+        planned = dict(self._dense)
+        for name, shape in shapes.items():
+            if name not in planned:
+                raise ValueError(f"parameter '{name}' is not a dense variable of the job "
+                                 f"(the job has: {', '.join(planned) or 'none'})")
+            if tuple(shape) != tuple(planned[name]):
+                raise ValueError(f"parameter '{name}' has shape {list(shape)}, but the job's "
+                                 f"variable has shape {list(planned[name])}")
+        missing = [name for name in planned if name not in shapes]
+        if missing:
+            raise ValueError(f"the job's dense variable '{missing[0]}' is not a parameter here")
+
+    # -- the loop -----------------------------------------------------
+    def batches(self, num_examples: int):
+        """Yields the batches this worker trains over a data set of
+        `num_examples`, until its epochs are over and the chief ends the
+        job. Waits (without the GIL) while the cluster recovers."""
+        while True:
+            b = self._session.next(int(num_examples))
+            if b is None:
+                self._batch = None
+                return
+            self._batch = Batch(*b)
+            yield self._batch
+
+    def _dense_arrays(self, arrays, what: str, writable: bool) -> List[np.ndarray]:
+        if len(arrays) != len(self._dense):
+            raise ValueError(f"{len(arrays)} {what} for {len(self._dense)} dense variables "
+                             f"({', '.join(n for n, _ in self._dense)})")
+        return [_as_array(a, f"{what[:-1]} of '{name}'", np.float32, writable)
+                for a, (name, _) in zip(arrays, self._dense)]
+
+    def _new_values(self) -> List[np.ndarray]:
+        return [np.zeros(shape, np.float32) for _, shape in self._dense]
+
+    def pull(self, out=None) -> Optional[list]:
+        """The dense variables' values, into `out` (arrays or tensors, one
+        per variable) or new arrays. None when the step failed."""
+        if out is None:
+            out = self._new_values()
+        arrays = self._dense_arrays(out, "values", writable=True)
+        return out if self._session.pull(arrays) else None
+
+    def push_pull(self, grads, out=None, *, loss: float = 0.0,
+                  examples: Optional[int] = None) -> Optional[list]:
+        """Pushes the batch's gradients (one per dense variable) and fetches
+        the values after them into `out`, in one round trip per ps. `loss`
+        and `examples` (default: the batch's) feed the chief's progress.
+        None when the step failed (it is dropped, and retried)."""
+        if out is None:
+            out = self._new_values()
+        g = self._dense_arrays(grads, "gradients", writable=False)
+        v = self._dense_arrays(out, "values", writable=True)
+        if examples is None:
+            examples = len(self._batch.examples) if self._batch is not None else 0
+        return out if self._session.push_pull(g, v, int(examples), float(loss)) else None
+
+    def pull_rows(self, table: str, ids, out=None) -> Optional[np.ndarray]:
+        """Rows of `table` for `ids` (int64, any shape): [len(ids), dim].
+        None when the step failed."""
+        ids = _as_array(ids, f"ids for '{table}'", np.int64, writable=False)
+        dim = self.tables.get(table)
+        if dim is None:
+            raise LookupError(f"no table '{table}' in the job (tables: "
+                              f"{', '.join(self.tables) or 'none'})")
+        if out is None:
+            out = np.empty((ids.size, dim), np.float32)
+        rows = _as_array(out, f"rows of '{table}'", np.float32, writable=True)
+        return out if self._session.pull_rows(table, ids, rows) else None
+
+    def push_rows(self, table: str, ids, grads) -> bool:
+        """Adds gradient rows ([len(ids), dim]) of `table`; duplicate ids'
+        rows are summed. False when the step failed."""
+        ids = _as_array(ids, f"ids for '{table}'", np.int64, writable=False)
+        grads = _as_array(grads, f"row gradients of '{table}'", np.float32, writable=False)
+        return self._session.push_rows(table, ids, grads)
+
+    def close(self) -> None:
+        """Leaves the job; the chief hears of it unless the worker finished."""
+        if self._session is not None:
+            self._session.close()
+            self._session = None
+
+    def __enter__(self) -> "Worker":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

@@ -1,0 +1,286 @@
+// pstrain._pstrain: the worker session (worker/session.h) for Python.
+// Arrays cross as buffers (numpy arrays; pstrain/__init__.py turns CPU
+// torch tensors into numpy views of the same memory): float32 values and
+// gradients, int64 ids, C-contiguous, read and written in place. Every
+// call that waits on the network or the coordinator releases the GIL.
+// Errors become Python exceptions that carry the message:
+// InvalidArgument/OutOfRange -> ValueError, NotFound -> LookupError,
+// Unavailable/DeadlineExceeded -> ConnectionError, anything else ->
+// RuntimeError. A wrong dtype or layout is a TypeError naming the tensor.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "common/process.h"
+#include "common/tf_config.h"
+#include "worker/session.h"
+
+namespace py = pybind11;
+
+namespace pst::python {
+namespace {
+
+[[noreturn]] void Raise(const absl::Status& status) {
+  const std::string message(status.message());
+  switch (status.code()) {
+    case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kOutOfRange:
+      throw py::value_error(message);
+    case absl::StatusCode::kNotFound:
+      PyErr_SetString(PyExc_LookupError, message.c_str());
+      throw py::error_already_set();
+    case absl::StatusCode::kUnavailable:
+    case absl::StatusCode::kDeadlineExceeded:
+      PyErr_SetString(PyExc_ConnectionError, message.c_str());
+      throw py::error_already_set();
+    default:
+      throw std::runtime_error(message);
+  }
+}
+
+template <typename T>
+T ValueOrRaise(absl::StatusOr<T> value) {
+  if (!value.ok()) Raise(value.status());
+  return *std::move(value);
+}
+
+// A buffer of `T`, C-contiguous, of exactly `want` elements (-1: any), as
+// `what` names it in errors.
+template <typename T>
+py::buffer_info Checked(const py::buffer& buffer, bool writable, const std::string& what,
+                        int64_t want) {
+  py::buffer_info info = buffer.request(writable);
+  if (info.itemsize != sizeof(T) || info.format != py::format_descriptor<T>::format()) {
+    throw py::type_error(absl::StrCat(what, ": expected ",
+                                      sizeof(T) == 4 ? "float32" : "int64", " values, got '",
+                                      info.format, "' items of ", info.itemsize, " bytes"));
+  }
+  py::ssize_t stride = info.itemsize;
+  for (int d = static_cast<int>(info.ndim) - 1; d >= 0; --d) {
+    if (info.shape[d] > 1 && info.strides[d] != stride) {
+      throw py::type_error(absl::StrCat(what, ": not C-contiguous (make it contiguous first)"));
+    }
+    stride *= info.shape[d];
+  }
+  if (want >= 0 && info.size != want) {
+    throw py::value_error(
+        absl::StrCat(what, ": holds ", info.size, " values, expected ", want));
+  }
+  return info;
+}
+
+template <typename T>
+std::span<T> SpanOf(const py::buffer_info& info) {
+  return std::span<T>(static_cast<T*>(info.ptr), static_cast<size_t>(info.size));
+}
+
+// A Python worker's session: the C++ session, and what Python asks of it.
+class Session {
+ public:
+  Session(const std::string& tf_config, double heartbeat_s, double startup_s, double rpc_s,
+          double recovery_s) {
+    common::TfConfig tf = ValueOrRaise(common::ParseTfConfig(tf_config));
+    if (tf.task.type != common::TaskType::kWorker) {
+      throw py::value_error(absl::StrCat("TF_CONFIG: task.type is '",
+                                         std::string(common::TaskTypeName(tf.task.type)),
+                                         "'; a pstrain.Worker runs a 'worker' task"));
+    }
+    if (tf.cluster.chief.empty()) {
+      throw py::value_error(
+          "TF_CONFIG: the cluster has no chief; Python workers need one (a C++ worker 0 can act "
+          "as chief, a Python one cannot)");
+    }
+    worker::TrainerOptions options;
+    options.worker_index = tf.task.index;
+    options.incarnation = common::NewIncarnation();
+    options.coordinator_address = tf.cluster.CoordinatorAddress();
+    options.heartbeat_interval = absl::Seconds(heartbeat_s);
+    options.startup_timeout = absl::Seconds(startup_s);
+    options.rpc_timeout = absl::Seconds(rpc_s);
+    options.recovery_timeout = absl::Seconds(recovery_s);
+    absl::StatusOr<std::unique_ptr<worker::WorkerSession>> session;
+    {
+      py::gil_scoped_release release;
+      session = worker::WorkerSession::Start(options);
+    }
+    session_ = ValueOrRaise(std::move(session));
+    for (const worker::PsClient::DenseInfo& info : session_->ps().DenseVariables()) {
+      int64_t size = 1;
+      for (int64_t d : info.shape) size *= d;
+      dense_.push_back({info.name, info.shape, size});
+    }
+  }
+
+  worker::WorkerSession& get() {
+    if (session_ == nullptr) throw std::runtime_error("the worker is closed");
+    return *session_;
+  }
+
+  void Close() {
+    std::unique_ptr<worker::WorkerSession> session = std::move(session_);
+    py::gil_scoped_release release;
+    session.reset();
+  }
+
+  py::list DenseVariables() const {
+    py::list out;
+    for (const Dense& d : dense_) out.append(py::make_tuple(d.name, py::tuple(py::cast(d.shape))));
+    return out;
+  }
+
+  py::dict Tables() {
+    py::dict out;
+    for (const std::string& name : get().ps().TableNames()) {
+      out[py::str(name)] = ValueOrRaise(get().ps().TableDim(name));
+    }
+    return out;
+  }
+
+  py::dict Training() {
+    const proto::TrainingConfig& t = get().training();
+    py::dict out;
+    out["model"] = t.model();
+    out["batch_size"] = t.batch_size();
+    out["epochs"] = t.epochs();
+    out["max_steps"] = t.max_steps();
+    out["seed"] = t.seed();
+    out["mode"] = proto::SyncMode_Name(t.sync().mode());
+    out["optimizer"] = t.optimizer().name();
+    out["learning_rate"] = t.optimizer().learning_rate();
+    out["data"] = t.data();
+    out["num_workers"] = get().state().num_workers();
+    out["num_ps"] = get().state().ps_addresses_size();
+    return out;
+  }
+
+  // (position, epoch, refresh, examples), or None at the end.
+  py::object Next(int64_t num_examples) {
+    absl::StatusOr<worker::WorkerSession::Batch> batch;
+    {
+      py::gil_scoped_release release;
+      batch = get().Next(num_examples);
+    }
+    worker::WorkerSession::Batch b = ValueOrRaise(std::move(batch));
+    if (b.done) return py::none();
+    py::array_t<int64_t> examples(static_cast<py::ssize_t>(b.examples.size()));
+    std::copy(b.examples.begin(), b.examples.end(), examples.mutable_data());
+    return py::make_tuple(b.position, b.epoch, b.refresh, examples);
+  }
+
+  bool Pull(const py::list& values) {
+    std::vector<py::buffer_info> held;
+    const worker::ValueSpans spans = ValueSpans(values, &held);
+    absl::StatusOr<bool> ok;
+    {
+      py::gil_scoped_release release;
+      ok = get().Pull(spans);
+    }
+    return ValueOrRaise(std::move(ok));
+  }
+
+  bool PushPull(const py::list& grads, const py::list& values, int64_t examples, float loss) {
+    std::vector<py::buffer_info> held;
+    if (static_cast<size_t>(py::len(grads)) != dense_.size()) {
+      throw py::value_error(absl::StrCat("push of ", py::len(grads), " gradients for ",
+                                         dense_.size(), " dense variables"));
+    }
+    worker::GradientSpans grad_spans;
+    for (size_t k = 0; k < dense_.size(); ++k) {
+      held.push_back(Checked<float>(grads[k], false, absl::StrCat("gradient of '", dense_[k].name, "'"),
+                                    dense_[k].size));
+      grad_spans.push_back(SpanOf<const float>(held.back()));
+    }
+    const worker::ValueSpans value_spans = ValueSpans(values, &held);
+    absl::StatusOr<bool> ok;
+    {
+      py::gil_scoped_release release;
+      ok = get().PushPull(grad_spans, value_spans, examples, loss);
+    }
+    return ValueOrRaise(std::move(ok));
+  }
+
+  bool PullRows(const std::string& table, const py::buffer& ids, const py::buffer& out) {
+    const py::buffer_info id_info = Checked<int64_t>(ids, false, absl::StrCat("ids for '", table, "'"), -1);
+    const int dim = ValueOrRaise(get().ps().TableDim(table));
+    const py::buffer_info out_info =
+        Checked<float>(out, true, absl::StrCat("rows of '", table, "'"), id_info.size * dim);
+    absl::StatusOr<bool> ok;
+    {
+      py::gil_scoped_release release;
+      ok = get().PullRows(table, SpanOf<const int64_t>(id_info), SpanOf<float>(out_info));
+    }
+    return ValueOrRaise(std::move(ok));
+  }
+
+  bool PushRows(const std::string& table, const py::buffer& ids, const py::buffer& grads) {
+    const py::buffer_info id_info = Checked<int64_t>(ids, false, absl::StrCat("ids for '", table, "'"), -1);
+    const int dim = ValueOrRaise(get().ps().TableDim(table));
+    const py::buffer_info grad_info = Checked<float>(
+        grads, false, absl::StrCat("row gradients of '", table, "'"), id_info.size * dim);
+    absl::StatusOr<bool> ok;
+    {
+      py::gil_scoped_release release;
+      ok = get().PushRows(table, SpanOf<const int64_t>(id_info), SpanOf<const float>(grad_info));
+    }
+    return ValueOrRaise(std::move(ok));
+  }
+
+ private:
+  struct Dense {
+    std::string name;
+    std::vector<int64_t> shape;
+    int64_t size;
+  };
+
+  worker::ValueSpans ValueSpans(const py::list& values, std::vector<py::buffer_info>* held) {
+    if (static_cast<size_t>(py::len(values)) != dense_.size()) {
+      throw py::value_error(absl::StrCat("pull into ", py::len(values), " arrays for ",
+                                         dense_.size(), " dense variables"));
+    }
+    held->reserve(held->size() + dense_.size());
+    worker::ValueSpans spans;
+    for (size_t k = 0; k < dense_.size(); ++k) {
+      held->push_back(Checked<float>(values[k], true, absl::StrCat("values of '", dense_[k].name, "'"),
+                                     dense_[k].size));
+      spans.push_back(SpanOf<float>(held->back()));
+    }
+    return spans;
+  }
+
+  std::unique_ptr<worker::WorkerSession> session_;
+  std::vector<Dense> dense_;
+};
+
+}  // namespace
+}  // namespace pst::python
+
+PYBIND11_MODULE(_pstrain, m) {
+  using pst::python::Session;
+  m.doc() = "pstrain's worker session (see pstrain.Worker)";
+  py::class_<Session>(m, "Session")
+      .def(py::init<const std::string&, double, double, double, double>(), py::arg("tf_config"),
+           py::arg("heartbeat_s"), py::arg("startup_s"), py::arg("rpc_s"), py::arg("recovery_s"))
+      .def("close", &Session::Close)
+      .def_property_readonly("worker_index", [](Session& s) { return s.get().worker_index(); })
+      .def_property_readonly("global_step", [](Session& s) { return s.get().global_step(); })
+      .def_property_readonly("generation", [](Session& s) { return s.get().generation(); })
+      .def_property_readonly("dense_variables", &Session::DenseVariables)
+      .def_property_readonly("tables", &Session::Tables)
+      .def_property_readonly("training", &Session::Training)
+      .def("next", &Session::Next, py::arg("num_examples"))
+      .def("pull", &Session::Pull, py::arg("values"))
+      .def("push_pull", &Session::PushPull, py::arg("grads"), py::arg("values"),
+           py::arg("examples"), py::arg("loss"))
+      .def("pull_rows", &Session::PullRows, py::arg("table"), py::arg("ids"), py::arg("out"))
+      .def("push_rows", &Session::PushRows, py::arg("table"), py::arg("ids"), py::arg("grads"))
+      .def("stop", [](Session& s, const std::string& reason) { s.get().Stop(reason); });
+}

@@ -1,0 +1,151 @@
+"""Python workers in real clusters: `pstrain local --worker_command`, real
+ps and chief processes over gRPC, Fashion-MNIST."""
+
+import glob
+import json
+import os
+import signal
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import read_records, wait_for_record, worker_command
+
+import sys
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "workers"))
+import mlp_worker  # noqa: E402
+
+
+def test_bad_calls_raise_exceptions_that_name_the_problem_and_change_nothing(cluster, tmp_path):
+    c = cluster(["--ps=1", "--workers=1", "--max_steps=3", "--hidden=16",
+                 "--worker_command=" + worker_command("mlp_worker.py", f"--record={tmp_path}",
+                                                      "--bad_calls")])
+    assert c.wait() == 0, c.output()
+    (bad,) = [r for r in read_records(tmp_path, 0) if r["event"] == "bad_calls"]
+    raised = bad["raised"]
+    first = bad["names"][0]
+    assert raised["float64 gradient"][0] == "TypeError"
+    assert f"'{first}'" in raised["float64 gradient"][1] and "float64" in raised["float64 gradient"][1]
+    assert raised["wrong shape"][0] == "ValueError"
+    assert f"'{first}'" in raised["wrong shape"][1] and "expected" in raised["wrong shape"][1]
+    assert raised["too few gradients"][0] == "ValueError"
+    assert raised["strided tensor"][0] == "TypeError" and "contiguous" in raised["strided tensor"][1]
+    assert raised["unknown table"][0] == "LookupError"
+    assert "no_such_table" in raised["unknown table"][1]
+    assert raised["int32 ids"][0] == "TypeError" and "int32" in raised["int32 ids"][1]
+    assert raised["read-only values"][0] == "ValueError"
+    assert raised["a list"][0] == "TypeError"
+    assert bad["unchanged"], "a refused call changed the ps"
+    ends = [r for r in read_records(tmp_path, 0) if r["event"] == "end"]
+    assert ends and ends[0]["global_step"] == 3
+
+
+def test_worker_without_a_chief_or_with_a_bad_tf_config_is_refused():
+    import pstrain
+    no_chief = {"cluster": {"worker": ["127.0.0.1:1"], "ps": ["127.0.0.1:2"]},
+                "task": {"type": "worker", "index": 0}}
+    with pytest.raises(ValueError, match="no chief"):
+        pstrain.Worker(no_chief)
+    with pytest.raises(ValueError, match="TF_CONFIG: not valid JSON"):
+        pstrain.Worker("{bad")
+    ps_task = dict(no_chief, cluster=dict(no_chief["cluster"], chief=["127.0.0.1:3"]),
+                   task={"type": "ps", "index": 0})
+    with pytest.raises(ValueError, match="task.type is 'ps'"):
+        pstrain.Worker(ps_task)
+
+
+def test_sync_two_workers_equal_one_process_with_the_combined_batch(cluster, tmp_path):
+    steps = 12
+    c = cluster(["--ps=2", "--workers=2", "--mode=sync", f"--max_steps={steps}", "--hidden=32",
+                 "--optimizer=sgd", "--learning_rate=0.1", "--batch_size=32",
+                 "--worker_command=" + worker_command("mlp_worker.py", f"--record={tmp_path}",
+                                                      f"--save={tmp_path}")])
+    assert c.wait() == 0, c.output()
+    initial = np.load(tmp_path / "initial-0.npz")
+    params = [torch.tensor(initial[k]) for k in sorted(initial.files, key=lambda f: int(f[4:]))]
+    final = np.load(tmp_path / "final-0.npz")
+    final = [final[k] for k in sorted(final.files, key=lambda f: int(f[4:]))]
+    steps_of = [{r["position"]: r["examples"] for r in read_records(tmp_path, w)
+                 if r["event"] == "step"} for w in (0, 1)]
+    assert sorted(steps_of[0]) == list(range(steps)) == sorted(steps_of[1])
+    import fashion_mnist
+    images, labels = fashion_mnist.load("train")
+    images = images.reshape(len(images), -1)
+    # One process: the two workers' batches together, SGD on the mean loss.
+    for p in range(steps):
+        batch = steps_of[0][p] + steps_of[1][p]
+        ps = [t.clone().requires_grad_() for t in params]
+        loss = torch.nn.functional.cross_entropy(
+            mlp_worker.forward(ps, torch.from_numpy(images[batch])), torch.from_numpy(labels[batch]))
+        loss.backward()
+        params = [(t - 0.1 * t.grad).detach() for t in ps]
+    for got, want in zip(final, params):
+        np.testing.assert_allclose(got, want.numpy(), atol=1e-5, rtol=0)
+    final1 = np.load(tmp_path / "final-1.npz")
+    for k in final1.files:
+        np.testing.assert_array_equal(final1[k], np.load(tmp_path / "final-0.npz")[k])
+
+
+def test_killed_python_worker_is_restarted_and_goes_on_from_its_position(cluster, tmp_path):
+    c = cluster(["--ps=1", "--workers=2", "--epochs=1", "--hidden=16", "--restart_failed",
+                 "--peer_timeout_s=5", "--recovery_timeout_s=60", "--batch_size=256",
+                 "--worker_command=" + worker_command("mlp_worker.py", f"--record={tmp_path}",
+                                                      "--kill_at=20")])
+    assert c.wait() == 0, c.output()
+    for w in (0, 1):
+        records = read_records(tmp_path, w)
+        starts = [r for r in records if r["event"] == "start"]
+        kill = [r for r in records if r["event"] == "kill"]
+        assert len(kill) == 1 and kill[0]["position"] == 20
+        assert len(starts) == 2, records
+        assert starts[0]["position"] == 0
+        # The ps recorded its push of position 20: the new process goes on at 21.
+        assert starts[1]["position"] == 21 and starts[1]["refresh"]
+        positions = [r["position"] for r in records if r["event"] == "step"]
+        # Every batch trained once: no position redone or skipped.
+        assert positions == list(range(len(positions)))
+        assert records[-1]["event"] == "end"
+    assert "job succeeded" in c.output()
+
+
+def test_killed_ps_python_workers_rewind_to_the_checkpoint(cluster, tmp_path):
+    ckpt = tmp_path / "ckpt"
+    c = cluster(["--ps=2", "--workers=2", "--epochs=1", "--hidden=16", "--restart_failed",
+                 "--peer_timeout_s=5", "--recovery_timeout_s=60", "--batch_size=128",
+                 f"--checkpoint_dir={ckpt}", "--save_checkpoints_steps=150",
+                 f"--summary_json={tmp_path}/summary.json",
+                 "--worker_command=" + worker_command("mlp_worker.py", f"--record={tmp_path}",
+                                                      "--pause_at=75,100")])
+
+    def pause(position):
+        for w in (0, 1):
+            wait_for_record(tmp_path, w,
+                            lambda r: r["event"] == "paused" and r["position"] == position, c)
+
+    # Both workers hold still at position 75 (global step 150), where the
+    # chief saves a checkpoint; then at 100 (step 200, no checkpoint), where
+    # ps 1 is killed. Once the chief has restored every ps, they go on.
+    pause(75)
+    c.wait_for_line(r"saved checkpoint .*ckpt-000000000150")
+    (tmp_path / "resume-75").touch()
+    pause(100)
+    os.kill(c.pid_of("ps:1"), signal.SIGKILL)
+    c.wait_for_line(r"recovered in .* restored to step 150")
+    (tmp_path / "resume-100").touch()
+    assert c.wait() == 0, c.output()
+
+    manifest = json.loads((ckpt / "ckpt-000000000150" / "MANIFEST.json").read_text())
+    assert [int(p) for p in manifest["worker_positions"]] == [75, 75]
+    for w in (0, 1):
+        records = read_records(tmp_path, w)
+        # One rewind, from the last push before the kill to the position the
+        # checkpoint recorded; every batch from there trained once more.
+        rewinds = [(r["from"], r["to"]) for r in records if r["event"] == "rewind"]
+        assert rewinds == [(99, 75)], records
+        steps = [r["position"] for r in records if r["event"] == "step"]
+        assert steps[:100] == list(range(100))
+        assert steps[100:] == list(range(75, steps[-1] + 1))
+        assert records[-1]["event"] == "end"
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["global_step"] > 150
