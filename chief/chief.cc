@@ -3,6 +3,7 @@
 #include <memory>
 #include <optional>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "chief/coordinator.h"
@@ -25,7 +26,8 @@
 namespace pst::chief {
 namespace {
 
-// The model's quality on held-out data, with the parameters the ps hold now.
+// The model's quality on held-out data, with the parameters the ps hold now
+// (a model computed by its workers only: the version they reached).
 absl::StatusOr<EvalResult> Evaluate(const proto::ClusterState& state, const ChiefOptions& options) {
   PST_ASSIGN_OR_RETURN(const worker::Model* model, worker::ModelFor(options.training));
   PST_ASSIGN_OR_RETURN(std::vector<worker::ModelVariable> variables,
@@ -37,6 +39,17 @@ absl::StatusOr<EvalResult> Evaluate(const proto::ClusterState& state, const Chie
       worker::PsClient::Create(state.plan(), worker::DenseNames(variables),
                                worker::MakeGrpcPsTransport(addresses, options.timing.rpc_timeout),
                                -1, 0));
+  if (model->computed_by_workers()) {
+    // Nothing here can score it: report the step the dense variables reached.
+    EvalResult result;
+    result.metrics = nlohmann::json::object();
+    worker::Values params;
+    PST_ASSIGN_OR_RETURN(const int64_t version, client->Pull(&params));
+    result.global_step = params.empty() ? state.global_step() : version;
+    result.line = absl::StrCat("not evaluated: model '", options.training.model(),
+                               "' is computed by its workers");
+    return result;
+  }
   PST_ASSIGN_OR_RETURN(std::unique_ptr<worker::ModelData> held_out,
                        model->Load(options.training, options.data_dir, /*held_out=*/true, 0, 1));
   PST_ASSIGN_OR_RETURN(worker::ModelEvaluation eval,

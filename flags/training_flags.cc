@@ -25,6 +25,8 @@ absl::StatusOr<proto::TrainingConfig> TrainingConfigFromFlags() {
         " is not a known model (known: ", absl::StrJoin(worker::ModelNames(), ", "), ")"));
   }
   const worker::Model& model = **found;
+  // A spec model's variables, read once here and sent to every task.
+  if (absl::Status s = model.ReadFiles(&config); !s.ok()) return s;
   std::string hidden = absl::GetFlag(FLAGS_hidden);
   if (hidden.empty()) hidden = std::string(model.default_hidden());
   for (absl::string_view part : absl::StrSplit(hidden, ',', absl::SkipWhitespace())) {

@@ -60,6 +60,21 @@ class Model {
 
   // The --model name.
   virtual std::string_view name() const = 0;
+  // Whether --model names this model with a file: "<name>:FILE".
+  virtual bool names_file() const { return false; }
+  // Whether only workers of the user's own (--worker_command) compute this
+  // model: pstrain plans, creates, checkpoints and restores its variables,
+  // but its Load, Train and Evaluate fail FailedPrecondition, and the chief
+  // evaluates nothing at the end.
+  virtual bool computed_by_workers() const { return false; }
+  // Fills in what the model reads from files the flags name (a spec model:
+  // its variables, from the file of --model=spec:FILE), so that it travels
+  // in the TrainingConfig to every task. Called once, where the flags are
+  // read, before any other method. Errors: NotFound for a missing file;
+  // InvalidArgument naming the file and what is wrong in it.
+  virtual absl::Status ReadFiles(proto::TrainingConfig* training) const {
+    return absl::OkStatus();
+  }
   // The --hidden layer widths when the flag is empty ("" for none).
   virtual std::string_view default_hidden() const { return ""; }
   // The --optimizer when the flag is empty.

@@ -9,6 +9,7 @@ namespace pst::worker {
 const Model& MlpModel();
 const Model& WideDeepModel();
 const Model& LogregModel();
+const Model& SpecModel();
 
 namespace {
 
@@ -17,13 +18,19 @@ const Model* const kModels[] = {
     &MlpModel(),
     &WideDeepModel(),
     &LogregModel(),
+    &SpecModel(),
 };
 
 }  // namespace
 
 absl::StatusOr<const Model*> FindModel(std::string_view name) {
   for (const Model* model : kModels) {
-    if (model->name() == name) return model;
+    if (!model->names_file() ? model->name() == name
+                             : name.size() > model->name().size() &&
+                                   name.substr(0, model->name().size()) == model->name() &&
+                                   name[model->name().size()] == ':') {
+      return model;
+    }
   }
   return absl::InvalidArgumentError(
       absl::StrCat("'", std::string(name),
@@ -36,7 +43,9 @@ absl::StatusOr<const Model*> ModelFor(const proto::TrainingConfig& training) {
 
 std::vector<std::string> ModelNames() {
   std::vector<std::string> names;
-  for (const Model* model : kModels) names.emplace_back(model->name());
+  for (const Model* model : kModels) {
+    names.push_back(std::string(model->name()) + (model->names_file() ? ":FILE" : ""));
+  }
   return names;
 }
 

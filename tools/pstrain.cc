@@ -203,6 +203,13 @@ absl::StatusOr<pst::proto::TrainingConfig> JobConfig() {
 int Local() {
   absl::StatusOr<pst::proto::TrainingConfig> training = JobConfig();
   if (!training.ok()) return Fail("local", training.status());
+  if (absl::GetFlag(FLAGS_worker_command).empty() &&
+      (*pst::worker::ModelFor(*training))->computed_by_workers()) {
+    return Fail("local", absl::FailedPreconditionError(absl::StrCat(
+                             "--model=", training->model(),
+                             " cannot be computed by pstrain's C++ workers: give the workers "
+                             "that compute it with --worker_command")));
+  }
   if (absl::Status s = pst::common::TimingFromFlags().status(); !s.ok()) return Fail("local", s);
   pst::common::StopSignal& stop = pst::common::ProcessStopSignal();
   pst::common::StopOnTerminationSignals("interrupted by signal");

@@ -17,6 +17,12 @@ namespace pst::tools {
 
 absl::StatusOr<nlohmann::json> TrainReference(const proto::TrainingConfig& training, int num_ps,
                                               const std::string& data_dir) {
+  PST_ASSIGN_OR_RETURN(const worker::Model* model, worker::ModelFor(training));
+  if (model->computed_by_workers()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "model '", training.model(), "' is computed by its workers, not by pstrain: there is "
+        "nothing to train a reference with"));
+  }
   PST_ASSIGN_OR_RETURN(proto::PlacementPlan plan, worker::BuildPlan(training, num_ps));
   PST_ASSIGN_OR_RETURN(std::vector<worker::ModelVariable> variables,
                        worker::ModelVariables(training));
@@ -32,7 +38,6 @@ absl::StatusOr<nlohmann::json> TrainReference(const proto::TrainingConfig& train
   PST_ASSIGN_OR_RETURN(std::unique_ptr<worker::PsClient> client,
                        worker::PsClient::Create(plan, worker::DenseNames(variables), transport,
                                                 /*worker_index=*/0, /*incarnation=*/1));
-  PST_ASSIGN_OR_RETURN(const worker::Model* model, worker::ModelFor(training));
   PST_ASSIGN_OR_RETURN(std::unique_ptr<worker::ModelData> train,
                        model->Load(training, data_dir, /*held_out=*/false, 0, 1));
   PST_ASSIGN_OR_RETURN(std::unique_ptr<worker::ModelData> held_out,
