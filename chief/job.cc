@@ -11,6 +11,7 @@
 #include "common/placement.h"
 #include "common/status_macros.h"
 #include "models/model_spec.h"
+#include "models/spec_model.h"
 
 namespace pst::chief {
 
@@ -34,6 +35,13 @@ absl::StatusOr<JobPlan> PlanJob(const ChiefOptions& options) {
   const int quorum =
       sync->replicas_to_aggregate() > 0 ? sync->replicas_to_aggregate() : sync->num_workers();
   job.quorum = quorum;
+  PST_ASSIGN_OR_RETURN(std::shared_ptr<const worker::SpecInitialValues> values,
+                       worker::SpecInitialValues::Open(options.training));
+  if (values != nullptr) {
+    job.initial_values = [values](const proto::VariableSpec& entry) {
+      return values->ValuesFor(entry);
+    };
+  }
   spdlog::info("mode {}{}", absl::AsciiStrToLower(proto::SyncMode_Name(sync->mode())),
                sync->mode() == proto::SYNC ? absl::StrCat(": ", quorum, " of ", sync->num_workers(),
                                                           " gradients averaged per step")
@@ -53,6 +61,7 @@ Job::Job(const ChiefOptions& options, const JobPlan& plan, Collaborators with,
       coordinator_(with.coordinator),
       initial_(plan.initial),
       quorum_(plan.quorum),
+      initial_values_(plan.initial_values),
       control_(with.ps),
       clock_(with.clock),
       evaluate_(std::move(with.evaluate)),
@@ -263,14 +272,8 @@ absl::Status Job::CreateEverywhere(absl::Time deadline, std::vector<absl::Status
   std::vector<std::thread> threads;
   for (size_t i = 0; i < ps_.size(); ++i) {
     threads.emplace_back([&, i] {
-      proto::CreateVariablesRequest request;
-      *request.mutable_optimizer() = options_.training.optimizer();
-      *request.mutable_sync() = initial_.training().sync();
-      for (const auto& entry : initial_.plan().variables()) {
-        if (entry.ps_index() == static_cast<int>(i)) *request.add_variables() = entry.spec();
-      }
-      (*created)[i] = CreateOnPs(*control_, static_cast<int>(i), ps_[i].address, request, deadline,
-                                 *clock_, stop_);
+      (*created)[i] = CreatePlanOnPs(*control_, static_cast<int>(i), ps_[i].address, initial_,
+                                     initial_values_, deadline, *clock_, stop_);
     });
   }
   for (std::thread& t : threads) t.join();

@@ -54,11 +54,16 @@ namespace pst::chief {
 struct JobPlan {
   proto::ClusterState initial;
   int quorum = 1;
+  // A spec model's initial values from its file, sent only in the create
+  // calls (null: every variable takes its initializer).
+  InitialValuesFn initial_values;
 };
 
 // Plans the placement of options.training over the cluster's ps, and logs
-// the mode and the placement. Errors: InvalidArgument for a quorum larger
-// than the cluster's workers, or the plan's own (BuildPlan).
+// the mode and the placement; opens a spec model's initial values. Errors:
+// InvalidArgument for a quorum larger than the cluster's workers, or the
+// plan's own (BuildPlan); those of opening the initial values file
+// (worker::SpecInitialValues::Open).
 absl::StatusOr<JobPlan> PlanJob(const ChiefOptions& options);
 
 // Evaluates the model the ps hold now, for the cluster `state`.
@@ -150,6 +155,7 @@ class Job {
   Coordinator* const coordinator_;
   const proto::ClusterState& initial_;
   const int quorum_;
+  const InitialValuesFn initial_values_;
   common::PsControl* const control_;
   common::Clock* const clock_;
   const Evaluator evaluate_;

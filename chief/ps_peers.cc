@@ -33,6 +33,69 @@ absl::StatusOr<int> CreateOnPs(common::PsControl& control, int index, const std:
   }
 }
 
+absl::StatusOr<int> CreatePlanOnPs(common::PsControl& control, int index,
+                                   const std::string& address, const proto::ClusterState& state,
+                                   const InitialValuesFn& values, absl::Time deadline,
+                                   common::Clock& clock, const common::StopSignal& stop) {
+  proto::CreateVariablesRequest empty;
+  *empty.mutable_optimizer() = state.training().optimizer();
+  *empty.mutable_sync() = state.training().sync();
+  std::vector<const proto::VariableSpec*> entries;
+  for (const auto& entry : state.plan().variables()) {
+    if (entry.ps_index() == index) entries.push_back(&entry.spec());
+  }
+  if (values == nullptr) {
+    proto::CreateVariablesRequest request = empty;
+    for (const proto::VariableSpec* spec : entries) *request.add_variables() = *spec;
+    return CreateOnPs(control, index, address, request, deadline, clock, stop);
+  }
+  // A ps restarted between two requests lost the first ones: start again.
+  constexpr int kAttempts = 3;
+  for (int attempt = 0;; ++attempt) {
+    int created = 0, requests = 0;
+    uint64_t incarnation = 0;
+    proto::CreateVariablesRequest request = empty;
+    int64_t bytes = 0;
+    auto send = [&]() -> absl::Status {
+      if (request.variables_size() == 0) return absl::OkStatus();
+      PST_ASSIGN_OR_RETURN(const int n,
+                           CreateOnPs(control, index, address, request, deadline, clock, stop));
+      created += n;
+      if (++requests == 1) {
+        PST_ASSIGN_OR_RETURN(const proto::HealthResponse health,
+                             ProbePs(control, index, absl::Seconds(5)));
+        incarnation = health.incarnation();
+      }
+      request = empty;
+      bytes = 0;
+      return absl::OkStatus();
+    };
+    for (const proto::VariableSpec* spec : entries) {
+      PST_ASSIGN_OR_RETURN(std::string entry_values, values(*spec));
+      const int64_t size = static_cast<int64_t>(entry_values.size());
+      if (size > kMaxEntryValuesBytes) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "variable '", spec->name(), "' has ", size, " bytes of initial values, more than one "
+            "create request carries (", kMaxEntryValuesBytes, "): cut it with --dense_piece_bytes "
+            "(dense) or a --partitioner (tables)"));
+      }
+      if (bytes > 0 && bytes + size > kCreateValuesBytes) PST_RETURN_IF_ERROR(send());
+      *request.add_variables() = *spec;
+      *request.add_initial_values() = std::move(entry_values);
+      bytes += size;
+    }
+    PST_RETURN_IF_ERROR(send());
+    if (requests <= 1) return created;
+    PST_ASSIGN_OR_RETURN(const proto::HealthResponse health,
+                         ProbePs(control, index, absl::Seconds(5)));
+    if (health.incarnation() == incarnation) return created;
+    if (attempt + 1 == kAttempts) {
+      return absl::UnavailableError(absl::StrCat("ps at ", address, " restarted ", kAttempts,
+                                                 " times while its variables were created"));
+    }
+  }
+}
+
 absl::StatusOr<proto::HealthResponse> ProbePs(common::PsControl& control, int index,
                                               absl::Duration timeout) {
   proto::HealthRequest request;

@@ -36,6 +36,32 @@ absl::StatusOr<int> CreateOnPs(common::PsControl& control, int index, const std:
                                const proto::CreateVariablesRequest& request, absl::Time deadline,
                                common::Clock& clock, const common::StopSignal& stop);
 
+// The initial values of a plan entry as little-endian float32 bytes, or ""
+// for its initializer (a spec model's values from its file:
+// worker::SpecInitialValues::ValuesFor).
+using InitialValuesFn =
+    std::function<absl::StatusOr<std::string>(const proto::VariableSpec& entry)>;
+
+// Initial values a create request carries at most, beside its specs (one
+// entry with more goes alone), so that requests stay well under the ps's
+// control-message limit (--grpc_max_control_message_mb, 16 MiB by default).
+inline constexpr int64_t kCreateValuesBytes = 4 << 20;
+// One entry's values at most (it goes alone in its request).
+inline constexpr int64_t kMaxEntryValuesBytes = 12 << 20;
+
+// Creates every variable `state.plan()` places on ps `index`, with
+// `state.training()`'s optimizer and sync, as CreateOnPs does. Without
+// `values` (null) in one request; with them, in as many as keep each
+// request's values under kCreateValuesBytes. A ps whose incarnation
+// changes between those requests (it restarted half-created) is created
+// again from the first. Returns how many were new. Errors: CreateOnPs's;
+// those of `values`; InvalidArgument for an entry whose values exceed
+// kMaxEntryValuesBytes (cut it with --dense_piece_bytes or a --partitioner).
+absl::StatusOr<int> CreatePlanOnPs(common::PsControl& control, int index,
+                                   const std::string& address, const proto::ClusterState& state,
+                                   const InitialValuesFn& values, absl::Time deadline,
+                                   common::Clock& clock, const common::StopSignal& stop);
+
 // ps `index`'s Health, asked as the chief.
 absl::StatusOr<proto::HealthResponse> ProbePs(common::PsControl& control, int index,
                                               absl::Duration timeout);

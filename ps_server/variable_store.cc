@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <span>
 #include <string_view>
@@ -278,6 +279,34 @@ class VariableStore::WholeReadLock {
   bool exclusive_ = false;
 };
 
+namespace {
+
+// Values the chief sent for a new variable: little-endian float32, exactly
+// its elements, all finite.
+absl::Status CheckInitialValues(const proto::VariableSpec& spec, const std::string& values) {
+  if (spec.routing() == proto::HASH) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "variable '", spec.name(), "' is a hash embedding and takes no initial values"));
+  }
+  PST_ASSIGN_OR_RETURN(const int64_t elements, common::NumElements(spec.shape()));
+  if (static_cast<int64_t>(values.size()) != elements * static_cast<int64_t>(sizeof(float))) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "variable '", spec.name(), "': ", values.size(), " bytes of initial values for shape ",
+        common::ShapeString(spec.shape()), ", which needs ", elements * sizeof(float)));
+  }
+  for (int64_t i = 0; i < elements; ++i) {
+    float v;
+    std::memcpy(&v, values.data() + i * sizeof(float), sizeof(float));
+    if (!std::isfinite(v)) {
+      return absl::InvalidArgumentError(absl::StrCat("variable '", spec.name(),
+                                                     "': initial value ", i, " is not finite"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 VariableStore::VariableStore(Options options) : options_(options) {}
 
 absl::StatusOr<int> VariableStore::Create(const proto::CreateVariablesRequest& request) {
@@ -314,18 +343,32 @@ absl::StatusOr<int> VariableStore::Create(const proto::CreateVariablesRequest& r
     }
   }
   // Check everything before creating anything.
+  if (request.initial_values_size() != 0 &&
+      request.initial_values_size() != request.variables_size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("initial_values has ", request.initial_values_size(), " entries for ",
+                     request.variables_size(), " variables (need none, or one each)"));
+  }
   absl::flat_hash_set<std::string_view> seen;
   std::vector<const proto::VariableSpec*> to_create;
-  for (const proto::VariableSpec& spec : request.variables()) {
+  std::vector<const std::string*> initial_values;  // per to_create; null: the initializer
+  for (int i = 0; i < request.variables_size(); ++i) {
+    const proto::VariableSpec& spec = request.variables(i);
     PST_RETURN_IF_ERROR(ValidateSpec(spec, options_.max_variable_elements));
     PST_RETURN_IF_ERROR(common::ValidateInitializer(spec));
     if (!seen.insert(spec.name()).second) {
       return absl::InvalidArgumentError(
           absl::StrCat("variable '", spec.name(), "' appears twice in one request"));
     }
+    const std::string* values =
+        request.initial_values_size() > 0 && !request.initial_values(i).empty()
+            ? &request.initial_values(i)
+            : nullptr;
+    if (values != nullptr) PST_RETURN_IF_ERROR(CheckInitialValues(spec, *values));
     auto it = variables_.find(spec.name());
     if (it == variables_.end()) {
       to_create.push_back(&spec);
+      initial_values.push_back(values);
     } else if (!MessageDifferencer::Equals(it->second->spec, spec)) {
       return absl::AlreadyExistsError(
           absl::StrCat("variable '", spec.name(), "' already exists with shape ",
@@ -351,7 +394,8 @@ absl::StatusOr<int> VariableStore::Create(const proto::CreateVariablesRequest& r
   }
   // Allocate and initialize outside the map, then publish all at once.
   std::vector<std::unique_ptr<Variable>> created;
-  for (const proto::VariableSpec* spec : to_create) {
+  for (size_t k = 0; k < to_create.size(); ++k) {
+    const proto::VariableSpec* spec = to_create[k];
     auto var = std::make_unique<Variable>(*spec);
     absl::MutexLock var_lock(&var->mu);
     if (!var->is_hash) {
@@ -361,9 +405,13 @@ absl::StatusOr<int> VariableStore::Create(const proto::CreateVariablesRequest& r
       const bool whole = spec->routing() == proto::ROUTING_NONE;
       const int64_t offset = whole ? 0 : spec->row_offset();
       const int64_t stride = whole ? 1 : spec->row_stride();
-      for (int64_t r = 0; r < var->rows; ++r) {
-        common::FillInitialValues(var->fill_spec, (offset + r * stride) * dim,
-                                  std::span<float>(var->values.data() + r * dim, dim));
+      if (initial_values[k] != nullptr) {  // sizes checked above
+        std::memcpy(var->values.data(), initial_values[k]->data(), initial_values[k]->size());
+      } else {
+        for (int64_t r = 0; r < var->rows; ++r) {
+          common::FillInitialValues(var->fill_spec, (offset + r * stride) * dim,
+                                    std::span<float>(var->values.data() + r * dim, dim));
+        }
       }
       for (int s = 0; s < optimizer->num_slots(); ++s) {
         var->slots.emplace_back(var->values.size(), optimizer->SlotInitialValue(s));

@@ -123,10 +123,14 @@ class VariableStore {
 
   // Creates and initializes the variables, all or nothing. A variable that
   // already exists with an identical spec is left as it is (the call is
-  // idempotent, so a restarted chief can repeat it). Returns how many were
-  // new.
+  // idempotent, so a restarted chief can repeat it), its initial_values
+  // unused: values kept or restored are never overwritten. A new variable
+  // with initial_values takes them instead of its initializer. Returns how
+  // many were new.
   // Errors: InvalidArgument for a bad spec (partition fields included),
-  // initializer or optimizer, or a name repeated in the request;
+  // initializer or optimizer, a name repeated in the request, or initial
+  // values of the wrong count or byte size, non-finite, or for a hash
+  // embedding;
   // AlreadyExists for a name that exists with a different spec;
   // FailedPrecondition if the optimizer differs from the one the store was
   // first created with.

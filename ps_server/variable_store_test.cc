@@ -183,6 +183,71 @@ TEST_F(VariableStoreTest, Create_Conflicts_AreRejectedAndCreateNothing) {
   EXPECT_EQ(store_.GetStats().num_variables, 2);  // x was not created either
 }
 
+std::string Bytes(const std::vector<float>& values) {
+  return std::string(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(float));
+}
+
+TEST(VariableStoreInitialValuesTest, Create_WithValues_TakesThemInsteadOfTheInitializer) {
+  VariableStore store;
+  proto::CreateVariablesRequest request = CreateRequest();  // w [2, 3], b [3]
+  const std::vector<float> w = {1, 2, 3, 4, 5, 6};
+  *request.add_initial_values() = Bytes(w);
+  request.add_initial_values();  // b: its initializer
+  ASSERT_EQ(*store.Create(request), 2);
+  EXPECT_EQ(Values(store, "w"), w);
+  VariableStore plain;
+  ASSERT_TRUE(plain.Create(CreateRequest()).ok());
+  EXPECT_EQ(Values(store, "b"), Values(plain, "b"));
+}
+
+TEST(VariableStoreInitialValuesTest, Create_ExistingVariable_KeepsItsValues) {
+  VariableStore store;
+  ASSERT_TRUE(store.Create(CreateRequest()).ok());
+  const std::vector<float> w0 = Values(store, "w");
+  proto::CreateVariablesRequest again = CreateRequest();
+  *again.add_initial_values() = Bytes({1, 2, 3, 4, 5, 6});
+  again.add_initial_values();
+  EXPECT_EQ(*store.Create(again), 0);
+  EXPECT_EQ(Values(store, "w"), w0);
+}
+
+TEST(VariableStoreInitialValuesTest, Create_BadValues_AreInvalidAndCreateNothing) {
+  auto expect_refused = [](proto::CreateVariablesRequest request, const std::string& part) {
+    VariableStore store;
+    absl::Status status = store.Create(request).status();
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+    EXPECT_NE(status.message().find(part), std::string::npos) << status;
+    EXPECT_EQ(store.GetStats().num_variables, 0);
+  };
+  proto::CreateVariablesRequest one_short = CreateRequest();
+  *one_short.add_initial_values() = Bytes({1, 2, 3, 4, 5, 6});
+  expect_refused(one_short, "1 entries for 2 variables");
+  proto::CreateVariablesRequest wrong_size = CreateRequest();
+  *wrong_size.add_initial_values() = Bytes({1, 2, 3, 4, 5});
+  wrong_size.add_initial_values();
+  expect_refused(wrong_size, "variable 'w': 20 bytes");
+  proto::CreateVariablesRequest odd_bytes = CreateRequest();
+  odd_bytes.add_initial_values();
+  *odd_bytes.add_initial_values() = std::string(13, '\0');
+  expect_refused(odd_bytes, "variable 'b': 13 bytes");
+  proto::CreateVariablesRequest nan = CreateRequest();
+  *nan.add_initial_values() = Bytes({1, 2, std::nanf(""), 4, 5, 6});
+  nan.add_initial_values();
+  expect_refused(nan, "not finite");
+  proto::CreateVariablesRequest hash = CreateRequest();
+  hash.clear_variables();
+  proto::VariableSpec table = Spec("h", {0, 2});
+  table.set_variable("h");
+  table.add_full_shape(0);
+  table.add_full_shape(2);
+  table.set_num_partitions(1);
+  table.set_routing(proto::HASH);
+  table.mutable_initializer()->set_kind(proto::Initializer::ZEROS);
+  *hash.add_variables() = table;
+  *hash.add_initial_values() = Bytes({1, 2});
+  expect_refused(hash, "hash embedding");
+}
+
 TEST(VariableStoreStandaloneTest, Push_BeforeCreate_IsFailedPrecondition) {
   VariableStore store;
   proto::PushRequest push;
