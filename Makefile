@@ -17,7 +17,7 @@ DEBIAN_PACKAGES := cmake make g++ pkg-config ccache \
 TEST_PACKAGES := iptables openssl prometheus clang libclang-rt-14-dev \
   python3-torch python3-pytest
 
-.PHONY: all deps test-deps configure build demo test test-deploy test-k8s test-compose fuzz bench-modes bench-ps bench-recovery bench-throughput sanitize tsan clean
+.PHONY: all deps test-deps configure build demo test test-deploy test-k8s test-compose fuzz bench-modes bench-ps bench-recovery bench-throughput bench-python sanitize tsan clean
 
 all: build
 
@@ -73,6 +73,12 @@ bench-ps: build
 # --overlap) against one single-threaded process with no network.
 bench-throughput: build
 	bench/throughput.sh $(BUILD_DIR)
+
+# Python workers: PushPull through the bindings against the C++ client, and
+# the CNN example's cluster against one torch process (bench/python_workers.py).
+bench-python: build test-deps
+	PSTRAIN_BIN=$(abspath $(BUILD_DIR))/bin PYTHONPATH=$(abspath $(BUILD_DIR))/python \
+	  /usr/bin/python3 bench/python_workers.py --json=$(BUILD_DIR)/bench_python.json
 
 # Checkpoint and recovery figures: save/restore MB/s, throughput during a
 # save, time from a ps kill to resumed training, steps lost.

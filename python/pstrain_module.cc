@@ -20,6 +20,8 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "common/process.h"
 #include "common/tf_config.h"
 #include "worker/session.h"
@@ -234,6 +236,31 @@ class Session {
     return ValueOrRaise(std::move(ok));
   }
 
+  // The benchmark's reference (bench/python_workers.py): `steps` batches
+  // of zero gradients pushed by a C++ loop over the same session, with
+  // buffers of its own, and no Python between the calls. Returns the
+  // seconds each PushPull took.
+  std::vector<double> CppPushPullSeconds(int64_t steps, int64_t num_examples) {
+    std::vector<std::vector<float>> grads, values;
+    for (const Dense& d : dense_) {
+      grads.emplace_back(d.size, 0.0f);
+      values.emplace_back(d.size, 0.0f);
+    }
+    worker::GradientSpans grad_spans(grads.begin(), grads.end());
+    worker::ValueSpans value_spans(values.begin(), values.end());
+    std::vector<double> seconds;
+    py::gil_scoped_release release;
+    for (int64_t i = 0; i < steps; ++i) {
+      absl::StatusOr<worker::WorkerSession::Batch> batch = get().Next(num_examples);
+      if (!batch.ok() || batch->done) break;
+      const absl::Time start = absl::Now();
+      absl::StatusOr<bool> ok = get().PushPull(grad_spans, value_spans, batch->examples.size(), 0);
+      if (!ok.ok() || !*ok) break;
+      seconds.push_back(absl::ToDoubleSeconds(absl::Now() - start));
+    }
+    return seconds;
+  }
+
  private:
   struct Dense {
     std::string name;
@@ -282,5 +309,7 @@ PYBIND11_MODULE(_pstrain, m) {
            py::arg("examples"), py::arg("loss"))
       .def("pull_rows", &Session::PullRows, py::arg("table"), py::arg("ids"), py::arg("out"))
       .def("push_rows", &Session::PushRows, py::arg("table"), py::arg("ids"), py::arg("grads"))
-      .def("stop", [](Session& s, const std::string& reason) { s.get().Stop(reason); });
+      .def("stop", [](Session& s, const std::string& reason) { s.get().Stop(reason); })
+      .def("_cpp_push_pull_seconds", &Session::CppPushPullSeconds, py::arg("steps"),
+           py::arg("num_examples"));
 }

@@ -29,7 +29,8 @@ import torch
 
 import pstrain
 
-__all__ = ["Embedding", "Trainer", "export_spec", "write_safetensors"]
+__all__ = ["Embedding", "Trainer", "export_spec", "load_safetensors", "read_safetensors",
+           "write_safetensors"]
 
 
 class Embedding(torch.nn.Module):
@@ -213,6 +214,49 @@ def write_safetensors(path: str, tensors: Dict[str, np.ndarray]) -> None:
         for blob in blobs:
             f.write(blob)
     os.replace(tmp, path)
+
+
+def read_safetensors(path: str) -> Dict[str, np.ndarray]:
+    """The float32 tensors of a safetensors file (`pstrain checkpoint
+    export` writes them). ValueError for a file that is not one."""
+    with open(path, "rb") as f:
+        data = f.read()
+    if len(data) < 8:
+        raise ValueError(f"{path}: too short for a safetensors file")
+    (length,) = struct.unpack("<Q", data[:8])
+    if length > len(data) - 8:
+        raise ValueError(f"{path}: header of {length} bytes past the end of the file")
+    try:
+        header = json.loads(data[8:8 + length])
+    except ValueError as e:
+        raise ValueError(f"{path}: header is not JSON: {e}") from None
+    body = memoryview(data)[8 + length:]
+    tensors = {}
+    for name, entry in header.items():
+        if name == "__metadata__":
+            continue
+        if entry.get("dtype") != "F32":
+            raise ValueError(f"{path}: tensor '{name}' is {entry.get('dtype')}, not F32")
+        begin, end = entry["data_offsets"]
+        shape = tuple(entry["shape"])
+        if not 0 <= begin <= end <= len(body) or end - begin != 4 * int(np.prod(shape)):
+            raise ValueError(f"{path}: tensor '{name}' has bad offsets {begin}, {end}")
+        tensors[name] = np.frombuffer(body[begin:end], "<f4").reshape(shape).copy()
+    return tensors
+
+
+def load_safetensors(module: torch.nn.Module, path: str) -> None:
+    """Loads a module's dense parameters from a safetensors file (an
+    exported checkpoint): every parameter must be there with its shape."""
+    tensors = read_safetensors(path)
+    with torch.no_grad():
+        for name, p in _dense_parameters(module).items():
+            if name not in tensors:
+                raise ValueError(f"{path}: no tensor for parameter '{name}'")
+            if tuple(tensors[name].shape) != tuple(p.shape):
+                raise ValueError(f"{path}: tensor '{name}' has shape {list(tensors[name].shape)}, "
+                                 f"the parameter {list(p.shape)}")
+            p.copy_(torch.from_numpy(tensors[name]))
 
 
 def export_spec(module: torch.nn.Module, path: str) -> str:

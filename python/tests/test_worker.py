@@ -4,13 +4,14 @@ ps and chief processes over gRPC, Fashion-MNIST."""
 import glob
 import json
 import os
+import re
 import signal
 
 import numpy as np
 import pytest
 import torch
 
-from conftest import read_records, wait_for_record, worker_command
+from conftest import WORKERS, read_records, wait_for_record, worker_command
 
 import sys
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "workers"))
@@ -149,3 +150,23 @@ def test_killed_ps_python_workers_rewind_to_the_checkpoint(cluster, tmp_path):
         assert records[-1]["event"] == "end"
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["global_step"] > 150
+
+
+def test_worker_whose_module_does_not_match_the_spec_exits_naming_both_shapes(cluster, tmp_path):
+    import pstrain.torch
+    sys.path.insert(0, WORKERS)
+    import spec_worker
+    spec = pstrain.torch.export_spec(spec_worker.model(), str(tmp_path / "linear.json"))
+    # Worker 1's module does not match. Its exit status is echoed and
+    # swallowed, so that the launcher does not end the job for it: the chief
+    # must go on and finish with worker 0 alone.
+    command = worker_command("spec_worker.py", "--wrong_shape_worker=1")
+    c = cluster(["--ps=1", "--workers=2", "--epochs=1", f"--model=spec:{spec}",
+                 f"--worker_command=/bin/sh -c '{command}; echo python exit status $?'"])
+    assert c.wait() == 0, c.output()
+    out = c.output()
+    assert re.search(r"worker:1 .*ValueError: parameter '1.weight' has shape \[11, 784\], but the "
+                     r"job's variable has shape \[10, 784\]", out), out
+    assert re.search(r"worker:1 .*python exit status 1", out), out
+    assert not re.search(r"worker:0 .*python exit status [^0]", out), out
+    assert "job succeeded" in out

@@ -1,0 +1,156 @@
+#!/usr/bin/python3
+"""A small CNN on Fashion-MNIST, its parameters on pstrain's ps.
+
+One command trains it on a local cluster (2 ps, 2 Python workers):
+    /usr/bin/python3 examples/torch_cnn_fashion_mnist.py --cluster
+which writes the model spec (the module's own initial values) and runs
+    pstrain local --model=spec:SPEC --worker_command='/usr/bin/python3 THIS'
+Under TF_CONFIG (what pstrain local, Docker or Kubernetes give a worker) it
+is one worker. --local trains the same model in this one process, with
+torch's own optimizer and no pstrain: the reference.
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import fashion_mnist  # noqa: E402
+
+
+class Cnn(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv1 = torch.nn.Conv2d(1, 16, 3, padding=1)
+        self.conv2 = torch.nn.Conv2d(16, 32, 3, padding=1)
+        self.fc1 = torch.nn.Linear(32 * 7 * 7, 128)
+        self.fc2 = torch.nn.Linear(128, 10)
+
+    def forward(self, x):
+        x = F.max_pool2d(F.relu(self.conv1(x)), 2)
+        x = F.max_pool2d(F.relu(self.conv2(x)), 2)
+        return self.fc2(F.relu(self.fc1(x.flatten(1))))
+
+
+def accuracy(model, images, labels):
+    model.eval()
+    with torch.no_grad():
+        logits = torch.cat([model(torch.from_numpy(images[i:i + 1000]))
+                            for i in range(0, len(images), 1000)])
+    model.train()
+    return float((logits.argmax(1).numpy() == labels).mean())
+
+
+def report(result_path, **figures):
+    print("result: " + json.dumps(figures), flush=True)
+    if result_path:
+        with open(result_path + ".tmp", "w") as f:
+            json.dump(figures, f)
+        os.replace(result_path + ".tmp", result_path)
+
+
+def train_worker(args):
+    import pstrain
+    import pstrain.torch
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
+    images, labels = fashion_mnist.load("train", args.data_dir)
+    worker = pstrain.Worker.from_env()
+    model = Cnn()
+    trainer = pstrain.torch.Trainer(worker, model)  # checks the module against the job
+    start, seen = time.time(), 0
+    for batch in trainer.batches(len(images)):
+        x = torch.from_numpy(images[batch.examples])
+        y = torch.from_numpy(labels[batch.examples])
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        trainer.step(loss)
+        seen += len(batch.examples)
+    elapsed = time.time() - start
+    test_images, test_labels = fashion_mnist.load("t10k", args.data_dir)
+    figures = {"worker": worker.index, "examples": seen, "seconds": elapsed,
+               "examples_per_sec": seen / elapsed if elapsed > 0 else 0.0,
+               "global_step": worker.global_step,
+               "test_accuracy": accuracy(model, test_images, test_labels)}
+    worker.close()
+    if args.result:
+        args.result = args.result.replace("{worker}", str(figures["worker"]))
+    report(args.result, **figures)
+
+
+def train_local(args):
+    torch.manual_seed(args.seed)
+    torch.set_num_threads(args.threads)
+    images, labels = fashion_mnist.load("train", args.data_dir)
+    test_images, test_labels = fashion_mnist.load("t10k", args.data_dir)
+    model = Cnn()
+    optimizer = torch.optim.Adam(model.parameters(), lr=args.learning_rate)
+    rng = np.random.default_rng(args.seed)
+    start, seen = time.time(), 0
+    for _ in range(args.epochs):
+        order = rng.permutation(len(images))
+        for first in range(0, len(order), args.batch_size):
+            idx = order[first:first + args.batch_size]
+            optimizer.zero_grad()
+            loss = F.cross_entropy(model(torch.from_numpy(images[idx])), torch.from_numpy(labels[idx]))
+            loss.backward()
+            optimizer.step()
+            seen += len(idx)
+    elapsed = time.time() - start
+    report(args.result, examples=seen, seconds=elapsed, examples_per_sec=seen / elapsed,
+           test_accuracy=accuracy(model, test_images, test_labels))
+
+
+def run_cluster(args):
+    import pstrain.torch
+    torch.manual_seed(args.seed)
+    spec_dir = tempfile.mkdtemp(prefix="pstrain-cnn-")
+    spec = pstrain.torch.export_spec(Cnn(), os.path.join(spec_dir, "cnn.json"))
+    pstrain_bin = os.path.join(os.environ.get("PSTRAIN_BIN", "build/bin"), "pstrain")
+    command = [pstrain_bin, "local", f"--ps={args.ps}", f"--workers={args.workers}",
+               f"--model=spec:{spec}", f"--epochs={args.epochs}", f"--batch_size={args.batch_size}",
+               f"--learning_rate={args.learning_rate}", f"--seed={args.seed}",
+               "--worker_command=/usr/bin/python3 " + os.path.abspath(__file__) +
+               (f" --result={args.result}" if args.result else "")] + args.pstrain_flags
+    print("running: " + " ".join(command), flush=True)
+    return subprocess.call(command)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--cluster", action="store_true", help="train on a local pstrain cluster")
+    parser.add_argument("--local", action="store_true", help="train in this process, no pstrain")
+    parser.add_argument("--export_spec", metavar="PATH", help="write the model spec and exit")
+    parser.add_argument("--ps", type=int, default=2)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--epochs", type=int, default=4)
+    parser.add_argument("--batch_size", type=int, default=64)
+    parser.add_argument("--learning_rate", type=float, default=0.001)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--threads", type=int, default=1, help="--local: torch threads")
+    parser.add_argument("--data_dir", default=fashion_mnist.DEFAULT_DIR)
+    parser.add_argument("--result", help="write the figures as JSON here ({worker}: its index)")
+    parser.add_argument("pstrain_flags", nargs="*", help="--cluster: more pstrain local flags")
+    args = parser.parse_args()
+    if args.export_spec:
+        import pstrain.torch
+        torch.manual_seed(args.seed)
+        print(pstrain.torch.export_spec(Cnn(), args.export_spec))
+    elif args.local:
+        train_local(args)
+    elif args.cluster:
+        sys.exit(run_cluster(args))
+    else:
+        train_worker(args)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,43 @@
+"""The examples, run as a user runs them: each trains on a local pstrain
+cluster of Python workers and is checked against its target."""
+
+import json
+import os
+import subprocess
+
+import torch
+
+from conftest import BIN, PYTHON, REPO
+
+import sys
+sys.path.insert(0, os.path.join(REPO, "examples"))
+import fashion_mnist  # noqa: E402
+
+
+def run(args, **kwargs):
+    return subprocess.run(args, env=dict(os.environ, PSTRAIN_BIN=BIN), stdin=subprocess.DEVNULL,
+                          capture_output=True, text=True, **kwargs)
+
+
+def test_cnn_on_two_ps_and_two_python_workers_reaches_089(tmp_path):
+    import pstrain.torch
+    sys.path.insert(0, os.path.join(REPO, "examples"))
+    import torch_cnn_fashion_mnist as example
+    ckpt = tmp_path / "ckpt"
+    done = run([PYTHON, os.path.join(REPO, "examples", "torch_cnn_fashion_mnist.py"), "--cluster",
+                "--ps=2", "--workers=2", "--epochs=4", f"--result={tmp_path}/result-{{worker}}.json",
+                "--", f"--checkpoint_dir={ckpt}", "--timeout_s=900"], timeout=1000)
+    assert done.returncode == 0, done.stdout + done.stderr
+    results = [json.loads((tmp_path / f"result-{w}.json").read_text()) for w in (0, 1)]
+    assert all(r["examples"] > 0 for r in results)
+    # The final checkpoint (the chief saves one at the end), exported and
+    # scored here: the model the job trained.
+    exported = tmp_path / "cnn.safetensors"
+    out = run([os.path.join(BIN, "pstrain"), "checkpoint", "export", str(ckpt), str(exported)])
+    assert out.returncode == 0, out.stdout + out.stderr
+    model = example.Cnn()
+    pstrain.torch.load_safetensors(model, str(exported))
+    images, labels = fashion_mnist.load("t10k")
+    accuracy = example.accuracy(model, images, labels)
+    print(f"test accuracy {accuracy:.4f}; workers: {results}")
+    assert accuracy >= 0.89
