@@ -57,6 +57,13 @@ inline bool ReachedMaxSteps(const proto::TrainingConfig& training, int64_t globa
   return training.max_steps() > 0 && global_step >= training.max_steps();
 }
 
+// The seed of worker `worker_index`'s shuffles: the job's seed and the
+// worker's index, so every worker of a job (C++ or Python) that trains
+// shard `worker_index` sees the same batches.
+inline uint64_t WorkerShuffleSeed(const proto::TrainingConfig& training, int worker_index) {
+  return training.seed() ^ (static_cast<uint64_t>(worker_index) << 32);
+}
+
 // The order of epoch `epoch`'s pass over `num_examples` examples: a
 // shuffle that depends only on the seed and the epoch.
 inline void ShuffledOrder(int64_t num_examples, uint64_t shuffle_seed, int epoch,

@@ -261,6 +261,30 @@ void ClusterLink::HeartbeatLoop() {
   }
 }
 
+CoordinatorView::State ClusterLink::AwaitCluster(CoordinatorView::State v, int64_t generation,
+                                                absl::Time failing_since, absl::Time retry_at) {
+  for (;;) {
+    const absl::Time now = absl::Now();
+    if (stop_.stopped() || lost_coordinator_.stopped() || v.should_stop) return v;
+    if (now - failing_since > options_.recovery_timeout) return v;
+    if (v.phase != proto::PHASE_RECOVERING && (v.generation != generation || now >= retry_at)) {
+      return v;
+    }
+    // While the chief restores the ps, wait a heartbeat at a time.
+    v = view_.WaitForUpdate(v.updates, v.phase == proto::PHASE_RECOVERING
+                                           ? options_.heartbeat_interval
+                                           : retry_at - now);
+  }
+}
+
+CoordinatorView::State ClusterLink::AwaitEnd(CoordinatorView::State v, int64_t generation) {
+  while (!stop_.stopped() && !lost_coordinator_.stopped() && v.phase != proto::PHASE_DONE &&
+         v.generation == generation && v.phase != proto::PHASE_RECOVERING) {
+    v = view_.WaitForUpdate(v.updates, options_.heartbeat_interval);
+  }
+  return v;
+}
+
 absl::Status ClusterLink::ReportDone(bool completed, const std::string& reason) {
   proto::WorkerDoneRequest done;
   done.mutable_final_progress()->set_worker_index(options_.worker_index);

@@ -118,6 +118,20 @@ class ClusterLink {
   // restarted coordinator.
   void set_finished(bool finished) { finished_ = finished; }
 
+  // After a failed step, or while the coordinator recovers: waits until
+  // the coordinator is out of recovery with a generation other than
+  // `generation` (the ps were restored) or, outside recovery, until
+  // `retry_at`. Ends early on a stop, a lost coordinator, should_stop, or
+  // once `failing_since` is recovery_timeout ago. `v` is the view the
+  // caller last read; returns the view it ended on.
+  CoordinatorView::State AwaitCluster(CoordinatorView::State v, int64_t generation,
+                                      absl::Time failing_since, absl::Time retry_at);
+  // After ReportDone(true): waits, heartbeating, until the chief ends the
+  // job (PHASE_DONE), a restore begins (a generation other than
+  // `generation`, or PHASE_RECOVERING), a stop or a lost coordinator.
+  // Returns the view it ended on.
+  CoordinatorView::State AwaitEnd(CoordinatorView::State v, int64_t generation);
+
   // Reports the end of this worker: `completed` (finished its share; the
   // coordinator refuses one from an old generation), or leaving early for
   // `reason`.

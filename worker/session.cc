@@ -44,7 +44,7 @@ absl::Status WorkerSession::Connect(const WorkerConnections& connections) {
   generation_ = state.generation();
   ps_->set_generation(generation_);
   position_ = std::max<int64_t>(0, link_->start_position());
-  shuffle_seed_ = state.training().seed() ^ (uint64_t(options_.worker_index) << 32);
+  shuffle_seed_ = WorkerShuffleSeed(state.training(), options_.worker_index);
   spdlog::info(
       "registered with the coordinator at {}: {} worker(s), {} ps, batch {}, {} epoch(s), "
       "starting at data position {}",
@@ -128,22 +128,9 @@ absl::StatusOr<WorkerSession::Batch> WorkerSession::Next(int64_t num_examples) {
 
 absl::StatusOr<bool> WorkerSession::WaitForCluster() {
   if (!failing_since_.has_value()) failing_since_ = absl::Now();
-  const absl::Time retry_at = absl::Now() + backoff_;
+  const CoordinatorView::State v = link_->AwaitCluster(link_->view().Get(), generation_,
+                                                       *failing_since_, absl::Now() + backoff_);
   backoff_ = std::min(2 * backoff_, absl::Seconds(2));
-  CoordinatorView& view = link_->view();
-  CoordinatorView::State v = view.Get();
-  for (;;) {
-    const absl::Time now = absl::Now();
-    if (stop_.stopped() || link_->lost().stopped() || v.should_stop) break;
-    if (now - *failing_since_ > options_.recovery_timeout) break;
-    if (v.phase != proto::PHASE_RECOVERING && (v.generation != generation_ || now >= retry_at)) {
-      break;
-    }
-    // While the chief restores the ps, wait a heartbeat at a time.
-    v = view.WaitForUpdate(v.updates, v.phase == proto::PHASE_RECOVERING
-                                          ? options_.heartbeat_interval
-                                          : retry_at - now);
-  }
   if (stop_.stopped()) return absl::CancelledError(stop_.reason());
   if (link_->lost().stopped()) return link_->heartbeat_error();
   if (v.should_stop) {
@@ -180,12 +167,7 @@ absl::StatusOr<bool> WorkerSession::Finish() {
   }
   link_->set_finished(true);
   spdlog::info("waiting for the chief to end the job");
-  CoordinatorView& view = link_->view();
-  CoordinatorView::State v = view.Get();
-  while (!stop_.stopped() && !link_->lost().stopped() && v.phase != proto::PHASE_DONE &&
-         !Recovering(v)) {
-    v = view.WaitForUpdate(v.updates, options_.heartbeat_interval);
-  }
+  const CoordinatorView::State v = link_->AwaitEnd(link_->view().Get(), generation_);
   if (stop_.stopped()) return absl::CancelledError(stop_.reason());
   if (link_->lost().stopped()) return link_->heartbeat_error();
   if (v.phase == proto::PHASE_DONE) {

@@ -91,7 +91,7 @@ absl::Status RunWorker(const TrainerOptions& options, const WorkerConnections& c
     }();
   }
 
-  const uint64_t shuffle_seed = training.seed() ^ (uint64_t(options.worker_index) << 32);
+  const uint64_t shuffle_seed = WorkerShuffleSeed(training, options.worker_index);
   int64_t generation = state.generation();
   ps->set_generation(generation);
   auto recovering = [&](const CoordinatorView::State& v) {
@@ -185,10 +185,7 @@ absl::Status RunWorker(const TrainerOptions& options, const WorkerConnections& c
         // save is restored from a checkpoint that lacks this worker's last
         // steps: then it trains again from its position there.
         spdlog::info("waiting for the chief to end the job");
-        while (!stop.stopped() && !lost_coordinator.stopped() && v.phase != proto::PHASE_DONE &&
-               !recovering(v)) {
-          v = view.WaitForUpdate(v.updates, options.heartbeat_interval);
-        }
+        v = link->AwaitEnd(v, generation);
         if (stop.stopped() || lost_coordinator.stopped() || v.phase == proto::PHASE_DONE) {
           completed = true;
           break;
@@ -213,20 +210,8 @@ absl::Status RunWorker(const TrainerOptions& options, const WorkerConnections& c
     }
     // Wait: for a new generation (the ps restored), or a moment before a
     // retry from the same position.
-    const absl::Time retry_at = absl::Now() + backoff;
+    v = link->AwaitCluster(v, generation, *failing_since, absl::Now() + backoff);
     backoff = std::min(2 * backoff, absl::Seconds(2));
-    for (;;) {
-      const absl::Time now = absl::Now();
-      if (stop.stopped() || lost_coordinator.stopped() || v.should_stop) break;
-      if (now - *failing_since > options.recovery_timeout) break;
-      if (v.phase != proto::PHASE_RECOVERING && (v.generation != generation || now >= retry_at)) {
-        break;
-      }
-      // While the chief restores the ps, wait a heartbeat at a time.
-      v = view.WaitForUpdate(v.updates, v.phase == proto::PHASE_RECOVERING
-                                            ? options.heartbeat_interval
-                                            : retry_at - now);
-    }
     if (stop.stopped() || lost_coordinator.stopped()) break;
     if (v.should_stop) {
       spdlog::info("the coordinator ended the job while this worker waited");
