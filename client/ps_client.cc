@@ -18,6 +18,25 @@ common::Shape ToShape(const std::vector<int64_t>& dims) {
   return common::Shape(dims.begin(), dims.end());
 }
 
+// InvalidArgument unless `spans` holds one span per dense variable, each of
+// exactly its elements; `what` names a span ("buffer", "gradient").
+template <typename Dense, typename Spans>
+absl::Status CheckDenseSizes(const std::vector<Dense>& dense, const Spans& spans,
+                             absl::string_view what) {
+  if (spans.size() != dense.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(spans.size(), " ", what, "(s) for ",
+                                                   dense.size(), " dense variables"));
+  }
+  for (size_t v = 0; v < dense.size(); ++v) {
+    if (static_cast<int64_t>(spans[v].size()) != dense[v].size) {
+      return absl::InvalidArgumentError(absl::StrCat(what, " for '", dense[v].name, "' holds ",
+                                                     spans[v].size(), " values, expected ",
+                                                     dense[v].size));
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<PsClient>> PsClient::Create(
@@ -284,17 +303,7 @@ ValueSpans PsClient::Resized(Values* values) const {
 
 absl::StatusOr<std::vector<common::DenseBuffers>> PsClient::ValueBuffers(
     const ValueSpans& values) const {
-  if (values.size() != dense_.size()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("pull into ", values.size(), " buffers for ", dense_.size(), " variables"));
-  }
-  for (size_t v = 0; v < dense_.size(); ++v) {
-    if (static_cast<int64_t>(values[v].size()) != dense_[v].size) {
-      return absl::InvalidArgumentError(absl::StrCat("buffer for '", dense_[v].name, "' holds ",
-                                                     values[v].size(), " values, expected ",
-                                                     dense_[v].size));
-    }
-  }
+  PST_RETURN_IF_ERROR(CheckDenseSizes(dense_, values, "buffer"));
   std::vector<common::DenseBuffers> buffers(requests_.size());
   for (size_t r = 0; r < requests_.size(); ++r) {
     for (const auto& [v, p] : requests_[r].pieces) {
@@ -328,17 +337,7 @@ absl::Status PsClient::BuildPushes(
     int64_t step, int64_t base_version, const GradientSpans& grads, int64_t position,
     const std::function<proto::PushRequest*(int r)>& request, common::PayloadPins* pins,
     std::vector<common::DenseBuffers>* buffers) const {
-  if (grads.size() != dense_.size()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("push of ", grads.size(), " gradients for ", dense_.size(), " variables"));
-  }
-  for (size_t v = 0; v < dense_.size(); ++v) {
-    if (static_cast<int64_t>(grads[v].size()) != dense_[v].size) {
-      return absl::InvalidArgumentError(absl::StrCat("gradient for '", dense_[v].name, "' has ",
-                                                     grads[v].size(), " values, expected ",
-                                                     dense_[v].size));
-    }
-  }
+  PST_RETURN_IF_ERROR(CheckDenseSizes(dense_, grads, "gradient"));
   buffers->resize(requests_.size());
   for (int r = 0; r < static_cast<int>(requests_.size()); ++r) {
     proto::PushRequest* push = request(r);
