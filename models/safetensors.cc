@@ -158,6 +158,14 @@ std::vector<std::string> SafetensorsFile::Names() const {
 
 absl::StatusOr<std::vector<float>> SafetensorsFile::ReadF32(const std::string& name) const {
   const Tensor* tensor = Find(name);
+  const int64_t rows = tensor == nullptr || tensor->shape.empty() ? 1 : tensor->shape[0];
+  return ReadF32Rows(name, 0, rows);
+}
+
+absl::StatusOr<std::vector<float>> SafetensorsFile::ReadF32Rows(const std::string& name,
+                                                                int64_t first_row,
+                                                                int64_t num_rows) const {
+  const Tensor* tensor = Find(name);
   if (tensor == nullptr) {
     return absl::NotFoundError(
         absl::StrCat("safetensors file ", path_, " has no tensor '", name, "'"));
@@ -166,9 +174,17 @@ absl::StatusOr<std::vector<float>> SafetensorsFile::ReadF32(const std::string& n
     return absl::InvalidArgumentError(absl::StrCat("safetensors file ", path_, ": tensor '", name,
                                                    "' is ", tensor->dtype, ", not F32"));
   }
-  std::vector<float> values((tensor->end - tensor->begin) / sizeof(float));
+  // Open checked that the bytes are exactly shape * 4.
+  const int64_t rows = tensor->shape.empty() ? 1 : tensor->shape[0];
+  const int64_t row_bytes = rows > 0 ? (tensor->end - tensor->begin) / rows : 0;
+  if (first_row < 0 || num_rows < 0 || first_row > rows - num_rows) {
+    return absl::OutOfRangeError(absl::StrCat("safetensors file ", path_, ": rows [", first_row,
+                                              ", ", first_row + num_rows, ") of tensor '", name,
+                                              "', which has ", rows));
+  }
+  std::vector<float> values(num_rows * row_bytes / sizeof(float));
   std::ifstream in(path_, std::ios::binary);
-  in.seekg(tensor->begin);
+  in.seekg(tensor->begin + first_row * row_bytes);
   if (!in || !in.read(reinterpret_cast<char*>(values.data()),
                       static_cast<std::streamsize>(values.size() * sizeof(float)))) {
     return absl::InvalidArgumentError(absl::StrCat("safetensors file ", path_,

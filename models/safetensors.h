@@ -51,6 +51,12 @@ class SafetensorsFile {
   // Errors: NotFound for no such tensor; InvalidArgument for another dtype,
   // or for a file that no longer holds the bytes (truncated since Open).
   absl::StatusOr<std::vector<float>> ReadF32(const std::string& name) const;
+  // Rows [first_row, first_row + num_rows) of F32 tensor `name` (a row is
+  // one index of its first dim; a scalar is one row), read from the file
+  // now: only those bytes. Errors: ReadF32's, and OutOfRange for rows
+  // outside the tensor.
+  absl::StatusOr<std::vector<float>> ReadF32Rows(const std::string& name, int64_t first_row,
+                                                 int64_t num_rows) const;
 
  private:
   SafetensorsFile() = default;

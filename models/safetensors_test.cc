@@ -54,6 +54,22 @@ TEST_F(SafetensorsFileTest, Open_WellFormed_ReadsEveryTensor) {
   EXPECT_EQ(file->ReadF32("missing").status().code(), absl::StatusCode::kNotFound);
 }
 
+// A piece of a variable reads only its rows.
+TEST_F(SafetensorsFileTest, ReadF32Rows_ReadsThoseRows_AndRefusesRowsOutside) {
+  WriteSafetensors(path_, {{"b.bias", {4}, Iota(4, -1.0f, 7)}, {"a", {4, 3}, Iota(12)}});
+  absl::StatusOr<SafetensorsFile> file = SafetensorsFile::Open(path_);
+  ASSERT_TRUE(file.ok()) << file.status();
+  const std::vector<float> all = Iota(12);
+  EXPECT_EQ(*file->ReadF32Rows("a", 1, 2), std::vector<float>(all.begin() + 3, all.begin() + 9));
+  EXPECT_EQ(*file->ReadF32Rows("a", 3, 1), std::vector<float>(all.begin() + 9, all.end()));
+  EXPECT_TRUE(file->ReadF32Rows("a", 4, 0)->empty());
+  EXPECT_EQ(*file->ReadF32Rows("b.bias", 2, 2), (std::vector<float>{5, 4}));
+  EXPECT_EQ(file->ReadF32Rows("a", 3, 2).status().code(), absl::StatusCode::kOutOfRange);
+  EXPECT_EQ(file->ReadF32Rows("a", -1, 1).status().code(), absl::StatusCode::kOutOfRange);
+  EXPECT_EQ(file->ReadF32Rows("a", 0, -1).status().code(), absl::StatusCode::kOutOfRange);
+  EXPECT_EQ(file->ReadF32Rows("missing", 0, 1).status().code(), absl::StatusCode::kNotFound);
+}
+
 TEST_F(SafetensorsFileTest, Open_MissingFile_IsNotFound) {
   EXPECT_EQ(SafetensorsFile::Open(dir_ + "/nope").status().code(), absl::StatusCode::kNotFound);
 }

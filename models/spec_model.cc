@@ -319,28 +319,44 @@ absl::StatusOr<std::string> SpecInitialValues::ValuesFor(const proto::VariableSp
   auto it = from_file_.find(name);
   if (it == from_file_.end()) return std::string();
   const common::Shape& full = it->second;
-  PST_ASSIGN_OR_RETURN(const std::vector<float> values, file_.ReadF32(name));
-  PST_ASSIGN_OR_RETURN(const int64_t elements, common::NumElements(full));
-  if (static_cast<int64_t>(values.size()) != elements) {
+  const SafetensorsFile::Tensor* tensor = file_.Find(name);
+  if (tensor == nullptr ||
+      !std::equal(tensor->shape.begin(), tensor->shape.end(), full.begin(), full.end())) {
     return absl::InvalidArgumentError(absl::StrCat("safetensors file ", file_.path(), ": tensor '",
                                                    name, "' no longer has shape ",
                                                    common::ShapeString(full)));
   }
+  const int64_t rows = full.empty() ? 1 : full[0];
   if (entry.variable().empty()) {
+    PST_ASSIGN_OR_RETURN(const std::vector<float> values, file_.ReadF32Rows(name, 0, rows));
     return std::string(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(float));
   }
   // A piece or partition: local row r is global row row_offset + r * row_stride.
-  const int64_t rows = full.empty() ? 1 : full[0];
+  // Read only the span of rows it takes (all of them for a piece).
+  PST_ASSIGN_OR_RETURN(const int64_t elements, common::NumElements(full));
   const int64_t dim = rows > 0 ? elements / rows : 0;
   const int64_t local_rows = entry.shape_size() > 0 ? entry.shape(0) : 0;
-  std::string out(local_rows * dim * sizeof(float), '\0');
-  for (int64_t r = 0; r < local_rows; ++r) {
-    const int64_t global = entry.row_offset() + r * entry.row_stride();
-    if (global < 0 || global >= rows) {
+  const int64_t stride = entry.row_stride();
+  const int64_t first = entry.row_offset();
+  const int64_t last = first + (local_rows - 1) * stride;
+  if (local_rows > 1 && stride < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("partition '", entry.name(),
+                                                   "' has row stride ", stride));
+  }
+  for (const int64_t global : {first, last}) {
+    if (local_rows > 0 && (global < 0 || global >= rows)) {
       return absl::InvalidArgumentError(absl::StrCat("partition '", entry.name(), "' names row ",
                                                      global, " of '", name, "', which has ", rows));
     }
-    std::memcpy(out.data() + r * dim * sizeof(float), values.data() + global * dim,
+  }
+  std::vector<float> values;
+  if (local_rows > 0) {
+    PST_ASSIGN_OR_RETURN(values, file_.ReadF32Rows(name, first, last - first + 1));
+  }
+  std::string out(local_rows * dim * sizeof(float), '\0');
+  for (int64_t r = 0; r < local_rows; ++r) {
+    const int64_t in_span = r * stride;
+    std::memcpy(out.data() + r * dim * sizeof(float), values.data() + in_span * dim,
                 dim * sizeof(float));
   }
   return out;
