@@ -86,6 +86,7 @@ class Worker:
         self._session = _pstrain.Session(tf_config, heartbeat_interval, startup_timeout,
                                          rpc_timeout, recovery_timeout)
         self._dense: List[Tuple[str, Tuple[int, ...]]] = list(self._session.dense_variables)
+        self._tables: Dict[str, int] = dict(self._session.tables)  # the plan's: fixed
         self._batch: Optional[Batch] = None
 
     @classmethod
@@ -113,7 +114,7 @@ class Worker:
     @property
     def tables(self) -> Dict[str, int]:
         """The tables read by rows, with their widths."""
-        return self._session.tables
+        return dict(self._tables)
 
     @property
     def global_step(self) -> int:
@@ -183,10 +184,10 @@ class Worker:
         """Rows of `table` for `ids` (int64, any shape): [len(ids), dim].
         None when the step failed."""
         ids = _as_array(ids, f"ids for '{table}'", np.int64, writable=False)
-        dim = self.tables.get(table)
+        dim = self._tables.get(table)
         if dim is None:
             raise LookupError(f"no table '{table}' in the job (tables: "
-                              f"{', '.join(self.tables) or 'none'})")
+                              f"{', '.join(self._tables) or 'none'})")
         if out is None:
             out = np.empty((ids.size, dim), np.float32)
         rows = _as_array(out, f"rows of '{table}'", np.float32, writable=True)
