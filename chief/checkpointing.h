@@ -46,7 +46,8 @@ constexpr absl::Duration kBusyBudget = absl::Seconds(30);
 constexpr int kCutAttempts = 30;
 
 // Saves a checkpoint of every ps at `step` (the version the snapshots hold,
-// when they hold one) with the workers at `positions`, and commits it with
+// when they hold one) with the workers at `positions` and every worker
+// through `epochs_completed` epochs, and commits it with
 // the manifest under options.checkpoint_dir. Errors: the first ps's failure,
 // naming it; DataLoss when the checkpoint written fails its checks (older
 // ones are kept); Internal when an unusable checkpoint of the same step
@@ -55,7 +56,8 @@ absl::StatusOr<SaveFigures> SaveCheckpoint(common::PsControl& control,
                                            const std::vector<PsPeer>& ps,
                                            const ChiefOptions& options,
                                            const proto::ClusterState& state, int64_t step,
-                                           const std::vector<int64_t>& positions);
+                                           const std::vector<int64_t>& positions,
+                                           int epochs_completed = 0);
 
 // Restores every ps from the newest checkpoint that passes its checks, into
 // restore generation `generation`; an unusable one is reported by name and

@@ -94,7 +94,8 @@ absl::Status RunChief(const ChiefOptions& options, const common::StopSignal& sto
   Coordinator coordinator(plan.initial, timing.peer_timeout);
   std::optional<ChiefMetrics> metrics;
   if (common::ProcessMetrics() != nullptr) metrics.emplace(common::ProcessMetrics(), &coordinator);
-  GrpcCoordinatorService service(&coordinator);
+  EvaluationHistory evaluations(static_cast<int>(cluster.evaluator.size()), job_start);
+  GrpcCoordinatorService service(&coordinator, &evaluations);
   PST_ASSIGN_OR_RETURN(
       std::unique_ptr<grpc::Server> server,
       common::StartServer(cluster.CoordinatorAddress(),
@@ -112,6 +113,7 @@ absl::Status RunChief(const ChiefOptions& options, const common::StopSignal& sto
     return Evaluate(state, options);
   };
   if (metrics.has_value()) with.metrics = &*metrics;
+  with.evaluations = &evaluations;
   with.job_start = job_start;
   Job job(options, plan, std::move(with), stop);
   const absl::Status status = job.Run();

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "absl/time/time.h"
 #include "common/process.h"
 #include "common/progress.h"
 #include "common/tf_config.h"
@@ -34,6 +35,16 @@ struct ChiefOptions {
   int64_t save_steps = 0;
   double save_secs = 0;
   int keep_checkpoints = 5;
+  // Keras-style epochs (every worker through its shard N times): a
+  // checkpoint every checkpoint_every_epochs, and an evaluation every
+  // eval_every_epochs (0: never by that measure). With an evaluator task an
+  // evaluation is a checkpoint it evaluates; without one the chief
+  // evaluates the model the ps hold (built-in models only).
+  int checkpoint_every_epochs = 0;
+  int eval_every_epochs = 0;
+  // How long the end of the job waits for the evaluators to report its
+  // final checkpoint.
+  absl::Duration evaluator_wait = absl::Minutes(5);
   // How progress is shown (--progress): kAuto is a live line when stderr is
   // a terminal, else a log line every timing.log_every.
   common::ProgressMode progress = common::ProgressMode::kAuto;

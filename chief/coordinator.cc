@@ -206,6 +206,11 @@ int64_t Coordinator::GlobalStepLocked() const {
   return std::min(step, version_ceiling_);
 }
 
+void Coordinator::SetFinalCheckpointStep(int64_t step) {
+  absl::MutexLock lock(&mu_);
+  state_.set_final_checkpoint_step(step);
+}
+
 void Coordinator::SetVersionCeiling(int64_t version) {
   absl::MutexLock lock(&mu_);
   version_ceiling_ = std::max<int64_t>(0, version);
@@ -223,6 +228,7 @@ Coordinator::Snapshot Coordinator::Check(absl::Time now) const {
   s.global_step = GlobalStepLocked();
   double loss_sum = 0;
   int losses = 0;
+  int min_epochs = state_.training().epochs();
   for (size_t i = 0; i < workers_.size(); ++i) {
     const WorkerState& w = workers_[i];
     s.pushes += w.earlier_steps + w.steps;
@@ -234,6 +240,7 @@ Coordinator::Snapshot Coordinator::Check(absl::Time now) const {
       ++losses;
     }
     if (w.registered) ++s.registered;
+    if (!w.done) min_epochs = std::min(min_epochs, w.epoch);
     if (w.done) {
       ++s.done;
       if (!w.completed) ++s.left_early;
@@ -244,6 +251,7 @@ Coordinator::Snapshot Coordinator::Check(absl::Time now) const {
       s.active.push_back(static_cast<int>(i));
     }
   }
+  s.epochs_completed = std::max(0, min_epochs);
   s.loss = losses > 0 ? loss_sum / losses : 0;
   s.all_done = AllDoneLocked();
   s.last_done = last_done_;

@@ -59,6 +59,9 @@ class Coordinator {
   // step past what the ps have applied (a hostile or broken version of
   // INT64_MAX counts as the ps's own). Unset, reports count as they are.
   void SetVersionCeiling(int64_t version);
+  // The job's final checkpoint is saved, at `step` (ClusterState's
+  // final_checkpoint_step): evaluators end once they have evaluated it.
+  void SetFinalCheckpointStep(int64_t step);
   // Gives up on a silent worker: it counts as having left early, so the job
   // can finish without it. It may still come back by registering again.
   void GiveUp(int index);
@@ -97,6 +100,10 @@ class Coordinator {
     int64_t examples = 0;
     double loss = 0;  // mean of the workers' latest reported losses
     int epoch = 0;    // highest epoch any worker is in
+    // Epochs every worker has completed: the lowest epoch a worker still
+    // training is in (a worker that finished counts all of its epochs; one
+    // that left early or was given up on does not count).
+    int epochs_completed = 0;
     int registered = 0;
     int done = 0;
     int left_early = 0;

@@ -16,14 +16,16 @@ grpc::ServerUnaryReactor* Finish(grpc::CallbackServerContext* context, const abs
 
 }  // namespace
 
-GrpcCoordinatorService::GrpcCoordinatorService(Coordinator* coordinator)
-    : coordinator_(coordinator) {
+GrpcCoordinatorService::GrpcCoordinatorService(Coordinator* coordinator,
+                                               EvaluationHistory* evaluations)
+    : coordinator_(coordinator), evaluations_(evaluations) {
   const std::string service = proto::Coordinator::service_full_name();
   BoundRequestSize(&GrpcCoordinatorService::Register, service, "Register");
   BoundRequestSize(&GrpcCoordinatorService::Heartbeat, service, "Heartbeat");
   BoundRequestSize(&GrpcCoordinatorService::WorkerDone, service, "WorkerDone");
   BoundRequestSize(&GrpcCoordinatorService::ClaimWorkerIndex, service, "ClaimWorkerIndex");
   BoundRequestSize(&GrpcCoordinatorService::GetState, service, "GetState");
+  BoundRequestSize(&GrpcCoordinatorService::ReportEvaluation, service, "ReportEvaluation");
 }
 
 grpc::ServerUnaryReactor* GrpcCoordinatorService::Register(grpc::CallbackServerContext* context,
@@ -87,12 +89,32 @@ grpc::ServerUnaryReactor* GrpcCoordinatorService::ClaimWorkerIndex(
 grpc::ServerUnaryReactor* GrpcCoordinatorService::GetState(grpc::CallbackServerContext* context,
                                                            const proto::GetStateRequest* request,
                                                            proto::ClusterState* response) {
-  if (absl::Status allowed =
-          common::RequireChiefOrWorker(common::CallerOf(*context), -1, "GetState");
+  if (absl::Status allowed = common::RequireAnyTask(common::CallerOf(*context), "GetState");
       !allowed.ok()) {
     return Finish(context, allowed);
   }
   *response = coordinator_->State();
+  return Finish(context, absl::OkStatus());
+}
+
+grpc::ServerUnaryReactor* GrpcCoordinatorService::ReportEvaluation(
+    grpc::CallbackServerContext* context, const proto::EvaluationReport* request,
+    proto::ReportEvaluationResponse* response) {
+  if (absl::Status allowed = common::RequireEvaluator(
+          common::CallerOf(*context), request->evaluator_index(), "ReportEvaluation");
+      !allowed.ok()) {
+    return Finish(context, allowed);
+  }
+  if (evaluations_ == nullptr) {
+    return Finish(context, absl::FailedPreconditionError(
+                               "ReportEvaluation: this coordinator keeps no evaluations"));
+  }
+  if (absl::Status kept = evaluations_->Report(*request, absl::Now()); !kept.ok()) {
+    return Finish(context, kept);
+  }
+  const proto::ClusterState state = coordinator_->State();
+  response->set_phase(state.phase());
+  response->set_final_checkpoint_step(state.final_checkpoint_step());
   return Finish(context, absl::OkStatus());
 }
 

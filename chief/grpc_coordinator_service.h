@@ -3,18 +3,21 @@
 #define PST_CHIEF_GRPC_COORDINATOR_SERVICE_H_
 
 #include "chief/coordinator.h"
+#include "chief/evaluations.h"
 #include "common/grpc_bounded_service.h"
 #include "proto/pstrain.grpc.pb.h"
 
 namespace pst::chief {
 
-// Thread-safe. Does not own the coordinator. Every method is a control call:
+// Thread-safe. Owns neither the coordinator nor the evaluation history (null:
+// ReportEvaluation is refused FAILED_PRECONDITION). Every method is a control call:
 // requests over ServerLimits::max_control_message_bytes are refused
 // RESOURCE_EXHAUSTED unparsed (common/grpc_bounded_service.h).
 class GrpcCoordinatorService final
     : public common::BoundedService<proto::Coordinator::CallbackService> {
  public:
-  explicit GrpcCoordinatorService(Coordinator* coordinator);
+  explicit GrpcCoordinatorService(Coordinator* coordinator,
+                                  EvaluationHistory* evaluations = nullptr);
 
   grpc::ServerUnaryReactor* Register(grpc::CallbackServerContext* context,
                                      const proto::RegisterRequest* request,
@@ -31,9 +34,13 @@ class GrpcCoordinatorService final
   grpc::ServerUnaryReactor* GetState(grpc::CallbackServerContext* context,
                                      const proto::GetStateRequest* request,
                                      proto::ClusterState* response) override;
+  grpc::ServerUnaryReactor* ReportEvaluation(grpc::CallbackServerContext* context,
+                                             const proto::EvaluationReport* request,
+                                             proto::ReportEvaluationResponse* response) override;
 
  private:
   Coordinator* const coordinator_;
+  EvaluationHistory* const evaluations_;
 };
 
 }  // namespace pst::chief

@@ -35,6 +35,7 @@ absl::StatusOr<JobPlan> PlanJob(const ChiefOptions& options) {
   const int quorum =
       sync->replicas_to_aggregate() > 0 ? sync->replicas_to_aggregate() : sync->num_workers();
   job.quorum = quorum;
+  PST_RETURN_IF_ERROR(CheckEvaluationOptions(options));
   PST_ASSIGN_OR_RETURN(std::shared_ptr<const worker::SpecInitialValues> values,
                        worker::SpecInitialValues::Open(options.training));
   if (values != nullptr) {
@@ -66,6 +67,7 @@ Job::Job(const ChiefOptions& options, const JobPlan& plan, Collaborators with,
       clock_(with.clock),
       evaluate_(std::move(with.evaluate)),
       metrics_(with.metrics),
+      evaluations_(with.evaluations),
       job_start_(with.job_start) {
   const common::ClusterSpec& cluster = options.tf.cluster;
   ps_.resize(cluster.ps.size());
@@ -107,7 +109,7 @@ absl::Status Job::RunToEnd() {
       PST_ASSIGN_OR_RETURN(eval, evaluate_(coordinator_->State()));
       if (options_.checkpoint_dir.empty()) return absl::OkStatus();
       return SaveCheckpoint(*control_, ps_, options_, coordinator_->State(), eval.global_step,
-                            final_snap.positions)
+                            final_snap.positions, final_snap.epochs_completed)
           .status();
     }();
     if (finished.ok()) break;
@@ -116,6 +118,7 @@ absl::Status Job::RunToEnd() {
     PST_ASSIGN_OR_RETURN(const bool recovered, RecoverLostPs(finished));
     if (!recovered) return finished;
   }
+  if (!options_.checkpoint_dir.empty()) AwaitEvaluators(eval.global_step);
   return ReportJob(*this, options_, initial_, eval, final_snap, job_start_);
 }
 
@@ -201,13 +204,17 @@ absl::Status Job::Watch() {
       ShowProgress(snap, now, &progress, /*final=*/true);
       return absl::OkStatus();
     }
+    const EpochsDue epochs_due = CheckEpochs(snap);
+    if (epochs_due.evaluate) EvaluateDuringTraining(snap);
     if (!options_.checkpoint_dir.empty() &&
         ((options_.save_steps > 0 && snap.global_step >= last_saved_step_ + options_.save_steps) ||
-         (options_.save_secs > 0 && now - last_save_time_ >= absl::Seconds(options_.save_secs)))) {
+         (options_.save_secs > 0 && now - last_save_time_ >= absl::Seconds(options_.save_secs)) ||
+         epochs_due.save)) {
       const int64_t pushes_before = probed_pushes_;
       const absl::Time save_start = clock_->Now();
-      absl::StatusOr<SaveFigures> saved = SaveCheckpoint(
-          *control_, ps_, options_, coordinator_->State(), snap.global_step, snap.positions);
+      absl::StatusOr<SaveFigures> saved =
+          SaveCheckpoint(*control_, ps_, options_, coordinator_->State(), snap.global_step,
+                         snap.positions, snap.epochs_completed);
       last_save_time_ = clock_->Now();
       if (saved.ok()) {
         last_saved_step_ = snap.global_step;

@@ -39,6 +39,7 @@
 #include "chief/checkpointing.h"
 #include "chief/chief.h"
 #include "chief/coordinator.h"
+#include "chief/evaluations.h"
 #include "chief/ps_peers.h"
 #include "chief/summary.h"
 #include "common/clock.h"
@@ -66,6 +67,13 @@ struct JobPlan {
 // (worker::SpecInitialValues::Open).
 absl::StatusOr<JobPlan> PlanJob(const ChiefOptions& options);
 
+// The evaluation and epoch options against the cluster and the model
+// (job_evaluation.cc). Errors: InvalidArgument for an evaluator task or
+// --checkpoint_every_epochs without --checkpoint_dir, and for
+// --eval_every_epochs of a model the chief cannot compute (a spec model)
+// without an evaluator task to run the user's evaluation.
+absl::Status CheckEvaluationOptions(const ChiefOptions& options);
+
 // Evaluates the model the ps hold now, for the cluster `state`.
 using Evaluator = std::function<absl::StatusOr<EvalResult>(const proto::ClusterState& state)>;
 
@@ -77,6 +85,9 @@ class Job {
     common::Clock* clock = common::RealClock();
     Evaluator evaluate;
     ChiefMetrics* metrics = nullptr;  // null: none
+    // Where evaluations are kept (the evaluators' reports reach it through
+    // the coordinator service); null: none kept.
+    EvaluationHistory* evaluations = nullptr;
     absl::Time job_start;             // for the summary's wall_seconds
   };
 
@@ -96,6 +107,7 @@ class Job {
   common::PsControl& control() { return *control_; }
   common::Clock& clock() { return *clock_; }
   TrainingEvents& events() { return events_; }
+  const EvaluationHistory* evaluations() const { return evaluations_; }
 
  private:
   // The progress display of --progress: a live line on a terminal, a log
@@ -124,6 +136,22 @@ class Job {
   // until every ps answers with its known incarnation (false), or one is
   // taken for lost (true).
   absl::StatusOr<bool> RecoverLostPs(const absl::Status& failure);
+
+  // job_evaluation.cc
+  // What the epochs completed since the last look call for: a checkpoint,
+  // and an evaluation by the chief (--checkpoint_every_epochs,
+  // --eval_every_epochs).
+  struct EpochsDue {
+    bool save = false;
+    bool evaluate = false;
+  };
+  EpochsDue CheckEpochs(const Coordinator::Snapshot& snap);
+  // The chief's own evaluation during training: logged, written to
+  // TensorBoard under eval/ and kept in the history.
+  void EvaluateDuringTraining(const Coordinator::Snapshot& snap);
+  // The final checkpoint is saved at `step`: tells the evaluators, and waits
+  // (--evaluator_wait_s) for each to report it.
+  void AwaitEvaluators(int64_t step);
 
   // job_progress.cc
   ProgressDisplay StartProgress();
@@ -160,6 +188,8 @@ class Job {
   common::Clock* const clock_;
   const Evaluator evaluate_;
   ChiefMetrics* const metrics_;  // null without --metrics_port
+  EvaluationHistory* const evaluations_;  // null: none kept
+  int epochs_seen_ = 0;  // epochs every worker had completed, at the last look
   const absl::Time job_start_;
   std::vector<PsPeer> ps_;
   int64_t last_saved_step_ = 0;

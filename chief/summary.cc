@@ -105,10 +105,19 @@ void TrainingEvents::Write(const Coordinator::Snapshot& snap, absl::Time now, in
 }
 
 void TrainingEvents::WriteFinal(const nlohmann::json& metrics, int64_t step) {
+  WriteMetrics(metrics, step, "");
+}
+
+void TrainingEvents::WriteEval(const nlohmann::json& metrics, int64_t step) {
+  WriteMetrics(metrics, step, "eval/");
+}
+
+void TrainingEvents::WriteMetrics(const nlohmann::json& metrics, int64_t step,
+                                  absl::string_view prefix) {
   if (events_ == nullptr) return;
   std::vector<std::pair<std::string, float>> scalars;
   for (const auto& [name, value] : metrics.items()) {
-    if (value.is_number_float()) scalars.emplace_back(name, value.get<double>());
+    if (value.is_number_float()) scalars.emplace_back(absl::StrCat(prefix, name), value.get<double>());
   }
   absl::Status written = events_->AddScalars(step, scalars);
   if (written.ok()) written = events_->Flush();
@@ -215,6 +224,7 @@ absl::Status ReportJob(Job& job, const ChiefOptions& options, const proto::Clust
     }
     summary["saves"] = saves;
     if (ratios > 0) summary["throughput_during_save_ratio"] = ratio_sum / ratios;
+    if (job.evaluations() != nullptr) summary.update(job.evaluations()->ToJson());
     summary["workers_given_up"] = job.given_up();
     summary["workers_left_early"] = final_snap.left_early;
     summary.update({

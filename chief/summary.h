@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "chief/checkpointing.h"
 #include "chief/chief.h"
@@ -95,8 +96,12 @@ class TrainingEvents {
              int64_t staleness_sum);
   // The test metrics at the step they were measured.
   void WriteFinal(const nlohmann::json& metrics, int64_t step);
+  // An evaluation during training (--eval_every_epochs), as eval/<metric>.
+  void WriteEval(const nlohmann::json& metrics, int64_t step);
 
  private:
+  void WriteMetrics(const nlohmann::json& metrics, int64_t step, absl::string_view prefix);
+
   std::unique_ptr<common::EventWriter> events_;
   int64_t summary_step_ = 0;
   absl::Time summary_time_;

@@ -78,20 +78,6 @@ absl::Status CheckRecordForWrite(const std::string& path, const ShardRecord& r) 
   return absl::OkStatus();
 }
 
-// "ckpt-<digits>": the step, or -1 for any other name.
-int64_t CheckpointStep(const std::string& name) {
-  const absl::string_view prefix(kCheckpointPrefix);
-  if (name.size() <= prefix.size() || absl::string_view(name).substr(0, prefix.size()) != prefix) {
-    return -1;
-  }
-  const char* first = name.data() + prefix.size();
-  const char* last = name.data() + name.size();
-  if (!std::all_of(first, last, [](char c) { return c >= '0' && c <= '9'; })) return -1;
-  int64_t step = 0;
-  const auto [ptr, ec] = std::from_chars(first, last, step);
-  if (ec != std::errc() || ptr != last) return -1;
-  return step;
-}
 
 struct CheckpointDir {
   enum class State {
@@ -152,6 +138,20 @@ bool ParseShardFileName(absl::string_view name, int* index, int* count) {
 }
 
 }  // namespace
+
+int64_t CheckpointStep(const std::string& name) {
+  const absl::string_view prefix(kCheckpointPrefix);
+  if (name.size() <= prefix.size() || absl::string_view(name).substr(0, prefix.size()) != prefix) {
+    return -1;
+  }
+  const char* first = name.data() + prefix.size();
+  const char* last = name.data() + name.size();
+  if (!std::all_of(first, last, [](char c) { return c >= '0' && c <= '9'; })) return -1;
+  int64_t step = 0;
+  const auto [ptr, ec] = std::from_chars(first, last, step);
+  if (ec != std::errc() || ptr != last) return -1;
+  return step;
+}
 
 std::string CheckpointDirName(int64_t step) {
   char buf[64];

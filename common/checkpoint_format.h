@@ -53,6 +53,10 @@ struct ShardRecord {
 
 // "ckpt-000000001200" for step 1200.
 std::string CheckpointDirName(int64_t step);
+
+// The step of a checkpoint directory's name "ckpt-<digits>"; -1 for any
+// other name.
+int64_t CheckpointStep(const std::string& name);
 // "shard-1-of-3.pst".
 std::string ShardFileName(int ps_index, int num_ps);
 

@@ -96,4 +96,23 @@ absl::Status RequireChiefOrWorker(const Caller& caller, int worker_index, absl::
       absl::StrCat("the chief's or that worker's role (worker-", worker_index, ".pstrain)"));
 }
 
+absl::Status RequireEvaluator(const Caller& caller, int evaluator_index, absl::string_view call) {
+  if (!caller.checked ||
+      (evaluator_index >= 0 && caller.Is(TaskType::kEvaluator, evaluator_index))) {
+    return absl::OkStatus();
+  }
+  return Denied(caller, absl::StrCat(call, " for evaluator ", evaluator_index),
+                absl::StrCat("that evaluator's role (evaluator-", evaluator_index, ".pstrain)"));
+}
+
+absl::Status RequireAnyTask(const Caller& caller, absl::string_view call) {
+  if (!caller.checked || caller.IsChief() || caller.WorkerIndex().has_value()) {
+    return absl::OkStatus();
+  }
+  for (const TaskIdentity& task : caller.tasks) {
+    if (task.type == TaskType::kEvaluator) return absl::OkStatus();
+  }
+  return Denied(caller, call, "the chief's, a worker's or an evaluator's role");
+}
+
 }  // namespace pst::common

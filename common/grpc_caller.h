@@ -14,6 +14,7 @@
 //             ps; pulls for evaluation
 //   worker i  pushes and pulls as worker i; Register, Heartbeat, WorkerDone
 //             as worker i on the chief
+//   evaluator i  ReportEvaluation as evaluator i, GetState on the chief
 //   ps        nothing (a ps calls no one)
 //
 // Services check at the top of each handler and refuse with
@@ -57,9 +58,13 @@ Caller CallerOf(const grpc::ServerContextBase& context);
 //   RequireWorker         worker `worker_index` only
 //   RequireChiefOrWorker  the chief, or a worker acting as itself
 //                         (`worker_index` its own, or -1 for none)
+//   RequireEvaluator      evaluator `evaluator_index` only
+//   RequireAnyTask        the chief, any worker or any evaluator
 absl::Status RequireChief(const Caller& caller, absl::string_view call);
 absl::Status RequireWorker(const Caller& caller, int worker_index, absl::string_view call);
 absl::Status RequireChiefOrWorker(const Caller& caller, int worker_index, absl::string_view call);
+absl::Status RequireEvaluator(const Caller& caller, int evaluator_index, absl::string_view call);
+absl::Status RequireAnyTask(const Caller& caller, absl::string_view call);
 
 }  // namespace pst::common
 

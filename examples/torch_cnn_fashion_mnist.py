@@ -5,9 +5,11 @@ One command trains it on a local cluster (2 ps, 2 Python workers):
     /usr/bin/python3 examples/torch_cnn_fashion_mnist.py --cluster
 which writes the model spec (the module's own initial values) and runs
     pstrain local --model=spec:SPEC --worker_command='/usr/bin/python3 THIS'
-Under TF_CONFIG (what pstrain local, Docker or Kubernetes give a worker) it
-is one worker. --local trains the same model in this one process, with
-torch's own optimizer and no pstrain: the reference.
+Under TF_CONFIG (what pstrain local, Docker or Kubernetes give a task) it
+is that task: a worker, or with --cluster --evaluator an evaluator that
+scores every checkpoint on the test set (pstrain.Evaluator). --local trains
+the same model in this one process, with torch's own optimizer and no
+pstrain: the reference.
 """
 
 import argparse
@@ -74,15 +76,31 @@ def train_worker(args):
         trainer.step(loss)
         seen += len(batch.examples)
     elapsed = time.time() - start
-    test_images, test_labels = fashion_mnist.load("t10k", args.data_dir)
+    # The model is scored by the evaluator task (--evaluator) or from the
+    # final checkpoint: a worker leaves as soon as the job is over.
     figures = {"worker": worker.index, "examples": seen, "seconds": elapsed,
                "examples_per_sec": seen / elapsed if elapsed > 0 else 0.0,
-               "global_step": worker.global_step,
-               "test_accuracy": accuracy(model, test_images, test_labels)}
+               "global_step": worker.global_step}
     worker.close()
     if args.result:
         args.result = args.result.replace("{worker}", str(figures["worker"]))
     report(args.result, **figures)
+
+
+def evaluate_checkpoints(args):
+    """The evaluator task: the test accuracy of every checkpoint the job
+    saves, reported to the chief, TensorBoard and <checkpoint_dir>/best."""
+    import pstrain
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
+    test_images, test_labels = fashion_mnist.load("t10k", args.data_dir)
+    model = Cnn()
+
+    def evaluate(checkpoint):
+        checkpoint.load_into(model)
+        return {"test_accuracy": accuracy(model, test_images, test_labels)}
+
+    evaluated = pstrain.Evaluator.from_env().run(evaluate)
+    print(f"evaluated {evaluated} checkpoint(s)", flush=True)
 
 
 def train_local(args):
@@ -119,6 +137,8 @@ def run_cluster(args):
                f"--learning_rate={args.learning_rate}", f"--seed={args.seed}",
                "--worker_command=/usr/bin/python3 " + os.path.abspath(__file__) +
                (f" --result={args.result}" if args.result else "")] + args.pstrain_flags
+    if args.evaluator:
+        command.append("--evaluator_command=/usr/bin/python3 " + os.path.abspath(__file__))
     print("running: " + " ".join(command), flush=True)
     return subprocess.call(command)
 
@@ -129,6 +149,8 @@ def main():
     parser.add_argument("--cluster", action="store_true", help="train on a local pstrain cluster")
     parser.add_argument("--local", action="store_true", help="train in this process, no pstrain")
     parser.add_argument("--export_spec", metavar="PATH", help="write the model spec and exit")
+    parser.add_argument("--evaluator", action="store_true",
+                        help="--cluster: add an evaluator task (needs --checkpoint_dir)")
     parser.add_argument("--ps", type=int, default=2)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--epochs", type=int, default=4)
@@ -148,6 +170,8 @@ def main():
         train_local(args)
     elif args.cluster:
         sys.exit(run_cluster(args))
+    elif json.loads(os.environ.get("TF_CONFIG", "{}")).get("task", {}).get("type") == "evaluator":
+        evaluate_checkpoints(args)
     else:
         train_worker(args)
 

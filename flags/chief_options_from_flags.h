@@ -26,6 +26,9 @@ inline ChiefOptions ChiefOptionsFromFlags(const common::DaemonSetup& setup) {
   options.save_steps = absl::GetFlag(FLAGS_save_checkpoints_steps);
   options.save_secs = absl::GetFlag(FLAGS_save_checkpoints_secs);
   options.keep_checkpoints = std::max(1, absl::GetFlag(FLAGS_keep_checkpoints));
+  options.checkpoint_every_epochs = absl::GetFlag(FLAGS_checkpoint_every_epochs);
+  options.eval_every_epochs = absl::GetFlag(FLAGS_eval_every_epochs);
+  options.evaluator_wait = absl::Seconds(std::max(0.0, absl::GetFlag(FLAGS_evaluator_wait_s)));
   options.progress = absl::GetFlag(FLAGS_progress);
   return options;
 }

@@ -117,6 +117,21 @@ ABSL_FLAG(int64_t, save_checkpoints_steps, 0,
           "Save a checkpoint every this many updates (0: off).");
 ABSL_FLAG(double, save_checkpoints_secs, 0, "Save a checkpoint every this many seconds (0: off).");
 ABSL_FLAG(int32_t, keep_checkpoints, 5, "Checkpoints kept; older ones are deleted.");
+ABSL_FLAG(int32_t, checkpoint_every_epochs, 0,
+          "Save a checkpoint each time every worker has completed this many more epochs (0: "
+          "off), beside --save_checkpoints_steps/_secs.");
+ABSL_FLAG(int32_t, eval_every_epochs, 0,
+          "Evaluate each time every worker has completed this many more epochs (0: off). With "
+          "an evaluator task, the chief saves a checkpoint then and the evaluator evaluates it; "
+          "without one, the chief evaluates the model the ps hold (built-in models).");
+ABSL_FLAG(double, evaluator_wait_s, 300,
+          "How long the end of the job waits for the evaluator tasks to report the final "
+          "checkpoint.");
+ABSL_FLAG(std::string, best_metric, "",
+          "evaluator: the metric that picks the best checkpoint, kept in <checkpoint_dir>/best "
+          "(empty: the first of test_accuracy, test_auc, accuracy, auc the evaluation reports).");
+ABSL_FLAG(std::string, best_mode, "auto",
+          "evaluator: max, min, or auto (min for a metric named *loss* or *error*, else max).");
 ABSL_FLAG(int32_t, heartbeat_ms, 1000, "Milliseconds between heartbeats.");
 ABSL_FLAG(double, peer_timeout_s, 15,
           "Seconds without a heartbeat after which a peer is declared dead.");

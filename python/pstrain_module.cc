@@ -24,36 +24,13 @@
 #include "absl/time/time.h"
 #include "common/process.h"
 #include "common/tf_config.h"
+#include "python/py_status.h"
 #include "worker/session.h"
 
 namespace py = pybind11;
 
 namespace pst::python {
 namespace {
-
-[[noreturn]] void Raise(const absl::Status& status) {
-  const std::string message(status.message());
-  switch (status.code()) {
-    case absl::StatusCode::kInvalidArgument:
-    case absl::StatusCode::kOutOfRange:
-      throw py::value_error(message);
-    case absl::StatusCode::kNotFound:
-      PyErr_SetString(PyExc_LookupError, message.c_str());
-      throw py::error_already_set();
-    case absl::StatusCode::kUnavailable:
-    case absl::StatusCode::kDeadlineExceeded:
-      PyErr_SetString(PyExc_ConnectionError, message.c_str());
-      throw py::error_already_set();
-    default:
-      throw std::runtime_error(message);
-  }
-}
-
-template <typename T>
-T ValueOrRaise(absl::StatusOr<T> value) {
-  if (!value.ok()) Raise(value.status());
-  return *std::move(value);
-}
 
 // A buffer of `T`, C-contiguous, of exactly `want` elements (-1: any), as
 // `what` names it in errors.
@@ -292,7 +269,8 @@ class Session {
 
 PYBIND11_MODULE(_pstrain, m) {
   using pst::python::Session;
-  m.doc() = "pstrain's worker session (see pstrain.Worker)";
+  m.doc() = "pstrain's worker and evaluator sessions (see pstrain.Worker, pstrain.Evaluator)";
+  pst::python::RegisterEvaluator(m);
   py::class_<Session>(m, "Session")
       .def(py::init<const std::string&, double, double, double, double>(), py::arg("tf_config"),
            py::arg("heartbeat_s"), py::arg("startup_s"), py::arg("rpc_s"), py::arg("recovery_s"))

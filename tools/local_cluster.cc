@@ -78,6 +78,16 @@ class Console {
   const std::unique_ptr<common::ProgressLine> live_;
 };
 
+// The value of --`name`=VALUE among `flags` ("" when absent).
+std::string FlagValue(const std::vector<std::string>& flags, const std::string& name) {
+  const std::string prefix = absl::StrCat("--", name, "=");
+  std::string value;
+  for (const std::string& flag : flags) {
+    if (flag.rfind(prefix, 0) == 0) value = flag.substr(prefix.size());
+  }
+  return value;
+}
+
 }  // namespace
 
 int RunLocalCluster(const LocalClusterOptions& options, common::StopSignal* stop) {
@@ -87,6 +97,13 @@ int RunLocalCluster(const LocalClusterOptions& options, common::StopSignal* stop
                  "act as one\n");
     return 2;
   }
+  if (!options.evaluator_command.empty() && !options.with_chief) {
+    std::fprintf(stderr,
+                 "pstrain local: --evaluator_command needs a chief (--chief): the evaluator "
+                 "reports to it\n");
+    return 2;
+  }
+  const int evaluators = options.with_evaluator || !options.evaluator_command.empty() ? 1 : 0;
   if (options.num_ps < 1 || options.num_workers < 1) {
     std::fprintf(stderr, "pstrain local: --ps and --workers must be at least 1\n");
     return 2;
@@ -99,7 +116,7 @@ int RunLocalCluster(const LocalClusterOptions& options, common::StopSignal* stop
   common::TfConfig tf;
   const int chiefs = options.with_chief ? 1 : 0;
   absl::StatusOr<std::vector<int>> ports =
-      PickFreePorts(chiefs + options.num_ps + options.num_workers);
+      PickFreePorts(chiefs + options.num_ps + options.num_workers + evaluators);
   if (!ports.ok()) {
     std::fprintf(stderr, "pstrain local: %s\n", std::string(ports.status().message()).c_str());
     return 2;
@@ -111,9 +128,13 @@ int RunLocalCluster(const LocalClusterOptions& options, common::StopSignal* stop
   add(&tf.cluster.chief, chiefs);
   add(&tf.cluster.ps, options.num_ps);
   add(&tf.cluster.worker, options.num_workers);
+  add(&tf.cluster.evaluator, evaluators);
   console.Print(absl::StrCat("pstrain local: chief [", absl::StrJoin(tf.cluster.chief, ", "),
                              "], ps [", absl::StrJoin(tf.cluster.ps, ", "), "], worker [",
-                             absl::StrJoin(tf.cluster.worker, ", "), "]"));
+                             absl::StrJoin(tf.cluster.worker, ", "), "]",
+                             evaluators > 0 ? absl::StrCat(", evaluator [",
+                                                           tf.cluster.evaluator[0], "]")
+                                            : ""));
 
   // The daemons share this machine's cores: unless told otherwise, each
   // gets an even share of BLAS threads (OpenBLAS would start one per core in
@@ -130,7 +151,7 @@ int RunLocalCluster(const LocalClusterOptions& options, common::StopSignal* stop
 
   // The build tree's Python package, ahead of the inherited PYTHONPATH.
   std::string python_path;
-  if (!options.worker_command.empty()) {
+  if (!options.worker_command.empty() || !options.evaluator_command.empty()) {
     const std::string package = absl::StrCat(options.bin_dir, "/../python");
     struct stat info;
     if (stat(absl::StrCat(package, "/pstrain").c_str(), &info) == 0) python_path = package;
@@ -151,6 +172,7 @@ int RunLocalCluster(const LocalClusterOptions& options, common::StopSignal* stop
   for (int i = 0; i < options.num_workers; ++i) {
     launches.push_back({{common::TaskType::kWorker, i}, "worker"});
   }
+  if (evaluators > 0) launches.push_back({{common::TaskType::kEvaluator, 0}, "evaluator"});
 
   absl::Mutex mu;  // guards children's pid/running/wait_status
   std::vector<Child> children(launches.size());
@@ -200,11 +222,16 @@ int RunLocalCluster(const LocalClusterOptions& options, common::StopSignal* stop
     tf.task = launches[i].task;
     const std::string task = common::TaskIdString(tf.task);
     SpawnOptions spawn;
-    const bool command = tf.task.type == common::TaskType::kWorker && !options.worker_command.empty();
+    const std::string& shell_command = tf.task.type == common::TaskType::kWorker
+                                           ? options.worker_command
+                                       : tf.task.type == common::TaskType::kEvaluator
+                                           ? options.evaluator_command
+                                           : std::string();
+    const bool command = !shell_command.empty();
     spawn.argv = {absl::StrCat(options.bin_dir, "/", launches[i].binary)};
     // exec: the command is the child itself, so that a signal that kills it
     // reaches the supervisor as such (restart_failed), not as sh's exit code.
-    if (command) spawn.argv = {"/bin/sh", "-c", "exec " + options.worker_command};
+    if (command) spawn.argv = {"/bin/sh", "-c", "exec " + shell_command};
     // "{task}" in a flag is this daemon's task ("worker-1"): its own
     // certificate or token file under per-role security.
     const std::string task_name =
@@ -242,6 +269,16 @@ int RunLocalCluster(const LocalClusterOptions& options, common::StopSignal* stop
       if (!python_path.empty()) spawn.env.push_back("PYTHONPATH=" + python_path);
       // torch's own threads: one each, as the C++ workers' BLAS.
       if (!blas_threads.empty()) spawn.env.push_back("OMP_NUM_THREADS=" + blas_threads);
+      if (tf.task.type == common::TaskType::kEvaluator) {
+        for (const auto& [env, flag] : {std::pair{"PSTRAIN_CHECKPOINT_DIR", "checkpoint_dir"},
+                                        std::pair{"PSTRAIN_SUMMARY_DIR", "summary_dir"},
+                                        std::pair{"PSTRAIN_DATA_DIR", "data_dir"},
+                                        std::pair{"PSTRAIN_BEST_METRIC", "best_metric"},
+                                        std::pair{"PSTRAIN_BEST_MODE", "best_mode"}}) {
+          const std::string value = FlagValue(options.daemon_flags, flag);
+          if (!value.empty()) spawn.env.push_back(absl::StrCat(env, "=", value));
+        }
+      }
     }
     children[i].task = task;
     children[i].coordinator = tf.IsCoordinator();

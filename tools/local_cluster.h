@@ -39,6 +39,14 @@ struct LocalClusterOptions {
   // PSTRAIN_BIN=bin_dir. It gets no daemon flags; it is supervised as any
   // worker (restart_failed included). Needs with_chief.
   std::string worker_command;
+  // An evaluator task (TF_CONFIG's "evaluator", started last): the
+  // evaluator binary, given the daemon flags (the built-in models), or with
+  // evaluator_command this shell command, as worker_command is run, with
+  // PSTRAIN_CHECKPOINT_DIR, PSTRAIN_SUMMARY_DIR, PSTRAIN_DATA_DIR,
+  // PSTRAIN_BEST_METRIC and PSTRAIN_BEST_MODE taken from the daemon flags
+  // (a Python evaluator: pstrain.Evaluator.from_env()).
+  bool with_evaluator = false;
+  std::string evaluator_command;
   int slow_worker = -1;                   // this worker gets --step_delay_ms
   int slow_worker_delay_ms = 0;
   absl::Duration timeout = absl::ZeroDuration();  // zero: none

@@ -29,7 +29,7 @@
 #include "flags/job_flags.h"
 #include "models/model_spec.h"
 #include "models/registry.h"
-#include "tools/checkpoint_export.h"
+#include "common/checkpoint_export.h"
 #include "tools/deploy_tools.h"
 #include "tools/local_cluster.h"
 #include "tools/reference.h"
@@ -63,6 +63,15 @@ ABSL_FLAG(std::string, worker_command, "",
           "local: run every worker as this shell command instead of the C++ worker, e.g. "
           "'/usr/bin/python3 examples/torch_cnn_fashion_mnist.py' (a Python worker; it gets "
           "TF_CONFIG, and PYTHONPATH with the build tree's pstrain package). Needs --chief.");
+ABSL_FLAG(bool, evaluator, false,
+          "local: add an evaluator task (the evaluator binary, for the built-in models): it "
+          "evaluates every checkpoint, writes eval/ scalars and keeps the best in "
+          "<checkpoint_dir>/best. Needs --checkpoint_dir.");
+ABSL_FLAG(std::string, evaluator_command, "",
+          "local: add an evaluator task run as this shell command, e.g. '/usr/bin/python3 "
+          "examples/torch_cnn_fashion_mnist.py --evaluate' (pstrain.Evaluator.from_env(); it "
+          "gets TF_CONFIG, PYTHONPATH and PSTRAIN_CHECKPOINT_DIR, _SUMMARY_DIR, _DATA_DIR, "
+          "_BEST_METRIC, _BEST_MODE). Needs --chief and --checkpoint_dir.");
 ABSL_FLAG(int32_t, max_restarts, 3, "local: with --restart_failed, restarts allowed per task.");
 ABSL_FLAG(std::string, out, "", "generate_criteo, generate_libsvm: the file to write.");
 ABSL_FLAG(int64_t, rows, 200000, "generate_criteo, generate_libsvm: rows to write.");
@@ -88,7 +97,8 @@ constexpr const char* kForwardedFlags[] = {
     "routing", "mode", "staleness",
     "replicas_to_aggregate", "summary_dir", "summary_steps", "checkpoint_dir",
     "save_checkpoints_steps", "save_checkpoints_secs",
-    "keep_checkpoints", "device", "gpus", "gpu_memory", "virtual_devices", "cpu_devices",
+    "keep_checkpoints", "checkpoint_every_epochs", "eval_every_epochs", "evaluator_wait_s",
+    "best_metric", "best_mode", "device", "gpus", "gpu_memory", "virtual_devices", "cpu_devices",
     "log_device_placement", "tls_cert", "tls_key", "tls_ca", "tls_server_name", "auth_token_file",
     "role_tokens_file",
     "bdp_probe", "grpc_max_concurrent_streams", "grpc_memory_quota_mb", "grpc_max_threads",
@@ -101,7 +111,8 @@ constexpr char kUsage[] =
     "\n"
     "  pstrain local [--ps=2] [--workers=2] [--chief=true] [--model=mlp|wide_deep|logreg]\n"
     "                [--epochs=3] [--batch_size=64] [--optimizer=adam] [--learning_rate=0.001]\n"
-    "                [--data=FILE|generate[:rows=N,vocab=V,seed=S]] [--summary_json=PATH] ...\n"
+    "                [--data=FILE|generate[:rows=N,vocab=V,seed=S]] [--summary_json=PATH]\n"
+    "                [--worker_command=CMD] [--evaluator | --evaluator_command=CMD] ...\n"
     "      Runs a whole cluster on this machine and trains the model.\n"
     "  pstrain plan [--tf_config=JSON|@FILE | --ps=N] [model flags]\n"
     "      Prints the placement plan: every variable and partition, its ps, bytes per ps.\n"
@@ -210,6 +221,13 @@ int Local() {
                              " cannot be computed by pstrain's C++ workers: give the workers "
                              "that compute it with --worker_command")));
   }
+  if (absl::GetFlag(FLAGS_evaluator) && absl::GetFlag(FLAGS_evaluator_command).empty() &&
+      (*pst::worker::ModelFor(*training))->computed_by_workers()) {
+    return Fail("local", absl::FailedPreconditionError(absl::StrCat(
+                             "--evaluator: the evaluator binary cannot compute --model=",
+                             training->model(), "; give your Python evaluation with "
+                             "--evaluator_command (pstrain.Evaluator)")));
+  }
   if (absl::Status s = pst::common::TimingFromFlags().status(); !s.ok()) return Fail("local", s);
   pst::common::StopSignal& stop = pst::common::ProcessStopSignal();
   pst::common::StopOnTerminationSignals("interrupted by signal");
@@ -235,6 +253,8 @@ int Local() {
   options.slow_worker_delay_ms = absl::GetFlag(FLAGS_slow_worker_delay_ms);
   options.restart_failed = absl::GetFlag(FLAGS_restart_failed);
   options.worker_command = absl::GetFlag(FLAGS_worker_command);
+  options.with_evaluator = absl::GetFlag(FLAGS_evaluator);
+  options.evaluator_command = absl::GetFlag(FLAGS_evaluator_command);
   options.max_restarts = absl::GetFlag(FLAGS_max_restarts);
   options.progress = absl::GetFlag(FLAGS_progress);
   // A live line should move every second; a --log_every_s set to anything
@@ -367,10 +387,10 @@ int ExportCheckpoint(const std::string& dir, const std::string& out) {
                  format.c_str());
     return 2;
   }
-  pst::tools::ExportOptions options;
+  pst::common::ExportOptions options;
   options.include_slots = absl::GetFlag(FLAGS_include_slots);
-  absl::StatusOr<pst::tools::ExportResult> result =
-      pst::tools::ExportSafetensors(dir, out, options);
+  absl::StatusOr<pst::common::ExportResult> result =
+      pst::common::ExportSafetensors(dir, out, options);
   if (!result.ok()) {
     std::fprintf(stderr, "pstrain checkpoint export: %s\n",
                  std::string(result.status().message()).c_str());

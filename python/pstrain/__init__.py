@@ -32,8 +32,9 @@ from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 import numpy as np
 
 from . import _pstrain
+from .evaluator import Checkpoint, Evaluator
 
-__all__ = ["Batch", "Worker"]
+__all__ = ["Batch", "Checkpoint", "Evaluator", "Worker"]
 
 
 class Batch(NamedTuple):

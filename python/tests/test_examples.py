@@ -24,9 +24,12 @@ def test_cnn_on_two_ps_and_two_python_workers_reaches_089(tmp_path):
     sys.path.insert(0, os.path.join(REPO, "examples"))
     import torch_cnn_fashion_mnist as example
     ckpt = tmp_path / "ckpt"
+    summary = tmp_path / "summary.json"
     done = run([PYTHON, os.path.join(REPO, "examples", "torch_cnn_fashion_mnist.py"), "--cluster",
                 "--ps=2", "--workers=2", "--epochs=4", f"--result={tmp_path}/result-{{worker}}.json",
-                "--", f"--checkpoint_dir={ckpt}", "--timeout_s=900"], timeout=1000)
+                "--evaluator", "--", f"--checkpoint_dir={ckpt}", "--checkpoint_every_epochs=1",
+                f"--summary_json={summary}", f"--summary_dir={tmp_path}/tb", "--timeout_s=900"],
+               timeout=1000)
     assert done.returncode == 0, done.stdout + done.stderr
     results = [json.loads((tmp_path / f"result-{w}.json").read_text()) for w in (0, 1)]
     assert all(r["examples"] > 0 for r in results)
@@ -41,3 +44,16 @@ def test_cnn_on_two_ps_and_two_python_workers_reaches_089(tmp_path):
     accuracy = example.accuracy(model, images, labels)
     print(f"test accuracy {accuracy:.4f}; workers: {results}")
     assert accuracy >= 0.89
+
+    # The Python evaluator (the example under an evaluator task) saw every
+    # checkpoint, one per epoch, and scored the final one as we do here.
+    evaluations = json.loads(summary.read_text())["evaluations"]
+    saved = sorted(p.name for p in ckpt.iterdir() if p.name.startswith("ckpt-"))
+    assert [e["checkpoint"] for e in evaluations] == saved, evaluations
+    assert [e["epochs_completed"] for e in evaluations] == [1, 2, 3, 4], evaluations
+    assert all(e["source"] == "evaluator 0" for e in evaluations)
+    assert abs(evaluations[-1]["metrics"]["test_accuracy"] - accuracy) < 1e-9
+    best = json.loads((ckpt / "best" / "BEST.json").read_text())
+    assert best["metric"] == "test_accuracy"
+    assert best["value"] == max(e["metrics"]["test_accuracy"] for e in evaluations)
+    assert any((tmp_path / "tb" / "eval").iterdir())

@@ -1,4 +1,4 @@
-#include "tools/checkpoint_export.h"
+#include "common/checkpoint_export.h"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -21,7 +21,7 @@
 #include "nlohmann/json.hpp"
 #include "proto/pstrain.pb.h"
 
-namespace pst::tools {
+namespace pst::common {
 namespace {
 
 namespace fs = std::filesystem;
@@ -591,4 +591,4 @@ absl::StatusOr<ExportResult> ExportSafetensors(const std::string& dir, const std
                                    absl::StrJoin(skipped, "; "), ")"));
 }
 
-}  // namespace pst::tools
+}  // namespace pst::common

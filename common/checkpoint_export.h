@@ -34,8 +34,8 @@
 //                         any other.
 //
 // Thread-safety: a pure function of its arguments and the files.
-#ifndef PST_TOOLS_CHECKPOINT_EXPORT_H_
-#define PST_TOOLS_CHECKPOINT_EXPORT_H_
+#ifndef PST_COMMON_CHECKPOINT_EXPORT_H_
+#define PST_COMMON_CHECKPOINT_EXPORT_H_
 
 #include <cstdint>
 #include <string>
@@ -43,7 +43,7 @@
 
 #include "absl/status/statusor.h"
 
-namespace pst::tools {
+namespace pst::common {
 
 struct ExportOptions {
   bool include_slots = false;  // also export the optimizer slots
@@ -74,6 +74,6 @@ struct ExportResult {
 absl::StatusOr<ExportResult> ExportSafetensors(const std::string& dir, const std::string& out,
                                                const ExportOptions& options);
 
-}  // namespace pst::tools
+}  // namespace pst::common
 
-#endif  // PST_TOOLS_CHECKPOINT_EXPORT_H_
+#endif  // PST_COMMON_CHECKPOINT_EXPORT_H_

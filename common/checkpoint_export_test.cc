@@ -1,4 +1,4 @@
-#include "tools/checkpoint_export.h"
+#include "common/checkpoint_export.h"
 
 #include <unistd.h>
 
@@ -18,7 +18,7 @@
 #include "nlohmann/json.hpp"
 #include "proto/pstrain.pb.h"
 
-namespace pst::tools {
+namespace pst::common {
 namespace {
 
 namespace fs = std::filesystem;
@@ -507,4 +507,4 @@ TEST_F(CheckpointExportTest, Export_NameClash_IsInvalidArgument) {
 }
 
 }  // namespace
-}  // namespace pst::tools
+}  // namespace pst::common

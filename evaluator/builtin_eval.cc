@@ -1,0 +1,67 @@
+#include "evaluator/builtin_eval.h"
+
+#include <filesystem>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "chief/ps_peers.h"
+#include "client/ps_client.h"
+#include "common/clock.h"
+#include "common/process.h"
+#include "common/status_macros.h"
+#include "models/model_spec.h"
+#include "models/registry.h"
+#include "ps_server/in_process_control.h"
+#include "ps_server/in_process_ps.h"
+#include "ps_server/in_process_transport.h"
+
+namespace pst::evaluator {
+
+absl::StatusOr<std::map<std::string, double>> BuiltinEvaluation::Evaluate(
+    const FoundCheckpoint& checkpoint) {
+  const proto::TrainingConfig& training = checkpoint.manifest.training();
+  PST_ASSIGN_OR_RETURN(const worker::Model* model, worker::ModelFor(training));
+  if (model->computed_by_workers()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "model '", training.model(), "' is computed by its workers: evaluate it in Python with ",
+        "pstrain.Evaluator (pstrain local --evaluator_command=...)"));
+  }
+  PST_ASSIGN_OR_RETURN(std::vector<worker::ModelVariable> variables, model->Variables(training));
+
+  // One ps holds everything; the restore reads every shard and keeps it all.
+  proto::ClusterState state;
+  PST_ASSIGN_OR_RETURN(*state.mutable_plan(), worker::BuildPlan(training, 1));
+  *state.mutable_training() = training;
+  state.set_num_workers(std::max(1, checkpoint.manifest.worker_positions_size()));
+  ps::InProcessPs::Options ps_options;
+  ps_options.checkpoint_dir = std::filesystem::path(checkpoint.path).parent_path().string();
+  auto ps = std::make_shared<ps::InProcessPs>(1, ps_options);
+  ps::InProcessPsControl control(ps);
+  common::StopSignal never;
+  PST_RETURN_IF_ERROR(chief::CreatePlanOnPs(control, 0, "in-process ps", state, nullptr,
+                                            absl::InfiniteFuture(), *common::RealClock(), never)
+                          .status());
+  proto::RestoreRequest restore;
+  restore.set_checkpoint(checkpoint.name);
+  *restore.mutable_manifest() = checkpoint.manifest;
+  restore.set_generation(0);
+  PST_RETURN_IF_ERROR(control.Restore(0, restore, absl::InfiniteDuration()).status());
+
+  const std::string data_key = training.SerializeAsString();
+  if (held_out_ == nullptr || data_for_ != data_key) {
+    PST_ASSIGN_OR_RETURN(held_out_, model->Load(training, data_dir_, /*held_out=*/true, 0, 1));
+    data_for_ = data_key;
+  }
+  PST_ASSIGN_OR_RETURN(
+      std::unique_ptr<worker::PsClient> client,
+      worker::PsClient::Create(state.plan(), worker::DenseNames(variables),
+                               std::make_shared<ps::InProcessPsTransport>(ps), -1, 0));
+  PST_ASSIGN_OR_RETURN(worker::ModelEvaluation eval,
+                       model->Evaluate(training, *held_out_, client.get()));
+  std::map<std::string, double> metrics;
+  for (const auto& [name, value] : eval.metrics) metrics[name] = value;
+  for (const auto& [name, value] : eval.counts) metrics[name] = static_cast<double>(value);
+  return metrics;
+}
+
+}  // namespace pst::evaluator

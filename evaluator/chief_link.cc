@@ -1,0 +1,47 @@
+#include "evaluator/chief_link.h"
+
+#include "common/grpc_channel.h"
+#include "common/grpc_status.h"
+#include "proto/pstrain.grpc.pb.h"
+
+namespace pst::evaluator {
+namespace {
+
+// Calls wait for the connection until their deadline: an evaluator that
+// starts before the chief serves would otherwise keep failing fast on the
+// channel's last failed connect.
+class GrpcChiefLink final : public ChiefLink {
+ public:
+  explicit GrpcChiefLink(const std::string& address)
+      : stub_(proto::Coordinator::NewStub(common::MakeChannel(address))) {}
+
+  absl::StatusOr<proto::ClusterState> GetState(absl::Duration timeout) override {
+    grpc::ClientContext context;
+    common::SetDeadline(&context, timeout, /*wait_for_ready=*/true);
+    proto::ClusterState state;
+    const grpc::Status status = stub_->GetState(&context, proto::GetStateRequest(), &state);
+    if (!status.ok()) return common::FromGrpcStatus(status);
+    return state;
+  }
+
+  absl::StatusOr<proto::ReportEvaluationResponse> ReportEvaluation(
+      const proto::EvaluationReport& report, absl::Duration timeout) override {
+    grpc::ClientContext context;
+    common::SetDeadline(&context, timeout, /*wait_for_ready=*/true);
+    proto::ReportEvaluationResponse response;
+    const grpc::Status status = stub_->ReportEvaluation(&context, report, &response);
+    if (!status.ok()) return common::FromGrpcStatus(status);
+    return response;
+  }
+
+ private:
+  std::unique_ptr<proto::Coordinator::Stub> stub_;
+};
+
+}  // namespace
+
+std::unique_ptr<ChiefLink> MakeGrpcChiefLink(const std::string& address) {
+  return std::make_unique<GrpcChiefLink>(address);
+}
+
+}  // namespace pst::evaluator

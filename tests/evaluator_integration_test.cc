@@ -1,0 +1,145 @@
+// The evaluator task on real clusters (`pstrain local --evaluator`): every
+// checkpoint the job saves is evaluated by the evaluator binary, reported
+// to the chief (the summary JSON's "evaluations"), written to TensorBoard
+// under eval/, and the best kept in <checkpoint_dir>/best; epochs drive
+// checkpoints and evaluations as Keras users expect.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "common/checkpoint_format.h"
+#include "tests/test_cluster.h"
+
+namespace pst::testing {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr absl::Duration kTimeout = absl::Seconds(240);
+
+class EvaluatorTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!HaveFashionMnist()) {
+      GTEST_SKIP() << "Fashion-MNIST is missing: install Debian's dataset-fashion-mnist";
+    }
+    dir_ = TestDir();
+    ckpt_ = dir_ + "/ckpt";
+  }
+
+  // Runs a job of 2 ps and 2 workers with `more` flags; its summary.
+  nlohmann::json Run(const std::vector<std::string>& more, int* exit_code = nullptr) {
+    const std::string summary = dir_ + "/summary.json";
+    std::vector<std::string> flags = {"--ps=2", "--workers=2", "--summary_json=" + summary,
+                                      "--checkpoint_dir=" + ckpt_, "--keep_checkpoints=50"};
+    flags.insert(flags.end(), more.begin(), more.end());
+    std::unique_ptr<TestProcess> launcher = LaunchLocal(flags);
+    EXPECT_NE(launcher, nullptr);
+    if (launcher == nullptr) return {};
+    std::optional<int> exited = launcher->WaitForExit(kTimeout);
+    output_ = launcher->output();
+    EXPECT_TRUE(exited.has_value()) << output_;
+    const int code = exited.has_value() ? ExitCode(*exited) : -1;
+    if (exit_code != nullptr) {
+      *exit_code = code;
+    } else {
+      EXPECT_EQ(code, 0) << output_;
+    }
+    return ReadJsonFile(summary);
+  }
+
+  std::string dir_, ckpt_, output_;
+};
+
+TEST_F(EvaluatorTest, EveryCheckpointIsEvaluatedReportedAndTheBestKept) {
+  const nlohmann::json summary =
+      Run({"--evaluator", "--epochs=3", "--checkpoint_every_epochs=1",
+           "--save_checkpoints_steps=700", "--summary_dir=" + dir_ + "/tb"});
+  ASSERT_TRUE(summary.is_object()) << output_;
+  ASSERT_TRUE(summary.contains("evaluations")) << summary.dump(1);
+
+  // One evaluation per checkpoint saved, by the evaluator, in step order.
+  std::set<std::string> saved;
+  for (const std::string& path : common::ListCheckpoints(ckpt_)) {
+    saved.insert(fs::path(path).filename().string());
+  }
+  ASSERT_GE(saved.size(), 3u) << output_;  // epochs 1 and 2, the final one, and by steps
+  std::set<std::string> evaluated;
+  int64_t last_step = -1;
+  double best_accuracy = 0;
+  std::string best_name;
+  for (const nlohmann::json& e : summary["evaluations"]) {
+    EXPECT_EQ(e["source"], "evaluator 0") << e.dump();
+    ASSERT_TRUE(e.contains("metrics")) << e.dump();
+    EXPECT_TRUE(evaluated.insert(e["checkpoint"].get<std::string>()).second) << e.dump();
+    EXPECT_GT(e["global_step"].get<int64_t>(), last_step);
+    last_step = e["global_step"].get<int64_t>();
+    const double accuracy = e["metrics"]["test_accuracy"].get<double>();
+    EXPECT_GT(accuracy, 0.5) << e.dump();
+    if (accuracy > best_accuracy) {
+      best_accuracy = accuracy;
+      best_name = e["checkpoint"].get<std::string>();
+    }
+  }
+  EXPECT_EQ(evaluated, saved) << summary["evaluations"].dump(1) << output_;
+
+  // The final checkpoint holds what the chief evaluated at the end: the
+  // evaluator, restoring it onto one ps, scores it the same.
+  const nlohmann::json& final_eval = summary["evaluations"].back();
+  EXPECT_EQ(final_eval["global_step"], summary["global_step"]);
+  EXPECT_NEAR(final_eval["metrics"]["test_accuracy"].get<double>(),
+              summary["test_accuracy"].get<double>(), 1e-9);
+  EXPECT_EQ(final_eval["epochs_completed"], 3);
+
+  // Epoch checkpoints say how many epochs every worker had completed.
+  std::set<int> epochs;
+  for (const std::string& path : common::ListCheckpoints(ckpt_)) {
+    epochs.insert(common::ReadManifest(path)->epochs_completed());
+  }
+  EXPECT_TRUE(epochs.count(1) && epochs.count(2) && epochs.count(3)) << output_;
+
+  // best/ is the most accurate one, whole, and named in the summary.
+  std::string report;
+  EXPECT_EQ(InspectCheckpoints(ckpt_ + "/best", &report), 0) << report;
+  const nlohmann::json best = ReadJsonFile(ckpt_ + "/best/BEST.json");
+  EXPECT_EQ(best["metric"], "test_accuracy") << best.dump();
+  EXPECT_EQ(best["checkpoint"], best_name) << best.dump();
+  EXPECT_EQ(summary["best_checkpoint"]["checkpoint"], best_name);
+
+  // TensorBoard: the evaluator's own event file, under eval/.
+  ASSERT_TRUE(fs::is_directory(dir_ + "/tb/eval")) << output_;
+  EXPECT_FALSE(fs::is_empty(dir_ + "/tb/eval"));
+  EXPECT_NE(output_.find("the evaluator(s) reported the final checkpoint"), std::string::npos)
+      << output_;
+}
+
+TEST_F(EvaluatorTest, WithoutAnEvaluatorTheChiefEvaluatesEveryEpoch) {
+  const nlohmann::json summary = Run({"--epochs=3", "--eval_every_epochs=1"});
+  ASSERT_TRUE(summary.is_object()) << output_;
+  std::set<int> epochs;
+  for (const nlohmann::json& e : summary["evaluations"]) {
+    EXPECT_EQ(e["source"], "chief") << e.dump();
+    EXPECT_GT(e["metrics"]["test_accuracy"].get<double>(), 0.5) << e.dump();
+    epochs.insert(e["epochs_completed"].get<int>());
+  }
+  // After epochs 1 and 2; the end of epoch 3 is the job's final evaluation.
+  EXPECT_EQ(epochs, (std::set<int>{1, 2})) << summary["evaluations"].dump(1);
+}
+
+TEST_F(EvaluatorTest, AnEvaluatorNeedsACheckpointDirectory) {
+  const std::string summary = dir_ + "/summary.json";
+  std::unique_ptr<TestProcess> launcher =
+      LaunchLocal({"--ps=1", "--workers=1", "--evaluator", "--summary_json=" + summary});
+  ASSERT_NE(launcher, nullptr);
+  std::optional<int> exited = launcher->WaitForExit(kTimeout);
+  ASSERT_TRUE(exited.has_value()) << launcher->output();
+  EXPECT_NE(ExitCode(*exited), 0);
+  EXPECT_NE(launcher->output().find("give the chief --checkpoint_dir"), std::string::npos)
+      << launcher->output();
+}
+
+}  // namespace
+}  // namespace pst::testing
