@@ -16,6 +16,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -32,13 +33,27 @@ namespace py = pybind11;
 namespace pst::python {
 namespace {
 
+// Whether `info` holds items of `T`, in native byte order. An integer type
+// has two format codes where long and long long are the same size: numpy's
+// int64 is 'l' on LP64 hosts, pybind11's int64_t 'q'.
+template <typename T>
+bool HoldsItemsOf(const py::buffer_info& info) {
+  if (info.itemsize != static_cast<py::ssize_t>(sizeof(T))) return false;
+  if (info.format == py::format_descriptor<T>::format()) return true;
+  if constexpr (std::is_integral_v<T> && std::is_signed_v<T>) {
+    return (sizeof(T) == sizeof(long) && info.format == "l") ||
+           (sizeof(T) == sizeof(long long) && info.format == "q");
+  }
+  return false;
+}
+
 // A buffer of `T`, C-contiguous, of exactly `want` elements (-1: any), as
 // `what` names it in errors.
 template <typename T>
 py::buffer_info Checked(const py::buffer& buffer, bool writable, const std::string& what,
                         int64_t want) {
   py::buffer_info info = buffer.request(writable);
-  if (info.itemsize != sizeof(T) || info.format != py::format_descriptor<T>::format()) {
+  if (!HoldsItemsOf<T>(info)) {
     throw py::type_error(absl::StrCat(what, ": expected ",
                                       sizeof(T) == 4 ? "float32" : "int64", " values, got '",
                                       info.format, "' items of ", info.itemsize, " bytes"));
@@ -200,15 +215,31 @@ class Session {
     return ValueOrRaise(std::move(ok));
   }
 
-  bool PushRows(const std::string& table, const py::buffer& ids, const py::buffer& grads) {
-    const py::buffer_info id_info = Checked<int64_t>(ids, false, absl::StrCat("ids for '", table, "'"), -1);
-    const int dim = ValueOrRaise(get().ps().TableDim(table));
-    const py::buffer_info grad_info = Checked<float>(
-        grads, false, absl::StrCat("row gradients of '", table, "'"), id_info.size * dim);
+  // One push of the rows of every table in `entries`, (table, ids, grads)
+  // tuples: the session takes one row push per batch.
+  bool PushRows(const py::list& entries) {
+    std::vector<py::buffer_info> held;
+    held.reserve(2 * py::len(entries));  // the spans point into its elements
+    std::vector<worker::PsClient::TableIds> tables;
+    worker::GradientSpans grads;
+    for (const py::handle entry : entries) {
+      if (!py::isinstance<py::tuple>(entry) || py::len(entry) != 3) {
+        throw py::type_error("push_rows: entries are (table, ids, grads) tuples");
+      }
+      const py::tuple t = py::reinterpret_borrow<py::tuple>(entry);
+      const std::string table = t[0].cast<std::string>();
+      held.push_back(Checked<int64_t>(t[1], false, absl::StrCat("ids for '", table, "'"), -1));
+      const py::buffer_info& id_info = held.back();
+      const int dim = ValueOrRaise(get().ps().TableDim(table));
+      tables.push_back({table, SpanOf<const int64_t>(id_info)});
+      held.push_back(Checked<float>(t[2], false, absl::StrCat("row gradients of '", table, "'"),
+                                    id_info.size * dim));
+      grads.push_back(SpanOf<const float>(held.back()));
+    }
     absl::StatusOr<bool> ok;
     {
       py::gil_scoped_release release;
-      ok = get().PushRows(table, SpanOf<const int64_t>(id_info), SpanOf<const float>(grad_info));
+      ok = get().PushRows(tables, grads);
     }
     return ValueOrRaise(std::move(ok));
   }
@@ -286,7 +317,7 @@ PYBIND11_MODULE(_pstrain, m) {
       .def("push_pull", &Session::PushPull, py::arg("grads"), py::arg("values"),
            py::arg("examples"), py::arg("loss"))
       .def("pull_rows", &Session::PullRows, py::arg("table"), py::arg("ids"), py::arg("out"))
-      .def("push_rows", &Session::PushRows, py::arg("table"), py::arg("ids"), py::arg("grads"))
+      .def("push_rows", &Session::PushRows, py::arg("entries"))
       .def("stop", [](Session& s, const std::string& reason) { s.get().Stop(reason); })
       .def("_cpp_push_pull_seconds", &Session::CppPushPullSeconds, py::arg("steps"),
            py::arg("num_examples"));

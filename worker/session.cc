@@ -123,6 +123,7 @@ absl::StatusOr<WorkerSession::Batch> WorkerSession::Next(int64_t num_examples) {
   out.refresh = refresh_;
   refresh_ = false;
   handed_out_ = true;
+  rows_pushed_ = false;
   return out;
 }
 
@@ -233,16 +234,30 @@ absl::StatusOr<bool> WorkerSession::PullRows(const std::string& table,
   return Failed(status, "row pull");
 }
 
+absl::StatusOr<bool> WorkerSession::PushRows(std::span<const PsClient::TableIds> tables,
+                                             const GradientSpans& grads) {
+  if (step_failed_) return false;
+  if (rows_pushed_) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "a second row push at data position ", position_,
+        ": the ps would take it for a retry and drop it; push every table's rows of a batch in "
+        "one call"));
+  }
+  for (const PsClient::TableIds& t : tables) {
+    PST_RETURN_IF_ERROR(ps_->TableDim(t.table).status());  // unknown: not worth a retry
+  }
+  absl::Status status = ps_->PushRows(position_, tables, grads);
+  if (status.code() == absl::StatusCode::kInvalidArgument) return status;
+  rows_pushed_ = true;
+  if (status.ok()) return true;
+  return Failed(status, "row push");
+}
+
 absl::StatusOr<bool> WorkerSession::PushRows(const std::string& table,
                                              std::span<const int64_t> ids,
                                              std::span<const float> grads) {
-  if (step_failed_) return false;
-  PST_RETURN_IF_ERROR(ps_->TableDim(table).status());  // unknown: not worth a retry
   const PsClient::TableIds request[] = {{table, ids}};
-  absl::Status status = ps_->PushRows(position_, request, GradientSpans{grads});
-  if (status.ok()) return true;
-  if (status.code() == absl::StatusCode::kInvalidArgument) return status;
-  return Failed(status, "row push");
+  return PushRows(request, GradientSpans{grads});
 }
 
 }  // namespace pst::worker

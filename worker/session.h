@@ -13,7 +13,7 @@
 //     Batch b = Next(num_examples);     // waits while the cluster recovers
 //     if (b.done) break;
 //     if (b.refresh) Pull(values);      // the values held are stale
-//     ... rows: PullRows, compute, PushRows ...
+//     ... rows: PullRows, compute, PushRows (once, every table) ...
 //     PushPull(grads, values, ...);     // false: the step failed, dropped
 //   }
 // Calls after a failed one in the same step do nothing and return false.
@@ -92,6 +92,15 @@ class WorkerSession {
                                 int64_t examples, float loss);
   absl::StatusOr<bool> PullRows(const std::string& table, std::span<const int64_t> ids,
                                 std::span<float> rows);
+  // Adds gradient rows of one or more tables in one push tagged with the
+  // batch's position: grads[k] is [tables[k].ids.size(), dim]. A ps applies
+  // a worker's row push of a position once and drops any other as a retry,
+  // so a batch pushes its rows once, every table in the same call; a
+  // second call in the same batch is refused with FailedPrecondition and
+  // sends nothing. Errors: also NotFound for an unknown table,
+  // InvalidArgument for a bad id or size (nothing sent).
+  absl::StatusOr<bool> PushRows(std::span<const PsClient::TableIds> tables,
+                                const GradientSpans& grads);
   absl::StatusOr<bool> PushRows(const std::string& table, std::span<const int64_t> ids,
                                 std::span<const float> grads);
 
@@ -124,6 +133,7 @@ class WorkerSession {
   int64_t position_ = 0;      // of the batch handed out last (or to hand out)
   bool handed_out_ = false;   // position_ was handed out and not yet passed
   bool step_failed_ = false;  // the batch at position_ failed
+  bool rows_pushed_ = false;  // the batch handed out last pushed its rows
   bool refresh_ = true;
   bool completed_ = false;
   int epoch_ = 0;

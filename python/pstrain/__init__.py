@@ -194,12 +194,27 @@ class Worker:
         rows = _as_array(out, f"rows of '{table}'", np.float32, writable=True)
         return out if self._session.pull_rows(table, ids, rows) else None
 
-    def push_rows(self, table: str, ids, grads) -> bool:
+    def push_rows(self, table, ids=None, grads=None) -> bool:
         """Adds gradient rows ([len(ids), dim]) of `table`; duplicate ids'
-        rows are summed. False when the step failed."""
-        ids = _as_array(ids, f"ids for '{table}'", np.int64, writable=False)
-        grads = _as_array(grads, f"row gradients of '{table}'", np.float32, writable=False)
-        return self._session.push_rows(table, ids, grads)
+        rows are summed. `table` may instead be a dict {table: (ids,
+        grads)}: the rows of several tables in one push.
+
+        Once per batch: the ps apply a worker's row push of a batch once and
+        would drop a second one as a retry, so a second call in the same
+        batch raises RuntimeError and sends nothing; push every table's rows
+        in one call. False when the step failed."""
+        if isinstance(table, dict):
+            if ids is not None or grads is not None:
+                raise TypeError("push_rows({table: (ids, grads)}) takes no ids or grads")
+            rows = list(table.items())
+        else:
+            rows = [(table, (ids, grads))]
+        entries = []
+        for name, (t_ids, t_grads) in rows:
+            entries.append((name, _as_array(t_ids, f"ids for '{name}'", np.int64, writable=False),
+                            _as_array(t_grads, f"row gradients of '{name}'", np.float32,
+                                      writable=False)))
+        return self._session.push_rows(entries)
 
     def close(self) -> None:
         """Leaves the job; the chief hears of it unless the worker finished."""

@@ -43,7 +43,10 @@ class Embedding(torch.nn.Module):
     module's path, set when a Trainer or export_spec sees it).
 
     Without a worker attached (one process, no pstrain) it trains locally:
-    a dense table, or for a hash table a local dict of rows.
+    its rows are made on first touch with the values the ps would give them
+    (the same counter-based initializer, element by element), and
+    apply_local() updates them with the ps's SGD or Adagrad rule. Every id
+    counts as admitted there (admit_after is the ps's alone).
     """
 
     def __init__(self, num_embeddings: Optional[int], embedding_dim: int, *,
@@ -57,8 +60,12 @@ class Embedding(torch.nn.Module):
         self.admit_after = int(admit_after)
         self._worker: Optional[pstrain.Worker] = None
         self._pending: List[tuple] = []
-        self._local: Dict[int, torch.Tensor] = {}
-        self._local_opt = None
+        # The local table: id -> row of _values (and of _accum, Adagrad's
+        # accumulators, made on the first Adagrad step).
+        self._index: Dict[int, int] = {}
+        self._values = torch.zeros(0, self.embedding_dim)
+        self._accum: Optional[torch.Tensor] = None
+        self._initial_accumulator = 0.0
 
     @property
     def is_hash(self) -> bool:
@@ -79,21 +86,51 @@ class Embedding(torch.nn.Module):
                 rows_np = np.zeros((len(unique), self.embedding_dim), np.float32)
             rows = torch.from_numpy(rows_np).requires_grad_(self.training)
         else:
-            rows = self._local_rows(unique).requires_grad_(self.training)
+            slots = self._local_slots(unique)  # may grow self._values
+            rows = self._values[slots].requires_grad_(self.training)
         if self.training:
             self._pending.append((unique, rows))
         out = rows[inverse]  # its backward sums the gradients of repeated ids
         return out.reshape(*ids.shape, self.embedding_dim)
 
-    def _local_rows(self, unique: torch.Tensor) -> torch.Tensor:
-        rows = []
-        for i in unique.tolist():
-            row = self._local.get(i)
-            if row is None:
-                row = _initial_row(self.init, self.embedding_dim, i)
-                self._local[i] = row
-            rows.append(row)
-        return torch.stack(rows) if rows else torch.zeros(0, self.embedding_dim)
+    def _local_slots(self, unique: torch.Tensor) -> torch.Tensor:
+        """The local rows of `unique` ids, made (initialized) on first touch."""
+        ids = unique.tolist()
+        if not self.is_hash and ids and not 0 <= min(ids) <= max(ids) < self.num_embeddings:
+            bad = next(i for i in ids if not 0 <= i < self.num_embeddings)
+            raise ValueError(f"embedding '{self.table_name}': id {bad} out of range "
+                             f"[0, {self.num_embeddings})")
+        new = [i for i in ids if i not in self._index]
+        if new:
+            self._add_rows(np.array(new, np.int64),
+                           _initial_rows(self.init, self.embedding_dim, np.array(new, np.int64),
+                                         self.num_embeddings))
+        return torch.tensor([self._index[i] for i in ids], dtype=torch.int64)
+
+    def _add_rows(self, ids: np.ndarray, values: np.ndarray) -> None:
+        first = len(self._index)
+        for k, i in enumerate(ids.tolist()):
+            self._index[i] = first + k
+        self._values = torch.cat([self._values, torch.from_numpy(values)])
+        if self._accum is not None:
+            self._accum = torch.cat([self._accum, torch.full((len(ids), self.embedding_dim),
+                                                             self._initial_accumulator)])
+
+    def load_rows(self, ids, values) -> None:
+        """Without a worker: replaces the local table by these rows (ids
+        [n] int64, values [n, dim]), e.g. a hash table's `.ids` and
+        `.values` from `pstrain checkpoint export`. Other ids start afresh."""
+        ids = np.asarray(ids, np.int64).reshape(-1)
+        values = np.asarray(values, np.float32)
+        if values.size != len(ids) * self.embedding_dim:
+            raise ValueError(f"embedding '{self.table_name}': {values.size} values for "
+                             f"{len(ids)} rows of width {self.embedding_dim}")
+        values = values.reshape(len(ids), self.embedding_dim)
+        if len(np.unique(ids)) != len(ids):
+            raise ValueError(f"embedding '{self.table_name}': repeated ids")
+        self._index, self._accum = {}, None
+        self._values = torch.zeros(0, self.embedding_dim)
+        self._add_rows(ids, values.copy())
 
     def take_gradients(self):
         """(unique ids, row gradients) of every forward since the last call."""
@@ -102,25 +139,81 @@ class Embedding(torch.nn.Module):
             if rows.grad is not None:
                 yield unique, rows.grad
 
-    def apply_local(self, lr: float) -> None:
-        """Without a worker: an SGD step on the local rows (the reference
-        of a one-process run)."""
-        for unique, grad in self.take_gradients():
-            for i, g in zip(unique.tolist(), grad):
-                self._local[i] = self._local[i] - lr * g
+    def apply_local(self, lr: float, optimizer: str = "sgd",
+                    initial_accumulator: float = 0.1) -> None:
+        """Without a worker: one step on the local rows read since the last
+        call (the gradients of an id summed, as Trainer.step pushes them),
+        by the ps's rule (ps_server/optimizer.h), in float32:
+          sgd:     row -= lr * g
+          adagrad: accum += g * g; row -= lr * g / sqrt(accum)
+                   (accum starts at initial_accumulator, the ps's
+                   --initial_accumulator)
+        This is the reference of a one-process run."""
+        if optimizer not in ("sgd", "adagrad"):
+            raise ValueError(f"apply_local: optimizer '{optimizer}', expected sgd or adagrad")
+        taken = list(self.take_gradients())
+        if not taken:
+            return
+        with torch.no_grad():
+            if len(taken) == 1:
+                unique, grad = taken[0]
+            else:
+                unique, inverse = torch.unique(torch.cat([u for u, _ in taken]),
+                                               return_inverse=True)
+                grad = torch.zeros(len(unique), self.embedding_dim).index_add_(
+                    0, inverse, torch.cat([g for _, g in taken]))
+            slots = self._local_slots(unique)
+            if optimizer == "sgd":
+                self._values[slots] -= lr * grad
+                return
+            if self._accum is None:
+                self._initial_accumulator = float(initial_accumulator)
+                self._accum = torch.full_like(self._values, self._initial_accumulator)
+            accum = self._accum[slots] + grad * grad
+            self._accum[slots] = accum
+            self._values[slots] -= lr * grad / accum.sqrt()
 
 
-def _initial_row(init: dict, dim: int, row_id: int) -> torch.Tensor:
-    gen = torch.Generator().manual_seed((int(init.get("seed", 0)) * 1000003 + row_id) % (2**63))
+def _splitmix64(x: np.ndarray) -> np.ndarray:
+    x = x + np.uint64(0x9E3779B97F4A7C15)
+    x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return x ^ (x >> np.uint64(31))
+
+
+def _counter_uniform(seed: int, counters: np.ndarray) -> np.ndarray:
+    """common/initializer.cc's CounterUniform: a double in [0, 1)."""
+    bits = _splitmix64(_splitmix64(np.array([seed], np.uint64)) ^ counters)
+    return (bits >> np.uint64(11)).astype(np.float64) * 2.0**-53
+
+
+def _initial_rows(init: dict, dim: int, ids: np.ndarray, num_rows: int = 0) -> np.ndarray:
+    """The initial rows [len(ids), dim] the ps gives these ids: element j of
+    row `id` is element (id mod 2^62) * dim + j of the initializer
+    (common/initializer.h, ps_server/variable_store.h). num_rows: the rows
+    of a dense table (Glorot's fan-in), 0 for a hash table."""
     kind = init.get("kind", "zeros")
-    scale = float(init.get("scale", 0.0))
+    if kind in ("zeros", "constant"):
+        value = float(init.get("value", 0.0)) if kind == "constant" else 0.0
+        return np.full((len(ids), dim), value, np.float32)
+    seed = int(init.get("seed", 0))
+    scale = float(np.float32(init.get("scale", 0.0)))  # a float in the ps's spec
+    rows = ids.astype(np.uint64) & np.uint64((1 << 62) - 1)
+    k = (rows[:, None] * np.uint64(dim) + np.arange(dim, dtype=np.uint64)[None, :]).reshape(-1)
     if kind == "normal":
-        return torch.randn(dim, generator=gen) * scale
-    if kind == "uniform":
-        return (torch.rand(dim, generator=gen) * 2 - 1) * scale
-    if kind == "constant":
-        return torch.full((dim,), float(init.get("value", 0.0)))
-    return torch.zeros(dim)
+        u1 = 1.0 - _counter_uniform(seed, np.uint64(2) * k)
+        u2 = _counter_uniform(seed, np.uint64(2) * k + np.uint64(1))
+        z = np.sqrt(-2.0 * np.log(u1)) * np.cos(2 * np.pi * u2) * scale
+        return z.astype(np.float32).reshape(len(ids), dim)
+    if kind in ("uniform", "glorot_uniform"):
+        limit = scale
+        if kind == "glorot_uniform":
+            if num_rows <= 0:
+                raise ValueError("glorot_uniform needs the table's rows; a hash table has none")
+            limit = float(np.sqrt(6.0 / (num_rows + dim)))
+        u = _counter_uniform(seed, k)
+        return ((2.0 * u - 1.0) * limit).astype(np.float32).reshape(len(ids), dim)
+    raise ValueError(f"unknown init kind '{kind}'")
 
 
 def _embeddings(module: torch.nn.Module) -> List[Embedding]:
@@ -182,11 +275,15 @@ class Trainer:
         """Pushes this batch's gradients (tables' rows first, then the dense
         ones fused with the pull of the next values). False when the step
         failed on the cluster and is retried."""
-        ok = True
+        # Every table's rows in one push (the ps take one row push a batch);
+        # a table read more than once gets its pieces together, summed by id.
+        pieces: Dict[str, list] = {}
         for e in self._embeddings:
-            for unique, grad in e.take_gradients():
-                ok = self.worker.push_rows(e.table_name, unique.numpy(),
-                                           grad.contiguous().numpy()) and ok
+            pieces.setdefault(e.table_name, []).extend(e.take_gradients())
+        rows = {name: (torch.cat([u for u, _ in got]).numpy(),
+                       torch.cat([g for _, g in got]).contiguous().numpy())
+                for name, got in pieces.items() if got}
+        ok = self.worker.push_rows(rows) if rows else True
         grads = [p.grad if p.grad is not None else z
                  for p, z in zip(self._params, self._zero_grads)]
         with torch.no_grad():
@@ -216,9 +313,13 @@ def write_safetensors(path: str, tensors: Dict[str, np.ndarray]) -> None:
     os.replace(tmp, path)
 
 
+_SAFETENSORS_DTYPES = {"F32": "<f4", "I64": "<i8"}
+
+
 def read_safetensors(path: str) -> Dict[str, np.ndarray]:
-    """The float32 tensors of a safetensors file (`pstrain checkpoint
-    export` writes them). ValueError for a file that is not one."""
+    """The tensors of a safetensors file (`pstrain checkpoint export` writes
+    them): F32 as float32, I64 (a hash table's `.ids`) as int64 arrays.
+    ValueError for a file that is not one, or another dtype."""
     with open(path, "rb") as f:
         data = f.read()
     if len(data) < 8:
@@ -235,28 +336,48 @@ def read_safetensors(path: str) -> Dict[str, np.ndarray]:
     for name, entry in header.items():
         if name == "__metadata__":
             continue
-        if entry.get("dtype") != "F32":
-            raise ValueError(f"{path}: tensor '{name}' is {entry.get('dtype')}, not F32")
+        dtype = _SAFETENSORS_DTYPES.get(entry.get("dtype"))
+        if dtype is None:
+            raise ValueError(f"{path}: tensor '{name}' is {entry.get('dtype')}, not F32 or I64")
         begin, end = entry["data_offsets"]
         shape = tuple(entry["shape"])
-        if not 0 <= begin <= end <= len(body) or end - begin != 4 * int(np.prod(shape)):
+        size = np.dtype(dtype).itemsize * int(np.prod(shape))
+        if not 0 <= begin <= end <= len(body) or end - begin != size:
             raise ValueError(f"{path}: tensor '{name}' has bad offsets {begin}, {end}")
-        tensors[name] = np.frombuffer(body[begin:end], "<f4").reshape(shape).copy()
+        tensors[name] = np.frombuffer(body[begin:end], dtype).reshape(shape).copy()
     return tensors
 
 
 def load_safetensors(module: torch.nn.Module, path: str) -> None:
-    """Loads a module's dense parameters from a safetensors file (an
-    exported checkpoint): every parameter must be there with its shape."""
+    """Loads a module from a safetensors file (an exported checkpoint):
+    every dense parameter must be there with its shape, and every
+    pstrain.torch.Embedding's table: `<table>` [rows, dim] for a table,
+    `<table>.ids` and `<table>.values` for a hash table (its rows, loaded
+    into the local table: see Embedding.load_rows)."""
     tensors = read_safetensors(path)
+
+    def tensor(name, shape=None, dtype=np.float32):
+        if name not in tensors:
+            raise ValueError(f"{path}: no tensor '{name}'")
+        t = tensors[name]
+        if t.dtype != dtype:
+            raise ValueError(f"{path}: tensor '{name}' is {t.dtype}, expected "
+                             f"{np.dtype(dtype).name}")
+        if shape is not None and tuple(t.shape) != tuple(shape):
+            raise ValueError(f"{path}: tensor '{name}' has shape {list(t.shape)}, "
+                             f"the module's is {list(shape)}")
+        return t
+
     with torch.no_grad():
         for name, p in _dense_parameters(module).items():
-            if name not in tensors:
-                raise ValueError(f"{path}: no tensor for parameter '{name}'")
-            if tuple(tensors[name].shape) != tuple(p.shape):
-                raise ValueError(f"{path}: tensor '{name}' has shape {list(tensors[name].shape)}, "
-                                 f"the parameter {list(p.shape)}")
-            p.copy_(torch.from_numpy(tensors[name]))
+            p.copy_(torch.from_numpy(tensor(name, p.shape)))
+    for e in _embeddings(module):
+        if e.is_hash:
+            ids = tensor(e.table_name + ".ids", dtype=np.int64)
+            e.load_rows(ids, tensor(e.table_name + ".values", (len(ids), e.embedding_dim)))
+        else:
+            e.load_rows(np.arange(e.num_embeddings),
+                        tensor(e.table_name, (e.num_embeddings, e.embedding_dim)))
 
 
 def export_spec(module: torch.nn.Module, path: str) -> str:
