@@ -3,6 +3,7 @@ cluster of Python workers and is checked against its target."""
 
 import json
 import os
+import signal
 import subprocess
 
 import torch
@@ -57,3 +58,49 @@ def test_cnn_on_two_ps_and_two_python_workers_reaches_089(tmp_path):
     assert best["metric"] == "test_accuracy"
     assert best["value"] == max(e["metrics"]["test_accuracy"] for e in evaluations)
     assert any((tmp_path / "tb" / "eval").iterdir())
+
+
+def run_bounded(args, timeout):
+    """Runs `args` in a process group of its own, killed whole (pstrain
+    local, its daemons and workers) if it runs past `timeout` seconds."""
+    proc = subprocess.Popen(args, env=dict(os.environ, PSTRAIN_BIN=BIN), stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    try:
+        output, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        output, _ = proc.communicate()
+        raise AssertionError(f"{' '.join(args)} ran past {timeout} s:\n{output}") from None
+    return proc.returncode, output
+
+
+def test_deepfm_on_two_ps_and_two_python_workers_is_within_001_auc_of_one_process(tmp_path):
+    # Generated Criteo-format data with signal: the true probabilities score
+    # about 0.86 AUC on it.
+    data = tmp_path / "criteo.tsv"
+    generated = run([os.path.join(BIN, "pstrain"), "generate_criteo", f"--out={data}",
+                     "--rows=40000", "--vocab=2000", "--seed=1"], timeout=120)
+    assert generated.returncode == 0, generated.stdout + generated.stderr
+    best_auc = json.loads(generated.stdout)["best_auc"]
+    script = os.path.join(REPO, "examples", "torch_deepfm_criteo.py")
+    flags = [f"--data={data}", "--epochs=2", "--batch_size=256", "--optimizer=adagrad",
+             "--learning_rate=0.1"]
+    code, output = run_bounded([PYTHON, script, "--local", *flags,
+                                f"--result={tmp_path}/local.json"], timeout=300)
+    assert code == 0, output
+    local = json.loads((tmp_path / "local.json").read_text())
+    # Async: each worker's pushes are applied as they come, so the ps take
+    # as many Adagrad steps of one batch each as the one process does, at a
+    # staleness of about one step (pstrain refuses sync for a model with
+    # tables: it aggregates dense variables only).
+    code, output = run_bounded([PYTHON, script, "--cluster", "--ps=2", "--workers=2",
+                                "--mode=async", *flags, f"--result={tmp_path}/cluster.json",
+                                "--", "--timeout_s=300", "--progress=plain"], timeout=400)
+    assert code == 0, output
+    clustered = json.loads((tmp_path / "cluster.json").read_text())
+    print(f"best AUC {best_auc:.4f}; local {local}; cluster {clustered}")
+    assert clustered["examples"] == local["examples"]
+    assert all(rows > 0 for rows in clustered["hash_rows"].values())
+    assert local["test_auc"] >= 0.75, local  # well above chance (0.5)
+    assert abs(clustered["test_auc"] - local["test_auc"]) <= 0.01, (local, clustered)

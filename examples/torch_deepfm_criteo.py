@@ -1,0 +1,290 @@
+#!/usr/bin/python3
+"""DeepFM on Criteo-format data, its embeddings in hash tables on pstrain's ps.
+
+Generate data, then train on a local cluster (2 ps, 2 Python workers):
+    build/bin/pstrain generate_criteo --out=/tmp/criteo.tsv --rows=40000 --vocab=2000
+    /usr/bin/python3 examples/torch_deepfm_criteo.py --cluster --data=/tmp/criteo.tsv
+which writes the model spec (the module's own initial values; two hash
+tables) and runs
+    pstrain local --model=spec:SPEC --optimizer=adagrad --checkpoint_dir=CKPT \\
+        --worker_command='/usr/bin/python3 THIS --data=...'
+then exports the final checkpoint and scores it (AUC) on the held-out tail
+of the file. Under TF_CONFIG (what pstrain local, Docker or Kubernetes give
+a worker) it is one worker. --local trains the same model in this one
+process, with no pstrain: the same initial values (the ps's initializer
+for the tables' rows), the same update rule (--optimizer, the ps's
+Adagrad or SGD, for the dense parameters and the rows), the reference.
+
+The model (Guo et al., 2017): a first-order term (a 1-wide hash table over
+the 26 categorical fields, plus a linear layer over the 13 integer ones),
+the factorization machine's pairwise term over the fields' embeddings (an
+--dim wide hash table), and an MLP over the embeddings and the integer
+features, summed into one logit.
+"""
+
+import argparse
+import hashlib
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+import pstrain.torch
+
+NUM_DENSE = 13
+NUM_FIELDS = 26
+FIELD_SHIFT = 48  # id = field << 48 | a 48-bit hash of the value: fields never collide
+
+
+def load(path):
+    """(dense [n, 13] float32, ids [n, 26] int64, labels [n] float32) of a
+    Criteo-format file (label, 13 integer features, 26 categorical ones,
+    tab-separated; any cell but the label may be empty). The integer
+    features become log(1 + max(0, x)), as pstrain's own reader makes them;
+    each categorical value is hashed into an id of its field's (an empty
+    value is a value too). ValueError naming the line for a malformed one."""
+    with open(path) as f:
+        rows = [line.rstrip("\r\n").split("\t") for line in f]
+    for number, row in enumerate(rows, 1):
+        if len(row) != 1 + NUM_DENSE + NUM_FIELDS or row[0] not in ("0", "1"):
+            raise ValueError(f"{path}:{number}: expected a 0/1 label and {NUM_DENSE} integer and "
+                             f"{NUM_FIELDS} categorical features, tab-separated")
+    cells = np.array(rows, dtype=str).reshape(len(rows), 1 + NUM_DENSE + NUM_FIELDS)
+    labels = cells[:, 0].astype(np.float32)
+    ints = cells[:, 1:1 + NUM_DENSE]
+    try:
+        counts = np.where(ints == "", "0", ints).astype(np.int64)
+    except ValueError as e:
+        raise ValueError(f"{path}: an integer feature does not parse: {e}") from None
+    dense = np.log1p(np.maximum(counts, 0)).astype(np.float32)
+    ids = np.empty((len(rows), NUM_FIELDS), np.int64)
+    for field in range(NUM_FIELDS):
+        values, inverse = np.unique(cells[:, 1 + NUM_DENSE + field], return_inverse=True)
+        hashed = np.array([int.from_bytes(hashlib.blake2b(v.encode(), digest_size=6).digest(),
+                                          "little") for v in values], np.int64)
+        ids[:, field] = (field << FIELD_SHIFT) | hashed[inverse]
+    return dense, ids, labels
+
+
+def split(data, eval_fraction):
+    """(train, held-out): the held-out set is the last eval_fraction of the rows."""
+    n = len(data[2])
+    keep = n - int(round(n * eval_fraction))
+    return tuple(a[:keep] for a in data), tuple(a[keep:] for a in data)
+
+
+class DeepFM(torch.nn.Module):
+    def __init__(self, dim=8, hidden=(64, 32)):
+        super().__init__()
+        # The tables live on the ps (hash tables: any int64 id, rows made on
+        # first touch); without a worker, in this process.
+        self.first_order = pstrain.torch.Embedding(None, 1, init={"kind": "zeros"})
+        self.embedding = pstrain.torch.Embedding(
+            None, dim, init={"kind": "normal", "scale": 0.01, "seed": 1})
+        self.dense_linear = torch.nn.Linear(NUM_DENSE, 1)
+        layers, width = [], NUM_FIELDS * dim + NUM_DENSE
+        for h in hidden:
+            layers += [torch.nn.Linear(width, h), torch.nn.ReLU()]
+            width = h
+        layers.append(torch.nn.Linear(width, 1))
+        self.mlp = torch.nn.Sequential(*layers)
+
+    def forward(self, ids, dense):
+        first = self.first_order(ids).sum((1, 2)) + self.dense_linear(dense).squeeze(1)
+        e = self.embedding(ids)  # [batch, fields, dim]
+        fm = 0.5 * (e.sum(1).square() - e.square().sum(1)).sum(1)
+        deep = self.mlp(torch.cat([e.flatten(1), dense], 1)).squeeze(1)
+        return first + fm + deep
+
+
+def build_model(args):
+    return DeepFM(args.dim, tuple(int(h) for h in args.hidden.split(",") if h))
+
+
+def auc(scores, labels):
+    """The area under the ROC curve, from ranks (ties share their mean rank)."""
+    labels = np.asarray(labels) > 0.5
+    positives, negatives = int(labels.sum()), int((~labels).sum())
+    if positives == 0 or negatives == 0:
+        return float("nan")
+    _, inverse, counts = np.unique(np.asarray(scores), return_inverse=True, return_counts=True)
+    ranks = (np.cumsum(counts) - (counts - 1) / 2.0)[inverse]  # 1-based
+    return float((ranks[labels].sum() - positives * (positives + 1) / 2) / (positives * negatives))
+
+
+def evaluate(model, data):
+    """(AUC, mean log loss) of the model on (dense, ids, labels)."""
+    dense, ids, labels = data
+    model.eval()
+    with torch.no_grad():
+        logits = torch.cat([model(torch.from_numpy(ids[i:i + 4096]),
+                                  torch.from_numpy(dense[i:i + 4096]))
+                            for i in range(0, len(labels), 4096)])
+    model.train()
+    loss = F.binary_cross_entropy_with_logits(logits, torch.from_numpy(labels))
+    return auc(logits.numpy(), labels), float(loss)
+
+
+def batch_loss(model, data, examples):
+    dense, ids, labels = data
+    logits = model(torch.from_numpy(ids[examples]), torch.from_numpy(dense[examples]))
+    return F.binary_cross_entropy_with_logits(logits, torch.from_numpy(labels[examples]))
+
+
+def report(result_path, **figures):
+    print("result: " + json.dumps(figures), flush=True)
+    if result_path:
+        with open(result_path + ".tmp", "w") as f:
+            json.dump(figures, f)
+        os.replace(result_path + ".tmp", result_path)
+
+
+def train_worker(args):
+    import pstrain
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
+    train, _ = split(load(args.data), args.eval_fraction)
+    worker = pstrain.Worker.from_env()
+    model = build_model(args)
+    trainer = pstrain.torch.Trainer(worker, model)  # checks the module against the job
+    start, end, seen = None, None, 0
+    for batch in trainer.batches(len(train[2])):
+        start = start or time.time()
+        loss = batch_loss(model, train, batch.examples)
+        loss.backward()
+        trainer.step(loss)
+        seen += len(batch.examples)
+        end = time.time()  # the last batch's: not the wait for the others to finish
+    elapsed = end - start if seen else 0.0
+    figures = {"worker": worker.index, "examples": seen, "seconds": elapsed,
+               "examples_per_sec": seen / elapsed if elapsed > 0 else 0.0,
+               "global_step": worker.global_step}
+    worker.close()
+    if args.result:
+        args.result = args.result.replace("{worker}", str(figures["worker"]))
+    report(args.result, **figures)
+
+
+def train_local(args):
+    torch.manual_seed(args.seed)
+    torch.set_num_threads(args.threads)
+    train, held_out = split(load(args.data), args.eval_fraction)
+    model = build_model(args)
+    # The ps's update rules (ps_server/optimizer.h), for the dense
+    # parameters here and for the tables' rows in apply_local.
+    if args.optimizer == "adagrad":
+        optimizer = torch.optim.Adagrad(model.parameters(), lr=args.learning_rate, eps=0.0,
+                                        initial_accumulator_value=args.initial_accumulator)
+    else:
+        optimizer = torch.optim.SGD(model.parameters(), lr=args.learning_rate)
+    tables = [model.first_order, model.embedding]
+    rng = np.random.default_rng(args.seed)
+    start, seen = time.time(), 0
+    for _ in range(args.epochs):
+        order = rng.permutation(len(train[2]))
+        for first in range(0, len(order), args.batch_size):
+            examples = order[first:first + args.batch_size]
+            optimizer.zero_grad()
+            batch_loss(model, train, examples).backward()
+            optimizer.step()
+            for table in tables:
+                table.apply_local(args.learning_rate, args.optimizer, args.initial_accumulator)
+            seen += len(examples)
+    elapsed = time.time() - start
+    test_auc, test_loss = evaluate(model, held_out)
+    report(args.result, mode="local", examples=seen, seconds=elapsed,
+           examples_per_sec=seen / elapsed, test_auc=test_auc, test_log_loss=test_loss)
+
+
+def run_cluster(args):
+    torch.manual_seed(args.seed)
+    work = tempfile.mkdtemp(prefix="pstrain-deepfm-")
+    try:
+        spec = pstrain.torch.export_spec(build_model(args), os.path.join(work, "deepfm.json"))
+        ckpt = args.checkpoint_dir or os.path.join(work, "ckpt")
+        pstrain_bin = os.environ.get("PSTRAIN_BIN", "build/bin")
+        worker = [sys.executable, os.path.abspath(__file__), f"--data={os.path.abspath(args.data)}",
+                  f"--eval_fraction={args.eval_fraction}", f"--dim={args.dim}",
+                  f"--hidden={args.hidden}", f"--result={work}/worker-{{worker}}.json"]
+        command = [os.path.join(pstrain_bin, "pstrain"), "local", f"--ps={args.ps}",
+                   f"--workers={args.workers}", f"--model=spec:{spec}", f"--mode={args.mode}",
+                   f"--epochs={args.epochs}", f"--batch_size={args.batch_size}",
+                   f"--optimizer={args.optimizer}", f"--learning_rate={args.learning_rate}",
+                   f"--initial_accumulator={args.initial_accumulator}", f"--seed={args.seed}",
+                   f"--checkpoint_dir={ckpt}",
+                   "--worker_command=" + " ".join(shlex.quote(a) for a in worker)]
+        command += args.pstrain_flags
+        print("running: " + " ".join(command), flush=True)
+        start = time.time()
+        code = subprocess.call(command)
+        elapsed = time.time() - start
+        if code != 0:
+            return code
+        # The final checkpoint (the chief saves one at the end), exported
+        # and scored here: the model the job trained, tables included.
+        exported = os.path.join(work, "deepfm.safetensors")
+        subprocess.check_call([os.path.join(pstrain_bin, "pstrain"), "checkpoint", "export",
+                               ckpt, exported])
+        model = build_model(args)
+        pstrain.torch.load_safetensors(model, exported)
+        _, held_out = split(load(args.data), args.eval_fraction)
+        test_auc, test_loss = evaluate(model, held_out)
+        workers = []
+        for w in range(args.workers):
+            with open(os.path.join(work, f"worker-{w}.json")) as f:
+                workers.append(json.load(f))
+        tensors = pstrain.torch.read_safetensors(exported)
+        hash_rows = {e.table_name: len(tensors[e.table_name + ".ids"])
+                     for e in (model.first_order, model.embedding)}
+        report(args.result, mode="cluster", seconds=elapsed,
+               examples=sum(w["examples"] for w in workers), test_auc=test_auc,
+               test_log_loss=test_loss, hash_rows=hash_rows, workers=workers)
+        return 0
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--cluster", action="store_true", help="train on a local pstrain cluster")
+    parser.add_argument("--local", action="store_true", help="train in this process, no pstrain")
+    parser.add_argument("--data", required=True, help="a Criteo-format file")
+    parser.add_argument("--eval_fraction", type=float, default=0.2,
+                        help="the held-out tail of the file, scored at the end")
+    parser.add_argument("--dim", type=int, default=8, help="embedding width")
+    parser.add_argument("--hidden", default="64,32", help="the MLP's hidden layers")
+    parser.add_argument("--ps", type=int, default=2)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--mode", default="async", choices=["async", "ssp"],
+                        help="--cluster: how workers agree (pstrain's sync mode aggregates dense "
+                             "variables only, and refuses a model with tables)")
+    parser.add_argument("--epochs", type=int, default=2)
+    parser.add_argument("--batch_size", type=int, default=256)
+    parser.add_argument("--optimizer", choices=["adagrad", "sgd"], default="adagrad")
+    parser.add_argument("--learning_rate", type=float, default=0.1)
+    parser.add_argument("--initial_accumulator", type=float, default=0.1,
+                        help="Adagrad's accumulator start value")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--threads", type=int, default=1, help="--local: torch threads")
+    parser.add_argument("--checkpoint_dir", help="--cluster: keep the checkpoints here")
+    parser.add_argument("--result", help="write the figures as JSON here ({worker}: its index)")
+    parser.add_argument("pstrain_flags", nargs="*", help="--cluster: more pstrain local flags")
+    args = parser.parse_args()
+    if args.local:
+        train_local(args)
+    elif args.cluster:
+        sys.exit(run_cluster(args))
+    else:
+        train_worker(args)
+
+
+if __name__ == "__main__":
+    main()
