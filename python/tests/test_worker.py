@@ -88,6 +88,36 @@ def test_sync_two_workers_equal_one_process_with_the_combined_batch(cluster, tmp
         np.testing.assert_array_equal(final1[k], np.load(tmp_path / "final-0.npz")[k])
 
 
+@pytest.mark.parametrize("mode", ["ssp", "backup"])
+def test_ssp_and_backup_workers_bound_python_workers_as_cpp_ones(cluster, tmp_path, mode):
+    # Worker 1 is slow, and worker 0 starts when it does. ssp (staleness 2):
+    # worker 0 may run at most 2 steps ahead, so it waits at the ps's
+    # barrier. sync with a backup worker (replicas_to_aggregate=1 of 2): an
+    # update takes the first gradient of its version, so worker 0 does not
+    # wait and the slow worker's late gradients are dropped.
+    flags = ["--mode=ssp", "--staleness=2"] if mode == "ssp" else \
+        ["--mode=sync", "--replicas_to_aggregate=1"]
+    summary = tmp_path / "summary.json"
+    c = cluster(["--ps=2", "--workers=2", "--epochs=1", "--hidden=16", "--batch_size=1024",
+                 f"--summary_json={summary}", *flags,
+                 "--worker_command=" + worker_command("mlp_worker.py", f"--record={tmp_path}",
+                                                      "--slow=1:40", "--wait_for=1")])
+    assert c.wait() == 0, c.output()
+    figures = json.loads(summary.read_text())
+    steps = [[r["position"] for r in read_records(tmp_path, w) if r["event"] == "step"]
+             for w in (0, 1)]
+    for w in (0, 1):  # every batch of its shard trained once, in order
+        assert steps[w] == list(range(30)), (w, steps[w])
+    assert figures["pushes"] == 60, figures
+    if mode == "ssp":
+        assert figures["global_step"] == 60, figures
+        assert 0 < figures["max_clock_gap"] <= 2, figures
+        assert figures["barrier_wait_seconds"] > 0, figures
+    else:
+        assert figures["stale_dropped"] > 0, figures
+        assert figures["global_step"] == 60 - figures["stale_dropped"], figures
+
+
 def test_killed_python_worker_is_restarted_and_goes_on_from_its_position(cluster, tmp_path):
     c = cluster(["--ps=1", "--workers=2", "--epochs=1", "--hidden=16", "--restart_failed",
                  "--peer_timeout_s=5", "--recovery_timeout_s=60", "--batch_size=256",

@@ -12,6 +12,9 @@ Options (argv):
   --bad_calls     first make calls the bindings must refuse, and record
                   what they raised and that the ps did not change.
   --save=DIR      write the initial and final values (npz) to DIR.
+  --slow=W:MS     worker W sleeps MS milliseconds before each push.
+  --wait_for=W    before its first batch, wait until worker W has recorded
+                  its start (so the two train at the same time).
 """
 
 import argparse
@@ -77,6 +80,8 @@ def main():
     parser.add_argument("--pause_at", default="")
     parser.add_argument("--bad_calls", action="store_true")
     parser.add_argument("--save")
+    parser.add_argument("--slow", default="")
+    parser.add_argument("--wait_for", type=int, default=-1)
     args = parser.parse_args()
     torch.set_num_threads(1)
     images, labels = fashion_mnist.load("train")
@@ -92,11 +97,15 @@ def main():
         bad_calls(worker, record)
     values, first, last = None, True, -1
     pauses = {int(p) for p in args.pause_at.split(",") if p}
+    slow_worker, slow_ms = (int(x) for x in args.slow.split(":")) if args.slow else (-1, 0)
     for batch in worker.batches(len(images)):
         if first:
             record({"event": "start", "position": batch.position, "refresh": batch.refresh,
                     "pid": os.getpid()})
             first = False
+            other = os.path.join(args.record or ".", f"worker-{args.wait_for}.jsonl")
+            while args.wait_for not in (-1, worker.index) and not os.path.exists(other):
+                time.sleep(0.01)
         elif batch.position <= last:
             record({"event": "rewind", "from": last, "to": batch.position})
         if batch.position in pauses:
@@ -116,6 +125,8 @@ def main():
         y = torch.from_numpy(labels[batch.examples])
         loss = torch.nn.functional.cross_entropy(forward(params, x), y)
         loss.backward()
+        if worker.index == slow_worker:
+            time.sleep(slow_ms / 1000)
         pushed = worker.push_pull([p.grad for p in params], out=values, loss=float(loss))
         if pushed is None:
             continue
