@@ -25,6 +25,7 @@
 #include "absl/time/time.h"
 #include "common/process.h"
 #include "common/tf_config.h"
+#include "common/transport_security.h"
 #include "python/py_status.h"
 #include "worker/session.h"
 
@@ -302,6 +303,24 @@ PYBIND11_MODULE(_pstrain, m) {
   using pst::python::Session;
   m.doc() = "pstrain's worker and evaluator sessions (see pstrain.Worker, pstrain.Evaluator)";
   pst::python::RegisterEvaluator(m);
+  m.def(
+      "set_security",
+      [](const std::string& tls_cert, const std::string& tls_key, const std::string& tls_ca,
+         const std::string& auth_token_file, const std::string& tls_server_name) {
+        pst::common::SecurityFiles files;
+        files.tls_cert = tls_cert;
+        files.tls_key = tls_key;
+        files.tls_ca = tls_ca;
+        files.auth_token_file = auth_token_file;
+        files.tls_server_name = tls_server_name;
+        pst::common::SetTransportSecurity(
+            pst::python::ValueOrRaise(pst::common::LoadTransportSecurity(files)));
+        return pst::common::DescribeTransportSecurity(pst::common::GetTransportSecurity());
+      },
+      py::arg("tls_cert"), py::arg("tls_key"), py::arg("tls_ca"), py::arg("auth_token_file"),
+      py::arg("tls_server_name"),
+      "Sets the TLS files and token every later connection uses (the daemons' --tls_* and "
+      "--auth_token_file flags); returns a description.");
   py::class_<Session>(m, "Session")
       .def(py::init<const std::string&, double, double, double, double>(), py::arg("tf_config"),
            py::arg("heartbeat_s"), py::arg("startup_s"), py::arg("rpc_s"), py::arg("recovery_s"))

@@ -269,6 +269,18 @@ int RunLocalCluster(const LocalClusterOptions& options, common::StopSignal* stop
       if (!python_path.empty()) spawn.env.push_back("PYTHONPATH=" + python_path);
       // torch's own threads: one each, as the C++ workers' BLAS.
       if (!blas_threads.empty()) spawn.env.push_back("OMP_NUM_THREADS=" + blas_threads);
+      // The connection's security, as the daemons' flags give it.
+      for (const auto& [env, flag] : {std::pair{"PSTRAIN_TLS_CERT", "tls_cert"},
+                                      std::pair{"PSTRAIN_TLS_KEY", "tls_key"},
+                                      std::pair{"PSTRAIN_TLS_CA", "tls_ca"},
+                                      std::pair{"PSTRAIN_AUTH_TOKEN_FILE", "auth_token_file"},
+                                      std::pair{"PSTRAIN_TLS_SERVER_NAME", "tls_server_name"}}) {
+        const std::string value = FlagValue(options.daemon_flags, flag);
+        if (!value.empty()) {
+          spawn.env.push_back(
+              absl::StrCat(env, "=", absl::StrReplaceAll(value, {{"{task}", task_name}})));
+        }
+      }
       if (tf.task.type == common::TaskType::kEvaluator) {
         for (const auto& [env, flag] : {std::pair{"PSTRAIN_CHECKPOINT_DIR", "checkpoint_dir"},
                                         std::pair{"PSTRAIN_SUMMARY_DIR", "summary_dir"},

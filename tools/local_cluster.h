@@ -36,8 +36,10 @@ struct LocalClusterOptions {
   // of the C++ worker binary, e.g. "/usr/bin/python3 examples/train.py":
   // a Python worker (import pstrain) with its TF_CONFIG, PYTHONPATH naming
   // the build tree's package (bin_dir/../python) when there is one, and
-  // PSTRAIN_BIN=bin_dir. It gets no daemon flags; it is supervised as any
-  // worker (restart_failed included). Needs with_chief.
+  // PSTRAIN_BIN=bin_dir, and PSTRAIN_TLS_CERT, _TLS_KEY, _TLS_CA,
+  // _AUTH_TOKEN_FILE and _TLS_SERVER_NAME from the daemon flags ("{task}"
+  // replaced; pstrain.Worker applies them). It gets no daemon flags; it is
+  // supervised as any worker (restart_failed included). Needs with_chief.
   std::string worker_command;
   // An evaluator task (TF_CONFIG's "evaluator", started last): the
   // evaluator binary, given the daemon flags (the built-in models), or with

@@ -32,9 +32,11 @@ from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 import numpy as np
 
 from . import _pstrain
+from . import security
 from .evaluator import Checkpoint, Evaluator
+from .security import set_security
 
-__all__ = ["Batch", "Checkpoint", "Evaluator", "Worker"]
+__all__ = ["Batch", "Checkpoint", "Evaluator", "Worker", "set_security"]
 
 
 class Batch(NamedTuple):
@@ -84,6 +86,7 @@ class Worker:
                 raise ValueError("TF_CONFIG is not set; pass tf_config= or set the variable")
         if isinstance(tf_config, dict):
             tf_config = json.dumps(tf_config)
+        security._from_env()
         self._session = _pstrain.Session(tf_config, heartbeat_interval, startup_timeout,
                                          rpc_timeout, recovery_timeout)
         self._dense: List[Tuple[str, Tuple[int, ...]]] = list(self._session.dense_variables)

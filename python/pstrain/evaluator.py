@@ -27,7 +27,7 @@ from typing import Callable, Dict, Iterator, Optional
 
 import numpy as np
 
-from . import _pstrain
+from . import _pstrain, security
 
 __all__ = ["Checkpoint", "Evaluator"]
 
@@ -106,6 +106,7 @@ class Evaluator:
                 raise ValueError("TF_CONFIG is not set; pass tf_config= or set the variable")
         if isinstance(tf_config, dict):
             tf_config = json.dumps(tf_config)
+        security._from_env()
         env = os.environ.get
         checkpoint_dir = checkpoint_dir or env("PSTRAIN_CHECKPOINT_DIR", "")
         self.poll_interval = float(poll_interval)
