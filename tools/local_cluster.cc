@@ -10,7 +10,9 @@
 #include <memory>
 #include <optional>
 #include <thread>
+#include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
@@ -76,6 +78,22 @@ class Console {
  private:
   absl::Mutex mu_;  // plain output: lines go out whole
   const std::unique_ptr<common::ProgressLine> live_;
+};
+
+// What a command task (--worker_command, --evaluator_command) gets from the
+// daemon flags, as environment variables: the connection's security for
+// every one, the directories and the metric for an evaluator.
+constexpr std::pair<const char*, const char*> kCommandEnv[] = {
+    {"PSTRAIN_TLS_CERT", "tls_cert"},
+    {"PSTRAIN_TLS_KEY", "tls_key"},
+    {"PSTRAIN_TLS_CA", "tls_ca"},
+    {"PSTRAIN_AUTH_TOKEN_FILE", "auth_token_file"},
+    {"PSTRAIN_TLS_SERVER_NAME", "tls_server_name"},
+    {"PSTRAIN_CHECKPOINT_DIR", "checkpoint_dir"},
+    {"PSTRAIN_SUMMARY_DIR", "summary_dir"},
+    {"PSTRAIN_DATA_DIR", "data_dir"},
+    {"PSTRAIN_BEST_METRIC", "best_metric"},
+    {"PSTRAIN_BEST_MODE", "best_mode"},
 };
 
 // The value of --`name`=VALUE among `flags` ("" when absent).
@@ -269,27 +287,16 @@ int RunLocalCluster(const LocalClusterOptions& options, common::StopSignal* stop
       if (!python_path.empty()) spawn.env.push_back("PYTHONPATH=" + python_path);
       // torch's own threads: one each, as the C++ workers' BLAS.
       if (!blas_threads.empty()) spawn.env.push_back("OMP_NUM_THREADS=" + blas_threads);
-      // The connection's security, as the daemons' flags give it.
-      for (const auto& [env, flag] : {std::pair{"PSTRAIN_TLS_CERT", "tls_cert"},
-                                      std::pair{"PSTRAIN_TLS_KEY", "tls_key"},
-                                      std::pair{"PSTRAIN_TLS_CA", "tls_ca"},
-                                      std::pair{"PSTRAIN_AUTH_TOKEN_FILE", "auth_token_file"},
-                                      std::pair{"PSTRAIN_TLS_SERVER_NAME", "tls_server_name"}}) {
+      // The connection's security as the daemons' flags give it, and an
+      // evaluator's directories and metric.
+      for (const auto& [env, flag] : kCommandEnv) {
+        const bool evaluator_only = absl::StrContains(flag, "dir") || absl::StrContains(flag, "best");
         const std::string value = FlagValue(options.daemon_flags, flag);
-        if (!value.empty()) {
-          spawn.env.push_back(
-              absl::StrCat(env, "=", absl::StrReplaceAll(value, {{"{task}", task_name}})));
+        if (value.empty() || (evaluator_only && tf.task.type != common::TaskType::kEvaluator)) {
+          continue;
         }
-      }
-      if (tf.task.type == common::TaskType::kEvaluator) {
-        for (const auto& [env, flag] : {std::pair{"PSTRAIN_CHECKPOINT_DIR", "checkpoint_dir"},
-                                        std::pair{"PSTRAIN_SUMMARY_DIR", "summary_dir"},
-                                        std::pair{"PSTRAIN_DATA_DIR", "data_dir"},
-                                        std::pair{"PSTRAIN_BEST_METRIC", "best_metric"},
-                                        std::pair{"PSTRAIN_BEST_MODE", "best_mode"}}) {
-          const std::string value = FlagValue(options.daemon_flags, flag);
-          if (!value.empty()) spawn.env.push_back(absl::StrCat(env, "=", value));
-        }
+        spawn.env.push_back(
+            absl::StrCat(env, "=", absl::StrReplaceAll(value, {{"{task}", task_name}})));
       }
     }
     children[i].task = task;

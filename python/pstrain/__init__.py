@@ -25,8 +25,6 @@ back: the same one, or the position of the checkpoint the ps were restored
 from. Pushes are tagged with their data position, so none is applied twice.
 """
 
-import json
-import os
 from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
@@ -80,12 +78,7 @@ class Worker:
         a worker, ConnectionError when the chief did not answer within
         `startup_timeout` seconds.
         """
-        if tf_config is None:
-            tf_config = os.environ.get("TF_CONFIG")
-            if not tf_config:
-                raise ValueError("TF_CONFIG is not set; pass tf_config= or set the variable")
-        if isinstance(tf_config, dict):
-            tf_config = json.dumps(tf_config)
+        tf_config = security._tf_config_text(tf_config)
         security._from_env()
         self._session = _pstrain.Session(tf_config, heartbeat_interval, startup_timeout,
                                          rpc_timeout, recovery_timeout)

@@ -18,7 +18,6 @@ the evaluation is reported to the chief (which then stops waiting for this
 evaluator) and raised again, so the process exits nonzero.
 """
 
-import json
 import os
 import shutil
 import tempfile
@@ -100,12 +99,7 @@ class Evaluator:
         Raises ValueError for a malformed TF_CONFIG, a task that is not an
         evaluator, no checkpoint directory, or a bad best_mode.
         """
-        if tf_config is None:
-            tf_config = os.environ.get("TF_CONFIG")
-            if not tf_config:
-                raise ValueError("TF_CONFIG is not set; pass tf_config= or set the variable")
-        if isinstance(tf_config, dict):
-            tf_config = json.dumps(tf_config)
+        tf_config = security._tf_config_text(tf_config)
         security._from_env()
         env = os.environ.get
         checkpoint_dir = checkpoint_dir or env("PSTRAIN_CHECKPOINT_DIR", "")

@@ -8,6 +8,7 @@ environment variables (pstrain local sets them from its flags, "{task}"
 replaced) unless set_security() was called first.
 """
 
+import json
 import os
 
 from . import _pstrain
@@ -32,6 +33,18 @@ def set_security(*, tls_cert: str = "", tls_key: str = "", tls_ca: str = "",
                                         tls_server_name)
     _set = True
     return description
+
+
+def _tf_config_text(tf_config) -> str:
+    """TF_CONFIG as JSON text: `tf_config` (a dict or text), or the
+    environment variable. ValueError when neither is given."""
+    if tf_config is None:
+        tf_config = os.environ.get("TF_CONFIG")
+        if not tf_config:
+            raise ValueError("TF_CONFIG is not set; pass tf_config= or set the variable")
+    if isinstance(tf_config, dict):
+        tf_config = json.dumps(tf_config)
+    return tf_config
 
 
 def _from_env() -> None:

@@ -6,8 +6,6 @@ import os
 import signal
 import subprocess
 
-import torch
-
 from conftest import BIN, PYTHON, REPO
 
 import sys

@@ -1,7 +1,6 @@
 """Python workers in real clusters: `pstrain local --worker_command`, real
 ps and chief processes over gRPC, Fashion-MNIST."""
 
-import glob
 import json
 import os
 import re
