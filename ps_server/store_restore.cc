@@ -6,14 +6,14 @@
 #include "absl/strings/str_cat.h"
 #include "common/partition.h"
 #include "common/status_macros.h"
+#include "ps_server/store_internal.h"
 #include "ps_server/variable_store.h"
 
 namespace pst::ps {
 namespace {
 
-const std::string& Logical(const proto::VariableSpec& spec) {
-  return spec.variable().empty() ? spec.name() : spec.variable();
-}
+using store_internal::LogicalName;
+
 
 // The global row of local row r of `spec` (whole variables: r itself).
 int64_t GlobalRow(const proto::VariableSpec& spec, int64_t r) {
@@ -52,7 +52,7 @@ VariableStore::Restorer::Restorer(VariableStore* store) : store_(store) {
   for (const auto& [name, var] : store->variables_) {
     auto l = std::make_unique<Loaded>();
     l->var = var.get();
-    by_logical_[Logical(var->spec)].push_back(l.get());
+    by_logical_[LogicalName(var->spec)].push_back(l.get());
     loaded_.push_back(std::move(l));
   }
 }
@@ -64,11 +64,11 @@ std::unique_ptr<VariableStore::Restorer> VariableStore::BeginRestore() {
 }
 
 bool VariableStore::Restorer::Holds(const proto::VariableSpec& spec) const {
-  return by_logical_.contains(Logical(spec));
+  return by_logical_.contains(LogicalName(spec));
 }
 
 absl::Status VariableStore::Restorer::Absorb(const common::ShardRecord& r) {
-  auto it = by_logical_.find(Logical(r.spec));
+  auto it = by_logical_.find(LogicalName(r.spec));
   if (it == by_logical_.end()) return absl::OkStatus();  // none of it is held here
   for (Loaded* l : it->second) {
     // Only the const parts of a Variable are read here (spec, rows, dim).
@@ -76,7 +76,7 @@ absl::Status VariableStore::Restorer::Absorb(const common::ShardRecord& r) {
     const int64_t dim = var.dim;
     const int64_t rdim = r.rows > 0 ? static_cast<int64_t>(r.values.size()) / r.rows : dim;
     if (r.rows > 0 && rdim != dim) {
-      return absl::FailedPreconditionError(absl::StrCat("variable '", Logical(r.spec),
+      return absl::FailedPreconditionError(absl::StrCat("variable '", LogicalName(r.spec),
                                                         "' has rows of ", rdim,
                                                         " in the checkpoint but ", dim, " here"));
     }
@@ -125,7 +125,7 @@ absl::Status VariableStore::Restorer::Commit(int64_t generation) {
     const Variable& var = *l->var;
     if (!l->seen) {
       return absl::FailedPreconditionError(absl::StrCat(
-          "the checkpoint has no variable '", Logical(var.spec), "' (for '", var.spec.name(), "')"));
+          "the checkpoint has no variable '", LogicalName(var.spec), "' (for '", var.spec.name(), "')"));
     }
     if (!var.is_hash && l->rows_filled != var.rows) {
       return absl::FailedPreconditionError(absl::StrCat("the checkpoint holds ", l->rows_filled,
