@@ -50,6 +50,7 @@ test-deploy: test-k8s test-compose
 test-k8s: build
 	cd deploy/k8s/validate && npm ci --no-audit --no-fund --loglevel=error \
 	  && node validate.mjs ../tfjob.yaml ../plain.yaml ../checkpoints-pvc.yaml \
+	    ../python.yaml ../tfjob-python.yaml \
 	  && node validate.mjs --self-test \
 	  && node start_sh_test.mjs $(abspath $(BUILD_DIR))/bin
 

@@ -1,9 +1,18 @@
 #!/bin/bash
-# The compose test: builds the image from deploy/Dockerfile, brings up
-# deploy/docker-compose.yml unchanged (2 worker replicas that claim their
-# indices), kills one ps and one worker container mid-training, and checks
-# that the job still finishes with the expected accuracy, that every
-# container exits 0, and that the killed replica got its index back.
+# The compose test: builds the images from deploy/Dockerfile (the default
+# target, pstrain, and --target python, pstrain-python), then
+# - brings up deploy/docker-compose.yml unchanged (2 worker replicas that
+#   claim their indices), kills one ps and one worker container
+#   mid-training, and checks that the job still finishes with the expected
+#   accuracy, that every container exits 0, and that the killed replica got
+#   its index back;
+# - brings up deploy/docker-compose.python.yml (a chief and 2 ps, 2 Python
+#   workers training the CNN example) for one epoch (PSTRAIN_EPOCHS=1), and
+#   checks that every container exits 0, unrestarted, that the chief counted
+#   the epoch's examples and no worker leaving early, that each worker
+#   trained on its half, and the test accuracy of the final checkpoint
+#   (exported and scored in the python image). PSTRAIN_COMPOSE_PYTHON=0 leaves this job out (not the
+#   image).
 #
 # It installs docker.io and docker-compose when missing and starts dockerd.
 # Where no registry can be reached, debian:bookworm-slim is made from a
@@ -16,6 +25,8 @@ cd "$(dirname "$0")/.."
 
 PROJECT=pstrain_composetest
 COMPOSE_FILE=deploy/docker-compose.yml
+PYTHON_PROJECT=pstrain_composetest_python
+PYTHON_COMPOSE_FILE=deploy/docker-compose.python.yml
 ROOTFS_CACHE=${PSTRAIN_ROOTFS_CACHE:-/var/cache/pstrain/bookworm-minbase.tar}
 JOB_TIMEOUT_S=${PSTRAIN_COMPOSE_TIMEOUT_S:-600}
 LOG_DIR=$(mktemp -d /tmp/pstrain-compose.XXXXXX)
@@ -68,17 +79,31 @@ if ! $DOCKER image inspect debian:bookworm-slim >/dev/null 2>&1; then
   fi
 fi
 
-# ---- The image.
+# ---- The images. Debian's docker.io builds with the legacy builder, which
+# builds every stage before the default target, so the python stage is
+# built by the first command and the second only tags it (BuildKit would
+# build it in the second).
+image_size() { $DOCKER image inspect -f '{{.Size}}' "$1" | awk '{printf "%.0f MB", $1/1e6}'; }
 say "docker build -f deploy/Dockerfile -t pstrain ."
 if ! $DOCKER build -f deploy/Dockerfile -t pstrain . >"$LOG_DIR/build.log" 2>&1; then
   tail -30 "$LOG_DIR/build.log"; say "FAILED: the image did not build"; exit 1
 fi
-say "image built ($($DOCKER image inspect -f '{{.Size}}' pstrain | awk '{printf "%.0f MB", $1/1e6}'))"
+say "image built ($(image_size pstrain))"
+# The default target is the CPU image: no Python in it.
+if $DOCKER run --rm --entrypoint /bin/sh pstrain -c 'test -e /usr/bin/python3'; then
+  say "FAILED: the default target has /usr/bin/python3: it is not the CPU image"; exit 1
+fi
+say "docker build -f deploy/Dockerfile --target python -t pstrain-python ."
+if ! $DOCKER build -f deploy/Dockerfile --target python -t pstrain-python . \
+     >"$LOG_DIR/build-python.log" 2>&1; then
+  tail -30 "$LOG_DIR/build-python.log"; say "FAILED: the python image did not build"; exit 1
+fi
+say "python image built ($(image_size pstrain-python))"
 
 # ---- The job.
 compose() { docker-compose -p "$PROJECT" -f "$COMPOSE_FILE" "$@"; }
 cleanup() {
-  compose logs --no-color >"$LOG_DIR/compose.log" 2>&1 || true
+  compose logs --no-color >"$LOG_DIR/compose-$PROJECT.log" 2>&1 || true
   compose down -v --remove-orphans >/dev/null 2>&1 || true
 }
 trap cleanup EXIT
@@ -167,4 +192,78 @@ if [ "$failed" != 0 ]; then
   echo "--- the last lines of docker-compose up:"; tail -30 "$LOG_DIR/up.log"
   say "FAILED (logs in $LOG_DIR)"; exit 1
 fi
+cleanup
+CPP_DONE=$(date +%s)
+say "the C++ job passed"
+if [ "${PSTRAIN_COMPOSE_PYTHON:-1}" = 0 ]; then
+  say "PASSED in $(( $(date +%s) - START )) s (the Python job left out)"; exit 0
+fi
+
+# ---- Python workers: docker-compose.python.yml for one epoch. Not `up
+# --exit-code-from chief`: that stops every container when the chief exits,
+# and a Python worker scores its model after the chief has ended the job,
+# so `up` runs until every container has exited, and each one's status is
+# checked.
+PROJECT=$PYTHON_PROJECT
+COMPOSE_FILE=$PYTHON_COMPOSE_FILE
+compose down -v --remove-orphans >/dev/null 2>&1 || true
+say "PSTRAIN_EPOCHS=1 docker-compose -f $COMPOSE_FILE up"
+PSTRAIN_EPOCHS=1 compose up >"$LOG_DIR/up-python.log" 2>&1 &
+UP=$!
+set +e
+if ! timeout "$JOB_TIMEOUT_S" tail --pid=$UP -f /dev/null; then
+  say "the job ran past ${JOB_TIMEOUT_S} s: stopping it"; kill -TERM $UP
+fi
+wait $UP
+UP_STATUS=$?
+set -e
+say "docker-compose up exited $UP_STATUS"
+
+failed=0
+for service in chief ps-0 ps-1 worker-0 worker-1; do
+  ids=$(containers "$service")
+  [ -n "$ids" ] || { say "no $service container"; failed=1; }
+  for id in $ids; do
+    running=$($DOCKER inspect -f '{{.State.Running}}' "$id")
+    code=$($DOCKER inspect -f '{{.State.ExitCode}}' "$id")
+    restarts=$($DOCKER inspect -f '{{.RestartCount}}' "$id")
+    say "$service ${id:0:12} exited $code after $restarts restart(s)"
+    [ "$running" = false ] || { say "$service is still running"; failed=1; }
+    [ "$code" = 0 ] && [ "$restarts" = 0 ] || failed=1
+  done
+done
+# The job's figures: the chief's summary and each worker's result file.
+read_volume() {
+  $DOCKER run --rm -v "${PROJECT}_checkpoints:/checkpoints" --entrypoint cat pstrain-python \
+    "/checkpoints/$1" 2>/dev/null || true
+}
+summary=$(read_volume summary.json)
+figures=$(echo "$summary" | python3 -c 'import json,sys; s=json.load(sys.stdin); print(s["examples"], s["workers_left_early"], s["global_step"])' 2>/dev/null || echo "0 -1 0")
+read -r examples left_early global_step <<<"$figures"
+say "the chief: $examples examples, global step $global_step, $left_early worker(s) left early"
+[ "$examples" -ge 60000 ] || { say "fewer examples than one epoch of Fashion-MNIST (60000)"; failed=1; }
+[ "$left_early" = 0 ] || { say "a worker left before finishing"; failed=1; }
+for w in 0 1; do
+  trained=$(read_volume "result-$w.json" | python3 -c 'import json,sys; print(json.load(sys.stdin)["examples"])' 2>/dev/null || echo 0)
+  say "worker $w: trained on $trained examples"
+  [ "$trained" -ge 29000 ] || { say "worker $w: not its half of the epoch"; failed=1; }
+done
+# The model the job trained: the final checkpoint, exported and scored.
+score='import sys; sys.path.insert(0, "/opt/pstrain/examples")
+import fashion_mnist, pstrain.torch, torch_cnn_fashion_mnist as example
+model = example.Cnn()
+pstrain.torch.load_safetensors(model, "/tmp/cnn.safetensors")
+print(example.accuracy(model, *fashion_mnist.load("t10k")))'
+final=$($DOCKER run --rm -v "${PROJECT}_checkpoints:/checkpoints" -e SCORE="$score" pstrain-python \
+          /bin/sh -c 'pstrain checkpoint export /checkpoints /tmp/cnn.safetensors && python3 -c "$SCORE"' \
+          2>"$LOG_DIR/score.log" | tail -1 || true)
+say "the final checkpoint: test accuracy ${final:-none}"
+python3 -c "import sys; sys.exit(0 if float('${final:-0}') >= 0.80 else 1)" 2>/dev/null \
+  || { say "the final checkpoint's test accuracy is not 0.80 or more (see $LOG_DIR/score.log)"; failed=1; }
+if [ "$failed" != 0 ]; then
+  cleanup
+  echo "--- the last lines of docker-compose up:"; tail -40 "$LOG_DIR/up-python.log"
+  say "FAILED (logs in $LOG_DIR)"; exit 1
+fi
+say "the Python job passed in $(( $(date +%s) - CPP_DONE )) s"
 say "PASSED in $(( $(date +%s) - START )) s"

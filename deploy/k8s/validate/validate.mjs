@@ -98,11 +98,14 @@ function selfTest() {
   const plain = objectsOf(new URL("../plain.yaml", import.meta.url).pathname);
   const statefulSet = plain.find((o) => o.kind === "StatefulSet");
   const job = plain.find((o) => o.kind === "Job");
+  const python = objectsOf(new URL("../python.yaml", import.meta.url).pathname);
+  const indexedJob = python.find((o) => o.kind === "Job" && o.spec.completionMode === "Indexed");
   const copy = (o) => JSON.parse(JSON.stringify(o));
   const broken = {
     "StatefulSet replicas as a string": (() => { const o = copy(statefulSet); o.spec.replicas = "two"; return o; })(),
     "StatefulSet without a selector": (() => { const o = copy(statefulSet); delete o.spec.selector; return o; })(),
     "Job container without an image name type": (() => { const o = copy(job); o.spec.template.spec.containers[0].image = 7; return o; })(),
+    "Indexed Job completionMode misspelt": (() => { const o = copy(indexedJob); o.spec.completionMode = "Indexd"; return o; })(),
     "TFJob restartPolicy Sometimes": (() => { const o = copy(tfjob); o.spec.tfReplicaSpecs.PS.restartPolicy = "Sometimes"; return o; })(),
     "TFJob replica type Server": (() => { const o = copy(tfjob); o.spec.tfReplicaSpecs.Server = o.spec.tfReplicaSpecs.PS; return o; })(),
     "TFJob two chiefs": (() => { const o = copy(tfjob); o.spec.tfReplicaSpecs.Chief.replicas = 2; return o; })(),
