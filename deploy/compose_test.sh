@@ -102,6 +102,16 @@ say "python image built ($(image_size pstrain-python))"
 
 # ---- The job.
 compose() { docker-compose -p "$PROJECT" -f "$COMPOSE_FILE" "$@"; }
+# Waits for `docker-compose up` (pid $UP) and returns its status; past
+# JOB_TIMEOUT_S it stops it first with SIGTERM, on which compose stops the
+# containers (SIGINT would not do: a background job ignores it).
+wait_for_up() {
+  if ! timeout "$JOB_TIMEOUT_S" tail --pid=$UP -f /dev/null; then
+    say "the job ran past ${JOB_TIMEOUT_S} s: stopping it"
+    kill -TERM $UP
+  fi
+  wait $UP
+}
 cleanup() {
   compose logs --no-color >"$LOG_DIR/compose-$PROJECT.log" 2>&1 || true
   compose down -v --remove-orphans >/dev/null 2>&1 || true
@@ -148,8 +158,7 @@ if $DOCKER logs "$(containers chief)" 2>&1 | grep -q "workers 2/2 done"; then
 fi
 
 set +e
-timeout "$JOB_TIMEOUT_S" tail --pid=$UP -f /dev/null
-wait $UP
+wait_for_up
 UP_STATUS=$?
 set -e
 say "docker-compose up exited $UP_STATUS"
@@ -211,10 +220,7 @@ say "PSTRAIN_EPOCHS=1 docker-compose -f $COMPOSE_FILE up"
 PSTRAIN_EPOCHS=1 compose up >"$LOG_DIR/up-python.log" 2>&1 &
 UP=$!
 set +e
-if ! timeout "$JOB_TIMEOUT_S" tail --pid=$UP -f /dev/null; then
-  say "the job ran past ${JOB_TIMEOUT_S} s: stopping it"; kill -TERM $UP
-fi
-wait $UP
+wait_for_up
 UP_STATUS=$?
 set -e
 say "docker-compose up exited $UP_STATUS"
