@@ -71,6 +71,17 @@ std::vector<EvaluationRecord> EvaluationHistory::All() const {
   return records_;
 }
 
+std::map<int, int64_t> EvaluationHistory::ReportedSteps() const {
+  std::map<int, int64_t> steps;
+  absl::MutexLock lock(&mu_);
+  for (const EvaluationRecord& r : records_) {
+    if (r.source == "chief" || r.report.checkpoint().empty()) continue;
+    auto [it, added] = steps.emplace(r.report.evaluator_index(), r.report.global_step());
+    if (!added) it->second = std::max(it->second, r.report.global_step());
+  }
+  return steps;
+}
+
 absl::Status EvaluationHistory::AwaitStep(int64_t step, absl::Duration timeout) const {
   // Per evaluator: 0 waiting, 1 reported the step, 2 gave up.
   auto outcome = [&](int index) ABSL_SHARED_LOCKS_REQUIRED(mu_) {

@@ -10,6 +10,7 @@
 #define PST_CHIEF_EVALUATIONS_H_
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -53,6 +54,9 @@ class EvaluationHistory {
                           absl::Time now);
 
   std::vector<EvaluationRecord> All() const;
+  // By evaluator index, the step of the newest checkpoint each has
+  // reported (evaluators that reported none are absent).
+  std::map<int, int64_t> ReportedSteps() const;
 
   // Waits until every evaluator has reported a checkpoint of `step` or later
   // or given up (a fatal report), or `timeout` passes. OK when each

@@ -94,6 +94,11 @@ grpc::ServerUnaryReactor* GrpcCoordinatorService::GetState(grpc::CallbackServerC
     return Finish(context, allowed);
   }
   *response = coordinator_->State();
+  if (evaluations_ != nullptr) {
+    for (const auto& [index, step] : evaluations_->ReportedSteps()) {
+      (*response->mutable_evaluated_steps())[index] = step;
+    }
+  }
   return Finish(context, absl::OkStatus());
 }
 

@@ -6,6 +6,7 @@
 #ifndef PST_EVALUATOR_CHECKPOINT_WATCHER_H_
 #define PST_EVALUATOR_CHECKPOINT_WATCHER_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -35,6 +36,8 @@ class CheckpointWatcher {
   const std::string& root() const { return root_; }
   // The step of the last checkpoint taken (-1: none).
   int64_t last_step() const { return last_step_; }
+  // Checkpoints of `step` and older count as seen.
+  void SkipThrough(int64_t step) { last_step_ = std::max(last_step_, step); }
 
   // The oldest checkpoint newer than the last one taken, now taken; nullopt
   // when there is none yet. A directory named ckpt-<step> without a

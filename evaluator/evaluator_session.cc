@@ -8,7 +8,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/logging.h"
-#include "common/status_macros.h"
 
 namespace pst::evaluator {
 
@@ -52,6 +51,17 @@ absl::Status EvaluatorSession::Poll() {
     phase_ = state->phase();
     final_step_ = state->final_checkpoint_step();
     chief_answered_ = now;
+    // A restarted evaluator: the chief has its reports up to some step.
+    const auto reported = state->evaluated_steps().find(options_.index);
+    if (!resumed_ && reported != state->evaluated_steps().end() &&
+        reported->second > watcher_.last_step()) {
+      spdlog::info(
+          "the chief has this evaluator's reports through step {}: going on after that "
+          "checkpoint",
+          reported->second);
+      watcher_.SkipThrough(reported->second);
+    }
+    resumed_ = true;
     return absl::OkStatus();
   }
   if (now - chief_answered_ > options_.chief_timeout) {
@@ -137,14 +147,16 @@ absl::StatusOr<bool> EvaluatorSession::Report(const FoundCheckpoint& checkpoint,
   }
   ++evaluated_;
   const int epochs = checkpoint.manifest.epochs_completed();
-  spdlog::info("evaluated {} (step {}, {} epoch(s) completed): {}", checkpoint.name,
-               checkpoint.step, epochs, line.empty() ? "no metrics" : line);
   if (events_ != nullptr) {
     absl::Status written = events_->AddScalars(checkpoint.step, scalars);
     if (written.ok()) written = events_->Flush();
     if (!written.ok()) spdlog::warn("TensorBoard summary not written: {}", written.message());
   }
-  PST_ASSIGN_OR_RETURN(const bool best, best_.Offer(checkpoint.path, checkpoint.step, metrics));
+  // best/ that cannot be replaced (a full disk) loses no evaluation: the
+  // report still goes out, not marked best.
+  absl::StatusOr<bool> offered = best_.Offer(checkpoint.path, checkpoint.step, metrics);
+  if (!offered.ok()) spdlog::error("best checkpoint not kept: {}", offered.status().message());
+  const bool best = offered.value_or(false);
   proto::EvaluationReport report;
   report.set_evaluator_index(options_.index);
   report.set_checkpoint(checkpoint.name);
@@ -153,6 +165,9 @@ absl::StatusOr<bool> EvaluatorSession::Report(const FoundCheckpoint& checkpoint,
   for (const auto& [name, value] : metrics) (*report.mutable_metrics())[name] = value;
   report.set_best(best);
   Send(report);
+  // Logged once reported: a restarted evaluator goes on after it.
+  spdlog::info("evaluated {} (step {}, {} epoch(s) completed): {}", checkpoint.name,
+               checkpoint.step, epochs, line.empty() ? "no metrics" : line);
   return best;
 }
 

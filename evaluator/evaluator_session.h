@@ -10,7 +10,8 @@
 // A corrupt checkpoint is reported as such (logged, and to the chief) and
 // passed over. The session ends after the job's final checkpoint
 // (ClusterState.final_checkpoint_step), or when the job is over with
-// nothing left to evaluate.
+// nothing left to evaluate. A restarted evaluator goes on after the newest
+// checkpoint the chief has its report of (ClusterState.evaluated_steps).
 //
 // Thread-compatible: one thread calls Next and Report in turn.
 #ifndef PST_EVALUATOR_EVALUATOR_SESSION_H_
@@ -66,9 +67,10 @@ class EvaluatorSession {
 
   // The evaluation of `checkpoint` (from Next): written to TensorBoard,
   // offered to best/, sent to the chief (a chief that cannot be reached is
-  // logged, not an error). Returns whether it is the new best. Errors:
-  // InvalidArgument for a metric that is not a finite number or has an
-  // empty name (nothing is written); best/'s errors.
+  // logged, not an error). Returns whether it is the new best (false too
+  // when best/ could not be replaced: logged, and the report still goes
+  // out). Errors: InvalidArgument for a metric that is not a finite number
+  // or has an empty name (nothing is written).
   absl::StatusOr<bool> Report(const FoundCheckpoint& checkpoint,
                               const std::map<std::string, double>& metrics);
 
@@ -101,6 +103,7 @@ class EvaluatorSession {
   int64_t final_step_ = 0;  // 0: not known yet
   absl::Time chief_answered_;
   bool told_missing_ = false;
+  bool resumed_ = false;  // the chief's first answer was read for past reports
   int evaluated_ = 0;
 };
 

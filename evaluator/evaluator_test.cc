@@ -46,6 +46,10 @@ class FakeChief final : public ChiefLink {
     state_.set_phase(phase);
     state_.set_final_checkpoint_step(final_step);
   }
+  void SetReported(int evaluator, int64_t step) {
+    absl::MutexLock lock(&mu_);
+    (*state_.mutable_evaluated_steps())[evaluator] = step;
+  }
   void SetDown(bool down) {
     absl::MutexLock lock(&mu_);
     down_ = down;
@@ -285,6 +289,29 @@ TEST_F(EvaluatorTest, SessionReportsEveryCheckpointAndEndsAfterTheFinalOne) {
   any.name = "ckpt-1";
   EXPECT_EQ((*session)->Report(any, {{"x", std::nan("")}}).status().code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(EvaluatorTest, ARestartedSessionGoesOnAfterWhatTheChiefHasReports) {
+  const std::string first = TrainAndSave(2);
+  const std::string second = TrainAndSave(2);
+  const std::string third = TrainAndSave(2);
+  auto chief_owned = std::make_unique<FakeChief>();
+  FakeChief* chief = chief_owned.get();
+  chief->Set(proto::PHASE_RUNNING, version_);
+  chief->SetReported(0, common::ReadManifest(second)->global_step());
+  chief->SetReported(1, version_);  // another evaluator's reports do not count
+  EvaluatorOptions options;
+  options.checkpoint_dir = dir_;
+  options.poll_interval = absl::Milliseconds(5);
+  std::unique_ptr<EvaluatorSession> session =
+      *EvaluatorSession::Create(options, std::move(chief_owned));
+  absl::StatusOr<std::optional<FoundCheckpoint>> next = session->Next(stop_);
+  ASSERT_TRUE(next.ok() && next->has_value()) << next.status();
+  EXPECT_EQ((*next)->path, third);
+  ASSERT_TRUE(session->Report(**next, {{"accuracy", 0.5}}).ok());
+  next = session->Next(stop_);
+  ASSERT_TRUE(next.ok()) << next.status();
+  EXPECT_FALSE(next->has_value());  // the final one was the third
 }
 
 TEST_F(EvaluatorTest, SessionGivesUpClearlyWhenTheDirectoryNeverAppears) {

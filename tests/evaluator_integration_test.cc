@@ -5,8 +5,11 @@
 // checkpoints and evaluations as Keras users expect.
 #include <gtest/gtest.h>
 
+#include <signal.h>
+
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <set>
 
 #include "absl/strings/str_cat.h"
@@ -114,6 +117,39 @@ TEST_F(EvaluatorTest, EveryCheckpointIsEvaluatedReportedAndTheBestKept) {
   EXPECT_FALSE(fs::is_empty(dir_ + "/tb/eval"));
   EXPECT_NE(output_.find("the evaluator(s) reported the final checkpoint"), std::string::npos)
       << output_;
+}
+
+// Killed with SIGKILL after its first evaluation and restarted
+// (--restart_failed), the evaluator goes on after the checkpoints the chief
+// has its reports of: every checkpoint is still evaluated, none twice.
+TEST_F(EvaluatorTest, AKilledEvaluatorGoesOnWithoutEvaluatingAgain) {
+  const std::string summary_path = dir_ + "/summary.json";
+  std::unique_ptr<TestProcess> launcher = LaunchLocal(
+      {"--ps=2", "--workers=2", "--summary_json=" + summary_path, "--checkpoint_dir=" + ckpt_,
+       "--keep_checkpoints=50", "--evaluator", "--restart_failed", "--epochs=3",
+       "--save_checkpoints_steps=400"});
+  ASSERT_NE(launcher, nullptr);
+  ASSERT_TRUE(launcher->WaitForOutput("] evaluated ckpt-", kTimeout)) << launcher->output();
+  const std::map<std::string, pid_t> pids = DaemonPids(launcher->output());
+  ASSERT_TRUE(pids.count("evaluator:0")) << launcher->output();
+  kill(pids.at("evaluator:0"), SIGKILL);
+  std::optional<int> exited = launcher->WaitForExit(kTimeout);
+  output_ = launcher->output();
+  ASSERT_TRUE(exited.has_value()) << output_;
+  ASSERT_EQ(ExitCode(*exited), 0) << output_;
+  EXPECT_NE(output_.find("evaluator:0 killed by signal 9"), std::string::npos)
+      << output_;
+  EXPECT_NE(output_.find("going on after that checkpoint"), std::string::npos) << output_;
+  const nlohmann::json summary = ReadJsonFile(summary_path);
+  std::set<std::string> saved, evaluated;
+  for (const std::string& path : common::ListCheckpoints(ckpt_)) {
+    saved.insert(fs::path(path).filename().string());
+  }
+  for (const nlohmann::json& e : summary["evaluations"]) {
+    EXPECT_TRUE(evaluated.insert(e["checkpoint"].get<std::string>()).second)
+        << "evaluated twice: " << e.dump() << "\n" << output_;
+  }
+  EXPECT_EQ(evaluated, saved) << summary["evaluations"].dump(1) << output_;
 }
 
 TEST_F(EvaluatorTest, WithoutAnEvaluatorTheChiefEvaluatesEveryEpoch) {
