@@ -10,9 +10,7 @@
 #include <memory>
 #include <optional>
 #include <thread>
-#include <utility>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
@@ -83,17 +81,22 @@ class Console {
 // What a command task (--worker_command, --evaluator_command) gets from the
 // daemon flags, as environment variables: the connection's security for
 // every one, the directories and the metric for an evaluator.
-constexpr std::pair<const char*, const char*> kCommandEnv[] = {
-    {"PSTRAIN_TLS_CERT", "tls_cert"},
-    {"PSTRAIN_TLS_KEY", "tls_key"},
-    {"PSTRAIN_TLS_CA", "tls_ca"},
-    {"PSTRAIN_AUTH_TOKEN_FILE", "auth_token_file"},
-    {"PSTRAIN_TLS_SERVER_NAME", "tls_server_name"},
-    {"PSTRAIN_CHECKPOINT_DIR", "checkpoint_dir"},
-    {"PSTRAIN_SUMMARY_DIR", "summary_dir"},
-    {"PSTRAIN_DATA_DIR", "data_dir"},
-    {"PSTRAIN_BEST_METRIC", "best_metric"},
-    {"PSTRAIN_BEST_MODE", "best_mode"},
+struct CommandEnv {
+  const char* env;
+  const char* flag;
+  bool evaluator_only;
+};
+constexpr CommandEnv kCommandEnv[] = {
+    {"PSTRAIN_TLS_CERT", "tls_cert", false},
+    {"PSTRAIN_TLS_KEY", "tls_key", false},
+    {"PSTRAIN_TLS_CA", "tls_ca", false},
+    {"PSTRAIN_AUTH_TOKEN_FILE", "auth_token_file", false},
+    {"PSTRAIN_TLS_SERVER_NAME", "tls_server_name", false},
+    {"PSTRAIN_CHECKPOINT_DIR", "checkpoint_dir", true},
+    {"PSTRAIN_SUMMARY_DIR", "summary_dir", true},
+    {"PSTRAIN_DATA_DIR", "data_dir", true},
+    {"PSTRAIN_BEST_METRIC", "best_metric", true},
+    {"PSTRAIN_BEST_MODE", "best_mode", true},
 };
 
 // The value of --`name`=VALUE among `flags` ("" when absent).
@@ -289,14 +292,13 @@ int RunLocalCluster(const LocalClusterOptions& options, common::StopSignal* stop
       if (!blas_threads.empty()) spawn.env.push_back("OMP_NUM_THREADS=" + blas_threads);
       // The connection's security as the daemons' flags give it, and an
       // evaluator's directories and metric.
-      for (const auto& [env, flag] : kCommandEnv) {
-        const bool evaluator_only = absl::StrContains(flag, "dir") || absl::StrContains(flag, "best");
-        const std::string value = FlagValue(options.daemon_flags, flag);
-        if (value.empty() || (evaluator_only && tf.task.type != common::TaskType::kEvaluator)) {
+      for (const CommandEnv& e : kCommandEnv) {
+        const std::string value = FlagValue(options.daemon_flags, e.flag);
+        if (value.empty() || (e.evaluator_only && tf.task.type != common::TaskType::kEvaluator)) {
           continue;
         }
         spawn.env.push_back(
-            absl::StrCat(env, "=", absl::StrReplaceAll(value, {{"{task}", task_name}})));
+            absl::StrCat(e.env, "=", absl::StrReplaceAll(value, {{"{task}", task_name}})));
       }
     }
     children[i].task = task;
