@@ -11,9 +11,9 @@ namespace pst::chief {
 absl::Status EvaluationHistory::Report(const proto::EvaluationReport& report, absl::Time now) {
   const int index = report.evaluator_index();
   if (index < 0 || index >= num_evaluators_) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "ReportEvaluation: evaluator index ", index, " outside [0, ", num_evaluators_,
-        ") (TF_CONFIG lists ", num_evaluators_, " evaluator task(s))"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("ReportEvaluation: evaluator index ", index, " outside [0, ", num_evaluators_,
+                     ") (TF_CONFIG lists ", num_evaluators_, " evaluator task(s))"));
   }
   if (!(report.fatal() && report.checkpoint().empty())) {
     if (absl::Status name = common::CheckCheckpointName(report.checkpoint()); !name.ok()) {
@@ -21,9 +21,9 @@ absl::Status EvaluationHistory::Report(const proto::EvaluationReport& report, ab
     }
   }
   if (report.global_step() < 0 || report.epochs_completed() < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("ReportEvaluation: negative global_step ", report.global_step(),
-                     " or epochs_completed ", report.epochs_completed()));
+    return absl::InvalidArgumentError(absl::StrCat("ReportEvaluation: negative global_step ",
+                                                   report.global_step(), " or epochs_completed ",
+                                                   report.epochs_completed()));
   }
   if (report.fatal() && report.error().empty()) {
     return absl::InvalidArgumentError("ReportEvaluation: a fatal report must say why (error)");
@@ -34,18 +34,17 @@ absl::Status EvaluationHistory::Report(const proto::EvaluationReport& report, ab
   }
   for (const auto& [name, value] : report.metrics()) {
     if (name.empty() || name.size() > kMaxEvalMetricName) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "ReportEvaluation: a metric name of ", name.size(), " characters (1 to ",
-          kMaxEvalMetricName, ")"));
+      return absl::InvalidArgumentError(absl::StrCat("ReportEvaluation: a metric name of ",
+                                                     name.size(), " characters (1 to ",
+                                                     kMaxEvalMetricName, ")"));
     }
     if (!std::isfinite(value)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("ReportEvaluation: metric '", name, "' is ", value, ", not a finite number"));
+      return absl::InvalidArgumentError(absl::StrCat("ReportEvaluation: metric '", name, "' is ",
+                                                     value, ", not a finite number"));
     }
   }
   EvaluationRecord record;
   record.report = report;
-  record.source = absl::StrCat("evaluator ", index);
   record.wall_seconds = absl::ToDoubleSeconds(now - job_start_);
   absl::MutexLock lock(&mu_);
   records_.push_back(std::move(record));
@@ -60,7 +59,7 @@ void EvaluationHistory::AddChiefEvaluation(int64_t step, int epochs_completed,
   for (const auto& [name, value] : metrics.items()) {
     if (value.is_number()) (*record.report.mutable_metrics())[name] = value.get<double>();
   }
-  record.source = "chief";
+  record.by_chief = true;
   record.wall_seconds = absl::ToDoubleSeconds(now - job_start_);
   absl::MutexLock lock(&mu_);
   records_.push_back(std::move(record));
@@ -75,7 +74,7 @@ std::map<int, int64_t> EvaluationHistory::ReportedSteps() const {
   std::map<int, int64_t> steps;
   absl::MutexLock lock(&mu_);
   for (const EvaluationRecord& r : records_) {
-    if (r.source == "chief" || r.report.checkpoint().empty()) continue;
+    if (r.by_chief || r.report.checkpoint().empty()) continue;
     auto [it, added] = steps.emplace(r.report.evaluator_index(), r.report.global_step());
     if (!added) it->second = std::max(it->second, r.report.global_step());
   }
@@ -87,7 +86,7 @@ absl::Status EvaluationHistory::AwaitStep(int64_t step, absl::Duration timeout) 
   auto outcome = [&](int index) ABSL_SHARED_LOCKS_REQUIRED(mu_) {
     int state = 0;
     for (const EvaluationRecord& r : records_) {
-      if (r.source == "chief" || r.report.evaluator_index() != index) continue;
+      if (r.by_chief || r.report.evaluator_index() != index) continue;
       if (r.report.fatal()) state = 2;
       if (r.report.global_step() >= step && !r.report.checkpoint().empty()) state = 1;
     }
@@ -107,7 +106,7 @@ absl::Status EvaluationHistory::AwaitStep(int64_t step, absl::Duration timeout) 
     if (state == 0) waiting.push_back(absl::StrCat(i));
     if (state == 2) {
       for (auto r = records_.rbegin(); r != records_.rend(); ++r) {
-        if (r->source != "chief" && r->report.evaluator_index() == i && r->report.fatal()) {
+        if (!r->by_chief && r->report.evaluator_index() == i && r->report.fatal()) {
           return absl::FailedPreconditionError(
               absl::StrCat("evaluator ", i, " gave up: ", r->report.error()));
         }
@@ -129,7 +128,8 @@ nlohmann::json EvaluationHistory::ToJson() const {
   absl::MutexLock lock(&mu_);
   for (const EvaluationRecord& r : records_) {
     nlohmann::json e;
-    e["source"] = r.source;
+    e["source"] =
+        r.by_chief ? std::string("chief") : absl::StrCat("evaluator ", r.report.evaluator_index());
     if (!r.report.checkpoint().empty()) e["checkpoint"] = r.report.checkpoint();
     e["global_step"] = r.report.global_step();
     e["epochs_completed"] = r.report.epochs_completed();

@@ -29,7 +29,7 @@ inline constexpr size_t kMaxEvalMetricName = 128;
 
 struct EvaluationRecord {
   proto::EvaluationReport report;
-  std::string source;  // "evaluator 0", or "chief"
+  bool by_chief = false;    // the chief's own (else report.evaluator_index()'s)
   double wall_seconds = 0;  // since the job started
 };
 

@@ -63,8 +63,8 @@ void Job::EvaluateDuringTraining(const Coordinator::Snapshot& snap) {
                  eval.status().message());
     return;
   }
-  spdlog::info("evaluation after epoch {} (step {}): {}", snap.epochs_completed,
-               eval->global_step, eval->line);
+  spdlog::info("evaluation after epoch {} (step {}): {}", snap.epochs_completed, eval->global_step,
+               eval->line);
   events_.WriteEval(eval->metrics, eval->global_step);
   if (evaluations_ != nullptr) {
     evaluations_->AddChiefEvaluation(eval->global_step, snap.epochs_completed, eval->metrics,

@@ -117,7 +117,8 @@ void TrainingEvents::WriteMetrics(const nlohmann::json& metrics, int64_t step,
   if (events_ == nullptr) return;
   std::vector<std::pair<std::string, float>> scalars;
   for (const auto& [name, value] : metrics.items()) {
-    if (value.is_number_float()) scalars.emplace_back(absl::StrCat(prefix, name), value.get<double>());
+    if (value.is_number_float())
+      scalars.emplace_back(absl::StrCat(prefix, name), value.get<double>());
   }
   absl::Status written = events_->AddScalars(step, scalars);
   if (written.ok()) written = events_->Flush();

@@ -17,15 +17,21 @@
 
 namespace pst::evaluator {
 
-absl::StatusOr<std::map<std::string, double>> BuiltinEvaluation::Evaluate(
-    const FoundCheckpoint& checkpoint) {
-  const proto::TrainingConfig& training = checkpoint.manifest.training();
+absl::StatusOr<const worker::Model*> BuiltinEvaluation::ModelToEvaluate(
+    const proto::TrainingConfig& training) {
   PST_ASSIGN_OR_RETURN(const worker::Model* model, worker::ModelFor(training));
   if (model->computed_by_workers()) {
     return absl::FailedPreconditionError(absl::StrCat(
         "model '", training.model(), "' is computed by its workers: evaluate it in Python with ",
         "pstrain.Evaluator (pstrain local --evaluator_command=...)"));
   }
+  return model;
+}
+
+absl::StatusOr<std::map<std::string, double>> BuiltinEvaluation::Evaluate(
+    const FoundCheckpoint& checkpoint) {
+  const proto::TrainingConfig& training = checkpoint.manifest.training();
+  PST_ASSIGN_OR_RETURN(const worker::Model* model, ModelToEvaluate(training));
   PST_ASSIGN_OR_RETURN(std::vector<worker::ModelVariable> variables, model->Variables(training));
 
   // One ps holds everything; the restore reads every shard and keeps it all.

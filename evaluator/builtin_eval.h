@@ -23,10 +23,16 @@ class BuiltinEvaluation {
   // `data_dir`: where the models' held-out data is (--data_dir).
   explicit BuiltinEvaluation(std::string data_dir) : data_dir_(std::move(data_dir)) {}
 
+  // The built-in model `training` names, if this evaluation can compute it.
+  // Errors: the registry's for an unknown model; FailedPrecondition for a
+  // model computed by its workers (a spec model: evaluate it with
+  // pstrain.Evaluator).
+  static absl::StatusOr<const worker::Model*> ModelToEvaluate(
+      const proto::TrainingConfig& training);
+
   // The metrics of `checkpoint` (its manifest names the model and its
-  // configuration). Errors: FailedPrecondition for a model the evaluator
-  // cannot compute (a spec model: evaluate it with pstrain.Evaluator); the
-  // model's and the restore's errors (DataLoss for a corrupt shard).
+  // configuration). Errors: ModelToEvaluate's; the model's and the
+  // restore's errors (DataLoss for a corrupt shard).
   absl::StatusOr<std::map<std::string, double>> Evaluate(const FoundCheckpoint& checkpoint);
 
  private:

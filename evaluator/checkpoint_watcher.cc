@@ -16,8 +16,7 @@ absl::StatusOr<std::optional<FoundCheckpoint>> CheckpointWatcher::Next() {
   std::error_code ec;
   const fs::file_status root_status = fs::status(root_, ec);
   if (ec || !fs::exists(root_status)) {
-    return absl::NotFoundError(
-        absl::StrCat("checkpoint directory ", root_, " does not exist"));
+    return absl::NotFoundError(absl::StrCat("checkpoint directory ", root_, " does not exist"));
   }
   if (!fs::is_directory(root_status)) {
     return absl::FailedPreconditionError(

@@ -65,9 +65,9 @@ absl::Status EvaluatorSession::Poll() {
     return absl::OkStatus();
   }
   if (now - chief_answered_ > options_.chief_timeout) {
-    return absl::UnavailableError(absl::StrCat(
-        "the chief has not answered for ", absl::FormatDuration(now - chief_answered_),
-        " (--recovery_timeout_s): ", state.status().message()));
+    return absl::UnavailableError(
+        absl::StrCat("the chief has not answered for ", absl::FormatDuration(now - chief_answered_),
+                     " (--recovery_timeout_s): ", state.status().message()));
   }
   return absl::OkStatus();
 }
@@ -100,9 +100,9 @@ absl::StatusOr<std::optional<FoundCheckpoint>> EvaluatorSession::Look(bool* over
       if (found.status().code() != absl::StatusCode::kNotFound || job_over) {
         absl::Status error = found.status();
         if (error.code() == absl::StatusCode::kNotFound) {
-          error = absl::NotFoundError(absl::StrCat(
-              error.message(), ", and the job has saved its final checkpoint: is ",
-              "--checkpoint_dir the directory the chief and the ps save to?"));
+          error = absl::NotFoundError(
+              absl::StrCat(error.message(), ", and the job has saved its final checkpoint: is ",
+                           "--checkpoint_dir the directory the chief and the ps save to?"));
         }
         GiveUp(error);
         return error;
@@ -138,9 +138,9 @@ absl::StatusOr<bool> EvaluatorSession::Report(const FoundCheckpoint& checkpoint,
   std::string line;
   for (const auto& [name, value] : metrics) {
     if (name.empty() || !std::isfinite(value)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "evaluation of ", checkpoint.name, ": metric '", name, "' = ", value,
-          name.empty() ? " has no name" : " is not a finite number"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("evaluation of ", checkpoint.name, ": metric '", name, "' = ", value,
+                       name.empty() ? " has no name" : " is not a finite number"));
     }
     scalars.emplace_back(absl::StrCat("eval/", name), static_cast<float>(value));
     absl::StrAppend(&line, line.empty() ? "" : ", ", name, " ", value);

@@ -121,9 +121,9 @@ class EvaluatorTest : public ::testing::Test {
     absl::StatusOr<std::vector<worker::ModelVariable>> variables =
         (*worker::ModelFor(training))->Variables(training);
     ASSERT_TRUE(variables.ok());
-    absl::StatusOr<std::unique_ptr<worker::PsClient>> client = worker::PsClient::Create(
-        plan_.initial.plan(), worker::DenseNames(*variables),
-        std::make_shared<ps::InProcessPsTransport>(ps_), 0, 1);
+    absl::StatusOr<std::unique_ptr<worker::PsClient>> client =
+        worker::PsClient::Create(plan_.initial.plan(), worker::DenseNames(*variables),
+                                 std::make_shared<ps::InProcessPsTransport>(ps_), 0, 1);
     ASSERT_TRUE(client.ok()) << client.status();
     client_ = *std::move(client);
   }

@@ -49,12 +49,17 @@ int Run(const pst::common::DaemonSetup& setup) {
       return 1;
     }
     if (!next->has_value()) return 0;
-    absl::StatusOr<std::map<std::string, double>> metrics = evaluation.Evaluate(**next);
-    if (absl::IsFailedPrecondition(metrics.status())) {
-      (*session)->GiveUp(metrics.status());
-      spdlog::error("evaluator failed: {}", metrics.status().message());
+    // A model this binary cannot compute ends it; any other failure (a
+    // restore's) is this checkpoint's alone.
+    if (absl::Status model =
+            pst::evaluator::BuiltinEvaluation::ModelToEvaluate((*next)->manifest.training())
+                .status();
+        !model.ok()) {
+      (*session)->GiveUp(model);
+      spdlog::error("evaluator failed: {}", model.message());
       return 1;
     }
+    absl::StatusOr<std::map<std::string, double>> metrics = evaluation.Evaluate(**next);
     if (!metrics.ok()) {
       (*session)->ReportFailure(**next, metrics.status());
       continue;

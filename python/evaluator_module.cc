@@ -11,11 +11,11 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "common/checkpoint_export.h"
 #include "common/tf_config.h"
 #include "evaluator/chief_link.h"
 #include "evaluator/evaluator_session.h"
 #include "python/py_status.h"
-#include "common/checkpoint_export.h"
 
 namespace py = pybind11;
 
@@ -92,9 +92,9 @@ class EvaluatorSession {
   evaluator::FoundCheckpoint Take(const std::string& name) {
     auto it = pending_.find(name);
     if (it == pending_.end()) {
-      throw py::value_error(
-          absl::StrCat("checkpoint '", name, "' was not handed out by this evaluator, or was "
-                                             "reported already"));
+      throw py::value_error(absl::StrCat("checkpoint '", name,
+                                         "' was not handed out by this evaluator, or was "
+                                         "reported already"));
     }
     evaluator::FoundCheckpoint checkpoint = std::move(it->second);
     pending_.erase(it);
@@ -109,8 +109,8 @@ class EvaluatorSession {
 
 void RegisterEvaluator(py::module_& m) {
   py::class_<EvaluatorSession>(m, "EvaluatorSession")
-      .def(py::init<const std::string&, const std::string&, const std::string&,
-                    const std::string&, const std::string&, double, double, double>(),
+      .def(py::init<const std::string&, const std::string&, const std::string&, const std::string&,
+                    const std::string&, double, double, double>(),
            py::arg("tf_config"), py::arg("checkpoint_dir"), py::arg("summary_dir"),
            py::arg("best_metric"), py::arg("best_mode"), py::arg("poll_s"),
            py::arg("chief_timeout_s"), py::arg("rpc_s"))

@@ -4,7 +4,6 @@
 // under eval/, and the best kept in <checkpoint_dir>/best; epochs drive
 // checkpoints and evaluations as Keras users expect.
 #include <gtest/gtest.h>
-
 #include <signal.h>
 
 #include <filesystem>
@@ -124,10 +123,10 @@ TEST_F(EvaluatorTest, EveryCheckpointIsEvaluatedReportedAndTheBestKept) {
 // has its reports of: every checkpoint is still evaluated, none twice.
 TEST_F(EvaluatorTest, AKilledEvaluatorGoesOnWithoutEvaluatingAgain) {
   const std::string summary_path = dir_ + "/summary.json";
-  std::unique_ptr<TestProcess> launcher = LaunchLocal(
-      {"--ps=2", "--workers=2", "--summary_json=" + summary_path, "--checkpoint_dir=" + ckpt_,
-       "--keep_checkpoints=50", "--evaluator", "--restart_failed", "--epochs=3",
-       "--save_checkpoints_steps=400"});
+  std::unique_ptr<TestProcess> launcher =
+      LaunchLocal({"--ps=2", "--workers=2", "--summary_json=" + summary_path,
+                   "--checkpoint_dir=" + ckpt_, "--keep_checkpoints=50", "--evaluator",
+                   "--restart_failed", "--epochs=3", "--save_checkpoints_steps=400"});
   ASSERT_NE(launcher, nullptr);
   ASSERT_TRUE(launcher->WaitForOutput("] evaluated ckpt-", kTimeout)) << launcher->output();
   const std::map<std::string, pid_t> pids = DaemonPids(launcher->output());
@@ -137,8 +136,7 @@ TEST_F(EvaluatorTest, AKilledEvaluatorGoesOnWithoutEvaluatingAgain) {
   output_ = launcher->output();
   ASSERT_TRUE(exited.has_value()) << output_;
   ASSERT_EQ(ExitCode(*exited), 0) << output_;
-  EXPECT_NE(output_.find("evaluator:0 killed by signal 9"), std::string::npos)
-      << output_;
+  EXPECT_NE(output_.find("evaluator:0 killed by signal 9"), std::string::npos) << output_;
   EXPECT_NE(output_.find("going on after that checkpoint"), std::string::npos) << output_;
   const nlohmann::json summary = ReadJsonFile(summary_path);
   std::set<std::string> saved, evaluated;
@@ -147,7 +145,8 @@ TEST_F(EvaluatorTest, AKilledEvaluatorGoesOnWithoutEvaluatingAgain) {
   }
   for (const nlohmann::json& e : summary["evaluations"]) {
     EXPECT_TRUE(evaluated.insert(e["checkpoint"].get<std::string>()).second)
-        << "evaluated twice: " << e.dump() << "\n" << output_;
+        << "evaluated twice: " << e.dump() << "\n"
+        << output_;
   }
   EXPECT_EQ(evaluated, saved) << summary["evaluations"].dump(1) << output_;
 }
