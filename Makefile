@@ -82,9 +82,12 @@ bench-python: build test-deps
 	  /usr/bin/python3 bench/python_workers.py --json=$(BUILD_DIR)/bench_python.json
 
 # Checkpoint and recovery figures: save/restore MB/s, throughput during a
-# save, time from a ps kill to resumed training, steps lost.
+# save, time from a ps kill to resumed training, steps lost; then the
+# replicated ps: throughput with and without --ps_replicas=2 (interleaved
+# runs) and a failover's times.
 bench-recovery: build
 	bench/recovery.sh $(BUILD_DIR)
+	bench/replication.sh $(BUILD_DIR)
 
 # The unit and integration tests under AddressSanitizer (leak checks on) and
 # UndefinedBehaviorSanitizer, the daemons the tests start included. Built at

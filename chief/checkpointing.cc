@@ -24,23 +24,29 @@ absl::StatusOr<SaveFigures> SaveCheckpoint(common::PsControl& control,
   SaveFigures figures;
   // Phase 1: every ps snapshots (holding pushes for the instant of its
   // copy), again until the snapshots form one cut.
+  // Shard i is saved by the ps serving it: ps i, but after a failover.
+  const bool replicated = state.plan().replicas() == 2;
   auto each_ps = [&](proto::SaveRequest::Phase phase, const std::string& name,
                      std::vector<proto::SaveResponse>* answers) {
     return ForEachPs(ps.size(), [&](size_t i) -> absl::Status {
+      const int target = replicated && static_cast<int>(i) < state.plan().shards_size()
+                             ? state.plan().shards(static_cast<int>(i)).primary()
+                             : static_cast<int>(i);
       proto::SaveRequest request;
       request.set_phase(phase);
       request.set_checkpoint(name);
       request.set_num_ps(static_cast<int>(ps.size()));
-      request.set_incarnation(ps[i].incarnation);
+      request.set_incarnation(ps[target].incarnation);
+      if (replicated) request.set_shard(static_cast<int>(i));
       return CallWhileBusy(
           [&]() -> absl::Status {
             (*answers)[i].Clear();
             absl::StatusOr<proto::SaveResponse> s =
-                control.Save(static_cast<int>(i), request, absl::Minutes(10));
+                control.Save(target, request, absl::Minutes(10));
             if (!s.ok()) {
-              return absl::Status(
-                  s.status().code(),
-                  absl::StrCat("saving ps ", i, " at ", ps[i].address, ": ", s.status().message()));
+              return absl::Status(s.status().code(),
+                                  absl::StrCat("saving shard ", i, " on ps ", target, " at ",
+                                               ps[target].address, ": ", s.status().message()));
             }
             (*answers)[i] = *std::move(s);
             return absl::OkStatus();
@@ -148,7 +154,14 @@ absl::StatusOr<SaveFigures> SaveCheckpoint(common::PsControl& control,
 
 absl::StatusOr<std::optional<proto::CheckpointManifest>> RestoreLatest(
     common::PsControl& control, const std::vector<PsPeer>& ps, const ChiefOptions& options,
-    int64_t generation) {
+    int64_t generation, const proto::ClusterState& state) {
+  auto holds_a_copy = [&](size_t i) {
+    if (state.plan().replicas() != 2) return true;
+    for (const proto::ShardCopies& c : state.plan().shards()) {
+      if (c.primary() == static_cast<int>(i) || c.backup() == static_cast<int>(i)) return true;
+    }
+    return false;
+  };
   for (const std::string& dir : common::ListCheckpoints(options.checkpoint_dir)) {
     absl::StatusOr<common::CheckpointReport> report = common::InspectCheckpoint(dir);
     if (!report.ok()) {
@@ -160,6 +173,7 @@ absl::StatusOr<std::optional<proto::CheckpointManifest>> RestoreLatest(
     const absl::Time start = absl::Now();
     std::vector<proto::RestoreResponse> restored(ps.size());
     PST_RETURN_IF_ERROR(ForEachPs(ps.size(), [&](size_t i) -> absl::Status {
+      if (!holds_a_copy(i)) return absl::OkStatus();
       proto::RestoreRequest request;
       request.set_checkpoint(std::filesystem::path(dir).filename().string());
       *request.mutable_manifest() = manifest;

@@ -48,10 +48,10 @@ constexpr int kCutAttempts = 30;
 // Saves a checkpoint of every ps at `step` (the version the snapshots hold,
 // when they hold one) with the workers at `positions` and every worker
 // through `epochs_completed` epochs, and commits it with
-// the manifest under options.checkpoint_dir. Errors: the first ps's failure,
-// naming it; DataLoss when the checkpoint written fails its checks (older
-// ones are kept); Internal when an unusable checkpoint of the same step
-// cannot be moved aside.
+// the manifest under options.checkpoint_dir. In a replicated job each
+// shard is saved by the ps serving it (state.plan().shards: one copy). Errors: the first ps's
+// failure, naming it; DataLoss when the checkpoint written fails its checks (older ones are kept);
+// Internal when an unusable checkpoint of the same step cannot be moved aside.
 absl::StatusOr<SaveFigures> SaveCheckpoint(common::PsControl& control,
                                            const std::vector<PsPeer>& ps,
                                            const ChiefOptions& options,
@@ -61,12 +61,14 @@ absl::StatusOr<SaveFigures> SaveCheckpoint(common::PsControl& control,
 
 // Restores every ps from the newest checkpoint that passes its checks, into
 // restore generation `generation`; an unusable one is reported by name and
-// the next older is tried. Returns the manifest of the checkpoint restored,
-// or nullopt when there is none. Errors: the first ps's failure, naming it
-// and the checkpoint.
+// the next older is tried. In a replicated job, every ps that holds a copy
+// of some shard under state.plan().shards (each restores every copy it
+// holds). Returns the manifest of the checkpoint restored, or nullopt when
+// there is none. Errors: the first ps's failure, naming it and the
+// checkpoint.
 absl::StatusOr<std::optional<proto::CheckpointManifest>> RestoreLatest(
     common::PsControl& control, const std::vector<PsPeer>& ps, const ChiefOptions& options,
-    int64_t generation);
+    int64_t generation, const proto::ClusterState& state);
 
 }  // namespace pst::chief
 

@@ -13,6 +13,7 @@
 #include "client/grpc_ps_control.h"
 #include "client/grpc_ps_transport.h"
 #include "client/ps_client.h"
+#include "client/shard_routes.h"
 #include "common/grpc_channel.h"
 #include "common/logging.h"
 #include "common/metrics.h"
@@ -36,9 +37,12 @@ absl::StatusOr<EvalResult> Evaluate(const proto::ClusterState& state, const Chie
                                            state.ps_addresses().end());
   PST_ASSIGN_OR_RETURN(
       std::unique_ptr<worker::PsClient> client,
-      worker::PsClient::Create(state.plan(), worker::DenseNames(variables),
-                               worker::MakeGrpcPsTransport(addresses, options.timing.rpc_timeout),
-                               -1, 0));
+      worker::PsClient::Create(
+          state.plan(), worker::DenseNames(variables),
+          worker::MakeRoutedTransport(
+              worker::MakeGrpcPsTransport(addresses, options.timing.rpc_timeout),
+              worker::ShardRoutes::FromPlan(state.plan(), state.routing_version())),
+          -1, 0));
   if (model->computed_by_workers()) {
     // Nothing here can score it: report the step the dense variables reached.
     EvalResult result;

@@ -30,6 +30,14 @@ void Coordinator::SetGeneration(int64_t generation) {
   generation_ = generation;
 }
 
+int64_t Coordinator::SetShards(
+    const google::protobuf::RepeatedPtrField<proto::ShardCopies>& shards) {
+  absl::MutexLock lock(&mu_);
+  *state_.mutable_plan()->mutable_shards() = shards;
+  state_.set_routing_version(state_.routing_version() + 1);
+  return state_.routing_version();
+}
+
 int64_t Coordinator::BeginRecovery() {
   absl::MutexLock lock(&mu_);
   state_.set_phase(proto::PHASE_RECOVERING);
@@ -168,6 +176,10 @@ absl::StatusOr<proto::HeartbeatResponse> Coordinator::Heartbeat(
   response.set_global_step(GlobalStepLocked());
   response.set_generation(generation_);
   response.set_position((*worker)->position);
+  if (state_.plan().replicas() == 2) {
+    response.set_routing_version(state_.routing_version());
+    *response.mutable_shards() = state_.plan().shards();
+  }
   const int64_t max_steps = state_.training().max_steps();
   response.set_should_stop(!stop_reason_.empty() || state_.phase() == proto::PHASE_DONE ||
                            (max_steps > 0 && response.global_step() >= max_steps));

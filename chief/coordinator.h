@@ -45,6 +45,9 @@ class Coordinator {
 
   // The generation a restarted chief found the ps in.
   void SetGeneration(int64_t generation);
+  // Replicated jobs: where each shard's copies are now (the plan's shards),
+  // told to workers in heartbeats; bumps the routing version. Returns it.
+  int64_t SetShards(const google::protobuf::RepeatedPtrField<proto::ShardCopies>& shards);
   // Enters RECOVERING and starts a new generation; returns it. Workers that
   // had finished are no longer done: they redo their share since the
   // checkpoint.

@@ -68,7 +68,10 @@ Job::Job(const ChiefOptions& options, const JobPlan& plan, Collaborators with,
       evaluate_(std::move(with.evaluate)),
       metrics_(with.metrics),
       evaluations_(with.evaluations),
-      job_start_(with.job_start) {
+      job_start_(with.job_start),
+      replicas_(plan.initial.plan()),
+      layout_(plan.initial.plan().shards()) {
+  if (metrics_ != nullptr) metrics_->WatchReplicas(&replicas_);
   const common::ClusterSpec& cluster = options.tf.cluster;
   ps_.resize(cluster.ps.size());
   for (size_t i = 0; i < ps_.size(); ++i) ps_[i].address = cluster.ps[i];
@@ -119,6 +122,7 @@ absl::Status Job::RunToEnd() {
     if (!recovered) return finished;
   }
   if (!options_.checkpoint_dir.empty()) AwaitEvaluators(eval.global_step);
+  CheckReplicas();
   return ReportJob(*this, options_, initial_, eval, final_snap, job_start_);
 }
 
@@ -164,7 +168,7 @@ absl::Status Job::Start() {
     return absl::OkStatus();
   }
   PST_ASSIGN_OR_RETURN(std::optional<proto::CheckpointManifest> manifest,
-                       RestoreLatest(*control_, ps_, options_, generation));
+                       RestoreLatest(*control_, ps_, options_, generation, CurrentState()));
   if (!manifest.has_value()) {
     if (some_kept) return LostWithoutCheckpoint("a ps restarted while the chief was down");
     return absl::OkStatus();
@@ -194,9 +198,11 @@ absl::Status Job::Watch() {
     // unreachable for --peer_timeout_s is taken for lost. Looked for
     // before the job may end too: the workers' last steps are on the ps.
     bool every_ps_answered = false;
-    std::optional<std::string> lost = FindLostPs(now, &every_ps_answered);
+    int lost_ps = -1;
+    std::optional<std::string> lost = FindLostPs(now, &every_ps_answered, &lost_ps);
     if (lost.has_value()) {
-      PST_RETURN_IF_ERROR(Recover(*lost, snap.global_step));
+      PST_ASSIGN_OR_RETURN(const bool failed_over, FailOver(lost_ps, *lost, snap.global_step));
+      if (!failed_over) PST_RETURN_IF_ERROR(Recover(*lost, snap.global_step));
       continue;
     }
     if (snap.all_done) {
@@ -256,10 +262,13 @@ absl::StatusOr<bool> Job::RecoverLostPs(const absl::Status& failure) {
   for (;;) {
     const absl::Time now = clock_->Now();
     bool every_ps_answered = false;
-    std::optional<std::string> lost = FindLostPs(now, &every_ps_answered);
+    int lost_ps = -1;
+    std::optional<std::string> lost = FindLostPs(now, &every_ps_answered, &lost_ps);
     if (lost.has_value()) {
       spdlog::warn("the end of the job failed ({}), and {}", failure.message(), *lost);
-      PST_RETURN_IF_ERROR(Recover(*lost, coordinator_->Check(now).global_step));
+      const int64_t step = coordinator_->Check(now).global_step;
+      PST_ASSIGN_OR_RETURN(const bool failed_over, FailOver(lost_ps, *lost, step));
+      if (!failed_over) PST_RETURN_IF_ERROR(Recover(*lost, step));
       return true;
     }
     if (every_ps_answered) return false;
@@ -275,12 +284,17 @@ int Job::VariablesOn(int ps_index) const {
   return n;
 }
 
-absl::Status Job::CreateEverywhere(absl::Time deadline, std::vector<absl::StatusOr<int>>* created) {
+absl::Status Job::CreateEverywhere(absl::Time deadline, std::vector<absl::StatusOr<int>>* created,
+                                   bool restoring) {
+  // Each shard on the ps serving it now (shard i on ps i until a failover).
+  const proto::ClusterState state = CurrentState();
   std::vector<std::thread> threads;
   for (size_t i = 0; i < ps_.size(); ++i) {
-    threads.emplace_back([&, i] {
-      (*created)[i] = CreatePlanOnPs(*control_, static_cast<int>(i), ps_[i].address, initial_,
-                                     initial_values_, deadline, *clock_, stop_);
+    const int target =
+        replicas_.enabled() ? layout_[static_cast<int>(i)].primary() : static_cast<int>(i);
+    threads.emplace_back([&, i, target] {
+      (*created)[i] = CreatePlanOnPs(*control_, static_cast<int>(i), target, ps_[target].address,
+                                     state, initial_values_, deadline, *clock_, stop_, restoring);
     });
   }
   for (std::thread& t : threads) t.join();
@@ -334,14 +348,25 @@ void Job::RecordSave(const SaveFigures& figures, int64_t pushes_before, absl::Ti
   saves_.push_back(record);
 }
 
-std::optional<std::string> Job::FindLostPs(absl::Time now, bool* every_ps_answered) {
+std::optional<std::string> Job::FindLostPs(absl::Time now, bool* every_ps_answered, int* lost_ps) {
   std::vector<absl::StatusOr<proto::HealthResponse>> health(ps_.size(),
                                                             absl::UnknownError("not probed"));
   ForEachPs(ps_.size(), [&](size_t i) {
+    if (!HoldsACopy(static_cast<int>(i))) {
+      // Its shards moved: nothing of the job is there to lose.
+      health[i] = absl::UnavailableError("holds no copy");
+      return absl::OkStatus();
+    }
     health[i] =
         ProbePs(*control_, static_cast<int>(i), timing_.heartbeat_interval + absl::Seconds(1));
     return absl::OkStatus();
   }).IgnoreError();
+  for (size_t i = 0; i < ps_.size(); ++i) {
+    if (!HoldsACopy(static_cast<int>(i))) {
+      health[i] = proto::HealthResponse();  // counts as answered
+      health[i]->set_incarnation(ps_[i].incarnation);
+    }
+  }
   if (every_ps_answered != nullptr) {
     *every_ps_answered =
         std::all_of(health.begin(), health.end(), [](const auto& h) { return h.ok(); });
@@ -352,9 +377,14 @@ std::optional<std::string> Job::FindLostPs(absl::Time now, bool* every_ps_answer
     coordinator_->SetVersionCeiling(max_version);
   }
   for (size_t i = 0; i < ps_.size(); ++i) {
+    if (lost_ps != nullptr) *lost_ps = static_cast<int>(i);
     if (health[i].ok() && health[i]->incarnation() != ps_[i].incarnation) {
       return absl::StrCat("ps ", i, " at ", ps_[i].address,
                           " restarted (a new incarnation) and lost its variables");
+    }
+    if (health[i].ok() && HoldsACopy(static_cast<int>(i))) {
+      replicas_.Update(static_cast<int>(i), *health[i]);
+      NoteFirstChanges(static_cast<int>(i), *health[i]);
     }
     if (health[i].ok()) {
       probed_pushes_ = std::max(probed_pushes_, health[i]->pushes_applied());
@@ -369,6 +399,7 @@ std::optional<std::string> Job::FindLostPs(absl::Time now, bool* every_ps_answer
                           health[i].status().message());
     }
   }
+  if (lost_ps != nullptr) *lost_ps = -1;
   if (after_save_pushes_ < 0) {  // the first look: where "between saves" starts
     after_save_pushes_ = probed_pushes_;
     after_save_time_ = now;
@@ -388,7 +419,12 @@ absl::Status Job::Recover(const std::string& cause, int64_t step_before) {
   const std::vector<std::string> saved = common::ListCheckpoints(options_.checkpoint_dir);
   const std::string latest = saved.empty() ? "none" : saved.front();
   const absl::Time deadline = record.detected + timing_.recovery_timeout;
+  // Replicated: every shard goes back to its own ps with its backup, and the
+  // restore fills every copy alike.
+  const bool relayout = replicas_.enabled();
+  if (relayout) layout_ = initial_.plan().shards();
   for (size_t i = 0; i < ps_.size(); ++i) {
+    if (!HoldsACopy(static_cast<int>(i))) continue;
     for (;;) {
       absl::StatusOr<proto::HealthResponse> health =
           ProbePs(*control_, static_cast<int>(i), absl::Seconds(1));
@@ -409,11 +445,30 @@ absl::Status Job::Recover(const std::string& cause, int64_t step_before) {
       }
     }
   }
+  if (relayout) {
+    proto::RolesRequest roles;
+    roles.set_version(++roles_version_);
+    *roles.mutable_shards() = layout_;
+    PST_RETURN_IF_ERROR(ForEachPs(ps_.size(), [&](size_t i) -> absl::Status {
+      absl::StatusOr<proto::RolesResponse> answer =
+          control_->SetRoles(static_cast<int>(i), roles, absl::Seconds(10));
+      if (!answer.ok()) {
+        return absl::Status(answer.status().code(), absl::StrCat("ps ", i, " at ", ps_[i].address,
+                                                                 " did not take its roles back: ",
+                                                                 answer.status().message()));
+      }
+      return absl::OkStatus();
+    }));
+  }
   std::vector<absl::StatusOr<int>> created(ps_.size(), 0);
-  PST_RETURN_IF_ERROR(CreateEverywhere(deadline, &created));
+  PST_RETURN_IF_ERROR(CreateEverywhere(deadline, &created, /*restoring=*/true));
   PST_ASSIGN_OR_RETURN(std::optional<proto::CheckpointManifest> manifest,
-                       RestoreLatest(*control_, ps_, options_, generation));
+                       RestoreLatest(*control_, ps_, options_, generation, CurrentState()));
   if (!manifest.has_value()) return LostWithoutCheckpoint(cause);
+  if (relayout) {
+    coordinator_->SetShards(layout_);
+    replicas_.SetLayout(layout_);
+  }
   ApplyRestored(*manifest);
   after_save_pushes_ = -1;  // the ps counts started again
   probed_pushes_ = 0;
@@ -439,6 +494,7 @@ void Job::SendMembership(const std::vector<int>& active) {
   for (int w : active) membership.add_active_workers(w);
   membership.set_replicas_to_aggregate(quorum_);
   for (size_t i = 0; i < ps_.size(); ++i) {
+    if (!HoldsACopy(static_cast<int>(i))) continue;
     absl::StatusOr<proto::MembershipResponse> s =
         control_->SetMembership(static_cast<int>(i), membership, absl::Seconds(5));
     if (!s.ok()) {

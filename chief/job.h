@@ -41,6 +41,7 @@
 #include "chief/coordinator.h"
 #include "chief/evaluations.h"
 #include "chief/ps_peers.h"
+#include "chief/replica_view.h"
 #include "chief/summary.h"
 #include "common/clock.h"
 #include "common/process.h"
@@ -101,6 +102,7 @@ class Job {
   absl::Status Run();
 
   const std::vector<RecoveryRecord>& recoveries() const { return recoveries_; }
+  const std::vector<FailoverRecord>& failovers() const { return failovers_; }
   const std::vector<SaveRecord>& saves() const { return saves_; }
   int given_up() const { return given_up_; }
   absl::Time running_since() const { return running_since_; }
@@ -108,6 +110,7 @@ class Job {
   common::Clock& clock() { return *clock_; }
   TrainingEvents& events() { return events_; }
   const EvaluationHistory* evaluations() const { return evaluations_; }
+  const ReplicaView& replicas() const { return replicas_; }
 
  private:
   // The progress display of --progress: a live line on a terminal, a log
@@ -163,19 +166,44 @@ class Job {
   int VariablesOn(int ps_index) const;
   // CreateVariables on every ps in parallel (idempotent: a ps that kept its
   // variables creates none).
-  absl::Status CreateEverywhere(absl::Time deadline, std::vector<absl::StatusOr<int>>* created);
+  // `restoring`: every copy is restored right after (CreatePlanOnPs).
+  absl::Status CreateEverywhere(absl::Time deadline, std::vector<absl::StatusOr<int>>* created,
+                                bool restoring = false);
   absl::Status LostWithoutCheckpoint(const std::string& cause) const;
   void ApplyRestored(const proto::CheckpointManifest& manifest);
   void RecordSave(const SaveFigures& figures, int64_t pushes_before, absl::Time start);
-  // Probes every ps; describes the first one lost, if any. Sets
-  // `*every_ps_answered` (when given) to whether each answered this time.
-  std::optional<std::string> FindLostPs(absl::Time now, bool* every_ps_answered = nullptr);
+  // Probes every ps; describes the first one lost, if any, and sets
+  // `*lost_ps` (when given) to its index. Sets `*every_ps_answered` (when
+  // given) to whether each answered this time. In a replicated job a ps
+  // that holds no copy any more (its shards moved) is not looked at.
+  std::optional<std::string> FindLostPs(absl::Time now, bool* every_ps_answered = nullptr,
+                                        int* lost_ps = nullptr);
+  // Replicated jobs: ps `lost` is gone (`cause`). When every shard whose
+  // primary it was has a backup in sync on a ps that answers, promotes
+  // those backups (SetRoles on every ps, the new routes to the workers)
+  // and returns true: no restore, no rewind. A ps that holds no copy any
+  // more is simply taken back. Returns false, changing nothing, when some
+  // shard of it has no such backup: the caller restores from a checkpoint.
+  absl::StatusOr<bool> FailOver(int lost, const std::string& cause, int64_t step_before);
+  // Whether ps `ps` holds a copy of some shard in the current layout.
+  bool HoldsACopy(int ps) const;
+  // Fills the first change of each promoted shard in the failover records
+  // from a ps's Health.
+  void NoteFirstChanges(int ps, const proto::HealthResponse& health);
+  // initial_ with the current layout of the shards.
+  proto::ClusterState CurrentState() const;
   // RUNNING -> RECOVERING -> RUNNING: waits for every ps to answer, creates
   // the variables of the restarted ones, restores every ps from the latest
   // checkpoint (a consistent cut), and sends the workers back to their
-  // positions in it.
+  // positions in it. Replicated jobs (both copies of a shard lost): every
+  // shard goes back to its own ps, with its backup forwarded to again, and
+  // every copy is restored.
   absl::Status Recover(const std::string& cause, int64_t step_before);
   void SendMembership(const std::vector<int>& active);
+  // job_failover.cc
+  // Replicated jobs, at the end: reads every copy's digest and logs which
+  // backups equal their primary.
+  void CheckReplicas();
 
   const ChiefOptions& options_;
   const common::Timing& timing_;
@@ -210,6 +238,12 @@ class Job {
   TrainingEvents events_;
   int64_t probed_applied_ = 0;
   int64_t probed_staleness_sum_ = 0;
+  ReplicaView replicas_;
+  // Replicated jobs: where each shard's copies are now (the plan's shards
+  // until a failover), and the version last told to the ps.
+  google::protobuf::RepeatedPtrField<proto::ShardCopies> layout_;
+  int64_t roles_version_ = 0;
+  std::vector<FailoverRecord> failovers_;
 };
 
 }  // namespace pst::chief

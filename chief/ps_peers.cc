@@ -33,16 +33,22 @@ absl::StatusOr<int> CreateOnPs(common::PsControl& control, int index, const std:
   }
 }
 
-absl::StatusOr<int> CreatePlanOnPs(common::PsControl& control, int index,
+absl::StatusOr<int> CreatePlanOnPs(common::PsControl& control, int shard, int index,
                                    const std::string& address, const proto::ClusterState& state,
                                    const InitialValuesFn& values, absl::Time deadline,
-                                   common::Clock& clock, const common::StopSignal& stop) {
+                                   common::Clock& clock, const common::StopSignal& stop,
+                                   bool restoring) {
   proto::CreateVariablesRequest empty;
   *empty.mutable_optimizer() = state.training().optimizer();
   *empty.mutable_sync() = state.training().sync();
+  if (state.plan().replicas() == 2 && shard == index && shard < state.plan().shards_size() &&
+      state.plan().shards(shard).backup() >= 0) {
+    *empty.mutable_copies() = state.plan().shards(shard);
+    empty.set_restart_backup(restoring);
+  }
   std::vector<const proto::VariableSpec*> entries;
   for (const auto& entry : state.plan().variables()) {
-    if (entry.ps_index() == index) entries.push_back(&entry.spec());
+    if (entry.ps_index() == shard) entries.push_back(&entry.spec());
   }
   if (values == nullptr) {
     proto::CreateVariablesRequest request = empty;
@@ -97,9 +103,10 @@ absl::StatusOr<int> CreatePlanOnPs(common::PsControl& control, int index,
 }
 
 absl::StatusOr<proto::HealthResponse> ProbePs(common::PsControl& control, int index,
-                                              absl::Duration timeout) {
+                                              absl::Duration timeout, bool digest) {
   proto::HealthRequest request;
   request.set_caller("chief");
+  request.set_digest(digest);
   return control.Health(index, request, timeout);
 }
 

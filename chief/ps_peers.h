@@ -49,22 +49,28 @@ inline constexpr int64_t kCreateValuesBytes = 4 << 20;
 // One entry's values at most (it goes alone in its request).
 inline constexpr int64_t kMaxEntryValuesBytes = 12 << 20;
 
-// Creates every variable `state.plan()` places on ps `index`, with
-// `state.training()`'s optimizer and sync, as CreateOnPs does. Without
+// Creates every variable `state.plan()` places in shard `shard` on ps
+// `index` (the ps serving it: `shard` itself but after a failover), with
+// `state.training()`'s optimizer and sync, as CreateOnPs does (in a
+// replicated plan, the ps's own shard names its backup: the ps forwards
+// them to it; `restoring`: every copy is restored next, so a primary whose
+// backup was lost forwards to it again: CreateVariablesRequest.restart_backup). Without
 // `values` (null) in one request; with them, in as many as keep each
 // request's values under kCreateValuesBytes. A ps whose incarnation
 // changes between those requests (it restarted half-created) is created
 // again from the first. Returns how many were new. Errors: CreateOnPs's;
 // those of `values`; InvalidArgument for an entry whose values exceed
 // kMaxEntryValuesBytes (cut it with --dense_piece_bytes or a --partitioner).
-absl::StatusOr<int> CreatePlanOnPs(common::PsControl& control, int index,
+absl::StatusOr<int> CreatePlanOnPs(common::PsControl& control, int shard, int index,
                                    const std::string& address, const proto::ClusterState& state,
                                    const InitialValuesFn& values, absl::Time deadline,
-                                   common::Clock& clock, const common::StopSignal& stop);
+                                   common::Clock& clock, const common::StopSignal& stop,
+                                   bool restoring = false);
 
-// ps `index`'s Health, asked as the chief.
+// ps `index`'s Health, asked as the chief; with `digest`, with its copies'
+// digests (HealthRequest.digest).
 absl::StatusOr<proto::HealthResponse> ProbePs(common::PsControl& control, int index,
-                                              absl::Duration timeout);
+                                              absl::Duration timeout, bool digest = false);
 
 // Runs `call(i)` for every ps on its own thread and returns the first error.
 absl::Status ForEachPs(size_t n, const std::function<absl::Status(size_t)>& call);

@@ -74,8 +74,8 @@ class SpecCreateTest : public ::testing::Test {
     int created = 0;
     for (int i = 0; i < kNumPs; ++i) {
       absl::StatusOr<int> n =
-          CreatePlanOnPs(*control_, i, options_.tf.cluster.ps[i], plan.initial, plan.initial_values,
-                         absl::InfiniteFuture(), *common::RealClock(), stop_);
+          CreatePlanOnPs(*control_, i, i, options_.tf.cluster.ps[i], plan.initial,
+                         plan.initial_values, absl::InfiniteFuture(), *common::RealClock(), stop_);
       EXPECT_TRUE(n.ok()) << n.status();
       created += n.value_or(0);
     }

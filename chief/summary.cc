@@ -54,6 +54,12 @@ ChiefMetrics::ChiefMetrics(common::MetricsExporter* exporter, const Coordinator*
                      .Labels(labels)
                      .Register(r)
                      .Add({});
+  failovers_ = &prometheus::BuildCounter()
+                    .Name("pstrain_chief_failovers_total")
+                    .Help("Replicated jobs: lost ps whose shards' backups took over (no restore)")
+                    .Labels(labels)
+                    .Register(r)
+                    .Add({});
   save_seconds_ = &prometheus::BuildHistogram()
                        .Name("pstrain_chief_checkpoint_seconds")
                        .Help("Time to save a checkpoint, from the first request to the manifest")
@@ -69,6 +75,31 @@ ChiefMetrics::ChiefMetrics(common::MetricsExporter* exporter, const Coordinator*
     done_workers_->Set(snap.done);
     generation_->Set(static_cast<double>(snap.generation));
     common::RaiseCounterTo(*examples_, static_cast<double>(snap.examples));
+  });
+}
+
+ChiefMetrics::~ChiefMetrics() {
+  exporter_->RemoveRefresher(refresher_);
+  if (replica_refresher_ >= 0) exporter_->RemoveRefresher(replica_refresher_);
+}
+
+void ChiefMetrics::WatchReplicas(const ReplicaView* view) {
+  if (!view->enabled() || replica_refresher_ >= 0) return;
+  auto& family = prometheus::BuildGauge()
+                     .Name("pstrain_chief_backup_in_sync")
+                     .Help(
+                         "Replicated jobs: 1 while a shard's backup takes every change of its "
+                         "primary, 0 once it is out of sync")
+                     .Labels(exporter_->labels())
+                     .Register(exporter_->registry());
+  replica_refresher_ = exporter_->AddRefresher([view, &family] {
+    for (const ReplicaView::Shard& s : view->shards()) {
+      family
+          .Add({{"shard", std::to_string(s.shard)},
+                {"primary", std::to_string(s.primary)},
+                {"backup", std::to_string(s.backup)}})
+          .Set(s.in_sync() ? 1 : 0);
+    }
   });
 }
 
@@ -203,6 +234,32 @@ absl::Status ReportJob(Job& job, const ChiefOptions& options, const proto::Clust
       });
     }
     summary["recoveries"] = recoveries;
+    if (job.replicas().enabled()) {
+      summary["replication"] = job.replicas().ToJson();
+      nlohmann::json failovers = nlohmann::json::array();
+      for (const FailoverRecord& f : job.failovers()) {
+        nlohmann::json shards = nlohmann::json::array();
+        for (size_t k = 0; k < f.shards.size(); ++k) {
+          nlohmann::json shard = {{"shard", f.shards[k]}, {"new_primary", f.promoted_to[k]}};
+          if (f.first_change[k] != absl::InfinitePast()) {
+            shard["first_push_unix_ms"] = absl::ToUnixMillis(f.first_change[k]);
+            shard["first_push_after_detection_seconds"] =
+                absl::ToDoubleSeconds(f.first_change[k] - f.detected);
+          }
+          shards.push_back(std::move(shard));
+        }
+        failovers.push_back({
+            {"cause", f.cause},
+            {"lost_ps", f.lost_ps},
+            {"shards", std::move(shards)},
+            {"detected_unix_ms", absl::ToUnixMillis(f.detected)},
+            {"promoted_unix_ms", absl::ToUnixMillis(f.promoted)},
+            {"seconds", absl::ToDoubleSeconds(f.promoted - f.detected)},
+            {"steps_lost", std::max<int64_t>(0, f.step_before - f.step_after)},
+        });
+      }
+      summary["failovers"] = std::move(failovers);
+    }
     nlohmann::json saves = nlohmann::json::array();
     double ratio_sum = 0;
     int ratios = 0;

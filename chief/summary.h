@@ -20,6 +20,7 @@
 #include "chief/checkpointing.h"
 #include "chief/chief.h"
 #include "chief/coordinator.h"
+#include "chief/replica_view.h"
 #include "common/event_writer.h"
 #include "common/metrics.h"
 #include "nlohmann/json.hpp"
@@ -47,6 +48,22 @@ struct RecoveryRecord {
   int64_t restored_step = 0;
 };
 
+// One failover of a replicated job: a lost ps whose shards' backups were
+// promoted (no restore, no rewind), for the log and the summary.
+struct FailoverRecord {
+  std::string cause;
+  int lost_ps = 0;
+  std::vector<int> shards;       // the shards whose primary it was
+  std::vector<int> promoted_to;  // the ps now serving each
+  absl::Time detected;
+  absl::Time promoted;
+  // When each promoted shard applied its first change as primary
+  // (InfinitePast: none yet).
+  std::vector<absl::Time> first_change;
+  int64_t step_before = 0;  // global step when the loss was detected
+  int64_t step_after = 0;   // ... once promoted (never lower: no rewind)
+};
+
 // One periodic save, with the training throughput during it and between
 // saves (pushes applied per second on the busiest ps).
 struct SaveRecord {
@@ -60,14 +77,20 @@ struct SaveRecord {
 class ChiefMetrics {
  public:
   ChiefMetrics(common::MetricsExporter* exporter, const Coordinator* coordinator);
-  ~ChiefMetrics() { exporter_->RemoveRefresher(refresher_); }
+  ~ChiefMetrics();
 
   void Saved(double seconds) { save_seconds_->Observe(seconds); }
   void Recovered() { recoveries_->Increment(); }
+  void FailedOver() { failovers_->Increment(); }
+  // Replicated jobs: exports each shard's copies (gauge
+  // pstrain_chief_backup_in_sync{shard, primary, backup}), read at every
+  // scrape from `view`, which must outlive this.
+  void WatchReplicas(const ReplicaView* view);
 
  private:
   common::MetricsExporter* exporter_;
   int refresher_ = -1;
+  int replica_refresher_ = -1;
   std::vector<std::pair<int, prometheus::Gauge*>> phases_;
   prometheus::Gauge* global_step_;
   prometheus::Gauge* live_workers_;
@@ -75,6 +98,7 @@ class ChiefMetrics {
   prometheus::Gauge* generation_;
   prometheus::Counter* examples_;
   prometheus::Counter* recoveries_;
+  prometheus::Counter* failovers_;
   prometheus::Histogram* save_seconds_;
 };
 

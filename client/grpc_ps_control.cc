@@ -30,6 +30,10 @@ class GrpcPsControl final : public common::PsControl {
                                                           absl::Duration timeout) override {
     return Call(&Stub::SetMembership, ps, request, timeout);
   }
+  absl::StatusOr<proto::RolesResponse> SetRoles(int ps, const proto::RolesRequest& request,
+                                                absl::Duration timeout) override {
+    return Call(&Stub::SetRoles, ps, request, timeout);
+  }
   absl::StatusOr<proto::SaveResponse> Save(int ps, const proto::SaveRequest& request,
                                            absl::Duration timeout) override {
     return Call(&Stub::Save, ps, request, timeout);

@@ -115,4 +115,12 @@ absl::Status RequireAnyTask(const Caller& caller, absl::string_view call) {
   return Denied(caller, call, "the chief's, a worker's or an evaluator's role");
 }
 
+absl::Status RequirePs(const Caller& caller, absl::string_view call) {
+  if (!caller.checked) return absl::OkStatus();
+  for (const TaskIdentity& task : caller.tasks) {
+    if (task.type == TaskType::kPs) return absl::OkStatus();
+  }
+  return Denied(caller, call, "a ps's role");
+}
+
 }  // namespace pst::common

@@ -15,7 +15,8 @@
 //   worker i  pushes and pulls as worker i; Register, Heartbeat, WorkerDone
 //             as worker i on the chief
 //   evaluator i  ReportEvaluation as evaluator i, GetState on the chief
-//   ps        nothing (a ps calls no one)
+//   ps        Replicate on another ps (replicated jobs: a primary forwards
+//             its shard's changes to the backup)
 //
 // Services check at the top of each handler and refuse with
 // PERMISSION_DENIED naming the role the call needs and the caller.
@@ -60,11 +61,13 @@ Caller CallerOf(const grpc::ServerContextBase& context);
 //                         (`worker_index` its own, or -1 for none)
 //   RequireEvaluator      evaluator `evaluator_index` only
 //   RequireAnyTask        the chief, any worker or any evaluator
+//   RequirePs             any ps
 absl::Status RequireChief(const Caller& caller, absl::string_view call);
 absl::Status RequireWorker(const Caller& caller, int worker_index, absl::string_view call);
 absl::Status RequireChiefOrWorker(const Caller& caller, int worker_index, absl::string_view call);
 absl::Status RequireEvaluator(const Caller& caller, int evaluator_index, absl::string_view call);
 absl::Status RequireAnyTask(const Caller& caller, absl::string_view call);
+absl::Status RequirePs(const Caller& caller, absl::string_view call);
 
 }  // namespace pst::common
 

@@ -114,4 +114,27 @@ std::vector<int64_t> BytesPerPs(const proto::PlacementPlan& plan) {
   return bytes;
 }
 
+absl::Status ReplicateShards(int replicas, proto::PlacementPlan* plan) {
+  plan->clear_shards();
+  plan->clear_replicas();
+  if (replicas == 1) return absl::OkStatus();
+  if (replicas != 2) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--ps_replicas=", replicas, ": 1 or 2 copies of each shard are supported"));
+  }
+  const int num_ps = plan->num_ps();
+  if (num_ps < 2) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--ps_replicas=2 puts each shard's backup on another ps, and this cluster has ", num_ps,
+        " ps: give it at least 2"));
+  }
+  plan->set_replicas(2);
+  for (int g = 0; g < num_ps; ++g) {
+    proto::ShardCopies* copies = plan->add_shards();
+    copies->set_primary(g);
+    copies->set_backup((g + 1) % num_ps);
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace pst::common

@@ -26,6 +26,14 @@ absl::StatusOr<proto::PlacementPlan> PlaceRoundRobin(
 absl::StatusOr<proto::PlacementPlan> PlaceSizeBalanced(
     const std::vector<proto::VariableSpec>& variables, int num_ps, int64_t hash_row_guess = 0);
 
+// Gives every shard of `plan` (the variables of one ps_index) `replicas`
+// copies: with 2, its primary on ps g and its backup on ps (g + 1) % num_ps,
+// the next ps round the ring, so each ps holds one backup and losing any one
+// ps leaves a copy of every shard. With 1, one copy (no backups).
+// Errors: InvalidArgument for replicas other than 1 or 2, or 2 with fewer
+// than 2 ps.
+absl::Status ReplicateShards(int replicas, proto::PlacementPlan* plan);
+
 // Bytes a spec takes (hash embeddings: hash_row_guess rows).
 int64_t SpecBytes(const proto::VariableSpec& spec, int64_t hash_row_guess = 0);
 

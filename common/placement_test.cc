@@ -246,5 +246,30 @@ TEST(PlacementTest, SizeBalanced_IsDeterministic) {
             PlaceSizeBalanced(vars, 2)->SerializeAsString());
 }
 
+TEST(ReplicateShardsTest, BackupIsTheNextPsRoundTheRing) {
+  proto::PlacementPlan plan;
+  plan.set_num_ps(3);
+  ASSERT_TRUE(ReplicateShards(2, &plan).ok());
+  EXPECT_EQ(plan.replicas(), 2);
+  ASSERT_EQ(plan.shards_size(), 3);
+  for (int g = 0; g < 3; ++g) {
+    EXPECT_EQ(plan.shards(g).primary(), g);
+    EXPECT_EQ(plan.shards(g).backup(), (g + 1) % 3);
+  }
+  ASSERT_TRUE(ReplicateShards(1, &plan).ok());
+  EXPECT_EQ(plan.replicas(), 0);
+  EXPECT_EQ(plan.shards_size(), 0);
+}
+
+TEST(ReplicateShardsTest, RefusesWhatItCannotPlace) {
+  proto::PlacementPlan plan;
+  plan.set_num_ps(1);
+  const absl::Status one_ps = ReplicateShards(2, &plan);
+  EXPECT_EQ(one_ps.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(one_ps.message().find("at least 2"), std::string::npos) << one_ps;
+  plan.set_num_ps(4);
+  EXPECT_EQ(ReplicateShards(3, &plan).code(), absl::StatusCode::kInvalidArgument);
+}
+
 }  // namespace
 }  // namespace pst::common

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -141,6 +142,7 @@ std::string FormatProgress(const Progress& p) {
     absl::StrAppend(&line, " | ETA ", p.eta.has_value() ? FormatEta(*p.eta) : "?");
   }
   absl::StrAppend(&line, " | workers ", p.workers_done, "/", p.workers, " done");
+  if (!p.replicas.empty()) absl::StrAppend(&line, " | ", p.replicas);
   return line;
 }
 
@@ -149,8 +151,12 @@ std::optional<Progress> ParseProgress(absl::string_view line) {
   const size_t start = line.find("step ");
   if (start == absl::string_view::npos) return std::nullopt;
   std::vector<absl::string_view> fields = absl::StrSplit(line.substr(start), " | ");
-  if (fields.size() != 5 && fields.size() != 6) return std::nullopt;
   Progress p;
+  if (!fields.empty() && absl::StartsWith(fields.back(), "backups ")) {
+    p.replicas = std::string(fields.back());
+    fields.pop_back();
+  }
+  if (fields.size() != 5 && fields.size() != 6) return std::nullopt;
   size_t f = 0;
   absl::string_view field = fields[f++];
   if (!absl::ConsumePrefix(&field, "step ") || !ParseCount(field, &p.step, &p.total_steps)) {

@@ -53,6 +53,9 @@ struct Progress {
   std::optional<absl::Duration> eta;  // empty: not known yet ("ETA ?")
   int workers_done = 0;
   int workers = 0;
+  // Replicated jobs: how the shards' backups stand ("backups 2/2 in sync");
+  // empty: no field.
+  std::string replicas;
 };
 
 // "45s", "1m23s", "2h05m"; negative durations count as zero.

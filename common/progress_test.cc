@@ -96,6 +96,19 @@ TEST(FormatProgressTest, Format_TotalUnknown_ShowsNoEta) {
             "step 1789 | epoch 2 | loss 0.3919 | 7545 examples/s | workers 0/2 done");
 }
 
+TEST(FormatProgressTest, Format_Replicated_EndsWithTheBackups) {
+  Progress p = Sample();
+  p.replicas = "backups 1/2 in sync";
+  const std::string line = FormatProgress(p);
+  EXPECT_EQ(line,
+            "step 1789/5625 | epoch 2/3 | loss 0.3919 | 7545 examples/s | ETA 1m23s | "
+            "workers 0/2 done | backups 1/2 in sync");
+  const std::optional<Progress> parsed = ParseProgress(line);
+  ASSERT_TRUE(parsed.has_value());
+  EXPECT_EQ(parsed->replicas, "backups 1/2 in sync");
+  EXPECT_EQ(parsed->workers, 2);
+}
+
 TEST(ParseProgressTest, Parse_LogLine_RoundTrips) {
   const Progress want = Sample();
   std::optional<Progress> got = ParseProgress("20:06:46.123 I chief:0] " + FormatProgress(want));

@@ -38,6 +38,9 @@ class PsControl {
   // The workers still training, and the SYNC quorum.
   virtual absl::StatusOr<proto::MembershipResponse> SetMembership(
       int ps, const proto::MembershipRequest& request, absl::Duration timeout) = 0;
+  // Replicated jobs: where every shard's copies are now (a failover).
+  virtual absl::StatusOr<proto::RolesResponse> SetRoles(int ps, const proto::RolesRequest& request,
+                                                        absl::Duration timeout) = 0;
   // One phase of a checkpoint save. ResourceExhausted while the ps runs as
   // many saves and restores as it may (retry later).
   virtual absl::StatusOr<proto::SaveResponse> Save(int ps, const proto::SaveRequest& request,

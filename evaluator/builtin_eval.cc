@@ -34,17 +34,20 @@ absl::StatusOr<std::map<std::string, double>> BuiltinEvaluation::Evaluate(
   PST_ASSIGN_OR_RETURN(const worker::Model* model, ModelToEvaluate(training));
   PST_ASSIGN_OR_RETURN(std::vector<worker::ModelVariable> variables, model->Variables(training));
 
-  // One ps holds everything; the restore reads every shard and keeps it all.
+  // One ps holds everything (one copy); the restore reads every shard and
+  // keeps it all.
+  proto::TrainingConfig one_copy = training;
+  one_copy.set_ps_replicas(1);
   proto::ClusterState state;
-  PST_ASSIGN_OR_RETURN(*state.mutable_plan(), worker::BuildPlan(training, 1));
-  *state.mutable_training() = training;
+  PST_ASSIGN_OR_RETURN(*state.mutable_plan(), worker::BuildPlan(one_copy, 1));
+  *state.mutable_training() = one_copy;
   state.set_num_workers(std::max(1, checkpoint.manifest.worker_positions_size()));
   ps::InProcessPs::Options ps_options;
   ps_options.checkpoint_dir = std::filesystem::path(checkpoint.path).parent_path().string();
   auto ps = std::make_shared<ps::InProcessPs>(1, ps_options);
   ps::InProcessPsControl control(ps);
   common::StopSignal never;
-  PST_RETURN_IF_ERROR(chief::CreatePlanOnPs(control, 0, "in-process ps", state, nullptr,
+  PST_RETURN_IF_ERROR(chief::CreatePlanOnPs(control, 0, 0, "in-process ps", state, nullptr,
                                             absl::InfiniteFuture(), *common::RealClock(), never)
                           .status());
   proto::RestoreRequest restore;

@@ -109,7 +109,7 @@ class EvaluatorTest : public ::testing::Test {
     ps_ = std::make_shared<ps::InProcessPs>(kNumPs, ps_options);
     control_ = std::make_unique<ps::InProcessPsControl>(ps_);
     for (int i = 0; i < kNumPs; ++i) {
-      ASSERT_TRUE(chief::CreatePlanOnPs(*control_, i, options_.tf.cluster.ps[i], plan_.initial,
+      ASSERT_TRUE(chief::CreatePlanOnPs(*control_, i, i, options_.tf.cluster.ps[i], plan_.initial,
                                         nullptr, absl::InfiniteFuture(), *common::RealClock(),
                                         stop_)
                       .ok());

@@ -44,6 +44,10 @@ ABSL_FLAG(int32_t, admit_after, 0,
           "Hash embeddings: create a row only after its id was seen this many times.");
 ABSL_FLAG(std::string, placement, "size_balanced",
           "Placement of variables over the ps: round_robin or size_balanced.");
+ABSL_FLAG(int32_t, ps_replicas, 1,
+          "Copies of each shard of the variables: 1, or 2 for a primary and a backup on "
+          "different ps (every change is forwarded to the backup before it is acknowledged; "
+          "needs at least 2 ps).");
 ABSL_FLAG(std::string, partitioner, "min_max",
           "How embedding tables are split: none, fixed (--num_shards), min_max (--min_slice_bytes, "
           "--max_partitions) or axis_size (--max_shard_bytes).");

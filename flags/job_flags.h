@@ -40,6 +40,7 @@ ABSL_DECLARE_FLAG(int64_t, buckets_per_field);
 ABSL_DECLARE_FLAG(int64_t, buckets);
 ABSL_DECLARE_FLAG(int32_t, admit_after);
 ABSL_DECLARE_FLAG(std::string, placement);
+ABSL_DECLARE_FLAG(int32_t, ps_replicas);
 ABSL_DECLARE_FLAG(std::string, partitioner);
 ABSL_DECLARE_FLAG(int32_t, num_shards);
 ABSL_DECLARE_FLAG(int64_t, min_slice_bytes);

@@ -110,6 +110,11 @@ absl::StatusOr<proto::PlacementPlan> BuildPlan(const proto::TrainingConfig& trai
   if (!plan.ok()) return plan.status();
   plan->mutable_dense()->Assign(dense.begin(), dense.end());
   plan->mutable_tables()->Assign(tables.begin(), tables.end());
+  if (absl::Status replicated =
+          common::ReplicateShards(training.ps_replicas() > 0 ? training.ps_replicas() : 1, &*plan);
+      !replicated.ok()) {
+    return replicated;
+  }
   return plan;
 }
 

@@ -34,12 +34,36 @@ grpc::ServerUnaryReactor* FinishWith(grpc::CallbackServerContext* context, Fn&& 
   return reactor;
 }
 
+// A completion that finishes `reactor` with its status.
+PsNode::Done FinishOn(grpc::ServerUnaryReactor* reactor) {
+  return [reactor](absl::Status status) { reactor->Finish(common::ToGrpcStatus(status)); };
+}
+
+// Runs `start`, which hands the call to PsNode with a completion that
+// finishes `reactor`; finishes it with an error instead if a library throws
+// first (the completion has not run then: nothing was applied).
+template <typename Fn>
+grpc::ServerUnaryReactor* StartOn(grpc::ServerUnaryReactor* reactor, Fn&& start) {
+  try {
+    start();
+  } catch (const std::bad_alloc&) {
+    reactor->Finish(
+        common::ToGrpcStatus(absl::ResourceExhaustedError("ps is out of memory for this request")));
+  } catch (const std::exception& e) {
+    reactor->Finish(common::ToGrpcStatus(absl::InternalError(absl::StrCat("ps: ", e.what()))));
+  }
+  return reactor;
+}
+
 // A call that may be parked in the store until it can be served: finished
 // by the store's callback, or by a cancellation (deadline, client gone,
 // server shutdown) if that comes first. Deletes itself when gRPC is done.
 class ParkedCall : public grpc::ServerUnaryReactor {
  public:
-  explicit ParkedCall(VariableStore* store) : store_(store) {}
+  ParkedCall() = default;
+
+  // The store the call parks in; set by `park` (Start) before it returns.
+  void UseStore(std::shared_ptr<VariableStore> store) { store_ = std::move(store); }
 
   // `park` hands the store the completion callback and returns its ticket.
   // The callback may run (and finish the call) before `park` returns, on this
@@ -52,7 +76,7 @@ class ParkedCall : public grpc::ServerUnaryReactor {
     {
       absl::MutexLock lock(&mu_);
       ticket_ = ticket;
-      if (cancelled_ && ticket_ != 0 && store_->CancelWaiter(ticket_)) {
+      if (cancelled_ && ticket_ != 0 && store_ != nullptr && store_->CancelWaiter(ticket_)) {
         Finish(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled while waiting"));
       }
       started_ = true;
@@ -64,7 +88,7 @@ class ParkedCall : public grpc::ServerUnaryReactor {
   void OnCancel() override {
     absl::MutexLock lock(&mu_);
     cancelled_ = true;
-    if (ticket_ != 0 && store_->CancelWaiter(ticket_)) {
+    if (ticket_ != 0 && store_ != nullptr && store_->CancelWaiter(ticket_)) {
       Finish(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled while waiting"));
     }
   }
@@ -84,7 +108,7 @@ class ParkedCall : public grpc::ServerUnaryReactor {
   virtual absl::Status BeforeFinish(absl::Status status) { return status; }
 
  private:
-  VariableStore* const store_;
+  std::shared_ptr<VariableStore> store_;
   absl::Mutex mu_;
   uint64_t ticket_ ABSL_GUARDED_BY(mu_) = 0;
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
@@ -97,8 +121,7 @@ class ParkedCall : public grpc::ServerUnaryReactor {
 template <typename Request>
 class RawPullCall final : public ParkedCall {
  public:
-  RawPullCall(VariableStore* store, grpc::ByteBuffer* response_bytes)
-      : ParkedCall(store), response_bytes_(response_bytes) {}
+  explicit RawPullCall(grpc::ByteBuffer* response_bytes) : response_bytes_(response_bytes) {}
 
   Request* request() { return &request_; }
   proto::PullResponse* response() { return &response_; }
@@ -119,10 +142,10 @@ class RawPullCall final : public ParkedCall {
 // the receive slices (`gradients`, alive until `park` returns).
 template <typename Request>
 grpc::ServerUnaryReactor* StartRawPull(
-    VariableStore* store, const grpc::ByteBuffer* bytes, grpc::ByteBuffer* response,
+    const grpc::ByteBuffer* bytes, grpc::ByteBuffer* response,
     const std::function<uint64_t(RawPullCall<Request>*, const VariableStore::Payloads*,
                                  VariableStore::Done)>& park) {
-  auto* call = new RawPullCall<Request>(store, response);
+  auto* call = new RawPullCall<Request>(response);
   common::ReceivedGradients gradients;
   absl::Status parsed;
   if constexpr (std::is_same_v<Request, proto::PushPullRequest>) {
@@ -146,8 +169,11 @@ grpc::ServerUnaryReactor* StartRawPull(
 namespace {
 
 PsNode::Options NodeOptions(int ps_index, std::string task, uint64_t incarnation,
-                            std::string checkpoint_dir) {
+                            std::string checkpoint_dir, const VariableStore* store,
+                            std::function<std::unique_ptr<ReplicaLink>(int index)> link_to) {
   PsNode::Options options;
+  options.store_options = store->options();
+  options.link_to = std::move(link_to);
   options.ps_index = ps_index;
   options.task = std::move(task);
   options.incarnation = incarnation;
@@ -163,10 +189,12 @@ PsNode::Options NodeOptions(int ps_index, std::string task, uint64_t incarnation
 
 GrpcPsService::GrpcPsService(VariableStore* store, int ps_index, std::string task,
                              uint64_t incarnation, common::StopSignal* stop,
-                             std::string checkpoint_dir)
+                             std::string checkpoint_dir,
+                             std::function<std::unique_ptr<ReplicaLink>(int index)> link_to)
     : store_(store),
       stop_(stop),
-      node_(store, NodeOptions(ps_index, std::move(task), incarnation, std::move(checkpoint_dir))) {
+      node_(store, NodeOptions(ps_index, std::move(task), incarnation, std::move(checkpoint_dir),
+                               store, std::move(link_to))) {
   const std::string service = proto::ParameterServer::service_full_name();
   BoundRequestSize(&GrpcPsService::CreateVariables, service, "CreateVariables");
   BoundRequestSize(&GrpcPsService::SetMembership, service, "SetMembership");
@@ -174,6 +202,7 @@ GrpcPsService::GrpcPsService(VariableStore* store, int ps_index, std::string tas
   BoundRequestSize(&GrpcPsService::Restore, service, "Restore");
   BoundRequestSize(&GrpcPsService::Health, service, "Health");
   BoundRequestSize(&GrpcPsService::Shutdown, service, "Shutdown");
+  BoundRequestSize(&GrpcPsService::SetRoles, service, "SetRoles");
   TouchChief();
 }
 
@@ -201,14 +230,15 @@ grpc::ServerUnaryReactor* GrpcPsService::CreateVariables(
     return FinishWith(context, [&] { return allowed; });
   }
   TouchChief();
-  return FinishWith(context, [&] { return node_.CreateVariables(*request, response); });
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  return StartOn(reactor, [&] { node_.CreateVariables(request, response, FinishOn(reactor)); });
 }
 
 grpc::ServerUnaryReactor* GrpcPsService::Pull(grpc::CallbackServerContext* context,
                                               const grpc::ByteBuffer* request,
                                               grpc::ByteBuffer* response) {
   return StartRawPull<proto::PullRequest>(
-      store_, request, response,
+      request, response,
       [this, caller = common::CallerOf(*context)](auto* call, const VariableStore::Payloads*,
                                                   VariableStore::Done done) -> uint64_t {
         if (absl::Status allowed =
@@ -217,23 +247,39 @@ grpc::ServerUnaryReactor* GrpcPsService::Pull(grpc::CallbackServerContext* conte
           done(allowed);
           return 0;
         }
-        return store_->PullWhenReady(call->request(), call->response(), std::move(done));
+        const auto& names = call->request()->names();
+        std::shared_ptr<VariableStore> store = node_.StoreFor(names.empty() ? "" : names[0]);
+        call->UseStore(store);
+        return store->PullWhenReady(call->request(), call->response(), std::move(done));
       });
 }
 
 grpc::ServerUnaryReactor* GrpcPsService::Push(grpc::CallbackServerContext* context,
                                               const grpc::ByteBuffer* request,
                                               grpc::ByteBuffer* response) {
-  return FinishWith(context, [&]() -> absl::Status {
+  // The call's request and answer, alive until it finishes (a replicated
+  // push finishes once its backup has it).
+  struct Call {
     proto::PushRequest push;
-    common::ReceivedGradients gradients;
-    PST_RETURN_IF_ERROR(common::DecodePush(*request, &push, &gradients));
-    PST_RETURN_IF_ERROR(
-        common::RequireWorker(common::CallerOf(*context), push.worker_index(), "Push"));
     proto::PushResponse pushed;
-    PST_RETURN_IF_ERROR(store_->Push(push, &pushed, &gradients.payloads));
-    *response = common::SerializeMessage(pushed);
-    return absl::OkStatus();
+  };
+  auto call = std::make_shared<Call>();
+  common::ReceivedGradients gradients;
+  absl::Status status = common::DecodePush(*request, &call->push, &gradients);
+  if (status.ok()) {
+    status = common::RequireWorker(common::CallerOf(*context), call->push.worker_index(), "Push");
+  }
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  if (!status.ok()) {
+    reactor->Finish(common::ToGrpcStatus(status));
+    return reactor;
+  }
+  return StartOn(reactor, [&] {
+    node_.Push(&call->push, &gradients.payloads, &call->pushed,
+               [reactor, call, response](absl::Status s) {
+                 if (s.ok()) *response = common::SerializeMessage(call->pushed);
+                 reactor->Finish(common::ToGrpcStatus(s));
+               });
   });
 }
 
@@ -241,7 +287,7 @@ grpc::ServerUnaryReactor* GrpcPsService::PushPull(grpc::CallbackServerContext* c
                                                   const grpc::ByteBuffer* request,
                                                   grpc::ByteBuffer* response) {
   return StartRawPull<proto::PushPullRequest>(
-      store_, request, response,
+      request, response,
       [this, caller = common::CallerOf(*context)](auto* call,
                                                   const VariableStore::Payloads* payloads,
                                                   VariableStore::Done done) -> uint64_t {
@@ -251,28 +297,36 @@ grpc::ServerUnaryReactor* GrpcPsService::PushPull(grpc::CallbackServerContext* c
           done(allowed);
           return 0;
         }
-        return store_->PushPullWhenReady(call->request(), call->response(), std::move(done),
-                                         payloads);
+        std::shared_ptr<VariableStore> parked_in;
+        const uint64_t ticket = node_.PushPull(call->request(), payloads, call->response(),
+                                               std::move(done), &parked_in);
+        call->UseStore(std::move(parked_in));
+        return ticket;
       });
 }
 
 grpc::ServerUnaryReactor* GrpcPsService::PullRows(grpc::CallbackServerContext* context,
                                                   const proto::PullRowsRequest* request,
                                                   proto::PullRowsResponse* response) {
-  return FinishWith(context, [&]() -> absl::Status {
-    PST_RETURN_IF_ERROR(common::RequireChiefOrWorker(common::CallerOf(*context), -1, "PullRows"));
-    return store_->PullRows(*request, response);
-  });
+  if (absl::Status allowed =
+          common::RequireChiefOrWorker(common::CallerOf(*context), -1, "PullRows");
+      !allowed.ok()) {
+    return FinishWith(context, [&] { return allowed; });
+  }
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  return StartOn(reactor, [&] { node_.PullRows(request, response, FinishOn(reactor)); });
 }
 
 grpc::ServerUnaryReactor* GrpcPsService::PushRows(grpc::CallbackServerContext* context,
                                                   const proto::PushRowsRequest* request,
                                                   proto::PushRowsResponse* response) {
-  return FinishWith(context, [&]() -> absl::Status {
-    PST_RETURN_IF_ERROR(
-        common::RequireWorker(common::CallerOf(*context), request->worker_index(), "PushRows"));
-    return store_->PushRows(*request, response);
-  });
+  if (absl::Status allowed =
+          common::RequireWorker(common::CallerOf(*context), request->worker_index(), "PushRows");
+      !allowed.ok()) {
+    return FinishWith(context, [&] { return allowed; });
+  }
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  return StartOn(reactor, [&] { node_.PushRows(request, response, FinishOn(reactor)); });
 }
 
 grpc::ServerUnaryReactor* GrpcPsService::SetMembership(grpc::CallbackServerContext* context,
@@ -283,7 +337,36 @@ grpc::ServerUnaryReactor* GrpcPsService::SetMembership(grpc::CallbackServerConte
     return FinishWith(context, [&] { return allowed; });
   }
   TouchChief();
-  return FinishWith(context, [&] { return node_.SetMembership(*request); });
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  return StartOn(reactor, [&] { node_.SetMembership(request, response, FinishOn(reactor)); });
+}
+
+grpc::ServerUnaryReactor* GrpcPsService::SetRoles(grpc::CallbackServerContext* context,
+                                                  const proto::RolesRequest* request,
+                                                  proto::RolesResponse* response) {
+  if (absl::Status allowed = common::RequireChief(common::CallerOf(*context), "SetRoles");
+      !allowed.ok()) {
+    return FinishWith(context, [&] { return allowed; });
+  }
+  TouchChief();
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  return StartOn(reactor, [&] { node_.SetRoles(request, response, FinishOn(reactor)); });
+}
+
+grpc::ServerUnaryReactor* GrpcPsService::Replicate(grpc::CallbackServerContext* context,
+                                                   const proto::ReplicateRequest* request,
+                                                   proto::ReplicateResponse* response) {
+  if (absl::Status allowed = common::RequirePs(common::CallerOf(*context), "Replicate");
+      !allowed.ok()) {
+    return FinishWith(context, [&] { return allowed; });
+  }
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  // The request lives until the call finishes, after the change is applied
+  // (a change waiting for an earlier one is kept meanwhile).
+  return StartOn(reactor, [&] {
+    node_.Replicate(std::shared_ptr<const proto::ReplicateRequest>(request, [](auto*) {}),
+                    FinishOn(reactor));
+  });
 }
 
 grpc::ServerUnaryReactor* GrpcPsService::Save(grpc::CallbackServerContext* context,
@@ -326,7 +409,7 @@ grpc::ServerUnaryReactor* GrpcPsService::Health(grpc::CallbackServerContext* con
   // Only the chief's word keeps a ps waiting for it (--chief_timeout_s).
   if (request->caller() == "chief" && common::RequireChief(caller, "").ok()) TouchChief();
   return FinishWith(context, [&] {
-    node_.Health(response);
+    node_.Health(*request, response);
     return absl::OkStatus();
   });
 }

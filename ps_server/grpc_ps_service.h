@@ -32,9 +32,9 @@ using ParameterServerBase = proto::ParameterServer::WithRawCallbackMethod_Pull<
         proto::ParameterServer::WithRawCallbackMethod_PushPull<
             proto::ParameterServer::CallbackService>>>;
 
-// Thread-safe. Does not own the store. The control calls (CreateVariables,
-// SetMembership, Save, Restore, Health) check the caller and run PsNode's
-// logic (ps_node.h; kSaveDelayEnv there is read at construction). They and
+// Thread-safe. Does not own the store. Every call checks the caller and runs
+// PsNode's logic (ps_node.h; kSaveDelayEnv there is read at construction),
+// but for the pulls of dense variables, which read the store directly. They and
 // Shutdown refuse requests over
 // ServerLimits::max_control_message_bytes RESOURCE_EXHAUSTED unparsed
 // (common/grpc_bounded_service.h); the data plane takes kMaxMessageBytes.
@@ -42,8 +42,11 @@ class GrpcPsService final : public common::BoundedService<ParameterServerBase> {
  public:
   // A Shutdown call stops `stop`. Checkpoints are saved and restored only
   // under `checkpoint_dir` ("": none, and Save and Restore are refused).
+  // `link_to` reaches another ps, for the backup of this ps's shard in
+  // replicated jobs (PsNode::Options::link_to; null: none).
   GrpcPsService(VariableStore* store, int ps_index, std::string task, uint64_t incarnation,
-                common::StopSignal* stop, std::string checkpoint_dir = "");
+                common::StopSignal* stop, std::string checkpoint_dir = "",
+                std::function<std::unique_ptr<ReplicaLink>(int index)> link_to = nullptr);
 
   // Saves and restores running at once at most; more are refused with
   // RESOURCE_EXHAUSTED.
@@ -84,6 +87,14 @@ class GrpcPsService final : public common::BoundedService<ParameterServerBase> {
   grpc::ServerUnaryReactor* Shutdown(grpc::CallbackServerContext* context,
                                      const proto::ShutdownRequest* request,
                                      proto::ShutdownResponse* response) override;
+  // From the chief: the layout of a replicated job (PsNode::SetRoles).
+  grpc::ServerUnaryReactor* SetRoles(grpc::CallbackServerContext* context,
+                                     const proto::RolesRequest* request,
+                                     proto::RolesResponse* response) override;
+  // From another ps: a change of a shard this ps backs up (PsNode::Replicate).
+  grpc::ServerUnaryReactor* Replicate(grpc::CallbackServerContext* context,
+                                      const proto::ReplicateRequest* request,
+                                      proto::ReplicateResponse* response) override;
 
   // The full names ("/pst.proto.ParameterServer/Pull") of the methods
   // ParameterServerBase serves raw.
@@ -96,6 +107,12 @@ class GrpcPsService final : public common::BoundedService<ParameterServerBase> {
   // Refuses Save and Restore from now on, and waits until every one running
   // has finished its call. REQUIRES: called before the server shuts down.
   void StopBackgroundWork();
+
+  // Every store this ps serves as primary (PsNode::PrimaryStores): parked
+  // pulls are expired and cancelled in each.
+  std::vector<std::shared_ptr<VariableStore>> PrimaryStores() const {
+    return node_.PrimaryStores();
+  }
 
  private:
   void TouchChief();

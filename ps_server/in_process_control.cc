@@ -54,24 +54,27 @@ absl::StatusOr<InProcessPs::Server*> InProcessPsControl::Reach(
 absl::StatusOr<proto::CreateVariablesResponse> InProcessPsControl::CreateVariables(
     int ps, const proto::CreateVariablesRequest& request, absl::Duration) {
   PST_ASSIGN_OR_RETURN(InProcessPs::Server * server, Reach(ps, request));
-  proto::CreateVariablesResponse response;
-  PST_RETURN_IF_ERROR(server->node.CreateVariables(request, &response));
-  return response;
+  return Await(&PsNode::CreateVariables, &server->node, request);
 }
 
 absl::StatusOr<proto::HealthResponse> InProcessPsControl::Health(
     int ps, const proto::HealthRequest& request, absl::Duration) {
   PST_ASSIGN_OR_RETURN(InProcessPs::Server * server, Reach(ps, request));
   proto::HealthResponse response;
-  server->node.Health(&response);
+  server->node.Health(request, &response);
   return response;
 }
 
 absl::StatusOr<proto::MembershipResponse> InProcessPsControl::SetMembership(
     int ps, const proto::MembershipRequest& request, absl::Duration) {
   PST_ASSIGN_OR_RETURN(InProcessPs::Server * server, Reach(ps, request));
-  PST_RETURN_IF_ERROR(server->node.SetMembership(request));
-  return proto::MembershipResponse();
+  return Await(&PsNode::SetMembership, &server->node, request);
+}
+
+absl::StatusOr<proto::RolesResponse> InProcessPsControl::SetRoles(
+    int ps, const proto::RolesRequest& request, absl::Duration) {
+  PST_ASSIGN_OR_RETURN(InProcessPs::Server * server, Reach(ps, request));
+  return Await(&PsNode::SetRoles, &server->node, request);
 }
 
 absl::StatusOr<proto::SaveResponse> InProcessPsControl::Save(int ps,

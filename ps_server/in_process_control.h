@@ -46,6 +46,8 @@ class InProcessPsControl final : public common::PsControl {
   absl::StatusOr<proto::MembershipResponse> SetMembership(int ps,
                                                           const proto::MembershipRequest& request,
                                                           absl::Duration timeout) override;
+  absl::StatusOr<proto::RolesResponse> SetRoles(int ps, const proto::RolesRequest& request,
+                                                absl::Duration timeout) override;
   absl::StatusOr<proto::SaveResponse> Save(int ps, const proto::SaveRequest& request,
                                            absl::Duration timeout) override;
   absl::StatusOr<proto::RestoreResponse> Restore(int ps, const proto::RestoreRequest& request,

@@ -16,12 +16,13 @@
 #include "common/grpc_channel.h"
 #include "common/logging.h"
 #include "common/metrics.h"
-#include "flags/job_flags.h"
-#include "prometheus/gauge.h"
 #include "common/process.h"
 #include "common/tf_config.h"
 #include "common/transport_security.h"
+#include "flags/job_flags.h"
+#include "prometheus/gauge.h"
 #include "ps_server/grpc_ps_service.h"
+#include "ps_server/grpc_replica_link.h"
 #include "ps_server/variable_store.h"
 
 ABSL_FLAG(int64_t, max_ids_per_request, int64_t{1} << 22,
@@ -40,6 +41,9 @@ ABSL_FLAG(int64_t, max_parked_pulls, 4096,
 ABSL_FLAG(double, max_park_s, 600,
           "Longest a pull may wait for a version or clock before it is answered "
           "DEADLINE_EXCEEDED, whatever the client's deadline.");
+ABSL_FLAG(double, replica_timeout_s, 10,
+          "Replicated jobs (--ps_replicas=2): longest a change forwarded to a shard's backup may "
+          "go unanswered before the backup counts as out of sync.");
 ABSL_FLAG(double, chief_timeout_s, 300,
           "Exit with an error if the chief has not been heard from for this many seconds "
           "(0: wait forever).");
@@ -174,7 +178,19 @@ int Run() {
       return 2;
     }
   }
-  GrpcPsService service(&store, tf->task.index, task, incarnation, &stop, checkpoint_dir);
+  const double replica_timeout_s = absl::GetFlag(FLAGS_replica_timeout_s);
+  if (!(replica_timeout_s > 0)) {
+    spdlog::error("--replica_timeout_s must be > 0");
+    return 2;
+  }
+  const std::vector<std::string> peers = tf->cluster.ps;
+  auto link_to = [peers, replica_timeout_s](int index) -> std::unique_ptr<ReplicaLink> {
+    if (index < 0 || index >= static_cast<int>(peers.size())) return nullptr;
+    return MakeGrpcReplicaLink(
+        peers[index], absl::Seconds(replica_timeout_s),
+        absl::Seconds(std::max(replica_timeout_s, absl::GetFlag(FLAGS_startup_timeout_s))));
+  };
+  GrpcPsService service(&store, tf->task.index, task, incarnation, &stop, checkpoint_dir, link_to);
   absl::StatusOr<std::unique_ptr<grpc::Server>> server = common::StartServer(
       tf->SelfAddress(), {{&service, proto::ParameterServer::service_full_name()}},
       absl::GetFlag(FLAGS_bind));
@@ -194,7 +210,11 @@ int Run() {
   const double chief_timeout_s = absl::GetFlag(FLAGS_chief_timeout_s);
   int exit_code = 0;
   while (!stop.WaitFor(absl::Seconds(1))) {
-    if (const int expired = store.ExpireParked(absl::Seconds(max_park_s)); expired > 0) {
+    int expired = 0;
+    for (const auto& served : service.PrimaryStores()) {
+      expired += served->ExpireParked(absl::Seconds(max_park_s));
+    }
+    if (expired > 0) {
       spdlog::warn("answered {} pull(s) that waited longer than --max_park_s={} s", expired,
                    max_park_s);
     }
@@ -207,7 +227,9 @@ int Run() {
   }
   (exit_code == 0 ? spdlog::info("stopping: {}", stop.reason())
                   : spdlog::error("stopping: {}", stop.reason()));
-  store.CancelAllWaiters(absl::UnavailableError("the ps is shutting down"));
+  for (const auto& served : service.PrimaryStores()) {
+    served->CancelAllWaiters(absl::UnavailableError("the ps is shutting down"));
+  }
   service.StopBackgroundWork();  // a save in progress finishes its file; no new one starts
   (*server)->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
   const VariableStore::Stats stats = store.GetStats();

@@ -14,20 +14,105 @@
 
 namespace pst::ps {
 
-PsNode::PsNode(VariableStore* store, Options options)
-    : store_(store), options_(std::move(options)), background_(kMaxBackgroundJobs) {}
+namespace {
 
-absl::Status PsNode::CreateVariables(const proto::CreateVariablesRequest& request,
-                                     proto::CreateVariablesResponse* response) {
-  absl::StatusOr<int> created = store_->Create(request);
-  if (!created.ok()) return created.status();
-  response->set_created(*created);
-  if (*created > 0) spdlog::info("created {} variable(s)", *created);
-  return absl::OkStatus();
+// The store a ps was built with, shared without being owned.
+std::shared_ptr<VariableStore> Unowned(VariableStore* store) {
+  return std::shared_ptr<VariableStore>(store, [](VariableStore*) {});
 }
 
-absl::Status PsNode::SetMembership(const proto::MembershipRequest& request) {
-  return store_->SetMembership(request);
+}  // namespace
+
+PsNode::PsNode(VariableStore* store, Options options)
+    : store_(store),
+      options_(std::move(options)),
+      own_(std::make_shared<Primary>(Primary{
+          options_.ps_index, Unowned(store),
+          std::make_unique<ReplicaSource>(options_.ps_index, options_.incarnation), false})),
+      backups_(options_.store_options),
+      background_(kMaxBackgroundJobs) {}
+
+void PsNode::CreateVariables(const proto::CreateVariablesRequest* request,
+                             proto::CreateVariablesResponse* response, Done done) {
+  if (request->has_copies()) {
+    const int backup = request->copies().backup();
+    if (backup < 0 || backup == options_.ps_index ||
+        request->copies().primary() != options_.ps_index) {
+      done(absl::InvalidArgumentError(
+          absl::StrCat("ps ", options_.ps_index, " was asked to hold shard ",
+                       request->copies().primary(), " with its backup on ps ", backup,
+                       ": a shard's primary is the ps it was sent to, and "
+                       "its backup another ps")));
+      return;
+    }
+    if (!options_.link_to) {
+      done(absl::FailedPreconditionError("this ps cannot reach other ps to keep a backup"));
+      return;
+    }
+    // A first backup; or, before a restore of every copy, one lost since.
+    if (!own_->source->has_backup() || (request->restart_backup() && !own_->source->in_sync())) {
+      std::unique_ptr<ReplicaLink> link = options_.link_to(backup);
+      if (link == nullptr) {
+        done(absl::InvalidArgumentError(absl::StrCat("the backup of shard ", options_.ps_index,
+                                                     " is on ps ", backup,
+                                                     ", which is not in this cluster")));
+        return;
+      }
+      own_->source->SetBackup(backup, std::move(link));
+    }
+  }
+  // A shard promoted here is created again (idempotently) on this ps by a
+  // restarted chief: its request names its variables.
+  std::shared_ptr<Primary> p =
+      request->variables_size() > 0 ? PrimaryFor(request->variables(0).name()) : own_;
+  p->source->Change(
+      [&](proto::ReplicateRequest* change) -> absl::Status {
+        absl::StatusOr<int> created = p->store->Create(*request);
+        if (!created.ok()) return created.status();
+        response->set_created(*created);
+        if (*created > 0) spdlog::info("created {} variable(s)", *created);
+        *change->mutable_create() = *request;
+        change->mutable_create()->clear_copies();
+        change->mutable_create()->clear_restart_backup();
+        return absl::OkStatus();
+      },
+      std::move(done));
+}
+
+void PsNode::SetMembership(const proto::MembershipRequest* request, proto::MembershipResponse*,
+                           Done done) {
+  // Every shard served here takes it; the first error is the answer.
+  std::vector<std::shared_ptr<Primary>> primaries = Primaries();
+  struct Gather {
+    absl::Mutex mu;
+    size_t left;
+    absl::Status status;
+    Done done;
+  };
+  auto gather = std::make_shared<Gather>();
+  gather->left = primaries.size();
+  gather->done = std::move(done);
+  for (const std::shared_ptr<Primary>& p : primaries) {
+    p->source->Change(
+        [&](proto::ReplicateRequest* change) -> absl::Status {
+          PST_RETURN_IF_ERROR(p->store->SetMembership(*request));
+          *change->mutable_membership() = *request;
+          return absl::OkStatus();
+        },
+        [gather](absl::Status s) {
+          bool last;
+          {
+            absl::MutexLock lock(&gather->mu);
+            if (gather->status.ok()) gather->status = std::move(s);
+            last = --gather->left == 0;
+          }
+          if (last) gather->done(gather->status);
+        });
+  }
+}
+
+void PsNode::Replicate(std::shared_ptr<const proto::ReplicateRequest> request, Done done) {
+  backups_.Apply(std::move(request), std::move(done));
 }
 
 absl::StatusOr<std::string> PsNode::CheckpointPath(const std::string& name) const {
@@ -43,13 +128,19 @@ absl::StatusOr<std::string> PsNode::CheckpointPath(const std::string& name) cons
 void PsNode::Save(const proto::SaveRequest* request, proto::SaveResponse* response, Done done) {
   absl::Status started = [&]() -> absl::Status {
     const proto::SaveRequest::Phase phase = request->phase();
+    const int shard = request->has_shard() ? request->shard() : options_.ps_index;
     if (phase == proto::SaveRequest::DISCARD) {
       {
         absl::MutexLock lock(&kept_mu_);
-        kept_ = nullptr;
+        kept_.erase(shard);
       }
       done(absl::OkStatus());
       return absl::OkStatus();
+    }
+    std::shared_ptr<Primary> primary = PrimaryOfShard(shard);
+    if (primary == nullptr) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("ps ", options_.ps_index, " does not serve shard ", shard));
     }
     std::string dir;
     if (phase != proto::SaveRequest::SNAPSHOT) {
@@ -57,7 +148,7 @@ void PsNode::Save(const proto::SaveRequest* request, proto::SaveResponse* respon
     } else if (options_.checkpoint_dir.empty()) {
       PST_RETURN_IF_ERROR(CheckpointPath("").status());  // the same refusal
     }
-    const int ps_index = options_.ps_index;
+    const int ps_index = shard;  // the shard's file
     if (request->num_ps() < 1 || ps_index >= request->num_ps()) {
       return absl::InvalidArgumentError(
           absl::StrCat("save of a job of ", request->num_ps(), " ps sent to ps ", ps_index));
@@ -75,21 +166,22 @@ void PsNode::Save(const proto::SaveRequest* request, proto::SaveResponse* respon
                     : absl::StrCat(dir, "/", common::ShardFileName(ps_index, request->num_ps()));
     return background_.Start(
         "save",
-        [this, dir, path, phase, response, ps_index]() -> absl::Status {
+        [this, dir, path, phase, response, ps_index, store = primary->store]() -> absl::Status {
           std::shared_ptr<const std::vector<common::ShardRecord>> records;
-          const int64_t pushes_before = store_->GetStats().pushes_applied;
+          const int64_t pushes_before = store->GetStats().pushes_applied;
           if (phase == proto::SaveRequest::WRITE) {
             absl::MutexLock lock(&kept_mu_);
-            if (kept_ == nullptr) {
+            auto kept = kept_.find(ps_index);
+            if (kept == kept_.end()) {
               return absl::FailedPreconditionError(
                   "WRITE without a SNAPSHOT kept: this ps holds no snapshot to write");
             }
-            records = kept_;
+            records = kept->second;
           } else {
-            records = TakeSnapshot(response);
+            records = TakeSnapshot(*store, response);
             if (phase == proto::SaveRequest::SNAPSHOT) {
               absl::MutexLock lock(&kept_mu_);
-              kept_ = records;  // replaces an older one never written
+              kept_[ps_index] = records;  // replaces an older one never written
               return absl::OkStatus();
             }
           }
@@ -108,10 +200,11 @@ void PsNode::Save(const proto::SaveRequest* request, proto::SaveResponse* respon
           PST_RETURN_IF_ERROR(common::WriteShardFile(path, *records, response->mutable_shard()));
           response->mutable_shard()->set_ps_index(ps_index);
           response->set_write_seconds(absl::ToDoubleSeconds(absl::Now() - write_start));
-          response->set_pushes_during(store_->GetStats().pushes_applied - pushes_before);
+          response->set_pushes_during(store->GetStats().pushes_applied - pushes_before);
           if (phase == proto::SaveRequest::WRITE) {
             absl::MutexLock lock(&kept_mu_);
-            if (kept_ == records) kept_ = nullptr;
+            auto kept = kept_.find(ps_index);
+            if (kept != kept_.end() && kept->second == records) kept_.erase(kept);
           }
           spdlog::info("saved {} ({} bytes) in {:.3f} s", path, response->shard().bytes(),
                        response->write_seconds());
@@ -123,12 +216,12 @@ void PsNode::Save(const proto::SaveRequest* request, proto::SaveResponse* respon
 }
 
 std::shared_ptr<const std::vector<common::ShardRecord>> PsNode::TakeSnapshot(
-    proto::SaveResponse* response) {
+    VariableStore& store, proto::SaveResponse* response) {
   const absl::Time start = absl::Now();
   absl::Duration held;
   VariableStore::Cut cut;
   auto records =
-      std::make_shared<const std::vector<common::ShardRecord>>(store_->Snapshot(&held, &cut));
+      std::make_shared<const std::vector<common::ShardRecord>>(store.Snapshot(&held, &cut));
   response->set_snapshot_seconds(absl::ToDoubleSeconds(absl::Now() - start));
   response->set_locked_seconds(absl::ToDoubleSeconds(held));
   for (proto::WorkerCut& w : cut.workers) *response->add_cut() = std::move(w);
@@ -142,7 +235,21 @@ void PsNode::StopBackgroundWork() { background_.Stop(); }
 
 absl::Status PsNode::RestoreFrom(const std::string& dir, const proto::RestoreRequest& request,
                                  proto::RestoreResponse* response) {
-  std::unique_ptr<VariableStore::Restorer> restorer = store_->BeginRestore();
+  // This ps's shard, then the backup copies it holds: every copy is
+  // restored from the same checkpoint, so a primary and its backup agree.
+  std::vector<BackupCopies::Held> copies = backups_.Copies();
+  for (const std::shared_ptr<Primary>& p : Primaries()) {
+    if (p->promoted) copies.push_back({p->shard, p->store});
+  }
+  std::vector<std::unique_ptr<VariableStore::Restorer>> restorers;
+  restorers.push_back(store_->BeginRestore());
+  for (const BackupCopies::Held& copy : copies) restorers.push_back(copy.store->BeginRestore());
+  auto holds = [&](const proto::VariableSpec& spec) {
+    for (const auto& restorer : restorers) {
+      if (restorer->Holds(spec)) return true;
+    }
+    return false;
+  };
   int64_t bytes = 0;
   for (const proto::CheckpointShard& shard : request.manifest().shards()) {
     const std::string path = absl::StrCat(dir, "/", shard.file());
@@ -156,12 +263,11 @@ absl::Status PsNode::RestoreFrom(const std::string& dir, const proto::RestoreReq
     while (true) {
       common::ShardRecord record;
       // Records of variables this ps does not hold are checked, not kept.
-      PST_ASSIGN_OR_RETURN(const bool more,
-                           reader->Next(&record, [&](const proto::VariableSpec& spec) {
-                             return restorer->Holds(spec);
-                           }));
+      PST_ASSIGN_OR_RETURN(const bool more, reader->Next(&record, holds));
       if (!more) break;
-      if (restorer->Holds(record.spec)) PST_RETURN_IF_ERROR(restorer->Absorb(record));
+      for (const auto& restorer : restorers) {
+        if (restorer->Holds(record.spec)) PST_RETURN_IF_ERROR(restorer->Absorb(record));
+      }
     }
     if (reader->file_crc32() != shard.crc32()) {
       return absl::DataLossError(absl::StrCat("checkpoint shard ", path, " has crc32 ",
@@ -170,11 +276,18 @@ absl::Status PsNode::RestoreFrom(const std::string& dir, const proto::RestoreReq
     }
     bytes += reader->file_bytes();
   }
-  PST_RETURN_IF_ERROR(restorer->Commit(request.generation()));
+  PST_RETURN_IF_ERROR(restorers[0]->Commit(request.generation()));
+  for (size_t i = 1; i < restorers.size(); ++i) {
+    if (absl::Status s = restorers[i]->Commit(request.generation()); !s.ok()) {
+      spdlog::error("restoring the copy of shard {}: {}", copies[i - 1].shard, s.ToString());
+    }
+  }
   response->set_bytes_read(bytes);
   response->set_variables_restored(store_->GetStats().num_variables);
-  spdlog::info("restored {} variable(s) from {} ({} bytes read), generation {}",
-               response->variables_restored(), dir, bytes, request.generation());
+  spdlog::info("restored {} variable(s){} from {} ({} bytes read), generation {}",
+               response->variables_restored(),
+               copies.empty() ? "" : absl::StrCat(" and ", copies.size(), " other cop(ies)"), dir,
+               bytes, request.generation());
   return absl::OkStatus();
 }
 
@@ -190,8 +303,23 @@ void PsNode::Restore(const proto::RestoreRequest* request, proto::RestoreRespons
   if (!started.ok()) done(started);
 }
 
-void PsNode::Health(proto::HealthResponse* response) const {
+void PsNode::Health(const proto::HealthRequest& request, proto::HealthResponse* response) const {
+  int64_t max_version = 0;
+  for (const std::shared_ptr<Primary>& p : Primaries()) {
+    if (p->promoted) max_version = std::max(max_version, p->store->GetStats().max_version);
+    if (!p->promoted && !p->source->has_backup()) continue;
+    proto::ReplicaState* state = response->add_replicas();
+    p->source->State(state);
+    if (request.digest()) {
+      p->source->Quiesced([&](int64_t seq) {
+        state->set_seq(seq);
+        state->set_digest(p->store->Digest());
+      });
+    }
+  }
+  backups_.States(request.digest(), response->mutable_replicas());
   VariableStore::Stats stats = store_->GetStats();
+  stats.max_version = std::max(stats.max_version, max_version);
   response->set_task(options_.task);
   response->set_incarnation(options_.incarnation);
   response->set_num_variables(stats.num_variables);

@@ -208,6 +208,20 @@ absl::Status VariableStore::CheckIdCount(
   return absl::OkStatus();
 }
 
+bool VariableStore::Holds(const std::string& name) const {
+  absl::ReaderMutexLock lock(&mu_);
+  return variables_.contains(name);
+}
+
+bool VariableStore::PullMayChangeRows(const proto::PullRowsRequest& request) const {
+  absl::ReaderMutexLock lock(&mu_);
+  for (const proto::RowIds& rows : request.rows()) {
+    absl::StatusOr<Variable*> var = Find(rows.name());
+    if (var.ok() && (*var)->is_hash) return true;
+  }
+  return false;
+}
+
 absl::Status VariableStore::PullRows(const proto::PullRowsRequest& request,
                                      proto::PullRowsResponse* response) const {
   PST_RETURN_IF_ERROR(CheckIdCount(request.rows(), "PullRows"));

@@ -126,3 +126,52 @@ VariableStore::Cut VariableStore::CutLocked() const {
 }
 
 }  // namespace pst::ps
+
+namespace pst::ps {
+namespace {
+
+// FNV-1a, 64 bits.
+class Fnv {
+ public:
+  void Add(const void* data, size_t n) {
+    const auto* p = static_cast<const unsigned char*>(data);
+    for (size_t i = 0; i < n; ++i) h_ = (h_ ^ p[i]) * 0x100000001b3ULL;
+  }
+  template <typename T>
+  void AddValue(const T& v) {
+    Add(&v, sizeof(v));
+  }
+  uint64_t value() const { return h_; }
+
+ private:
+  uint64_t h_ = 0xcbf29ce484222325ULL;
+};
+
+}  // namespace
+
+uint64_t VariableStore::Digest() const {
+  std::vector<common::ShardRecord> records = Snapshot();
+  Fnv fnv;
+  for (const common::ShardRecord& r : records) {  // sorted by name
+    fnv.Add(r.spec.name().data(), r.spec.name().size());
+    fnv.AddValue(r.version);
+    fnv.AddValue(r.rows);
+    const size_t dim = r.rows > 0 ? r.values.size() / static_cast<size_t>(r.rows) : 0;
+    std::vector<size_t> order(static_cast<size_t>(r.rows));
+    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+    if (!r.hash_ids.empty()) {
+      std::sort(order.begin(), order.end(),
+                [&](size_t a, size_t b) { return r.hash_ids[a] < r.hash_ids[b]; });
+    }
+    for (size_t row : order) {
+      if (!r.hash_ids.empty()) fnv.AddValue(r.hash_ids[row]);
+      fnv.Add(r.values.data() + row * dim, dim * sizeof(float));
+      for (const std::vector<float>& slot : r.slots) {
+        fnv.Add(slot.data() + row * dim, dim * sizeof(float));
+      }
+    }
+  }
+  return fnv.value();
+}
+
+}  // namespace pst::ps

@@ -87,14 +87,16 @@ uint64_t VariableStore::PullWhenReady(const proto::PullRequest* request,
 
 uint64_t VariableStore::PushPullWhenReady(const proto::PushPullRequest* request,
                                           proto::PullResponse* response, Done done,
-                                          const Payloads* payloads) {
+                                          const Payloads* payloads, bool* applied) {
   proto::PushResponse pushed;
   response->Clear();
+  if (applied != nullptr) *applied = false;
   absl::Status status = PushNoWake(request->push(), &pushed, payloads, response);
   if (!status.ok()) {
     done(status);
     return 0;
   }
+  if (applied != nullptr) *applied = true;
   WakeWaiters();
   // ASYNC: the push answered with the values it left, under the same lock.
   if (request->push().names_size() > 0 && response->values_size() == request->push().names_size()) {

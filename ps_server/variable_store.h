@@ -120,6 +120,7 @@ class VariableStore {
 
   VariableStore() : VariableStore(Options()) {}
   explicit VariableStore(Options options);
+  const Options& options() const { return options_; }
 
   // Creates and initializes the variables, all or nothing. A variable that
   // already exists with an identical spec is left as it is (the call is
@@ -176,9 +177,12 @@ class VariableStore {
                          Done done);
   // Push, then PullWhenReady for the pushed names at push.step + 1. A push
   // error completes `done` at once.
-  // `payloads` as in Push; it need only live until this returns.
+  // `payloads` as in Push; it need only live until this returns. Sets
+  // `*applied`, when given, to whether the push was taken (applied, or
+  // recognized as a repeat) before this returns.
   uint64_t PushPullWhenReady(const proto::PushPullRequest* request, proto::PullResponse* response,
-                             Done done, const Payloads* payloads = nullptr);
+                             Done done, const Payloads* payloads = nullptr,
+                             bool* applied = nullptr);
   // Removes a parked call; true if it was still parked (then the caller
   // finishes the call and `done` never runs).
   bool CancelWaiter(uint64_t ticket);
@@ -204,6 +208,11 @@ class VariableStore {
   // than Options::max_ids_per_request ids; ResourceExhausted when the answer
   // would exceed Options::max_response_bytes. On any error nothing changes
   // (no rows made, no touches counted).
+  // Whether a variable (or partition) of this name is here.
+  bool Holds(const std::string& name) const;
+  // Whether PullRows(request) may change the store: it names a hash
+  // variable, whose rows a pull makes, or counts touches of (admission).
+  bool PullMayChangeRows(const proto::PullRowsRequest& request) const;
   absl::Status PullRows(const proto::PullRowsRequest& request,
                         proto::PullRowsResponse* response) const;
 
@@ -242,6 +251,12 @@ class VariableStore {
   // Cut::sync_pending), and its last row push.
   std::vector<common::ShardRecord> Snapshot(absl::Duration* held = nullptr,
                                             Cut* cut = nullptr) const;
+
+  // A 64-bit hash (FNV-1a) of every variable's name, version, values and
+  // slots, and of each hash row with its id, in id order: equal for two
+  // stores that went through the same changes, whatever the order their
+  // hash tables were filled in. Takes a Snapshot (a copy of the store).
+  uint64_t Digest() const;
 
   // Loads the variables this store holds from `records`, the shards of a
   // checkpoint written by any number of ps: each variable or partition takes

@@ -478,7 +478,7 @@ std::vector<worker::Values> InProcessCluster::evaluated() const {
 
 proto::HealthResponse InProcessCluster::Health(int ps) {
   proto::HealthResponse health;
-  ps_->server(ps)->node.Health(&health);
+  ps_->server(ps)->node.Health(proto::HealthRequest(), &health);
   return health;
 }
 

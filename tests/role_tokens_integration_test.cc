@@ -92,6 +92,15 @@ TEST_F(RoleTokensTest, PsTakesManagementOnlyFromTheChiefsToken) {
           << caller.who << ", " << what << ": " << status.error_message();
     }
   }
+  // Replicate is a ps's call (a primary forwarding to its backup): a worker
+  // is refused; another ps passes the role check (and is refused for
+  // holding no such copy).
+  grpc::Status replicate = Call(worker.get(), &Ps::Stub::Replicate, proto::ReplicateRequest());
+  EXPECT_EQ(replicate.error_code(), grpc::StatusCode::PERMISSION_DENIED)
+      << replicate.error_message();
+  replicate = Call(other_ps.get(), &Ps::Stub::Replicate, proto::ReplicateRequest());
+  EXPECT_EQ(replicate.error_code(), grpc::StatusCode::FAILED_PRECONDITION)
+      << replicate.error_message();
   grpc::Status status = Call(stranger.get(), &Ps::Stub::Pull, proto::PullRequest());
   EXPECT_TRUE(absl::StrContains(status.error_message(), "not one of this cluster's"))
       << status.error_message();

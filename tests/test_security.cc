@@ -95,6 +95,7 @@ std::vector<std::pair<std::string, grpc::Status>> ManagementCallsBy(
       {"Restore", Call(stub, &Ps::Stub::Restore, restore)},
       {"SetMembership", Call(stub, &Ps::Stub::SetMembership, proto::MembershipRequest())},
       {"CreateVariables", Call(stub, &Ps::Stub::CreateVariables, CreateW())},
+      {"SetRoles", Call(stub, &Ps::Stub::SetRoles, proto::RolesRequest())},
       {"Push as worker 0", Call(stub, &Ps::Stub::Push, OnesPush(0))},
   };
 }

@@ -68,7 +68,7 @@ grpc::Status Call(Stub* stub,
 
 // What a caller that is not the chief gets from a ps: the status of each
 // management call (Shutdown, Save, Restore, SetMembership,
-// CreateVariables) and of a push as worker 0, by name.
+// CreateVariables, SetRoles) and of a push as worker 0, by name.
 std::vector<std::pair<std::string, grpc::Status>> ManagementCallsBy(
     proto::ParameterServer::Stub* stub);
 

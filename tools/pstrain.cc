@@ -91,7 +91,7 @@ constexpr const char* kForwardedFlags[] = {
     "optimizer", "momentum", "nesterov", "beta1", "beta2", "epsilon", "initial_accumulator", "l1",
     "l2", "lr_power", "skip_nonfinite", "seed", "log_every_s", "heartbeat_ms", "peer_timeout_s",
     "startup_timeout_s", "rpc_timeout_s", "recovery_timeout_s", "data", "eval_fraction",
-    "embedding_dim", "buckets_per_field", "buckets", "admit_after", "placement", "partitioner",
+    "embedding_dim", "buckets_per_field", "buckets", "admit_after", "placement", "ps_replicas", "partitioner",
     "num_shards",
     "min_slice_bytes", "max_partitions", "max_shard_bytes", "dense_piece_bytes", "overlap",
     "routing", "mode", "staleness",

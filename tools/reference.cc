@@ -23,7 +23,10 @@ absl::StatusOr<nlohmann::json> TrainReference(const proto::TrainingConfig& train
         "model '", training.model(), "' is computed by its workers, not by pstrain: there is "
         "nothing to train a reference with"));
   }
-  PST_ASSIGN_OR_RETURN(proto::PlacementPlan plan, worker::BuildPlan(training, num_ps));
+  // In-process ps: one copy of each shard, whatever the job's --ps_replicas.
+  proto::TrainingConfig one_copy = training;
+  one_copy.set_ps_replicas(1);
+  PST_ASSIGN_OR_RETURN(proto::PlacementPlan plan, worker::BuildPlan(one_copy, num_ps));
   PST_ASSIGN_OR_RETURN(std::vector<worker::ModelVariable> variables,
                        worker::ModelVariables(training));
   auto transport = std::make_shared<ps::InProcessPsTransport>(num_ps);
@@ -109,6 +112,16 @@ std::string FormatPlan(const proto::PlacementPlan& plan) {
   }
   absl::StrAppendFormat(&out, "total %15d bytes\nimbalance (most-loaded ps / mean): %.4f\n", total,
                         Imbalance(plan));
+  if (plan.replicas() == 2) {
+    // Each ps also holds a backup: the shard of the ps before it.
+    absl::StrAppendFormat(&out, "\n2 copies of each shard (--ps_replicas=2):\n%-6s %8s %8s %16s\n",
+                          "shard", "primary", "backup", "bytes on backup");
+    for (const proto::ShardCopies& copies : plan.shards()) {
+      const int shard = copies.primary();
+      absl::StrAppendFormat(&out, "%-6d %8d %8d %16d\n", shard, copies.primary(), copies.backup(),
+                            shard < static_cast<int>(bytes.size()) ? bytes[shard] : 0);
+    }
+  }
   return out;
 }
 

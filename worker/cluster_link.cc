@@ -185,6 +185,7 @@ absl::StatusOr<std::unique_ptr<ClusterLink>> ClusterLink::Register(
                  on_ps);
     link->start_ = on_ps;
   }
+  link->routes_ = ShardRoutes::FromPlan(state.plan(), state.routing_version());
   link->progress_.Begin(state.generation(), link->start_);
   link->view_.Update(state.phase(), state.generation(), link->start_, false);
   return link;
@@ -203,6 +204,7 @@ void ClusterLink::Start() {
 }
 
 void ClusterLink::StopHeartbeats() {
+  if (routes_ != nullptr) routes_->SetHold(false);
   if (!loop_done_.HasBeenNotified()) loop_done_.Notify();
   if (heartbeat_.joinable()) heartbeat_.join();
 }
@@ -223,6 +225,13 @@ void ClusterLink::HeartbeatLoop() {
     if (answer.ok()) {
       const proto::HeartbeatResponse& response = *answer;
       last_ok = absl::Now();
+      if (response.shards_size() > 0 &&
+          routes_->Set(response.routing_version(), response.shards())) {
+        spdlog::warn("shards moved (routing version {}): requests go to their new primaries",
+                     response.routing_version());
+      }
+      // Calls held for a failover fail instead while the ps are restored.
+      routes_->SetHold(response.phase() == proto::PHASE_RUNNING && !response.should_stop());
       view_.Update(response.phase(), response.generation(), response.position(),
                    response.should_stop());
       continue;
@@ -241,6 +250,7 @@ void ClusterLink::HeartbeatLoop() {
         spdlog::info("registered again with a restarted coordinator (generation {})",
                      r->state().generation());
         last_ok = absl::Now();
+        routes_->Set(r->state().routing_version(), r->state().plan().shards());
         view_.Update(r->state().phase(), r->state().generation(), r->position(), false);
         continue;
       }
@@ -263,11 +273,15 @@ void ClusterLink::HeartbeatLoop() {
 
 CoordinatorView::State ClusterLink::AwaitCluster(CoordinatorView::State v, int64_t generation,
                                                 absl::Time failing_since, absl::Time retry_at) {
+  const int64_t routes = routes_ == nullptr ? 0 : routes_->version();
   for (;;) {
     const absl::Time now = absl::Now();
     if (stop_.stopped() || lost_coordinator_.stopped() || v.should_stop) return v;
     if (now - failing_since > options_.recovery_timeout) return v;
-    if (v.phase != proto::PHASE_RECOVERING && (v.generation != generation || now >= retry_at)) {
+    // A shard moved to a new primary (a failover): retry there at once.
+    const bool moved = routes_ != nullptr && routes_->version() != routes;
+    if (v.phase != proto::PHASE_RECOVERING &&
+        (v.generation != generation || now >= retry_at || moved)) {
       return v;
     }
     // While the chief restores the ps, wait a heartbeat at a time.

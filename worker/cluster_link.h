@@ -21,6 +21,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "client/coordinator_client.h"
+#include "client/shard_routes.h"
 #include "common/process.h"
 #include "proto/pstrain.pb.h"
 #include "worker/trainer.h"
@@ -98,6 +99,10 @@ class ClusterLink {
   ~ClusterLink();
 
   const proto::ClusterState& state() const { return registered_.state(); }
+  // Where each shard's primary is (replicated jobs), as the coordinator last
+  // said: a transport made with MakeRoutedTransport over these follows a
+  // failover.
+  std::shared_ptr<ShardRoutes> routes() const { return routes_; }
   const proto::TrainingConfig& training() const { return registered_.state().training(); }
   std::vector<std::string> ps_addresses() const;
   // Where this worker starts in its data.
@@ -121,8 +126,8 @@ class ClusterLink {
   // After a failed step, or while the coordinator recovers: waits until
   // the coordinator is out of recovery with a generation other than
   // `generation` (the ps were restored) or, outside recovery, until
-  // `retry_at`. Ends early on a stop, a lost coordinator, should_stop, or
-  // once `failing_since` is recovery_timeout ago. `v` is the view the
+  // `retry_at` or a shard moves (routes() changes: a failover). Ends early on a stop, a lost
+  // coordinator, should_stop, or once `failing_since` is recovery_timeout ago. `v` is the view the
   // caller last read; returns the view it ended on.
   CoordinatorView::State AwaitCluster(CoordinatorView::State v, int64_t generation,
                                       absl::Time failing_since, absl::Time retry_at);
@@ -148,6 +153,7 @@ class ClusterLink {
   const common::StopSignal& stop_;
   proto::RegisterResponse registered_;
   int64_t start_ = 0;
+  std::shared_ptr<ShardRoutes> routes_;
   Progress progress_;
   CoordinatorView view_;
   common::StopSignal lost_coordinator_;

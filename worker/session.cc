@@ -39,7 +39,9 @@ absl::Status WorkerSession::Connect(const WorkerConnections& connections) {
   const std::vector<std::string> dense(state.plan().dense().begin(), state.plan().dense().end());
   PST_ASSIGN_OR_RETURN(
       ps_, PsClient::Create(state.plan(), dense,
-                            connections.ps_transport(link_->ps_addresses(), options_.rpc_timeout),
+                            MakeRoutedTransport(connections.ps_transport(link_->ps_addresses(),
+                                                                         options_.rpc_timeout),
+                                                link_->routes()),
                             options_.worker_index, options_.incarnation));
   generation_ = state.generation();
   ps_->set_generation(generation_);

@@ -48,9 +48,11 @@ absl::Status RunWorker(const TrainerOptions& options, const WorkerConnections& c
   PST_RETURN_IF_ERROR(CheckPlanMatches(state.plan(), variables));
   PST_ASSIGN_OR_RETURN(
       std::unique_ptr<PsClient> ps,
-      PsClient::Create(state.plan(), DenseNames(variables),
-                       connections.ps_transport(link->ps_addresses(), options.rpc_timeout),
-                       options.worker_index, options.incarnation));
+      PsClient::Create(
+          state.plan(), DenseNames(variables),
+          MakeRoutedTransport(connections.ps_transport(link->ps_addresses(), options.rpc_timeout),
+                              link->routes()),
+          options.worker_index, options.incarnation));
   Progress& progress = link->progress();
   CoordinatorView& view = link->view();
   const common::StopSignal& lost_coordinator = link->lost();

@@ -181,6 +181,33 @@ def test_killed_ps_python_workers_rewind_to_the_checkpoint(cluster, tmp_path):
     assert summary["global_step"] > 150
 
 
+def test_killed_primary_python_workers_go_on_without_a_rewind(cluster, tmp_path):
+    # --ps_replicas=2 and no checkpoint: ps 1's shard fails over to its
+    # backup on ps 0, and the Python workers' calls in flight are sent there.
+    c = cluster(["--ps=2", "--workers=2", "--epochs=1", "--hidden=16", "--restart_failed",
+                 "--peer_timeout_s=5", "--batch_size=128", "--ps_replicas=2",
+                 f"--summary_json={tmp_path}/summary.json",
+                 "--worker_command=" + worker_command("mlp_worker.py", f"--record={tmp_path}",
+                                                      "--pause_at=100")])
+    for w in (0, 1):
+        wait_for_record(tmp_path, w, lambda r: r["event"] == "paused" and r["position"] == 100, c)
+    os.kill(c.pid_of("ps:1"), signal.SIGKILL)
+    c.wait_for_line(r"failed over to their backups on ps \[0\]")
+    (tmp_path / "resume-100").touch()
+    assert c.wait() == 0, c.output()
+
+    for w in (0, 1):
+        records = read_records(tmp_path, w)
+        assert [r for r in records if r["event"] == "rewind"] == [], records
+        steps = [r["position"] for r in records if r["event"] == "step"]
+        assert steps == list(range(len(steps))) and len(steps) > 100, steps
+        assert records[-1]["event"] == "end"
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["recoveries"] == []
+    assert [f["lost_ps"] for f in summary["failovers"]] == [1]
+    assert summary["failovers"][0]["steps_lost"] == 0
+
+
 def test_worker_whose_module_does_not_match_the_spec_exits_naming_both_shapes(cluster, tmp_path):
     import pstrain.torch
     sys.path.insert(0, WORKERS)

@@ -1,0 +1,141 @@
+// Job's replicated-ps logic (job.h): failing a lost ps's shards over to
+// their backups, the layout of the copies, and the end-of-job check that
+// every backup equals its primary.
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "chief/job.h"
+#include "common/logging.h"
+
+namespace pst::chief {
+
+void Job::CheckReplicas() {
+  if (!replicas_.enabled()) return;
+  for (size_t i = 0; i < ps_.size(); ++i) {
+    if (!HoldsACopy(static_cast<int>(i))) continue;
+    absl::StatusOr<proto::HealthResponse> health =
+        ProbePs(*control_, static_cast<int>(i), absl::Seconds(30), /*digest=*/true);
+    if (health.ok()) replicas_.Update(static_cast<int>(i), *health);
+  }
+  for (const ReplicaView::Shard& s : replicas_.shards()) {
+    if (s.backup < 0) {
+      spdlog::warn("shard {}: served by ps {} with no backup (its copy was lost)", s.shard,
+                   s.primary);
+    } else if (s.checked && s.digests_match) {
+      spdlog::info("shard {}: its backup on ps {} equals its primary on ps {} ({} changes)",
+                   s.shard, s.backup, s.primary, s.seq);
+    } else {
+      spdlog::warn("shard {}: its backup on ps {} is {} ({} of the primary's {} changes applied)",
+                   s.shard, s.backup,
+                   !s.in_sync() ? "out of sync"
+                                : "not equal to its primary on ps " + std::to_string(s.primary),
+                   s.backup_seq, s.seq);
+    }
+  }
+}
+
+bool Job::HoldsACopy(int ps) const {
+  if (!replicas_.enabled()) return true;
+  for (const proto::ShardCopies& copies : layout_) {
+    if (copies.primary() == ps || copies.backup() == ps) return true;
+  }
+  return false;
+}
+
+proto::ClusterState Job::CurrentState() const {
+  proto::ClusterState state = coordinator_->State();
+  if (replicas_.enabled()) *state.mutable_plan()->mutable_shards() = layout_;
+  return state;
+}
+
+absl::StatusOr<bool> Job::FailOver(int lost, const std::string& cause, int64_t step_before) {
+  if (!replicas_.enabled() || lost < 0) return false;
+  FailoverRecord record;
+  record.cause = cause;
+  record.lost_ps = lost;
+  record.detected = clock_->Now();
+  record.step_before = step_before;
+  // Every shard of the lost ps needs a backup in sync on a ps that answers.
+  google::protobuf::RepeatedPtrField<proto::ShardCopies> layout = layout_;
+  const std::vector<ReplicaView::Shard> view = replicas_.shards();
+  for (int g = 0; g < layout.size(); ++g) {
+    proto::ShardCopies& copies = *layout.Mutable(g);
+    if (copies.backup() == lost) copies.set_backup(-1);
+    if (copies.primary() != lost) continue;
+    const int backup = copies.backup();
+    if (backup < 0 || !view[g].in_sync() || !ProbePs(*control_, backup, absl::Seconds(2)).ok()) {
+      spdlog::warn("{}: shard {} has no backup in sync to take over{}", cause, g,
+                   backup < 0 ? "" : absl::StrCat(" (its backup on ps ", backup, ")"));
+      return false;
+    }
+    copies.set_primary(backup);
+    copies.set_backup(-1);
+    record.shards.push_back(g);
+    record.promoted_to.push_back(backup);
+  }
+  // The new layout, to every ps that holds a copy in it (the promoted ones
+  // first: without them nothing changes).
+  proto::RolesRequest roles;
+  roles.set_version(++roles_version_);
+  *roles.mutable_shards() = layout;
+  std::vector<int> order(record.promoted_to);
+  for (size_t i = 0; i < ps_.size(); ++i) {
+    if (static_cast<int>(i) != lost) order.push_back(static_cast<int>(i));
+  }
+  std::vector<bool> told(ps_.size(), false);
+  for (int ps : order) {
+    if (told[ps]) continue;
+    bool holds = false;
+    for (const proto::ShardCopies& c : layout) holds |= c.primary() == ps || c.backup() == ps;
+    if (!holds) continue;
+    absl::StatusOr<proto::RolesResponse> answer = control_->SetRoles(ps, roles, absl::Seconds(10));
+    told[ps] = true;
+    const bool promoted_here = std::find(record.promoted_to.begin(), record.promoted_to.end(),
+                                         ps) != record.promoted_to.end();
+    if (!answer.ok()) {
+      spdlog::warn("ps {} did not take the new roles: {}", ps, answer.status().message());
+      if (promoted_here) return false;  // nothing was promoted: recover from a checkpoint
+    }
+  }
+  layout_ = layout;
+  coordinator_->SetShards(layout_);
+  replicas_.SetLayout(layout_);
+  record.promoted = clock_->Now();
+  record.first_change.assign(record.shards.size(), absl::InfinitePast());
+  record.step_after = coordinator_->Check(record.promoted).global_step;
+  if (record.shards.empty()) {
+    spdlog::warn("{}: it holds no shard's primary; going on without it", cause);
+  } else {
+    spdlog::warn(
+        "{}: its shard(s) [{}] failed over to their backups on ps [{}] in {:.3f} s; no restore, "
+        "training goes on from global step {}",
+        cause, absl::StrJoin(record.shards, ", "), absl::StrJoin(record.promoted_to, ", "),
+        absl::ToDoubleSeconds(record.promoted - record.detected), record.step_after);
+    failovers_.push_back(record);
+    if (metrics_ != nullptr) metrics_->FailedOver();
+  }
+  if (absl::StatusOr<proto::HealthResponse> health = ProbePs(*control_, lost, absl::Seconds(1));
+      health.ok()) {
+    ps_[lost].incarnation = health->incarnation();  // back already: it holds nothing now
+  }
+  membership_stale_ = true;
+  return true;
+}
+
+void Job::NoteFirstChanges(int ps, const proto::HealthResponse& health) {
+  for (FailoverRecord& record : failovers_) {
+    for (size_t k = 0; k < record.shards.size(); ++k) {
+      if (record.promoted_to[k] != ps || record.first_change[k] != absl::InfinitePast()) continue;
+      for (const proto::ReplicaState& r : health.replicas()) {
+        if (r.primary() && r.shard() == record.shards[k] && r.first_change_unix_ms() > 0) {
+          record.first_change[k] = absl::FromUnixMillis(r.first_change_unix_ms());
+        }
+      }
+    }
+  }
+}
+
+}  // namespace pst::chief

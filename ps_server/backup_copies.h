@@ -1,0 +1,100 @@
+// The backup side of replicated shards: the copies this ps holds of other
+// ps' shards, each a VariableStore fed only by its primary's changes
+// (ReplicateRequest), applied in seq order, each once.
+//
+// A change that arrives ahead of its turn waits (kMaxAhead at most per
+// copy); one already applied (a resend) is acknowledged again. A create
+// numbered 1 from a new primary incarnation (the primary restarted) starts
+// the copy afresh, as does a create numbered 1 of a new stream of the same
+// primary (it forwards again after losing its backup). A change the copy cannot take (it has no
+// copy from that incarnation, or it refuses a change its primary took) is refused with
+// FailedPrecondition and the copy is marked broken: its primary then counts
+// its backup out of sync. A change refused as being of another restore
+// generation was overtaken by a restore of both copies and counts as taken.
+//
+// Thread-safe; changes to different copies apply in parallel.
+#ifndef PST_PS_SERVER_BACKUP_COPIES_H_
+#define PST_PS_SERVER_BACKUP_COPIES_H_
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "proto/pstrain.pb.h"
+#include "ps_server/variable_store.h"
+
+namespace pst::ps {
+
+class BackupCopies {
+ public:
+  using Done = std::function<void(absl::Status)>;
+
+  // Changes waiting for an earlier one, per copy; one more is refused with
+  // ResourceExhausted (and the copy broken).
+  static constexpr int kMaxAhead = 4096;
+
+  explicit BackupCopies(VariableStore::Options options) : options_(options) {}
+
+  // Applies `request` in its turn; `done` runs once it is applied (perhaps
+  // after later calls, on their thread) or refused.
+  void Apply(std::shared_ptr<const proto::ReplicateRequest> request, Done done);
+
+  // The copies held now, for restores.
+  struct Held {
+    int shard = 0;
+    std::shared_ptr<VariableStore> store;
+  };
+  std::vector<Held> Copies() const;
+
+  // Whether Take(shard) would succeed: OK, or FailedPrecondition when this
+  // ps holds no copy of `shard`, or a broken one.
+  absl::Status CanTake(int shard) const;
+  // Removes the copy of `shard` and gives its store (to serve it as its
+  // primary). Changes still waiting for an earlier one are refused: the
+  // primary that sent them is gone, and their callers send them again.
+  // Errors: as CanTake.
+  absl::StatusOr<std::shared_ptr<VariableStore>> Take(int shard);
+
+  // One ReplicaState per copy (with `digest`, a digest of each, taken
+  // between two changes).
+  void States(bool digest, google::protobuf::RepeatedPtrField<proto::ReplicaState>* out) const;
+
+ private:
+  struct Copy {
+    explicit Copy(const VariableStore::Options& options)
+        : store(std::make_shared<VariableStore>(options)) {}
+    std::shared_ptr<VariableStore> store;
+    uint64_t source = 0;
+    int64_t stream = 0;
+    bool broken = false;
+    int64_t applied = 0;  // changes applied, in seq order
+    std::map<int64_t, std::pair<std::shared_ptr<const proto::ReplicateRequest>, Done>> ahead;
+  };
+  struct Slot {
+    absl::Mutex mu;
+    std::unique_ptr<Copy> copy ABSL_GUARDED_BY(mu);
+  };
+
+  // Applies one change to `copy` (in its turn).
+  static absl::Status ApplyOne(VariableStore& store, const proto::ReplicateRequest& request);
+  // Applies `request` (the next in turn) and every change waiting behind
+  // it; appends each caller's answer to `answers`.
+  static void ApplyInTurn(int shard, Copy& copy,
+                          std::shared_ptr<const proto::ReplicateRequest> request, Done done,
+                          std::vector<std::pair<Done, absl::Status>>* answers);
+
+  const VariableStore::Options options_;
+  mutable absl::Mutex mu_;
+  absl::flat_hash_map<int, std::shared_ptr<Slot>> slots_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace pst::ps
+
+#endif  // PST_PS_SERVER_BACKUP_COPIES_H_

@@ -1,0 +1,119 @@
+// The primary side of a replicated shard (PlacementPlan.replicas 2): every
+// change to the shard is applied here and forwarded, in the order it was
+// applied, to the backup, and its caller is answered only once the backup
+// has it. A ps that dies then loses no acknowledged change: its backup holds
+// every one.
+//
+// Changes are applied one at a time (the order lock is held across the
+// apply and the numbering), so that the backup, applying them in seq order,
+// goes through the same states. Forwards are sent as soon as they are
+// numbered, several in flight; the backup puts them back in order.
+//
+// When a forward fails (the backup is gone, or refused it), the backup is
+// out of sync: the primary logs it, stops forwarding and goes on alone,
+// answering every waiting caller. Without a backup, Change applies and
+// answers at once, with no lock of its own.
+//
+// Thread-safe. gRPC-free: the backup is reached through a ReplicaLink.
+#ifndef PST_PS_SERVER_REPLICA_SOURCE_H_
+#define PST_PS_SERVER_REPLICA_SOURCE_H_
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/functional/function_ref.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "proto/pstrain.pb.h"
+
+namespace pst::ps {
+
+// Sends a shard's changes to the ps holding its backup.
+class ReplicaLink {
+ public:
+  using Done = std::function<void(absl::Status)>;
+  virtual ~ReplicaLink() = default;
+  // Sends one change; `done` runs exactly once with the backup's answer,
+  // perhaps on another thread, perhaps before Send returns.
+  virtual void Send(std::shared_ptr<const proto::ReplicateRequest> request, Done done) = 0;
+};
+
+class ReplicaSource {
+ public:
+  using Done = std::function<void(absl::Status)>;
+
+  ReplicaSource(int shard, uint64_t incarnation) : shard_(shard), incarnation_(incarnation) {}
+
+  // Starts forwarding to `link`, the backup on ps `backup_ps`, unless a
+  // backup in sync is set already (CreateVariables, which names it, is
+  // repeated by a restarted chief). Starting again after the backup was
+  // lost begins a new stream, numbered 1 again, whose first change must be
+  // a create (the backup then starts its copy afresh).
+  void SetBackup(int backup_ps, std::unique_ptr<ReplicaLink> link);
+  // Whether a backup is set and in sync.
+  bool in_sync() const;
+
+  // One change to the shard. `apply` runs under the order lock and returns
+  // its status; on OK it fills `change` with what the backup must apply (or
+  // leaves it empty when nothing changed: a repeated push). `done` runs
+  // exactly once: with apply's error at once, or with OK once the backup
+  // holds this change and every one before it (at once without a backup in
+  // sync).
+  void Change(absl::FunctionRef<absl::Status(proto::ReplicateRequest* change)> apply, Done done);
+
+  // Runs `fn` between two changes (the order lock held), with the number of
+  // changes sequenced so far: a digest then matches the backup's at the same
+  // seq.
+  void Quiesced(absl::FunctionRef<void(int64_t seq)> fn) const;
+
+  // Stops forwarding (the backup is gone for good): the callers waiting are
+  // answered, and changes apply with no lock of this source's from now on.
+  void DropBackup();
+  // This shard was a backup promoted to primary: State reports when it
+  // served its first push from then on (NotePushServed).
+  void MarkPromoted();
+  // A push (dense or by rows) was applied or recognized as a repeat.
+  void NotePushServed();
+
+  // For Health.
+  void State(proto::ReplicaState* state) const;
+  bool has_backup() const;
+
+ private:
+  void Acked(int64_t stream, int64_t seq, const absl::Status& status);
+  // Completes the waiters up to acked_ (all of them once out of sync).
+  void Release(std::multimap<int64_t, Done>* ready) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const int shard_;
+  const uint64_t incarnation_;
+  // Held across an apply and its numbering. Before mu_.
+  mutable absl::Mutex order_mu_;
+  int64_t next_seq_ ABSL_GUARDED_BY(order_mu_) = 1;
+  int64_t stream_ ABSL_GUARDED_BY(order_mu_) = 0;
+
+  mutable absl::Mutex mu_;
+  int backup_ps_ ABSL_GUARDED_BY(mu_) = -1;
+  std::shared_ptr<ReplicaLink> link_ ABSL_GUARDED_BY(mu_);
+  bool in_sync_ ABSL_GUARDED_BY(mu_) = false;
+  int64_t sequenced_ ABSL_GUARDED_BY(mu_) = 0;
+  // Highest seq the backup acknowledged with every one before it; acks
+  // received above it.
+  int64_t acked_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t acked_stream_ ABSL_GUARDED_BY(mu_) = 0;  // the stream acks count for
+  std::set<int64_t> acked_ahead_ ABSL_GUARDED_BY(mu_);
+  // Callers waiting for the backup to hold seq.
+  std::multimap<int64_t, Done> waiting_ ABSL_GUARDED_BY(mu_);
+  // Promoted: when the first change was applied (0: none yet; -1: not
+  // promoted).
+  std::atomic<int64_t> first_change_ms_{-1};
+};
+
+}  // namespace pst::ps
+
+#endif  // PST_PS_SERVER_REPLICA_SOURCE_H_

@@ -1,0 +1,560 @@
+// Primary-backup replication of a shard (replica_source.h, backup_copies.h,
+// PsNode's replicated calls), with two PsNodes in this process joined by a
+// link that delivers forwards out of order: the backup must end equal to
+// the primary bit for bit, a caller must be answered only once the backup
+// holds its change, and a lost backup must not stop training.
+#include <atomic>
+#include <deque>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "common/tensor_util.h"
+#include "gtest/gtest.h"
+#include "ps_server/backup_copies.h"
+#include "ps_server/ps_node.h"
+#include "ps_server/replica_source.h"
+#include "ps_server/variable_store.h"
+
+namespace pst::ps {
+namespace {
+
+using Done = PsNode::Done;
+
+// Holds each forward until it is delivered: by Deliver(i), or by a thread
+// that delivers pending forwards in a random order (Shuffle()).
+class HeldLink : public ReplicaLink {
+ public:
+  using Target = std::function<void(std::shared_ptr<const proto::ReplicateRequest>, Done)>;
+  explicit HeldLink(Target target) : target_(std::move(target)) {}
+  ~HeldLink() override { StopShuffling(); }
+
+  void Send(std::shared_ptr<const proto::ReplicateRequest> request, Done done) override {
+    bool now = false, fail = false;
+    {
+      absl::MutexLock lock(&mu_);
+      fail = fail_;
+      now = !fail && !hold_;
+      if (!fail) ++sent_;
+      if (!fail && !now) pending_.push_back({request, std::move(done)});
+    }
+    if (fail) done(absl::UnavailableError("backup gone"));
+    if (now) target_(std::move(request), std::move(done));
+  }
+  // While held, forwards wait for Deliver or the shuffling thread; else
+  // they are delivered at once, in order.
+  void Hold(bool hold) {
+    absl::MutexLock lock(&mu_);
+    hold_ = hold;
+  }
+  int pending() {
+    absl::MutexLock lock(&mu_);
+    return static_cast<int>(pending_.size());
+  }
+  int sent() {
+    absl::MutexLock lock(&mu_);
+    return sent_;
+  }
+  // Delivers pending forward `i`; false if there is none.
+  bool Deliver(size_t i) {
+    Pending p;
+    {
+      absl::MutexLock lock(&mu_);
+      if (i >= pending_.size()) return false;
+      p = std::move(pending_[i]);
+      pending_.erase(pending_.begin() + static_cast<long>(i));
+    }
+    target_(p.request, p.done);
+    return true;
+  }
+  void DeliverAll() {
+    while (Deliver(0)) {
+    }
+  }
+  // From now on, every forward fails as if the backup were gone; those
+  // pending fail now.
+  void Fail() {
+    std::deque<Pending> failed;
+    {
+      absl::MutexLock lock(&mu_);
+      fail_ = true;
+      failed.swap(pending_);
+    }
+    for (Pending& p : failed) p.done(absl::UnavailableError("backup gone"));
+  }
+  void Shuffle(uint32_t seed) {
+    Hold(true);
+    shuffler_ = std::thread([this, seed] {
+      std::mt19937 rng(seed);
+      while (!stop_.load()) {
+        size_t n;
+        {
+          absl::MutexLock lock(&mu_);
+          auto has = [this] { return !pending_.empty() || stop_.load(); };
+          mu_.AwaitWithTimeout(absl::Condition(&has), absl::Milliseconds(20));
+          n = pending_.size();
+        }
+        if (n > 0) Deliver(std::uniform_int_distribution<size_t>(0, n - 1)(rng));
+      }
+    });
+  }
+  void StopShuffling() {
+    stop_.store(true);
+    if (shuffler_.joinable()) shuffler_.join();
+    DeliverAll();
+    Hold(false);
+  }
+
+ private:
+  struct Pending {
+    std::shared_ptr<const proto::ReplicateRequest> request;
+    Done done;
+  };
+  const Target target_;
+  absl::Mutex mu_;
+  std::deque<Pending> pending_ ABSL_GUARDED_BY(mu_);
+  bool fail_ ABSL_GUARDED_BY(mu_) = false;
+  bool hold_ ABSL_GUARDED_BY(mu_) = false;
+  int sent_ ABSL_GUARDED_BY(mu_) = 0;
+  std::atomic<bool> stop_{false};
+  std::thread shuffler_;
+};
+
+proto::VariableSpec Dense(const std::string& name, std::vector<int64_t> shape) {
+  proto::VariableSpec spec;
+  spec.set_name(name);
+  spec.set_dtype(proto::DT_FLOAT32);
+  for (int64_t d : shape) spec.add_shape(d);
+  spec.mutable_initializer()->set_kind(proto::Initializer::UNIFORM);
+  spec.mutable_initializer()->set_scale(0.5f);
+  spec.mutable_initializer()->set_seed(7);
+  return spec;
+}
+
+proto::VariableSpec Hash(const std::string& name, int64_t dim, int admit_after) {
+  proto::VariableSpec spec = Dense(name + "/part_0", {0, dim});
+  spec.set_variable(name);
+  spec.set_partition(0);
+  spec.set_num_partitions(1);
+  spec.set_routing(proto::HASH);
+  spec.set_admit_after(admit_after);
+  return spec;
+}
+
+// ps 0 (the primary of shard 0) and ps 1 (its backup), joined by a
+// HeldLink. The link is made when ps 0 is first created with copies.
+class ReplicationTest : public testing::Test {
+ protected:
+  ReplicationTest() {
+    PsNode::Options backup_options;
+    backup_options.ps_index = 1;
+    backup_options.incarnation = 2;
+    backup_ = std::make_unique<PsNode>(&backup_store_, backup_options);
+    PsNode::Options options;
+    options.ps_index = 0;
+    options.incarnation = 1;
+    options.link_to = [this](int index) -> std::unique_ptr<ReplicaLink> {
+      EXPECT_EQ(index, 1);
+      auto link = std::make_unique<HeldLink>(
+          [this](std::shared_ptr<const proto::ReplicateRequest> r, Done d) {
+            backup_->Replicate(std::move(r), std::move(d));
+          });
+      link_ = link.get();
+      return link;
+    };
+    primary_ = std::make_unique<PsNode>(&primary_store_, options);
+  }
+
+  proto::CreateVariablesRequest CreateRequest(proto::SyncMode mode, int workers) {
+    proto::CreateVariablesRequest request;
+    *request.add_variables() = Dense("w", {16, 8});
+    *request.add_variables() = Dense("b", {8});
+    *request.add_variables() = Hash("emb", 4, /*admit_after=*/2);
+    request.mutable_optimizer()->set_name("adam");
+    request.mutable_optimizer()->set_learning_rate(0.01f);
+    request.mutable_optimizer()->set_beta1(0.9f);
+    request.mutable_optimizer()->set_beta2(0.999f);
+    request.mutable_optimizer()->set_epsilon(1e-7f);
+    request.mutable_sync()->set_mode(mode);
+    request.mutable_sync()->set_num_workers(workers);
+    request.mutable_copies()->set_primary(0);
+    request.mutable_copies()->set_backup(1);
+    return request;
+  }
+
+  // Runs `call` and waits for its completion.
+  template <typename Call>
+  static absl::Status Await(Call call) {
+    absl::Notification n;
+    absl::Status status;
+    call([&](absl::Status s) {
+      status = std::move(s);
+      n.Notify();
+    });
+    n.WaitForNotification();
+    return status;
+  }
+
+  absl::Status Create(const proto::CreateVariablesRequest& request) {
+    proto::CreateVariablesResponse response;
+    return Await([&](Done d) { primary_->CreateVariables(&request, &response, std::move(d)); });
+  }
+
+  static proto::PushRequest DensePush(int worker, int64_t step, std::mt19937& rng) {
+    std::uniform_real_distribution<float> u(-1, 1);
+    proto::PushRequest push;
+    push.set_worker_index(worker);
+    push.set_incarnation(100 + worker);
+    push.set_step(step);
+    push.set_position(step);
+    for (const auto& [name, shape] :
+         std::vector<std::pair<std::string, std::vector<int64_t>>>{{"w", {16, 8}}, {"b", {8}}}) {
+      std::vector<float> g(static_cast<size_t>(shape.size() == 2 ? 128 : 8));
+      for (float& x : g) x = u(rng);
+      push.add_names(name);
+      common::PackFloats(g, common::Shape(shape.begin(), shape.end()), push.add_gradients());
+    }
+    return push;
+  }
+
+  static proto::PushRowsRequest RowPush(int worker, int64_t step, std::mt19937& rng) {
+    std::uniform_int_distribution<int64_t> id(0, 40);
+    std::uniform_real_distribution<float> u(-1, 1);
+    proto::PushRowsRequest push;
+    push.set_worker_index(worker);
+    push.set_incarnation(100 + worker);
+    push.set_step(step);
+    proto::RowIds* rows = push.add_rows();
+    rows->set_name("emb/part_0");
+    while (rows->ids_size() < 6) {
+      const int64_t x = id(rng);
+      bool seen = false;
+      for (int64_t y : rows->ids()) seen |= y == x;
+      if (!seen) rows->add_ids(x);
+    }
+    std::vector<float> g(6 * 4);
+    for (float& x : g) x = u(rng);
+    const std::vector<int64_t> shape = {6, 4};
+    common::PackFloats(g, common::Shape(shape.begin(), shape.end()), push.add_gradients());
+    return push;
+  }
+
+  void MixedChanges(proto::SyncMode mode);
+
+  // The primary's and the backup's replica states (digests included).
+  std::pair<proto::ReplicaState, proto::ReplicaState> States() {
+    proto::HealthRequest request;
+    request.set_digest(true);
+    proto::HealthResponse primary, backup;
+    primary_->Health(request, &primary);
+    backup_->Health(request, &backup);
+    EXPECT_EQ(primary.replicas_size(), 1);
+    EXPECT_EQ(backup.replicas_size(), 1);
+    if (primary.replicas_size() != 1 || backup.replicas_size() != 1) return {};
+    return {primary.replicas(0), backup.replicas(0)};
+  }
+
+  VariableStore primary_store_, backup_store_;
+  std::unique_ptr<PsNode> backup_;
+  std::unique_ptr<PsNode> primary_;
+  HeldLink* link_ = nullptr;
+};
+
+// Pushes of several workers at once, dense and by rows, pulls that make
+// hash rows, a membership change, all forwarded while a thread delivers
+// them in random order.
+void ReplicationTest::MixedChanges(proto::SyncMode mode) {
+  constexpr int kWorkers = 3, kSteps = 40;
+  proto::CreateVariablesRequest create = CreateRequest(mode, kWorkers);
+  create.mutable_sync()->set_staleness(2);
+  ASSERT_TRUE(Create(create).ok());
+  ASSERT_NE(link_, nullptr);
+  link_->Shuffle(/*seed=*/5);
+  std::vector<std::thread> workers;
+  std::atomic<int> failures{0};
+  for (int w = 0; w < kWorkers; ++w) {
+    workers.emplace_back([&, w] {
+      std::mt19937 rng(w + 1);
+      for (int step = 1; step <= kSteps; ++step) {
+        const proto::PushRequest dense = DensePush(w, step, rng);
+        proto::PushPullRequest pushpull;
+        *pushpull.mutable_push() = dense;
+        proto::PullResponse answer;
+        if (step % 2 == 0) {
+          if (!Await([&](Done d) {
+                 primary_->PushPull(&pushpull, nullptr, &answer, std::move(d));
+               }).ok()) {
+            ++failures;
+          }
+        } else {
+          proto::PushResponse pushed;
+          if (!Await([&](Done d) {
+                 primary_->Push(&dense, nullptr, &pushed, std::move(d));
+               }).ok()) {
+            ++failures;
+          }
+        }
+        const proto::PushRowsRequest rows = RowPush(w, step, rng);
+        proto::PullRowsRequest pull;
+        *pull.add_rows() = rows.rows(0);
+        proto::PullRowsResponse pulled;
+        proto::PushRowsResponse pushed_rows;
+        if (!Await([&](Done d) { primary_->PullRows(&pull, &pulled, std::move(d)); }).ok() ||
+            !Await([&](Done d) { primary_->PushRows(&rows, &pushed_rows, std::move(d)); }).ok()) {
+          ++failures;
+        }
+        if (w == 0 && step == kSteps / 2) {
+          proto::MembershipRequest membership;
+          membership.add_active_workers(0);
+          membership.add_active_workers(1);
+          membership.add_active_workers(2);
+          membership.set_replicas_to_aggregate(kWorkers);
+          proto::MembershipResponse unused;
+          if (!Await([&](Done d) {
+                 primary_->SetMembership(&membership, &unused, std::move(d));
+               }).ok()) {
+            ++failures;
+          }
+        }
+      }
+    });
+  }
+  for (std::thread& t : workers) t.join();
+  link_->StopShuffling();
+  EXPECT_EQ(failures.load(), 0);
+  // Every forward was answered before its caller was: nothing is pending.
+  EXPECT_EQ(link_->pending(), 0);
+  const auto [primary, backup] = States();
+  EXPECT_TRUE(primary.backup_in_sync());
+  EXPECT_EQ(primary.backup_ps(), 1);
+  // A create, 2 dense pushes + 1 row push + 1 row pull per worker step, one
+  // membership.
+  EXPECT_EQ(primary.seq(), 1 + kWorkers * kSteps * 3 + 1);
+  EXPECT_EQ(primary.acked(), primary.seq());
+  EXPECT_EQ(backup.seq(), primary.seq());
+  EXPECT_NE(primary.digest(), 0u);
+  EXPECT_EQ(backup.digest(), primary.digest());
+  EXPECT_GT(primary_store_.GetStats().hash_rows, 0);
+}
+
+TEST_F(ReplicationTest, AsyncBackupEqualsPrimaryAfterConcurrentChangesDeliveredOutOfOrder) {
+  MixedChanges(proto::ASYNC);
+}
+
+TEST_F(ReplicationTest, SspBackupEqualsPrimaryAfterConcurrentChangesDeliveredOutOfOrder) {
+  MixedChanges(proto::SSP);
+}
+
+TEST_F(ReplicationTest, SyncStepsAggregateTheSameOnTheBackup) {
+  constexpr int kWorkers = 2, kSteps = 15;
+  ASSERT_TRUE(Create(CreateRequest(proto::SYNC, kWorkers)).ok());
+  link_->Shuffle(/*seed=*/9);
+  std::vector<std::thread> workers;
+  std::atomic<int> failures{0};
+  for (int w = 0; w < kWorkers; ++w) {
+    workers.emplace_back([&, w] {
+      std::mt19937 rng(w + 11);
+      for (int step = 0; step < kSteps; ++step) {
+        proto::PushPullRequest pushpull;
+        *pushpull.mutable_push() = DensePush(w, step, rng);
+        pushpull.mutable_push()->set_base_version(step);
+        proto::PullResponse answer;
+        if (!Await([&](Done d) {
+               primary_->PushPull(&pushpull, nullptr, &answer, std::move(d));
+             }).ok()) {
+          ++failures;
+        }
+      }
+    });
+  }
+  for (std::thread& t : workers) t.join();
+  link_->StopShuffling();
+  EXPECT_EQ(failures.load(), 0);
+  EXPECT_EQ(primary_store_.GetStats().max_version, kSteps);
+  const auto [primary, backup] = States();
+  EXPECT_EQ(backup.seq(), primary.seq());
+  EXPECT_EQ(backup.digest(), primary.digest());
+  EXPECT_EQ(backup_store_.GetStats().max_version, 0);  // the copy is not ps 1's own store
+}
+
+TEST_F(ReplicationTest, CallerIsAnsweredOnlyOnceTheBackupHoldsTheChange) {
+  ASSERT_TRUE(Create(CreateRequest(proto::ASYNC, 1)).ok());
+  link_->Hold(true);
+  std::mt19937 rng(3);
+  const proto::PushRequest push = DensePush(0, 1, rng);
+  proto::PushResponse first, repeat;
+  std::atomic<bool> first_done{false}, repeat_done{false};
+  primary_->Push(&push, nullptr, &first, [&](absl::Status s) {
+    EXPECT_TRUE(s.ok()) << s;
+    first_done = true;
+  });
+  // Applied here, held on the way to the backup: not answered yet, and a
+  // retry of it (recognized as a repeat) waits for the original too.
+  EXPECT_FALSE(first_done.load());
+  primary_->Push(&push, nullptr, &repeat, [&](absl::Status s) {
+    EXPECT_TRUE(s.ok()) << s;
+    repeat_done = true;
+  });
+  EXPECT_FALSE(repeat_done.load());
+  EXPECT_TRUE(repeat.duplicate());
+  EXPECT_EQ(link_->pending(), 1);  // the repeat is not forwarded
+  link_->DeliverAll();
+  EXPECT_TRUE(first_done.load());
+  EXPECT_TRUE(repeat_done.load());
+  const auto [primary, backup] = States();
+  EXPECT_EQ(backup.digest(), primary.digest());
+}
+
+TEST_F(ReplicationTest, LostBackupIsOutOfSyncAndTrainingGoesOn) {
+  ASSERT_TRUE(Create(CreateRequest(proto::ASYNC, 1)).ok());
+  link_->Hold(true);
+  std::mt19937 rng(4);
+  const proto::PushRequest first = DensePush(0, 1, rng);
+  proto::PushResponse response;
+  std::atomic<bool> done{false};
+  primary_->Push(&first, nullptr, &response, [&](absl::Status s) {
+    EXPECT_TRUE(s.ok()) << s;
+    done = true;
+  });
+  EXPECT_FALSE(done.load());
+  link_->Fail();  // the backup dies with the push in flight
+  EXPECT_TRUE(done.load());
+  const proto::PushRequest second = DensePush(0, 2, rng);
+  EXPECT_TRUE(
+      Await([&](Done d) { primary_->Push(&second, nullptr, &response, std::move(d)); }).ok());
+  proto::HealthResponse health;
+  primary_->Health(proto::HealthRequest(), &health);
+  ASSERT_EQ(health.replicas_size(), 1);
+  EXPECT_FALSE(health.replicas(0).backup_in_sync());
+  EXPECT_EQ(health.replicas(0).seq(), 2);  // nothing sequenced once out of sync
+  EXPECT_EQ(primary_store_.GetStats().pushes_applied, 2);
+}
+
+TEST_F(ReplicationTest, RefusedCreateLeavesNothingToForward) {
+  proto::CreateVariablesRequest bad = CreateRequest(proto::ASYNC, 1);
+  bad.mutable_optimizer()->set_name("nonsense");
+  EXPECT_EQ(Create(bad).code(), absl::StatusCode::kInvalidArgument);
+  ASSERT_NE(link_, nullptr);
+  EXPECT_EQ(link_->sent(), 0);
+  proto::CreateVariablesRequest self = CreateRequest(proto::ASYNC, 1);
+  self.mutable_copies()->set_backup(0);
+  EXPECT_EQ(Create(self).code(), absl::StatusCode::kInvalidArgument);
+}
+
+// ps 0 dies with a push applied there but not yet on its backup; the chief
+// promotes the backup on ps 1. The worker sends both its pushes again to
+// ps 1: the one the backup holds is recognized as a repeat, the other is
+// applied, and the promoted copy ends where the lost primary was.
+TEST_F(ReplicationTest, PromotedBackupServesTheShard_AndARetryAcrossTheFailoverAppliesOnce) {
+  ASSERT_TRUE(Create(CreateRequest(proto::ASYNC, 1)).ok());
+  std::mt19937 rng(6);
+  const proto::PushRequest first = DensePush(0, 1, rng);
+  const proto::PushRequest second = DensePush(0, 2, rng);
+  proto::PushResponse response;
+  ASSERT_TRUE(
+      Await([&](Done d) { primary_->Push(&first, nullptr, &response, std::move(d)); }).ok());
+  link_->Hold(true);
+  bool second_answered = false;
+  primary_->Push(&second, nullptr, &response, [&](absl::Status) { second_answered = true; });
+  EXPECT_FALSE(second_answered);  // held on its way to the backup...
+  proto::HealthRequest digest;
+  digest.set_digest(true);
+  proto::HealthResponse before;
+  primary_->Health(digest, &before);
+  link_->Fail();  // ...when ps 0 dies: the backup never gets it
+
+  // A promotion needs the copy: ps 1 holds none of shard 5.
+  proto::RolesRequest roles;
+  roles.set_version(1);
+  roles.add_shards()->set_primary(1);
+  roles.mutable_shards(0)->set_backup(-1);
+  roles.add_shards()->set_primary(1);
+  roles.mutable_shards(1)->set_backup(-1);
+  proto::RolesRequest bad = roles;
+  for (int g = 2; g <= 5; ++g) bad.add_shards()->set_primary(1);
+  proto::RolesResponse promoted;
+  EXPECT_EQ(Await([&](Done d) { backup_->SetRoles(&bad, &promoted, std::move(d)); }).code(),
+            absl::StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(Await([&](Done d) { backup_->SetRoles(&roles, &promoted, std::move(d)); }).ok());
+  EXPECT_EQ(std::vector<int>(promoted.primaries().begin(), promoted.primaries().end()),
+            (std::vector<int>{0, 1}));
+  // An older layout is refused.
+  proto::RolesRequest old = roles;
+  old.set_version(0);
+  EXPECT_EQ(Await([&](Done d) { backup_->SetRoles(&old, &promoted, std::move(d)); }).code(),
+            absl::StatusCode::kFailedPrecondition);
+
+  // The worker's retries, now to ps 1.
+  proto::PushResponse again;
+  ASSERT_TRUE(Await([&](Done d) { backup_->Push(&first, nullptr, &again, std::move(d)); }).ok());
+  EXPECT_TRUE(again.duplicate());
+  ASSERT_TRUE(Await([&](Done d) { backup_->Push(&second, nullptr, &again, std::move(d)); }).ok());
+  EXPECT_FALSE(again.duplicate());
+  proto::HealthResponse after;
+  backup_->Health(digest, &after);
+  const proto::ReplicaState* shard0 = nullptr;
+  for (const proto::ReplicaState& r : after.replicas()) {
+    if (r.shard() == 0) shard0 = &r;
+  }
+  ASSERT_NE(shard0, nullptr) << after.DebugString();
+  EXPECT_TRUE(shard0->primary());
+  EXPECT_GT(shard0->first_change_unix_ms(), 0);
+  ASSERT_EQ(before.replicas_size(), 1);
+  EXPECT_EQ(shard0->digest(), before.replicas(0).digest()) << "the lost primary's state, exactly";
+  EXPECT_EQ(backup_->StoreFor("w")->GetStats().pushes_applied, 2);
+  EXPECT_EQ(backup_->StoreFor("w").get() == &backup_store_, false);
+  EXPECT_EQ(after.max_version(), 2);
+}
+
+// The backup side alone.
+TEST(BackupCopiesTest, TakesChangesInTurnAndRestartsWithANewPrimary) {
+  BackupCopies copies{VariableStore::Options()};
+  auto change = [](uint64_t source, int64_t seq) {
+    auto r = std::make_shared<proto::ReplicateRequest>();
+    r->set_shard(4);
+    r->set_source_incarnation(source);
+    r->set_seq(seq);
+    if (seq == 1) {
+      *r->mutable_create()->add_variables() = Dense("v", {2});
+      r->mutable_create()->mutable_optimizer()->set_name("sgd");
+      r->mutable_create()->mutable_optimizer()->set_learning_rate(1);
+      r->mutable_create()->mutable_sync()->set_num_workers(1);
+    } else {
+      r->mutable_membership()->add_active_workers(0);
+      r->mutable_membership()->set_replicas_to_aggregate(1);
+    }
+    return r;
+  };
+  auto apply = [&](std::shared_ptr<proto::ReplicateRequest> r) {
+    auto status = std::make_shared<absl::Status>(absl::UnknownError("not answered"));
+    copies.Apply(std::move(r), [status](absl::Status s) { *status = std::move(s); });
+    return status;
+  };
+  // A change from a primary it holds no copy of.
+  EXPECT_EQ(apply(change(7, 3))->code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(apply(change(7, 1))->ok());
+  // 3 before 2: waits, then both are taken in order.
+  auto third = apply(change(7, 3));
+  EXPECT_EQ(third->code(), absl::StatusCode::kUnknown);
+  EXPECT_TRUE(apply(change(7, 2))->ok());
+  EXPECT_TRUE(third->ok());
+  EXPECT_TRUE(apply(change(7, 2))->ok());  // a resend
+  google::protobuf::RepeatedPtrField<proto::ReplicaState> states;
+  copies.States(false, &states);
+  ASSERT_EQ(states.size(), 1);
+  EXPECT_EQ(states[0].shard(), 4);
+  EXPECT_EQ(states[0].seq(), 3);
+  // The primary restarted: its create starts the copy again.
+  EXPECT_TRUE(apply(change(8, 1))->ok());
+  states.Clear();
+  copies.States(false, &states);
+  EXPECT_EQ(states[0].seq(), 1);
+  // A late change of the old primary is refused.
+  EXPECT_EQ(apply(change(7, 4))->code(), absl::StatusCode::kFailedPrecondition);
+}
+
+}  // namespace
+}  // namespace pst::ps
