@@ -167,6 +167,12 @@ absl::Status Job::Start() {
     if (some_kept) return LostWithoutCheckpoint("a ps restarted while the chief was down");
     return absl::OkStatus();
   }
+  if (replicas_.enabled() && !common::ListCheckpoints(options_.checkpoint_dir).empty()) {
+    // Every copy is restored next: each primary forwards to its backup
+    // afresh (a backup may have been lost with the chief).
+    PST_RETURN_IF_ERROR(CreateEverywhere(clock_->Now() + timing_.startup_timeout, &created,
+                                         /*restoring=*/true));
+  }
   PST_ASSIGN_OR_RETURN(std::optional<proto::CheckpointManifest> manifest,
                        RestoreLatest(*control_, ps_, options_, generation, CurrentState()));
   if (!manifest.has_value()) {

@@ -53,8 +53,8 @@ inline constexpr int64_t kMaxEntryValuesBytes = 12 << 20;
 // `index` (the ps serving it: `shard` itself but after a failover), with
 // `state.training()`'s optimizer and sync, as CreateOnPs does (in a
 // replicated plan, the ps's own shard names its backup: the ps forwards
-// them to it; `restoring`: every copy is restored next, so a primary whose
-// backup was lost forwards to it again: CreateVariablesRequest.restart_backup). Without
+// them to it; `restoring`: every copy is restored next, so the primary
+// forwards to its backup afresh: CreateVariablesRequest.restart_backup). Without
 // `values` (null) in one request; with them, in as many as keep each
 // request's values under kCreateValuesBytes. A ps whose incarnation
 // changes between those requests (it restarted half-created) is created

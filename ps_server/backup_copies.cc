@@ -90,6 +90,16 @@ void BackupCopies::Apply(std::shared_ptr<const proto::ReplicateRequest> request,
   }
   const int shard = request->shard();
   std::vector<std::pair<Done, absl::Status>> answers;
+  bool taken;
+  {
+    absl::MutexLock lock(&slot->mu);
+    taken = slot->taken;
+  }
+  if (taken) {
+    done(absl::AbortedError(
+        absl::StrCat("shard ", shard, " is served by this ps now: its old primary is fenced off")));
+    return;
+  }
   {
     absl::MutexLock lock(&slot->mu);
     Copy* copy = slot->copy.get();
@@ -171,14 +181,17 @@ absl::StatusOr<std::shared_ptr<VariableStore>> BackupCopies::Take(int shard) {
     absl::MutexLock lock(&slot->mu);
     if (slot->copy != nullptr && !slot->copy->broken) {
       for (auto& [seq, waiting] : slot->copy->ahead) {
-        answers.emplace_back(std::move(waiting.second),
-                             absl::UnavailableError(absl::StrCat(
-                                 "shard ", shard, "'s backup was promoted to primary")));
+        answers.emplace_back(
+            std::move(waiting.second),
+            absl::AbortedError(absl::StrCat("shard ", shard,
+                                            " is served by this ps now: its old primary is "
+                                            "fenced off")));
       }
       spdlog::info("backup copy of shard {}: {} change(s) applied, {} waiting dropped", shard,
                    slot->copy->applied, slot->copy->ahead.size());
       store = slot->copy->store;
       slot->copy.reset();
+      slot->taken = true;
     }
   }
   for (auto& [answer, status] : answers) answer(status);
@@ -187,6 +200,18 @@ absl::StatusOr<std::shared_ptr<VariableStore>> BackupCopies::Take(int shard) {
         absl::StrCat("this ps holds no whole copy of shard ", shard));
   }
   return store;
+}
+
+void BackupCopies::Release(int shard) {
+  std::shared_ptr<Slot> slot;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = slots_.find(shard);
+    if (it == slots_.end()) return;
+    slot = it->second;
+  }
+  absl::MutexLock lock(&slot->mu);
+  slot->taken = false;
 }
 
 std::vector<BackupCopies::Held> BackupCopies::Copies() const {

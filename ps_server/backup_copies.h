@@ -8,7 +8,8 @@
 // the copy afresh, as does a create numbered 1 of a new stream of the same
 // primary (it forwards again after losing its backup). A change the copy cannot take (it has no
 // copy from that incarnation, or it refuses a change its primary took) is refused with
-// FailedPrecondition and the copy is marked broken: its primary then counts
+// FailedPrecondition and the copy is marked broken (a forward for a shard
+// this ps serves now is refused with Aborted: see Take): its primary then counts
 // its backup out of sync. A change refused as being of another restore
 // generation was overtaken by a restore of both copies and counts as taken.
 //
@@ -57,10 +58,15 @@ class BackupCopies {
   // ps holds no copy of `shard`, or a broken one.
   absl::Status CanTake(int shard) const;
   // Removes the copy of `shard` and gives its store (to serve it as its
-  // primary). Changes still waiting for an earlier one are refused: the
-  // primary that sent them is gone, and their callers send them again.
-  // Errors: as CanTake.
+  // primary). Changes still waiting for an earlier one are refused with
+  // Aborted: the primary that sent them is gone (or fenced off), and their
+  // callers send them again to this ps.
+  // From then on, forwards for `shard` are refused with Aborted (the old
+  // primary, should it still run, is fenced off: ReplicaSource) until
+  // Release(shard). Errors: as CanTake.
   absl::StatusOr<std::shared_ptr<VariableStore>> Take(int shard);
+  // This ps no longer serves `shard`: a new primary may forward to it again.
+  void Release(int shard);
 
   // One ReplicaState per copy (with `digest`, a digest of each, taken
   // between two changes).
@@ -80,6 +86,9 @@ class BackupCopies {
   struct Slot {
     absl::Mutex mu;
     std::unique_ptr<Copy> copy ABSL_GUARDED_BY(mu);
+    // Taken (promoted): this ps serves the shard now, and its old primary
+    // is fenced off: its forwards are refused with Aborted.
+    bool taken ABSL_GUARDED_BY(mu) = false;
   };
 
   // Applies one change to `copy` (in its turn).

@@ -5,25 +5,49 @@
 namespace pst::ps {
 namespace {
 
-PsNode::Options NodeOptions(int index, uint64_t incarnation, const InProcessPs::Options& options) {
+// A primary's forwards to ps `to` of `ps`, delivered on the caller's
+// thread (to whichever ps is at that index now, as over the network).
+class InProcessReplicaLink final : public ReplicaLink {
+ public:
+  InProcessReplicaLink(const InProcessPs* ps, int to) : ps_(ps), to_(to) {}
+  void Send(std::shared_ptr<const proto::ReplicateRequest> request, Done done) override {
+    absl::StatusOr<InProcessPs::Server*> server = ps_->Get(to_);
+    if (!server.ok()) return done(server.status());
+    (*server)->node.Replicate(std::move(request), std::move(done));
+  }
+
+ private:
+  const InProcessPs* const ps_;
+  const int to_;
+};
+
+PsNode::Options NodeOptions(const InProcessPs* ps, int index, uint64_t incarnation,
+                            const InProcessPs::Options& options) {
   PsNode::Options node;
   node.ps_index = index;
   node.task = absl::StrCat("ps-", index);
   node.incarnation = incarnation;
   node.checkpoint_dir = options.checkpoint_dir;
+  node.store_options = options.store;
+  const int num_ps = ps->num_ps();
+  node.link_to = [ps, num_ps](int to) -> std::unique_ptr<ReplicaLink> {
+    if (to < 0 || to >= num_ps) return nullptr;
+    return std::make_unique<InProcessReplicaLink>(ps, to);
+  };
   return node;
 }
 
 }  // namespace
 
-InProcessPs::Server::Server(int index, uint64_t incarnation, const Options& options)
-    : store(options.store), node(&store, NodeOptions(index, incarnation, options)) {}
+InProcessPs::Server::Server(const InProcessPs* ps, int index, uint64_t incarnation,
+                            const Options& options)
+    : store(options.store), node(&store, NodeOptions(ps, index, incarnation, options)) {}
 
 InProcessPs::InProcessPs(int num_ps, Options options)
     : num_ps_(num_ps), options_(std::move(options)) {
   absl::MutexLock lock(&mu_);
   for (int i = 0; i < num_ps; ++i) {
-    servers_.push_back(std::make_unique<Server>(i, IncarnationOf(i, 0), options_));
+    servers_.push_back(std::make_unique<Server>(this, i, IncarnationOf(i, 0), options_));
   }
   restarts_.assign(num_ps, 0);
   down_.assign(num_ps, false);
@@ -59,10 +83,12 @@ void InProcessPs::Restart(int index) {
     old = servers_[index].get();
     retired_.push_back(std::move(servers_[index]));
     servers_[index] =
-        std::make_unique<Server>(index, IncarnationOf(index, ++restarts_[index]), options_);
+        std::make_unique<Server>(this, index, IncarnationOf(index, ++restarts_[index]), options_);
   }
-  old->store.CancelAllWaiters(
-      absl::UnavailableError(absl::StrCat("in-process ps ", index, " was restarted")));
+  for (const auto& store : old->node.PrimaryStores()) {
+    store->CancelAllWaiters(
+        absl::UnavailableError(absl::StrCat("in-process ps ", index, " was restarted")));
+  }
 }
 
 void InProcessPs::SetDown(int index, bool down) {

@@ -35,9 +35,10 @@ class InProcessPs {
     VariableStore::Options store;
   };
 
-  // One ps. Alive as long as the InProcessPs, restarted or not.
+  // One ps. Alive as long as the InProcessPs, restarted or not. In a
+  // replicated job it forwards to the others of `ps` in this process.
   struct Server {
-    Server(int index, uint64_t incarnation, const Options& options);
+    Server(const InProcessPs* ps, int index, uint64_t incarnation, const Options& options);
     VariableStore store;
     PsNode node;
     common::StopSignal shutdown;  // stopped by a Shutdown call

@@ -13,35 +13,37 @@ void InProcessPsTransport::Pull(int ps, const proto::PullRequest* request,
                                 proto::PullResponse* response, Done done) {
   absl::StatusOr<InProcessPs::Server*> server = ps_->Get(ps);
   if (!server.ok()) return done(server.status());
-  (*server)->store.PullWhenReady(request, response, std::move(done));
+  (*server)
+      ->node.StoreFor(request->names().empty() ? "" : request->names(0))
+      ->PullWhenReady(request, response, std::move(done));
 }
 
 void InProcessPsTransport::Push(int ps, const proto::PushRequest* request,
                                 proto::PushResponse* response, Done done) {
   absl::StatusOr<InProcessPs::Server*> server = ps_->Get(ps);
   if (!server.ok()) return done(server.status());
-  done((*server)->store.Push(*request, response));
+  (*server)->node.Push(request, nullptr, response, std::move(done));
 }
 
 void InProcessPsTransport::PushPull(int ps, const proto::PushPullRequest* request,
                                     proto::PullResponse* response, Done done) {
   absl::StatusOr<InProcessPs::Server*> server = ps_->Get(ps);
   if (!server.ok()) return done(server.status());
-  (*server)->store.PushPullWhenReady(request, response, std::move(done));
+  (*server)->node.PushPull(request, nullptr, response, std::move(done));
 }
 
 void InProcessPsTransport::PullRows(int ps, const proto::PullRowsRequest* request,
                                     proto::PullRowsResponse* response, Done done) {
   absl::StatusOr<InProcessPs::Server*> server = ps_->Get(ps);
   if (!server.ok()) return done(server.status());
-  done((*server)->store.PullRows(*request, response));
+  (*server)->node.PullRows(request, response, std::move(done));
 }
 
 void InProcessPsTransport::PushRows(int ps, const proto::PushRowsRequest* request,
                                     proto::PushRowsResponse* response, Done done) {
   absl::StatusOr<InProcessPs::Server*> server = ps_->Get(ps);
   if (!server.ok()) return done(server.status());
-  done((*server)->store.PushRows(*request, response));
+  (*server)->node.PushRows(request, response, std::move(done));
 }
 
 std::string InProcessPsTransport::Describe(int ps) const {

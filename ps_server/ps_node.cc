@@ -49,8 +49,8 @@ void PsNode::CreateVariables(const proto::CreateVariablesRequest* request,
       done(absl::FailedPreconditionError("this ps cannot reach other ps to keep a backup"));
       return;
     }
-    // A first backup; or, before a restore of every copy, one lost since.
-    if (!own_->source->has_backup() || (request->restart_backup() && !own_->source->in_sync())) {
+    // A first backup; or, before a restore of every copy, a new stream.
+    if (!own_->source->has_backup() || request->restart_backup()) {
       std::unique_ptr<ReplicaLink> link = options_.link_to(backup);
       if (link == nullptr) {
         done(absl::InvalidArgumentError(absl::StrCat("the backup of shard ", options_.ps_index,
@@ -58,7 +58,7 @@ void PsNode::CreateVariables(const proto::CreateVariablesRequest* request,
                                                      ", which is not in this cluster")));
         return;
       }
-      own_->source->SetBackup(backup, std::move(link));
+      own_->source->SetBackup(backup, std::move(link), request->restart_backup());
     }
   }
   // A shard promoted here is created again (idempotently) on this ps by a

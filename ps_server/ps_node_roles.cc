@@ -83,6 +83,7 @@ void PsNode::SetRoles(const proto::RolesRequest* request, proto::RolesResponse* 
         continue;
       }
       spdlog::info("no longer serving shard {}", g);
+      backups_.Release(g);
       dropped.push_back(*it);
       it = promoted_.erase(it);
     }

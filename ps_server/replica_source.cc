@@ -10,20 +10,26 @@
 
 namespace pst::ps {
 
-void ReplicaSource::SetBackup(int backup_ps, std::unique_ptr<ReplicaLink> link) {
-  absl::MutexLock order(&order_mu_);
-  absl::MutexLock lock(&mu_);
-  if (in_sync_ || link == nullptr) return;
-  backup_ps_ = backup_ps;
-  link_ = std::move(link);
-  in_sync_ = true;
-  ++stream_;
-  acked_stream_ = stream_;
-  next_seq_ = 1;
-  sequenced_ = acked_ = 0;
-  acked_ahead_.clear();
-  spdlog::info("shard {}: changes are forwarded to its backup on ps {}{}", shard_, backup_ps,
-               stream_ > 1 ? absl::StrCat(" (stream ", stream_, ")") : std::string());
+void ReplicaSource::SetBackup(int backup_ps, std::unique_ptr<ReplicaLink> link, bool restart) {
+  std::multimap<int64_t, Done> answered;  // callers of the old stream
+  {
+    absl::MutexLock order(&order_mu_);
+    absl::MutexLock lock(&mu_);
+    if ((in_sync_ && !restart) || link == nullptr) return;
+    answered.swap(waiting_);
+    backup_ps_ = backup_ps;
+    link_ = std::move(link);
+    in_sync_ = true;
+    fenced_ = false;
+    ++stream_;
+    acked_stream_ = stream_;
+    next_seq_ = 1;
+    sequenced_ = acked_ = 0;
+    acked_ahead_.clear();
+    spdlog::info("shard {}: changes are forwarded to its backup on ps {}{}", shard_, backup_ps,
+                 stream_ > 1 ? absl::StrCat(" (stream ", stream_, ")") : std::string());
+  }
+  for (auto& [unused, done] : answered) done(absl::OkStatus());
 }
 
 bool ReplicaSource::in_sync() const {
@@ -39,9 +45,15 @@ bool ReplicaSource::has_backup() const {
 void ReplicaSource::Change(absl::FunctionRef<absl::Status(proto::ReplicateRequest* change)> apply,
                            Done done) {
   std::shared_ptr<ReplicaLink> link;
+  bool fenced;
   {
     absl::MutexLock lock(&mu_);
+    fenced = fenced_;
     if (in_sync_) link = link_;
+  }
+  if (fenced) {
+    done(FencedError());
+    return;
   }
   if (link == nullptr) {  // no backup to keep in step: nothing to order
     proto::ReplicateRequest unused;
@@ -83,13 +95,30 @@ void ReplicaSource::Change(absl::FunctionRef<absl::Status(proto::ReplicateReques
   if (now) now(status);
 }
 
+absl::Status ReplicaSource::FencedError() const {
+  return absl::UnavailableError(absl::StrCat(
+      "shard ", shard_, " moved: its backup was promoted to primary; send to the new one"));
+}
+
 void ReplicaSource::Acked(int64_t stream, int64_t seq, const absl::Status& status) {
   std::multimap<int64_t, Done> ready;
+  bool fenced = false;
   {
     absl::MutexLock lock(&mu_);
     // A late answer from a stream given up on: its callers were answered.
     if (stream != acked_stream_) return;
-    if (!status.ok()) {
+    if (status.code() == absl::StatusCode::kAborted) {
+      if (!fenced_) {
+        spdlog::error(
+            "shard {}: its backup on ps {} was promoted in this primary's place ({}): "
+            "refusing changes from now on",
+            shard_, backup_ps_, status.message());
+      }
+      fenced_ = true;
+      in_sync_ = false;
+      waiting_.swap(ready);
+      fenced = true;
+    } else if (!status.ok()) {
       if (in_sync_) {
         spdlog::error(
             "shard {}: its backup on ps {} did not take change {} ({}): the backup is out of sync; "
@@ -104,9 +133,9 @@ void ReplicaSource::Acked(int64_t stream, int64_t seq, const absl::Status& statu
         acked_ahead_.erase(acked_ahead_.begin());
       }
     }
-    Release(&ready);
+    if (!fenced) Release(&ready);
   }
-  for (auto& [unused, done] : ready) done(absl::OkStatus());
+  for (auto& [unused, done] : ready) done(fenced ? FencedError() : absl::OkStatus());
 }
 
 void ReplicaSource::Release(std::multimap<int64_t, Done>* ready) {

@@ -12,7 +12,11 @@
 // When a forward fails (the backup is gone, or refused it), the backup is
 // out of sync: the primary logs it, stops forwarding and goes on alone,
 // answering every waiting caller. Without a backup, Change applies and
-// answers at once, with no lock of its own.
+// answers at once, with no lock of its own. A backup that answers Aborted
+// was promoted in its place (the chief took this primary for lost): this
+// source is fenced off, and every caller waiting or to come is answered
+// Unavailable, so the workers send their requests to the new primary
+// instead of losing them here.
 //
 // Thread-safe. gRPC-free: the backup is reached through a ReplicaLink.
 #ifndef PST_PS_SERVER_REPLICA_SOURCE_H_
@@ -52,10 +56,12 @@ class ReplicaSource {
 
   // Starts forwarding to `link`, the backup on ps `backup_ps`, unless a
   // backup in sync is set already (CreateVariables, which names it, is
-  // repeated by a restarted chief). Starting again after the backup was
-  // lost begins a new stream, numbered 1 again, whose first change must be
-  // a create (the backup then starts its copy afresh).
-  void SetBackup(int backup_ps, std::unique_ptr<ReplicaLink> link);
+  // repeated by a restarted chief) and not `restart`. Starting again begins
+  // a new stream, numbered 1 again, whose first change must be a create
+  // (the backup then starts its copy afresh; every copy is restored from a
+  // checkpoint right after). Callers waiting on the old stream are
+  // answered.
+  void SetBackup(int backup_ps, std::unique_ptr<ReplicaLink> link, bool restart = false);
   // Whether a backup is set and in sync.
   bool in_sync() const;
 
@@ -87,6 +93,7 @@ class ReplicaSource {
 
  private:
   void Acked(int64_t stream, int64_t seq, const absl::Status& status);
+  absl::Status FencedError() const;
   // Completes the waiters up to acked_ (all of them once out of sync).
   void Release(std::multimap<int64_t, Done>* ready) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
@@ -106,6 +113,7 @@ class ReplicaSource {
   // received above it.
   int64_t acked_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t acked_stream_ ABSL_GUARDED_BY(mu_) = 0;  // the stream acks count for
+  bool fenced_ ABSL_GUARDED_BY(mu_) = false;
   std::set<int64_t> acked_ahead_ ABSL_GUARDED_BY(mu_);
   // Callers waiting for the backup to hold seq.
   std::multimap<int64_t, Done> waiting_ ABSL_GUARDED_BY(mu_);

@@ -444,6 +444,29 @@ TEST_F(ReplicationTest, RefusedCreateLeavesNothingToForward) {
   EXPECT_EQ(Create(self).code(), absl::StatusCode::kInvalidArgument);
 }
 
+// Before a restore of every copy the chief has each primary forward afresh
+// (restart_backup): a new stream whose create starts the backup's copy
+// again, ready for the restore to fill both alike.
+TEST_F(ReplicationTest, RestartedStreamStartsTheBackupCopyAfresh) {
+  ASSERT_TRUE(Create(CreateRequest(proto::ASYNC, 1)).ok());
+  std::mt19937 rng(8);
+  const proto::PushRequest push = DensePush(0, 1, rng);
+  proto::PushResponse response;
+  ASSERT_TRUE(Await([&](Done d) { primary_->Push(&push, nullptr, &response, std::move(d)); }).ok());
+  EXPECT_EQ(States().second.seq(), 2);
+  HeldLink* first = link_;
+  proto::CreateVariablesRequest again = CreateRequest(proto::ASYNC, 1);
+  again.set_restart_backup(true);
+  ASSERT_TRUE(Create(again).ok());
+  EXPECT_NE(link_, first);  // a new link, a new stream
+  const auto [primary, backup] = States();
+  EXPECT_TRUE(primary.backup_in_sync());
+  EXPECT_EQ(primary.seq(), 1);
+  EXPECT_EQ(backup.seq(), 1);
+  EXPECT_NE(backup.digest(), primary.digest())
+      << "the fresh copy lacks the push: a restore follows";
+}
+
 // ps 0 dies with a push applied there but not yet on its backup; the chief
 // promotes the backup on ps 1. The worker sends both its pushes again to
 // ps 1: the one the backup holds is recognized as a repeat, the other is
@@ -509,13 +532,43 @@ TEST_F(ReplicationTest, PromotedBackupServesTheShard_AndARetryAcrossTheFailoverA
   EXPECT_EQ(after.max_version(), 2);
 }
 
+// The chief took ps 0 for lost (it hung) and promoted its backup, but ps 0
+// runs on and a worker that has not heard reaches it: its forward is
+// refused, and the push is answered Unavailable (so the worker sends it to
+// the new primary) instead of being taken by a copy nobody reads.
+TEST_F(ReplicationTest, OldPrimaryIsFencedOffOnceItsBackupIsPromoted) {
+  ASSERT_TRUE(Create(CreateRequest(proto::ASYNC, 1)).ok());
+  proto::RolesRequest roles;
+  roles.set_version(1);
+  for (int g = 0; g < 2; ++g) {
+    roles.add_shards()->set_primary(1);
+    roles.mutable_shards(g)->set_backup(-1);
+  }
+  proto::RolesResponse promoted;
+  ASSERT_TRUE(Await([&](Done d) { backup_->SetRoles(&roles, &promoted, std::move(d)); }).ok());
+  std::mt19937 rng(9);
+  const proto::PushRequest push = DensePush(0, 1, rng);
+  proto::PushResponse response;
+  absl::Status status =
+      Await([&](Done d) { primary_->Push(&push, nullptr, &response, std::move(d)); });
+  EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable) << status;
+  const proto::PushRequest next = DensePush(0, 2, rng);
+  status = Await([&](Done d) { primary_->Push(&next, nullptr, &response, std::move(d)); });
+  EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable) << status;
+  // The new primary takes both, once each.
+  ASSERT_TRUE(Await([&](Done d) { backup_->Push(&push, nullptr, &response, std::move(d)); }).ok());
+  ASSERT_TRUE(Await([&](Done d) { backup_->Push(&next, nullptr, &response, std::move(d)); }).ok());
+  EXPECT_EQ(backup_->StoreFor("w")->GetStats().pushes_applied, 2);
+}
+
 // The backup side alone.
 TEST(BackupCopiesTest, TakesChangesInTurnAndRestartsWithANewPrimary) {
   BackupCopies copies{VariableStore::Options()};
-  auto change = [](uint64_t source, int64_t seq) {
+  auto change = [](uint64_t source, int64_t seq, int64_t stream = 1) {
     auto r = std::make_shared<proto::ReplicateRequest>();
     r->set_shard(4);
     r->set_source_incarnation(source);
+    r->set_stream(stream);
     r->set_seq(seq);
     if (seq == 1) {
       *r->mutable_create()->add_variables() = Dense("v", {2});
@@ -554,6 +607,15 @@ TEST(BackupCopiesTest, TakesChangesInTurnAndRestartsWithANewPrimary) {
   EXPECT_EQ(states[0].seq(), 1);
   // A late change of the old primary is refused.
   EXPECT_EQ(apply(change(7, 4))->code(), absl::StatusCode::kFailedPrecondition);
+  // The same primary forwarding afresh (a new stream, before a restore):
+  // its create starts the copy again, and the old stream's changes are
+  // refused from then on.
+  EXPECT_TRUE(apply(change(8, 2))->ok());
+  EXPECT_TRUE(apply(change(8, 1, /*stream=*/2))->ok());
+  EXPECT_EQ(apply(change(8, 3))->code(), absl::StatusCode::kFailedPrecondition);
+  states.Clear();
+  copies.States(false, &states);
+  EXPECT_EQ(states[0].seq(), 1);
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include <random>
 
 #include "absl/strings/str_cat.h"
+#include "client/shard_routes.h"
 #include "common/checkpoint_format.h"
 #include "common/status_macros.h"
 #include "data/mnist_reader.h"
@@ -280,6 +281,7 @@ InProcessCluster::InProcessCluster(Config config) : config_(config), gate_(confi
   training.mutable_optimizer()->set_name("sgd");
   training.mutable_optimizer()->set_learning_rate(0.1f);
   training.mutable_sync()->set_mode(config.mode);
+  training.set_ps_replicas(config.ps_replicas);
   options_.timing.heartbeat_interval = kHeartbeat;
   options_.timing.peer_timeout = 3 * kHeartbeat;
   options_.timing.startup_timeout = absl::Hours(1);
@@ -495,7 +497,11 @@ absl::StatusOr<chief::EvalResult> InProcessCluster::Evaluate(const proto::Cluste
                        worker::ModelVariables(options_.training));
   PST_ASSIGN_OR_RETURN(
       std::unique_ptr<worker::PsClient> client,
-      worker::PsClient::Create(state.plan(), worker::DenseNames(variables), transport_, -1, 0));
+      worker::PsClient::Create(
+          state.plan(), worker::DenseNames(variables),
+          worker::MakeRoutedTransport(
+              transport_, worker::ShardRoutes::FromPlan(state.plan(), state.routing_version())),
+          -1, 0));
   chief::EvalResult result;
   worker::Values params;
   PST_ASSIGN_OR_RETURN(result.global_step, client->Pull(&params));

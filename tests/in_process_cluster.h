@@ -142,6 +142,7 @@ class InProcessCluster {
     int batch_size = 4;
     int epochs = 2;
     int64_t save_steps = 0;  // 0: only the final checkpoint
+    int ps_replicas = 1;     // 2: a backup of every shard (--ps_replicas)
   };
 
   explicit InProcessCluster(Config config);

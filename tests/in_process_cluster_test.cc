@@ -82,6 +82,42 @@ TEST(InProcessClusterTest, FaultFreeJob_SavesWhereHeld_EndsAtTheFinalStep) {
   EXPECT_TRUE(summary["recoveries"].empty());
 }
 
+// --ps_replicas=2: ps 0 dies at step 4 (and comes back empty); its shard's
+// backup on ps 1 takes over. No restore, no new generation, no worker goes
+// back, and the job ends with the fault-free parameters, bit for bit.
+TEST(InProcessFailoverTest, PrimaryLost_BackupTakesOver_NoRestore_EndsAsFaultFree) {
+  Config config = Sync(0);
+  config.ps_replicas = 2;
+  InProcessCluster cluster(config);
+  cluster.StartChief();
+  cluster.StartWorkers();
+  cluster.SettleAt(4);
+  cluster.ps().Restart(0);
+  ASSERT_TRUE(cluster.clock().Tick());
+  ASSERT_EQ(cluster.job().failovers().size(), 1u);
+  EXPECT_TRUE(cluster.job().recoveries().empty());
+  const chief::Coordinator::Snapshot snap = cluster.Check();
+  EXPECT_EQ(snap.phase, proto::PHASE_RUNNING);
+  EXPECT_EQ(snap.generation, 0);
+  EXPECT_EQ(snap.global_step, 4);
+  EXPECT_EQ(snap.positions, (std::vector<int64_t>{4, 4}));
+  // ps 1 serves both shards, at the version ps 0 had reached.
+  EXPECT_EQ(cluster.Health(1).max_version(), 4);
+
+  cluster.ReleaseAll();
+  const absl::Status finished = cluster.FinishJob();
+  ASSERT_TRUE(finished.ok()) << finished;
+  EXPECT_EQ(cluster.gate().FirstPosition(0, 1), -1) << "no worker went back";
+  ASSERT_EQ(cluster.evaluated().size(), 1u);
+  EXPECT_EQ(cluster.evaluated()[0], FaultFree());
+  const nlohmann::json summary = Summary(cluster);
+  EXPECT_EQ(summary["global_step"], 8);
+  EXPECT_TRUE(summary["recoveries"].empty());
+  ASSERT_EQ(summary["failovers"].size(), 1u);
+  EXPECT_EQ(summary["failovers"][0]["steps_lost"], 0);
+  EXPECT_EQ(summary["failovers"][0]["shards"][0]["new_primary"], 1);
+}
+
 TEST(InProcessRecoveryTest, PsLostDuringASave_RestoresThePreviousCheckpoint_EndsAsFaultFree) {
   InProcessCluster cluster(Sync(3));
   cluster.StartChief();
