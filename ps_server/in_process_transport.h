@@ -1,5 +1,6 @@
-// A PsTransport whose ps are VariableStores in this process: calls run
-// synchronously on the caller's thread. The single-process reference trainer
+// A PsTransport whose ps are in this process (InProcessPs): each call runs
+// the ps's own logic (PsNode, so a replicated job's pushes are forwarded to
+// the backup) synchronously on the caller's thread. The single-process reference trainer
 // uses it, so a model trained "in one process" runs exactly the optimizer,
 // validation and partition code the cluster runs, without the network; tests
 // run a whole cluster over it and InProcessPsControl, sharing one
