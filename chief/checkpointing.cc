@@ -9,6 +9,7 @@
 #include "chief/checkpoint_cut.h"
 #include "common/checkpoint_format.h"
 #include "common/logging.h"
+#include "common/placement.h"
 #include "common/safe_file.h"
 #include "common/status_macros.h"
 
@@ -29,9 +30,7 @@ absl::StatusOr<SaveFigures> SaveCheckpoint(common::PsControl& control,
   auto each_ps = [&](proto::SaveRequest::Phase phase, const std::string& name,
                      std::vector<proto::SaveResponse>* answers) {
     return ForEachPs(ps.size(), [&](size_t i) -> absl::Status {
-      const int target = replicated && static_cast<int>(i) < state.plan().shards_size()
-                             ? state.plan().shards(static_cast<int>(i)).primary()
-                             : static_cast<int>(i);
+      const int target = common::PrimaryOf(state.plan(), static_cast<int>(i));
       proto::SaveRequest request;
       request.set_phase(phase);
       request.set_checkpoint(name);
@@ -155,13 +154,6 @@ absl::StatusOr<SaveFigures> SaveCheckpoint(common::PsControl& control,
 absl::StatusOr<std::optional<proto::CheckpointManifest>> RestoreLatest(
     common::PsControl& control, const std::vector<PsPeer>& ps, const ChiefOptions& options,
     int64_t generation, const proto::ClusterState& state) {
-  auto holds_a_copy = [&](size_t i) {
-    if (state.plan().replicas() != 2) return true;
-    for (const proto::ShardCopies& c : state.plan().shards()) {
-      if (c.primary() == static_cast<int>(i) || c.backup() == static_cast<int>(i)) return true;
-    }
-    return false;
-  };
   for (const std::string& dir : common::ListCheckpoints(options.checkpoint_dir)) {
     absl::StatusOr<common::CheckpointReport> report = common::InspectCheckpoint(dir);
     if (!report.ok()) {
@@ -173,7 +165,7 @@ absl::StatusOr<std::optional<proto::CheckpointManifest>> RestoreLatest(
     const absl::Time start = absl::Now();
     std::vector<proto::RestoreResponse> restored(ps.size());
     PST_RETURN_IF_ERROR(ForEachPs(ps.size(), [&](size_t i) -> absl::Status {
-      if (!holds_a_copy(i)) return absl::OkStatus();
+      if (!common::HoldsACopy(state.plan(), static_cast<int>(i))) return absl::OkStatus();
       proto::RestoreRequest request;
       request.set_checkpoint(std::filesystem::path(dir).filename().string());
       *request.mutable_manifest() = manifest;

@@ -70,7 +70,7 @@ Job::Job(const ChiefOptions& options, const JobPlan& plan, Collaborators with,
       evaluations_(with.evaluations),
       job_start_(with.job_start),
       replicas_(plan.initial.plan()),
-      layout_(plan.initial.plan().shards()) {
+      layout_(plan.initial.plan()) {
   if (metrics_ != nullptr) metrics_->WatchReplicas(&replicas_);
   const common::ClusterSpec& cluster = options.tf.cluster;
   ps_.resize(cluster.ps.size());
@@ -296,8 +296,7 @@ absl::Status Job::CreateEverywhere(absl::Time deadline, std::vector<absl::Status
   const proto::ClusterState state = CurrentState();
   std::vector<std::thread> threads;
   for (size_t i = 0; i < ps_.size(); ++i) {
-    const int target =
-        replicas_.enabled() ? layout_[static_cast<int>(i)].primary() : static_cast<int>(i);
+    const int target = common::PrimaryOf(layout_, static_cast<int>(i));
     threads.emplace_back([&, i, target] {
       (*created)[i] = CreatePlanOnPs(*control_, static_cast<int>(i), target, ps_[target].address,
                                      state, initial_values_, deadline, *clock_, stop_, restoring);
@@ -359,20 +358,17 @@ std::optional<std::string> Job::FindLostPs(absl::Time now, bool* every_ps_answer
                                                             absl::UnknownError("not probed"));
   ForEachPs(ps_.size(), [&](size_t i) {
     if (!HoldsACopy(static_cast<int>(i))) {
-      // Its shards moved: nothing of the job is there to lose.
-      health[i] = absl::UnavailableError("holds no copy");
+      // Its shards moved: nothing of the job is there to lose. Counts as
+      // answered, as it was last known.
+      proto::HealthResponse unprobed;
+      unprobed.set_incarnation(ps_[i].incarnation);
+      health[i] = std::move(unprobed);
       return absl::OkStatus();
     }
     health[i] =
         ProbePs(*control_, static_cast<int>(i), timing_.heartbeat_interval + absl::Seconds(1));
     return absl::OkStatus();
   }).IgnoreError();
-  for (size_t i = 0; i < ps_.size(); ++i) {
-    if (!HoldsACopy(static_cast<int>(i))) {
-      health[i] = proto::HealthResponse();  // counts as answered
-      health[i]->set_incarnation(ps_[i].incarnation);
-    }
-  }
   if (every_ps_answered != nullptr) {
     *every_ps_answered =
         std::all_of(health.begin(), health.end(), [](const auto& h) { return h.ok(); });
@@ -428,7 +424,7 @@ absl::Status Job::Recover(const std::string& cause, int64_t step_before) {
   // Replicated: every shard goes back to its own ps with its backup, and the
   // restore fills every copy alike.
   const bool relayout = replicas_.enabled();
-  if (relayout) layout_ = initial_.plan().shards();
+  if (relayout) *layout_.mutable_shards() = initial_.plan().shards();
   for (size_t i = 0; i < ps_.size(); ++i) {
     if (!HoldsACopy(static_cast<int>(i))) continue;
     for (;;) {
@@ -454,7 +450,7 @@ absl::Status Job::Recover(const std::string& cause, int64_t step_before) {
   if (relayout) {
     proto::RolesRequest roles;
     roles.set_version(++roles_version_);
-    *roles.mutable_shards() = layout_;
+    *roles.mutable_shards() = layout_.shards();
     PST_RETURN_IF_ERROR(ForEachPs(ps_.size(), [&](size_t i) -> absl::Status {
       absl::StatusOr<proto::RolesResponse> answer =
           control_->SetRoles(static_cast<int>(i), roles, absl::Seconds(10));
@@ -472,8 +468,8 @@ absl::Status Job::Recover(const std::string& cause, int64_t step_before) {
                        RestoreLatest(*control_, ps_, options_, generation, CurrentState()));
   if (!manifest.has_value()) return LostWithoutCheckpoint(cause);
   if (relayout) {
-    coordinator_->SetShards(layout_);
-    replicas_.SetLayout(layout_);
+    coordinator_->SetShards(layout_.shards());
+    replicas_.SetLayout(layout_.shards());
   }
   ApplyRestored(*manifest);
   after_save_pushes_ = -1;  // the ps counts started again

@@ -239,9 +239,9 @@ class Job {
   int64_t probed_applied_ = 0;
   int64_t probed_staleness_sum_ = 0;
   ReplicaView replicas_;
-  // Replicated jobs: where each shard's copies are now (the plan's shards
-  // until a failover), and the version last told to the ps.
-  google::protobuf::RepeatedPtrField<proto::ShardCopies> layout_;
+  // The plan with each shard's copies where they are now (the plan's own
+  // until a failover), and the version of the layout last told to the ps.
+  proto::PlacementPlan layout_;
   int64_t roles_version_ = 0;
   std::vector<FailoverRecord> failovers_;
 };

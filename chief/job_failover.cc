@@ -9,6 +9,7 @@
 #include "absl/strings/str_join.h"
 #include "chief/job.h"
 #include "common/logging.h"
+#include "common/placement.h"
 
 namespace pst::chief {
 
@@ -37,17 +38,11 @@ void Job::CheckReplicas() {
   }
 }
 
-bool Job::HoldsACopy(int ps) const {
-  if (!replicas_.enabled()) return true;
-  for (const proto::ShardCopies& copies : layout_) {
-    if (copies.primary() == ps || copies.backup() == ps) return true;
-  }
-  return false;
-}
+bool Job::HoldsACopy(int ps) const { return common::HoldsACopy(layout_, ps); }
 
 proto::ClusterState Job::CurrentState() const {
   proto::ClusterState state = coordinator_->State();
-  if (replicas_.enabled()) *state.mutable_plan()->mutable_shards() = layout_;
+  *state.mutable_plan()->mutable_shards() = layout_.shards();
   return state;
 }
 
@@ -59,10 +54,10 @@ absl::StatusOr<bool> Job::FailOver(int lost, const std::string& cause, int64_t s
   record.detected = clock_->Now();
   record.step_before = step_before;
   // Every shard of the lost ps needs a backup in sync on a ps that answers.
-  google::protobuf::RepeatedPtrField<proto::ShardCopies> layout = layout_;
+  proto::PlacementPlan layout = layout_;
   const std::vector<ReplicaView::Shard> view = replicas_.shards();
-  for (int g = 0; g < layout.size(); ++g) {
-    proto::ShardCopies& copies = *layout.Mutable(g);
+  for (int g = 0; g < layout.shards_size(); ++g) {
+    proto::ShardCopies& copies = *layout.mutable_shards(g);
     if (copies.backup() == lost) copies.set_backup(-1);
     if (copies.primary() != lost) continue;
     const int backup = copies.backup();
@@ -80,7 +75,7 @@ absl::StatusOr<bool> Job::FailOver(int lost, const std::string& cause, int64_t s
   // first: without them nothing changes).
   proto::RolesRequest roles;
   roles.set_version(++roles_version_);
-  *roles.mutable_shards() = layout;
+  *roles.mutable_shards() = layout.shards();
   std::vector<int> order(record.promoted_to);
   for (size_t i = 0; i < ps_.size(); ++i) {
     if (static_cast<int>(i) != lost) order.push_back(static_cast<int>(i));
@@ -88,9 +83,7 @@ absl::StatusOr<bool> Job::FailOver(int lost, const std::string& cause, int64_t s
   std::vector<bool> told(ps_.size(), false);
   for (int ps : order) {
     if (told[ps]) continue;
-    bool holds = false;
-    for (const proto::ShardCopies& c : layout) holds |= c.primary() == ps || c.backup() == ps;
-    if (!holds) continue;
+    if (!common::HoldsACopy(layout, ps)) continue;
     absl::StatusOr<proto::RolesResponse> answer = control_->SetRoles(ps, roles, absl::Seconds(10));
     told[ps] = true;
     const bool promoted_here = std::find(record.promoted_to.begin(), record.promoted_to.end(),
@@ -101,8 +94,8 @@ absl::StatusOr<bool> Job::FailOver(int lost, const std::string& cause, int64_t s
     }
   }
   layout_ = layout;
-  coordinator_->SetShards(layout_);
-  replicas_.SetLayout(layout_);
+  coordinator_->SetShards(layout_.shards());
+  replicas_.SetLayout(layout_.shards());
   record.promoted = clock_->Now();
   record.first_change.assign(record.shards.size(), absl::InfinitePast());
   record.step_after = coordinator_->Check(record.promoted).global_step;

@@ -137,4 +137,17 @@ absl::Status ReplicateShards(int replicas, proto::PlacementPlan* plan) {
   return absl::OkStatus();
 }
 
+int PrimaryOf(const proto::PlacementPlan& plan, int shard) {
+  if (plan.replicas() != 2 || shard < 0 || shard >= plan.shards_size()) return shard;
+  return plan.shards(shard).primary();
+}
+
+bool HoldsACopy(const proto::PlacementPlan& plan, int ps) {
+  if (plan.replicas() != 2) return true;
+  for (const proto::ShardCopies& copies : plan.shards()) {
+    if (copies.primary() == ps || copies.backup() == ps) return true;
+  }
+  return false;
+}
+
 }  // namespace pst::common

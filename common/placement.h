@@ -34,6 +34,14 @@ absl::StatusOr<proto::PlacementPlan> PlaceSizeBalanced(
 // than 2 ps.
 absl::Status ReplicateShards(int replicas, proto::PlacementPlan* plan);
 
+// The ps serving shard `shard` of `plan`: its primary in a replicated plan
+// (plan.shards, as moved by failovers), else the shard's own ps.
+int PrimaryOf(const proto::PlacementPlan& plan, int shard);
+
+// Whether ps `ps` holds a copy (primary or backup) of some shard of `plan`;
+// every ps does in a plan with one copy.
+bool HoldsACopy(const proto::PlacementPlan& plan, int ps);
+
 // Bytes a spec takes (hash embeddings: hash_row_guess rows).
 int64_t SpecBytes(const proto::VariableSpec& spec, int64_t hash_row_guess = 0);
 

@@ -11,6 +11,7 @@
 #include "common/safe_file.h"
 #include "common/shard_reader.h"
 #include "common/status_macros.h"
+#include "ps_server/call_join.h"
 
 namespace pst::ps {
 
@@ -83,15 +84,7 @@ void PsNode::SetMembership(const proto::MembershipRequest* request, proto::Membe
                            Done done) {
   // Every shard served here takes it; the first error is the answer.
   std::vector<std::shared_ptr<Primary>> primaries = Primaries();
-  struct Gather {
-    absl::Mutex mu;
-    size_t left;
-    absl::Status status;
-    Done done;
-  };
-  auto gather = std::make_shared<Gather>();
-  gather->left = primaries.size();
-  gather->done = std::move(done);
+  auto join = std::make_shared<CallJoin>(static_cast<int>(primaries.size()), std::move(done));
   for (const std::shared_ptr<Primary>& p : primaries) {
     p->source->Change(
         [&](proto::ReplicateRequest* change) -> absl::Status {
@@ -99,15 +92,7 @@ void PsNode::SetMembership(const proto::MembershipRequest* request, proto::Membe
           *change->mutable_membership() = *request;
           return absl::OkStatus();
         },
-        [gather](absl::Status s) {
-          bool last;
-          {
-            absl::MutexLock lock(&gather->mu);
-            if (gather->status.ok()) gather->status = std::move(s);
-            last = --gather->left == 0;
-          }
-          if (last) gather->done(gather->status);
-        });
+        [join](absl::Status s) { join->Part(std::move(s)); });
   }
 }
 

@@ -28,6 +28,7 @@
 #ifndef PST_PS_SERVER_PS_NODE_H_
 #define PST_PS_SERVER_PS_NODE_H_
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -170,6 +171,7 @@ class PsNode {
   BackupCopies backups_;
   mutable absl::Mutex primaries_mu_;
   std::vector<std::shared_ptr<Primary>> promoted_ ABSL_GUARDED_BY(primaries_mu_);
+  std::atomic<bool> any_promoted_{false};  // !promoted_.empty(), read without the lock
   int64_t roles_version_ ABSL_GUARDED_BY(primaries_mu_) = 0;
   // The snapshots SNAPSHOT phases kept for the WRITEs that follow, by shard.
   absl::Mutex kept_mu_;

@@ -3,8 +3,8 @@
 #include <string>
 #include <utility>
 
-#include "absl/synchronization/mutex.h"
 #include "common/status_macros.h"
+#include "ps_server/call_join.h"
 #include "ps_server/ps_node.h"
 
 namespace pst::ps {
@@ -26,32 +26,6 @@ proto::PushRequest ForwardedPush(const proto::PushRequest& request,
   }
   return copy;
 }
-
-// Finishes a call made of two parts (the push forwarded to the backup, and
-// the pull of its answer) once both are done, with the first error.
-class Join {
- public:
-  explicit Join(PsNode::Done done) : done_(std::move(done)) {}
-  void Part(absl::Status status) {
-    bool last;
-    {
-      absl::MutexLock lock(&mu_);
-      if (status_.ok()) status_ = std::move(status);
-      last = --left_ == 0;
-    }
-    if (last) done_(status_);
-  }
-  absl::Status first_error() {
-    absl::MutexLock lock(&mu_);
-    return status_;
-  }
-
- private:
-  absl::Mutex mu_;
-  int left_ ABSL_GUARDED_BY(mu_) = 2;
-  absl::Status status_ ABSL_GUARDED_BY(mu_);
-  PsNode::Done done_;
-};
 
 }  // namespace
 
@@ -94,7 +68,8 @@ uint64_t PsNode::PushPull(const proto::PushPullRequest* request,
   }
   // Through the source: to forward the push, or (promoted) to note the
   // first push served.
-  auto join = std::make_shared<Join>(std::move(done));
+  // Two parts: the push forwarded to the backup, and the pull of its answer.
+  auto join = std::make_shared<CallJoin>(2, std::move(done));
   uint64_t ticket = 0;
   p->source->Change(
       [&](proto::ReplicateRequest* change) -> absl::Status {

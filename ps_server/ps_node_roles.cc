@@ -13,6 +13,9 @@
 namespace pst::ps {
 
 std::shared_ptr<PsNode::Primary> PsNode::PrimaryFor(const std::string& name) const {
+  // Every request asks: without a promoted shard (nearly always) the answer
+  // needs no lock.
+  if (!any_promoted_.load(std::memory_order_acquire)) return own_;
   absl::MutexLock lock(&primaries_mu_);
   for (const std::shared_ptr<Primary>& p : promoted_) {
     if (p->store->Holds(name)) return p;
@@ -75,6 +78,7 @@ void PsNode::SetRoles(const proto::RolesRequest* request, proto::RolesResponse* 
           std::make_shared<Primary>(Primary{g, std::move(store), std::move(source), true}));
       spdlog::warn("serving shard {} as its primary: its backup copy here is promoted", g);
     }
+    any_promoted_.store(!promoted_.empty(), std::memory_order_release);
     // Promoted shards that are not this ps's any more.
     for (auto it = promoted_.begin(); it != promoted_.end();) {
       const int g = (*it)->shard;
@@ -97,6 +101,7 @@ void PsNode::SetRoles(const proto::RolesRequest* request, proto::RolesResponse* 
       own_->source->DropBackup();
     }
     roles_version_ = request->version();
+    any_promoted_.store(!promoted_.empty(), std::memory_order_release);
     for (const auto& p : promoted_) response->add_primaries(p->shard);
     return absl::OkStatus();
   }();
