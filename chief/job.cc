@@ -70,7 +70,8 @@ Job::Job(const ChiefOptions& options, const JobPlan& plan, Collaborators with,
       evaluations_(with.evaluations),
       job_start_(with.job_start),
       replicas_(plan.initial.plan()),
-      layout_(plan.initial.plan()) {
+      layout_(plan.initial.plan()),
+      mended_at_(plan.initial.plan().shards_size(), absl::InfinitePast()) {
   if (metrics_ != nullptr) metrics_->WatchReplicas(&replicas_);
   const common::ClusterSpec& cluster = options.tf.cluster;
   ps_.resize(cluster.ps.size());
@@ -136,6 +137,7 @@ absl::Status Job::Start() {
                          ProbePs(*control_, static_cast<int>(i), absl::Seconds(5)));
     ps_[i].incarnation = health.incarnation();
     ps_[i].last_ok = clock_->Now();
+    roles_version_ = std::max(roles_version_, health.roles_version());
     max_generation = std::max(max_generation, health.generation());
     min_generation = std::min(min_generation, health.generation());
     const int expected = VariablesOn(static_cast<int>(i));
@@ -211,6 +213,7 @@ absl::Status Job::Watch() {
       if (!failed_over) PST_RETURN_IF_ERROR(Recover(*lost, snap.global_step));
       continue;
     }
+    MendBackups(now);
     if (snap.all_done) {
       if (!every_ps_answered) continue;  // until it answers, or is taken for lost
       ShowProgress(snap, now, &progress, /*final=*/true);
@@ -373,11 +376,6 @@ std::optional<std::string> Job::FindLostPs(absl::Time now, bool* every_ps_answer
     *every_ps_answered =
         std::all_of(health.begin(), health.end(), [](const auto& h) { return h.ok(); });
   }
-  if (std::all_of(health.begin(), health.end(), [](const auto& h) { return h.ok(); })) {
-    int64_t max_version = 0;
-    for (const auto& h : health) max_version = std::max(max_version, h->max_version());
-    coordinator_->SetVersionCeiling(max_version);
-  }
   for (size_t i = 0; i < ps_.size(); ++i) {
     if (lost_ps != nullptr) *lost_ps = static_cast<int>(i);
     if (health[i].ok() && health[i]->incarnation() != ps_[i].incarnation) {
@@ -402,6 +400,14 @@ std::optional<std::string> Job::FindLostPs(absl::Time now, bool* every_ps_answer
     }
   }
   if (lost_ps != nullptr) *lost_ps = -1;
+  // The ps' highest version bounds the global step; looked at only when
+  // none was lost (one that restarted, and served every shard, leaves the
+  // others with no version to show until its shards have failed over).
+  if (std::all_of(health.begin(), health.end(), [](const auto& h) { return h.ok(); })) {
+    int64_t max_version = 0;
+    for (const auto& h : health) max_version = std::max(max_version, h->max_version());
+    coordinator_->SetVersionCeiling(max_version);
+  }
   if (after_save_pushes_ < 0) {  // the first look: where "between saves" starts
     after_save_pushes_ = probed_pushes_;
     after_save_time_ = now;

@@ -103,6 +103,7 @@ class Job {
 
   const std::vector<RecoveryRecord>& recoveries() const { return recoveries_; }
   const std::vector<FailoverRecord>& failovers() const { return failovers_; }
+  const std::vector<ResyncRecord>& resyncs() const { return resyncs_; }
   const std::vector<SaveRecord>& saves() const { return saves_; }
   int given_up() const { return given_up_; }
   absl::Time running_since() const { return running_since_; }
@@ -185,6 +186,13 @@ class Job {
   // more is simply taken back. Returns false, changing nothing, when some
   // shard of it has no such backup: the caller restores from a checkpoint.
   absl::StatusOr<bool> FailOver(int lost, const std::string& cause, int64_t step_before);
+  // Replicated jobs, while training: gives every shard without a backup
+  // one (the plan's backup ps if it answers, else its plan's primary, else
+  // any other ps that answers), and has each primary whose backup answers
+  // but does not take its changes send it the shard whole while training
+  // goes on (SetRoles with resync, to the new backups first). A shard asked
+  // for lately is left to settle.
+  void MendBackups(absl::Time now);
   // Whether ps `ps` holds a copy of some shard in the current layout.
   bool HoldsACopy(int ps) const;
   // Fills the first change of each promoted shard in the failover records
@@ -244,6 +252,9 @@ class Job {
   proto::PlacementPlan layout_;
   int64_t roles_version_ = 0;
   std::vector<FailoverRecord> failovers_;
+  std::vector<ResyncRecord> resyncs_;
+  // When each shard's backup was last mended (InfinitePast: never).
+  std::vector<absl::Time> mended_at_;
 };
 
 }  // namespace pst::chief

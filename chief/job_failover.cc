@@ -1,7 +1,9 @@
 // Job's replicated-ps logic (job.h): failing a lost ps's shards over to
-// their backups, the layout of the copies, and the end-of-job check that
-// every backup equals its primary.
+// their backups, giving shards their backups back (resyncs), the layout of
+// the copies, and the end-of-job check that every backup equals its
+// primary.
 #include <algorithm>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -128,6 +130,96 @@ void Job::NoteFirstChanges(int ps, const proto::HealthResponse& health) {
         }
       }
     }
+  }
+}
+
+void Job::MendBackups(absl::Time now) {
+  if (!replicas_.enabled()) return;
+  const std::vector<ReplicaView::Shard> view = replicas_.shards();
+  for (ResyncRecord& r : resyncs_) {
+    const ReplicaView::Shard& s = view[r.shard];
+    if (r.in_sync != absl::InfinitePast() || !s.in_sync() || s.backup != r.backup) continue;
+    r.in_sync = now;
+    spdlog::info("shard {}: its backup on ps {} is in sync again, {:.2f} s after it was asked for",
+                 r.shard, r.backup, absl::ToDoubleSeconds(r.in_sync - r.requested));
+  }
+  // Whether a ps answers now (asked once per call); a ps that holds no copy
+  // is known from now on by the incarnation it answers with.
+  std::vector<std::optional<bool>> answers(ps_.size());
+  auto alive = [&](int ps) {
+    if (!answers[ps].has_value()) {
+      absl::StatusOr<proto::HealthResponse> health = ProbePs(*control_, ps, absl::Seconds(1));
+      answers[ps] = health.ok();
+      if (health.ok() && !HoldsACopy(ps)) {
+        ps_[ps].incarnation = health->incarnation();
+        ps_[ps].last_ok = now;
+      }
+    }
+    return *answers[ps];
+  };
+  const absl::Duration settle = 2 * timing_.heartbeat_interval + absl::Seconds(1);
+  proto::PlacementPlan layout = layout_;
+  std::vector<int> mended;
+  std::vector<int> new_backups;
+  for (int g = 0; g < layout.shards_size(); ++g) {
+    proto::ShardCopies& copies = *layout.mutable_shards(g);
+    if (now - mended_at_[g] < settle) continue;
+    if (copies.backup() >= 0) {
+      // Assigned: resent whole when its primary no longer forwards to it
+      // (a forward failed) while it answers.
+      const ReplicaView::Shard& s = view[g];
+      if (!s.primary_seen || s.forwarding || s.resyncing || !alive(copies.backup())) continue;
+      mended.push_back(g);
+      continue;
+    }
+    const proto::ShardCopies& planned = initial_.plan().shards(g);
+    std::vector<int> candidates = {planned.backup(), planned.primary()};
+    for (int ps = 0; ps < static_cast<int>(ps_.size()); ++ps) candidates.push_back(ps);
+    for (int ps : candidates) {
+      if (ps < 0 || ps == copies.primary() || !alive(ps)) continue;
+      copies.set_backup(ps);
+      mended.push_back(g);
+      new_backups.push_back(ps);
+      break;
+    }
+    if (copies.backup() < 0) mended_at_[g] = now;  // none answers: asked again after `settle`
+  }
+  if (mended.empty()) return;
+  proto::RolesRequest roles;
+  roles.set_version(++roles_version_);
+  roles.set_resync(true);
+  *roles.mutable_shards() = layout.shards();
+  // The new backups first (a ps that came back learns its own store no
+  // longer serves), then the primaries, which send the shards.
+  std::vector<int> order(new_backups);
+  for (int ps = 0; ps < static_cast<int>(ps_.size()); ++ps) order.push_back(ps);
+  std::vector<bool> told(ps_.size(), false);
+  for (int ps : order) {
+    if (told[ps] || !common::HoldsACopy(layout, ps)) continue;
+    told[ps] = true;
+    absl::StatusOr<proto::RolesResponse> answer = control_->SetRoles(ps, roles, absl::Seconds(60));
+    if (!answer.ok()) {
+      spdlog::warn("ps {} did not take the roles that give shards their backups back: {}", ps,
+                   answer.status().message());
+      // A new backup that did not take them is given none this time.
+      if (std::find(new_backups.begin(), new_backups.end(), ps) != new_backups.end()) return;
+    }
+  }
+  layout_ = layout;
+  coordinator_->SetShards(layout_.shards());
+  replicas_.SetLayout(layout_.shards());
+  for (int g : mended) {
+    mended_at_[g] = now;
+    ResyncRecord record;
+    record.shard = g;
+    record.primary = layout_.shards(g).primary();
+    record.backup = layout_.shards(g).backup();
+    record.requested = now;
+    resyncs_.push_back(record);
+    spdlog::info(
+        "shard {}: its primary on ps {} sends it whole to its backup on ps {} while "
+        "training goes on",
+        g, record.primary, record.backup);
   }
 }
 

@@ -27,7 +27,7 @@ void ReplicaView::SetLayout(const google::protobuf::RepeatedPtrField<proto::Shar
       digest_of_primary_[g] = 0;
     }
     if (s.backup != shards[g].backup()) {
-      s.backup_seen = s.copy_ok = s.checked = false;
+      s.backup_seen = s.copy_ok = s.checked = s.forwarding = s.resyncing = false;
       s.backup_seq = 0;
       digest_of_backup_[g] = 0;
     }
@@ -41,7 +41,7 @@ void ReplicaView::Update(int ps, const proto::HealthResponse& health) {
   absl::MutexLock lock(&mu_);
   // What ps `ps` holds now; a restarted ps holds nothing it held before.
   for (Shard& s : shards_) {
-    if (s.primary == ps) s.primary_seen = false;
+    if (s.primary == ps) s.primary_seen = s.resyncing = false;
     if (s.backup == ps) s.backup_seen = false;
   }
   // Digests of one answer pair up with the other copy's in the same pass.
@@ -51,6 +51,7 @@ void ReplicaView::Update(int ps, const proto::HealthResponse& health) {
     if (r.primary() && s.primary == ps) {
       s.primary_seen = true;
       s.forwarding = r.backup_in_sync() && r.backup_ps() == s.backup;
+      s.resyncing = r.resyncing() && r.backup_ps() == s.backup;
       s.seq = r.seq();
       s.acked = r.acked();
       if (r.digest() != 0) {
@@ -86,9 +87,13 @@ int ReplicaView::in_sync() const {
 std::string ReplicaView::ProgressText() const {
   if (!enabled_) return "";
   absl::MutexLock lock(&mu_);
-  int n = 0;
-  for (const Shard& s : shards_) n += s.in_sync();
-  return absl::StrCat("backups ", n, "/", shards_.size(), " in sync");
+  int n = 0, resyncing = 0;
+  for (const Shard& s : shards_) {
+    n += s.in_sync();
+    resyncing += s.resyncing && !s.in_sync();
+  }
+  return absl::StrCat("backups ", n, "/", shards_.size(), " in sync",
+                      resyncing > 0 ? absl::StrCat(", ", resyncing, " resyncing") : "");
 }
 
 nlohmann::json ReplicaView::ToJson() const {
@@ -97,9 +102,13 @@ nlohmann::json ReplicaView::ToJson() const {
   nlohmann::json shards = nlohmann::json::array();
   absl::MutexLock lock(&mu_);
   for (const Shard& s : shards_) {
-    nlohmann::json j = {{"shard", s.shard},   {"primary", s.primary},
-                        {"backup", s.backup}, {"in_sync", s.in_sync()},
-                        {"changes", s.seq},   {"backup_changes", s.backup_seq}};
+    nlohmann::json j = {{"shard", s.shard},
+                        {"primary", s.primary},
+                        {"backup", s.backup},
+                        {"in_sync", s.in_sync()},
+                        {"resyncing", s.resyncing && !s.in_sync()},
+                        {"changes", s.seq},
+                        {"backup_changes", s.backup_seq}};
     if (s.checked) j["digests_match"] = s.digests_match;
     shards.push_back(std::move(j));
   }

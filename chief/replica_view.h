@@ -32,7 +32,8 @@ class ReplicaView {
     bool primary_seen = false;  // the primary's state was heard
     bool backup_seen = false;   // the backup holds a copy
     bool forwarding = false;    // the primary forwards every change to it
-    bool copy_ok = false;       // that copy is not broken
+    bool copy_ok = false;       // that copy is whole and not broken
+    bool resyncing = false;     // the primary is sending it the shard whole
     int64_t seq = 0;            // changes the primary sequenced
     int64_t acked = 0;          // ... its backup acknowledged
     int64_t backup_seq = 0;     // changes the backup applied
@@ -57,10 +58,12 @@ class ReplicaView {
 
   std::vector<Shard> shards() const;
   int in_sync() const;
-  // "backups 2/2 in sync" ("" when not enabled).
+  // "backups 2/2 in sync", and ", 1 resyncing" while some backup is being
+  // sent its shard ("" when not enabled).
   std::string ProgressText() const;
   // {"replicas": 2, "shards": [{"shard", "primary", "backup", "in_sync",
-  // "changes", "backup_changes", "digests_match" (when checked)}]}.
+  // "resyncing", "changes", "backup_changes", "digests_match" (when
+  // checked)}]}.
   nlohmann::json ToJson() const;
 
  private:

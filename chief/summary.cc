@@ -259,6 +259,19 @@ absl::Status ReportJob(Job& job, const ChiefOptions& options, const proto::Clust
         });
       }
       summary["failovers"] = std::move(failovers);
+      nlohmann::json resyncs = nlohmann::json::array();
+      for (const ResyncRecord& r : job.resyncs()) {
+        nlohmann::json entry = {{"shard", r.shard},
+                                {"primary", r.primary},
+                                {"backup", r.backup},
+                                {"requested_unix_ms", absl::ToUnixMillis(r.requested)}};
+        if (r.in_sync != absl::InfinitePast()) {
+          entry["in_sync_unix_ms"] = absl::ToUnixMillis(r.in_sync);
+          entry["seconds"] = absl::ToDoubleSeconds(r.in_sync - r.requested);
+        }
+        resyncs.push_back(std::move(entry));
+      }
+      summary["resyncs"] = std::move(resyncs);
     }
     nlohmann::json saves = nlohmann::json::array();
     double ratio_sum = 0;

@@ -64,6 +64,16 @@ struct FailoverRecord {
   int64_t step_after = 0;   // ... once promoted (never lower: no rewind)
 };
 
+// One backup sent its shard whole (a resync) while training went on: onto a
+// ps that came back after a failover, or to a backup that fell out of sync.
+struct ResyncRecord {
+  int shard = 0;
+  int primary = 0;
+  int backup = 0;
+  absl::Time requested;
+  absl::Time in_sync = absl::InfinitePast();  // when the chief saw it in sync
+};
+
 // One periodic save, with the training throughput during it and between
 // saves (pushes applied per second on the busiest ps).
 struct SaveRecord {

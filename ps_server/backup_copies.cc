@@ -36,6 +36,8 @@ absl::Status BackupCopies::ApplyOne(VariableStore& store, const proto::Replicate
       status = store.PullRows(request.pull_rows(), &response);
       break;
     }
+    case proto::ReplicateRequest::kState:
+      return store.LoadState(request.state());
     default:
       return absl::InvalidArgumentError("a replicated change that holds no change");
   }
@@ -71,6 +73,11 @@ void BackupCopies::ApplyInTurn(int shard, Copy& copy,
       return;
     }
     copy.applied = request->seq();
+    if (request->has_state() && request->state().part() + 1 == request->state().parts()) {
+      copy.whole = true;
+      spdlog::info("backup copy of shard {}: taken whole ({} part(s))", shard,
+                   request->state().parts());
+    }
     answers->emplace_back(std::move(done), absl::OkStatus());
     auto next = copy.ahead.begin();
     if (next == copy.ahead.end() || next->first != copy.applied + 1) return;
@@ -78,6 +85,21 @@ void BackupCopies::ApplyInTurn(int shard, Copy& copy,
     done = std::move(next->second.second);
     copy.ahead.erase(next);
   }
+}
+
+void BackupCopies::Wait(Waiting* waiting, int64_t seq,
+                        std::shared_ptr<const proto::ReplicateRequest> request, Done done) {
+  auto [it, fresh] = waiting->try_emplace(seq, std::move(request), nullptr);
+  if (fresh) {
+    it->second.second = std::move(done);
+    return;
+  }
+  // Sent twice while it waits: both callers get its answer.
+  it->second.second = [first = std::move(it->second.second),
+                       second = std::move(done)](absl::Status status) {
+    first(status);
+    second(std::move(status));
+  };
 }
 
 void BackupCopies::Apply(std::shared_ptr<const proto::ReplicateRequest> request, Done done) {
@@ -105,7 +127,10 @@ void BackupCopies::Apply(std::shared_ptr<const proto::ReplicateRequest> request,
     Copy* copy = slot->copy.get();
     if (copy == nullptr || copy->source != request->source_incarnation() ||
         copy->stream != request->stream()) {
-      if (request->seq() != 1 || !request->has_create()) {
+      const bool starts_copy =
+          request->seq() == 1 &&
+          (request->has_create() || (request->has_state() && request->state().part() == 0));
+      if (!starts_copy) {
         copy = nullptr;
         answers.emplace_back(
             std::move(done),
@@ -124,6 +149,7 @@ void BackupCopies::Apply(std::shared_ptr<const proto::ReplicateRequest> request,
         copy = slot->copy.get();
         copy->source = request->source_incarnation();
         copy->stream = request->stream();
+        copy->whole = request->has_create();
         spdlog::info("holding the backup copy of shard {} (primary incarnation {:016x}, stream {})",
                      shard, copy->source, copy->stream);
       }
@@ -144,7 +170,7 @@ void BackupCopies::Apply(std::shared_ptr<const proto::ReplicateRequest> request,
                                  " changes waiting for change ", copy->applied + 1)));
       } else {
         const int64_t seq = request->seq();
-        copy->ahead.emplace(seq, std::make_pair(std::move(request), std::move(done)));
+        Wait(&copy->ahead, seq, std::move(request), std::move(done));
       }
     } else {
       ApplyInTurn(shard, *copy, std::move(request), std::move(done), &answers);
@@ -162,7 +188,9 @@ absl::Status BackupCopies::CanTake(int shard) const {
   }
   if (slot != nullptr) {
     absl::MutexLock lock(&slot->mu);
-    if (slot->copy != nullptr && !slot->copy->broken) return absl::OkStatus();
+    if (slot->copy != nullptr && !slot->copy->broken && slot->copy->whole) {
+      return absl::OkStatus();
+    }
   }
   return absl::FailedPreconditionError(
       absl::StrCat("this ps holds no whole copy of shard ", shard));
@@ -179,7 +207,7 @@ absl::StatusOr<std::shared_ptr<VariableStore>> BackupCopies::Take(int shard) {
   std::shared_ptr<VariableStore> store;
   if (slot != nullptr) {
     absl::MutexLock lock(&slot->mu);
-    if (slot->copy != nullptr && !slot->copy->broken) {
+    if (slot->copy != nullptr && !slot->copy->broken && slot->copy->whole) {
       for (auto& [seq, waiting] : slot->copy->ahead) {
         answers.emplace_back(
             std::move(waiting.second),
@@ -223,7 +251,9 @@ std::vector<BackupCopies::Held> BackupCopies::Copies() const {
   std::vector<Held> held;
   for (auto& [shard, slot] : slots) {
     absl::MutexLock lock(&slot->mu);
-    if (slot->copy != nullptr && !slot->copy->broken) held.push_back({shard, slot->copy->store});
+    if (slot->copy != nullptr && !slot->copy->broken && slot->copy->whole) {
+      held.push_back({shard, slot->copy->store});
+    }
   }
   return held;
 }
@@ -244,7 +274,8 @@ void BackupCopies::States(bool digest,
     state->set_shard(shard);
     state->set_primary(false);
     state->set_backup_ps(-1);
-    state->set_backup_in_sync(!slot->copy->broken);
+    state->set_backup_in_sync(!slot->copy->broken && slot->copy->whole);
+    state->set_resyncing(!slot->copy->broken && !slot->copy->whole);
     state->set_seq(slot->copy->applied);
     state->set_acked(slot->copy->applied);
     if (digest) state->set_digest(slot->copy->store->Digest());

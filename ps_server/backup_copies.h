@@ -3,15 +3,19 @@
 // (ReplicateRequest), applied in seq order, each once.
 //
 // A change that arrives ahead of its turn waits (kMaxAhead at most per
-// copy); one already applied (a resend) is acknowledged again. A create
-// numbered 1 from a new primary incarnation (the primary restarted) starts
-// the copy afresh, as does a create numbered 1 of a new stream of the same
-// primary (it forwards again after losing its backup). A change the copy cannot take (it has no
-// copy from that incarnation, or it refuses a change its primary took) is refused with
-// FailedPrecondition and the copy is marked broken (a forward for a shard
-// this ps serves now is refused with Aborted: see Take): its primary then counts
-// its backup out of sync. A change refused as being of another restore
-// generation was overtaken by a restore of both copies and counts as taken.
+// copy); one already applied (a resend) is acknowledged again. A change
+// numbered 1 of a new stream (a new primary incarnation, or the same
+// primary forwarding afresh) starts the copy afresh: a create (every copy
+// is restored next), or part 0 of a state (a resync: the copy is whole,
+// and may be taken, once its last part is applied). A primary sends the
+// rest of a stream only once that first change was taken.
+//
+// A change the copy cannot take (it has no copy of that stream, or it
+// refuses a change its primary took) is refused with FailedPrecondition
+// and the copy is marked broken (a forward for a shard this ps serves now
+// is refused with Aborted: see Take): its primary then counts its backup
+// out of sync. A change refused as being of another restore generation was
+// overtaken by a restore of both copies and counts as taken.
 //
 // Thread-safe; changes to different copies apply in parallel.
 #ifndef PST_PS_SERVER_BACKUP_COPIES_H_
@@ -73,6 +77,9 @@ class BackupCopies {
   void States(bool digest, google::protobuf::RepeatedPtrField<proto::ReplicaState>* out) const;
 
  private:
+  // Changes waiting for their turn, by seq.
+  using Waiting =
+      std::map<int64_t, std::pair<std::shared_ptr<const proto::ReplicateRequest>, Done>>;
   struct Copy {
     explicit Copy(const VariableStore::Options& options)
         : store(std::make_shared<VariableStore>(options)) {}
@@ -80,8 +87,11 @@ class BackupCopies {
     uint64_t source = 0;
     int64_t stream = 0;
     bool broken = false;
+    // Holds the whole shard: started with a create, or with every part of
+    // a state (a resync).
+    bool whole = false;
     int64_t applied = 0;  // changes applied, in seq order
-    std::map<int64_t, std::pair<std::shared_ptr<const proto::ReplicateRequest>, Done>> ahead;
+    Waiting ahead;
   };
   struct Slot {
     absl::Mutex mu;
@@ -90,6 +100,11 @@ class BackupCopies {
     // is fenced off: its forwards are refused with Aborted.
     bool taken ABSL_GUARDED_BY(mu) = false;
   };
+
+  // Adds a change to `waiting` (a resend of one waiting: both callers are
+  // answered when it is applied).
+  static void Wait(Waiting* waiting, int64_t seq,
+                   std::shared_ptr<const proto::ReplicateRequest> request, Done done);
 
   // Applies one change to `copy` (in its turn).
   static absl::Status ApplyOne(VariableStore& store, const proto::ReplicateRequest& request);

@@ -50,8 +50,11 @@ void PsNode::CreateVariables(const proto::CreateVariablesRequest* request,
       done(absl::FailedPreconditionError("this ps cannot reach other ps to keep a backup"));
       return;
     }
+    // The source of this ps's shard where it is served here now.
+    std::shared_ptr<Primary> home = PrimaryOfShard(options_.ps_index);
+    if (home == nullptr) home = own_;
     // A first backup; or, before a restore of every copy, a new stream.
-    if (!own_->source->has_backup() || request->restart_backup()) {
+    if (!home->source->has_backup() || request->restart_backup()) {
       std::unique_ptr<ReplicaLink> link = options_.link_to(backup);
       if (link == nullptr) {
         done(absl::InvalidArgumentError(absl::StrCat("the backup of shard ", options_.ps_index,
@@ -59,7 +62,7 @@ void PsNode::CreateVariables(const proto::CreateVariablesRequest* request,
                                                      ", which is not in this cluster")));
         return;
       }
-      own_->source->SetBackup(backup, std::move(link), request->restart_backup());
+      home->source->SetBackup(backup, std::move(link), request->restart_backup());
     }
   }
   // A shard promoted here is created again (idempotently) on this ps by a
@@ -84,6 +87,10 @@ void PsNode::SetMembership(const proto::MembershipRequest* request, proto::Membe
                            Done done) {
   // Every shard served here takes it; the first error is the answer.
   std::vector<std::shared_ptr<Primary>> primaries = Primaries();
+  if (primaries.empty()) {  // only backup copies here: their primaries forward it
+    done(absl::OkStatus());
+    return;
+  }
   auto join = std::make_shared<CallJoin>(static_cast<int>(primaries.size()), std::move(done));
   for (const std::shared_ptr<Primary>& p : primaries) {
     p->source->Change(
@@ -303,6 +310,10 @@ void PsNode::Health(const proto::HealthRequest& request, proto::HealthResponse* 
     }
   }
   backups_.States(request.digest(), response->mutable_replicas());
+  {
+    absl::MutexLock lock(&primaries_mu_);
+    response->set_roles_version(roles_version_);
+  }
   VariableStore::Stats stats = store_->GetStats();
   stats.max_version = std::max(stats.max_version, max_version);
   response->set_task(options_.task);

@@ -75,6 +75,9 @@ class PsNode {
   // Saves and restores running at once at most; more are refused with
   // RESOURCE_EXHAUSTED.
   static constexpr int kMaxBackgroundJobs = 2;
+  // A shard sent whole to a backup (a resync) goes in parts of about this
+  // many bytes.
+  static constexpr int64_t kResyncPartBytes = int64_t{4} << 20;
 
   PsNode(VariableStore* store, Options options);
 
@@ -113,9 +116,12 @@ class PsNode {
                 Done done);
   // A change from the primary of a shard this ps backs up.
   void Replicate(std::shared_ptr<const proto::ReplicateRequest> request, Done done);
-  // The layout of a replicated job (RolesRequest). Errors: FailedPrecondition
-  // for a version older than the last one taken, or a shard to serve whose
-  // copy this ps does not hold whole (none, or out of step with its primary).
+  // The layout of a replicated job (RolesRequest). With `resync`, each
+  // primary here whose backup named does not take its changes sends it the
+  // shard whole (ReplicaSource::Resync) before this answers. Errors:
+  // FailedPrecondition for a version older than the last one taken, or a
+  // shard to serve whose copy this ps does not hold whole (none, out of
+  // step with its primary, or still being sent).
   void SetRoles(const proto::RolesRequest* request, proto::RolesResponse* response, Done done);
 
   // The store that serves variable `name`: a promoted shard's that holds
@@ -159,6 +165,7 @@ class PsNode {
   std::shared_ptr<Primary> PrimaryFor(const std::string& name) const;
   // The primary of `shard` here; null when this ps does not serve it.
   std::shared_ptr<Primary> PrimaryOfShard(int shard) const;
+  // Every primary here: own_ while it serves, then the promoted ones.
   std::vector<std::shared_ptr<Primary>> Primaries() const;
 
   // Takes `store`'s snapshot and fills the response's cut and figures.
@@ -171,6 +178,10 @@ class PsNode {
   BackupCopies backups_;
   mutable absl::Mutex primaries_mu_;
   std::vector<std::shared_ptr<Primary>> promoted_ ABSL_GUARDED_BY(primaries_mu_);
+  // Whether own_ serves this ps's shard: not once the shard moved to
+  // another ps, or is served here by a promoted copy (this ps restarted,
+  // its own store lost the shard, and its backup copy here was promoted).
+  bool own_serving_ ABSL_GUARDED_BY(primaries_mu_) = true;
   std::atomic<bool> any_promoted_{false};  // !promoted_.empty(), read without the lock
   int64_t roles_version_ ABSL_GUARDED_BY(primaries_mu_) = 0;
   // The snapshots SNAPSHOT phases kept for the WRITEs that follow, by shard.

@@ -50,7 +50,7 @@ void PsNode::Push(const proto::PushRequest* request, const VariableStore::Payloa
       [&](proto::ReplicateRequest* change) -> absl::Status {
         PST_RETURN_IF_ERROR(p->store->Push(*request, response, payloads));
         p->source->NotePushServed();
-        if (!response->duplicate() && p->source->in_sync()) {
+        if (!response->duplicate() && p->source->forwarding()) {
           *change->mutable_push() = ForwardedPush(*request, payloads);
         }
         return absl::OkStatus();
@@ -63,7 +63,10 @@ uint64_t PsNode::PushPull(const proto::PushPullRequest* request,
                           Done done, std::shared_ptr<VariableStore>* parked_in) {
   std::shared_ptr<Primary> p = PrimaryFor(FirstName(request->push().names()));
   if (parked_in != nullptr) *parked_in = p->store;
-  if (!p->source->in_sync() && !p->promoted) {
+  // A shard never replicated (a job without --ps_replicas=2) goes
+  // straight to the store; any other through its source, which may start
+  // forwarding at any time (a resync) and must miss no change.
+  if (!p->source->has_backup() && !p->promoted) {
     return p->store->PushPullWhenReady(request, response, std::move(done), payloads);
   }
   // Through the source: to forward the push, or (promoted) to note the
@@ -80,7 +83,7 @@ uint64_t PsNode::PushPull(const proto::PushPullRequest* request,
         // Not applied: the store already answered the pull part with why.
         if (!applied) return join->first_error();
         p->source->NotePushServed();
-        if (p->source->in_sync()) {
+        if (p->source->forwarding()) {
           *change->mutable_push() = ForwardedPush(request->push(), payloads);
         }
         return absl::OkStatus();
@@ -96,7 +99,7 @@ void PsNode::PushRows(const proto::PushRowsRequest* request, proto::PushRowsResp
       [&](proto::ReplicateRequest* change) -> absl::Status {
         PST_RETURN_IF_ERROR(p->store->PushRows(*request, response));
         p->source->NotePushServed();
-        if (p->source->in_sync()) *change->mutable_push_rows() = *request;
+        if (p->source->forwarding()) *change->mutable_push_rows() = *request;
         return absl::OkStatus();
       },
       std::move(done));
@@ -105,7 +108,7 @@ void PsNode::PushRows(const proto::PushRowsRequest* request, proto::PushRowsResp
 void PsNode::PullRows(const proto::PullRowsRequest* request, proto::PullRowsResponse* response,
                       Done done) {
   std::shared_ptr<Primary> p = PrimaryFor(FirstName(request->rows()));
-  if (!p->source->in_sync() || !p->store->PullMayChangeRows(*request)) {
+  if ((!p->source->has_backup() && !p->promoted) || !p->store->PullMayChangeRows(*request)) {
     done(p->store->PullRows(*request, response));
     return;
   }

@@ -1,6 +1,7 @@
 // PsNode's shards (ps_node.h): which primary serves a request, and the
 // roles the chief sets in a replicated job (promoting backup copies after
 // a failover).
+#include <algorithm>
 #include <string>
 #include <utility>
 #include <vector>
@@ -24,17 +25,18 @@ std::shared_ptr<PsNode::Primary> PsNode::PrimaryFor(const std::string& name) con
 }
 
 std::shared_ptr<PsNode::Primary> PsNode::PrimaryOfShard(int shard) const {
-  if (shard == options_.ps_index) return own_;
   absl::MutexLock lock(&primaries_mu_);
   for (const std::shared_ptr<Primary>& p : promoted_) {
     if (p->shard == shard) return p;
   }
+  if (shard == options_.ps_index && own_serving_) return own_;
   return nullptr;
 }
 
 std::vector<std::shared_ptr<PsNode::Primary>> PsNode::Primaries() const {
-  std::vector<std::shared_ptr<Primary>> all = {own_};
+  std::vector<std::shared_ptr<Primary>> all;
   absl::MutexLock lock(&primaries_mu_);
+  if (own_serving_) all.push_back(own_);
   all.insert(all.end(), promoted_.begin(), promoted_.end());
   return all;
 }
@@ -53,6 +55,7 @@ void PsNode::SetRoles(const proto::RolesRequest* request, proto::RolesResponse* 
                       Done done) {
   const int me = options_.ps_index;
   std::vector<std::shared_ptr<Primary>> dropped;
+  std::vector<std::pair<std::shared_ptr<Primary>, int>> resyncs;  // and the backup to send to
   absl::Status status = [&]() -> absl::Status {
     absl::MutexLock lock(&primaries_mu_);
     if (request->version() < roles_version_) {
@@ -60,14 +63,24 @@ void PsNode::SetRoles(const proto::RolesRequest* request, proto::RolesResponse* 
                                                         " are older than those taken (",
                                                         roles_version_, ")"));
     }
-    // Shards to serve here that are not served yet: every copy is checked
-    // before any is promoted.
+    auto serves = [&](int g) {
+      if (g == me && own_serving_) return true;
+      for (const auto& p : promoted_) {
+        if (p->shard == g) return true;
+      }
+      return false;
+    };
+    auto primary_of = [&](int g) {
+      return g < request->shards_size() ? request->shards(g).primary() : g;
+    };
+    // Shards to serve here that are not served yet, from the copies held
+    // (this ps's own shard too, when its own store lost it: a restart).
+    // Every copy is checked before any is promoted.
     std::vector<int> promote;
     for (int g = 0; g < request->shards_size(); ++g) {
-      if (request->shards(g).primary() != me || g == me) continue;
-      bool served = false;
-      for (const auto& p : promoted_) served |= p->shard == g;
-      if (!served) promote.push_back(g);
+      if (primary_of(g) == me && !serves(g) && (g != me || backups_.CanTake(g).ok())) {
+        promote.push_back(g);
+      }
     }
     for (int g : promote) PST_RETURN_IF_ERROR(backups_.CanTake(g));
     for (int g : promote) {
@@ -78,11 +91,10 @@ void PsNode::SetRoles(const proto::RolesRequest* request, proto::RolesResponse* 
           std::make_shared<Primary>(Primary{g, std::move(store), std::move(source), true}));
       spdlog::warn("serving shard {} as its primary: its backup copy here is promoted", g);
     }
-    any_promoted_.store(!promoted_.empty(), std::memory_order_release);
     // Promoted shards that are not this ps's any more.
     for (auto it = promoted_.begin(); it != promoted_.end();) {
       const int g = (*it)->shard;
-      if (g < request->shards_size() && request->shards(g).primary() == me) {
+      if (primary_of(g) == me) {
         ++it;
         continue;
       }
@@ -91,26 +103,50 @@ void PsNode::SetRoles(const proto::RolesRequest* request, proto::RolesResponse* 
       dropped.push_back(*it);
       it = promoted_.erase(it);
     }
-    // Primaries whose backup is gone stop forwarding.
-    for (const std::shared_ptr<Primary>& p : promoted_) {
-      if (p->shard < request->shards_size() && request->shards(p->shard).backup() < 0) {
-        p->source->DropBackup();
-      }
-    }
-    if (me < request->shards_size() && request->shards(me).backup() < 0) {
+    // This ps's own store serves its shard unless the shard is elsewhere,
+    // or a promoted copy here serves it instead.
+    const bool own_serving =
+        primary_of(me) == me && std::none_of(promoted_.begin(), promoted_.end(),
+                                             [&](const auto& p) { return p->shard == me; });
+    if (own_serving_ && !own_serving) {
+      spdlog::info("this ps's own store no longer serves shard {}", me);
       own_->source->DropBackup();
+    }
+    own_serving_ = own_serving;
+    // Each primary here forwards to the backup named, if any.
+    std::vector<std::shared_ptr<Primary>> serving(promoted_);
+    if (own_serving_) serving.push_back(own_);
+    for (const std::shared_ptr<Primary>& p : serving) {
+      const int backup =
+          p->shard < request->shards_size() ? request->shards(p->shard).backup() : -1;
+      if (backup < 0) {
+        p->source->DropBackup();
+      } else if (request->resync() && !p->source->forwarding_to(backup)) {
+        resyncs.emplace_back(p, backup);
+      }
     }
     roles_version_ = request->version();
     any_promoted_.store(!promoted_.empty(), std::memory_order_release);
     for (const auto& p : promoted_) response->add_primaries(p->shard);
+    if (own_serving_) response->add_primaries(me);
     return absl::OkStatus();
   }();
   for (const std::shared_ptr<Primary>& p : dropped) {
     p->store->CancelAllWaiters(absl::UnavailableError(
         absl::StrCat("shard ", p->shard, " is no longer served by this ps")));
   }
-  if (status.ok() && me < request->shards_size() && request->shards(me).primary() == me) {
-    response->add_primaries(me);
+  // Each backup that does not take the changes yet is sent the shard whole
+  // (the order lock held while its state is taken, not while it is sent).
+  for (const auto& resync : resyncs) {
+    const std::shared_ptr<Primary>& p = resync.first;
+    const int backup = resync.second;
+    std::unique_ptr<ReplicaLink> link = options_.link_to ? options_.link_to(backup) : nullptr;
+    if (link == nullptr) {
+      spdlog::error("shard {}: cannot reach ps {} to send it the shard", p->shard, backup);
+      continue;
+    }
+    p->source->Resync(backup, std::move(link),
+                      [&] { return p->store->ExportState(kResyncPartBytes); });
   }
   done(status);
 }

@@ -1,6 +1,7 @@
 #include "ps_server/replica_source.h"
 
 #include <algorithm>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -10,31 +11,101 @@
 
 namespace pst::ps {
 
+void ReplicaSource::NewStream(int backup_ps, std::unique_ptr<ReplicaLink> link,
+                              std::multimap<int64_t, Done>* answered) {
+  answered->swap(waiting_);
+  backup_ps_ = backup_ps;
+  link_ = std::move(link);
+  forwarding_ = true;
+  fenced_ = false;
+  ++stream_;
+  acked_stream_ = stream_;
+  next_seq_ = 1;
+  sequenced_ = acked_ = 0;
+  state_end_ = whole_at_ = 0;
+  acked_ahead_.clear();
+  start_taken_ = false;
+  queued_.clear();
+}
+
+void ReplicaSource::Send(ReplicaLink& link, int64_t stream,
+                         std::shared_ptr<proto::ReplicateRequest> request) {
+  const int64_t seq = request->seq();
+  link.Send(std::move(request), [this, seq, stream](absl::Status s) { Acked(stream, seq, s); });
+}
+
 void ReplicaSource::SetBackup(int backup_ps, std::unique_ptr<ReplicaLink> link, bool restart) {
   std::multimap<int64_t, Done> answered;  // callers of the old stream
   {
     absl::MutexLock order(&order_mu_);
     absl::MutexLock lock(&mu_);
-    if ((in_sync_ && !restart) || link == nullptr) return;
-    answered.swap(waiting_);
-    backup_ps_ = backup_ps;
-    link_ = std::move(link);
-    in_sync_ = true;
-    fenced_ = false;
-    ++stream_;
-    acked_stream_ = stream_;
-    next_seq_ = 1;
-    sequenced_ = acked_ = 0;
-    acked_ahead_.clear();
+    if ((forwarding_ && was_whole_ && !restart) || link == nullptr) return;
+    NewStream(backup_ps, std::move(link), &answered);
+    was_whole_ = true;  // its first change, a create, makes the copy
     spdlog::info("shard {}: changes are forwarded to its backup on ps {}{}", shard_, backup_ps,
                  stream_ > 1 ? absl::StrCat(" (stream ", stream_, ")") : std::string());
   }
   for (auto& [unused, done] : answered) done(absl::OkStatus());
 }
 
+void ReplicaSource::Resync(int backup_ps, std::unique_ptr<ReplicaLink> link,
+                           ExportFn export_state) {
+  if (link == nullptr) return;
+  std::multimap<int64_t, Done> answered;
+  std::vector<std::shared_ptr<proto::ReplicateRequest>> sends;
+  std::shared_ptr<ReplicaLink> sender;
+  int64_t stream;
+  {
+    absl::MutexLock order(&order_mu_);
+    const absl::Time start = absl::Now();
+    std::vector<proto::StoreChunk> parts = export_state();
+    int64_t bytes = 0;
+    {
+      absl::MutexLock lock(&mu_);
+      NewStream(backup_ps, std::move(link), &answered);
+      was_whole_ = false;
+      stream = stream_;
+      for (proto::StoreChunk& part : parts) {
+        auto request = std::make_shared<proto::ReplicateRequest>();
+        request->set_shard(shard_);
+        request->set_source_incarnation(incarnation_);
+        request->set_stream(stream_);
+        request->set_seq(next_seq_++);
+        *request->mutable_state() = std::move(part);
+        bytes += static_cast<int64_t>(request->ByteSizeLong());
+        // Part 0 starts the copy; the rest wait until it is taken.
+        if (sends.empty()) {
+          sends.push_back(std::move(request));
+        } else {
+          queued_.push_back(std::move(request));
+        }
+      }
+      sequenced_ = state_end_ = whole_at_ = next_seq_ - 1;
+      sender = link_;
+    }
+    spdlog::info(
+        "shard {}: sending it whole to its backup on ps {} (stream {}: {} part(s), {} bytes, "
+        "taken in {:.3f} s); training goes on",
+        shard_, backup_ps, stream, parts.size(), bytes, absl::ToDoubleSeconds(absl::Now() - start));
+    // Sent under the order lock (not mu_: an answer may come at once).
+    for (auto& request : sends) Send(*sender, stream, std::move(request));
+  }
+  for (auto& [unused, done] : answered) done(absl::OkStatus());
+}
+
 bool ReplicaSource::in_sync() const {
   absl::MutexLock lock(&mu_);
-  return in_sync_;
+  return forwarding_ && was_whole_;
+}
+
+bool ReplicaSource::forwarding() const {
+  absl::MutexLock lock(&mu_);
+  return forwarding_;
+}
+
+bool ReplicaSource::forwarding_to(int backup_ps) const {
+  absl::MutexLock lock(&mu_);
+  return forwarding_ && backup_ps_ == backup_ps;
 }
 
 bool ReplicaSource::has_backup() const {
@@ -44,20 +115,26 @@ bool ReplicaSource::has_backup() const {
 
 void ReplicaSource::Change(absl::FunctionRef<absl::Status(proto::ReplicateRequest* change)> apply,
                            Done done) {
-  std::shared_ptr<ReplicaLink> link;
-  bool fenced;
+  std::optional<absl::Status> answered;
   {
-    absl::MutexLock lock(&mu_);
-    fenced = fenced_;
-    if (in_sync_) link = link_;
+    // Shared: changes with no backup to keep in step need no order among
+    // themselves, but a stream that starts (exclusive) must not miss one.
+    absl::ReaderMutexLock shared(&order_mu_);
+    bool fenced, has_link;
+    {
+      absl::MutexLock lock(&mu_);
+      fenced = fenced_;
+      has_link = link_ != nullptr;
+    }
+    if (fenced) {
+      answered = FencedError();
+    } else if (!has_link) {
+      proto::ReplicateRequest unused;
+      answered = apply(&unused);
+    }
   }
-  if (fenced) {
-    done(FencedError());
-    return;
-  }
-  if (link == nullptr) {  // no backup to keep in step: nothing to order
-    proto::ReplicateRequest unused;
-    done(apply(&unused));
+  if (answered.has_value()) {
+    done(std::move(*answered));
     return;
   }
   auto request = std::make_shared<proto::ReplicateRequest>();
@@ -72,24 +149,47 @@ void ReplicaSource::Change(absl::FunctionRef<absl::Status(proto::ReplicateReques
       const bool changed = request->change_case() != proto::ReplicateRequest::CHANGE_NOT_SET;
       // A change waits for itself; a call that changed nothing (a repeat)
       // for every change before it, one of which may be its original.
-      const int64_t seq = changed ? next_seq_++ : next_seq_ - 1;
+      std::shared_ptr<ReplicaLink> link;
+      int64_t seq = 0;
       {
         absl::MutexLock lock(&mu_);
-        if (changed) sequenced_ = seq;
-        if (in_sync_ && seq > acked_) {
-          waiting_.emplace(seq, std::move(done));
-        } else {
+        if (fenced_) {
+          status = FencedError();
           now = std::move(done);
+        } else if (!forwarding_) {
+          // Out of sync: held while the chief may promote the backup.
+          if (was_whole_ && link_ != nullptr) {
+            waiting_.emplace(next_seq_, std::move(done));
+          } else {
+            now = std::move(done);
+          }
+        } else {
+          seq = changed ? next_seq_++ : next_seq_ - 1;
+          if (changed) sequenced_ = seq;
+          if (acked_ < state_end_) {
+            // The backup is still taking the state: it cannot be promoted
+            // yet, and is whole once it holds this change too.
+            whole_at_ = std::max(whole_at_, seq);
+            now = std::move(done);
+          } else if (seq > acked_) {
+            waiting_.emplace(seq, std::move(done));
+          } else {
+            now = std::move(done);
+          }
+          if (changed) {
+            request->set_shard(shard_);
+            request->set_source_incarnation(incarnation_);
+            request->set_stream(stream_);
+            request->set_seq(seq);
+            if (start_taken_ || seq == 1) {
+              link = link_;
+            } else {
+              queued_.push_back(std::move(request));  // sent once the first is taken
+            }
+          }
         }
       }
-      if (changed) {
-        request->set_shard(shard_);
-        request->set_source_incarnation(incarnation_);
-        request->set_stream(stream_);
-        request->set_seq(seq);
-        link->Send(std::move(request),
-                   [this, seq, stream = stream_](absl::Status s) { Acked(stream, seq, s); });
-      }
+      if (link != nullptr) Send(*link, stream_, std::move(request));
     }
   }
   if (now) now(status);
@@ -103,10 +203,19 @@ absl::Status ReplicaSource::FencedError() const {
 void ReplicaSource::Acked(int64_t stream, int64_t seq, const absl::Status& status) {
   std::multimap<int64_t, Done> ready;
   bool fenced = false;
+  std::vector<std::shared_ptr<proto::ReplicateRequest>> now_sent;
+  std::shared_ptr<ReplicaLink> link;
   {
     absl::MutexLock lock(&mu_);
     // A late answer from a stream given up on: its callers were answered.
     if (stream != acked_stream_) return;
+    if (!status.ok()) {
+      queued_.clear();
+    } else if (seq == 1 && !start_taken_) {
+      start_taken_ = true;
+      now_sent.swap(queued_);
+      link = link_;
+    }
     if (status.code() == absl::StatusCode::kAborted) {
       if (!fenced_) {
         spdlog::error(
@@ -115,31 +224,41 @@ void ReplicaSource::Acked(int64_t stream, int64_t seq, const absl::Status& statu
             shard_, backup_ps_, status.message());
       }
       fenced_ = true;
-      in_sync_ = false;
+      forwarding_ = false;
       waiting_.swap(ready);
       fenced = true;
     } else if (!status.ok()) {
-      if (in_sync_) {
+      if (forwarding_) {
         spdlog::error(
-            "shard {}: its backup on ps {} did not take change {} ({}): the backup is out of sync; "
-            "going on without it",
-            shard_, backup_ps_, seq, status.ToString());
+            "shard {}: its backup on ps {} did not take change {} ({}): the backup is out of "
+            "sync; {}",
+            shard_, backup_ps_, seq, status.ToString(),
+            was_whole_ ? "changes wait for the chief to send the shard whole again or to drop "
+                         "the backup"
+                       : "going on without it");
       }
-      in_sync_ = false;
+      forwarding_ = false;
     } else if (seq > acked_) {
       acked_ahead_.insert(seq);
       while (!acked_ahead_.empty() && *acked_ahead_.begin() == acked_ + 1) {
         acked_ = *acked_ahead_.begin();
         acked_ahead_.erase(acked_ahead_.begin());
       }
+      if (forwarding_ && !was_whole_ && state_end_ > 0 && WholeLocked()) {
+        was_whole_ = true;
+        spdlog::info("shard {}: its backup on ps {} holds it whole again ({} changes)", shard_,
+                     backup_ps_, acked_);
+      }
     }
     if (!fenced) Release(&ready);
   }
+  for (auto& request : now_sent) Send(*link, stream, std::move(request));
   for (auto& [unused, done] : ready) done(fenced ? FencedError() : absl::OkStatus());
 }
 
 void ReplicaSource::Release(std::multimap<int64_t, Done>* ready) {
-  auto end = in_sync_ ? waiting_.upper_bound(acked_) : waiting_.end();
+  if (!forwarding_ && was_whole_ && link_ != nullptr) return;  // held for the chief
+  auto end = forwarding_ ? waiting_.upper_bound(acked_) : waiting_.end();
   for (auto it = waiting_.begin(); it != end;) {
     auto node = waiting_.extract(it++);
     ready->insert(std::move(node));
@@ -151,9 +270,12 @@ void ReplicaSource::DropBackup() {
   {
     absl::MutexLock lock(&mu_);
     if (backup_ps_ < 0 && link_ == nullptr) return;
-    if (in_sync_) spdlog::warn("shard {}: no longer forwarded to ps {}", shard_, backup_ps_);
-    in_sync_ = false;
+    if (link_ != nullptr)
+      spdlog::warn("shard {}: no longer forwarded to ps {}", shard_, backup_ps_);
+    forwarding_ = false;
+    was_whole_ = false;
     link_ = nullptr;
+    queued_.clear();
     Release(&ready);
   }
   for (auto& [unused, done] : ready) done(absl::OkStatus());
@@ -180,7 +302,8 @@ void ReplicaSource::State(proto::ReplicaState* state) const {
   state->set_shard(shard_);
   state->set_primary(true);
   state->set_backup_ps(backup_ps_);
-  state->set_backup_in_sync(in_sync_);
+  state->set_backup_in_sync(forwarding_ && was_whole_);
+  state->set_resyncing(forwarding_ && !was_whole_);
   state->set_seq(sequenced_);
   state->set_acked(acked_);
   state->set_first_change_unix_ms(std::max<int64_t>(0, first_change_ms_.load()));

@@ -9,14 +9,25 @@
 // goes through the same states. Forwards are sent as soon as they are
 // numbered, several in flight; the backup puts them back in order.
 //
+// A backup is whole (it may be promoted) once it holds every change
+// answered. A stream that starts with a create (SetBackup) is whole from
+// the start. A resync (Resync) starts a stream with the shard's whole state
+// (VariableStore::ExportState), taken between two changes, while training
+// goes on: until the backup has taken all of it, changes are forwarded but
+// answered at once, and the backup is whole once it also holds those.
+//
 // When a forward fails (the backup is gone, or refused it), the backup is
-// out of sync: the primary logs it, stops forwarding and goes on alone,
-// answering every waiting caller. Without a backup, Change applies and
-// answers at once, with no lock of its own. A backup that answers Aborted
-// was promoted in its place (the chief took this primary for lost): this
-// source is fenced off, and every caller waiting or to come is answered
-// Unavailable, so the workers send their requests to the new primary
-// instead of losing them here.
+// out of sync and the primary stops forwarding. If the backup was whole (the
+// chief may promote it, should this ps be lost), callers are held, their
+// changes applied here, until the chief decides: a new stream (Resync, whose
+// state holds their changes) or no backup (DropBackup). Otherwise the
+// primary goes on alone. Without a backup, Change applies and answers at
+// once (holding the order lock shared only, so that a stream that starts
+// misses none of them). A backup that answers Aborted was promoted
+// in its place (the chief took this primary for lost): this source is
+// fenced off, and every caller waiting or to come is answered Unavailable,
+// so the workers send their requests to the new primary instead of losing
+// them here.
 //
 // Thread-safe. gRPC-free: the backup is reached through a ReplicaLink.
 #ifndef PST_PS_SERVER_REPLICA_SOURCE_H_
@@ -29,6 +40,7 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/functional/function_ref.h"
@@ -51,6 +63,8 @@ class ReplicaLink {
 class ReplicaSource {
  public:
   using Done = std::function<void(absl::Status)>;
+  // Fills the shard's whole state, as the changes of a new stream.
+  using ExportFn = absl::FunctionRef<std::vector<proto::StoreChunk>()>;
 
   ReplicaSource(int shard, uint64_t incarnation) : shard_(shard), incarnation_(incarnation) {}
 
@@ -62,15 +76,26 @@ class ReplicaSource {
   // checkpoint right after). Callers waiting on the old stream are
   // answered.
   void SetBackup(int backup_ps, std::unique_ptr<ReplicaLink> link, bool restart = false);
-  // Whether a backup is set and in sync.
+  // Starts a new stream to `link`, the backup on ps `backup_ps`, with the
+  // shard's whole state (`export_state`, called between two changes) as its
+  // first changes, and forwards every change after it. Callers waiting on
+  // the old stream are answered: the state sent holds their changes.
+  void Resync(int backup_ps, std::unique_ptr<ReplicaLink> link, ExportFn export_state);
+
+  // Whether a backup is set and in sync: whole, and taking every change.
   bool in_sync() const;
+  // Whether changes are forwarded to a backup now (in sync, or being
+  // resynced): Change's `apply` fills in the change only then.
+  bool forwarding() const;
+  // Whether forwarding to ps `backup_ps`, in sync or being resynced.
+  bool forwarding_to(int backup_ps) const;
 
   // One change to the shard. `apply` runs under the order lock and returns
   // its status; on OK it fills `change` with what the backup must apply (or
   // leaves it empty when nothing changed: a repeated push). `done` runs
   // exactly once: with apply's error at once, or with OK once the backup
-  // holds this change and every one before it (at once without a backup in
-  // sync).
+  // holds this change and every one before it (see the file comment for
+  // when it is answered sooner, or held).
   void Change(absl::FunctionRef<absl::Status(proto::ReplicateRequest* change)> apply, Done done);
 
   // Runs `fn` between two changes (the order lock held), with the number of
@@ -89,25 +114,47 @@ class ReplicaSource {
 
   // For Health.
   void State(proto::ReplicaState* state) const;
+  // Whether a backup was ever set (this shard is replicated).
   bool has_backup() const;
 
  private:
   void Acked(int64_t stream, int64_t seq, const absl::Status& status);
+  // Sends `request` (of `stream`) on `link`, its answer to Acked.
+  void Send(ReplicaLink& link, int64_t stream, std::shared_ptr<proto::ReplicateRequest> request);
   absl::Status FencedError() const;
-  // Completes the waiters up to acked_ (all of them once out of sync).
+  // Starts stream stream_ + 1 to `link` (both locks held): the callers
+  // waiting go to `answered`.
+  void NewStream(int backup_ps, std::unique_ptr<ReplicaLink> link,
+                 std::multimap<int64_t, Done>* answered)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(order_mu_, mu_);
+  // Completes the waiters up to acked_ (all of them once out of sync,
+  // unless they are held).
   void Release(std::multimap<int64_t, Done>* ready) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool WholeLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return acked_ >= whole_at_ && acked_ >= state_end_;
+  }
 
   const int shard_;
   const uint64_t incarnation_;
-  // Held across an apply and its numbering. Before mu_.
+  // Held across an apply and its numbering (shared by the changes applied
+  // with no backup, exclusive otherwise). Before mu_.
   mutable absl::Mutex order_mu_;
   int64_t next_seq_ ABSL_GUARDED_BY(order_mu_) = 1;
   int64_t stream_ ABSL_GUARDED_BY(order_mu_) = 0;
 
   mutable absl::Mutex mu_;
   int backup_ps_ ABSL_GUARDED_BY(mu_) = -1;
-  std::shared_ptr<ReplicaLink> link_ ABSL_GUARDED_BY(mu_);
-  bool in_sync_ ABSL_GUARDED_BY(mu_) = false;
+  std::shared_ptr<ReplicaLink> link_ ABSL_GUARDED_BY(mu_);  // null: no backup
+  // Every forward of this stream so far was taken (false: out of sync).
+  bool forwarding_ ABSL_GUARDED_BY(mu_) = false;
+  // The backup was whole at some time in this stream: the chief may have
+  // seen it in sync, and promote it.
+  bool was_whole_ ABSL_GUARDED_BY(mu_) = false;
+  // The last seq of the state a resync sent (0: none), and the highest seq
+  // answered before the backup held it: the backup is whole once it has
+  // acknowledged both.
+  int64_t state_end_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t whole_at_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t sequenced_ ABSL_GUARDED_BY(mu_) = 0;
   // Highest seq the backup acknowledged with every one before it; acks
   // received above it.
@@ -115,6 +162,12 @@ class ReplicaSource {
   int64_t acked_stream_ ABSL_GUARDED_BY(mu_) = 0;  // the stream acks count for
   bool fenced_ ABSL_GUARDED_BY(mu_) = false;
   std::set<int64_t> acked_ahead_ ABSL_GUARDED_BY(mu_);
+  // The backup took the stream's first change (a create, or a state's part
+  // 0: what starts its copy). Until then the changes after it are queued
+  // here, not sent: they could overtake it, and be refused by a backup
+  // with no copy of this stream to keep them for.
+  bool start_taken_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<std::shared_ptr<proto::ReplicateRequest>> queued_ ABSL_GUARDED_BY(mu_);
   // Callers waiting for the backup to hold seq.
   std::multimap<int64_t, Done> waiting_ ABSL_GUARDED_BY(mu_);
   // Promoted: when the first change was applied (0: none yet; -1: not

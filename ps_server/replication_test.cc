@@ -4,145 +4,22 @@
 // the primary bit for bit, a caller must be answered only once the backup
 // holds its change, and a lost backup must not stop training.
 #include <atomic>
-#include <deque>
 #include <random>
 #include <string>
 #include <thread>
 #include <vector>
 
-#include "absl/synchronization/mutex.h"
-#include "absl/synchronization/notification.h"
-#include "common/tensor_util.h"
 #include "gtest/gtest.h"
 #include "ps_server/backup_copies.h"
 #include "ps_server/ps_node.h"
 #include "ps_server/replica_source.h"
+#include "ps_server/replication_test_util.h"
 #include "ps_server/variable_store.h"
 
 namespace pst::ps {
 namespace {
 
-using Done = PsNode::Done;
-
-// Holds each forward until it is delivered: by Deliver(i), or by a thread
-// that delivers pending forwards in a random order (Shuffle()).
-class HeldLink : public ReplicaLink {
- public:
-  using Target = std::function<void(std::shared_ptr<const proto::ReplicateRequest>, Done)>;
-  explicit HeldLink(Target target) : target_(std::move(target)) {}
-  ~HeldLink() override { StopShuffling(); }
-
-  void Send(std::shared_ptr<const proto::ReplicateRequest> request, Done done) override {
-    bool now = false, fail = false;
-    {
-      absl::MutexLock lock(&mu_);
-      fail = fail_;
-      now = !fail && !hold_;
-      if (!fail) ++sent_;
-      if (!fail && !now) pending_.push_back({request, std::move(done)});
-    }
-    if (fail) done(absl::UnavailableError("backup gone"));
-    if (now) target_(std::move(request), std::move(done));
-  }
-  // While held, forwards wait for Deliver or the shuffling thread; else
-  // they are delivered at once, in order.
-  void Hold(bool hold) {
-    absl::MutexLock lock(&mu_);
-    hold_ = hold;
-  }
-  int pending() {
-    absl::MutexLock lock(&mu_);
-    return static_cast<int>(pending_.size());
-  }
-  int sent() {
-    absl::MutexLock lock(&mu_);
-    return sent_;
-  }
-  // Delivers pending forward `i`; false if there is none.
-  bool Deliver(size_t i) {
-    Pending p;
-    {
-      absl::MutexLock lock(&mu_);
-      if (i >= pending_.size()) return false;
-      p = std::move(pending_[i]);
-      pending_.erase(pending_.begin() + static_cast<long>(i));
-    }
-    target_(p.request, p.done);
-    return true;
-  }
-  void DeliverAll() {
-    while (Deliver(0)) {
-    }
-  }
-  // From now on, every forward fails as if the backup were gone; those
-  // pending fail now.
-  void Fail() {
-    std::deque<Pending> failed;
-    {
-      absl::MutexLock lock(&mu_);
-      fail_ = true;
-      failed.swap(pending_);
-    }
-    for (Pending& p : failed) p.done(absl::UnavailableError("backup gone"));
-  }
-  void Shuffle(uint32_t seed) {
-    Hold(true);
-    shuffler_ = std::thread([this, seed] {
-      std::mt19937 rng(seed);
-      while (!stop_.load()) {
-        size_t n;
-        {
-          absl::MutexLock lock(&mu_);
-          auto has = [this] { return !pending_.empty() || stop_.load(); };
-          mu_.AwaitWithTimeout(absl::Condition(&has), absl::Milliseconds(20));
-          n = pending_.size();
-        }
-        if (n > 0) Deliver(std::uniform_int_distribution<size_t>(0, n - 1)(rng));
-      }
-    });
-  }
-  void StopShuffling() {
-    stop_.store(true);
-    if (shuffler_.joinable()) shuffler_.join();
-    DeliverAll();
-    Hold(false);
-  }
-
- private:
-  struct Pending {
-    std::shared_ptr<const proto::ReplicateRequest> request;
-    Done done;
-  };
-  const Target target_;
-  absl::Mutex mu_;
-  std::deque<Pending> pending_ ABSL_GUARDED_BY(mu_);
-  bool fail_ ABSL_GUARDED_BY(mu_) = false;
-  bool hold_ ABSL_GUARDED_BY(mu_) = false;
-  int sent_ ABSL_GUARDED_BY(mu_) = 0;
-  std::atomic<bool> stop_{false};
-  std::thread shuffler_;
-};
-
-proto::VariableSpec Dense(const std::string& name, std::vector<int64_t> shape) {
-  proto::VariableSpec spec;
-  spec.set_name(name);
-  spec.set_dtype(proto::DT_FLOAT32);
-  for (int64_t d : shape) spec.add_shape(d);
-  spec.mutable_initializer()->set_kind(proto::Initializer::UNIFORM);
-  spec.mutable_initializer()->set_scale(0.5f);
-  spec.mutable_initializer()->set_seed(7);
-  return spec;
-}
-
-proto::VariableSpec Hash(const std::string& name, int64_t dim, int admit_after) {
-  proto::VariableSpec spec = Dense(name + "/part_0", {0, dim});
-  spec.set_variable(name);
-  spec.set_partition(0);
-  spec.set_num_partitions(1);
-  spec.set_routing(proto::HASH);
-  spec.set_admit_after(admit_after);
-  return spec;
-}
+using namespace testing_util;  // NOLINT: the helpers of every replication test
 
 // ps 0 (the primary of shard 0) and ps 1 (its backup), joined by a
 // HeldLink. The link is made when ps 0 is first created with copies.
@@ -173,11 +50,7 @@ class ReplicationTest : public testing::Test {
     *request.add_variables() = Dense("w", {16, 8});
     *request.add_variables() = Dense("b", {8});
     *request.add_variables() = Hash("emb", 4, /*admit_after=*/2);
-    request.mutable_optimizer()->set_name("adam");
-    request.mutable_optimizer()->set_learning_rate(0.01f);
-    request.mutable_optimizer()->set_beta1(0.9f);
-    request.mutable_optimizer()->set_beta2(0.999f);
-    request.mutable_optimizer()->set_epsilon(1e-7f);
+    *request.mutable_optimizer() = Adam();
     request.mutable_sync()->set_mode(mode);
     request.mutable_sync()->set_num_workers(workers);
     request.mutable_copies()->set_primary(0);
@@ -185,61 +58,9 @@ class ReplicationTest : public testing::Test {
     return request;
   }
 
-  // Runs `call` and waits for its completion.
-  template <typename Call>
-  static absl::Status Await(Call call) {
-    absl::Notification n;
-    absl::Status status;
-    call([&](absl::Status s) {
-      status = std::move(s);
-      n.Notify();
-    });
-    n.WaitForNotification();
-    return status;
-  }
-
   absl::Status Create(const proto::CreateVariablesRequest& request) {
     proto::CreateVariablesResponse response;
     return Await([&](Done d) { primary_->CreateVariables(&request, &response, std::move(d)); });
-  }
-
-  static proto::PushRequest DensePush(int worker, int64_t step, std::mt19937& rng) {
-    std::uniform_real_distribution<float> u(-1, 1);
-    proto::PushRequest push;
-    push.set_worker_index(worker);
-    push.set_incarnation(100 + worker);
-    push.set_step(step);
-    push.set_position(step);
-    for (const auto& [name, shape] :
-         std::vector<std::pair<std::string, std::vector<int64_t>>>{{"w", {16, 8}}, {"b", {8}}}) {
-      std::vector<float> g(static_cast<size_t>(shape.size() == 2 ? 128 : 8));
-      for (float& x : g) x = u(rng);
-      push.add_names(name);
-      common::PackFloats(g, common::Shape(shape.begin(), shape.end()), push.add_gradients());
-    }
-    return push;
-  }
-
-  static proto::PushRowsRequest RowPush(int worker, int64_t step, std::mt19937& rng) {
-    std::uniform_int_distribution<int64_t> id(0, 40);
-    std::uniform_real_distribution<float> u(-1, 1);
-    proto::PushRowsRequest push;
-    push.set_worker_index(worker);
-    push.set_incarnation(100 + worker);
-    push.set_step(step);
-    proto::RowIds* rows = push.add_rows();
-    rows->set_name("emb/part_0");
-    while (rows->ids_size() < 6) {
-      const int64_t x = id(rng);
-      bool seen = false;
-      for (int64_t y : rows->ids()) seen |= y == x;
-      if (!seen) rows->add_ids(x);
-    }
-    std::vector<float> g(6 * 4);
-    for (float& x : g) x = u(rng);
-    const std::vector<int64_t> shape = {6, 4};
-    common::PackFloats(g, common::Shape(shape.begin(), shape.end()), push.add_gradients());
-    return push;
   }
 
   void MixedChanges(proto::SyncMode mode);
@@ -408,29 +229,48 @@ TEST_F(ReplicationTest, CallerIsAnsweredOnlyOnceTheBackupHoldsTheChange) {
   EXPECT_EQ(backup.digest(), primary.digest());
 }
 
-TEST_F(ReplicationTest, LostBackupIsOutOfSyncAndTrainingGoesOn) {
+// The backup dies with a push in flight. The chief may have seen it in
+// sync and may promote it, should ps 0 be lost too: so the push, and every
+// change after it, is held (applied here) until the chief drops the backup
+// (or has the shard sent to it whole again: resync_test.cc).
+TEST_F(ReplicationTest, LostBackupHoldsCallersUntilTheChiefDropsIt) {
   ASSERT_TRUE(Create(CreateRequest(proto::ASYNC, 1)).ok());
   link_->Hold(true);
   std::mt19937 rng(4);
   const proto::PushRequest first = DensePush(0, 1, rng);
-  proto::PushResponse response;
-  std::atomic<bool> done{false};
+  const proto::PushRequest second = DensePush(0, 2, rng);
+  proto::PushResponse response, response2;
+  std::atomic<int> answered{0};
   primary_->Push(&first, nullptr, &response, [&](absl::Status s) {
     EXPECT_TRUE(s.ok()) << s;
-    done = true;
+    ++answered;
   });
-  EXPECT_FALSE(done.load());
   link_->Fail();  // the backup dies with the push in flight
-  EXPECT_TRUE(done.load());
-  const proto::PushRequest second = DensePush(0, 2, rng);
-  EXPECT_TRUE(
-      Await([&](Done d) { primary_->Push(&second, nullptr, &response, std::move(d)); }).ok());
+  primary_->Push(&second, nullptr, &response2, [&](absl::Status s) {
+    EXPECT_TRUE(s.ok()) << s;
+    ++answered;
+  });
+  EXPECT_EQ(answered.load(), 0);
   proto::HealthResponse health;
   primary_->Health(proto::HealthRequest(), &health);
   ASSERT_EQ(health.replicas_size(), 1);
   EXPECT_FALSE(health.replicas(0).backup_in_sync());
+  EXPECT_FALSE(health.replicas(0).resyncing());
   EXPECT_EQ(health.replicas(0).seq(), 2);  // nothing sequenced once out of sync
   EXPECT_EQ(primary_store_.GetStats().pushes_applied, 2);
+
+  // The chief's word: shard 0 goes on without a backup.
+  proto::RolesRequest roles;
+  roles.set_version(1);
+  roles.add_shards()->set_primary(0);
+  roles.mutable_shards(0)->set_backup(-1);
+  proto::RolesResponse taken;
+  ASSERT_TRUE(Await([&](Done d) { primary_->SetRoles(&roles, &taken, std::move(d)); }).ok());
+  EXPECT_EQ(answered.load(), 2);
+  const proto::PushRequest third = DensePush(0, 3, rng);
+  EXPECT_TRUE(
+      Await([&](Done d) { primary_->Push(&third, nullptr, &response, std::move(d)); }).ok());
+  EXPECT_EQ(primary_store_.GetStats().pushes_applied, 3);
 }
 
 TEST_F(ReplicationTest, RefusedCreateLeavesNothingToForward) {
@@ -589,11 +429,13 @@ TEST(BackupCopiesTest, TakesChangesInTurnAndRestartsWithANewPrimary) {
   // A change from a primary it holds no copy of.
   EXPECT_EQ(apply(change(7, 3))->code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_TRUE(apply(change(7, 1))->ok());
-  // 3 before 2: waits, then both are taken in order.
+  // 3 before 2: waits (as does its resend), then both are taken in order.
   auto third = apply(change(7, 3));
+  auto resent = apply(change(7, 3));
   EXPECT_EQ(third->code(), absl::StatusCode::kUnknown);
   EXPECT_TRUE(apply(change(7, 2))->ok());
   EXPECT_TRUE(third->ok());
+  EXPECT_TRUE(resent->ok());
   EXPECT_TRUE(apply(change(7, 2))->ok());  // a resend
   google::protobuf::RepeatedPtrField<proto::ReplicaState> states;
   copies.States(false, &states);

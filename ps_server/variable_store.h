@@ -252,6 +252,21 @@ class VariableStore {
   std::vector<common::ShardRecord> Snapshot(absl::Duration* held = nullptr,
                                             Cut* cut = nullptr) const;
 
+  // The whole store as parts of about `part_bytes` each (store_state.cc),
+  // taken at one instant: every variable's spec, values, slots, version,
+  // sync accumulator, hash rows and admission counts, and the mode's state
+  // (generation, quorum, membership, clocks, de-duplication, positions).
+  // LoadState of every part in order into an empty store with the same
+  // Options makes it equal to this one, so that the same changes after take
+  // both through the same states. Not the Stats counters.
+  std::vector<proto::StoreChunk> ExportState(int64_t part_bytes) const;
+  // Takes one part of ExportState, in order (part 0 into an empty store).
+  // Errors: InvalidArgument for a part that does not fit the store (rows
+  // out of range, sizes that differ from the variable's), or part 0 sent to
+  // a store that holds variables; NotFound for an unknown variable;
+  // ResourceExhausted past Options::max_hash_rows; Create's for part 0.
+  absl::Status LoadState(const proto::StoreChunk& chunk);
+
   // A 64-bit hash (FNV-1a) of every variable's name, version, values and
   // slots, and of each hash row with its id, in id order: equal for two
   // stores that went through the same changes, whatever the order their

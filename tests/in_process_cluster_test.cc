@@ -83,8 +83,9 @@ TEST(InProcessClusterTest, FaultFreeJob_SavesWhereHeld_EndsAtTheFinalStep) {
 }
 
 // --ps_replicas=2: ps 0 dies at step 4 (and comes back empty); its shard's
-// backup on ps 1 takes over. No restore, no new generation, no worker goes
-// back, and the job ends with the fault-free parameters, bit for bit.
+// backup on ps 1 takes over, and ps 0 is sent both shards whole. Then ps 1
+// dies: ps 0 takes both over. No restore, no new generation, no worker
+// goes back, and the job ends with the fault-free parameters, bit for bit.
 TEST(InProcessFailoverTest, PrimaryLost_BackupTakesOver_NoRestore_EndsAsFaultFree) {
   Config config = Sync(0);
   config.ps_replicas = 2;
@@ -104,6 +105,22 @@ TEST(InProcessFailoverTest, PrimaryLost_BackupTakesOver_NoRestore_EndsAsFaultFre
   // ps 1 serves both shards, at the version ps 0 had reached.
   EXPECT_EQ(cluster.Health(1).max_version(), 4);
 
+  // The workers go on to step 6 on ps 1. Meanwhile ps 0, back empty, is
+  // made the backup of both shards and sent them whole; at the next look
+  // both backups are in sync.
+  cluster.SettleAt(6);
+  ASSERT_EQ(cluster.job().resyncs().size(), 2u);
+  EXPECT_EQ(cluster.job().resyncs()[0].backup, 0);
+  EXPECT_EQ(cluster.job().replicas().in_sync(), 2);
+  // Then ps 1 dies too: ps 0 serves both shards from those copies (its own
+  // among them), again with no restore.
+  cluster.ps().Restart(1);
+  ASSERT_TRUE(cluster.clock().Tick());
+  ASSERT_EQ(cluster.job().failovers().size(), 2u);
+  EXPECT_TRUE(cluster.job().recoveries().empty());
+  EXPECT_EQ(cluster.Health(0).max_version(), 6);
+  EXPECT_EQ(cluster.Check().global_step, 6);
+
   cluster.ReleaseAll();
   const absl::Status finished = cluster.FinishJob();
   ASSERT_TRUE(finished.ok()) << finished;
@@ -113,9 +130,11 @@ TEST(InProcessFailoverTest, PrimaryLost_BackupTakesOver_NoRestore_EndsAsFaultFre
   const nlohmann::json summary = Summary(cluster);
   EXPECT_EQ(summary["global_step"], 8);
   EXPECT_TRUE(summary["recoveries"].empty());
-  ASSERT_EQ(summary["failovers"].size(), 1u);
+  ASSERT_EQ(summary["failovers"].size(), 2u);
   EXPECT_EQ(summary["failovers"][0]["steps_lost"], 0);
   EXPECT_EQ(summary["failovers"][0]["shards"][0]["new_primary"], 1);
+  EXPECT_EQ(summary["failovers"][1]["steps_lost"], 0);
+  EXPECT_EQ(summary["failovers"][1]["shards"].size(), 2u);
 }
 
 TEST(InProcessRecoveryTest, PsLostDuringASave_RestoresThePreviousCheckpoint_EndsAsFaultFree) {

@@ -3,8 +3,13 @@
 // backup on the next ps, and at the end of the job the chief reads both
 // copies' digests: every backup equals its primary bit for bit, in every
 // mode for dense variables, and for hash embedding tables with admission.
+// A killed ps fails over to its backups, comes back, and is sent the shards
+// it should back up whole while training goes on, again and again.
 #include <gtest/gtest.h>
 #include <signal.h>
+
+#include <algorithm>
+#include <random>
 
 #include "absl/strings/str_cat.h"
 #include "tests/test_cluster.h"
@@ -74,9 +79,16 @@ class ReplicationTest : public ::testing::Test {
     if (!training || pids.count(victim) != 1) return {};
     EXPECT_EQ(kill(pids.at(victim), SIGKILL), 0);
     *killed = absl::Now();
-    std::optional<int> exited = launcher->WaitForExit(kJobTimeout);
-    output_ = launcher->output();
+    return AwaitEnd(*launcher, summary_path);
+  }
+
+  // Waits for the job `launcher` runs to end well; its summary (null after
+  // a failure).
+  nlohmann::json AwaitEnd(TestProcess& launcher, const std::string& summary_path) {
+    std::optional<int> exited = launcher.WaitForExit(kJobTimeout);
+    output_ = launcher.output();
     EXPECT_TRUE(exited.has_value() && ExitCode(*exited) == 0) << output_;
+    if (!exited.has_value() || ExitCode(*exited) != 0) return {};
     return ReadJsonFile(summary_path);
   }
 
@@ -114,10 +126,11 @@ TEST_F(ReplicationTest, HashTablesWithAdmission_EveryBackupEqualsItsPrimary) {
   EXPECT_GT(rows, 0) << "the tables made rows on first touch";
 }
 
-// kill -9 of a shard's primary: its backup takes over. The job has no
-// --checkpoint_dir, so a restore (today's recovery) is impossible: it ends
-// well only by failing over.
-TEST_F(ReplicationTest, KilledPrimaryAsync_BackupTakesOver_NoRestoreNoStepLost) {
+// kill -9 of a shard's primary (ps 0, also the backup of shard 1): its
+// backup takes over, and ps 0, restarted, is sent both shards whole and
+// becomes their backup. The job has no --checkpoint_dir, so a restore
+// (today's recovery) is impossible: it ends well only by failing over.
+TEST_F(ReplicationTest, KilledPrimaryAsync_BackupTakesOver_AndTheKilledPsIsResynced) {
   if (!HaveFashionMnist()) GTEST_SKIP() << kFashionMnistDir << " is missing";
   absl::Time killed;
   const nlohmann::json summary =
@@ -141,12 +154,24 @@ TEST_F(ReplicationTest, KilledPrimaryAsync_BackupTakesOver_NoRestoreNoStepLost) 
       (failover["detected_unix_ms"].get<int64_t>() - absl::ToUnixMillis(killed)) / 1e3,
       kill_to_first_push);
   EXPECT_GT(kill_to_first_push, 0);
-  // Both shards are now served by ps 1, with no backup (ps 0 came back
-  // empty: copying the shards to it is not built yet).
+  // Both shards are now served by ps 1. ps 0 came back empty and was sent
+  // both whole while training went on: it is their backup again, in sync,
+  // equal to its primary at the end (shard 1's backup was ps 0 all along).
   const nlohmann::json& shards = summary["replication"]["shards"];
-  EXPECT_EQ(shards[0]["primary"], 1);
-  EXPECT_EQ(shards[1]["primary"], 1);
-  EXPECT_EQ(shards[0]["in_sync"], false);
+  for (int g = 0; g < 2; ++g) {
+    SCOPED_TRACE(shards[g].dump());
+    EXPECT_EQ(shards[g]["primary"], 1);
+    EXPECT_EQ(shards[g]["backup"], 0);
+    EXPECT_EQ(shards[g]["in_sync"], true);
+    EXPECT_EQ(shards[g]["digests_match"], true);
+  }
+  ASSERT_EQ(summary["resyncs"].size(), 2u) << summary.dump();
+  for (const nlohmann::json& resync : summary["resyncs"]) {
+    EXPECT_EQ(resync["backup"], 0);
+    ASSERT_TRUE(resync.contains("seconds")) << resync.dump();
+    std::printf("resync of shard %d onto ps 0: in sync %.2f s after it was asked for\n",
+                resync["shard"].get<int>(), resync["seconds"].get<double>());
+  }
   // Every worker's every batch was trained: the job finished its epochs.
   EXPECT_GE(summary["test_accuracy"].get<double>(), 0.8) << summary.dump();
   EXPECT_NE(output_.find("failed over to their backups"), std::string::npos);
@@ -175,9 +200,8 @@ TEST_F(ReplicationTest, KilledPrimarySync_EndsBitForBitAsWithoutTheFault) {
       << summary.dump() << "\nfault-free: " << baseline.dump();
 }
 
-// Both copies of a shard lost: ps 0 is killed (its backup on ps 1 takes
-// over), then ps 1, which now holds every shard with no backup. The job
-// falls back to today's recovery: every shard goes back to its own ps, both
+// Both copies of a shard lost: both ps are killed at once. The job falls
+// back to today's recovery: every shard goes back to its own ps, both
 // copies are restored from the latest checkpoint, and replication resumes:
 // at the end every backup equals its primary again.
 TEST_F(ReplicationTest, BothCopiesLost_FallsBackToTheCheckpoint_AndReplicatesAgain) {
@@ -191,20 +215,77 @@ TEST_F(ReplicationTest, BothCopiesLost_FallsBackToTheCheckpoint_AndReplicatesAga
   ASSERT_TRUE(launcher->WaitForOutput("saved checkpoint", kJobTimeout)) << launcher->output();
   std::map<std::string, pid_t> pids = DaemonPids(launcher->output());
   ASSERT_EQ(kill(pids.at("ps:0"), SIGKILL), 0);
-  ASSERT_TRUE(launcher->WaitForOutput("failed over to their backups", kJobTimeout))
-      << launcher->output();
-  pids = DaemonPids(launcher->output());
   ASSERT_EQ(kill(pids.at("ps:1"), SIGKILL), 0);
-  std::optional<int> exited = launcher->WaitForExit(kJobTimeout);
-  output_ = launcher->output();
-  ASSERT_TRUE(exited.has_value()) << output_;
-  ASSERT_EQ(ExitCode(*exited), 0) << output_;
-  const nlohmann::json summary = ReadJsonFile(summary_path);
+  const nlohmann::json summary = AwaitEnd(*launcher, summary_path);
   ASSERT_TRUE(summary.is_object()) << output_;
-  EXPECT_EQ(summary["failovers"].size(), 1u) << summary.dump();
+  EXPECT_EQ(summary["failovers"].size(), 0u) << summary.dump();
   EXPECT_EQ(summary["recoveries"].size(), 1u) << summary.dump();
   ExpectEveryBackupEqualsItsPrimary(summary, 2);
   EXPECT_GE(summary["test_accuracy"].get<double>(), 0.8) << summary.dump();
+}
+
+// A ps, picked at random, is killed every 10 to 20 seconds for two minutes
+// (each time once every shard has a backup in sync again). Every kill is a
+// failover (or, for a ps that held only backups, none needed) and resyncs;
+// no restore, no step lost. The slow
+// worker keeps the job running for the whole time, whatever the machine.
+TEST_F(ReplicationTest, RepeatedKills_EveryOneAFailover_NoStepLost) {
+  if (!HaveFashionMnist()) GTEST_SKIP() << kFashionMnistDir << " is missing";
+  const std::string summary_path = dir_ + "/summary.json";
+  std::unique_ptr<TestProcess> launcher = LaunchLocal(
+      {"--ps_replicas=2", "--summary_json=" + summary_path, "--ps=2", "--workers=2", "--mode=async",
+       "--epochs=1", "--slow_worker=1", "--slow_worker_delay_ms=330", "--restart_failed",
+       "--max_restarts=30", "--peer_timeout_s=5", "--log_every_s=1"});
+  ASSERT_NE(launcher, nullptr);
+  ASSERT_TRUE(launcher->WaitForOutput("backups 2/2 in sync", kJobTimeout)) << launcher->output();
+  std::mt19937 rng(2026);
+  const absl::Time start = absl::Now();
+  int kills = 0, failover_kills = 0;
+  while (absl::Now() - start < absl::Minutes(2)) {
+    const std::string victim = absl::StrCat("ps:", std::uniform_int_distribution<int>(0, 1)(rng));
+    const std::map<std::string, pid_t> pids = DaemonPids(launcher->output());
+    ASSERT_EQ(pids.count(victim), 1u) << launcher->output();
+    const size_t before = launcher->output().size();
+    ASSERT_EQ(kill(pids.at(victim), SIGKILL), 0);
+    ++kills;
+    const absl::Time killed = absl::Now();
+    // A ps serving some shard fails over; one holding only backups (it
+    // came back since the last kill of it) leaves their primaries alone.
+    std::optional<size_t> failed_over, backups_only;
+    for (const absl::Time deadline = absl::Now() + absl::Seconds(60);
+         !failed_over && !backups_only && absl::Now() < deadline;) {
+      failed_over = launcher->WaitForOutputAfter("failed over to their backups", before,
+                                                 absl::Milliseconds(100));
+      backups_only = launcher->WaitForOutputAfter("it holds no shard's primary", before,
+                                                  absl::Milliseconds(100));
+    }
+    ASSERT_TRUE(failed_over || backups_only) << "kill " << kills << " of " << victim << "\n"
+                                             << launcher->output();
+    if (failed_over) ++failover_kills;
+    const size_t handled = failed_over ? *failed_over : *backups_only;
+    ASSERT_TRUE(
+        launcher->WaitForOutputAfter("backups 2/2 in sync", handled, absl::Seconds(60)).has_value())
+        << "kill " << kills << ": no backup in sync again\n"
+        << launcher->output();
+    const absl::Duration next = absl::Seconds(std::uniform_int_distribution<int>(10, 20)(rng));
+    absl::SleepFor(std::max(absl::ZeroDuration(), killed + next - absl::Now()));
+  }
+  const nlohmann::json summary = AwaitEnd(*launcher, summary_path);
+  ASSERT_TRUE(summary.is_object()) << output_;
+  EXPECT_GE(kills, 6);
+  EXPECT_EQ(summary["recoveries"].size(), 0u) << summary.dump();
+  EXPECT_GE(failover_kills, 1);
+  ASSERT_EQ(summary["failovers"].size(), static_cast<size_t>(failover_kills)) << summary.dump();
+  for (const nlohmann::json& failover : summary["failovers"]) {
+    EXPECT_EQ(failover["steps_lost"], 0) << failover.dump();
+  }
+  EXPECT_GE(summary["resyncs"].size(), static_cast<size_t>(kills)) << summary.dump();
+  for (const nlohmann::json& shard : summary["replication"]["shards"]) {
+    EXPECT_EQ(shard["digests_match"], true) << shard.dump();
+  }
+  EXPECT_GE(summary["test_accuracy"].get<double>(), 0.75) << summary.dump();
+  std::printf("%d kills in two minutes: %zu failovers, %zu resyncs, 0 restores\n", kills,
+              summary["failovers"].size(), summary["resyncs"].size());
 }
 
 TEST_F(ReplicationTest, Plan_ShowsEachShardsCopies_AndOnePsIsRefused) {
