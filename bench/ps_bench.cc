@@ -113,6 +113,11 @@ ABSL_FLAG(std::string, link_rate, "",
           "Put each ps in a network namespace of its own, behind a veth pair shaped to this "
           "rate each way (tc tbf, e.g. 2gbit), as if every ps were a machine with that NIC. "
           "Needs root and iproute2. Empty: every ps on loopback.");
+ABSL_FLAG(int, ps_replicas, 1,
+          "Copies of each ps's shard, as the chief's --ps_replicas: 2 creates each ps's "
+          "variables with a backup on the next ps, which the primary forwards every push to "
+          "before it answers (needs --ps of 2 or more). With --link_rate the ps reach each "
+          "other through their shaped links, as machines of their own would.");
 ABSL_FLAG(bool, scaling, true,
           "After the cases, measure what a second ps buys: PushPull of --scaling_size floats by "
           "2 workers against 1 ps, then 2 ps, on loopback and (as root, with iproute2) with "
@@ -149,6 +154,7 @@ struct Options {
   absl::Duration rpc_timeout;
   int64_t dense_piece_bytes = 0;
   std::string link_rate;
+  int ps_replicas = 1;
   bool scaling = false;
   int64_t scaling_size = 0;
   std::string scaling_link_rate;
@@ -198,6 +204,11 @@ absl::StatusOr<Options> ParseOptions() {
   PST_ASSIGN_OR_RETURN(o.ps_counts, ParseCounts("ps", absl::GetFlag(FLAGS_ps)));
   PST_ASSIGN_OR_RETURN(o.worker_counts, ParseCounts("workers", absl::GetFlag(FLAGS_workers)));
   o.link_rate = absl::GetFlag(FLAGS_link_rate);
+  o.ps_replicas = absl::GetFlag(FLAGS_ps_replicas);
+  if (o.ps_replicas != 1 && o.ps_replicas != 2) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--ps_replicas must be 1 or 2, not ", o.ps_replicas));
+  }
   o.scaling_link_rate = absl::GetFlag(FLAGS_scaling_link_rate);
   auto check_rate = [](const char* flag, const std::string& rate) {
     if (rate.find_first_not_of("0123456789.kmgKMGbitps") == std::string::npos) {
@@ -356,7 +367,11 @@ class ShapedLink {
  public:
   // A link of its own: names and subnet never used before by this process.
   // Errors: Internal naming the command that failed and what it printed.
-  static absl::StatusOr<std::unique_ptr<ShapedLink>> Create(const std::string& rate) {
+  // `routed`: the namespace's default route leads back through this one,
+  // which forwards between links (an iptables FORWARD rule per link, taken
+  // out on destruction), so ps behind two links reach each other.
+  static absl::StatusOr<std::unique_ptr<ShapedLink>> Create(const std::string& rate,
+                                                            bool routed = false) {
     std::unique_ptr<ShapedLink> link(new ShapedLink());
     PST_ASSIGN_OR_RETURN(link->ns_, tools::VethNamespace::Create("pb"));
     const tools::VethNamespace& ns = *link->ns_;
@@ -379,7 +394,21 @@ class ShapedLink {
           absl::StrCat("tc qdisc add dev ", ns.inner_veth(), shape)}) {
       PST_RETURN_IF_ERROR(ns.Run(command).status());
     }
+    if (routed) {
+      PST_RETURN_IF_ERROR(ns.Run(absl::StrCat(ip, " route add default via ", net, ".1")).status());
+      const std::string rule = absl::StrCat("FORWARD -i ", ns.host_veth(), " -j ACCEPT");
+      PST_RETURN_IF_ERROR(tools::RunShell(absl::StrCat("iptables -I ", rule)).status());
+      link->forward_rule_ = rule;
+      PST_RETURN_IF_ERROR(tools::RunShell("grep -q 1 /proc/sys/net/ipv4/ip_forward || "
+                                          "echo 1 > /proc/sys/net/ipv4/ip_forward")
+                              .status());
+    }
     return link;
+  }
+  ~ShapedLink() {
+    if (!forward_rule_.empty()) {
+      tools::RunShell(absl::StrCat("iptables -D ", forward_rule_)).status().IgnoreError();
+    }
   }
   // The ps's address inside the namespace.
   const std::string& address() const { return address_; }
@@ -392,6 +421,7 @@ class ShapedLink {
   ShapedLink() = default;
   std::unique_ptr<tools::VethNamespace> ns_;
   std::string address_;
+  std::string forward_rule_;  // inserted by Create (routed), deleted on destruction
 };
 
 // P ps_server processes on free 127.0.0.1 ports, started and stopped by
@@ -423,7 +453,8 @@ class PsCluster {
     pick(&tf.cluster.worker, num_workers);
     if (!options.link_rate.empty()) {
       for (int i = 0; i < num_ps; ++i) {
-        absl::StatusOr<std::unique_ptr<ShapedLink>> made = ShapedLink::Create(options.link_rate);
+        absl::StatusOr<std::unique_ptr<ShapedLink>> made =
+            ShapedLink::Create(options.link_rate, /*routed=*/options.ps_replicas == 2);
         if (!made.ok()) {
           return absl::Status(made.status().code(),
                               absl::StrCat("--link_rate: ", made.status().message()));
@@ -527,9 +558,11 @@ class PsCluster {
     return total;
   }
 
-  // Creates `plan`'s variables, each on its ps, with `optimizer`.
+  // Creates `plan`'s variables, each on its ps, with `optimizer`; with
+  // `replicas` 2, each ps's shard backed up on the next ps.
   absl::Status CreateVariables(const proto::PlacementPlan& plan,
-                               const proto::OptimizerConfig& optimizer, int num_workers) {
+                               const proto::OptimizerConfig& optimizer, int num_workers,
+                               int replicas = 1) {
     for (int i = 0; i < size(); ++i) {
       proto::CreateVariablesRequest request;
       *request.mutable_optimizer() = optimizer;
@@ -537,6 +570,10 @@ class PsCluster {
       request.mutable_sync()->set_num_workers(num_workers);
       for (const auto& entry : plan.variables()) {
         if (entry.ps_index() == i) *request.add_variables() = entry.spec();
+      }
+      if (replicas == 2) {
+        request.mutable_copies()->set_primary(i);
+        request.mutable_copies()->set_backup((i + 1) % size());
       }
       auto stub = proto::ParameterServer::NewStub(common::MakeChannel(ps_[i]->address));
       grpc::ClientContext context;
@@ -1253,6 +1290,7 @@ nlohmann::json ToJson(const std::vector<Result>& results, const References& refs
   j["rounds"] = options.rounds;
   j["dense_piece_bytes"] = options.dense_piece_bytes;
   j["link_rate"] = options.link_rate;
+  j["ps_replicas"] = options.ps_replicas;
   j["bdp_probe"] = absl::GetFlag(FLAGS_bdp_probe);
   j["results"] = nlohmann::json::array();
   for (const Result& r : results) {
@@ -1301,7 +1339,8 @@ nlohmann::json ToJson(const std::vector<Result>& results, const References& refs
 // stop the ps.
 absl::Status RunConfig(const Options& options, int num_ps, int num_workers,
                        std::vector<Result>* results) {
-  std::printf("\n== %d ps, %d worker(s)%s\n", num_ps, num_workers,
+  std::printf("\n== %d ps, %d worker(s)%s%s\n", num_ps, num_workers,
+              options.ps_replicas == 2 ? ", each shard backed up on the next ps" : "",
               options.link_rate.empty()
                   ? ""
                   : absl::StrCat(", each ps behind a ", options.link_rate, " link").c_str());
@@ -1313,7 +1352,10 @@ absl::Status RunConfig(const Options& options, int num_ps, int num_workers,
   sgd.set_name("sgd");
   sgd.set_learning_rate(1e-6f);
   const absl::Time create_start = absl::Now();
-  PST_RETURN_IF_ERROR(cluster->CreateVariables(plan, sgd, num_workers));
+  if (options.ps_replicas == 2 && num_ps < 2) {
+    return absl::InvalidArgumentError("--ps_replicas=2 needs --ps of 2 or more");
+  }
+  PST_RETURN_IF_ERROR(cluster->CreateVariables(plan, sgd, num_workers, options.ps_replicas));
   std::printf("  created %.1f MB of variables on %d ps in %.1f s (ps rss %.0f MB)\n",
               PlanBytes(plan) / 1e6, num_ps, absl::ToDoubleSeconds(absl::Now() - create_start),
               cluster->MemoryBytes("VmRSS") / 1e6);

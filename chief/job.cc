@@ -128,6 +128,7 @@ absl::Status Job::RunToEnd() {
 }
 
 absl::Status Job::Start() {
+  LearnLayout();
   std::vector<absl::StatusOr<int>> created(ps_.size(), 0);
   PST_RETURN_IF_ERROR(CreateEverywhere(clock_->Now() + timing_.startup_timeout, &created));
   int64_t max_generation = 0, min_generation = INT64_MAX;
@@ -137,7 +138,6 @@ absl::Status Job::Start() {
                          ProbePs(*control_, static_cast<int>(i), absl::Seconds(5)));
     ps_[i].incarnation = health.incarnation();
     ps_[i].last_ok = clock_->Now();
-    roles_version_ = std::max(roles_version_, health.roles_version());
     max_generation = std::max(max_generation, health.generation());
     min_generation = std::min(min_generation, health.generation());
     const int expected = VariablesOn(static_cast<int>(i));

@@ -186,6 +186,11 @@ class Job {
   // more is simply taken back. Returns false, changing nothing, when some
   // shard of it has no such backup: the caller restores from a checkpoint.
   absl::StatusOr<bool> FailOver(int lost, const std::string& cause, int64_t step_before);
+  // Replicated jobs, before the variables are created: where the ps that
+  // answer hold each shard's copies now (a restarted chief after a
+  // failover), taken as the layout (and told to every ps that holds a copy)
+  // when it differs from the plan's.
+  void LearnLayout();
   // Replicated jobs, while training: gives every shard without a backup
   // one (the plan's backup ps if it answers, else its plan's primary, else
   // any other ps that answers), and has each primary whose backup answers

@@ -1,7 +1,7 @@
 // Job's replicated-ps logic (job.h): failing a lost ps's shards over to
 // their backups, giving shards their backups back (resyncs), the layout of
-// the copies, and the end-of-job check that every backup equals its
-// primary.
+// the copies (learned from the ps by a restarted chief), and the end-of-job
+// check that every backup equals its primary.
 #include <algorithm>
 #include <optional>
 #include <string>
@@ -129,6 +129,63 @@ void Job::NoteFirstChanges(int ps, const proto::HealthResponse& health) {
           record.first_change[k] = absl::FromUnixMillis(r.first_change_unix_ms());
         }
       }
+    }
+  }
+}
+
+void Job::LearnLayout() {
+  if (!replicas_.enabled()) return;
+  proto::PlacementPlan layout = layout_;
+  // Each shard's primary as the ps tell it; when two ps claim one shard (an
+  // old primary the chief had fenced off, and its promoted backup), the one
+  // that took the newer roles knows better.
+  std::vector<int64_t> claimed_at(layout.shards_size(), -1);
+  std::vector<absl::StatusOr<proto::HealthResponse>> answers(ps_.size(),
+                                                             absl::UnknownError("not probed"));
+  ForEachPs(ps_.size(), [&](size_t i) {
+    answers[i] = ProbePs(*control_, static_cast<int>(i), absl::Seconds(1));
+    return absl::OkStatus();
+  }).IgnoreError();
+  for (size_t i = 0; i < ps_.size(); ++i) {
+    const absl::StatusOr<proto::HealthResponse>& health = answers[i];
+    if (!health.ok()) continue;  // not up yet: a fresh job, most likely
+    roles_version_ = std::max(roles_version_, health->roles_version());
+    for (const proto::ReplicaState& r : health->replicas()) {
+      if (!r.primary() || r.shard() < 0 || r.shard() >= layout.shards_size()) continue;
+      if (health->roles_version() < claimed_at[r.shard()]) continue;
+      claimed_at[r.shard()] = health->roles_version();
+      proto::ShardCopies& copies = *layout.mutable_shards(r.shard());
+      copies.set_primary(static_cast<int>(i));
+      copies.set_backup(r.backup_in_sync() || r.resyncing() ? r.backup_ps() : -1);
+    }
+  }
+  bool moved = false;
+  for (int g = 0; g < layout.shards_size(); ++g) {
+    moved |= layout.shards(g).primary() != layout_.shards(g).primary() ||
+             layout.shards(g).backup() != layout_.shards(g).backup();
+  }
+  if (!moved) return;
+  std::vector<std::string> where;
+  for (int g = 0; g < layout.shards_size(); ++g) {
+    where.push_back(absl::StrCat(g, ": ps ", layout.shards(g).primary(), " (backup ",
+                                 layout.shards(g).backup(), ")"));
+  }
+  spdlog::warn("the ps hold the shards where failovers left them, not as planned: {}",
+               absl::StrJoin(where, ", "));
+  layout_ = layout;
+  coordinator_->SetShards(layout_.shards());
+  replicas_.SetLayout(layout_.shards());
+  // The same layout on every ps that holds a copy, at a version above any
+  // they took.
+  proto::RolesRequest roles;
+  roles.set_version(++roles_version_);
+  *roles.mutable_shards() = layout_.shards();
+  for (size_t i = 0; i < ps_.size(); ++i) {
+    if (!HoldsACopy(static_cast<int>(i))) continue;
+    absl::StatusOr<proto::RolesResponse> answer =
+        control_->SetRoles(static_cast<int>(i), roles, absl::Seconds(10));
+    if (!answer.ok()) {
+      spdlog::warn("ps {} did not take the roles found: {}", i, answer.status().message());
     }
   }
 }

@@ -137,6 +137,46 @@ TEST(InProcessFailoverTest, PrimaryLost_BackupTakesOver_NoRestore_EndsAsFaultFre
   EXPECT_EQ(summary["failovers"][1]["shards"].size(), 2u);
 }
 
+// --ps_replicas=2: ps 0 fails over to ps 1 and is resynced, then the chief
+// crashes and a new one starts. It learns from the ps where the shards are
+// now (both served by ps 1, backed up on ps 0) and goes on from there: no
+// restore (this job has no checkpoint to restore from), no rewind, the
+// fault-free parameters at the end.
+TEST(InProcessFailoverTest, ChiefRestartAfterAFailover_LearnsTheLayoutFromThePs_NoRestore) {
+  Config config = Sync(0);
+  config.ps_replicas = 2;
+  InProcessCluster cluster(config);
+  cluster.StartChief();
+  cluster.StartWorkers();
+  cluster.SettleAt(4);
+  cluster.ps().Restart(0);
+  ASSERT_TRUE(cluster.clock().Tick());
+  ASSERT_EQ(cluster.job().failovers().size(), 1u);
+  cluster.SettleAt(6);
+  EXPECT_EQ(cluster.job().replicas().in_sync(), 2);
+
+  EXPECT_EQ(cluster.CrashChief().code(), absl::StatusCode::kCancelled);
+  cluster.StartChief();
+  ASSERT_TRUE(cluster.Await([&] {
+    const chief::Coordinator::Snapshot snap = cluster.Check();
+    return snap.registered == 2 && snap.positions == std::vector<int64_t>{6, 6};
+  }));
+  EXPECT_EQ(cluster.Check().generation, 0);
+  cluster.ReleaseAll();
+  const absl::Status finished = cluster.FinishJob();
+  ASSERT_TRUE(finished.ok()) << finished;
+  EXPECT_TRUE(cluster.job().recoveries().empty());
+  EXPECT_EQ(cluster.gate().FirstPosition(0, 1), -1) << "no worker went back";
+  ASSERT_EQ(cluster.evaluated().size(), 1u);
+  EXPECT_EQ(cluster.evaluated()[0], FaultFree());
+  const nlohmann::json summary = Summary(cluster);
+  for (const nlohmann::json& shard : summary["replication"]["shards"]) {
+    EXPECT_EQ(shard["primary"], 1) << shard.dump();
+    EXPECT_EQ(shard["backup"], 0) << shard.dump();
+    EXPECT_EQ(shard["digests_match"], true) << shard.dump();
+  }
+}
+
 TEST(InProcessRecoveryTest, PsLostDuringASave_RestoresThePreviousCheckpoint_EndsAsFaultFree) {
   InProcessCluster cluster(Sync(3));
   cluster.StartChief();
