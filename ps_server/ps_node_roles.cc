@@ -110,7 +110,7 @@ void PsNode::SetRoles(const proto::RolesRequest* request, proto::RolesResponse* 
                                              [&](const auto& p) { return p->shard == me; });
     if (own_serving_ && !own_serving) {
       spdlog::info("this ps's own store no longer serves shard {}", me);
-      own_->source->DropBackup();
+      own_->source->Moved();
     }
     own_serving_ = own_serving;
     // Each primary here forwards to the backup named, if any.
@@ -132,6 +132,7 @@ void PsNode::SetRoles(const proto::RolesRequest* request, proto::RolesResponse* 
     return absl::OkStatus();
   }();
   for (const std::shared_ptr<Primary>& p : dropped) {
+    p->source->Moved();
     p->store->CancelAllWaiters(absl::UnavailableError(
         absl::StrCat("shard ", p->shard, " is no longer served by this ps")));
   }

@@ -196,8 +196,10 @@ void ReplicaSource::Change(absl::FunctionRef<absl::Status(proto::ReplicateReques
 }
 
 absl::Status ReplicaSource::FencedError() const {
-  return absl::UnavailableError(absl::StrCat(
-      "shard ", shard_, " moved: its backup was promoted to primary; send to the new one"));
+  return absl::UnavailableError(
+      absl::StrCat("shard ", shard_,
+                   " is served by another ps now (its backup was promoted): send to its "
+                   "primary"));
 }
 
 void ReplicaSource::Acked(int64_t stream, int64_t seq, const absl::Status& status) {
@@ -279,6 +281,19 @@ void ReplicaSource::DropBackup() {
     Release(&ready);
   }
   for (auto& [unused, done] : ready) done(absl::OkStatus());
+}
+
+void ReplicaSource::Moved() {
+  std::multimap<int64_t, Done> refused;
+  {
+    absl::MutexLock lock(&mu_);
+    fenced_ = true;
+    forwarding_ = false;
+    link_ = nullptr;
+    queued_.clear();
+    refused.swap(waiting_);
+  }
+  for (auto& [unused, done] : refused) done(FencedError());
 }
 
 void ReplicaSource::MarkPromoted() {

@@ -106,6 +106,11 @@ class ReplicaSource {
   // Stops forwarding (the backup is gone for good): the callers waiting are
   // answered, and changes apply with no lock of this source's from now on.
   void DropBackup();
+  // This shard is no longer served here (the chief moved it): callers
+  // waiting, and every change from now on, are answered Unavailable, so
+  // that workers send them to the shard's primary, until a new stream
+  // starts (SetBackup with restart, before a restore).
+  void Moved();
   // This shard was a backup promoted to primary: State reports when it
   // served its first push from then on (NotePushServed).
   void MarkPromoted();

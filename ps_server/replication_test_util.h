@@ -124,6 +124,20 @@ class HeldLink : public ReplicaLink {
   std::thread shuffler_;
 };
 
+// A ReplicaLink that sends through a HeldLink it shares with the test: the
+// test can still reach (deliver, fail) the HeldLink after the source has
+// let go of its link.
+class SharedLink : public ReplicaLink {
+ public:
+  explicit SharedLink(std::shared_ptr<HeldLink> link) : link_(std::move(link)) {}
+  void Send(std::shared_ptr<const proto::ReplicateRequest> request, Done done) override {
+    link_->Send(std::move(request), std::move(done));
+  }
+
+ private:
+  const std::shared_ptr<HeldLink> link_;
+};
+
 inline proto::VariableSpec Dense(const std::string& name, std::vector<int64_t> shape) {
   proto::VariableSpec spec;
   spec.set_name(name);

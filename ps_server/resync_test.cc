@@ -33,13 +33,13 @@ class ResyncTest : public testing::Test {
   }
   ~ResyncTest() override {
     for (auto& links : links_) {
-      for (HeldLink* link : links) link->Fail();
+      for (const auto& link : links) link->Fail();
     }
   }
 
   // ps `i` (re)starts: a new store and incarnation, holding nothing.
   void Start(int i) {
-    for (HeldLink* link : links_[i]) link->Fail();  // its forwards in flight are lost
+    for (const auto& link : links_[i]) link->Fail();  // its forwards in flight are lost
     links_[i].clear();
     nodes_[i].reset();
     stores_[i] = std::make_unique<VariableStore>();
@@ -47,13 +47,13 @@ class ResyncTest : public testing::Test {
     options.ps_index = i;
     options.incarnation = static_cast<uint64_t>(++incarnations_);
     options.link_to = [this, i](int to) -> std::unique_ptr<ReplicaLink> {
-      auto link = std::make_unique<HeldLink>(
+      auto link = std::make_shared<HeldLink>(
           [this, to](std::shared_ptr<const proto::ReplicateRequest> r, Done d) {
             nodes_[to]->Replicate(std::move(r), std::move(d));
           });
       link->Hold(hold_new_links_);
-      links_[i].push_back(link.get());
-      return link;
+      links_[i].push_back(link);
+      return std::make_unique<SharedLink>(link);
     };
     nodes_[i] = std::make_unique<PsNode>(stores_[i].get(), options);
   }
@@ -146,7 +146,8 @@ class ResyncTest : public testing::Test {
 
   std::array<std::unique_ptr<VariableStore>, 2> stores_;
   std::array<std::unique_ptr<PsNode>, 2> nodes_;
-  std::array<std::vector<HeldLink*>, 2> links_;
+  // Every link each ps made, kept after its source lets go of it.
+  std::array<std::vector<std::shared_ptr<HeldLink>>, 2> links_;
   int incarnations_ = 0;
   int64_t roles_version_ = 0;
   bool hold_new_links_ = false;
@@ -164,7 +165,7 @@ TEST_F(ResyncTest, PsThatCameBackIsSentItsShardsWholeWhileTrainingGoesOn) {
   // The link of the create, then one per shard sent: shard 1 (promoted
   // here), then shard 0.
   ASSERT_EQ(links_[0].size(), 3u);
-  HeldLink* shard0_link = links_[0][2];
+  HeldLink* shard0_link = links_[0][2].get();
   // Part 0 alone is on its way: the rest of the stream waits until the
   // backup has taken it (it starts the copy).
   EXPECT_EQ(shard0_link->pending(), 1);
@@ -184,8 +185,8 @@ TEST_F(ResyncTest, PsThatCameBackIsSentItsShardsWholeWhileTrainingGoesOn) {
   // A copy not yet whole cannot be promoted.
   EXPECT_EQ(Roles(1, {{{1, -1}, {0, 1}}}, false).code(), absl::StatusCode::kFailedPrecondition);
 
-  for (HeldLink* link : links_[0]) link->DeliverAll();
-  for (HeldLink* link : links_[0]) link->Hold(false);
+  for (const auto& link : links_[0]) link->DeliverAll();
+  for (const auto& link : links_[0]) link->Hold(false);
   ExpectBackupEqualsPrimary(0, 0, 1);
   ExpectBackupEqualsPrimary(0, 1, 1);
 
@@ -240,7 +241,7 @@ TEST_F(ResyncTest, SyncStepHalfAggregatedIsCarriedByTheResyncedCopy) {
 
   // ps 1 is lost: ps 0 serves both shards from its copies, its own shard
   // among them.
-  for (HeldLink* link : links_[1]) link->Fail();
+  for (const auto& link : links_[1]) link->Fail();
   ASSERT_TRUE(Roles(0, {{{0, -1}, {0, -1}}}, false).ok());
   ASSERT_TRUE(Push(0, first, &response).ok());
   EXPECT_TRUE(response.duplicate()) << "the copy holds worker 0's push of step 0";
@@ -273,7 +274,7 @@ TEST_F(ResyncTest, PsServesItsOwnShardAgainFromItsCopy) {
   EXPECT_EQ(Await([&](Done d) { nodes_[0]->Save(&save, &saved, std::move(d)); }).code(),
             absl::StatusCode::kFailedPrecondition);
 
-  for (HeldLink* link : links_[1]) link->Fail();
+  for (const auto& link : links_[1]) link->Fail();
   ASSERT_TRUE(Roles(0, {{{0, -1}, {0, -1}}}, false).ok());
   EXPECT_EQ(State(0, 0, true).digest(), digest) << "shard 0 as it was before both failures";
   EXPECT_NE(nodes_[0]->StoreFor("w0").get(), stores_[0].get());
@@ -324,6 +325,30 @@ TEST_F(ResyncTest, ChangesRacingTheStartOfAResyncAreInTheStateOrForwarded) {
   ExpectBackupEqualsPrimary(0, 0, 1);
 }
 
+// ps 0's forward fails with a push in flight (its backup could be promoted:
+// the push is held), and the chief, taking ps 0 for lost, moves shard 0 to
+// ps 1. Once ps 0 hears it, the held push is answered Unavailable (not OK:
+// ps 1 never had it), and so is every push after; the worker's retry on
+// ps 1 is applied there.
+TEST_F(ResyncTest, HeldCallersOfAShardThatMovedAreSentToItsNewPrimary) {
+  CreateBoth(proto::ASYNC, 1);
+  std::mt19937 rng(5);
+  ASSERT_TRUE(PushShard0(0, 0, 1, rng).ok());
+  links_[0][0]->Fail();
+  const proto::PushRequest push = PushOf("w0", {16, 8}, 0, 2, rng);
+  proto::PushResponse response;
+  absl::Status held = absl::UnknownError("not answered");
+  nodes_[0]->Push(&push, nullptr, &response, [&](absl::Status s) { held = std::move(s); });
+  EXPECT_EQ(held.code(), absl::StatusCode::kUnknown) << "held while ps 1 may be promoted";
+
+  ASSERT_TRUE(Roles(1, {{{1, -1}, {1, -1}}}, false).ok());
+  ASSERT_TRUE(Roles(0, {{{1, -1}, {1, -1}}}, false).ok());
+  EXPECT_EQ(held.code(), absl::StatusCode::kUnavailable) << held;
+  EXPECT_EQ(Push(0, push, &response).code(), absl::StatusCode::kUnavailable);
+  ASSERT_TRUE(Push(1, push, &response).ok());
+  EXPECT_FALSE(response.duplicate()) << "ps 1 never had it";
+}
+
 // The backup is lost while it is being sent the shard (never whole, so
 // nobody may promote it): the primary goes on alone at once.
 TEST_F(ResyncTest, BackupLostDuringItsResyncLeavesThePrimaryAlone) {
@@ -331,7 +356,7 @@ TEST_F(ResyncTest, BackupLostDuringItsResyncLeavesThePrimaryAlone) {
   std::mt19937 rng(4);
   ASSERT_TRUE(PushShard0(0, 0, 1, rng).ok());
   LoseAndResyncPs1();
-  for (HeldLink* link : links_[0]) link->Fail();
+  for (const auto& link : links_[0]) link->Fail();
   const proto::ReplicaState alone = State(0, 0, true);
   EXPECT_FALSE(alone.backup_in_sync());
   EXPECT_FALSE(alone.resyncing());
