@@ -108,7 +108,7 @@ TEST_F(ReplicationTest, DenseEveryMode_EveryBackupEqualsItsPrimary) {
   }
 }
 
-TEST_F(ReplicationTest, HashTablesWithAdmission_EveryBackupEqualsItsPrimary) {
+TEST_F(ReplicationTest, HashAndPartitionedTables_EveryBackupEqualsItsPrimary) {
   const std::string data = dir_ + "/criteo.tsv";
   auto gen = TestProcess::Start(
       {BinaryPath("pstrain"), "generate_criteo", "--out=" + data, "--rows=4000", "--seed=3"});
@@ -124,6 +124,15 @@ TEST_F(ReplicationTest, HashTablesWithAdmission_EveryBackupEqualsItsPrimary) {
   int64_t rows = 0;
   for (const auto& r : summary["hash_rows_per_ps"]) rows += r.get<int64_t>();
   EXPECT_GT(rows, 0) << "the tables made rows on first touch";
+
+  // The same model with row-partitioned tables (--partitioner=fixed: each
+  // table cut in 2 partitions by row), trained by rows too.
+  const nlohmann::json partitioned =
+      RunJob({"--ps=2", "--workers=2", "--mode=async", "--model=wide_deep", "--data=" + data,
+              "--buckets_per_field=1000", "--partitioner=fixed", "--num_shards=2", "--epochs=1",
+              "--batch_size=128", "--optimizer=adagrad", "--learning_rate=0.05"});
+  ASSERT_TRUE(partitioned.is_object()) << output_;
+  ExpectEveryBackupEqualsItsPrimary(partitioned, 2);
 }
 
 // kill -9 of a shard's primary (ps 0, also the backup of shard 1): its
