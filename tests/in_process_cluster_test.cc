@@ -82,19 +82,30 @@ TEST(InProcessClusterTest, FaultFreeJob_SavesWhereHeld_EndsAtTheFinalStep) {
   EXPECT_TRUE(summary["recoveries"].empty());
 }
 
-// --ps_replicas=2: ps 0 dies at step 4 (and comes back empty); its shard's
-// backup on ps 1 takes over, and ps 0 is sent both shards whole. Then ps 1
-// dies: ps 0 takes both over. No restore, no new generation, no worker
-// goes back, and the job ends with the fault-free parameters, bit for bit.
-TEST(InProcessFailoverTest, PrimaryLost_BackupTakesOver_NoRestore_EndsAsFaultFree) {
+// A sync job of --ps_replicas=2, with no checkpoints.
+Config Replicated() {
   Config config = Sync(0);
   config.ps_replicas = 2;
-  InProcessCluster cluster(config);
+  return config;
+}
+
+// Starts the job, lets every worker reach step 4, then restarts ps 0 (it
+// comes back empty) and lets the chief look once: its shard fails over.
+void FailPs0OverAtStep4(InProcessCluster& cluster) {
   cluster.StartChief();
   cluster.StartWorkers();
   cluster.SettleAt(4);
   cluster.ps().Restart(0);
   ASSERT_TRUE(cluster.clock().Tick());
+}
+
+// --ps_replicas=2: ps 0 dies at step 4 (and comes back empty); its shard's
+// backup on ps 1 takes over, and ps 0 is sent both shards whole. Then ps 1
+// dies: ps 0 takes both over. No restore, no new generation, no worker
+// goes back, and the job ends with the fault-free parameters, bit for bit.
+TEST(InProcessFailoverTest, PrimaryLost_BackupTakesOver_NoRestore_EndsAsFaultFree) {
+  InProcessCluster cluster(Replicated());
+  FailPs0OverAtStep4(cluster);
   ASSERT_EQ(cluster.job().failovers().size(), 1u);
   EXPECT_TRUE(cluster.job().recoveries().empty());
   const chief::Coordinator::Snapshot snap = cluster.Check();
@@ -143,14 +154,8 @@ TEST(InProcessFailoverTest, PrimaryLost_BackupTakesOver_NoRestore_EndsAsFaultFre
 // restore (this job has no checkpoint to restore from), no rewind, the
 // fault-free parameters at the end.
 TEST(InProcessFailoverTest, ChiefRestartAfterAFailover_LearnsTheLayoutFromThePs_NoRestore) {
-  Config config = Sync(0);
-  config.ps_replicas = 2;
-  InProcessCluster cluster(config);
-  cluster.StartChief();
-  cluster.StartWorkers();
-  cluster.SettleAt(4);
-  cluster.ps().Restart(0);
-  ASSERT_TRUE(cluster.clock().Tick());
+  InProcessCluster cluster(Replicated());
+  FailPs0OverAtStep4(cluster);
   ASSERT_EQ(cluster.job().failovers().size(), 1u);
   cluster.SettleAt(6);
   EXPECT_EQ(cluster.job().replicas().in_sync(), 2);
