@@ -8,12 +8,14 @@ which writes the model spec (the module's own initial values; two hash
 tables) and runs
     pstrain local --model=spec:SPEC --optimizer=adagrad --checkpoint_dir=CKPT \\
         --worker_command='/usr/bin/python3 THIS --data=...'
-then exports the final checkpoint and scores it (AUC) on the held-out tail
-of the file. Under TF_CONFIG (what pstrain local, Docker or Kubernetes give
-a worker) it is one worker. --local trains the same model in this one
-process, with no pstrain: the same initial values (the ps's initializer
-for the tables' rows), the same update rule (--optimizer, the ps's
-Adagrad or SGD, for the dense parameters and the rows), the reference.
+then exports the final checkpoint, scores it on the held-out tail of the
+file and prints its AUC (`test AUC 0.7944, log loss 0.5155 on the held-out
+8000 rows (final checkpoint ckpt-..., step N)`). Under TF_CONFIG (what
+pstrain local, Docker or Kubernetes give a worker) it is one worker.
+--local trains the same model in this one process, with no pstrain: the
+same initial values (the ps's initializer for the tables' rows), the same
+update rule (--optimizer, the ps's Adagrad or SGD, for the dense
+parameters and the rows), the reference.
 
 The model (Guo et al., 2017): a first-order term (a 1-wide hash table over
 the 26 categorical fields, plus a linear layer over the 13 integer ones),
@@ -26,6 +28,7 @@ import argparse
 import hashlib
 import json
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -230,8 +233,15 @@ def run_cluster(args):
         # The final checkpoint (the chief saves one at the end), exported
         # and scored here: the model the job trained, tables included.
         exported = os.path.join(work, "deepfm.safetensors")
-        subprocess.check_call([os.path.join(pstrain_bin, "pstrain"), "checkpoint", "export",
-                               ckpt, exported])
+        done = subprocess.run([os.path.join(pstrain_bin, "pstrain"), "checkpoint", "export",
+                               ckpt, exported], capture_output=True, text=True)
+        print(done.stdout + done.stderr, end="", flush=True)
+        if done.returncode != 0:
+            return done.returncode
+        # "<out>: N tensors, B bytes, step S (from <dir>)"
+        found = re.search(r"step (\d+) \(from (.*)\)", done.stdout)
+        step = int(found.group(1)) if found else None
+        checkpoint = os.path.basename(found.group(2)) if found else None
         model = build_model(args)
         pstrain.torch.load_safetensors(model, exported)
         _, held_out = split(load(args.data), args.eval_fraction)
@@ -243,9 +253,12 @@ def run_cluster(args):
         tensors = pstrain.torch.read_safetensors(exported)
         hash_rows = {e.table_name: len(tensors[e.table_name + ".ids"])
                      for e in (model.first_order, model.embedding)}
+        print(f"test AUC {test_auc:.4f}, log loss {test_loss:.4f} on the held-out "
+              f"{len(held_out[2])} rows (final checkpoint {checkpoint}, step {step})", flush=True)
         report(args.result, mode="cluster", seconds=elapsed,
                examples=sum(w["examples"] for w in workers), test_auc=test_auc,
-               test_log_loss=test_loss, hash_rows=hash_rows, workers=workers)
+               test_log_loss=test_loss, global_step=step, checkpoint=checkpoint,
+               hash_rows=hash_rows, workers=workers)
         return 0
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -3,6 +3,7 @@ cluster of Python workers and is checked against its target."""
 
 import json
 import os
+import re
 import signal
 import subprocess
 
@@ -43,11 +44,18 @@ def test_cnn_on_two_ps_and_two_python_workers_reaches_089(tmp_path):
     accuracy = example.accuracy(model, images, labels)
     print(f"test accuracy {accuracy:.4f}; workers: {results}")
     assert accuracy >= 0.89
+    # The example scored the same checkpoint itself and printed it.
+    saved = sorted(p.name for p in ckpt.iterdir() if p.name.startswith("ckpt-"))
+    printed = re.search(r"^test accuracy (\d\.\d+) \(final checkpoint (ckpt-\d+), step (\d+)\)$",
+                        done.stdout, re.MULTILINE)
+    assert printed, done.stdout[-3000:]
+    assert abs(float(printed.group(1)) - accuracy) <= 5e-5, printed.group(0)
+    assert printed.group(2) == saved[-1], (printed.group(0), saved)
+    assert int(printed.group(3)) == int(saved[-1].split("-")[1]), printed.group(0)
 
     # The Python evaluator (the example under an evaluator task) saw every
     # checkpoint, one per epoch, and scored the final one as we do here.
     evaluations = json.loads(summary.read_text())["evaluations"]
-    saved = sorted(p.name for p in ckpt.iterdir() if p.name.startswith("ckpt-"))
     assert [e["checkpoint"] for e in evaluations] == saved, evaluations
     assert [e["epochs_completed"] for e in evaluations] == [1, 2, 3, 4], evaluations
     assert all(e["source"] == "evaluator 0" for e in evaluations)
@@ -98,6 +106,13 @@ def test_deepfm_on_two_ps_and_two_python_workers_is_within_001_auc_of_one_proces
     assert code == 0, output
     clustered = json.loads((tmp_path / "cluster.json").read_text())
     print(f"best AUC {best_auc:.4f}; local {local}; cluster {clustered}")
+    # The example prints the final checkpoint's score.
+    printed = re.search(r"^test AUC (\d\.\d+), log loss (\d+\.\d+) on the held-out 8000 rows "
+                        r"\(final checkpoint ckpt-\d+, step (\d+)\)$", output, re.MULTILINE)
+    assert printed, output[-3000:]
+    assert abs(float(printed.group(1)) - clustered["test_auc"]) <= 5e-5, printed.group(0)
+    assert abs(float(printed.group(2)) - clustered["test_log_loss"]) <= 5e-5, printed.group(0)
+    assert int(printed.group(3)) == clustered["global_step"] > 0, printed.group(0)
     assert clustered["examples"] == local["examples"]
     assert all(rows > 0 for rows in clustered["hash_rows"].values())
     assert local["test_auc"] >= 0.75, local  # well above chance (0.5)
