@@ -2,8 +2,12 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <map>
+#include <string>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "chief/busy_retry.h"
 #include "chief/checkpoint_cut.h"
@@ -12,6 +16,7 @@
 #include "common/placement.h"
 #include "common/safe_file.h"
 #include "common/status_macros.h"
+#include "common/tensor_util.h"
 
 namespace pst::chief {
 
@@ -151,6 +156,68 @@ absl::StatusOr<SaveFigures> SaveCheckpoint(common::PsControl& control,
   return figures;
 }
 
+namespace {
+
+// A plan's logical variables (a partitioned one once, with its whole
+// shape), in the plan's order.
+std::vector<std::pair<std::string, std::vector<int64_t>>> ModelVariables(
+    const proto::PlacementPlan& plan) {
+  std::vector<std::pair<std::string, std::vector<int64_t>>> variables;
+  for (const proto::PlacementPlan::Entry& entry : plan.variables()) {
+    const proto::VariableSpec& spec = entry.spec();
+    const bool part = !spec.variable().empty();
+    const std::string& name = part ? spec.variable() : spec.name();
+    if (std::any_of(variables.begin(), variables.end(),
+                    [&](const auto& v) { return v.first == name; })) {
+      continue;
+    }
+    const common::Shape& shape = part ? spec.full_shape() : spec.shape();
+    variables.emplace_back(name, std::vector<int64_t>(shape.begin(), shape.end()));
+  }
+  return variables;
+}
+
+std::string ShapeText(const std::vector<int64_t>& shape) {
+  return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
+}
+
+// "a, b, c, d, ... (9 in all)".
+std::string NamesText(const std::vector<std::pair<std::string, std::vector<int64_t>>>& variables) {
+  constexpr size_t kShown = 4;
+  std::vector<std::string> names;
+  for (size_t i = 0; i < variables.size() && i < kShown; ++i) names.push_back(variables[i].first);
+  std::string text = absl::StrJoin(names, ", ");
+  if (variables.size() > kShown) absl::StrAppend(&text, ", ... (", variables.size(), " in all)");
+  return text;
+}
+
+}  // namespace
+
+absl::Status CheckSameModel(const std::string& root, const std::string& dir,
+                            const proto::PlacementPlan& saved, const proto::PlacementPlan& job) {
+  const auto theirs = ModelVariables(saved);
+  const auto ours = ModelVariables(job);
+  const std::map<std::string, std::vector<int64_t>> their_shapes(theirs.begin(), theirs.end());
+  if (their_shapes == std::map<std::string, std::vector<int64_t>>(ours.begin(), ours.end())) {
+    return absl::OkStatus();
+  }
+  std::string detail;
+  for (const auto& [name, shape] : ours) {
+    const auto it = their_shapes.find(name);
+    if (it != their_shapes.end() && it->second != shape) {
+      detail = absl::StrCat("its '", name, "' has shape ", ShapeText(it->second), ", this job's ",
+                            ShapeText(shape));
+      break;
+    }
+  }
+  if (detail.empty()) {
+    detail = absl::StrCat("its variables: ", NamesText(theirs), "; this job's: ", NamesText(ours));
+  }
+  return absl::FailedPreconditionError(absl::StrCat(
+      root, " holds checkpoints of another model (", std::filesystem::path(dir).filename().string(),
+      ": ", detail, "): use another --checkpoint_dir or empty it"));
+}
+
 absl::StatusOr<std::optional<proto::CheckpointManifest>> RestoreLatest(
     common::PsControl& control, const std::vector<PsPeer>& ps, const ChiefOptions& options,
     int64_t generation, const proto::ClusterState& state) {
@@ -162,6 +229,7 @@ absl::StatusOr<std::optional<proto::CheckpointManifest>> RestoreLatest(
       continue;
     }
     PST_ASSIGN_OR_RETURN(proto::CheckpointManifest manifest, common::ReadManifest(dir));
+    PST_RETURN_IF_ERROR(CheckSameModel(options.checkpoint_dir, dir, manifest.plan(), state.plan()));
     const absl::Time start = absl::Now();
     std::vector<proto::RestoreResponse> restored(ps.size());
     PST_RETURN_IF_ERROR(ForEachPs(ps.size(), [&](size_t i) -> absl::Status {

@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -59,13 +60,23 @@ absl::StatusOr<SaveFigures> SaveCheckpoint(common::PsControl& control,
                                            const std::vector<int64_t>& positions,
                                            int epochs_completed = 0);
 
+// OK when the checkpoint `dir` (under the root `root`), whose manifest has
+// the plan `saved`, is of the model of a job planned as `job`: the same
+// logical variables with the same shapes, however placed and partitioned.
+// Otherwise FailedPrecondition saying that `root` holds another model's
+// checkpoints, naming a variable whose shape differs or both models'
+// variables.
+absl::Status CheckSameModel(const std::string& root, const std::string& dir,
+                            const proto::PlacementPlan& saved, const proto::PlacementPlan& job);
+
 // Restores every ps from the newest checkpoint that passes its checks, into
 // restore generation `generation`; an unusable one is reported by name and
 // the next older is tried. In a replicated job, every ps that holds a copy
 // of some shard under state.plan().shards (each restores every copy it
 // holds). Returns the manifest of the checkpoint restored, or nullopt when
 // there is none. Errors: the first ps's failure, naming it and the
-// checkpoint.
+// checkpoint; FailedPrecondition (CheckSameModel) when the newest usable
+// checkpoint is of another model.
 absl::StatusOr<std::optional<proto::CheckpointManifest>> RestoreLatest(
     common::PsControl& control, const std::vector<PsPeer>& ps, const ChiefOptions& options,
     int64_t generation, const proto::ClusterState& state);

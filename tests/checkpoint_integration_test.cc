@@ -1,6 +1,7 @@
 // Sharded checkpoints on real clusters: saved while training, checked by
-// `pstrain checkpoint inspect`, resumed onto another number of ps, and a
-// corrupt newest checkpoint skipped for the next older one.
+// `pstrain checkpoint inspect`, resumed onto another number of ps, a
+// corrupt newest checkpoint skipped for the next older one, and another
+// model's checkpoints refused.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -142,6 +143,30 @@ TEST_F(CheckpointTest, CorruptNewestWithKeepOne_FallBackSaveAndPrune_LeaveAValid
     if (checked.ok()) newest_valid = std::max(newest_valid, checked->global_step);
   }
   EXPECT_GE(newest_valid, kSecondSteps) << output_;
+}
+
+// A job on a directory that holds another model's checkpoints (an MLP of
+// another width) fails at once, saying so, and leaves them as they were.
+TEST_F(CheckpointTest, CheckpointsOfAnotherModel_FailTheJobSayingSo) {
+  ASSERT_TRUE(Run(/*ps=*/2, /*max_steps=*/100, {"--hidden=32"}).is_object()) << output_;
+  const std::vector<std::string> saved = common::ListCheckpoints(ckpt_);
+  ASSERT_FALSE(saved.empty()) << output_;
+
+  std::unique_ptr<TestProcess> launcher = LaunchLocal(
+      {"--ps=2", "--workers=2", "--epochs=1", "--hidden=64", "--checkpoint_dir=" + ckpt_});
+  ASSERT_NE(launcher, nullptr);
+  const std::optional<int> exited = launcher->WaitForExit(kTimeout);
+  const std::string output = launcher->output();
+  ASSERT_TRUE(exited.has_value()) << output;
+  EXPECT_NE(ExitCode(*exited), 0) << output;
+  EXPECT_NE(output.find(absl::StrCat(
+                ckpt_, " holds checkpoints of another model (",
+                std::filesystem::path(saved[0]).filename().string(),
+                ": its 'dense_0/kernel' has shape [784, 32], this job's [784, 64]): use another "
+                "--checkpoint_dir or empty it")),
+            std::string::npos)
+      << output;
+  EXPECT_EQ(common::ListCheckpoints(ckpt_), saved);
 }
 
 }  // namespace
