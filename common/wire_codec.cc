@@ -21,6 +21,8 @@ namespace {
 
 using google::protobuf::internal::WireFormatLite;
 using google::protobuf::io::CodedInputStream;
+using google::protobuf::io::CodedOutputStream;
+using google::protobuf::io::StringOutputStream;
 
 // Field numbers (proto/pstrain.proto).
 constexpr int kPushPullPush = 1;   // PushPullRequest.push
@@ -32,13 +34,123 @@ constexpr int kTensorDtype = 1;    // Tensor.dtype
 constexpr int kTensorShape = 2;    // Tensor.shape
 constexpr int kTensorData = 3;     // Tensor.data
 
+// The decoders below must refuse exactly what protobuf's own parser
+// (MessageLite::ParseFromString, protobuf 3.21's ParseContext) refuses.
+// CodedInputStream and WireFormatLite are laxer: they read tags and
+// lengths of up to 10 bytes (dropping the bits past 32), and their group
+// skipping does not count the messages the decoders enter (with PushLimit)
+// towards the recursion limit. So tags, lengths and skipped fields are read
+// with the functions here, which hold to ParseContext's rules.
+
+// The most bytes ParseContext reads for a tag or a length.
+constexpr int kMaxTagOrLengthBytes = 5;
+
 // CodedInputStream::ReadTag, but a tag of more than 5 bytes reads as 0 (a
 // malformed tag: ConsumedEntireMessage() stays false), as protobuf's own
 // parser refuses it; ReadTag would drop the extra bits and go on.
 uint32_t ReadTagStrict(CodedInputStream* in) {
   const int before = in->CurrentPosition();
   const uint32_t tag = in->ReadTag();
-  return in->CurrentPosition() - before > 5 ? 0 : tag;
+  return in->CurrentPosition() - before > kMaxTagOrLengthBytes ? 0 : tag;
+}
+
+// A length-delimited field's length, as ParseContext's ReadSize reads it:
+// false for more than 5 bytes or for a length past INT_MAX - kSlopBytes
+// (2^31 and up included), where ReadVarint32 would drop the high bits.
+bool ReadLengthStrict(CodedInputStream* in, uint32_t* length) {
+  const int before = in->CurrentPosition();
+  uint64_t value = 0;
+  if (!in->ReadVarint64(&value) || in->CurrentPosition() - before > kMaxTagOrLengthBytes ||
+      value >
+          static_cast<uint64_t>(INT_MAX - google::protobuf::internal::ParseContext::kSlopBytes)) {
+    return false;
+  }
+  *length = static_cast<uint32_t>(value);
+  return true;
+}
+
+// Copies the next `bytes` bytes of `in` to `out`.
+bool CopyRaw(CodedInputStream* in, uint32_t bytes, CodedOutputStream* out) {
+  while (bytes > 0) {
+    const void* data;
+    int size;
+    if (!in->GetDirectBufferPointer(&data, &size) || size <= 0) return false;
+    const uint32_t take = std::min(bytes, static_cast<uint32_t>(size));
+    out->WriteRaw(data, static_cast<int>(take));
+    if (!in->Skip(static_cast<int>(take))) return false;
+    bytes -= take;
+  }
+  return true;
+}
+
+// Skips the field whose `tag` was just read, as ParseContext parses a field
+// it does not know (UnknownFieldParse), refusing what it refuses: field
+// number 0; wire type 4 (an end of group where none is open, which ends
+// the message where no message may end), 6 and 7; a tag or length of more
+// than 5 bytes, a length of 2^31 or more; a group opened when `depth` (the
+// groups and messages that may still open, 100 at the top level, one less
+// inside each message) is 0, or not ended by its own field's end tag. With
+// `out`, the field is copied there, its varints written afresh (the same
+// values, in canonical form).
+bool SkipFieldStrict(CodedInputStream* in, uint32_t tag, int depth, CodedOutputStream* out) {
+  if (WireFormatLite::GetTagFieldNumber(tag) == 0) return false;
+  switch (WireFormatLite::GetTagWireType(tag)) {
+    case WireFormatLite::WIRETYPE_VARINT: {
+      uint64_t value = 0;
+      if (!in->ReadVarint64(&value)) return false;
+      if (out != nullptr) {
+        out->WriteVarint32(tag);
+        out->WriteVarint64(value);
+      }
+      return true;
+    }
+    case WireFormatLite::WIRETYPE_FIXED64: {
+      uint64_t value = 0;
+      if (!in->ReadLittleEndian64(&value)) return false;
+      if (out != nullptr) {
+        out->WriteVarint32(tag);
+        out->WriteLittleEndian64(value);
+      }
+      return true;
+    }
+    case WireFormatLite::WIRETYPE_FIXED32: {
+      uint32_t value = 0;
+      if (!in->ReadLittleEndian32(&value)) return false;
+      if (out != nullptr) {
+        out->WriteVarint32(tag);
+        out->WriteLittleEndian32(value);
+      }
+      return true;
+    }
+    case WireFormatLite::WIRETYPE_LENGTH_DELIMITED: {
+      uint32_t length = 0;
+      if (!ReadLengthStrict(in, &length)) return false;
+      if (out == nullptr) return in->Skip(static_cast<int>(length));
+      out->WriteVarint32(tag);
+      out->WriteVarint32(length);
+      return CopyRaw(in, length, out);
+    }
+    case WireFormatLite::WIRETYPE_START_GROUP: {
+      if (depth <= 0) return false;
+      if (out != nullptr) out->WriteVarint32(tag);
+      const uint32_t end = WireFormatLite::MakeTag(WireFormatLite::GetTagFieldNumber(tag),
+                                                   WireFormatLite::WIRETYPE_END_GROUP);
+      while (true) {
+        // 0 for a tag of 0 or of more than 5 bytes, and at the end of the
+        // input or of a limit: all refused, as no group ends there.
+        const uint32_t inner = ReadTagStrict(in);
+        if (inner == 0 ||
+            WireFormatLite::GetTagWireType(inner) == WireFormatLite::WIRETYPE_END_GROUP) {
+          if (inner != end) return false;
+          if (out != nullptr) out->WriteVarint32(inner);
+          return true;
+        }
+        if (!SkipFieldStrict(in, inner, depth - 1, out)) return false;
+      }
+    }
+    default:  // END_GROUP outside a group, and wire types 6 and 7
+      return false;
+  }
 }
 
 void PutVarint(uint64_t value, std::string* out) {
@@ -150,8 +262,8 @@ std::vector<TensorPart> GradientParts(
 
 // Tensor fields from `in` up to its current limit. With `into`, the payload
 // is read straight into it and must be exactly its size.
-absl::Status ReadTensor(CodedInputStream* in, proto::Tensor* tensor, std::span<float>* into,
-                        int index) {
+absl::Status ReadTensor(CodedInputStream* in, int depth, proto::Tensor* tensor,
+                        std::span<float>* into, int index) {
   bool have_data = false;
   while (true) {
     const uint32_t tag = ReadTagStrict(in);
@@ -177,7 +289,7 @@ absl::Status ReadTensor(CodedInputStream* in, proto::Tensor* tensor, std::span<f
       }
     } else if (field == kTensorData && wire == WireFormatLite::WIRETYPE_LENGTH_DELIMITED) {
       uint32_t bytes = 0;
-      if (!in->ReadVarint32(&bytes)) return absl::DataLossError("truncated tensor data");
+      if (!ReadLengthStrict(in, &bytes)) return absl::DataLossError("truncated tensor data");
       if (into == nullptr) {
         if (!in->ReadString(tensor->mutable_data(), static_cast<int>(bytes))) {
           return absl::DataLossError("truncated tensor data");
@@ -193,7 +305,7 @@ absl::Status ReadTensor(CodedInputStream* in, proto::Tensor* tensor, std::span<f
         return absl::DataLossError("truncated tensor data");
       }
       have_data = true;
-    } else if (!WireFormatLite::SkipField(in, tag)) {
+    } else if (!SkipFieldStrict(in, tag, depth, nullptr)) {
       return absl::DataLossError("malformed tensor");
     }
   }
@@ -254,13 +366,10 @@ class SliceInput final : public google::protobuf::io::ZeroCopyInputStream {
   int64_t position_ = 0;
 };
 
-using google::protobuf::io::CodedOutputStream;
-using google::protobuf::io::StringOutputStream;
-
 // Reads a length-delimited field's length and limits `in` to it.
 bool EnterLengthDelimited(CodedInputStream* in, CodedInputStream::Limit* limit) {
   uint32_t bytes = 0;
-  if (!in->ReadVarint32(&bytes) || bytes > static_cast<uint32_t>(INT_MAX)) return false;
+  if (!ReadLengthStrict(in, &bytes)) return false;
   // PushLimit would quietly keep an enclosing limit that ends sooner.
   const int left = in->BytesUntilLimit();
   if (left >= 0 && bytes > static_cast<uint32_t>(left)) return false;
@@ -270,8 +379,9 @@ bool EnterLengthDelimited(CodedInputStream* in, CodedInputStream::Limit* limit) 
 
 // One Tensor: every field but data is copied to `header`; data's pieces
 // are collected in `payload` (a later occurrence replaces an earlier one,
-// as protobuf's parser does for a bytes field).
-bool ReadTensorInPlace(CodedInputStream* in, std::string* header,
+// as protobuf's parser does for a bytes field). `depth` as for
+// SkipFieldStrict.
+bool ReadTensorInPlace(CodedInputStream* in, int depth, std::string* header,
                        std::vector<std::string_view>* payload) {
   StringOutputStream header_stream(header);
   CodedOutputStream out(&header_stream);
@@ -285,7 +395,7 @@ bool ReadTensorInPlace(CodedInputStream* in, std::string* header,
     if (WireFormatLite::GetTagFieldNumber(tag) == kTensorData &&
         WireFormatLite::GetTagWireType(tag) == WireFormatLite::WIRETYPE_LENGTH_DELIMITED) {
       uint32_t bytes = 0;
-      if (!in->ReadVarint32(&bytes)) return false;
+      if (!ReadLengthStrict(in, &bytes)) return false;
       payload->clear();
       while (bytes > 0) {
         const void* data;
@@ -296,7 +406,7 @@ bool ReadTensorInPlace(CodedInputStream* in, std::string* header,
         if (!in->Skip(static_cast<int>(take))) return false;
         bytes -= take;
       }
-    } else if (!WireFormatLite::SkipField(in, tag, &out)) {
+    } else if (!SkipFieldStrict(in, tag, depth, &out)) {
       return false;
     }
   }
@@ -304,8 +414,9 @@ bool ReadTensorInPlace(CodedInputStream* in, std::string* header,
 }
 
 // The fields of one PushRequest occurrence: gradients go to `headers` and
-// `payloads`, every other field is copied to `rest`.
-bool ReadPushInPlace(CodedInputStream* in, CodedOutputStream* rest,
+// `payloads`, every other field is copied to `rest`. `depth` as for
+// SkipFieldStrict.
+bool ReadPushInPlace(CodedInputStream* in, int depth, CodedOutputStream* rest,
                      std::vector<std::string>* headers,
                      std::vector<std::vector<std::string_view>>* payloads) {
   while (true) {
@@ -319,11 +430,11 @@ bool ReadPushInPlace(CodedInputStream* in, CodedOutputStream* rest,
         WireFormatLite::GetTagWireType(tag) == WireFormatLite::WIRETYPE_LENGTH_DELIMITED) {
       CodedInputStream::Limit limit;
       if (!EnterLengthDelimited(in, &limit)) return false;
-      if (!ReadTensorInPlace(in, &headers->emplace_back(), &payloads->emplace_back())) {
+      if (!ReadTensorInPlace(in, depth - 1, &headers->emplace_back(), &payloads->emplace_back())) {
         return false;
       }
       in->PopLimit(limit);
-    } else if (!WireFormatLite::SkipField(in, tag, rest)) {
+    } else if (!SkipFieldStrict(in, tag, depth, rest)) {
       return false;
     }
   }
@@ -362,11 +473,14 @@ bool DecodeInPlace(const grpc::ByteBuffer& buffer, int push_field, SplitRequest*
   SliceInput input(gradients->slices);
   CodedInputStream in(&input);
   in.SetTotalBytesLimit(INT_MAX);
+  const int depth = CodedInputStream::GetDefaultRecursionLimit();  // ParseFromString's
   {
     StringOutputStream top_stream(&split->top_rest), push_stream(&split->push_rest);
     CodedOutputStream top_out(&top_stream), push_out(&push_stream);
     if (push_field == 0) {
-      if (!ReadPushInPlace(&in, &push_out, &split->headers, &gradients->payloads)) return false;
+      if (!ReadPushInPlace(&in, depth, &push_out, &split->headers, &gradients->payloads)) {
+        return false;
+      }
     } else {
       while (true) {
         const uint32_t tag = ReadTagStrict(&in);
@@ -379,12 +493,12 @@ bool DecodeInPlace(const grpc::ByteBuffer& buffer, int push_field, SplitRequest*
             WireFormatLite::GetTagWireType(tag) == WireFormatLite::WIRETYPE_LENGTH_DELIMITED) {
           CodedInputStream::Limit limit;
           if (!EnterLengthDelimited(&in, &limit) ||
-              !ReadPushInPlace(&in, &push_out, &split->headers, &gradients->payloads) ||
+              !ReadPushInPlace(&in, depth - 1, &push_out, &split->headers, &gradients->payloads) ||
               in.BytesUntilLimit() != 0) {
             return false;
           }
           in.PopLimit(limit);
-        } else if (!WireFormatLite::SkipField(&in, tag, &top_out)) {
+        } else if (!SkipFieldStrict(&in, tag, depth, &top_out)) {
           return false;
         }
       }
@@ -504,6 +618,7 @@ absl::Status DecodePullResponse(grpc::ByteBuffer* buffer, std::span<const std::s
   if (!reader.status().ok()) return absl::DataLossError("unreadable PullResponse");
   CodedInputStream in(&reader);
   in.SetTotalBytesLimit(INT_MAX);
+  const int depth = CodedInputStream::GetDefaultRecursionLimit();
   while (true) {
     const uint32_t tag = ReadTagStrict(&in);
     if (tag == 0) {
@@ -519,14 +634,14 @@ absl::Status DecodePullResponse(grpc::ByteBuffer* buffer, std::span<const std::s
       }
     } else if (field == kPullValues && wire == WireFormatLite::WIRETYPE_LENGTH_DELIMITED) {
       uint32_t bytes = 0;
-      if (!in.ReadVarint32(&bytes)) return absl::DataLossError("malformed PullResponse");
+      if (!ReadLengthStrict(&in, &bytes)) return absl::DataLossError("malformed PullResponse");
       const CodedInputStream::Limit limit = in.PushLimit(static_cast<int>(bytes));
       const int index = response->values_size();
       std::span<float> target;
       const bool direct = index < static_cast<int>(into.size());
       if (direct) target = into[index];
       absl::Status read =
-          ReadTensor(&in, response->add_values(), direct ? &target : nullptr, index);
+          ReadTensor(&in, depth - 1, response->add_values(), direct ? &target : nullptr, index);
       if (!read.ok()) {
         return absl::DataLossError(absl::StrCat("malformed PullResponse: ", read.message()));
       }
@@ -540,7 +655,7 @@ absl::Status DecodePullResponse(grpc::ByteBuffer* buffer, std::span<const std::s
               &in, response->mutable_versions())) {
         return absl::DataLossError("malformed PullResponse: truncated versions");
       }
-    } else if (!WireFormatLite::SkipField(&in, tag)) {
+    } else if (!SkipFieldStrict(&in, tag, depth, nullptr)) {
       return absl::DataLossError("malformed PullResponse");
     }
   }

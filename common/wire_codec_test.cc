@@ -7,6 +7,7 @@
 #include <grpcpp/support/slice.h>
 #include <gtest/gtest.h>
 
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -296,6 +297,230 @@ TEST_F(WireCodecTest, DecodePush_MatchesTheStandardParser) {
     *got.mutable_gradients(k)->mutable_data() = Joined(gradients.payloads[k]);
   }
   EXPECT_EQ(got.SerializeAsString(), bytes);
+}
+
+// Raw wire bytes, written out.
+std::string Bytes(std::initializer_list<int> bytes) {
+  std::string out;
+  for (int b : bytes) out.push_back(static_cast<char>(b));
+  return out;
+}
+
+std::string Varint(uint64_t value) {
+  std::string out;
+  for (; value >= 0x80; value >>= 7) out.push_back(static_cast<char>(value | 0x80));
+  out.push_back(static_cast<char>(value));
+  return out;
+}
+
+// Field `number` (length-delimited) holding `body`.
+std::string Field(int number, const std::string& body) {
+  return Varint(static_cast<uint64_t>(number) << 3 | 2) + Varint(body.size()) + body;
+}
+
+absl::Status Decode(const grpc::ByteBuffer& bytes, proto::PushRequest* request,
+                    ReceivedGradients* gradients) {
+  return DecodePush(bytes, request, gradients);
+}
+absl::Status Decode(const grpc::ByteBuffer& bytes, proto::PushPullRequest* request,
+                    ReceivedGradients* gradients) {
+  return DecodePushPull(bytes, request, gradients);
+}
+proto::PushRequest* PushOf(proto::PushRequest* r) { return r; }
+proto::PushRequest* PushOf(proto::PushPullRequest* r) { return r->mutable_push(); }
+
+// Decodes `bytes` as a `Request` (in slices of several sizes), expecting
+// the decoder to accept them exactly when protobuf's parser does and then
+// to give the same message; returns protobuf's verdict.
+template <typename Request>
+bool ExpectVerdictOfProtobuf(const std::string& bytes) {
+  Request reference;
+  const bool parses = reference.ParseFromString(bytes);
+  for (size_t piece : {size_t{1}, size_t{3}, size_t{7}, size_t{4096}}) {
+    Request got;
+    ReceivedGradients gradients;
+    const absl::Status status = Decode(InPieces(bytes, piece), &got, &gradients);
+    EXPECT_EQ(status.ok(), parses)
+        << got.GetTypeName() << " in slices of " << piece << ": decoder says " << status;
+    if (!status.ok() || !parses) continue;
+    for (size_t k = 0; k < gradients.payloads.size(); ++k) {
+      *PushOf(&got)->mutable_gradients(static_cast<int>(k))->mutable_data() =
+          Joined(gradients.payloads[k]);
+    }
+    EXPECT_EQ(got.SerializeAsString(), reference.SerializeAsString()) << piece;
+  }
+  return parses;
+}
+
+// A gradient tensor's fields (dtype, shape [1], payload 1.0f).
+const std::string kTensor = Bytes({0x08, 0x01, 0x12, 0x01, 0x01, 0x1a, 0x04, 0, 0, 0x80, 0x3f});
+
+// `fragment` placed after the other fields of a Push request, of a
+// gradient in it, of a PushPull request, of its push, and of a gradient in
+// that push; each is decoded as ExpectVerdictOfProtobuf does. Returns
+// protobuf's five verdicts.
+std::vector<bool> VerdictsInEveryPlace(const std::string& fragment) {
+  const std::string push_fields = Bytes({0x08, 0x03}) + Field(4, "v0");  // worker 3, names
+  const std::string gradient = Field(5, kTensor + fragment);
+  return {
+      ExpectVerdictOfProtobuf<proto::PushRequest>(push_fields + fragment),
+      ExpectVerdictOfProtobuf<proto::PushRequest>(push_fields + gradient),
+      ExpectVerdictOfProtobuf<proto::PushPullRequest>(Field(1, push_fields) + fragment),
+      ExpectVerdictOfProtobuf<proto::PushPullRequest>(Field(1, push_fields + fragment)),
+      ExpectVerdictOfProtobuf<proto::PushPullRequest>(Field(1, push_fields + gradient)),
+  };
+}
+
+const std::vector<bool> kRefusedEverywhere(5, false);
+
+// fuzz_ps_request's finding (ps_request-crash-59ae9871, less its first
+// byte, which picked Push): field 4 as a group (wire type 3) holding a tag
+// of 6 bytes. Protobuf reads tags of at most 5 bytes; the decoder used to
+// skip groups with CodedInputStream::ReadTag, which takes 10.
+TEST_F(WireCodecTest, DecodePush_FuzzFinding_GroupHoldingASixByteTag_IsRefusedAsByProtobuf) {
+  const std::string bytes =
+      Bytes({0x30, 0x30, 0x30, 0xea, 0x30, 0x30, 0x30, 0x30, 0x30, 0x30, 0x30, 0x30,
+             0xef, 0x30, 0xc8, 0x30, 0x30, 0x30, 0x30, 0x30, 0x00, 0x23, 0xd0, 0xef,
+             0xcf, 0xcf, 0xb9, 0x30, 0x30, 0x24, 0x30, 0x30, 0x30, 0x30});
+  EXPECT_FALSE(ExpectVerdictOfProtobuf<proto::PushRequest>(bytes));
+  EXPECT_FALSE(ExpectVerdictOfProtobuf<proto::PushPullRequest>(bytes));
+}
+
+TEST_F(WireCodecTest, DecodePushAndPushPull_TagOfSixBytes_IsRefusedAsByProtobuf) {
+  // Field 1 (varint) in a tag of 6 bytes, in a group and on its own.
+  const std::string long_tag = Bytes({0x88, 0x80, 0x80, 0x80, 0x80, 0x00, 0x01});
+  EXPECT_EQ(VerdictsInEveryPlace(Bytes({0x23}) + long_tag + Bytes({0x24})), kRefusedEverywhere);
+  EXPECT_EQ(VerdictsInEveryPlace(long_tag), kRefusedEverywhere);
+  // 5 bytes is still a tag, its bits past 32 dropped (field 1 varint here).
+  const std::string five = Bytes({0x88, 0x80, 0x80, 0x80, 0x70, 0x01});
+  EXPECT_EQ(VerdictsInEveryPlace(Bytes({0x23}) + five + Bytes({0x24})), std::vector<bool>(5, true));
+}
+
+TEST_F(WireCodecTest, DecodePushAndPushPull_FieldNumberZero_IsRefusedAsByProtobuf) {
+  EXPECT_EQ(VerdictsInEveryPlace(Bytes({0x23, 0x00, 0x24})), kRefusedEverywhere);  // tag 0
+  EXPECT_EQ(VerdictsInEveryPlace(Bytes({0x23, 0x02, 0x00, 0x24})), kRefusedEverywhere);
+  EXPECT_EQ(VerdictsInEveryPlace(Bytes({0x23, 0x05, 1, 2, 3, 4, 0x24})), kRefusedEverywhere);
+  EXPECT_EQ(VerdictsInEveryPlace(Bytes({0x23, 0x03, 0x04, 0x24})), kRefusedEverywhere);
+  EXPECT_EQ(VerdictsInEveryPlace(Bytes({0x03, 0x04})), kRefusedEverywhere);
+  EXPECT_EQ(VerdictsInEveryPlace(Bytes({0x02, 0x00})), kRefusedEverywhere);
+  EXPECT_EQ(VerdictsInEveryPlace(Bytes({0x01, 1, 2, 3, 4, 5, 6, 7, 8})), kRefusedEverywhere);
+  // Tag 0 in a tag of 5 bytes (field 2^29 wraps to 0).
+  EXPECT_EQ(VerdictsInEveryPlace(Bytes({0x23, 0x80, 0x80, 0x80, 0x80, 0x10, 0x24})),
+            kRefusedEverywhere);
+}
+
+TEST_F(WireCodecTest, DecodePushAndPushPull_GroupEndedByAnotherField_IsRefusedAsByProtobuf) {
+  EXPECT_EQ(VerdictsInEveryPlace(Bytes({0x23, 0x2c})), kRefusedEverywhere);  // ends field 5
+  EXPECT_EQ(VerdictsInEveryPlace(Bytes({0x23, 0x08, 0x01, 0x0c})), kRefusedEverywhere);
+  // Nested groups closed in the wrong order.
+  EXPECT_EQ(VerdictsInEveryPlace(Bytes({0x23, 0x2b, 0x24, 0x2c})), kRefusedEverywhere);
+  EXPECT_EQ(VerdictsInEveryPlace(Bytes({0x23, 0x2b, 0x2c, 0x24})), std::vector<bool>(5, true));
+}
+
+TEST_F(WireCodecTest, DecodePushAndPushPull_GroupNeverClosed_IsRefusedAsByProtobuf) {
+  EXPECT_EQ(VerdictsInEveryPlace(Bytes({0x23})), kRefusedEverywhere);
+  EXPECT_EQ(VerdictsInEveryPlace(Bytes({0x23, 0x08, 0x01})), kRefusedEverywhere);
+  EXPECT_EQ(VerdictsInEveryPlace(Bytes({0x23, 0x2b, 0x2c})), kRefusedEverywhere);
+  // A message (or a gradient) ending inside a group is refused even when
+  // the group's end follows the message's.
+  const std::string push = Bytes({0x08, 0x03, 0x23});
+  EXPECT_FALSE(ExpectVerdictOfProtobuf<proto::PushPullRequest>(Field(1, push) + Bytes({0x24})));
+  EXPECT_FALSE(ExpectVerdictOfProtobuf<proto::PushRequest>(Field(5, kTensor + Bytes({0x23})) +
+                                                           Bytes({0x24})));
+}
+
+TEST_F(WireCodecTest, DecodePushAndPushPull_StrayGroupEnd_IsRefusedAsByProtobuf) {
+  EXPECT_EQ(VerdictsInEveryPlace(Bytes({0x24})), kRefusedEverywhere);
+  EXPECT_EQ(VerdictsInEveryPlace(Bytes({0x0c})), kRefusedEverywhere);
+  EXPECT_EQ(VerdictsInEveryPlace(Bytes({0x04})), kRefusedEverywhere);
+  EXPECT_EQ(VerdictsInEveryPlace(Bytes({0x23, 0x24, 0x24})), kRefusedEverywhere);
+}
+
+TEST_F(WireCodecTest, DecodePushAndPushPull_WireTypesSixAndSeven_AreRefusedAsByProtobuf) {
+  for (int wire : {6, 7}) {
+    SCOPED_TRACE(wire);
+    EXPECT_EQ(VerdictsInEveryPlace(Bytes({0x20 | wire, 0})), kRefusedEverywhere);
+    EXPECT_EQ(VerdictsInEveryPlace(Bytes({0x50 | wire, 0})), kRefusedEverywhere);
+    EXPECT_EQ(VerdictsInEveryPlace(Bytes({0x23, 0x08 | wire, 0, 0x24})), kRefusedEverywhere);
+  }
+}
+
+// Protobuf reads a length of at most 5 bytes, under 2^31, where
+// CodedInputStream::ReadVarint32 reads 10 bytes and drops the bits past 32:
+// the old decoder read 2 in each length below.
+TEST_F(WireCodecTest, DecodePushAndPushPull_LengthOfSixBytesOrPast2GB_IsRefusedAsByProtobuf) {
+  const struct {
+    std::string length;
+    bool valid;
+  } lengths[] = {
+      {Bytes({0x82, 0x80, 0x80, 0x80, 0x00}), true},         // 2 in 5 bytes
+      {Bytes({0x82, 0x80, 0x80, 0x80, 0x80, 0x00}), false},  // 2 in 6 bytes
+      {Bytes({0x82, 0x80, 0x80, 0x80, 0x10}), false},        // 2^32 + 2
+  };
+  for (const auto& [length, valid] : lengths) {
+    SCOPED_TRACE(valid);
+    // An unknown field 10, on its own and in a group.
+    EXPECT_EQ(VerdictsInEveryPlace(Bytes({0x52}) + length + "ab"), std::vector<bool>(5, valid));
+    EXPECT_EQ(VerdictsInEveryPlace(Bytes({0x23, 0x52}) + length + Bytes({'a', 'b', 0x24})),
+              std::vector<bool>(5, valid));
+    // Field 4 (names); a gradient's shape (packed) and data; the gradient.
+    EXPECT_EQ(ExpectVerdictOfProtobuf<proto::PushRequest>(Bytes({0x22}) + length + "ab"), valid);
+    const std::string shape = Bytes({0x08, 0x01, 0x12}) + length + Bytes({0x01, 0x02});
+    EXPECT_EQ(ExpectVerdictOfProtobuf<proto::PushRequest>(Field(5, shape)), valid);
+    const std::string data = Bytes({0x08, 0x01, 0x1a}) + length + "ab";
+    EXPECT_EQ(ExpectVerdictOfProtobuf<proto::PushRequest>(Field(5, data)), valid);
+    EXPECT_EQ(
+        ExpectVerdictOfProtobuf<proto::PushRequest>(Bytes({0x2a}) + length + Bytes({0x08, 0x01})),
+        valid);
+    // PushPull's push.
+    EXPECT_EQ(ExpectVerdictOfProtobuf<proto::PushPullRequest>(Bytes({0x0a}) + length +
+                                                              Bytes({0x08, 0x03})),
+              valid);
+  }
+}
+
+// Protobuf opens at most 100 groups and messages within each other (its
+// default recursion limit): a PushPull's push is one, a gradient another.
+TEST_F(WireCodecTest, DecodePushAndPushPull_NestedGroups_RefusedPastProtobufsDepthLimit) {
+  std::vector<std::vector<bool>> verdicts;
+  for (int depth = 97; depth <= 101; ++depth) {
+    SCOPED_TRACE(depth);
+    verdicts.push_back(
+        VerdictsInEveryPlace(std::string(depth, '\x23') + std::string(depth, '\x24')));
+  }
+  // Push | its gradient | PushPull | its push | a gradient in its push.
+  EXPECT_EQ(verdicts[0], std::vector<bool>(5, true));                            // 97
+  EXPECT_EQ(verdicts[1], std::vector<bool>(5, true));                            // 98
+  EXPECT_EQ(verdicts[2], std::vector<bool>({true, true, true, true, false}));    // 99
+  EXPECT_EQ(verdicts[3], std::vector<bool>({true, false, true, false, false}));  // 100
+  EXPECT_EQ(verdicts[4], kRefusedEverywhere);                                    // 101
+}
+
+// The response decoder skips the fields it does not read as the push
+// decoders do: what protobuf refuses, it refuses too.
+TEST_F(WireCodecTest, DecodePullResponse_SkippedFields_RefusedAsByProtobuf) {
+  const std::string fragments[] = {
+      Bytes({0x23, 0x88, 0x80, 0x80, 0x80, 0x80, 0x00, 0x01, 0x24}),  // 6-byte tag
+      Bytes({0x23, 0x52, 0x82, 0x80, 0x80, 0x80, 0x80, 0x00, 'a', 'b', 0x24}),
+      Bytes({0x23, 0x2c}),
+      Bytes({0x23, 0x02, 0x00, 0x24}),
+      Bytes({0x26, 0x00}),
+      std::string(100, '\x23') + std::string(100, '\x24'),  // 99 inside a value
+      Bytes({0x23, 0x08, 0x01, 0x24}),                      // a valid group
+  };
+  int accepted = 0;
+  for (const std::string& fragment : fragments) {
+    for (const std::string& bytes : {Field(1, "v0") + fragment, Field(2, kTensor + fragment)}) {
+      proto::PullResponse reference;
+      const bool parses = reference.ParseFromString(bytes);
+      grpc::ByteBuffer buffer = InPieces(bytes, 3);
+      proto::PullResponse got;
+      EXPECT_EQ(DecodePullResponse(&buffer, {}, &got).ok(), parses)
+          << testing::PrintToString(bytes);
+      accepted += parses;
+    }
+  }
+  EXPECT_EQ(accepted, 3);  // the valid group twice, 100 groups at the top level
 }
 
 TEST_F(WireCodecTest, DecodePushPull_TruncatedOrGarbage_IsInvalidArgument) {
