@@ -25,7 +25,7 @@ absl::StatusOr<SaveFigures> SaveCheckpoint(common::PsControl& control,
                                            const ChiefOptions& options,
                                            const proto::ClusterState& state, int64_t step,
                                            const std::vector<int64_t>& positions,
-                                           int epochs_completed) {
+                                           int epochs_completed, int closes_epoch) {
   const absl::Time start = absl::Now();
   SaveFigures figures;
   // Phase 1: every ps snapshots (holding pushes for the instant of its
@@ -128,6 +128,7 @@ absl::StatusOr<SaveFigures> SaveCheckpoint(common::PsControl& control,
   manifest.set_created_unix_ms(absl::ToUnixMillis(absl::Now()));
   for (int64_t p : *cut_positions) manifest.add_worker_positions(p);
   manifest.set_epochs_completed(epochs_completed);
+  manifest.set_closes_epoch(closes_epoch);
   for (const proto::SaveResponse& r : saved) {
     *manifest.add_shards() = r.shard();
     figures.bytes += r.shard().bytes();

@@ -48,7 +48,8 @@ constexpr int kCutAttempts = 30;
 
 // Saves a checkpoint of every ps at `step` (the version the snapshots hold,
 // when they hold one) with the workers at `positions` and every worker
-// through `epochs_completed` epochs, and commits it with
+// through `epochs_completed` epochs (`closes_epoch`: cut with every worker
+// held at the end of that epoch; 0: at another time), and commits it with
 // the manifest under options.checkpoint_dir. In a replicated job each
 // shard is saved by the ps serving it (state.plan().shards: one copy). Errors: the first ps's
 // failure, naming it; DataLoss when the checkpoint written fails its checks (older ones are kept);
@@ -58,7 +59,7 @@ absl::StatusOr<SaveFigures> SaveCheckpoint(common::PsControl& control,
                                            const ChiefOptions& options,
                                            const proto::ClusterState& state, int64_t step,
                                            const std::vector<int64_t>& positions,
-                                           int epochs_completed = 0);
+                                           int epochs_completed = 0, int closes_epoch = 0);
 
 // OK when the checkpoint `dir` (under the root `root`), whose manifest has
 // the plan `saved`, is of the model of a job planned as `job`: the same

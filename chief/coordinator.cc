@@ -49,6 +49,9 @@ int64_t Coordinator::BeginRecovery() {
       w.done = false;
       w.completed = false;
     }
+    w.position_before_restore = w.position;
+    w.version_before_restore = w.version;
+    w.waiting_at_epoch_end = 0;
   }
   return ++generation_;
 }
@@ -57,9 +60,14 @@ void Coordinator::ResetProgress(int64_t step, const std::vector<int64_t>& positi
   absl::MutexLock lock(&mu_);
   const bool have_positions = positions.size() == workers_.size();
   for (size_t i = 0; i < workers_.size(); ++i) {
-    workers_[i].version = step;
-    if (have_positions) workers_[i].position = positions[i];
+    WorkerState& w = workers_[i];
+    w.version = step;
+    if (have_positions) w.position = positions[i];
+    w.restored_position = w.position;
+    w.redone = std::max<int64_t>(0, w.position_before_restore - w.position);
+    w.redone_reported = false;
   }
+  restored_generation_ = generation_;
 }
 
 void Coordinator::GiveUp(int index) {
@@ -154,6 +162,17 @@ void Coordinator::Record(WorkerState* worker, const proto::HeartbeatRequest& pro
   // Where the worker is, and what it has seen, count only in the current
   // generation: a report from before a restore describes replaced state.
   if (progress.generation() != generation_) return;
+  worker->waiting_at_epoch_end = progress.waiting_at_epoch_end();
+  // The worker followed the latest restore: it had reached left.position
+  // before it, so it trains the batches from its restored position on again.
+  if (progress.has_left() && restored_generation_ == generation_ &&
+      progress.left().generation() < generation_) {
+    worker->redone = std::max<int64_t>(
+        worker->redone, progress.left().position() - worker->restored_position);
+    worker->version_before_restore =
+        std::max(worker->version_before_restore, progress.left().version());
+    worker->redone_reported = true;
+  }
   worker->version = std::max(worker->version, progress.version());
   worker->position = std::max(worker->position, progress.position());
   worker->epoch = progress.epoch();
@@ -176,6 +195,7 @@ absl::StatusOr<proto::HeartbeatResponse> Coordinator::Heartbeat(
   response.set_global_step(GlobalStepLocked());
   response.set_generation(generation_);
   response.set_position((*worker)->position);
+  response.set_epochs_released(epochs_released_);
   if (state_.plan().replicas() == 2) {
     response.set_routing_version(state_.routing_version());
     *response.mutable_shards() = state_.plan().shards();
@@ -210,6 +230,44 @@ absl::Status Coordinator::WorkerDone(const proto::WorkerDoneRequest& request, ab
 void Coordinator::RequestStop(std::string reason) {
   absl::MutexLock lock(&mu_);
   if (stop_reason_.empty()) stop_reason_ = reason.empty() ? "stop requested" : std::move(reason);
+}
+
+int Coordinator::HeldEpochEndLocked() const {
+  int held = 0;
+  for (const WorkerState& w : workers_) {
+    if (w.done) continue;
+    if (!w.registered || w.waiting_at_epoch_end <= epochs_released_) return 0;
+    if (held != 0 && w.waiting_at_epoch_end != held) return 0;
+    held = w.waiting_at_epoch_end;
+  }
+  return held;
+}
+
+int Coordinator::HeldEpochEnd() const {
+  absl::MutexLock lock(&mu_);
+  return HeldEpochEndLocked();
+}
+
+void Coordinator::ReleaseEpoch(int epoch) {
+  absl::MutexLock lock(&mu_);
+  epochs_released_ = std::max(epochs_released_, epoch);
+}
+
+void Coordinator::ResetEpochsReleased(int epoch) {
+  absl::MutexLock lock(&mu_);
+  epochs_released_ = epoch;
+}
+
+Coordinator::Redone Coordinator::StepsRedone() const {
+  absl::MutexLock lock(&mu_);
+  Redone r;
+  r.generation = restored_generation_;
+  for (const WorkerState& w : workers_) {
+    r.steps.push_back(w.redone);
+    r.known.push_back(w.redone_reported || (w.done && !w.completed));
+    r.step_before = std::max(r.step_before, w.version_before_restore);
+  }
+  return r;
 }
 
 int64_t Coordinator::GlobalStepLocked() const {
@@ -259,10 +317,13 @@ Coordinator::Snapshot Coordinator::Check(absl::Time now) const {
     } else if (w.registered && now - w.last_seen > peer_timeout_) {
       s.silent.push_back(static_cast<int>(i));
       s.silent_for.push_back(now - w.last_seen);
-    } else {
+    } else if (w.waiting_at_epoch_end <= epochs_released_) {
       s.active.push_back(static_cast<int>(i));
+    } else {
+      s.holding.push_back(static_cast<int>(i));  // active again once released
     }
   }
+  s.epoch_end_held = HeldEpochEndLocked();
   s.epochs_completed = std::max(0, min_epochs);
   s.loss = losses > 0 ? loss_sum / losses : 0;
   s.all_done = AllDoneLocked();

@@ -95,6 +95,33 @@ class Coordinator {
   // From now on every heartbeat answers should_stop.
   void RequestStop(std::string reason);
 
+  // Workers hold at the end of the epochs the chief acts on (ClusterState's
+  // checkpoint_every_epochs, eval_every_epochs). The epoch whose end every
+  // worker still training holds at, unreleased; 0: not all of them yet.
+  int HeldEpochEnd() const;
+  // The chief is done with the end of `epoch` (and every earlier one):
+  // workers holding there go on (HeartbeatResponse.epochs_released).
+  void ReleaseEpoch(int epoch);
+  // After a restore: the epochs up to `epoch` count as released, later ones
+  // not (the workers hold at their ends again).
+  void ResetEpochsReleased(int epoch);
+
+  // The batches the workers train again after the latest restore during
+  // training (BeginRecovery, then ResetProgress): for each worker, from its
+  // position in the checkpoint up to the position it had reached, as it
+  // reports once it follows the restore (HeartbeatRequest.left), or, until
+  // it does, as its last heartbeat before the restore said.
+  struct Redone {
+    int64_t generation = 0;  // the restore's (0: none yet)
+    std::vector<int64_t> steps;
+    // The figure is final: the worker reported it itself, or left the job.
+    std::vector<bool> known;
+    // The highest version of the dense variables any worker saw before the
+    // restore: the global step the job had reached.
+    int64_t step_before = 0;
+  };
+  Redone StepsRedone() const;
+
   struct Snapshot {
     proto::Phase phase = proto::PHASE_INIT;
     int64_t generation = 0;
@@ -116,6 +143,10 @@ class Coordinator {
     std::vector<absl::Duration> silent_for;  // for each of `silent`
     std::vector<int> active;  // not done and not silent (registered or still expected)
     std::vector<int64_t> positions;  // by worker
+    // Every worker still training holds at the end of this epoch, waiting
+    // for the chief (see HeldEpochEnd); 0: not all of them.
+    int epoch_end_held = 0;
+    std::vector<int> holding;  // holding at an epoch's end (not in `active`)
   };
   Snapshot Check(absl::Time now) const;
 
@@ -144,6 +175,15 @@ class Coordinator {
     float loss = 0;
     bool has_loss = false;
     int epoch = 0;
+    int waiting_at_epoch_end = 0;  // as its last heartbeat in this generation said
+    // Since the latest restore (Redone): the position and version its last
+    // heartbeat before it said, its position in the checkpoint, and what
+    // it reported since.
+    int64_t position_before_restore = 0;
+    int64_t version_before_restore = 0;
+    int64_t restored_position = 0;
+    int64_t redone = 0;
+    bool redone_reported = false;
   };
 
   // Finds the registered worker a request is from.
@@ -153,6 +193,7 @@ class Coordinator {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   int64_t GlobalStepLocked() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   bool AllDoneLocked() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  int HeldEpochEndLocked() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
 
   const absl::Duration peer_timeout_;
   mutable absl::Mutex mu_;
@@ -161,6 +202,8 @@ class Coordinator {
   std::string stop_reason_ ABSL_GUARDED_BY(mu_);
   absl::Time last_done_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   int64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t restored_generation_ ABSL_GUARDED_BY(mu_) = 0;  // of the latest restore (Redone)
+  int epochs_released_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t version_ceiling_ ABSL_GUARDED_BY(mu_) = std::numeric_limits<int64_t>::max();
   // Claimant -> the index it was given (ClaimWorkerIndex).
   absl::flat_hash_map<std::string, int> claims_ ABSL_GUARDED_BY(mu_);

@@ -379,5 +379,93 @@ TEST(CoordinatorTest, GiveUp_WorkerThatSpeaksAgain_TakesPartAgain) {
   EXPECT_EQ(s.active, (std::vector<int>{0, 1}));
 }
 
+TEST(CoordinatorTest, StepsRedone_FromHeartbeatsUntilTheWorkersReport_ThenTheirOwnFigures) {
+  Coordinator c(TwoWorkers(), absl::Seconds(10));
+  c.SetPhase(proto::PHASE_RUNNING);
+  ASSERT_TRUE(c.Register(Reg(0, 1), kT0).ok());
+  ASSERT_TRUE(c.Register(Reg(1, 2), kT0).ok());
+  ASSERT_TRUE(c.Heartbeat(BeatAt(0, 1, 50, 0, 100), kT0).ok());
+  ASSERT_TRUE(c.Heartbeat(BeatAt(1, 2, 48, 0, 99), kT0).ok());
+  EXPECT_EQ(c.StepsRedone().generation, 0) << "no restore yet";
+
+  ASSERT_EQ(c.BeginRecovery(), 1);
+  c.ResetProgress(/*step=*/60, {30, 29});
+  c.SetPhase(proto::PHASE_RUNNING);
+  // Until the workers say more, their last heartbeats before the loss.
+  Coordinator::Redone redone = c.StepsRedone();
+  EXPECT_EQ(redone.generation, 1);
+  EXPECT_EQ(redone.steps, (std::vector<int64_t>{20, 19}));
+  EXPECT_EQ(redone.known, (std::vector<bool>{false, false}));
+  EXPECT_EQ(redone.step_before, 100);
+
+  // Each had trained further than its last heartbeat said.
+  proto::HeartbeatRequest beat = BeatAt(0, 1, 51, 1, 60);
+  beat.mutable_left()->set_generation(0);
+  beat.mutable_left()->set_position(57);
+  beat.mutable_left()->set_version(115);
+  ASSERT_TRUE(c.Heartbeat(beat, kT0).ok());
+  redone = c.StepsRedone();
+  EXPECT_EQ(redone.steps, (std::vector<int64_t>{27, 19}));
+  EXPECT_EQ(redone.known, (std::vector<bool>{true, false}));
+  EXPECT_EQ(redone.step_before, 115);
+  // A report from the old generation changes nothing.
+  proto::HeartbeatRequest old = BeatAt(1, 2, 49, 0, 120);
+  old.mutable_left()->set_generation(0);
+  old.mutable_left()->set_position(90);
+  ASSERT_TRUE(c.Heartbeat(old, kT0).ok());
+  EXPECT_EQ(c.StepsRedone().steps, (std::vector<int64_t>{27, 19}));
+  proto::HeartbeatRequest second = BeatAt(1, 2, 50, 1, 61);
+  second.mutable_left()->set_generation(0);
+  second.mutable_left()->set_position(55);
+  second.mutable_left()->set_version(114);
+  ASSERT_TRUE(c.Heartbeat(second, kT0).ok());
+  redone = c.StepsRedone();
+  EXPECT_EQ(redone.steps, (std::vector<int64_t>{27, 26}));
+  EXPECT_EQ(redone.known, (std::vector<bool>{true, true}));
+  EXPECT_EQ(redone.step_before, 115);
+}
+
+TEST(CoordinatorTest, EpochEnd_HeldOnceEveryWorkerHolds_ReleasedForAll_ActiveAgain) {
+  Coordinator c(TwoWorkers(), absl::Seconds(10));
+  c.SetPhase(proto::PHASE_RUNNING);
+  ASSERT_TRUE(c.Register(Reg(0, 1), kT0).ok());
+  ASSERT_TRUE(c.Register(Reg(1, 2), kT0).ok());
+  proto::HeartbeatRequest holding = BeatAt(0, 1, 10, 0, 20);
+  holding.set_waiting_at_epoch_end(1);
+  absl::StatusOr<proto::HeartbeatResponse> answer = c.Heartbeat(holding, kT0);
+  ASSERT_TRUE(answer.ok());
+  EXPECT_EQ(answer->epochs_released(), 0);
+  EXPECT_EQ(c.HeldEpochEnd(), 0) << "worker 1 is still training";
+  Coordinator::Snapshot snap = c.Check(kT0);
+  EXPECT_EQ(snap.active, std::vector<int>{1});
+  EXPECT_EQ(snap.holding, std::vector<int>{0});
+
+  proto::HeartbeatRequest other = BeatAt(1, 2, 10, 0, 20);
+  other.set_waiting_at_epoch_end(1);
+  ASSERT_TRUE(c.Heartbeat(other, kT0).ok());
+  EXPECT_EQ(c.HeldEpochEnd(), 1);
+  EXPECT_EQ(c.Check(kT0).epoch_end_held, 1);
+
+  c.ReleaseEpoch(1);
+  EXPECT_EQ(c.HeldEpochEnd(), 0);
+  snap = c.Check(kT0);
+  EXPECT_EQ(snap.active, (std::vector<int>{0, 1})) << "released: training again";
+  EXPECT_TRUE(snap.holding.empty());
+  answer = c.Heartbeat(holding, kT0);
+  ASSERT_TRUE(answer.ok());
+  EXPECT_EQ(answer->epochs_released(), 1);
+
+  // A restore to a checkpoint before that epoch's end: it is held at again.
+  ASSERT_EQ(c.BeginRecovery(), 1);
+  c.ResetProgress(5, {2, 3});
+  c.ResetEpochsReleased(0);
+  c.SetPhase(proto::PHASE_RUNNING);
+  holding.set_generation(1);
+  other.set_generation(1);
+  ASSERT_TRUE(c.Heartbeat(holding, kT0).ok());
+  ASSERT_TRUE(c.Heartbeat(other, kT0).ok());
+  EXPECT_EQ(c.HeldEpochEnd(), 1);
+}
+
 }  // namespace
 }  // namespace pst::chief

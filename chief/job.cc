@@ -25,6 +25,11 @@ absl::StatusOr<JobPlan> PlanJob(const ChiefOptions& options) {
   for (const std::string& address : cluster.ps) initial.add_ps_addresses(address);
   initial.set_num_workers(static_cast<int>(cluster.worker.size()));
   *initial.mutable_training() = options.training;
+  // The epochs' ends the chief acts on: the workers hold there for it.
+  if (!options.checkpoint_dir.empty()) {
+    initial.set_checkpoint_every_epochs(std::max(0, options.checkpoint_every_epochs));
+  }
+  initial.set_eval_every_epochs(std::max(0, options.eval_every_epochs));
   proto::SyncConfig* sync = initial.mutable_training()->mutable_sync();
   sync->set_num_workers(static_cast<int>(cluster.worker.size()));
   if (sync->replicas_to_aggregate() > sync->num_workers()) {
@@ -73,6 +78,8 @@ Job::Job(const ChiefOptions& options, const JobPlan& plan, Collaborators with,
       layout_(plan.initial.plan()),
       mended_at_(plan.initial.plan().shards_size(), absl::InfinitePast()) {
   if (metrics_ != nullptr) metrics_->WatchReplicas(&replicas_);
+  holds_at_epoch_ends_ =
+      initial_.checkpoint_every_epochs() > 0 || initial_.eval_every_epochs() > 0;
   const common::ClusterSpec& cluster = options.tf.cluster;
   ps_.resize(cluster.ps.size());
   for (size_t i = 0; i < ps_.size(); ++i) ps_[i].address = cluster.ps[i];
@@ -124,6 +131,7 @@ absl::Status Job::RunToEnd() {
   }
   if (!options_.checkpoint_dir.empty()) AwaitEvaluators(eval.global_step);
   CheckReplicas();
+  NoteStepsRedone();
   return ReportJob(*this, options_, initial_, eval, final_snap, job_start_);
 }
 
@@ -193,7 +201,7 @@ absl::Status Job::Watch() {
   }
   ProgressDisplay progress = StartProgress();
   for (;;) {
-    clock_->WaitFor(timing_.heartbeat_interval, stop_);
+    AwaitTick();
     const absl::Time now = clock_->Now();
     if (stop_.stopped()) {
       coordinator_->RequestStop(stop_.reason());
@@ -213,14 +221,21 @@ absl::Status Job::Watch() {
       if (!failed_over) PST_RETURN_IF_ERROR(Recover(*lost, snap.global_step));
       continue;
     }
+    NoteStepsRedone();
     MendBackups(now);
     if (snap.all_done) {
       if (!every_ps_answered) continue;  // until it answers, or is taken for lost
+      // The step as every ps just answered: the workers' last pushes in.
+      snap = coordinator_->Check(now);
       ShowProgress(snap, now, &progress, /*final=*/true);
       return absl::OkStatus();
     }
     const EpochsDue epochs_due = CheckEpochs(snap);
-    if (epochs_due.evaluate) EvaluateDuringTraining(snap);
+    // Every worker holds at an epoch's end, its last pushes applied: the
+    // global step as the ps just answered (the probe above).
+    if (epochs_due.held > 0) snap = coordinator_->Check(clock_->Now());
+    const int epochs_completed = epochs_due.held > 0 ? epochs_due.held : snap.epochs_completed;
+    if (epochs_due.evaluate) EvaluateDuringTraining(epochs_completed);
     if (!options_.checkpoint_dir.empty() &&
         ((options_.save_steps > 0 && snap.global_step >= last_saved_step_ + options_.save_steps) ||
          (options_.save_secs > 0 && now - last_save_time_ >= absl::Seconds(options_.save_secs)) ||
@@ -229,7 +244,7 @@ absl::Status Job::Watch() {
       const absl::Time save_start = clock_->Now();
       absl::StatusOr<SaveFigures> saved =
           SaveCheckpoint(*control_, ps_, options_, coordinator_->State(), snap.global_step,
-                         snap.positions, snap.epochs_completed);
+                         snap.positions, epochs_completed, epochs_due.held);
       last_save_time_ = clock_->Now();
       if (saved.ok()) {
         last_saved_step_ = snap.global_step;
@@ -244,6 +259,15 @@ absl::Status Job::Watch() {
     // A worker that finished, left or fell silent no longer counts: lower
     // the SYNC quorum and drop it from SSP's slowest clock, so nobody
     // waits for it. It counts again when it comes back.
+    if (epochs_due.held > 0) {
+      // Those holding train again: the ps count them in before they push.
+      std::vector<int> going_on = snap.active;
+      going_on.insert(going_on.end(), snap.holding.begin(), snap.holding.end());
+      std::sort(going_on.begin(), going_on.end());
+      if (going_on != active_ || membership_stale_) SendMembership(going_on);
+      coordinator_->ReleaseEpoch(epochs_due.held);
+      snap.active = going_on;
+    }
     if (snap.active != active_ || membership_stale_) SendMembership(snap.active);
     for (size_t k = 0; k < snap.silent.size(); ++k) {
       const int w = snap.silent[k];
@@ -330,6 +354,10 @@ void Job::ApplyRestored(const proto::CheckpointManifest& manifest) {
   }
   coordinator_->ResetProgress(manifest.global_step(), positions);
   last_saved_step_ = manifest.global_step();
+  // The epochs' ends after the checkpoint are held at, and acted on, again.
+  const int epochs = std::max(manifest.epochs_completed(), manifest.closes_epoch());
+  coordinator_->ResetEpochsReleased(epochs);
+  epochs_seen_ = epochs;
 }
 
 void Job::RecordSave(const SaveFigures& figures, int64_t pushes_before, absl::Time start) {
@@ -341,7 +369,9 @@ void Job::RecordSave(const SaveFigures& figures, int64_t pushes_before, absl::Ti
     record.pushes_per_sec_during = figures.pushes_during / figures.seconds;
   }
   const double between = absl::ToDoubleSeconds(start - after_save_time_);
-  if (after_save_pushes_ >= 0 && between > 0) {
+  // Without a push seen since the last save (or the first look at the ps,
+  // made just before a first save) there is nothing to compare with.
+  if (after_save_pushes_ >= 0 && between > 0 && pushes_before > after_save_pushes_) {
     record.pushes_per_sec_between = (pushes_before - after_save_pushes_) / between;
     spdlog::info(
         "training during the save: {:.0f} pushes/s; between saves: {:.0f} pushes/s "
@@ -485,14 +515,72 @@ absl::Status Job::Recover(const std::string& cause, int64_t step_before) {
   coordinator_->SetPhase(proto::PHASE_RUNNING);
   record.resumed = clock_->Now();
   record.restored_step = manifest->global_step();
+  record.generation = generation;
+  const Coordinator::Redone redone = coordinator_->StepsRedone();
+  record.steps_redone = redone.steps;
+  record.step_before = std::max(record.step_before, redone.step_before);
   spdlog::info(
-      "recovered in {:.2f} s: every ps restored to step {} ({} step(s) since that checkpoint "
-      "are redone); training resumes",
+      "recovered in {:.2f} s: every ps restored to step {}, the workers to data positions [{}]; "
+      "they train again the batches past those (at least {} by their last heartbeats); "
+      "training resumes",
       absl::ToDoubleSeconds(record.resumed - record.detected), record.restored_step,
-      std::max<int64_t>(0, step_before - record.restored_step));
+      absl::StrJoin(manifest->worker_positions(), ", "), record.steps_redone_total());
   recoveries_.push_back(record);
   if (metrics_ != nullptr) metrics_->Recovered();
   return absl::OkStatus();
+}
+
+// How often the chief looks whether every worker holds at an epoch's end.
+constexpr absl::Duration kHeldEpochPoll = absl::Milliseconds(2);
+
+void Job::AwaitTick() {
+  if (!holds_at_epoch_ends_) {
+    clock_->WaitFor(timing_.heartbeat_interval, stop_);
+    return;
+  }
+  const absl::Time until = clock_->Now() + timing_.heartbeat_interval;
+  for (absl::Time now = clock_->Now(); now < until; now = clock_->Now()) {
+    if (clock_->WaitFor(std::min(until - now, kHeldEpochPoll), stop_)) return;
+    if (coordinator_->HeldEpochEnd() > 0) return;
+  }
+}
+
+void Job::NoteStepsRedone() {
+  if (recoveries_.empty() || recoveries_.back().redone_reported) return;
+  RecoveryRecord& record = recoveries_.back();
+  const Coordinator::Redone redone = coordinator_->StepsRedone();
+  if (redone.generation != record.generation) return;  // a newer restore is under way
+  for (size_t w = 0; w < redone.steps.size() && w < record.steps_redone.size(); ++w) {
+    record.steps_redone[w] = std::max(record.steps_redone[w], redone.steps[w]);
+  }
+  record.step_before = std::max(record.step_before, redone.step_before);
+  // In async and ssp each push is one update: the ps had every redone batch
+  // applied (a worker's answer may show a version a concurrent push has not
+  // reached on every ps yet).
+  if (initial_.training().sync().mode() != proto::SYNC) {
+    record.step_before =
+        std::max(record.step_before, record.restored_step + record.steps_redone_total());
+  }
+  if (metrics_ != nullptr) {
+    for (size_t w = 0; w < record.steps_redone.size(); ++w) {
+      int64_t all = 0;
+      for (const RecoveryRecord& r : recoveries_) {
+        if (w < r.steps_redone.size()) all += r.steps_redone[w];
+      }
+      metrics_->StepsRedone(static_cast<int>(w), all);
+    }
+  }
+  if (!std::all_of(redone.known.begin(), redone.known.end(), [](bool k) { return k; })) return;
+  record.redone_reported = true;
+  std::vector<std::string> each;
+  for (size_t w = 0; w < record.steps_redone.size(); ++w) {
+    each.push_back(absl::StrCat("worker ", w, ": ", record.steps_redone[w]));
+  }
+  spdlog::info(
+      "after the restore to step {}: the workers train {} batch(es) again ({}); the job had "
+      "reached step {}, so {} global step(s) were lost",
+      record.restored_step, record.steps_redone_total(), absl::StrJoin(each, ", "),
+      record.step_before, std::max<int64_t>(0, record.step_before - record.restored_step));
 }
 
 void Job::SendMembership(const std::vector<int>& active) {

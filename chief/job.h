@@ -124,6 +124,10 @@ class Job {
     int64_t total_steps = 0;  // 0: unknown
   };
 
+  // Waits a heartbeat interval; sooner once every worker holds at an
+  // epoch's end (ClusterState.checkpoint_every_epochs), so that the pause
+  // it costs them is short.
+  void AwaitTick();
   // Start to the end of a job that went well (Run adds the ending).
   absl::Status RunToEnd();
   // Creates the variables on every ps and decides where training starts: a
@@ -148,11 +152,14 @@ class Job {
   struct EpochsDue {
     bool save = false;
     bool evaluate = false;
+    // Every worker holds at the end of this epoch: released once the save
+    // and evaluation (if due) are done. 0: none.
+    int held = 0;
   };
   EpochsDue CheckEpochs(const Coordinator::Snapshot& snap);
   // The chief's own evaluation during training: logged, written to
   // TensorBoard under eval/ and kept in the history.
-  void EvaluateDuringTraining(const Coordinator::Snapshot& snap);
+  void EvaluateDuringTraining(int epochs_completed);
   // The final checkpoint is saved at `step`: tells the evaluators, and waits
   // (--evaluator_wait_s) for each to report it.
   void AwaitEvaluators(int64_t step);
@@ -172,6 +179,10 @@ class Job {
                                 bool restoring = false);
   absl::Status LostWithoutCheckpoint(const std::string& cause) const;
   void ApplyRestored(const proto::CheckpointManifest& manifest);
+  // The latest recovery's batches trained again, as the workers report them
+  // (Coordinator::StepsRedone): into its record and the metrics, and
+  // logged once every worker has reported.
+  void NoteStepsRedone();
   void RecordSave(const SaveFigures& figures, int64_t pushes_before, absl::Time start);
   // Probes every ps; describes the first one lost, if any, and sets
   // `*lost_ps` (when given) to its index. Sets `*every_ps_answered` (when
@@ -231,6 +242,8 @@ class Job {
   ChiefMetrics* const metrics_;  // null without --metrics_port
   EvaluationHistory* const evaluations_;  // null: none kept
   int epochs_seen_ = 0;  // epochs every worker had completed, at the last look
+  // The workers hold at the ends of the epochs the chief acts on.
+  bool holds_at_epoch_ends_ = false;
   const absl::Time job_start_;
   std::vector<PsPeer> ps_;
   int64_t last_saved_step_ = 0;

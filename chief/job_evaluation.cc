@@ -38,17 +38,20 @@ absl::Status CheckEvaluationOptions(const ChiefOptions& options) {
 
 Job::EpochsDue Job::CheckEpochs(const Coordinator::Snapshot& snap) {
   EpochsDue due;
-  if (snap.all_done || snap.epochs_completed <= epochs_seen_) return due;
-  auto crossed = [&](int every) {
-    return every > 0 && snap.epochs_completed / every > epochs_seen_ / every;
-  };
+  if (snap.all_done) return due;
+  // Where the workers hold at the epochs' ends, an epoch counts once every
+  // worker holds at its end (and is released whether or not it is due).
+  due.held = holds_at_epoch_ends_ ? snap.epoch_end_held : 0;
+  const int completed = holds_at_epoch_ends_ ? snap.epoch_end_held : snap.epochs_completed;
+  if (completed <= epochs_seen_) return due;
+  auto crossed = [&](int every) { return every > 0 && completed / every > epochs_seen_ / every; };
   const bool has_evaluator = !options_.tf.cluster.evaluator.empty();
   due.save = crossed(options_.checkpoint_every_epochs) ||
              (has_evaluator && crossed(options_.eval_every_epochs));
   due.evaluate = !has_evaluator && crossed(options_.eval_every_epochs);
-  epochs_seen_ = snap.epochs_completed;
+  epochs_seen_ = completed;
   if (due.save || due.evaluate) {
-    spdlog::info("every worker has completed {} epoch(s): {}", snap.epochs_completed,
+    spdlog::info("every worker has completed {} epoch(s): {}", completed,
                  due.save && due.evaluate ? "checkpoint and evaluation"
                  : due.save               ? "checkpoint"
                                           : "evaluation");
@@ -56,18 +59,18 @@ Job::EpochsDue Job::CheckEpochs(const Coordinator::Snapshot& snap) {
   return due;
 }
 
-void Job::EvaluateDuringTraining(const Coordinator::Snapshot& snap) {
+void Job::EvaluateDuringTraining(int epochs_completed) {
   absl::StatusOr<EvalResult> eval = evaluate_(coordinator_->State());
   if (!eval.ok()) {
-    spdlog::warn("evaluation after epoch {} failed: {}", snap.epochs_completed,
+    spdlog::warn("evaluation after epoch {} failed: {}", epochs_completed,
                  eval.status().message());
     return;
   }
-  spdlog::info("evaluation after epoch {} (step {}): {}", snap.epochs_completed, eval->global_step,
+  spdlog::info("evaluation after epoch {} (step {}): {}", epochs_completed, eval->global_step,
                eval->line);
   events_.WriteEval(eval->metrics, eval->global_step);
   if (evaluations_ != nullptr) {
-    evaluations_->AddChiefEvaluation(eval->global_step, snap.epochs_completed, eval->metrics,
+    evaluations_->AddChiefEvaluation(eval->global_step, epochs_completed, eval->metrics,
                                      clock_->Now());
   }
 }

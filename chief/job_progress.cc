@@ -2,6 +2,8 @@
 // the line it shows every heartbeat.
 #include <unistd.h>
 
+#include <algorithm>
+
 #include "absl/strings/strip.h"
 #include "chief/job.h"
 #include "common/logging.h"
@@ -44,8 +46,10 @@ void Job::ShowProgress(const Coordinator::Snapshot& snap, absl::Time now, Progre
   common::Progress p;
   p.step = snap.global_step;
   p.total_steps = progress->total_steps;
-  p.epoch = snap.epoch + 1;
   p.total_epochs = options_.training.epochs();
+  // The epoch under way; once every worker is done (a resumed job's workers
+  // may have had nothing left to train), every epoch they completed.
+  p.epoch = std::min(p.total_epochs, std::max(snap.epoch + 1, snap.epochs_completed));
   p.loss = snap.loss;
   p.examples_per_sec = secs > 0 ? snap.examples / secs : 0.0;
   p.eta = progress->eta.Update(snap.global_step, progress->total_steps, now);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <fstream>
+#include <numeric>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
@@ -54,6 +55,12 @@ ChiefMetrics::ChiefMetrics(common::MetricsExporter* exporter, const Coordinator*
                      .Labels(labels)
                      .Register(r)
                      .Add({});
+  steps_redone_ = &prometheus::BuildCounter()
+                       .Name("pstrain_chief_steps_redone_total")
+                       .Help("Batches a worker trained again after the ps were restored from a "
+                             "checkpoint")
+                       .Labels(labels)
+                       .Register(r);
   failovers_ = &prometheus::BuildCounter()
                     .Name("pstrain_chief_failovers_total")
                     .Help("Replicated jobs: lost ps whose shards' backups took over (no restore)")
@@ -81,6 +88,15 @@ ChiefMetrics::ChiefMetrics(common::MetricsExporter* exporter, const Coordinator*
 ChiefMetrics::~ChiefMetrics() {
   exporter_->RemoveRefresher(refresher_);
   if (replica_refresher_ >= 0) exporter_->RemoveRefresher(replica_refresher_);
+}
+
+int64_t RecoveryRecord::steps_redone_total() const {
+  return std::accumulate(steps_redone.begin(), steps_redone.end(), int64_t{0});
+}
+
+void ChiefMetrics::StepsRedone(int worker, int64_t steps) {
+  common::RaiseCounterTo(steps_redone_->Add({{"worker", std::to_string(worker)}}),
+                         static_cast<double>(steps));
 }
 
 void ChiefMetrics::WatchReplicas(const ReplicaView* view) {
@@ -214,7 +230,7 @@ absl::Status ReportJob(Job& job, const ChiefOptions& options, const proto::Clust
   }
   if (!options.summary_json.empty()) {
     nlohmann::json summary = eval.metrics;
-    summary["hash_rows_per_ps"] = hash_rows;
+    if (HasHashTable(initial.plan())) summary["hash_rows_per_ps"] = hash_rows;
     summary["mode"] = absl::AsciiStrToLower(proto::SyncMode_Name(initial.training().sync().mode()));
     summary["staleness_mean"] = mean_staleness;
     summary["staleness_max"] = staleness_max;
@@ -231,9 +247,20 @@ absl::Status ReportJob(Job& job, const ChiefOptions& options, const proto::Clust
           {"seconds", absl::ToDoubleSeconds(r.resumed - r.detected)},
           {"restored_step", r.restored_step},
           {"steps_lost", std::max<int64_t>(0, r.step_before - r.restored_step)},
+          {"steps_redone", r.steps_redone},
+          {"steps_redone_total", r.steps_redone_total()},
+          {"steps_redone_reported", r.redone_reported},
       });
     }
     summary["recoveries"] = recoveries;
+    std::vector<int64_t> redone(initial.num_workers(), 0);
+    for (const RecoveryRecord& r : job.recoveries()) {
+      for (size_t w = 0; w < r.steps_redone.size() && w < redone.size(); ++w) {
+        redone[w] += r.steps_redone[w];
+      }
+    }
+    summary["steps_redone"] = redone;
+    summary["steps_redone_total"] = std::accumulate(redone.begin(), redone.end(), int64_t{0});
     if (job.replicas().enabled()) {
       summary["replication"] = job.replicas().ToJson();
       nlohmann::json failovers = nlohmann::json::array();

@@ -44,8 +44,20 @@ struct RecoveryRecord {
   std::string cause;
   absl::Time detected;
   absl::Time resumed;
-  int64_t step_before = 0;  // global step when the loss was detected
+  // The global step the job had reached before the loss: the highest
+  // version of the dense variables any worker saw (as the workers report
+  // it once they follow the restore).
+  int64_t step_before = 0;
   int64_t restored_step = 0;
+  int64_t generation = 0;  // the restore's
+  // By worker: the batches it trains again, from its position in the
+  // checkpoint to the one it had reached (Coordinator::StepsRedone).
+  std::vector<int64_t> steps_redone;
+  // Every worker still training has reported its own figure (until then the
+  // figures come from the workers' last heartbeats before the loss: lower
+  // bounds).
+  bool redone_reported = false;
+  int64_t steps_redone_total() const;
 };
 
 // One failover of a replicated job: a lost ps whose shards' backups were
@@ -91,6 +103,9 @@ class ChiefMetrics {
 
   void Saved(double seconds) { save_seconds_->Observe(seconds); }
   void Recovered() { recoveries_->Increment(); }
+  // Worker `worker` has trained `steps` batches again after restores, in
+  // all (pstrain_chief_steps_redone_total{worker}).
+  void StepsRedone(int worker, int64_t steps);
   void FailedOver() { failovers_->Increment(); }
   // Replicated jobs: exports each shard's copies (gauge
   // pstrain_chief_backup_in_sync{shard, primary, backup}), read at every
@@ -108,6 +123,7 @@ class ChiefMetrics {
   prometheus::Gauge* generation_;
   prometheus::Counter* examples_;
   prometheus::Counter* recoveries_;
+  prometheus::Family<prometheus::Counter>* steps_redone_;
   prometheus::Counter* failovers_;
   prometheus::Histogram* save_seconds_;
 };

@@ -152,7 +152,7 @@ class Logreg : public Model {
     PST_RETURN_IF_ERROR(ForEachBatch(
         training, svm->data.size, shuffle_seed, control.start_position, &order,
         [&](int64_t first, int64_t n, int epoch, int64_t position) -> absl::StatusOr<bool> {
-          if (control.should_stop() || ReachedMaxSteps(training, global_step)) return false;
+          if (control.should_stop(position) || ReachedMaxSteps(training, global_step)) return false;
           absl::Time start = absl::Now();
           batch.Gather(svm->data, &order[first], n);
           const std::vector<PsClient::TableIds> tables = batch.Tables();

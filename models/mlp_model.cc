@@ -226,7 +226,7 @@ absl::StatusOr<int64_t> TrainMlp(const proto::TrainingConfig& training, const Da
     absl::Status looped = ForEachBatch(
         training, data.num_examples, shuffle_seed, control.start_position, &order,
         [&](int64_t first, int64_t n, int epoch, int64_t position) -> absl::StatusOr<bool> {
-          if (control.should_stop() || ReachedMaxSteps(training, global_step)) return false;
+          if (control.should_stop(position) || ReachedMaxSteps(training, global_step)) return false;
           Values* out = &pipe[next];
           PST_ASSIGN_OR_RETURN(const float loss, compute(first, n, epoch, out));
           if (flight.has_value()) PST_RETURN_IF_ERROR(land());
@@ -255,7 +255,7 @@ absl::StatusOr<int64_t> TrainMlp(const proto::TrainingConfig& training, const Da
   PST_RETURN_IF_ERROR(ForEachBatch(
       training, data.num_examples, shuffle_seed, control.start_position, &order,
       [&](int64_t first, int64_t n, int epoch, int64_t position) -> absl::StatusOr<bool> {
-        if (control.should_stop() || ReachedMaxSteps(training, global_step)) return false;
+        if (control.should_stop(position) || ReachedMaxSteps(training, global_step)) return false;
         PST_ASSIGN_OR_RETURN(const float loss, compute(first, n, epoch, &grads));
         // SYNC tags a push with the version it was computed from; the other
         // modes with the data position.

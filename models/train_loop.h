@@ -31,8 +31,10 @@ struct StepTimes {
 };
 
 struct LoopControl {
-  // Polled before every step; true ends the loop (not an error).
-  std::function<bool()> should_stop = [] { return false; };
+  // Polled before every step with the data position of the step about to
+  // start; true ends the loop there (not an error). A worker holding at an
+  // epoch's end stops its loop this way and starts it again from there.
+  std::function<bool(int64_t position)> should_stop = [](int64_t) { return false; };
   // After every step: examples in it, its loss, the epoch (0-based), the
   // version of the dense variables now, and the data position after it.
   std::function<void(int64_t examples, float loss, int epoch, int64_t version, int64_t position)>

@@ -153,7 +153,7 @@ absl::StatusOr<int64_t> TrainWideDeep(const proto::TrainingConfig& training, con
   PST_RETURN_IF_ERROR(ForEachBatch(
       training, data.size, shuffle_seed, control.start_position, &order,
       [&](int64_t first, int64_t n, int epoch, int64_t position) -> absl::StatusOr<bool> {
-        if (control.should_stop() || ReachedMaxSteps(training, global_step)) return false;
+        if (control.should_stop(position) || ReachedMaxSteps(training, global_step)) return false;
         batch.Gather(data, &order[first], n);
         const std::vector<PsClient::TableIds> tables = batch.Tables();
         PST_RETURN_IF_ERROR(ps->PullRows(tables, &batch.rows));

@@ -118,6 +118,43 @@ TEST_F(EvaluatorTest, EveryCheckpointIsEvaluatedReportedAndTheBestKept) {
       << output_;
 }
 
+// --checkpoint_every_epochs: the workers hold at the end of each epoch
+// until the chief has saved it, so the checkpoint "after epoch k" holds
+// exactly k epochs of every worker, in every mode (and says which epoch it
+// closes). Fashion-MNIST's 60,000 examples, 30,000 a worker.
+TEST_F(EvaluatorTest, EpochCheckpoints_AreCutAtTheEpochsEnd_AsyncAndSync) {
+  for (const std::string mode : {"async", "sync"}) {
+    SCOPED_TRACE(mode);
+    fs::remove_all(ckpt_);
+    const nlohmann::json summary =
+        Run({"--epochs=3", "--checkpoint_every_epochs=1", "--mode=" + mode});
+    ASSERT_TRUE(summary.is_object()) << output_;
+    std::map<int, proto::CheckpointManifest> closing;  // by the epoch closed
+    for (const std::string& path : common::ListCheckpoints(ckpt_)) {
+      absl::StatusOr<proto::CheckpointManifest> manifest = common::ReadManifest(path);
+      ASSERT_TRUE(manifest.ok()) << path;
+      if (manifest->closes_epoch() > 0) closing[manifest->closes_epoch()] = *manifest;
+    }
+    ASSERT_EQ(closing.size(), 2u) << "epochs 1 and 2 (the job's end saves the third)\n"
+                                  << output_;
+    for (const auto& [epoch, manifest] : closing) {
+      const int64_t batch = manifest.training().batch_size();
+      const int64_t per_epoch = (30000 + batch - 1) / batch;  // each worker's batches
+      EXPECT_EQ(manifest.epochs_completed(), epoch);
+      ASSERT_EQ(manifest.worker_positions_size(), 2);
+      for (int64_t position : manifest.worker_positions()) {
+        EXPECT_LE(std::abs(position - epoch * per_epoch), per_epoch / 50)
+            << "epoch " << epoch << ": a worker at data position " << position;
+      }
+      // Async: a step per batch of either worker; sync: a step per pair.
+      const int64_t boundary = (mode == "async" ? 2 : 1) * epoch * per_epoch;
+      EXPECT_LE(std::abs(manifest.global_step() - boundary), boundary / 50)
+          << "epoch " << epoch << ": checkpoint at step " << manifest.global_step()
+          << ", the epoch ends at step " << boundary;
+    }
+  }
+}
+
 // Killed with SIGKILL after its first evaluation and restarted
 // (--restart_failed), the evaluator goes on after the checkpoints the chief
 // has its reports of: every checkpoint is still evaluated, none twice.

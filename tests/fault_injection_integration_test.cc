@@ -201,6 +201,30 @@ class FaultInjectionTest : public ::testing::Test {
     EXPECT_EQ(summary["global_step"], Baselines("async")[0]["global_step"]) << summary.dump();
   }
 
+  // The recoveries' figures are exact: every worker reported the batches it
+  // trained again, and the workers pushed the job's batches plus those.
+  // With `batches_per_step` batches in a global step (async: 1; sync with 2
+  // workers: 2), the steps lost hold those batches, and at most one more
+  // of each of the 2 workers: a push the ps applied as it died, whose answer
+  // the worker never had (so it counts that batch as retried, not redone).
+  static void ExpectExactRedoneFigures(const nlohmann::json& summary, int batches_per_step) {
+    int64_t redone = 0;
+    for (const nlohmann::json& r : summary["recoveries"]) {
+      EXPECT_EQ(r["steps_redone_reported"], true) << r.dump();
+      int64_t sum = 0;
+      for (const nlohmann::json& w : r["steps_redone"]) sum += w.get<int64_t>();
+      EXPECT_EQ(r["steps_redone_total"].get<int64_t>(), sum) << r.dump();
+      const int64_t unanswered = r["steps_lost"].get<int64_t>() * batches_per_step - sum;
+      EXPECT_GE(unanswered, 0) << r.dump();
+      EXPECT_LE(unanswered, 2) << r.dump();
+      redone += sum;
+    }
+    EXPECT_EQ(summary["steps_redone_total"].get<int64_t>(), redone) << summary.dump();
+    EXPECT_EQ(summary["pushes"].get<int64_t>(),
+              summary["global_step"].get<int64_t>() * batches_per_step + redone)
+        << summary.dump();
+  }
+
   // Prints the figures of the recoveries in `summary`, the first measured
   // from `killed`.
   static void PrintRecoveries(const nlohmann::json& summary, absl::Time killed) {
@@ -209,10 +233,11 @@ class FaultInjectionTest : public ::testing::Test {
           (r["resumed_unix_ms"].get<int64_t>() - absl::ToUnixMillis(killed)) / 1e3;
       std::printf(
           "recovery: %s; resumed %.2f s after the kill (restore took %.2f s), restored step "
-          "%lld, %lld step(s) lost\n",
+          "%lld, %lld step(s) lost, %lld batch(es) trained again\n",
           r["cause"].get<std::string>().c_str(), since_kill, r["seconds"].get<double>(),
           static_cast<long long>(r["restored_step"].get<int64_t>()),
-          static_cast<long long>(r["steps_lost"].get<int64_t>()));
+          static_cast<long long>(r["steps_lost"].get<int64_t>()),
+          static_cast<long long>(r["steps_redone_total"].get<int64_t>()));
     }
   }
 
@@ -271,6 +296,7 @@ TEST_F(FaultInjectionTest, KilledPs_EveryPsIsRestoredFromTheLatestCheckpoint) {
             std::string::npos)
       << output_;
   ExpectEveryBatchAppliedOnce(summary);
+  ExpectExactRedoneFigures(summary, /*batches_per_step=*/1);
 }
 
 // In sync mode every version averages one batch of each worker (and with
@@ -291,6 +317,7 @@ TEST_F(FaultInjectionTest, KilledPsInSyncMode_EndsBitForBitAsWithoutTheFault) {
   EXPECT_EQ(summary["global_step"], baseline["global_step"]) << summary.dump();
   EXPECT_EQ(summary["test_loss"].get<double>(), baseline["test_loss"].get<double>())
       << summary.dump() << "\nfault-free: " << baseline.dump();
+  ExpectExactRedoneFigures(summary, /*batches_per_step=*/2);
 }
 
 TEST_F(FaultInjectionTest, KilledChief_RestartsWithoutRestoringTheLivePs) {

@@ -235,6 +235,11 @@ TEST(InProcessRecoveryTest, PsLostDuringASave_RestoresThePreviousCheckpoint_Ends
   ASSERT_EQ(summary["recoveries"].size(), 1u);
   EXPECT_EQ(summary["recoveries"][0]["restored_step"], 3);
   EXPECT_EQ(summary["recoveries"][0]["steps_lost"], 3);
+  // Both workers had trained to position 6 and went back to 3.
+  EXPECT_EQ(summary["recoveries"][0]["steps_redone"], (std::vector<int64_t>{3, 3}));
+  EXPECT_EQ(summary["recoveries"][0]["steps_redone_total"], 6);
+  EXPECT_EQ(summary["recoveries"][0]["steps_redone_reported"], true);
+  EXPECT_EQ(summary["steps_redone_total"], 6);
 }
 
 TEST(InProcessRecoveryTest, PsLostAfterTheWorkersFinished_TheyRedoTheirLastSteps_EndAsFaultFree) {
@@ -288,7 +293,14 @@ TEST(InProcessRecoveryTest, PsLostAfterTheWorkersFinished_TheyRedoTheirLastSteps
   ExpectEveryPsEnded(cluster, /*generation=*/1, /*step=*/8);
   ASSERT_EQ(cluster.evaluated().size(), 2u);
   EXPECT_EQ(cluster.evaluated()[1], FaultFree());
-  EXPECT_EQ(Summary(cluster)["global_step"], 8);
+  const nlohmann::json summary = Summary(cluster);
+  EXPECT_EQ(summary["global_step"], 8);
+  // They had finished (position 8) and went back to 4: 4 batches each again.
+  ASSERT_EQ(summary["recoveries"].size(), 1u);
+  EXPECT_EQ(summary["recoveries"][0]["steps_lost"], 4);
+  EXPECT_EQ(summary["recoveries"][0]["steps_redone"], (std::vector<int64_t>{4, 4}));
+  EXPECT_EQ(summary["recoveries"][0]["steps_redone_reported"], true);
+  EXPECT_EQ(summary["steps_redone_total"], 8);
 }
 
 TEST(InProcessRecoveryTest, ChiefRestart_GoesOnFromThePsWithoutARestore_EndsAsFaultFree) {

@@ -100,8 +100,8 @@ TEST_F(LogregClusterTest, BucketedTableInSsp_TrainsNearTheBestAuc) {
   EXPECT_NEAR(cluster.summary["test_auc"].get<double>(), stats["best_auc_held_out"].get<double>(),
               0.015)
       << cluster.summary.dump();
-  // A bounded table: no hash rows.
-  for (int64_t r : cluster.summary["hash_rows_per_ps"].get<std::vector<int64_t>>()) EXPECT_EQ(r, 0);
+  // A bounded table: no hash rows, so no figure of them.
+  EXPECT_FALSE(cluster.summary.contains("hash_rows_per_ps")) << cluster.summary.dump();
 }
 
 TEST_F(LogregClusterTest, SyncMode_IsRefusedBecauseOfTheTable) {

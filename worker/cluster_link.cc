@@ -16,8 +16,27 @@ namespace pst::worker {
 
 void Progress::Begin(int64_t generation, int64_t position) {
   absl::MutexLock lock(&mu_);
+  if (begun_ && generation != generation_) {
+    left_.emplace();
+    left_->set_generation(generation_);
+    left_->set_position(position_);
+    left_->set_version(version_);
+    version_ = 0;  // the restored ps's versions count from here
+  }
+  begun_ = true;
   generation_ = generation;
   position_ = position;
+  waiting_at_epoch_end_ = 0;
+}
+
+void Progress::SetWaitingAtEpochEnd(int epoch) {
+  absl::MutexLock lock(&mu_);
+  waiting_at_epoch_end_ = epoch;
+}
+
+int Progress::waiting_at_epoch_end() const {
+  absl::MutexLock lock(&mu_);
+  return waiting_at_epoch_end_;
 }
 
 void Progress::Step(int64_t examples, float loss, int epoch, int64_t version, int64_t position) {
@@ -49,18 +68,21 @@ void Progress::Report(proto::HeartbeatRequest* request) {
   request->set_epoch(epoch_);
   request->set_position(position_);
   request->set_generation(generation_);
+  request->set_waiting_at_epoch_end(waiting_at_epoch_end_);
+  if (left_.has_value()) *request->mutable_left() = *left_;
   if (loss_count_ > 0) request->set_loss(static_cast<float>(loss_sum_ / loss_count_));
   loss_sum_ = 0;
   loss_count_ = 0;
 }
 
 void CoordinatorView::Update(proto::Phase phase, int64_t generation, int64_t position,
-                             bool should_stop) {
+                             bool should_stop, int epochs_released) {
   absl::MutexLock lock(&mu_);
   state_.phase = phase;
   state_.generation = generation;
   state_.position = position;
   state_.should_stop = state_.should_stop || should_stop;
+  state_.epochs_released = epochs_released;
   ++state_.updates;
 }
 
@@ -187,7 +209,8 @@ absl::StatusOr<std::unique_ptr<ClusterLink>> ClusterLink::Register(
   }
   link->routes_ = ShardRoutes::FromPlan(state.plan(), state.routing_version());
   link->progress_.Begin(state.generation(), link->start_);
-  link->view_.Update(state.phase(), state.generation(), link->start_, false);
+  link->view_.Update(state.phase(), state.generation(), link->start_, false,
+                     /*epochs_released=*/0);
   return link;
 }
 
@@ -205,8 +228,35 @@ void ClusterLink::Start() {
 
 void ClusterLink::StopHeartbeats() {
   if (routes_ != nullptr) routes_->SetHold(false);
+  {
+    absl::MutexLock lock(&beat_mu_);
+    beats_stopped_ = true;
+  }
   if (!loop_done_.HasBeenNotified()) loop_done_.Notify();
   if (heartbeat_.joinable()) heartbeat_.join();
+}
+
+// How often a worker holding at an epoch's end asks whether the chief has
+// released it: the chief saves as soon as the last worker arrives, so this
+// bounds the pause each such epoch costs.
+constexpr absl::Duration kHoldingBeat = absl::Milliseconds(5);
+
+bool ClusterLink::AwaitBeat() {
+  const absl::Duration every = progress_.waiting_at_epoch_end() > 0
+                                   ? std::min(kHoldingBeat, options_.heartbeat_interval)
+                                   : options_.heartbeat_interval;
+  absl::MutexLock lock(&beat_mu_);
+  auto woken = [this]() ABSL_SHARED_LOCKS_REQUIRED(beat_mu_) {
+    return beats_stopped_ || beat_now_;
+  };
+  beat_mu_.AwaitWithTimeout(absl::Condition(&woken), every);
+  beat_now_ = false;
+  return !beats_stopped_;
+}
+
+void ClusterLink::BeatNow() {
+  absl::MutexLock lock(&beat_mu_);
+  beat_now_ = true;
 }
 
 // Heartbeats: progress out; phase, generation and "should stop" back. A
@@ -215,7 +265,7 @@ void ClusterLink::StopHeartbeats() {
 void ClusterLink::HeartbeatLoop() {
   CoordinatorClient* const coordinator = connections_.coordinator;
   absl::Time last_ok = absl::Now();
-  while (!loop_done_.WaitForNotificationWithTimeout(options_.heartbeat_interval)) {
+  while (AwaitBeat()) {
     proto::HeartbeatRequest request;
     request.set_worker_index(options_.worker_index);
     request.set_incarnation(options_.incarnation);
@@ -233,7 +283,7 @@ void ClusterLink::HeartbeatLoop() {
       // Calls held for a failover fail instead while the ps are restored.
       routes_->SetHold(response.phase() == proto::PHASE_RUNNING && !response.should_stop());
       view_.Update(response.phase(), response.generation(), response.position(),
-                   response.should_stop());
+                   response.should_stop(), response.epochs_released());
       continue;
     }
     const absl::Status& status = answer.status();
@@ -251,7 +301,8 @@ void ClusterLink::HeartbeatLoop() {
                      r->state().generation());
         last_ok = absl::Now();
         routes_->Set(r->state().routing_version(), r->state().plan().shards());
-        view_.Update(r->state().phase(), r->state().generation(), r->position(), false);
+        view_.Update(r->state().phase(), r->state().generation(), r->position(), false,
+                     /*epochs_released=*/0);
         continue;
       }
     } else if (status.code() == absl::StatusCode::kAborted) {
@@ -289,6 +340,31 @@ CoordinatorView::State ClusterLink::AwaitCluster(CoordinatorView::State v, int64
                                            ? options_.heartbeat_interval
                                            : retry_at - now);
   }
+}
+
+int ClusterLink::EpochEndToHold(int64_t position, int64_t per_epoch) const {
+  if (per_epoch <= 0 || position <= 0 || position % per_epoch != 0) return 0;
+  const int64_t epoch = position / per_epoch;
+  if (epoch >= training().epochs()) return 0;  // the job's end, not an epoch's
+  const proto::ClusterState& s = state();
+  auto every = [epoch](int n) { return n > 0 && epoch % n == 0; };
+  if (!every(s.checkpoint_every_epochs()) && !every(s.eval_every_epochs())) return 0;
+  if (view_.Get().epochs_released >= epoch) return 0;
+  return static_cast<int>(epoch);
+}
+
+CoordinatorView::State ClusterLink::AwaitEpochRelease(int epoch, CoordinatorView::State v,
+                                                      int64_t generation) {
+  progress_.SetWaitingAtEpochEnd(epoch);
+  BeatNow();
+  spdlog::info("at the end of epoch {}: waiting for the chief's checkpoint or evaluation", epoch);
+  while (!stop_.stopped() && !lost_coordinator_.stopped() && !v.should_stop &&
+         v.generation == generation && v.phase != proto::PHASE_RECOVERING &&
+         v.epochs_released < epoch) {
+    v = view_.WaitForUpdate(v.updates, options_.heartbeat_interval);
+  }
+  progress_.SetWaitingAtEpochEnd(0);
+  return v;
 }
 
 CoordinatorView::State ClusterLink::AwaitEnd(CoordinatorView::State v, int64_t generation) {

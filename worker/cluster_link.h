@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -32,8 +33,13 @@ namespace pst::worker {
 class Progress {
  public:
   // A new attempt: training in `generation` from data position `position`.
+  // Leaving another generation (a restore) is reported from then on with
+  // the position this worker had reached in it (HeartbeatRequest.left).
   void Begin(int64_t generation, int64_t position);
   void Step(int64_t examples, float loss, int epoch, int64_t version, int64_t position);
+  // Waiting at the end of epoch `epoch` for the chief (0: not waiting).
+  void SetWaitingAtEpochEnd(int epoch);
+  int waiting_at_epoch_end() const;
   int64_t position() const;
   int64_t steps() const;
   // Fills `request` and resets the running loss.
@@ -49,6 +55,9 @@ class Progress {
   int epoch_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t position_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
+  bool begun_ ABSL_GUARDED_BY(mu_) = false;
+  int waiting_at_epoch_end_ ABSL_GUARDED_BY(mu_) = 0;
+  std::optional<proto::LeftGeneration> left_ ABSL_GUARDED_BY(mu_);
 };
 
 // What the coordinator last said, from heartbeats and registrations.
@@ -59,9 +68,11 @@ class CoordinatorView {
     int64_t generation = 0;
     int64_t position = 0;  // where to go on from in `generation`
     bool should_stop = false;
-    uint64_t updates = 0;  // bumped by every answer
+    int epochs_released = 0;  // see HeartbeatResponse.epochs_released
+    uint64_t updates = 0;     // bumped by every answer
   };
-  void Update(proto::Phase phase, int64_t generation, int64_t position, bool should_stop);
+  void Update(proto::Phase phase, int64_t generation, int64_t position, bool should_stop,
+              int epochs_released);
   State Get() const;
   // Waits until the coordinator answers again after `seen`, or `timeout`.
   State WaitForUpdate(uint64_t seen, absl::Duration timeout) const;
@@ -131,6 +142,19 @@ class ClusterLink {
   // caller last read; returns the view it ended on.
   CoordinatorView::State AwaitCluster(CoordinatorView::State v, int64_t generation,
                                       absl::Time failing_since, absl::Time retry_at);
+  // The epoch whose end the chief acts on (ClusterState's
+  // checkpoint_every_epochs, eval_every_epochs) that data position
+  // `position` closes, when the chief has not released it yet: this worker
+  // holds there (AwaitEpochRelease). 0: none. `per_epoch`: this worker's
+  // batches in an epoch.
+  int EpochEndToHold(int64_t position, int64_t per_epoch) const;
+  // Holds at the end of epoch `epoch`: heartbeats at once and then often,
+  // saying so, until the chief releases it, a restore begins (a generation
+  // other than `generation`, or PHASE_RECOVERING), should_stop, a stop or a
+  // lost coordinator. Returns the view it ended on.
+  CoordinatorView::State AwaitEpochRelease(int epoch, CoordinatorView::State v,
+                                           int64_t generation);
+
   // After ReportDone(true): waits, heartbeating, until the chief ends the
   // job (PHASE_DONE), a restore begins (a generation other than
   // `generation`, or PHASE_RECOVERING), a stop or a lost coordinator.
@@ -147,6 +171,10 @@ class ClusterLink {
               const common::StopSignal& stop)
       : options_(options), connections_(connections), stop_(stop) {}
   void HeartbeatLoop();
+  // Waits for the next heartbeat's time (sooner while holding at an
+  // epoch's end, or when BeatNow asks); false once heartbeats stop.
+  bool AwaitBeat();
+  void BeatNow();
 
   const TrainerOptions options_;
   const WorkerConnections connections_;
@@ -158,6 +186,9 @@ class ClusterLink {
   CoordinatorView view_;
   common::StopSignal lost_coordinator_;
   absl::Notification loop_done_;
+  absl::Mutex beat_mu_;
+  bool beats_stopped_ ABSL_GUARDED_BY(beat_mu_) = false;
+  bool beat_now_ ABSL_GUARDED_BY(beat_mu_) = false;
   std::atomic<bool> finished_{false};
   absl::Status heartbeat_error_;
   std::thread heartbeat_;

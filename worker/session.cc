@@ -107,6 +107,11 @@ absl::StatusOr<WorkerSession::Batch> WorkerSession::Next(int64_t num_examples) {
       }
       continue;
     }
+    // At the end of an epoch the chief acts on: hold until it is done.
+    if (const int epoch = link_->EpochEndToHold(position_, per_epoch); epoch > 0) {
+      link_->AwaitEpochRelease(epoch, v, generation_);
+      continue;
+    }
     break;
   }
   epoch_ = static_cast<int>(position_ / per_epoch);

@@ -99,10 +99,15 @@ absl::Status RunWorker(const TrainerOptions& options, const WorkerConnections& c
   auto recovering = [&](const CoordinatorView::State& v) {
     return v.generation != generation || v.phase == proto::PHASE_RECOVERING;
   };
+  // This worker's batches in an epoch: at the end of the epochs the chief
+  // acts on it holds (ClusterLink::EpochEndToHold).
+  const int64_t per_epoch =
+      data == nullptr ? 0 : (data->size() + training.batch_size() - 1) / training.batch_size();
   LoopControl control;
-  control.should_stop = [&] {
+  control.should_stop = [&](int64_t position) {
     const CoordinatorView::State v = view.Get();
-    return stop.stopped() || lost_coordinator.stopped() || v.should_stop || recovering(v);
+    return stop.stopped() || lost_coordinator.stopped() || v.should_stop || recovering(v) ||
+           link->EpochEndToHold(position, per_epoch) > 0;
   };
   control.step_delay = options.step_delay;
   if (devices != nullptr) control.devices = devices->devices();
@@ -172,6 +177,15 @@ absl::Status RunWorker(const TrainerOptions& options, const WorkerConnections& c
       break;
     }
     CoordinatorView::State v = view.Get();
+    // At the end of an epoch the chief acts on: hold until it is done, then
+    // go on from there.
+    if (trained.ok() && !recovering(v) && !v.should_stop) {
+      if (const int epoch = link->EpochEndToHold(progress.position(), per_epoch); epoch > 0) {
+        v = link->AwaitEpochRelease(epoch, v, generation);
+        if (stop.stopped() || lost_coordinator.stopped()) break;
+        if (!recovering(v)) continue;
+      }
+    }
     if (trained.ok() && !recovering(v)) {
       global_step = *trained;
       // Finished (or told to stop): report it. The coordinator refuses a
