@@ -169,5 +169,34 @@ TEST_F(CheckpointTest, CheckpointsOfAnotherModel_FailTheJobSayingSo) {
   EXPECT_EQ(common::ListCheckpoints(ckpt_), saved);
 }
 
+// A job run again on the checkpoints of its finished self has nothing left
+// to train: it ends at once, and its last progress line says so (the final
+// step, every epoch). The first run's first save comes at the chief's first
+// look at the ps: it has no pushes "between saves" to compare with yet.
+TEST_F(CheckpointTest, FinishedJobRunAgain_EndsAtOnce_ItsLastLineShowsTheEnd) {
+  const std::vector<std::string> flags = {"--ps=2", "--workers=2", "--epochs=2",
+                                          "--checkpoint_dir=" + ckpt_,
+                                          "--save_checkpoints_secs=1"};
+  std::string outputs[2];
+  for (std::string& output : outputs) {
+    std::unique_ptr<TestProcess> launcher = LaunchLocal(flags);
+    ASSERT_NE(launcher, nullptr);
+    const std::optional<int> exited = launcher->WaitForExit(kTimeout);
+    output = launcher->output();
+    ASSERT_TRUE(exited.has_value()) << output;
+    ASSERT_EQ(ExitCode(*exited), 0) << output;
+  }
+  EXPECT_EQ(outputs[0].find("between saves: 0 pushes/s"), std::string::npos) << outputs[0];
+  // Fashion-MNIST, 2 workers of 469 batches an epoch: 1876 steps in 2 epochs.
+  for (const std::string& output : outputs) {
+    const size_t done = output.rfind(" | workers 2/2 done");
+    ASSERT_NE(done, std::string::npos) << output;
+    const std::string last = output.substr(output.rfind('\n', done) + 1,
+                                           done - output.rfind('\n', done));
+    EXPECT_NE(last.find("step 1876/1876 | epoch 2/2 |"), std::string::npos) << last;
+  }
+  EXPECT_NE(outputs[1].find("restored from "), std::string::npos) << outputs[1];
+}
+
 }  // namespace
 }  // namespace pst::testing

@@ -66,6 +66,13 @@ TEST_F(ClusterTest, SmallJob_Trains_AndEveryProcessExitsZero) {
   EXPECT_NE(output.find("/300 | epoch 1/1 | loss "), std::string::npos) << output;
   EXPECT_NE(output.find(" | workers 2/2 done"), std::string::npos) << output;
   EXPECT_EQ(output.find('\r'), std::string::npos) << output;
+  // That last line shows the step the job ended at, the summary's.
+  const size_t done = output.rfind(" | workers 2/2 done");
+  const size_t line = output.rfind('\n', done) + 1;
+  EXPECT_NE(output.substr(line, done - line)
+                .find(absl::StrCat("step ", result["global_step"].get<int64_t>(), "/300 |")),
+            std::string::npos)
+      << output.substr(line, done - line);
 }
 
 // --bdp_probe=false reaches every daemon through the launcher, and a job
