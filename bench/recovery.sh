@@ -6,7 +6,8 @@
 #   - save and restore throughput (MB/s), and how long variables were locked;
 #   - training throughput during a save against between saves (pushes/s on
 #     the busiest ps, and their ratio);
-#   - the time from the kill to training resumed, and the steps lost.
+#   - the time from the kill to training resumed, the steps lost and the
+#     batches each worker trained again.
 # Usage: bench/recovery.sh [BUILD_DIR] [OUT_DIR]
 set -euo pipefail
 BUILD=${1:-build}
@@ -44,5 +45,6 @@ if "throughput_during_save_ratio" in s:
 for r in s["recoveries"]:
     print(f"ps kill -> training resumed: {(r['resumed_unix_ms'] - killed) / 1e3:.2f} s "
           f"(restore {r['seconds']:.2f} s); restored step {r['restored_step']}, "
-          f"{r['steps_lost']} step(s) lost")
+          f"{r['steps_lost']} step(s) lost, {r['steps_redone_total']} batch(es) trained again "
+          f"(by worker: {r['steps_redone']})")
 PY
