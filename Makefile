@@ -17,7 +17,7 @@ DEBIAN_PACKAGES := cmake make g++ pkg-config ccache \
 TEST_PACKAGES := iptables openssl prometheus clang libclang-rt-14-dev \
   python3-torch python3-pytest
 
-.PHONY: all deps test-deps configure build demo test test-deploy test-k8s test-compose fuzz bench-modes bench-ps bench-recovery bench-throughput bench-python sanitize tsan clean
+.PHONY: all deps test-deps configure build demo test test-deploy test-k8s test-compose fuzz fuzz-corpus bench-modes bench-ps bench-recovery bench-throughput bench-python sanitize tsan clean
 
 all: build
 
@@ -187,23 +187,52 @@ clean:
 
 # libFuzzer targets, built with clang, AddressSanitizer and UBSan in
 # $(FUZZ_DIR): the TF_CONFIG parser, the checkpoint shard reader and the
-# ps's request handling (fuzz/). Each starts from seeds written by
-# fuzz_make_seeds and runs FUZZ_RUNS inputs, or FUZZ_SECONDS seconds when
-# that is set (the closing note reports 600-second runs).
+# ps's request handling (fuzz/). Each runs FUZZ_RUNS inputs, or
+# FUZZ_SECONDS seconds when that is set (the closing note reports
+# 600-second runs), starting from its corpus kept in the repository
+# (fuzz/corpus/<target>, where earlier runs reached), the inputs of past
+# findings (fuzz/regressions/<target>, replayed by every run) and seeds
+# written by fuzz_make_seeds. Those are only read: what a run finds goes to
+# $(FUZZ_DIR)/corpus/<target> (libFuzzer writes to the first directory), and
+# `make fuzz-corpus` merges it into fuzz/corpus, minimized (-merge=1).
 FUZZ_DIR ?= build-fuzz
 FUZZ_RUNS ?= 20000
 FUZZ_SECONDS ?=
+FUZZ_TARGETS := tf_config checkpoint_shard ps_request
+FUZZ_FLAGS := -rss_limit_mb=4096 -max_len=65536
 FUZZ_SANITIZE := -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined
+define FUZZ_BUILD
+cmake -S . -B $(FUZZ_DIR) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPST_FUZZ=ON -DPST_CUDA=OFF \
+  -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
+  -DCMAKE_C_FLAGS="$(FUZZ_SANITIZE)" -DCMAKE_CXX_FLAGS="$(FUZZ_SANITIZE)"
+cmake --build $(FUZZ_DIR) -j$(JOBS) --target $(addprefix fuzz_,$(FUZZ_TARGETS)) fuzz_make_seeds
+endef
 fuzz: deps test-deps
-	cmake -S . -B $(FUZZ_DIR) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPST_FUZZ=ON -DPST_CUDA=OFF \
-	  -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
-	  -DCMAKE_C_FLAGS="$(FUZZ_SANITIZE)" -DCMAKE_CXX_FLAGS="$(FUZZ_SANITIZE)"
-	cmake --build $(FUZZ_DIR) -j$(JOBS) --target fuzz_tf_config fuzz_checkpoint_shard \
-	  fuzz_ps_request fuzz_make_seeds
+	$(FUZZ_BUILD)
 	$(FUZZ_DIR)/bin/fuzz_make_seeds $(FUZZ_DIR)/seeds
-	for t in tf_config checkpoint_shard ps_request; do \
+	for t in $(FUZZ_TARGETS); do \
 	  mkdir -p $(FUZZ_DIR)/corpus/$$t && \
-	  $(FUZZ_DIR)/bin/fuzz_$$t -rss_limit_mb=4096 -max_len=65536 -artifact_prefix=$(FUZZ_DIR)/ \
+	  $(FUZZ_DIR)/bin/fuzz_$$t $(FUZZ_FLAGS) -artifact_prefix=$(FUZZ_DIR)/ \
 	    $(if $(FUZZ_SECONDS),-max_total_time=$(FUZZ_SECONDS),-runs=$(FUZZ_RUNS)) \
-	    $(FUZZ_DIR)/corpus/$$t $(FUZZ_DIR)/seeds/$$t || exit 1; \
+	    $(FUZZ_DIR)/corpus/$$t $$(ls -d fuzz/regressions/$$t fuzz/corpus/$$t 2>/dev/null) \
+	    $(FUZZ_DIR)/seeds/$$t || exit 1; \
+	done
+
+# Merges what `make fuzz` runs found ($(FUZZ_DIR)/corpus/<target>) with
+# fuzz/corpus/<target> into a fresh minimal set, the smallest inputs that
+# cover every edge of both (-use_counters=0: edges, not how often each ran,
+# which keeps a quarter of the files; a run regains those in seconds), and
+# puts it in fuzz/corpus/<target>; commit the result. The inputs of
+# fuzz/regressions are kept apart, never merged.
+fuzz-corpus: deps test-deps
+	$(FUZZ_BUILD)
+	for t in $(FUZZ_TARGETS); do \
+	  mkdir -p fuzz/corpus/$$t $(FUZZ_DIR)/corpus/$$t && rm -rf $(FUZZ_DIR)/merged/$$t && \
+	  mkdir -p $(FUZZ_DIR)/merged/$$t && \
+	  $(FUZZ_DIR)/bin/fuzz_$$t $(FUZZ_FLAGS) -merge=1 -use_counters=0 $(FUZZ_DIR)/merged/$$t \
+	    fuzz/corpus/$$t $(FUZZ_DIR)/corpus/$$t || exit 1; \
+	  rm -rf fuzz/corpus/$$t && mv $(FUZZ_DIR)/merged/$$t fuzz/corpus/$$t || exit 1; \
+	done
+	@for t in $(FUZZ_TARGETS); do \
+	  echo "fuzz/corpus/$$t: $$(ls fuzz/corpus/$$t | wc -l) files, $$(cat fuzz/corpus/$$t/* | wc -c) bytes"; \
 	done
