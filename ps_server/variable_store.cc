@@ -280,6 +280,8 @@ absl::Status VariableStore::PushNoWake(const proto::PushRequest& request,
         "push has ", request.gradients_size(), " gradients but ", payloads->size(), " payloads"));
   }
   PST_RETURN_IF_ERROR(CheckCounter(request.step(), "step"));
+  // -1 (or below): no position; else a batch count, kept as position + 1.
+  if (request.position() >= 0) PST_RETURN_IF_ERROR(CheckCounter(request.position(), "position"));
   // Gradient i's data: its pieces in gRPC's receive buffer, or the tensor's
   // own bytes.
   std::vector<std::string_view> whole(payloads == nullptr ? request.gradients_size() : 0);

@@ -1459,6 +1459,18 @@ TEST(VariableStoreLimitsTest, WorkerIndexAndCountersOutOfRange_AreInvalidArgumen
     absl::Status status = push_with(0, step);
     EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << step << ": " << status;
   }
+  // A data position past the counters' range (the fuzzer's INT64_MAX, once
+  // an overflow at position + 1); -1 says "none" and is fine.
+  for (int64_t position : {std::numeric_limits<int64_t>::max(), int64_t{1} << 62}) {
+    proto::PushRequest push;
+    push.set_worker_index(0);
+    push.set_position(position);
+    AddGradient(&push, "b", {3}, {1, 1, 1});
+    proto::PushResponse response;
+    absl::Status status = store.Push(push, &response);
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << position << ": " << status;
+    EXPECT_NE(status.message().find("position"), std::string::npos) << status;
+  }
   proto::PushRowsRequest rows;
   rows.set_worker_index(7);
   AddRows(&rows, "b", {0}, 1, {1});
