@@ -94,9 +94,11 @@ bench-recovery: build
 # -O1 with debug info and asserts on (no NDEBUG), CPU path only: a Debug build
 # is too slow for the training tests on two cores. Every report, also one
 # from a daemon whose exit status no test looks at, goes to a file under
-# $(SAN_DIR)/san-logs; any such file fails the target. SAN_EXCLUDE names the
-# tests left out (see the note on sanitizers in docs/testing.md). Not part of
-# `make test`.
+# $(SAN_DIR)/san-logs; any such file fails the target. python_tests runs
+# pytest with the ASan runtime preloaded into the interpreter, whose leak
+# checks alone are off (python/CMakeLists.txt); the daemons and Python
+# workers it starts report here too. SAN_EXCLUDE names the tests left out
+# (see the note on sanitizers in docs/testing.md). Not part of `make test`.
 SAN_DIR ?= build-asan
 SAN_FLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 SAN_OPT_FLAGS := -O1 -g
