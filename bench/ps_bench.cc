@@ -49,7 +49,6 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -73,6 +72,7 @@
 #include "common/status_macros.h"
 #include "common/tensor_util.h"
 #include "common/tf_config.h"
+#include "flags/command_line.h"
 #include "nlohmann/json.hpp"
 #include "proto/pstrain.grpc.pb.h"
 #include "tools/netns.h"
@@ -1562,7 +1562,7 @@ int main(int argc, char** argv) {
       "Data-plane benchmark: starts ps_server processes and measures Push, Pull, PushPull, "
       "PullRows and PushRows against TCP and memcpy references.\n"
       "Usage: ps_bench [--ps=1] [--workers=1] [--sizes=1M,16M,64M] [--json=PATH]");
-  absl::ParseCommandLine(argc, argv);
+  pst::common::ParseCommandLineOrExit(argc, argv);
   // Its threads stand for workers, which tune the process the same way.
   pst::common::TuneForServing();
   pst::common::SetDenseBdpProbe(absl::GetFlag(FLAGS_bdp_probe));

@@ -3,19 +3,19 @@
 #include <cstdio>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "chief/chief.h"
 #include "common/logging.h"
 #include "common/process.h"
 #include "flags/chief_options_from_flags.h"
+#include "flags/command_line.h"
 #include "flags/daemon_main.h"
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "pstrain chief. Usage: TF_CONFIG='{...\"task\":{\"type\":\"chief\",\"index\":0}}' chief "
       "[--epochs=N] [--summary_json=PATH] ...");
-  absl::ParseCommandLine(argc, argv);
+  pst::common::ParseCommandLineOrExit(argc, argv);
   try {
     pst::common::StopSignal& stop = pst::common::ProcessStopSignal();
     absl::StatusOr<pst::common::DaemonSetup> setup =

@@ -20,6 +20,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "common/edit_distance.h"
 #include "common/status_macros.h"
 
 namespace pst::common {
@@ -104,21 +105,6 @@ std::string Describe(const Json& value) {
 
 absl::Status Invalid(std::string_view message) {
   return absl::InvalidArgumentError(Cat("TF_CONFIG: ", message));
-}
-
-size_t EditDistance(std::string_view a, std::string_view b) {
-  std::vector<size_t> prev(b.size() + 1);
-  std::vector<size_t> cur(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    cur[0] = i;
-    for (size_t j = 1; j <= b.size(); ++j) {
-      const size_t substitute = prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1);
-      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, substitute});
-    }
-    std::swap(prev, cur);
-  }
-  return prev[b.size()];
 }
 
 std::string ValidTaskTypesList() {
@@ -361,16 +347,9 @@ absl::StatusOr<TaskType> ParseTaskType(std::string_view name) {
   std::string message =
       Cat("unknown task type ", Quote(name), "; valid types are ", ValidTaskTypesList());
   // Suggest the closest name, unless it would mean replacing the whole word.
-  std::string_view best;
-  size_t best_distance = 3;
-  for (TaskType type : kAllTaskTypes) {
-    const std::string_view candidate = TaskTypeName(type);
-    const size_t distance = EditDistance(lower, candidate);
-    if (distance < best_distance && distance < candidate.size()) {
-      best = candidate;
-      best_distance = distance;
-    }
-  }
+  std::vector<std::string_view> names;
+  for (TaskType type : kAllTaskTypes) names.push_back(TaskTypeName(type));
+  const std::string_view best = ClosestName(lower, names);
   if (!best.empty()) message += Cat("; did you mean '", best, "'?");
   return absl::InvalidArgumentError(message);
 }

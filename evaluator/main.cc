@@ -6,13 +6,13 @@
 #include <cstdio>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "common/logging.h"
 #include "common/process.h"
 #include "evaluator/builtin_eval.h"
 #include "evaluator/chief_link.h"
 #include "evaluator/evaluator_session.h"
+#include "flags/command_line.h"
 #include "flags/daemon_main.h"
 
 namespace {
@@ -77,7 +77,7 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "pstrain evaluator. Usage: TF_CONFIG='{...\"task\":{\"type\":\"evaluator\",\"index\":0}}' "
       "evaluator --checkpoint_dir=DIR [--data_dir=DIR] [--summary_dir=DIR] [--best_metric=NAME]");
-  absl::ParseCommandLine(argc, argv);
+  pst::common::ParseCommandLineOrExit(argc, argv);
   try {
     absl::StatusOr<pst::common::DaemonSetup> setup =
         pst::common::SetUpDaemon("evaluator", pst::common::TaskType::kEvaluator);

@@ -9,7 +9,6 @@
 #include <string>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -19,6 +18,7 @@
 #include "common/process.h"
 #include "common/tf_config.h"
 #include "common/transport_security.h"
+#include "flags/command_line.h"
 #include "flags/job_flags.h"
 #include "prometheus/gauge.h"
 #include "ps_server/grpc_ps_service.h"
@@ -244,7 +244,7 @@ int Run() {
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "pstrain parameter server. Usage: TF_CONFIG='{...\"task\":{\"type\":\"ps\",...}}' ps_server");
-  absl::ParseCommandLine(argc, argv);
+  pst::common::ParseCommandLineOrExit(argc, argv);
   try {
     return pst::ps::Run();
   } catch (const std::exception& e) {

@@ -12,7 +12,6 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "absl/flags/reflection.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/match.h"
@@ -25,6 +24,7 @@
 #include "data/criteo.h"
 #include "data/libsvm.h"
 #include "device/device_mapping.h"
+#include "flags/command_line.h"
 #include "flags/device_options_from_flags.h"
 #include "flags/job_flags.h"
 #include "models/model_spec.h"
@@ -436,7 +436,7 @@ bool NamesEachTasksFiles() {
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(kUsage);
-  std::vector<char*> args = absl::ParseCommandLine(argc, argv);
+  std::vector<char*> args = pst::common::ParseCommandLineOrExit(argc, argv);
   if (args.size() < 2) {
     std::fprintf(stderr, "%s\n", kUsage);
     return 2;

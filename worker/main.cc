@@ -9,7 +9,6 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "chief/chief.h"
 #include "common/logging.h"
@@ -17,6 +16,7 @@
 #include "common/transport_security.h"
 #include "device/device_mapping.h"
 #include "flags/chief_options_from_flags.h"
+#include "flags/command_line.h"
 #include "flags/daemon_main.h"
 #include "flags/device_options_from_flags.h"
 #include "worker/trainer.h"
@@ -37,7 +37,7 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "pstrain worker. Usage: TF_CONFIG='{...\"task\":{\"type\":\"worker\",\"index\":I}}' worker "
       "[--data_dir=DIR]");
-  absl::ParseCommandLine(argc, argv);
+  pst::common::ParseCommandLineOrExit(argc, argv);
   try {
     pst::common::StopSignal& stop = pst::common::ProcessStopSignal();
     pst::common::AdjustSetup claim;
