@@ -1,0 +1,92 @@
+// The pstrain tool's small subcommands, run as the real binary: mistakes
+// are refused at once with what to do, and every subcommand's --help is its
+// own.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "absl/time/clock.h"
+#include "tests/test_cluster.h"
+
+namespace pst::testing {
+namespace {
+
+struct Outcome {
+  int exit_code = -1;
+  std::string output;
+  absl::Duration took;
+};
+
+Outcome Pstrain(const std::vector<std::string>& args) {
+  std::vector<std::string> argv = {BinaryPath("pstrain")};
+  argv.insert(argv.end(), args.begin(), args.end());
+  const absl::Time start = absl::Now();
+  absl::StatusOr<std::unique_ptr<TestProcess>> process = TestProcess::Start(argv);
+  EXPECT_TRUE(process.ok()) << process.status();
+  if (!process.ok()) return {};
+  std::optional<int> exited = (*process)->WaitForExit(absl::Seconds(30));
+  EXPECT_TRUE(exited.has_value()) << (*process)->output();
+  return {exited.has_value() ? ExitCode(*exited) : -1, (*process)->output(), absl::Now() - start};
+}
+
+TEST(PstrainCliTest, Health_AddressWithoutPort_IsRefusedAtOnce) {
+  const Outcome run = Pstrain({"health", "localhost"});
+  EXPECT_EQ(run.exit_code, 2) << run.output;
+  // Not the 5 s wait for an answer from nowhere.
+  EXPECT_LT(run.took, absl::Seconds(3)) << run.output;
+  EXPECT_EQ(run.output,
+            "pstrain health: address \"localhost\" has no port; write it as host:port, e.g. "
+            "\"localhost:2222\"\n");
+}
+
+TEST(PstrainCliTest, CheckpointInspect_MissingFolder_SaysItDoesNotExist) {
+  const std::string missing = TestDir() + "/no_such_folder";
+  const Outcome run = Pstrain({"checkpoint", "inspect", missing});
+  EXPECT_EQ(run.exit_code, 1) << run.output;
+  EXPECT_EQ(run.output, "pstrain checkpoint inspect: " + missing + " does not exist\n");
+}
+
+TEST(PstrainCliTest, CheckpointInspect_EmptyFolder_SaysThereIsNoCheckpoint) {
+  const std::string empty = TestDir();
+  const Outcome run = Pstrain({"checkpoint", "inspect", empty});
+  EXPECT_EQ(run.exit_code, 1) << run.output;
+  EXPECT_EQ(run.output, "pstrain checkpoint inspect: no checkpoint in " + empty + "\n");
+}
+
+TEST(PstrainCliTest, EverySubcommandsHelp_IsItsOwn) {
+  struct Case {
+    const char* subcommand;
+    const char* usage;    // its usage line
+    const char* flag;     // one of its flags, listed with its help
+    const char* not_its;  // another subcommand's usage line, absent
+  };
+  const Case cases[] = {
+      {"tfconfig", "pstrain tfconfig --ps_hosts=", "--worker_hosts", "pstrain local ["},
+      {"local", "pstrain local [--ps=2]", "--restart_failed", "pstrain tfconfig --"},
+      {"plan", "pstrain plan", "--placement", "pstrain tfconfig --"},
+      {"reference", "pstrain reference", "--model", "pstrain tfconfig --"},
+      {"generate_criteo", "pstrain generate_criteo --out=PATH", "--vocab", "pstrain tfconfig --"},
+      {"generate_libsvm", "pstrain generate_libsvm --out=PATH", "--features",
+       "pstrain tfconfig --"},
+      {"checkpoint", "pstrain checkpoint inspect DIR", "--include_slots", "pstrain tfconfig --"},
+      {"check", "pstrain check", "--wait_s", "pstrain tfconfig --"},
+      {"health", "pstrain health HOST:PORT", "--timeout_s", "pstrain tfconfig --"},
+      {"devices", "pstrain devices", "--virtual_devices", "pstrain tfconfig --"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.subcommand);
+    const Outcome run = Pstrain({c.subcommand, "--help"});
+    EXPECT_EQ(run.exit_code, 0) << run.output;
+    EXPECT_NE(run.output.find(c.usage), std::string::npos) << run.output;
+    EXPECT_NE(run.output.find(c.flag), std::string::npos) << run.output;
+    EXPECT_EQ(run.output.find(c.not_its), std::string::npos) << run.output;
+  }
+  // And without a subcommand, the general usage lists them all.
+  const Outcome run = Pstrain({"help"});
+  EXPECT_EQ(run.exit_code, 0) << run.output;
+  for (const Case& c : cases) EXPECT_NE(run.output.find(c.usage), std::string::npos) << c.usage;
+}
+
+}  // namespace
+}  // namespace pst::testing
