@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
 #include "flags/job_flags.h"
+#include "flags/start_checks.h"
 
 namespace pst::common {
 
@@ -31,6 +32,13 @@ absl::StatusOr<DaemonSetup> SetUpDaemon(const char* binary, TaskType type,
     absl::StatusOr<Timing> timing = TimingFromFlags();
     if (!timing.ok()) return timing.status();
     setup.timing = *timing;
+    // Everything that can be refused on the flags alone, before anything
+    // starts (a worker that claims its index has not asked the chief yet).
+    StartCheck check;
+    check.tf = setup.tf;
+    check.training = setup.training;
+    check.timing = setup.timing;
+    if (absl::Status s = CheckBeforeStart(check); !s.ok()) return s;
     if (absl::Status security = InitTransportFromFlags(); !security.ok()) return security;
     return adjust == nullptr ? absl::OkStatus() : adjust(&setup);
   }();

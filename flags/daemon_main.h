@@ -25,7 +25,8 @@ struct DaemonSetup {
 };
 
 // Parses TF_CONFIG (expecting `type`), the training flags and the timing
-// flags; runs `adjust` on the result when given (a worker that claims its
+// flags; runs CheckBeforeStart (flags/start_checks.h) for this task; runs
+// `adjust` on the result when given (a worker that claims its
 // index from the chief sets it there); starts logging and metrics as the
 // task's name; routes SIGINT/SIGTERM to ProcessStopSignal(). On error prints
 // "<binary>: <message>" to stderr and returns it; the caller exits 2.

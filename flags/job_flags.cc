@@ -203,6 +203,20 @@ ABSL_FLAG(int64_t, grpc_max_control_message_mb,
 
 namespace pst::common {
 
+absl::Status CheckPsReplicas(int replicas, std::optional<int> num_ps) {
+  if (replicas != 1 && replicas != 2) {
+    return absl::InvalidArgumentError(absl::StrCat("--ps_replicas=", replicas,
+                                                   ": 1 (one copy of each shard) or 2 (a primary "
+                                                   "and a backup) are supported"));
+  }
+  if (replicas == 2 && num_ps.has_value() && *num_ps < 2) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--ps_replicas=2 keeps each shard's backup on another ps, and the cluster has ", *num_ps,
+        " ps: give it at least 2 ps (pstrain local: --ps=2), or --ps_replicas=1"));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<Timing> TimingFromFlags() {
   const double log_every = absl::GetFlag(FLAGS_log_every_s);
   const int heartbeat_ms = absl::GetFlag(FLAGS_heartbeat_ms);

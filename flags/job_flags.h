@@ -3,6 +3,7 @@
 #ifndef PST_FLAGS_JOB_FLAGS_H_
 #define PST_FLAGS_JOB_FLAGS_H_
 
+#include <optional>
 #include <string>
 
 #include "absl/flags/declare.h"
@@ -114,6 +115,12 @@ absl::Status InitTransportFromFlags();
 // The training settings the coordinator decides and sends to every worker.
 // InvalidArgument names a flag whose value is out of range.
 absl::StatusOr<proto::TrainingConfig> TrainingConfigFromFlags();
+
+// --ps_replicas=`replicas`: 1, or 2 with at least 2 ps when `num_ps` (the
+// cluster's ps count) is known. InvalidArgument otherwise, naming the flag
+// and the fix. Part of CheckBeforeStart (flags/start_checks.h); here, in a
+// file without the models, so that the ps, which links none, runs it too.
+absl::Status CheckPsReplicas(int replicas, std::optional<int> num_ps);
 
 // Timeouts and intervals (common/timing.h), read from the flags above.
 absl::StatusOr<Timing> TimingFromFlags();

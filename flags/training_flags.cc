@@ -96,11 +96,7 @@ absl::StatusOr<proto::TrainingConfig> TrainingConfigFromFlags() {
         "--placement=", config.placement(), " is not known (known: round_robin, size_balanced)"));
   }
   config.set_ps_replicas(absl::GetFlag(FLAGS_ps_replicas));
-  if (config.ps_replicas() != 1 && config.ps_replicas() != 2) {
-    return absl::InvalidArgumentError(absl::StrCat("--ps_replicas=", config.ps_replicas(),
-                                                   ": 1 (one copy of each shard) or 2 (a primary "
-                                                   "and a backup) are supported"));
-  }
+  if (absl::Status s = CheckPsReplicas(config.ps_replicas(), std::nullopt); !s.ok()) return s;
   proto::Partitioner* partitioner = config.mutable_partitioner();
   partitioner->set_kind(absl::GetFlag(FLAGS_partitioner));
   partitioner->set_num_shards(absl::GetFlag(FLAGS_num_shards));

@@ -123,6 +123,13 @@ int Run() {
     std::fprintf(stderr, "ps_server: %s\n", std::string(tf.status().message()).c_str());
     return 2;
   }
+  // The ps's share of the checks on flags alone (flags/start_checks.h).
+  if (absl::Status s = common::CheckPsReplicas(absl::GetFlag(FLAGS_ps_replicas),
+                                               static_cast<int>(tf->cluster.ps.size()));
+      !s.ok()) {
+    std::fprintf(stderr, "ps_server: %s\n", std::string(s.message()).c_str());
+    return 2;
+  }
   if (absl::Status security = common::InitTransportFromFlags(); !security.ok()) {
     std::fprintf(stderr, "ps_server: %s\n", std::string(security.message()).c_str());
     return 2;

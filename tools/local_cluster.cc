@@ -7,10 +7,13 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <optional>
 #include <thread>
+#include <utility>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
@@ -23,7 +26,8 @@ namespace pst::tools {
 namespace {
 
 struct Child {
-  std::string task;  // "ps:0"
+  std::string task;    // "ps:0"
+  std::string binary;  // "worker"; empty for a shell command
   SpawnOptions spawn;
   pid_t pid = -1;
   bool running = false;
@@ -31,7 +35,60 @@ struct Child {
   int restarts = 0;
   bool coordinator = false;  // its progress lines may become the live line
   std::thread reader;
+  // Of this run's output (guarded by the launcher's lines mutex): its first
+  // error line and its last line, as ErrorOf reads them.
+  std::string first_error;
+  std::string last_line;
 };
+
+// A daemon's log line "12:34:56.789 E worker:0] message" (common/logging.cc's
+// pattern; E and C are error and critical): its level letter and message.
+// nullopt for a line that is not a log line (a main's own message on
+// stderr, a Python traceback).
+std::optional<std::pair<char, std::string>> ParseLogLine(const std::string& line) {
+  // "HH:MM:SS.mmm L task] message"
+  auto digits = [&](size_t at) {
+    return at + 1 < line.size() && absl::ascii_isdigit(line[at]) &&
+           absl::ascii_isdigit(line[at + 1]);
+  };
+  if (!digits(0) || line[2] != ':' || !digits(3) || line[5] != ':' || !digits(6) ||
+      line[8] != '.') {
+    return std::nullopt;
+  }
+  const size_t space = line.find(' ', 9);
+  if (space == std::string::npos || space + 3 > line.size() || line[space + 2] != ' ' ||
+      std::strchr("TDIWEC", line[space + 1]) == nullptr) {
+    return std::nullopt;
+  }
+  const size_t end_of_task = line.find("] ", space + 3);
+  if (end_of_task == std::string::npos) return std::nullopt;
+  return std::make_pair(line[space + 1], line.substr(end_of_task + 2));
+}
+
+// Notes `line` of `child`'s output for ErrorOf. REQUIRES: the lines mutex.
+void NoteLine(Child* child, std::string line) {
+  // Colors, should a daemon's logger add them: ESC [ ... m.
+  for (size_t esc = line.find('\x1b'); esc != std::string::npos; esc = line.find('\x1b', esc)) {
+    const size_t m = line.find('m', esc);
+    line.erase(esc, m == std::string::npos ? std::string::npos : m - esc + 1);
+  }
+  if (line.empty()) return;
+  std::optional<std::pair<char, std::string>> log = ParseLogLine(line);
+  if (log.has_value() && (log->first == 'E' || log->first == 'C') && child->first_error.empty()) {
+    child->first_error = log->second;
+  }
+  child->last_line = log.has_value() ? log->second : line;
+}
+
+// What made `child` fail, for the launcher's last line: its first error
+// line, else its last line (a main's fatal message, which names the binary:
+// "worker: --device=gpu, ..." loses its "worker: "), else how it ended.
+std::string ErrorOf(const Child& child) {
+  std::string error = !child.first_error.empty() ? child.first_error : child.last_line;
+  const std::string own = child.binary + ": ";
+  if (!child.binary.empty() && error.rfind(own, 0) == 0) error = error.substr(own.size());
+  return error.empty() ? DescribeWaitStatus(child.wait_status) : error;
+}
 
 // The launcher's stdout: every line goes out whole, and on a terminal
 // (ProgressMode::kTty) the coordinator's progress lines become one live line
@@ -111,24 +168,41 @@ std::string FlagValue(const std::vector<std::string>& flags, const std::string& 
 
 }  // namespace
 
-int RunLocalCluster(const LocalClusterOptions& options, common::StopSignal* stop) {
+absl::Status CheckLocalClusterOptions(const LocalClusterOptions& options) {
+  if (options.num_ps < 1 || options.num_workers < 1) {
+    return absl::InvalidArgumentError("--ps and --workers must be at least 1");
+  }
   if (!options.worker_command.empty() && !options.with_chief) {
-    std::fprintf(stderr,
-                 "pstrain local: --worker_command needs a chief (--chief): a Python worker cannot "
-                 "act as one\n");
-    return 2;
+    return absl::InvalidArgumentError(
+        "--worker_command needs a chief (--chief): a Python worker cannot act as one");
   }
   if (!options.evaluator_command.empty() && !options.with_chief) {
-    std::fprintf(stderr,
-                 "pstrain local: --evaluator_command needs a chief (--chief): the evaluator "
-                 "reports to it\n");
+    return absl::InvalidArgumentError(
+        "--evaluator_command needs a chief (--chief): the evaluator reports to it");
+  }
+  return absl::OkStatus();
+}
+
+common::TfConfig LocalClusterShape(const LocalClusterOptions& options) {
+  common::TfConfig tf;
+  auto add = [&](std::vector<std::string>* list, int n, const char* type) {
+    for (int i = 0; i < n; ++i) list->push_back(absl::StrCat(type, "-", i, ":1"));
+  };
+  add(&tf.cluster.chief, options.with_chief ? 1 : 0, "chief");
+  add(&tf.cluster.ps, options.num_ps, "ps");
+  add(&tf.cluster.worker, options.num_workers, "worker");
+  add(&tf.cluster.evaluator, options.with_evaluator || !options.evaluator_command.empty() ? 1 : 0,
+      "evaluator");
+  tf.task = tf.cluster.CoordinatorTask();
+  return tf;
+}
+
+int RunLocalCluster(const LocalClusterOptions& options, common::StopSignal* stop) {
+  if (absl::Status s = CheckLocalClusterOptions(options); !s.ok()) {
+    std::fprintf(stderr, "pstrain local: %s\n", std::string(s.message()).c_str());
     return 2;
   }
   const int evaluators = options.with_evaluator || !options.evaluator_command.empty() ? 1 : 0;
-  if (options.num_ps < 1 || options.num_workers < 1) {
-    std::fprintf(stderr, "pstrain local: --ps and --workers must be at least 1\n");
-    return 2;
-  }
   const common::ProgressMode progress =
       common::ResolveProgressMode(options.progress, STDOUT_FILENO);
   Console console(progress == common::ProgressMode::kTty);
@@ -150,12 +224,10 @@ int RunLocalCluster(const LocalClusterOptions& options, common::StopSignal* stop
   add(&tf.cluster.ps, options.num_ps);
   add(&tf.cluster.worker, options.num_workers);
   add(&tf.cluster.evaluator, evaluators);
-  console.Print(absl::StrCat("pstrain local: chief [", absl::StrJoin(tf.cluster.chief, ", "),
-                             "], ps [", absl::StrJoin(tf.cluster.ps, ", "), "], worker [",
-                             absl::StrJoin(tf.cluster.worker, ", "), "]",
-                             evaluators > 0 ? absl::StrCat(", evaluator [",
-                                                           tf.cluster.evaluator[0], "]")
-                                            : ""));
+  console.Print(absl::StrCat(
+      "pstrain local: chief [", absl::StrJoin(tf.cluster.chief, ", "), "], ps [",
+      absl::StrJoin(tf.cluster.ps, ", "), "], worker [", absl::StrJoin(tf.cluster.worker, ", "),
+      "]", evaluators > 0 ? absl::StrCat(", evaluator [", tf.cluster.evaluator[0], "]") : ""));
 
   // The daemons share this machine's cores: unless told otherwise, each
   // gets an even share of BLAS threads (OpenBLAS would start one per core in
@@ -195,9 +267,12 @@ int RunLocalCluster(const LocalClusterOptions& options, common::StopSignal* stop
   }
   if (evaluators > 0) launches.push_back({{common::TaskType::kEvaluator, 0}, "evaluator"});
 
-  absl::Mutex mu;  // guards children's pid/running/wait_status
+  absl::Mutex mu;        // guards children's pid/running/wait_status
+  absl::Mutex lines_mu;  // guards children's first_error/last_line
   std::vector<Child> children(launches.size());
   int exit_code = 0;  // guarded by mu
+  // The first daemon whose failure ended the job (guarded by mu; -1: none).
+  int first_failed = -1;
   // Ends the job from inside: the first reason wins.
   auto end_job = [&](const std::string& reason) {
     {
@@ -226,9 +301,18 @@ int RunLocalCluster(const LocalClusterOptions& options, common::StopSignal* stop
     const std::string prefix =
         absl::StrCat(c.task, std::string(10 - std::min<size_t>(9, c.task.size()), ' '), "| ");
     if (c.reader.joinable()) c.reader.join();  // the previous run's output has ended
+    {
+      absl::MutexLock lock(&lines_mu);
+      c.first_error.clear();
+      c.last_line.clear();
+    }
     const bool coordinator = c.coordinator;
-    c.reader = std::thread([fd, prefix, coordinator, &console] {
+    c.reader = std::thread([fd, prefix, coordinator, child = &c, &console, &lines_mu] {
       ForEachLine(fd, [&](const std::string& line) {
+        {
+          absl::MutexLock lock(&lines_mu);
+          NoteLine(child, line);
+        }
         if (coordinator) {
           console.PrintFromCoordinator(prefix, line);
         } else {
@@ -243,11 +327,10 @@ int RunLocalCluster(const LocalClusterOptions& options, common::StopSignal* stop
     tf.task = launches[i].task;
     const std::string task = common::TaskIdString(tf.task);
     SpawnOptions spawn;
-    const std::string& shell_command = tf.task.type == common::TaskType::kWorker
-                                           ? options.worker_command
-                                       : tf.task.type == common::TaskType::kEvaluator
-                                           ? options.evaluator_command
-                                           : std::string();
+    const std::string& shell_command =
+        tf.task.type == common::TaskType::kWorker      ? options.worker_command
+        : tf.task.type == common::TaskType::kEvaluator ? options.evaluator_command
+                                                       : std::string();
     const bool command = !shell_command.empty();
     spawn.argv = {absl::StrCat(options.bin_dir, "/", launches[i].binary)};
     // exec: the command is the child itself, so that a signal that kills it
@@ -302,6 +385,7 @@ int RunLocalCluster(const LocalClusterOptions& options, common::StopSignal* stop
       }
     }
     children[i].task = task;
+    children[i].binary = command ? std::string() : std::string(launches[i].binary);
     children[i].coordinator = tf.IsCoordinator();
     children[i].spawn = std::move(spawn);
     absl::Status started = start(i);  // no other thread runs yet
@@ -363,8 +447,7 @@ int RunLocalCluster(const LocalClusterOptions& options, common::StopSignal* stop
       const bool after_job = job_ended.HasBeenNotified();
       if (ok && c.coordinator && !after_job) job_ended.Notify();
       if (!ok && !after_job && !stop->stopped() && options.restart_failed &&
-          WIFSIGNALED(wait_status) &&
-          c.restarts < options.max_restarts) {
+          WIFSIGNALED(wait_status) && c.restarts < options.max_restarts) {
         // Like a supervisor's restart on failure: the same task, again.
         ++c.restarts;
         console.Print(absl::StrCat("pstrain local: ", c.task, " ", DescribeWaitStatus(wait_status),
@@ -380,13 +463,15 @@ int RunLocalCluster(const LocalClusterOptions& options, common::StopSignal* stop
       // stopper stopped, or killed from outside) has lost nothing.
       if (!ok && !(after_job && WIFSIGNALED(wait_status)) && !stop->stopped()) {
         exit_code = 1;
+        first_failed = static_cast<int>(i);
         stop->Stop(absl::StrCat(c.task, " ", DescribeWaitStatus(wait_status)));
       }
     }
   }
   all_exited.Notify();
   const bool stopped_before_end = stop->stopped();
-  stop->Stop("every daemon exited");  // releases the reaper
+  const std::string stop_reason = stopped_before_end ? stop->reason() : std::string();
+  stop->Stop("every daemon exited");                     // releases the reaper
   if (!job_ended.HasBeenNotified()) job_ended.Notify();  // releases the straggler stopper
   straggler_stopper.join();
   timer.join();
@@ -400,7 +485,20 @@ int RunLocalCluster(const LocalClusterOptions& options, common::StopSignal* stop
   }
   absl::MutexLock lock(&mu);
   if (stopped_before_end && exit_code == 0) return 130;  // stopped from outside
-  console.Print(exit_code == 0 ? "pstrain local: job succeeded" : "pstrain local: job failed");
+  if (exit_code == 0) {
+    console.Print("pstrain local: job succeeded");
+    return 0;
+  }
+  // The error that ended the job, named by its task: what a reader of a
+  // long log looks for first.
+  std::string why = stop_reason;
+  if (first_failed >= 0) {
+    absl::MutexLock lines_lock(&lines_mu);
+    const Child& failed = children[first_failed];
+    why = absl::StrCat(failed.task, ": ", ErrorOf(failed));
+  }
+  console.Print(why.empty() ? "pstrain local: job failed"
+                            : absl::StrCat("pstrain local: job failed: ", why));
   return exit_code;
 }
 

@@ -15,9 +15,11 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "common/process.h"
 #include "common/progress.h"
+#include "common/tf_config.h"
 
 namespace pst::tools {
 
@@ -26,12 +28,12 @@ struct LocalClusterOptions {
   int num_workers = 2;
   bool with_chief = true;  // false: worker 0 acts as chief
   std::string host = "127.0.0.1";
-  std::string bin_dir;                    // where ps_server, worker, chief live
+  std::string bin_dir;  // where ps_server, worker, chief live
   // Passed to every daemon, "{task}" replaced by its task ("ps-0",
   // "worker-1"): --tls_cert=certs/{task}.pem gives each its own.
   std::vector<std::string> daemon_flags;
-  std::string summary_json;               // passed to the coordinator task
-  int metrics_port = 0;  // > 0: daemon k (in start order) serves /metrics on metrics_port + k
+  std::string summary_json;  // passed to the coordinator task
+  int metrics_port = 0;      // > 0: daemon k (in start order) serves /metrics on metrics_port + k
   // Non-empty: every worker runs this shell command (`/bin/sh -c`) instead
   // of the C++ worker binary, e.g. "/usr/bin/python3 examples/train.py":
   // a Python worker (import pstrain) with its TF_CONFIG, PYTHONPATH naming
@@ -49,7 +51,7 @@ struct LocalClusterOptions {
   // (a Python evaluator: pstrain.Evaluator.from_env()).
   bool with_evaluator = false;
   std::string evaluator_command;
-  int slow_worker = -1;                   // this worker gets --step_delay_ms
+  int slow_worker = -1;  // this worker gets --step_delay_ms
   int slow_worker_delay_ms = 0;
   absl::Duration timeout = absl::ZeroDuration();  // zero: none
   absl::Duration grace = absl::Seconds(10);       // SIGTERM -> SIGKILL
@@ -71,12 +73,25 @@ struct LocalClusterOptions {
   double live_log_every_s = 0;
 };
 
+// What RunLocalCluster refuses before starting anything: --ps or --workers
+// below 1, --worker_command or --evaluator_command without a chief.
+// InvalidArgument naming the flag.
+absl::Status CheckLocalClusterOptions(const LocalClusterOptions& options);
+
+// The shape of the cluster RunLocalCluster starts (its addresses are
+// placeholders: the ports are picked when it starts), with the
+// coordinator's task: for the checks that need only the shape
+// (flags/start_checks.h).
+common::TfConfig LocalClusterShape(const LocalClusterOptions& options);
+
 // Runs the cluster until every daemon has exited. Stopping `stop` from
 // outside (the launcher's signal handler) tears the cluster down; the
 // launcher also stops it itself when a daemon fails or the timeout passes.
 // Returns the launcher's exit code: 0 when every daemon exited 0; 1 when one
 // failed or the timeout passed; 130 when stopped from outside (Ctrl-C); 2
-// for a setup error.
+// for a setup error. The last line printed says how the job ended; a failed
+// job's repeats why: "pstrain local: job failed: worker:0: <the first error
+// line that task logged, else its last line>", or the timeout.
 int RunLocalCluster(const LocalClusterOptions& options, common::StopSignal* stop);
 
 }  // namespace pst::tools

@@ -27,6 +27,7 @@
 #include "flags/command_line.h"
 #include "flags/device_options_from_flags.h"
 #include "flags/job_flags.h"
+#include "flags/start_checks.h"
 #include "models/model_spec.h"
 #include "models/registry.h"
 #include "common/checkpoint_export.h"
@@ -273,22 +274,28 @@ int Fail(const std::string& command, const absl::Status& status) {
   return 2;
 }
 
+// For a model that reads --data: "generate[:...]" written and replaced by
+// the file's path.
+absl::Status ResolveData(pst::proto::TrainingConfig* training) {
+  absl::StatusOr<const pst::worker::Model*> model = pst::worker::ModelFor(*training);
+  if (!model.ok()) return model.status();
+  if (!(*model)->reads_data_file()) return absl::OkStatus();
+  absl::StatusOr<std::string> data = (*model)->PrepareData(training->data());
+  if (!data.ok()) return data.status();
+  training->set_data(*data);
+  return absl::OkStatus();
+}
+
 // The job flags as a TrainingConfig, with --data resolved.
 absl::StatusOr<pst::proto::TrainingConfig> JobConfig() {
   absl::StatusOr<pst::proto::TrainingConfig> training = pst::common::TrainingConfigFromFlags();
   if (!training.ok()) return training.status();
-  absl::StatusOr<const pst::worker::Model*> model = pst::worker::ModelFor(*training);
-  if (!model.ok()) return model.status();
-  if ((*model)->reads_data_file()) {
-    absl::StatusOr<std::string> data = (*model)->PrepareData(training->data());
-    if (!data.ok()) return data.status();
-    training->set_data(*data);
-  }
+  if (absl::Status s = ResolveData(&*training); !s.ok()) return s;
   return training;
 }
 
 int Local() {
-  absl::StatusOr<pst::proto::TrainingConfig> training = JobConfig();
+  absl::StatusOr<pst::proto::TrainingConfig> training = pst::common::TrainingConfigFromFlags();
   if (!training.ok()) return Fail("local", training.status());
   if (absl::GetFlag(FLAGS_worker_command).empty() &&
       (*pst::worker::ModelFor(*training))->computed_by_workers()) {
@@ -304,9 +311,8 @@ int Local() {
                              training->model(), "; give your Python evaluation with "
                              "--evaluator_command (pstrain.Evaluator)")));
   }
-  if (absl::Status s = pst::common::TimingFromFlags().status(); !s.ok()) return Fail("local", s);
-  pst::common::StopSignal& stop = pst::common::ProcessStopSignal();
-  pst::common::StopOnTerminationSignals("interrupted by signal");
+  absl::StatusOr<pst::common::Timing> timing = pst::common::TimingFromFlags();
+  if (!timing.ok()) return Fail("local", timing.status());
   pst::tools::LocalClusterOptions options;
   options.num_ps = absl::GetFlag(FLAGS_ps);
   options.num_workers = absl::GetFlag(FLAGS_workers);
@@ -317,14 +323,6 @@ int Local() {
   options.metrics_port = absl::GetFlag(FLAGS_metrics_port);
   options.timeout = absl::Seconds(absl::GetFlag(FLAGS_timeout_s));
   options.grace = absl::Seconds(absl::GetFlag(FLAGS_grace_s));
-  for (const char* name : kForwardedFlags) {
-    if (std::string(name) == "data") continue;
-    const absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
-    if (flag != nullptr) {
-      options.daemon_flags.push_back(absl::StrCat("--", name, "=", flag->CurrentValue()));
-    }
-  }
-  options.daemon_flags.push_back(absl::StrCat("--data=", training->data()));
   options.slow_worker = absl::GetFlag(FLAGS_slow_worker);
   options.slow_worker_delay_ms = absl::GetFlag(FLAGS_slow_worker_delay_ms);
   options.restart_failed = absl::GetFlag(FLAGS_restart_failed);
@@ -333,6 +331,27 @@ int Local() {
   options.evaluator_command = absl::GetFlag(FLAGS_evaluator_command);
   options.max_restarts = absl::GetFlag(FLAGS_max_restarts);
   options.progress = absl::GetFlag(FLAGS_progress);
+  if (absl::Status s = pst::tools::CheckLocalClusterOptions(options); !s.ok()) {
+    return Fail("local", s);
+  }
+  // What every daemon would refuse at start-up, refused here before any
+  // starts (or any data set is generated).
+  pst::common::StartCheck check;
+  check.tf = pst::tools::LocalClusterShape(options);
+  check.training = *training;
+  check.timing = *timing;
+  check.whole_job = true;
+  check.cpp_workers = options.worker_command.empty();
+  if (absl::Status s = pst::common::CheckBeforeStart(check); !s.ok()) return Fail("local", s);
+  if (absl::Status s = ResolveData(&*training); !s.ok()) return Fail("local", s);
+  for (const char* name : kForwardedFlags) {
+    if (std::string(name) == "data") continue;
+    const absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
+    if (flag != nullptr) {
+      options.daemon_flags.push_back(absl::StrCat("--", name, "=", flag->CurrentValue()));
+    }
+  }
+  options.daemon_flags.push_back(absl::StrCat("--data=", training->data()));
   // A live line should move every second; a --log_every_s set to anything
   // but its default still wins. (This Abseil keeps "given on the command
   // line" private.)
@@ -340,6 +359,8 @@ int Local() {
   if (log_every != nullptr && log_every->CurrentValue() == log_every->DefaultValue()) {
     options.live_log_every_s = 1;
   }
+  pst::common::StopSignal& stop = pst::common::ProcessStopSignal();
+  pst::common::StopOnTerminationSignals("interrupted by signal");
   return pst::tools::RunLocalCluster(options, &stop);
 }
 

@@ -1,0 +1,138 @@
+#include "flags/start_checks.h"
+
+#include <filesystem>
+#include <string>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "chief/job.h"
+#include "device/device_mapping.h"
+#include "flags/chief_options_from_flags.h"
+#include "flags/daemon_main.h"
+#include "flags/device_options_from_flags.h"
+#include "flags/job_flags.h"
+#include "models/registry.h"
+
+namespace pst::common {
+namespace {
+
+// How pstrain local makes a synthetic data set; every generated data set
+// takes rows= (data/generated.h).
+constexpr char kGenerateFix[] = "--data=generate[:rows=N] for a synthetic data set";
+
+bool IsGenerateSpec(const std::string& data) {
+  return data == "generate" || absl::StartsWith(data, "generate:");
+}
+
+absl::Status CheckData(const proto::TrainingConfig& training, bool whole_job) {
+  absl::StatusOr<const worker::Model*> model = worker::ModelFor(training);
+  if (!model.ok() || !(*model)->reads_data_file()) return absl::OkStatus();
+  const std::string& data = training.data();
+  if (data.empty()) {
+    return absl::InvalidArgumentError(
+        whole_job ? absl::StrCat("--model=", training.model(),
+                                 " needs --data: a file every task can read, or ", kGenerateFix)
+                  : absl::StrCat("--model=", training.model(),
+                                 " needs --data: a file this task can read (pstrain local also "
+                                 "takes ",
+                                 kGenerateFix, ")"));
+  }
+  if (IsGenerateSpec(data)) {
+    if (whole_job) return absl::OkStatus();  // pstrain local writes it
+    return absl::InvalidArgumentError(
+        absl::StrCat("--data=", data,
+                     ": only pstrain local generates data sets; give a daemon the file (pstrain "
+                     "generate_criteo and pstrain generate_libsvm write one)"));
+  }
+  std::error_code ec;
+  const std::filesystem::file_status status = std::filesystem::status(data, ec);
+  if (!std::filesystem::exists(status)) {
+    return absl::InvalidArgumentError(
+        whole_job ? absl::StrCat("--data=", data,
+                                 ": no such file; give a file every task can "
+                                 "read, or ",
+                                 kGenerateFix)
+                  : absl::StrCat("--data=", data,
+                                 ": no such file on this machine (every task that reads the "
+                                 "data needs it at this path)"));
+  }
+  if (std::filesystem::is_directory(status)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--data=", data, " is a directory; --data names one file"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckReplicasToAggregate(const proto::TrainingConfig& training, int num_workers) {
+  const int replicas = training.sync().replicas_to_aggregate();
+  if (training.sync().mode() != proto::SYNC || replicas <= num_workers) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("--replicas_to_aggregate=", replicas, " exceeds the ", num_workers,
+                   " worker(s) of the cluster: give at most ", num_workers, " (0: every worker)"));
+}
+
+absl::Status CheckDevices() {
+  const worker::DeviceOptions options = worker::DeviceOptionsFromFlags();
+  // The CPU needs no GPU listing (which loads the driver's libraries).
+  const worker::GpuInventory inventory = absl::AsciiStrToLower(options.device) == "cpu"
+                                             ? worker::GpuInventory()
+                                             : worker::DiscoverGpus();
+  absl::Status status = worker::PlanDevices(options, inventory).status();
+  if (status.ok() || status.code() != absl::StatusCode::kFailedPrecondition) return status;
+  return absl::FailedPreconditionError(
+      absl::StrCat(status.message(),
+                   "; run the workers with --device=cpu, or --device=auto (the GPUs when "
+                   "any is visible)"));
+}
+
+}  // namespace
+
+absl::Status CheckBeforeStart(const StartCheck& check) {
+  const ClusterSpec& cluster = check.tf.cluster;
+  const TaskType type = check.tf.task.type;
+  const bool coordinator = check.whole_job || check.tf.IsCoordinator();
+  const bool worker = check.cpp_workers && (check.whole_job || type == TaskType::kWorker);
+  const bool evaluator =
+      !cluster.evaluator.empty() && (check.whole_job || type == TaskType::kEvaluator);
+  const bool ps = check.whole_job || type == TaskType::kPs;
+
+  if (coordinator || ps) {
+    if (absl::Status s =
+            CheckPsReplicas(check.training.ps_replicas(), static_cast<int>(cluster.ps.size()));
+        !s.ok()) {
+      return s;
+    }
+  }
+  if (coordinator) {
+    if (absl::Status s =
+            CheckReplicasToAggregate(check.training, static_cast<int>(cluster.worker.size()));
+        !s.ok()) {
+      return s;
+    }
+  }
+  if (coordinator || worker) {
+    if (absl::Status s = CheckData(check.training, check.whole_job); !s.ok()) return s;
+  }
+  if (evaluator && absl::GetFlag(FLAGS_checkpoint_dir).empty()) {
+    return absl::InvalidArgumentError(
+        "an evaluator needs --checkpoint_dir: the directory the chief saves the checkpoints it "
+        "evaluates in, e.g. --checkpoint_dir=/tmp/pstrain_checkpoints");
+  }
+  if (coordinator) {
+    DaemonSetup setup;
+    setup.tf = check.tf;
+    setup.training = check.training;
+    setup.timing = check.timing;
+    if (absl::Status s = chief::CheckEvaluationOptions(chief::ChiefOptionsFromFlags(setup));
+        !s.ok()) {
+      return s;
+    }
+  }
+  if (worker) {
+    if (absl::Status s = CheckDevices(); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace pst::common
