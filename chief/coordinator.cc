@@ -273,6 +273,11 @@ Coordinator::Redone Coordinator::StepsRedone() const {
 int64_t Coordinator::GlobalStepLocked() const {
   int64_t step = 0;
   for (const WorkerState& w : workers_) step = std::max(step, w.version);
+  const bool probed = version_ceiling_ != std::numeric_limits<int64_t>::max();
+  // Every worker done, nothing more is pushed: the ps' version is the step.
+  // A worker's own report can trail it, as an async worker's last push is
+  // answered before another's last push lands.
+  if (probed && AllDoneLocked()) return version_ceiling_;
   return std::min(step, version_ceiling_);
 }
 

@@ -61,6 +61,7 @@ class Coordinator {
   // workers report, but never above it: a heartbeat cannot move the job's
   // step past what the ps have applied (a hostile or broken version of
   // INT64_MAX counts as the ps's own). Unset, reports count as they are.
+  // Once every worker is done, the probe's version is the step.
   void SetVersionCeiling(int64_t version);
   // The job's final checkpoint is saved, at `step` (ClusterState's
   // final_checkpoint_step): evaluators end once they have evaluated it.

@@ -116,6 +116,26 @@ TEST(CoordinatorTest, Heartbeat_VersionAboveWhatThePsHold_CountsOnlyUpToIt) {
   EXPECT_EQ(c.Check(kT0).global_step, 55);
 }
 
+// Async: each worker's last push was answered before the other's landed,
+// so both report 301 while the ps hold 302. Once both are done, the ps'
+// version is the step; while one trains, the reports count.
+TEST(CoordinatorTest, AllDone_GlobalStepIsThePsVersion_NotTheTrailingReports) {
+  Coordinator c(TwoWorkers(), absl::Seconds(10));
+  c.SetPhase(proto::PHASE_RUNNING);
+  ASSERT_TRUE(c.Register(Reg(0, 1), kT0).ok());
+  ASSERT_TRUE(c.Register(Reg(1, 2), kT0).ok());
+  c.SetVersionCeiling(302);
+  proto::WorkerDoneRequest first = Done(0, 1, 151, true);
+  first.mutable_final_progress()->set_version(301);
+  ASSERT_TRUE(c.WorkerDone(first, kT0).ok());
+  ASSERT_TRUE(c.Heartbeat(Beat(1, 2, 150, 1.0f, 300), kT0).ok());
+  EXPECT_EQ(c.Check(kT0).global_step, 301) << "one worker still trains";
+  proto::WorkerDoneRequest second = Done(1, 2, 151, true);
+  second.mutable_final_progress()->set_version(301);
+  ASSERT_TRUE(c.WorkerDone(second, kT0).ok());
+  EXPECT_EQ(c.Check(kT0).global_step, 302);
+}
+
 TEST(CoordinatorTest, Heartbeat_GlobalStepIsHighestVersion_PushesAreSummed) {
   Coordinator c(TwoWorkers(), absl::Seconds(10));
   c.SetPhase(proto::PHASE_RUNNING);
