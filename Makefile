@@ -17,7 +17,7 @@ DEBIAN_PACKAGES := cmake make g++ pkg-config ccache \
 TEST_PACKAGES := iptables openssl prometheus clang libclang-rt-14-dev \
   python3-torch python3-pytest
 
-.PHONY: all deps test-deps configure build demo test test-deploy test-k8s test-compose fuzz fuzz-corpus bench-modes bench-ps bench-recovery bench-throughput bench-python sanitize tsan clean
+.PHONY: all deps test-deps configure build programs demo test test-deploy test-k8s test-compose fuzz fuzz-corpus bench-modes bench-ps bench-recovery bench-throughput bench-python sanitize tsan clean
 
 all: build
 
@@ -33,7 +33,13 @@ configure: deps
 build: configure
 	cmake --build $(BUILD_DIR) -j$(JOBS)
 
-demo: build
+# What a user runs, and nothing else: the daemons, the pstrain CLI and the
+# Python package (cmd/, python/). `build` adds ps_bench and every test.
+PROGRAMS := ps_server worker chief evaluator pstrain pstrain_python
+programs: configure
+	cmake --build $(BUILD_DIR) -j$(JOBS) --target $(PROGRAMS)
+
+demo: programs
 	$(BUILD_DIR)/bin/pstrain local $(DEMO_FLAGS) --summary_json=$(BUILD_DIR)/demo_summary.json
 	@echo "summary: $(BUILD_DIR)/demo_summary.json"; cat $(BUILD_DIR)/demo_summary.json
 
