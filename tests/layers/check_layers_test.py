@@ -1,0 +1,204 @@
+#!/usr/bin/python3
+"""Runs check_layers.py on small trees built in a temporary directory.
+
+  /usr/bin/python3 tests/layers/check_layers_test.py
+"""
+
+import os
+import subprocess
+import sys
+import tempfile
+import textwrap
+import unittest
+
+CHECKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "check_layers.py")
+
+DOC = """\
+# Architecture
+
+## Layers
+
+<!-- layers-table -->
+```
+1  proto/                 wire types
+2  common/                shared code
+3  client/  data/         the client, the data readers
+4  server/                the daemon
+5  cmd/  tests/           every main (cmd/ may not exist yet), the tests
+```
+
+## Next section
+"""
+
+# A tree that follows DOC.
+CLEAN = {
+    "docs/architecture.md": DOC,
+    "proto/wire.pb.h": "// generated\n",
+    "common/status.h": '#include "proto/wire.pb.h"\n#include "absl/status/status.h"\n',
+    "common/status.cc": '#include "common/status.h"\n#include <string>\n',
+    "client/client.h": '#include "common/status.h"\n#include "proto/wire.pb.h"\n',
+    "client/client_test.cc": '#include "client/client.h"\n#include "gtest/gtest.h"\n',
+    "data/reader.h": '#include "common/status.h"\n',
+    "server/server.h": '#include "client/client.h"\n#include "data/reader.h"\n',
+    "tests/cluster_test.cc": '#include "server/server.h"\n#include "nlohmann/json.hpp"\n',
+    "CMakeLists.txt": textwrap.dedent("""\
+        add_library(pst_warnings INTERFACE)
+        add_subdirectory(common)
+        """),
+    "common/CMakeLists.txt": textwrap.dedent("""\
+        add_library(pst_common STATIC status.cc)
+        target_link_libraries(pst_common PUBLIC absl::status PRIVATE pst_warnings)
+        """),
+    "client/CMakeLists.txt": textwrap.dedent("""\
+        add_library(pst_client STATIC client.cc)
+        target_link_libraries(pst_client PUBLIC pst_common)
+        foreach(t client)
+          add_executable(${t}_test ${t}_test.cc)
+          target_link_libraries(${t}_test PRIVATE pst_client GTest::gtest_main)
+        endforeach()
+        """),
+    "server/CMakeLists.txt": textwrap.dedent("""\
+        add_library(pst_server STATIC server.cc)
+        target_link_libraries(pst_server
+          PUBLIC pst_client  # the client
+          PRIVATE pst_common pst_warnings)
+        """),
+}
+
+
+class CheckLayersTest(unittest.TestCase):
+
+    def run_checker(self, changes):
+        """Writes CLEAN with `changes` (path -> text, or None to delete) into a
+        temporary directory and runs the checker there: (exit status, output)."""
+        files = dict(CLEAN)
+        files.update(changes)
+        with tempfile.TemporaryDirectory(prefix="check-layers-") as root:
+            for path, text in files.items():
+                if text is None:
+                    continue
+                full = os.path.join(root, path)
+                os.makedirs(os.path.dirname(full), exist_ok=True)
+                with open(full, "w", encoding="utf-8") as f:
+                    f.write(text)
+            done = subprocess.run([sys.executable, CHECKER, "--root", root],
+                                  capture_output=True, text=True, timeout=60)
+        return done.returncode, done.stdout + done.stderr
+
+    def test_CleanTree_Passes(self):
+        status, out = self.run_checker({})
+        self.assertEqual(status, 0, out)
+        self.assertIn("0 errors", out)
+
+    def test_IncludeOfRowBelow_FailsNamingFileAndLine(self):
+        status, out = self.run_checker({
+            "common/status.cc": '#include "common/status.h"\n\n#include "server/server.h"\n'})
+        self.assertEqual(status, 1, out)
+        self.assertIn("common/status.cc:3: common/ (row 2) includes server/ (row 4)", out)
+
+    def test_IncludeOfFolderBeside_Fails(self):
+        status, out = self.run_checker({
+            "data/reader.h": '#include "common/status.h"\n#include "client/client.h"\n'})
+        self.assertEqual(status, 1, out)
+        self.assertIn("data/reader.h:2: data/ (row 3) includes client/ (row 3)", out)
+        self.assertIn("beside", out)
+
+    def test_TestFile_IsHeldToTheSameRule(self):
+        status, out = self.run_checker({
+            "client/client_test.cc": '#include "client/client.h"\n#include "server/server.h"\n'})
+        self.assertEqual(status, 1, out)
+        self.assertIn("client/client_test.cc:2: client/ (row 3) includes server/ (row 4)", out)
+
+    def test_CmakeLinkOfRowBelow_FailsNamingTheLine(self):
+        status, out = self.run_checker({
+            "common/CMakeLists.txt": textwrap.dedent("""\
+                add_library(pst_common STATIC status.cc)
+                target_link_libraries(pst_common
+                  PUBLIC absl::status
+                  PRIVATE pst_warnings pst_server)
+                """)})
+        self.assertEqual(status, 1, out)
+        self.assertIn("common/CMakeLists.txt:4: target pst_common (folder common/, row 2) "
+                      "links pst_server (folder server/, row 4)", out)
+
+    def test_CmakeLinkInForeach_FailsNamingTheExpandedTarget(self):
+        status, out = self.run_checker({
+            "client/CMakeLists.txt": CLEAN["client/CMakeLists.txt"].replace(
+                "PRIVATE pst_client", "PRIVATE pst_client pst_server")})
+        self.assertEqual(status, 1, out)
+        self.assertIn("client/CMakeLists.txt:5: target client_test (folder client/, row 3) "
+                      "links pst_server", out)
+
+    def test_ListedException_IsANote(self):
+        status, out = self.run_checker({
+            "client/client_test.cc": '#include "client/client.h"\n#include "server/server.h"\n',
+            "client/CMakeLists.txt": CLEAN["client/CMakeLists.txt"].replace(
+                "PRIVATE pst_client", "PRIVATE pst_client pst_server"),
+            "tests/layers/exceptions.txt": textwrap.dedent("""\
+                # Known exceptions.
+                client/client_test.cc -> server/   # moves to tests/ (item 3)
+                client_test -> pst_server          # the same test's link (item 3)
+                """)})
+        self.assertEqual(status, 0, out)
+        self.assertIn("note: client/client_test.cc:2:", out)
+        self.assertIn("note: client/CMakeLists.txt:5: target client_test", out)
+        self.assertIn("2 known exceptions", out)
+
+    def test_StaleException_Fails(self):
+        status, out = self.run_checker({
+            "tests/layers/exceptions.txt":
+                "client/client_test.cc -> server/   # moved to tests/ already\n"})
+        self.assertEqual(status, 1, out)
+        self.assertIn("tests/layers/exceptions.txt:1: stale exception, delete it", out)
+
+    def test_ExceptionWithoutWhy_IsRefused(self):
+        status, out = self.run_checker({
+            "tests/layers/exceptions.txt": "client/client_test.cc -> server/\n"})
+        self.assertEqual(status, 2, out)
+        self.assertIn("say why", out)
+
+    def test_FolderMissingFromTable_Fails(self):
+        status, out = self.run_checker({"tools/launcher.cc": '#include "common/status.h"\n'})
+        self.assertEqual(status, 1, out)
+        self.assertIn("folder tools/ holds C++ but is not in the Layers table", out)
+
+    def test_IncludeOfFolderMissingFromTable_Fails(self):
+        status, out = self.run_checker({
+            "tools/run.py": "print('no C++ here')\n",
+            "tools/launcher.h": "// a header\n",
+            "server/server.h": '#include "client/client.h"\n#include "tools/launcher.h"\n'})
+        self.assertEqual(status, 1, out)
+        self.assertIn("server/server.h:2: server/ (row 4) includes tools/ (no row): "
+                      "folder tools/ is not in the Layers table", out)
+
+    def test_Subfolder_IsItsOwnEntry(self):
+        doc = DOC.replace("4  server/                the daemon",
+                          "4  server/store/          the store\n5  server/  the daemon").replace(
+                              "5  cmd/", "6  cmd/")
+        status, out = self.run_checker({
+            "docs/architecture.md": doc,
+            "server/store/store.h": '#include "common/status.h"\n',
+            "server/server.h": '#include "server/store/store.h"\n'})
+        self.assertEqual(status, 0, out)
+        status, out = self.run_checker({
+            "docs/architecture.md": doc,
+            "server/store/store.h": '#include "server/server.h"\n'})
+        self.assertEqual(status, 1, out)
+        self.assertIn("server/store/store.h:1: server/store/ (row 4) includes server/ (row 5)",
+                      out)
+
+    def test_BuildFolders_AreSkipped(self):
+        status, out = self.run_checker({
+            "build/gen/x.cc": '#include "server/server.h"\n',
+            "build-asan/y.h": '#include "server/server.h"\n'})
+        self.assertEqual(status, 0, out)
+
+    def test_DocWithoutMarker_IsRefused(self):
+        status, out = self.run_checker({
+            "docs/architecture.md": DOC.replace("<!-- layers-table -->\n", "")})
+        self.assertEqual(status, 2, out)
+        self.assertIn("layers-table", out)
+
+
+if __name__ == "__main__":
+    unittest.main()
