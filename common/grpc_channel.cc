@@ -9,8 +9,10 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
+#include "common/grpc_metrics.h"
 #include "common/metrics.h"
 #include "common/tf_config.h"
+#include "common/grpc_credentials.h"
 #include "common/transport_security.h"
 #include "google/protobuf/descriptor.h"
 
@@ -162,7 +164,7 @@ absl::StatusOr<std::unique_ptr<grpc::Server>> StartServer(
   builder.AddListeningPort(listen, *credentials, &bound_port);
   for (const ServedService& served : services) builder.RegisterService(served.service);
   if (MetricsExporter* metrics = ProcessMetrics(); metrics != nullptr) {
-    builder.experimental().SetInterceptorCreators(metrics->RpcInterceptors(*methods));
+    builder.experimental().SetInterceptorCreators(MetricsInterceptors(*metrics, *methods));
   }
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || bound_port == 0) {

@@ -13,17 +13,13 @@
 // a refresher that copies its live statistics (the ps's store, the chief's
 // coordinator, the worker's step times) into the registry just before it
 // is serialized, so the hot paths carry no instrumentation. Servers started
-// with StartServer also count requests, their latency and the bytes they
-// send, per method, through a gRPC server interceptor; methods the server
-// does not serve count as one method, "unknown", so clients calling made-up
-// names cannot add series without bound.
+// with StartServer also count requests per method (common/grpc_metrics.h).
+// No gRPC here: what a ps, a model or the chief's job reads of metrics
+// does not pull in <grpcpp>.
 //
 // Thread-safety: everything here may be used from any thread.
 #ifndef PST_COMMON_METRICS_H_
 #define PST_COMMON_METRICS_H_
-
-#include <grpcpp/grpcpp.h>
-#include <grpcpp/support/server_interceptor.h>
 
 #include <functional>
 #include <memory>
@@ -38,9 +34,6 @@
 #include "prometheus/registry.h"
 
 namespace pst::common {
-
-// The method label of calls to methods a server does not serve.
-inline constexpr char kUnknownMethod[] = "unknown";
 
 class MetricsExporter {
  public:
@@ -65,16 +58,12 @@ class MetricsExporter {
   int AddRefresher(std::function<void()> refresh);
   void RemoveRefresher(int id);
 
-  // Server interceptors counting requests, latency and bytes received and
-  // sent per method, for a server whose services serve `served_methods`
-  // ("/pkg.Service/Method"). Calls to any other name (gRPC answers them
-  // UNIMPLEMENTED) count under method="unknown" (kUnknownMethod).
-  std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>>
-  RpcInterceptors(const std::vector<std::string>& served_methods);
   // Methods ("/pkg.Service/Method") served as raw callback methods, whose
-  // requests arrive as grpc::ByteBuffer rather than as generated messages.
-  // REQUIRES: called before RpcInterceptors (before the server starts).
+  // requests arrive as grpc::ByteBuffer rather than as generated messages
+  // (read by MetricsInterceptors, common/grpc_metrics.h).
+  // REQUIRES: called before the server starts.
   void SetRawMethods(std::vector<std::string> methods);
+  const absl::flat_hash_set<std::string>& raw_methods() const { return raw_methods_; }
 
  private:
   class ScrapeHook;

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "common/wire_codec.h"
+#include "common/payload_pins.h"
 #include "proto/pstrain.pb.h"
 
 namespace pst::common {

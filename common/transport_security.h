@@ -36,13 +36,12 @@
 //
 // The daemons' mains load it once from the flags
 // (InitTransportFromFlags in flags/job_flags.h)
-// before opening any channel or server; MakeChannel and StartServer use it.
+// before opening any channel or server; MakeChannel and StartServer use it
+// (the credentials: common/grpc_credentials.h).
 // The grpc.health.v1 service is covered too: health checkers need the same
 // certificate and token.
 #ifndef PST_COMMON_TRANSPORT_SECURITY_H_
 #define PST_COMMON_TRANSPORT_SECURITY_H_
-
-#include <grpcpp/grpcpp.h>
 
 #include <memory>
 #include <string>
@@ -91,14 +90,6 @@ absl::StatusOr<TransportSecurity> LoadTransportSecurity(const SecurityFiles& fil
 // token, until set). Set it before any channel or server is made.
 void SetTransportSecurity(TransportSecurity security);
 const TransportSecurity& GetTransportSecurity();
-
-// Credentials for a channel or a listening port under `security`.
-// Errors (servers): FailedPrecondition when TLS is asked for (--tls_ca)
-// but this process has no certificate to serve with.
-std::shared_ptr<grpc::ChannelCredentials> MakeChannelCredentials(
-    const TransportSecurity& security);
-absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
-    const TransportSecurity& security);
 
 // What the flags' help and the logs say of `security`: "plaintext",
 // "TLS", "mutual TLS", each with ", token" when one is set, then ", roles"

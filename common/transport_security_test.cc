@@ -1,6 +1,7 @@
 // Loading the TLS and token settings: what is accepted, and the errors that
 // name the flag. security_integration_test checks the credentials through
 // real daemons.
+#include "common/grpc_credentials.h"
 #include "common/transport_security.h"
 
 #include <gtest/gtest.h>

@@ -537,27 +537,6 @@ absl::Status DecodePush(const grpc::ByteBuffer& buffer, proto::PushRequest* requ
   return absl::OkStatus();
 }
 
-void PayloadPins::Add() {
-  absl::MutexLock lock(&mu_);
-  ++held_;
-}
-
-void PayloadPins::Release() {
-  absl::MutexLock lock(&mu_);
-  --held_;
-}
-
-void PayloadPins::WaitAllReleased() {
-  absl::MutexLock lock(&mu_);
-  mu_.Await(absl::Condition(
-      +[](int* held) { return *held == 0; }, &held_));
-}
-
-int PayloadPins::held() const {
-  absl::MutexLock lock(&mu_);
-  return held_;
-}
-
 grpc::ByteBuffer EncodePushPull(const proto::PushPullRequest& request,
                                 std::span<const std::span<const float>> payloads,
                                 PayloadPins* pins) {

@@ -26,35 +26,12 @@
 #include <string_view>
 #include <vector>
 
-#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
-#include "absl/synchronization/mutex.h"
+#include "common/payload_pins.h"
 #include "google/protobuf/message.h"
 #include "proto/pstrain.pb.h"
 
 namespace pst::common {
-
-// Counts the payload slices gRPC still holds. A call's completion does not
-// mean gRPC is done with what it sent: after a cancellation or a deadline
-// the transport may still be writing it. A caller waits here before it
-// reuses or frees the buffers the slices point into. Thread-safe.
-class PayloadPins {
- public:
-  PayloadPins() = default;
-  PayloadPins(const PayloadPins&) = delete;
-  PayloadPins& operator=(const PayloadPins&) = delete;
-  ~PayloadPins() { WaitAllReleased(); }
-
-  void Add();
-  void Release();
-  // Returns once every added slice has been released.
-  void WaitAllReleased();
-  int held() const;
-
- private:
-  mutable absl::Mutex mu_;
-  int held_ ABSL_GUARDED_BY(mu_) = 0;
-};
 
 // `request` with push.gradients(k).data replaced by payloads[k] (the
 // tensors' own data must be empty). The payloads are referenced, not

@@ -19,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/grpc_channel.h"
 #include "common/tensor_util.h"
+#include "common/grpc_credentials.h"
 #include "common/transport_security.h"
 #include "proto/pstrain.grpc.pb.h"
 #include "tests/test_cluster.h"

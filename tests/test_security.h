@@ -13,6 +13,7 @@
 
 #include "absl/time/time.h"
 #include "common/grpc_channel.h"
+#include "common/grpc_credentials.h"
 #include "common/transport_security.h"
 #include "proto/pstrain.grpc.pb.h"
 
