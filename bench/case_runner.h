@@ -1,0 +1,58 @@
+// One benchmark case: W threads each running an operation against the ps
+// for a time budget, and the figures of the case (Result) from what they
+// measured.
+#ifndef PST_BENCH_CASE_RUNNER_H_
+#define PST_BENCH_CASE_RUNNER_H_
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "bench/ps_cluster.h"
+
+namespace pst::bench {
+
+// A case's figures: one row of the table, one entry of the JSON.
+struct Result {
+  std::string op;
+  int64_t size_floats = 0;  // dense
+  int rows = 0, dim = 0;    // sparse
+  int64_t table_rows = 0;
+  int ps = 0, workers = 0;
+  int64_t ops = 0;
+  double seconds = 0;
+  double bytes = 0;
+  double gbps = 0;
+  double rows_per_s = 0;         // sparse: ids requested per second (repeats included)
+  double unique_rows_per_s = 0;  // sparse: distinct rows moved per second
+  double p50_ms = 0, p99_ms = 0, max_ms = 0;
+  double ps_cpu_s_per_gb = 0;
+  double client_cpu_s_per_gb = 0;
+  int64_t ps_rss_bytes = 0;
+  std::string error;
+  // Summed over a case's rounds, until FinishResult.
+  std::vector<double> latencies_ms;
+  double ps_cpu_s = 0;
+  bool ps_cpu_known = true;
+  double client_cpu_s = 0;
+};
+
+// The bytes one operation moved, or its error.
+using Op = std::function<absl::StatusOr<double>()>;
+
+// Runs `ops[w]` on W threads: one warm-up each, then together until
+// `budget` is spent and each has done `min_iters`. Adds the operations,
+// bytes, time and CPU to `*result` (a case run in rounds adds each);
+// FinishResult then computes the figures.
+void RunCase(PsCluster& cluster, std::vector<Op>& ops, absl::Duration budget, int min_iters,
+             Result* result);
+
+// The figures of a case from what its rounds added up.
+void FinishResult(Result* result);
+
+}  // namespace pst::bench
+
+#endif  // PST_BENCH_CASE_RUNNER_H_

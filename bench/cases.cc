@@ -1,0 +1,287 @@
+#include "bench/cases.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <memory>
+#include <numeric>
+#include <random>
+#include <set>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "bench/plan.h"
+#include "bench/ps_cluster.h"
+#include "client/grpc_ps_transport.h"
+#include "client/ps_client.h"
+#include "common/ps_transport.h"
+#include "common/status_macros.h"
+
+namespace pst::bench {
+namespace {
+
+// Zipf(s) ids over [0, n): rank k drawn with probability ~ 1/(k+1)^s, then
+// scattered over the id space by a fixed bijection so that hot ids are not
+// neighbours.
+class ZipfIds {
+ public:
+  ZipfIds(int64_t n, double s) : n_(n), cdf_(n) {
+    double sum = 0;
+    for (int64_t k = 0; k < n; ++k) {
+      sum += 1.0 / std::pow(static_cast<double>(k + 1), s);
+      cdf_[k] = sum;
+    }
+    for (double& c : cdf_) c /= sum;
+    multiplier_ = 0x9E3779B1LL % n;
+    while (multiplier_ < 1 || std::gcd(multiplier_, n) != 1) ++multiplier_;
+  }
+  int64_t Draw(std::mt19937_64& rng) const {
+    const double u = std::uniform_real_distribution<double>(0, 1)(rng);
+    int64_t rank = std::lower_bound(cdf_.begin(), cdf_.end(), u) - cdf_.begin();
+    rank = std::min(rank, n_ - 1);
+    return static_cast<int64_t>((static_cast<__int128>(rank) * multiplier_ + 12345) % n_);
+  }
+
+ private:
+  int64_t n_;
+  std::vector<double> cdf_;
+  int64_t multiplier_ = 1;
+};
+
+// One worker thread's state, kept across cases: its transport (channels),
+// its push counter (the ps ignore repeats of (worker, incarnation, step)).
+struct Worker {
+  int index = 0;
+  uint64_t incarnation = 0;
+  int64_t step = 0;
+  std::shared_ptr<common::PsTransport> transport;
+};
+
+// Every dense size and op, in --rounds rounds: each round runs each case
+// for its share of the budget, so load that comes and goes during the run
+// falls on every size alike rather than on whichever ran then.
+std::vector<Result> RunDense(const Options& options, PsCluster& cluster,
+                             const proto::PlacementPlan& plan, std::vector<Worker>& workers) {
+  const int num_workers = static_cast<int>(workers.size());
+  // What one size's operations use, for every round (addresses stay put).
+  struct SizeState {
+    worker::Values grads;  // shared by every worker (read only)
+    std::vector<std::unique_ptr<worker::PsClient>> clients;
+    std::vector<worker::Values> values;
+  };
+  struct Case {
+    Result result;
+    std::vector<Op> ops;
+  };
+  std::vector<std::unique_ptr<SizeState>> sizes;
+  std::vector<Case> cases;
+  for (int64_t size : options.sizes) {
+    auto state = std::make_unique<SizeState>();
+    // Small enough that SGD at the benchmark's learning rate keeps the
+    // values finite.
+    state->grads = {std::vector<float>(size, 1e-3f)};
+    state->values.resize(num_workers);
+    const double payload = static_cast<double>(size) * sizeof(float);
+    std::string error;
+    for (int w = 0; w < num_workers && error.empty(); ++w) {
+      absl::StatusOr<std::unique_ptr<worker::PsClient>> client = worker::PsClient::Create(
+          plan, {DenseName(size)}, workers[w].transport, workers[w].index, workers[w].incarnation);
+      if (!client.ok()) {
+        error = std::string(client.status().message());
+      } else {
+        state->clients.push_back(*std::move(client));
+      }
+    }
+    for (const std::string op : {"push", "pull", "pushpull"}) {
+      if (!options.Has(op)) continue;
+      Case c;
+      c.result.op = op;
+      c.result.size_floats = size;
+      c.result.error = error;
+      for (int w = 0; w < num_workers && error.empty(); ++w) {
+        Worker* me = &workers[w];
+        worker::PsClient* client = state->clients[w].get();
+        worker::Values* out = &state->values[w];
+        const worker::Values* grads = &state->grads;
+        if (op == "pull") {
+          c.ops.push_back([client, out, payload]() -> absl::StatusOr<double> {
+            PST_RETURN_IF_ERROR(client->Pull(out).status());
+            return payload;
+          });
+        } else if (op == "pushpull") {
+          c.ops.push_back([client, out, me, grads, payload]() -> absl::StatusOr<double> {
+            ++me->step;
+            PST_RETURN_IF_ERROR(client->PushPull(me->step, 0, *grads, out).status());
+            return 2 * payload;
+          });
+        } else {
+          c.ops.push_back([client, me, grads, payload]() -> absl::StatusOr<double> {
+            ++me->step;
+            PST_RETURN_IF_ERROR(client->Push(me->step, 0, *grads).status());
+            return payload;
+          });
+        }
+      }
+      cases.push_back(std::move(c));
+    }
+    sizes.push_back(std::move(state));
+  }
+
+  const absl::Duration budget = options.case_budget / options.rounds;
+  const int min_iters = (options.min_iters + options.rounds - 1) / options.rounds;
+  for (int round = 1; round <= options.rounds; ++round) {
+    for (Case& c : cases) {
+      if (!c.result.error.empty()) continue;
+      std::printf("  round %d of %d: %s of %s floats ...\n", round, options.rounds,
+                  c.result.op.c_str(), SizeName(c.result.size_floats).c_str());
+      std::fflush(stdout);
+      RunCase(cluster, c.ops, budget, min_iters, &c.result);
+    }
+  }
+  std::vector<Result> results;
+  for (Case& c : cases) {
+    FinishResult(&c.result);
+    results.push_back(std::move(c.result));
+  }
+  return results;
+}
+
+std::vector<Result> RunSparse(const Options& options, PsCluster& cluster,
+                              const proto::PlacementPlan& plan, std::vector<Worker>& workers) {
+  std::vector<Result> results;
+  const int num_workers = static_cast<int>(workers.size());
+  const int dim = options.dim;
+  // Id batches drawn up front, so drawing is not timed.
+  constexpr int kBatches = 32;
+  const ZipfIds zipf(options.table_rows, options.zipf_s);
+  struct Batch {
+    std::vector<int64_t> ids;
+    int64_t unique = 0;
+  };
+  std::vector<std::vector<Batch>> batches(num_workers);
+  for (int w = 0; w < num_workers; ++w) {
+    std::mt19937_64 rng(1000 + w);
+    for (int b = 0; b < kBatches; ++b) {
+      Batch batch;
+      for (int i = 0; i < options.rows; ++i) batch.ids.push_back(zipf.Draw(rng));
+      batch.unique =
+          static_cast<int64_t>(std::set<int64_t>(batch.ids.begin(), batch.ids.end()).size());
+      batches[w].push_back(std::move(batch));
+    }
+  }
+  const worker::Values grads = {std::vector<float>(static_cast<size_t>(options.rows) * dim, 1e-3f)};
+
+  std::vector<std::unique_ptr<worker::PsClient>> clients(num_workers);
+  for (int w = 0; w < num_workers; ++w) {
+    absl::StatusOr<std::unique_ptr<worker::PsClient>> client = worker::PsClient::Create(
+        plan, {}, workers[w].transport, workers[w].index, workers[w].incarnation);
+    if (!client.ok()) {
+      Result r;
+      r.op = "sparse";
+      r.error = std::string(client.status().message());
+      return {r};
+    }
+    clients[w] = *std::move(client);
+  }
+  std::vector<worker::Values> out(num_workers);
+  std::vector<int> next(num_workers, 0);
+
+  for (const std::string op : {"sparse_pull", "sparse_push"}) {
+    if (!options.Has(op)) continue;
+    std::vector<Op> ops;
+    for (int w = 0; w < num_workers; ++w) {
+      worker::PsClient* client = clients[w].get();
+      Worker* me = &workers[w];
+      const std::vector<Batch>* mine = &batches[w];
+      int* cursor = &next[w];
+      worker::Values* values = &out[w];
+      // Ids go out (8 bytes each) and rows come back or go out (dim floats),
+      // both for distinct ids only: the client sends each id once.
+      const bool pull = op == "sparse_pull";
+      ops.push_back([=, &grads]() -> absl::StatusOr<double> {
+        const Batch& batch = (*mine)[(*cursor)++ % kBatches];
+        const worker::PsClient::TableIds tables[] = {{kTable, batch.ids}};
+        if (pull) {
+          PST_RETURN_IF_ERROR(client->PullRows(tables, values));
+        } else {
+          ++me->step;
+          PST_RETURN_IF_ERROR(client->PushRows(me->step, tables, grads));
+        }
+        return static_cast<double>(batch.unique) * (8.0 + 4.0 * dim);
+      });
+    }
+    Result r;
+    r.op = op;
+    r.rows = options.rows;
+    r.dim = dim;
+    r.table_rows = options.table_rows;
+    std::printf("  running %s of %d rows x %d ...\n", op.c_str(), options.rows, dim);
+    std::fflush(stdout);
+    RunCase(cluster, ops, options.case_budget, options.min_iters, &r);
+    FinishResult(&r);
+    if (r.error.empty() && r.seconds > 0) {
+      r.rows_per_s = static_cast<double>(r.ops) * options.rows / r.seconds;
+      r.unique_rows_per_s = r.bytes / (8.0 + 4.0 * dim) / r.seconds;
+    }
+    results.push_back(r);
+  }
+  return results;
+}
+
+}  // namespace
+
+absl::Status RunConfig(const Options& options, int num_ps, int num_workers,
+                       std::vector<Result>* results) {
+  std::printf("\n== %d ps, %d worker(s)%s%s\n", num_ps, num_workers,
+              options.ps_replicas == 2 ? ", each shard backed up on the next ps" : "",
+              options.link_rate.empty()
+                  ? ""
+                  : absl::StrCat(", each ps behind a ", options.link_rate, " link").c_str());
+  std::fflush(stdout);
+  PST_ASSIGN_OR_RETURN(std::unique_ptr<PsCluster> cluster,
+                       PsCluster::Start(options, num_ps, num_workers));
+  PST_ASSIGN_OR_RETURN(const proto::PlacementPlan plan, BuildPlan(options, num_ps));
+  proto::OptimizerConfig sgd;
+  sgd.set_name("sgd");
+  sgd.set_learning_rate(1e-6f);
+  const absl::Time create_start = absl::Now();
+  if (options.ps_replicas == 2 && num_ps < 2) {
+    return absl::InvalidArgumentError("--ps_replicas=2 needs --ps of 2 or more");
+  }
+  PST_RETURN_IF_ERROR(cluster->CreateVariables(plan, sgd, num_workers, options.ps_replicas));
+  std::printf("  created %.1f MB of variables on %d ps in %.1f s (ps rss %.0f MB)\n",
+              PlanBytes(plan) / 1e6, num_ps, absl::ToDoubleSeconds(absl::Now() - create_start),
+              cluster->MemoryBytes("VmRSS") / 1e6);
+  std::fflush(stdout);
+
+  std::vector<Worker> workers(num_workers);
+  std::mt19937_64 rng(absl::ToUnixNanos(absl::Now()));
+  for (int w = 0; w < num_workers; ++w) {
+    workers[w].index = w;
+    workers[w].incarnation = rng() | 1;
+    workers[w].transport = worker::MakeGrpcPsTransport(cluster->addresses(), options.rpc_timeout);
+  }
+  if (options.AnyDense()) {
+    for (Result& r : RunDense(options, *cluster, plan, workers)) {
+      r.ps = num_ps;
+      r.workers = num_workers;
+      results->push_back(std::move(r));
+    }
+  }
+  if (options.AnySparse()) {
+    for (Result& r : RunSparse(options, *cluster, plan, workers)) {
+      r.ps = num_ps;
+      r.workers = num_workers;
+      results->push_back(std::move(r));
+    }
+  }
+  std::printf("  ps peak rss %.0f MB for %.0f MB of variables\n",
+              cluster->MemoryBytes("VmHWM") / 1e6, PlanBytes(plan) / 1e6);
+  workers.clear();  // channels closed before the ps go
+  cluster->Stop();
+  return absl::OkStatus();
+}
+
+}  // namespace pst::bench

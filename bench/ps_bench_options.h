@@ -1,0 +1,89 @@
+// ps_bench's settings: the values of its flags as typed (OptionFlags, read
+// by ps_bench_main) and the parsed, checked Options the benchmark runs on.
+#ifndef PST_BENCH_PS_BENCH_OPTIONS_H_
+#define PST_BENCH_PS_BENCH_OPTIONS_H_
+
+#include <cstdint>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+
+namespace pst::bench {
+
+// The unit of every GB/s figure: the output says 1 GB = 1e9 bytes.
+inline constexpr double kGB = 1e9;
+
+// One field per flag of ps_bench, as the flag holds it; the defaults and
+// help texts live with the flag definitions.
+struct OptionFlags {
+  std::string ps;
+  std::string workers;
+  std::string sizes;
+  int rows = 0;
+  int dim = 0;
+  int64_t table_rows = 0;
+  double zipf_s = 0;
+  double seconds_per_case = 0;
+  int min_iters = 0;
+  int rounds = 0;
+  double reference_seconds = 0;
+  std::string cases;
+  std::string json;
+  std::string ps_server;
+  double rpc_timeout_s = 0;
+  int64_t dense_piece_bytes = 0;
+  bool bdp_probe = true;
+  std::string link_rate;
+  int ps_replicas = 1;
+  bool scaling = false;
+  std::string scaling_size;
+  std::string scaling_link_rate;
+  bool verbose = false;
+};
+
+// The settings of a run, as ParseOptions made and checked them.
+struct Options {
+  std::vector<int> ps_counts;
+  std::vector<int> worker_counts;
+  std::vector<int64_t> sizes;
+  int rows = 0;
+  int dim = 0;
+  int64_t table_rows = 0;
+  double zipf_s = 0;
+  absl::Duration case_budget;
+  int min_iters = 1;
+  int rounds = 1;
+  absl::Duration reference_budget;
+  std::set<std::string> cases;
+  std::string json;
+  std::string ps_server;
+  absl::Duration rpc_timeout;
+  int64_t dense_piece_bytes = 0;
+  // false: the ps and the dense connections use a fixed HTTP/2 window.
+  bool bdp_probe = true;
+  std::string link_rate;
+  int ps_replicas = 1;
+  bool scaling = false;
+  int64_t scaling_size = 0;
+  std::string scaling_link_rate;
+  bool verbose = false;
+
+  bool Has(const std::string& c) const { return cases.count(c) > 0; }
+  bool AnyDense() const { return Has("push") || Has("pull") || Has("pushpull"); }
+  bool AnySparse() const { return Has("sparse_pull") || Has("sparse_push"); }
+};
+
+// Parses the comma lists and sizes of `flags` and checks every setting; an
+// empty ps_server becomes the ps_server next to this executable.
+// Errors: InvalidArgument naming the first bad flag.
+absl::StatusOr<Options> ParseOptions(const OptionFlags& flags);
+
+// A float count as --sizes writes it: 1048576 -> "1M", 16384 -> "16K".
+std::string SizeName(int64_t floats);
+
+}  // namespace pst::bench
+
+#endif  // PST_BENCH_PS_BENCH_OPTIONS_H_

@@ -1,0 +1,292 @@
+#include "bench/ps_cluster.h"
+
+#include <poll.h>
+#include <signal.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <optional>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/time.h"
+#include "bench/proc_stats.h"
+#include "common/grpc_channel.h"
+#include "common/grpc_status.h"
+#include "common/status_macros.h"
+#include "common/tf_config.h"
+#include "proto/pstrain.grpc.pb.h"
+#include "tools/netns.h"
+#include "tools/subprocess.h"
+
+namespace pst::bench {
+namespace {
+
+// Waits up to `timeout` for child `pid` to exit; its wait status, or nullopt.
+std::optional<int> WaitChild(pid_t pid, absl::Duration timeout) {
+  const int fd = static_cast<int>(syscall(SYS_pidfd_open, pid, 0));
+  if (fd >= 0) {
+    pollfd pfd{fd, POLLIN, 0};
+    poll(&pfd, 1, static_cast<int>(absl::ToInt64Milliseconds(timeout)));
+    close(fd);
+  }
+  int status = 0;
+  pid_t r;
+  while ((r = waitpid(pid, &status, WNOHANG)) < 0 && errno == EINTR) {
+  }
+  if (r == pid) return status;
+  return std::nullopt;
+}
+
+}  // namespace
+
+// A network namespace holding one ps, joined to this one by a veth pair
+// shaped to a rate each way: the ps sees a NIC of that rate, as on a
+// machine of its own. Removed (with its veth pair) on destruction.
+class ShapedLink {
+ public:
+  // A link of its own: names and subnet never used before by this process.
+  // Errors: Internal naming the command that failed and what it printed.
+  // `routed`: the namespace's default route leads back through this one,
+  // which forwards between links (an iptables FORWARD rule per link, taken
+  // out on destruction), so ps behind two links reach each other.
+  static absl::StatusOr<std::unique_ptr<ShapedLink>> Create(const std::string& rate,
+                                                            bool routed = false) {
+    std::unique_ptr<ShapedLink> link(new ShapedLink());
+    PST_ASSIGN_OR_RETURN(link->ns_, tools::VethNamespace::Create("pb"));
+    const tools::VethNamespace& ns = *link->ns_;
+    // 10.200-249.x.0/24: the pid spreads processes, the sequence number
+    // makes each link of this one a subnet of its own (256 before one
+    // comes again, long after the first link is gone).
+    const int pid = static_cast<int>(getpid());
+    const std::string net =
+        absl::StrCat("10.", 200 + pid % 50, ".", (pid / 50 + ns.sequence()) % 256);
+    link->address_ = net + ".2";
+    const std::string shape = absl::StrCat(" root tbf rate ", rate, " burst 4mb latency 100ms");
+    const std::string ip = tools::IpPath();
+    for (const std::string& command :
+         {absl::StrCat(ip, " addr add ", net, ".1/24 dev ", ns.host_veth()),
+          absl::StrCat("tc qdisc add dev ", ns.host_veth(), shape)}) {
+      PST_RETURN_IF_ERROR(tools::RunShell(command).status());
+    }
+    for (const std::string& command :
+         {absl::StrCat(ip, " addr add ", net, ".2/24 dev ", ns.inner_veth()),
+          absl::StrCat("tc qdisc add dev ", ns.inner_veth(), shape)}) {
+      PST_RETURN_IF_ERROR(ns.Run(command).status());
+    }
+    if (routed) {
+      PST_RETURN_IF_ERROR(ns.Run(absl::StrCat(ip, " route add default via ", net, ".1")).status());
+      const std::string rule = absl::StrCat("FORWARD -i ", ns.host_veth(), " -j ACCEPT");
+      PST_RETURN_IF_ERROR(tools::RunShell(absl::StrCat("iptables -I ", rule)).status());
+      link->forward_rule_ = rule;
+      PST_RETURN_IF_ERROR(tools::RunShell("grep -q 1 /proc/sys/net/ipv4/ip_forward || "
+                                          "echo 1 > /proc/sys/net/ipv4/ip_forward")
+                              .status());
+    }
+    return link;
+  }
+  ~ShapedLink() {
+    if (!forward_rule_.empty()) {
+      tools::RunShell(absl::StrCat("iptables -D ", forward_rule_)).status().IgnoreError();
+    }
+  }
+  // The ps's address inside the namespace.
+  const std::string& address() const { return address_; }
+  // argv that runs `argv` inside the namespace.
+  std::vector<std::string> Wrap(std::vector<std::string> argv) const {
+    return ns_->Wrap(std::move(argv));
+  }
+
+ private:
+  ShapedLink() = default;
+  std::unique_ptr<tools::VethNamespace> ns_;
+  std::string address_;
+  std::string forward_rule_;  // inserted by Create (routed), deleted on destruction
+};
+
+absl::StatusOr<std::unique_ptr<PsCluster>> PsCluster::Start(const Options& options, int num_ps,
+                                                            int num_workers) {
+  std::unique_ptr<PsCluster> cluster(new PsCluster());
+  common::TfConfig tf;
+  PST_ASSIGN_OR_RETURN(const std::vector<int> ports,
+                       tools::PickFreePorts(1 + num_ps + num_workers));
+  size_t next = 0;
+  auto pick = [&](std::vector<std::string>* list, int n) {
+    for (int i = 0; i < n; ++i) list->push_back(absl::StrCat("127.0.0.1:", ports[next++]));
+  };
+  pick(&tf.cluster.chief, 1);
+  pick(&tf.cluster.ps, num_ps);
+  pick(&tf.cluster.worker, num_workers);
+  if (!options.link_rate.empty()) {
+    for (int i = 0; i < num_ps; ++i) {
+      absl::StatusOr<std::unique_ptr<ShapedLink>> made =
+          ShapedLink::Create(options.link_rate, /*routed=*/options.ps_replicas == 2);
+      if (!made.ok()) {
+        return absl::Status(made.status().code(),
+                            absl::StrCat("--link_rate: ", made.status().message()));
+      }
+      std::unique_ptr<ShapedLink> link = *std::move(made);
+      tf.cluster.ps[i] = absl::StrCat(link->address(), ":", ports[1 + i]);
+      cluster->links_.push_back(std::move(link));
+    }
+  }
+  tf.task.type = common::TaskType::kPs;
+  for (int i = 0; i < num_ps; ++i) {
+    tf.task.index = i;
+    tools::SpawnOptions spawn;
+    // No chief watches this ps: the benchmark plays its part.
+    spawn.argv = {options.ps_server, "--chief_timeout_s=0",
+                  absl::StrCat("--bdp_probe=", options.bdp_probe)};
+    if (!cluster->links_.empty()) spawn.argv = cluster->links_[i]->Wrap(spawn.argv);
+    spawn.env = {"TF_CONFIG=" + common::TfConfigToJson(tf)};
+    int fd = -1;
+    absl::StatusOr<pid_t> pid = tools::Spawn(spawn, &fd);
+    if (!pid.ok()) return pid.status();
+    auto process = std::make_unique<Process>();
+    process->pid = *pid;
+    process->address = tf.cluster.ps[i];
+    Process* p = process.get();
+    const bool verbose = options.verbose;
+    p->reader = std::thread([p, fd, i, verbose] {
+      tools::ForEachLine(fd, [p, i, verbose](const std::string& line) {
+        if (verbose) std::fprintf(stderr, "[ps:%d] %s\n", i, line.c_str());
+        absl::MutexLock lock(&p->mu);
+        p->tail.push_back(line);
+        if (p->tail.size() > 20) p->tail.pop_front();
+      });
+    });
+    cluster->ps_.push_back(std::move(process));
+  }
+  // Every ps answers Health once it serves.
+  for (int i = 0; i < num_ps; ++i) {
+    auto stub = proto::ParameterServer::NewStub(common::MakeChannel(cluster->ps_[i]->address));
+    grpc::ClientContext context;
+    common::SetDeadline(&context, absl::Seconds(30), /*wait_for_ready=*/true);
+    proto::HealthRequest request;
+    proto::HealthResponse response;
+    grpc::Status status = stub->Health(&context, request, &response);
+    if (!status.ok()) {
+      return absl::UnavailableError(
+          absl::StrCat("ps ", i, " (", options.ps_server, " at ", cluster->ps_[i]->address,
+                       ") did not come up: ", status.error_message(), cluster->Tail(i)));
+    }
+  }
+  return cluster;
+}
+
+PsCluster::~PsCluster() { Stop(); }
+
+std::vector<std::string> PsCluster::addresses() const {
+  std::vector<std::string> out;
+  for (const auto& p : ps_) out.push_back(p->address);
+  return out;
+}
+
+std::string PsCluster::Tail(int i) {
+  absl::MutexLock lock(&ps_[i]->mu);
+  if (ps_[i]->tail.empty()) return "";
+  return absl::StrCat("; its last output:\n  ", absl::StrJoin(ps_[i]->tail, "\n  "));
+}
+
+absl::Status PsCluster::CheckAlive() {
+  for (int i = 0; i < size(); ++i) {
+    Process& p = *ps_[i];
+    if (!p.exited) {
+      std::optional<int> status = WaitChild(p.pid, absl::ZeroDuration());
+      if (status.has_value()) {
+        p.exited = true;
+        p.wait_status = *status;
+      }
+    }
+    if (p.exited) {
+      return absl::UnavailableError(absl::StrCat(
+          "ps ", i, " (pid ", p.pid, ") ", tools::DescribeWaitStatus(p.wait_status), Tail(i)));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<double> PsCluster::CpuSeconds() const {
+  double total = 0;
+  for (const auto& p : ps_) {
+    PST_ASSIGN_OR_RETURN(const double s, ProcessCpuSeconds(p->pid));
+    total += s;
+  }
+  return total;
+}
+
+int64_t PsCluster::MemoryBytes(const std::string& field) const {
+  int64_t total = 0;
+  for (const auto& p : ps_) total += ProcessMemoryBytes(p->pid, field);
+  return total;
+}
+
+absl::Status PsCluster::CreateVariables(const proto::PlacementPlan& plan,
+                                        const proto::OptimizerConfig& optimizer, int num_workers,
+                                        int replicas) {
+  for (int i = 0; i < size(); ++i) {
+    proto::CreateVariablesRequest request;
+    *request.mutable_optimizer() = optimizer;
+    request.mutable_sync()->set_mode(proto::ASYNC);
+    request.mutable_sync()->set_num_workers(num_workers);
+    for (const auto& entry : plan.variables()) {
+      if (entry.ps_index() == i) *request.add_variables() = entry.spec();
+    }
+    if (replicas == 2) {
+      request.mutable_copies()->set_primary(i);
+      request.mutable_copies()->set_backup((i + 1) % size());
+    }
+    auto stub = proto::ParameterServer::NewStub(common::MakeChannel(ps_[i]->address));
+    grpc::ClientContext context;
+    common::SetDeadline(&context, absl::Seconds(120));
+    proto::CreateVariablesResponse response;
+    grpc::Status status = stub->CreateVariables(&context, request, &response);
+    if (!status.ok()) {
+      absl::Status s = common::FromGrpcStatus(status);
+      return absl::Status(
+          s.code(), absl::StrCat("creating the variables on ps ", i, ": ", s.message(), Tail(i)));
+    }
+  }
+  return absl::OkStatus();
+}
+
+void PsCluster::Stop() {
+  for (auto& p : ps_) {
+    if (p->exited) continue;
+    auto stub = proto::ParameterServer::NewStub(common::MakeChannel(p->address));
+    grpc::ClientContext context;
+    common::SetDeadline(&context, absl::Seconds(5));
+    proto::ShutdownRequest request;
+    request.set_reason("ps_bench is done");
+    proto::ShutdownResponse response;
+    (void)stub->Shutdown(&context, request, &response);
+  }
+  for (size_t i = 0; i < ps_.size(); ++i) {
+    Process& p = *ps_[i];
+    if (!p.exited) {
+      std::optional<int> status = WaitChild(p.pid, absl::Seconds(10));
+      if (!status.has_value()) {
+        std::fprintf(stderr, "ps_bench: ps %zu did not exit after Shutdown; SIGTERM\n", i);
+        kill(p.pid, SIGTERM);
+        status = WaitChild(p.pid, absl::Seconds(5));
+      }
+      if (!status.has_value()) {
+        std::fprintf(stderr, "ps_bench: ps %zu ignored SIGTERM; SIGKILL\n", i);
+        kill(p.pid, SIGKILL);
+        int s = 0;
+        while (waitpid(p.pid, &s, 0) < 0 && errno == EINTR) {
+        }
+        status = s;
+      }
+      p.exited = true;
+      p.wait_status = *status;
+    }
+    if (p.reader.joinable()) p.reader.join();
+  }
+  ps_.clear();
+}
+
+}  // namespace pst::bench
