@@ -18,6 +18,13 @@ add_executable, any add_*) links, in target_link_libraries, only pst_*
 targets of F or of rows above F. Targets of the top-level CMakeLists.txt
 (pst_warnings) are row 0: any target may link them.
 
+Two more rules, each stated in the doc by a marker line (and in words):
+  <!-- layers-rule: no-grpc common/ ... -->       files under these entries
+      include no gRPC header (<grpc...>, <grpcpp/...>, *.grpc.pb.h);
+  <!-- layers-rule: flags-only-in cmd/ ... -->    only .cc files under these
+      entries read a flag (absl::GetFlag).
+An exception to them is listed as `<file> -> gRPC` or `<file> -> GetFlag`.
+
 Known exceptions are in tests/layers/exceptions.txt, one per line:
   <file path> -> <included folder>/   # why, and the item that removes it
   <target> -> <pst_target>            # why, and the item that removes it
@@ -44,6 +51,10 @@ INCLUDE_RE = re.compile(r'^\s*#\s*include\s*"([^"]+)"')
 ROW_RE = re.compile(r"^\s*(\d+)\s+(.*)$")
 FOLDER_RE = re.compile(r"^[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*/$")
 PST_TARGET_RE = re.compile(r"(?<![\w{])pst_\w+")
+RULE_RE = re.compile(r"^\s*<!--\s*layers-rule:\s*([a-z-]+)\s+(.*?)\s*-->\s*$")
+RULES = ("no-grpc", "flags-only-in")
+GRPC_INCLUDE_RE = re.compile(r'^\s*#\s*include\s*(<grpc[^>]*>|"[^"]*\.grpc\.pb\.h")')
+GET_FLAG_RE = re.compile(r"\babsl::GetFlag\s*\(")
 
 
 class InputError(Exception):
@@ -53,8 +64,9 @@ class InputError(Exception):
 class Table:
     """The Layers table: entry ('ps_server/' or 'ps_server/store/') -> row."""
 
-    def __init__(self, rows):
+    def __init__(self, rows, rules=None):
         self.rows = rows  # dict: entry -> row number
+        self.rules = rules or {}  # rule name -> list of entries
 
     def entry_of(self, path):
         """The longest entry `path` starts with, or None."""
@@ -116,7 +128,21 @@ def read_table(doc_path):
         raise InputError("%s: the Layers table's block is not closed" % doc_path)
     if not rows:
         raise InputError("%s: the Layers table has no rows" % doc_path)
-    return Table(rows)
+    rules = {}
+    for number, line in enumerate(lines, 1):
+        m = RULE_RE.match(line)
+        if not m:
+            continue
+        name, entries = m.group(1), m.group(2).split()
+        if name not in RULES:
+            raise InputError("%s:%d: unknown layers-rule %s (known: %s)" %
+                             (doc_path, number, name, ", ".join(RULES)))
+        for entry in entries:
+            if not FOLDER_RE.match(entry):
+                raise InputError("%s:%d: %s is not a folder ending in '/'" %
+                                 (doc_path, number, entry))
+        rules.setdefault(name, []).extend(entries)
+    return Table(rows, rules)
 
 
 def list_files(root):
@@ -257,6 +283,35 @@ class Checker:
         for folder, path in sorted(missing.items()):
             self.errors.append("%s:1: folder %s holds C++ but is not in the Layers table" %
                                (path, folder))
+
+    def check_rules(self, files):
+        """The doc's layers-rule lines: no gRPC below rpc/, flags read only on top."""
+        no_grpc = self.table.rules.get("no-grpc", [])
+        flag_readers = self.table.rules.get("flags-only-in", None)
+        for path in files:
+            if not path.endswith(SOURCE_SUFFIXES):
+                continue
+            grpc_free = [e for e in no_grpc if path.startswith(e)]
+            reads_flags = flag_readers is not None and path.endswith(".cc") and not any(
+                path.startswith(e) for e in flag_readers)
+            if not grpc_free and not reads_flags:
+                continue
+            try:
+                with open(os.path.join(self.root, path), encoding="utf-8",
+                          errors="replace") as f:
+                    lines = f.read().splitlines()
+            except OSError:
+                continue  # check_sources reports it
+            for number, line in enumerate(lines, 1):
+                if grpc_free and GRPC_INCLUDE_RE.match(line):
+                    self.report((path, "gRPC"),
+                                "%s:%d: %s includes gRPC (%s): files under %s are gRPC-free" %
+                                (path, number, grpc_free[0],
+                                 GRPC_INCLUDE_RE.match(line).group(1), grpc_free[0]))
+                if reads_flags and GET_FLAG_RE.search(line):
+                    self.report((path, "GetFlag"),
+                                "%s:%d: absl::GetFlag outside %s: a library takes its settings"
+                                " as options" % (path, number, " ".join(flag_readers)))
 
     def check_cmake(self, files):
         lists = [p for p in files if os.path.basename(p) == "CMakeLists.txt"]
@@ -453,6 +508,7 @@ def main(argv):
     checker = Checker(root, table, exceptions, args.exceptions)
     files = list_files(root)
     checker.check_sources(files)
+    checker.check_rules(files)
     checker.check_cmake(files)
     checker.check_stale()
     if args.graph:

@@ -27,6 +27,9 @@ DOC = """\
 5  cmd/  tests/           every main (cmd/ may not exist yet), the tests
 ```
 
+<!-- layers-rule: no-grpc common/ data/ -->
+<!-- layers-rule: flags-only-in cmd/ -->
+
 ## Next section
 """
 
@@ -192,6 +195,41 @@ class CheckLayersTest(unittest.TestCase):
             "build/gen/x.cc": '#include "server/server.h"\n',
             "build-asan/y.h": '#include "server/server.h"\n'})
         self.assertEqual(status, 0, out)
+
+    def test_GrpcInAGrpcFreeFolder_FailsNamingFileAndLine(self):
+        status, out = self.run_checker({
+            "common/status.cc": '#include "common/status.h"\n#include <grpcpp/grpcpp.h>\n'})
+        self.assertEqual(status, 1, out)
+        self.assertIn("common/status.cc:2: common/ includes gRPC (<grpcpp/grpcpp.h>)", out)
+        status, out = self.run_checker({
+            "data/reader.h": '#include "common/status.h"\n#include "proto/wire.grpc.pb.h"\n'})
+        self.assertEqual(status, 1, out)
+        self.assertIn("data/reader.h:2: data/ includes gRPC", out)
+        # client/ is not in the rule: it may.
+        status, out = self.run_checker({
+            "client/client.h": '#include "common/status.h"\n#include <grpcpp/grpcpp.h>\n'})
+        self.assertEqual(status, 0, out)
+
+    def test_GetFlagOutsideTheFlagReaders_Fails(self):
+        status, out = self.run_checker({
+            "server/server.cc": '#include "server/server.h"\nint n = absl::GetFlag(FLAGS_n);\n',
+            "cmd/main.cc": '#include "server/server.h"\nint m = absl::GetFlag(FLAGS_m);\n'})
+        self.assertEqual(status, 1, out)
+        self.assertIn("server/server.cc:2: absl::GetFlag outside cmd/", out)
+        self.assertNotIn("cmd/main.cc", out)
+
+    def test_RuleException_IsANote(self):
+        status, out = self.run_checker({
+            "common/status.cc": '#include <grpcpp/grpcpp.h>\n',
+            "tests/layers/exceptions.txt": "common/status.cc -> gRPC   # moves to rpc/\n"})
+        self.assertEqual(status, 0, out)
+        self.assertIn("note: common/status.cc:1: common/ includes gRPC", out)
+
+    def test_UnknownRule_IsRefused(self):
+        status, out = self.run_checker({
+            "docs/architecture.md": DOC.replace("layers-rule: no-grpc", "layers-rule: no-grcp")})
+        self.assertEqual(status, 2, out)
+        self.assertIn("unknown layers-rule no-grcp", out)
 
     def test_DocWithoutMarker_IsRefused(self):
         status, out = self.run_checker({
