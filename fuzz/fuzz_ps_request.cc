@@ -15,7 +15,7 @@
 
 #include "common/wire_codec.h"
 #include "proto/pstrain.pb.h"
-#include "ps_server/variable_store.h"
+#include "ps_server/store/variable_store.h"
 
 namespace {
 

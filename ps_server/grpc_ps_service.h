@@ -17,8 +17,8 @@
 #include "common/grpc_bounded_service.h"
 #include "common/process.h"
 #include "proto/pstrain.grpc.pb.h"
-#include "ps_server/ps_node.h"
-#include "ps_server/variable_store.h"
+#include "ps_server/node/ps_node.h"
+#include "ps_server/store/variable_store.h"
 
 namespace pst::ps {
 
@@ -33,7 +33,7 @@ using ParameterServerBase = proto::ParameterServer::WithRawCallbackMethod_Pull<
             proto::ParameterServer::CallbackService>>>;
 
 // Thread-safe. Does not own the store. Every call checks the caller and runs
-// PsNode's logic (ps_node.h; kSaveDelayEnv there is read at construction),
+// PsNode's logic (node/ps_node.h; kSaveDelayEnv there is read at construction),
 // but for the pulls of dense variables, which read the store directly. They and
 // Shutdown refuse requests over
 // ServerLimits::max_control_message_bytes RESOURCE_EXHAUSTED unparsed

@@ -22,8 +22,8 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "common/process.h"
-#include "ps_server/ps_node.h"
-#include "ps_server/variable_store.h"
+#include "ps_server/node/ps_node.h"
+#include "ps_server/store/variable_store.h"
 
 namespace pst::ps {
 

@@ -13,7 +13,7 @@
 
 #include "common/ps_transport.h"
 #include "ps_server/in_process_ps.h"
-#include "ps_server/variable_store.h"
+#include "ps_server/store/variable_store.h"
 
 namespace pst::ps {
 

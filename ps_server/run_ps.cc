@@ -14,8 +14,8 @@
 #include "common/logging.h"
 #include "common/transport_security.h"
 #include "ps_server/grpc_ps_service.h"
-#include "ps_server/grpc_replica_link.h"
-#include "ps_server/store_metrics.h"
+#include "ps_server/replication/grpc_replica_link.h"
+#include "ps_server/store/store_metrics.h"
 
 namespace pst::ps {
 

@@ -12,7 +12,7 @@
 #include "common/metrics.h"
 #include "common/process.h"
 #include "common/tf_config.h"
-#include "ps_server/variable_store.h"
+#include "ps_server/store/variable_store.h"
 
 namespace pst::ps {
 

@@ -1,0 +1,72 @@
+// The store's figures as Prometheus gauges and counters.
+#include "ps_server/store/store_metrics.h"
+
+#include "prometheus/counter.h"
+#include "prometheus/gauge.h"
+
+namespace pst::ps {
+
+void ExportStoreMetrics(const VariableStore* store, common::MetricsExporter* metrics) {
+  prometheus::Registry& r = metrics->registry();
+  const prometheus::Labels& labels = metrics->labels();
+  auto gauge = [&](const char* name, const char* help) -> prometheus::Gauge& {
+    return prometheus::BuildGauge().Name(name).Help(help).Labels(labels).Register(r).Add({});
+  };
+  auto counter = [&](const char* name, const char* help) -> prometheus::Counter& {
+    return prometheus::BuildCounter().Name(name).Help(help).Labels(labels).Register(r).Add({});
+  };
+  prometheus::Gauge& variables = gauge("pstrain_ps_variables", "Variables (and pieces) held");
+  prometheus::Gauge& elements = gauge("pstrain_ps_elements", "Parameters held (floats)");
+  prometheus::Gauge& hash_rows =
+      gauge("pstrain_ps_embedding_rows", "Rows held by hash embedding tables");
+  prometheus::Gauge& staleness_max =
+      gauge("pstrain_ps_staleness_max", "Largest staleness of an applied dense gradient");
+  prometheus::Gauge& generation = gauge("pstrain_ps_generation", "Restore generation");
+  prometheus::Counter& pushes = counter("pstrain_ps_pushes_applied_total", "Pushes applied");
+  prometheus::Counter& gradients =
+      counter("pstrain_ps_gradients_applied_total", "Dense gradients applied");
+  prometheus::Counter& staleness =
+      counter("pstrain_ps_staleness_sum_total",
+              "Summed staleness of applied dense gradients (divide by "
+              "pstrain_ps_gradients_applied_total for the mean)");
+  prometheus::Counter& dropped =
+      counter("pstrain_ps_stale_dropped_total", "Pushes dropped as too stale");
+  prometheus::Counter& duplicates =
+      counter("pstrain_ps_duplicates_ignored_total", "Repeated pushes recognized and ignored");
+  prometheus::Counter& nonfinite =
+      counter("pstrain_ps_nonfinite_skipped_total", "Gradient rows skipped for NaN or Inf");
+  prometheus::Counter& apply =
+      counter("pstrain_ps_apply_seconds_total",
+              "Time spent applying pushes (optimizer and sync accumulation, waits for a variable's "
+              "lock included), summed over threads");
+  prometheus::Family<prometheus::Gauge>& table_rows =
+      prometheus::BuildGauge()
+          .Name("pstrain_ps_table_rows")
+          .Help(
+              "Rows this ps holds of each embedding table (hash tables and row-partitioned "
+              "variables), by table")
+          .Labels(labels)
+          .Register(r);
+  metrics->AddRefresher([=, &variables, &elements, &hash_rows, &staleness_max, &generation, &pushes,
+                         &gradients, &staleness, &dropped, &duplicates, &nonfinite, &apply,
+                         &table_rows] {
+    const VariableStore::Stats s = store->GetStats();
+    variables.Set(s.num_variables);
+    elements.Set(static_cast<double>(s.num_elements));
+    hash_rows.Set(static_cast<double>(s.hash_rows));
+    staleness_max.Set(static_cast<double>(s.staleness_max));
+    generation.Set(static_cast<double>(s.generation));
+    common::RaiseCounterTo(pushes, s.pushes_applied);
+    common::RaiseCounterTo(gradients, s.gradients_applied);
+    common::RaiseCounterTo(staleness, s.staleness_sum);
+    common::RaiseCounterTo(dropped, s.stale_dropped);
+    common::RaiseCounterTo(duplicates, s.duplicates_ignored);
+    common::RaiseCounterTo(nonfinite, s.nonfinite_skipped);
+    common::RaiseCounterTo(apply, s.apply_seconds);
+    for (const auto& [table, rows] : s.table_rows) {
+      table_rows.Add({{"table", table}}).Set(static_cast<double>(rows));
+    }
+  });
+}
+
+}  // namespace pst::ps

@@ -1,0 +1,184 @@
+// VariableStore's restore from a checkpoint, in stages (Restorer): the
+// records of every shard are absorbed one at a time, each variable taking
+// the rows that belong to it, and the result is swapped in at Commit.
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "common/partition.h"
+#include "common/status_macros.h"
+#include "ps_server/store/store_internal.h"
+#include "ps_server/store/variable_store.h"
+
+namespace pst::ps {
+namespace {
+
+using store_internal::LogicalName;
+
+
+// The global row of local row r of `spec` (whole variables: r itself).
+int64_t GlobalRow(const proto::VariableSpec& spec, int64_t r) {
+  if (spec.variable().empty() || spec.routing() == proto::ROUTING_NONE) return r;
+  return spec.row_offset() + r * spec.row_stride();
+}
+// The local row holding global row g in `spec`, or -1 if another partition
+// holds it.
+int64_t LocalRow(const proto::VariableSpec& spec, int64_t rows, int64_t g) {
+  if (spec.variable().empty() || spec.routing() == proto::ROUTING_NONE) {
+    return g >= 0 && g < rows ? g : -1;
+  }
+  const int64_t stride = spec.row_stride() > 0 ? spec.row_stride() : 1;
+  const int64_t d = g - spec.row_offset();
+  if (d < 0 || d % stride != 0 || d / stride >= rows) return -1;
+  return d / stride;
+}
+
+}  // namespace
+
+// One variable's new contents, built from the records absorbed so far.
+struct VariableStore::Restorer::Loaded {
+  Variable* var = nullptr;
+  bool seen = false;  // some record of its logical variable was absorbed
+  int64_t version = 0;
+  std::vector<float> values;
+  std::vector<std::vector<float>> slots;
+  std::vector<bool> filled;  // dense: rows loaded
+  int64_t rows_filled = 0;
+  absl::flat_hash_map<int64_t, std::vector<float>> hash_rows;
+};
+
+VariableStore::Restorer::Restorer(VariableStore* store) : store_(store) {
+  absl::ReaderMutexLock lock(&store->mu_);
+  num_slots_ = store->optimizer_ == nullptr ? 0 : store->optimizer_->num_slots();
+  for (const auto& [name, var] : store->variables_) {
+    auto l = std::make_unique<Loaded>();
+    l->var = var.get();
+    by_logical_[LogicalName(var->spec)].push_back(l.get());
+    loaded_.push_back(std::move(l));
+  }
+}
+
+VariableStore::Restorer::~Restorer() = default;
+
+std::unique_ptr<VariableStore::Restorer> VariableStore::BeginRestore() {
+  return std::unique_ptr<Restorer>(new Restorer(this));
+}
+
+bool VariableStore::Restorer::Holds(const proto::VariableSpec& spec) const {
+  return by_logical_.contains(LogicalName(spec));
+}
+
+absl::Status VariableStore::Restorer::Absorb(const common::ShardRecord& r) {
+  auto it = by_logical_.find(LogicalName(r.spec));
+  if (it == by_logical_.end()) return absl::OkStatus();  // none of it is held here
+  for (Loaded* l : it->second) {
+    // Only the const parts of a Variable are read here (spec, rows, dim).
+    const Variable& var = *l->var;
+    const int64_t dim = var.dim;
+    const int64_t rdim = r.rows > 0 ? static_cast<int64_t>(r.values.size()) / r.rows : dim;
+    if (r.rows > 0 && rdim != dim) {
+      return absl::FailedPreconditionError(absl::StrCat("variable '", LogicalName(r.spec),
+                                                        "' has rows of ", rdim,
+                                                        " in the checkpoint but ", dim, " here"));
+    }
+    if (static_cast<int>(r.slots.size()) != num_slots_) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "variable '", r.spec.name(), "' has ", r.slots.size(),
+          " optimizer slot(s) in the checkpoint but this optimizer keeps ", num_slots_));
+    }
+    l->seen = true;
+    l->version = std::max(l->version, r.version);
+    if (var.is_hash) {
+      for (int64_t k = 0; k < static_cast<int64_t>(r.hash_ids.size()); ++k) {
+        const int64_t id = r.hash_ids[k];
+        if (common::HashPartition(id, var.spec.num_partitions()) != var.spec.partition()) continue;
+        std::vector<float> row(dim * (1 + num_slots_));
+        std::copy_n(&r.values[k * dim], dim, row.begin());
+        for (int s = 0; s < num_slots_; ++s) {
+          std::copy_n(&r.slots[s][k * dim], dim, row.begin() + (s + 1) * dim);
+        }
+        l->hash_rows[id] = std::move(row);
+      }
+      continue;
+    }
+    if (l->filled.empty() && var.rows > 0) {
+      l->values.assign(var.rows * dim, 0.0f);
+      l->slots.assign(num_slots_, std::vector<float>(var.rows * dim, 0.0f));
+      l->filled.assign(var.rows, false);
+    }
+    for (int64_t k = 0; k < r.rows; ++k) {
+      const int64_t local = LocalRow(var.spec, var.rows, GlobalRow(r.spec, k));
+      if (local < 0 || l->filled[local]) continue;
+      l->filled[local] = true;
+      ++l->rows_filled;
+      std::copy_n(&r.values[k * dim], dim, &l->values[local * dim]);
+      for (int s = 0; s < num_slots_; ++s) {
+        std::copy_n(&r.slots[s][k * dim], dim, &l->slots[s][local * dim]);
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status VariableStore::Restorer::Commit(int64_t generation) {
+  if (committed_) return absl::FailedPreconditionError("this restore was committed already");
+  for (const auto& l : loaded_) {
+    const Variable& var = *l->var;
+    if (!l->seen) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "the checkpoint has no variable '", LogicalName(var.spec), "' (for '", var.spec.name(), "')"));
+    }
+    if (!var.is_hash && l->rows_filled != var.rows) {
+      return absl::FailedPreconditionError(absl::StrCat("the checkpoint holds ", l->rows_filled,
+                                                        " of the ", var.rows, " rows of '",
+                                                        var.spec.name(), "'"));
+    }
+  }
+  // Swap everything in under the exclusive lock: no push is half-way through
+  // when the values and the generation change, and every later push is
+  // checked against the new generation.
+  std::vector<Waiter> parked;
+  {
+    absl::MutexLock lock(&store_->mu_);
+    if (store_->variables_.size() != loaded_.size()) {
+      return absl::FailedPreconditionError(
+          "variables were created while the checkpoint was read; restore again");
+    }
+    for (const auto& l : loaded_) {
+      Variable& var = *l->var;
+      absl::MutexLock var_lock(&var.mu);
+      var.version = l->version;
+      var.accum.clear();
+      var.contributors.clear();
+      if (var.is_hash) {
+        var.hash_rows = std::move(l->hash_rows);
+        var.num_hash_rows.store(static_cast<int64_t>(var.hash_rows.size()));
+        var.pending.clear();
+      } else {
+        var.values = std::move(l->values);
+        var.slots = std::move(l->slots);
+      }
+    }
+    store_->generation_ = generation;
+    absl::MutexLock wait_lock(&store_->wait_mu_);
+    std::fill(store_->clocks_.begin(), store_->clocks_.end(), 0);
+    store_->last_push_.clear();
+    store_->positions_.clear();
+    // Parked pulls waited for versions or clocks of the replaced state.
+    parked.swap(store_->waiters_);
+  }
+  committed_ = true;
+  for (Waiter& w : parked) {
+    w.done(absl::AbortedError(
+        "the ps was restored from a checkpoint while this call waited; pull again"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status VariableStore::Restore(const std::vector<const common::ShardRecord*>& records,
+                                    int64_t generation) {
+  std::unique_ptr<Restorer> restorer = BeginRestore();
+  for (const common::ShardRecord* r : records) PST_RETURN_IF_ERROR(restorer->Absorb(*r));
+  return restorer->Commit(generation);
+}
+
+}  // namespace pst::ps

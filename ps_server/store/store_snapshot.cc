@@ -1,0 +1,177 @@
+// VariableStore's snapshot for a checkpoint (variable_store.h: Snapshot):
+// a copy of every variable at one instant, and the cut of each worker's
+// pushes it holds.
+#include <algorithm>
+#include <vector>
+
+#include "absl/time/clock.h"
+#include "ps_server/store/store_internal.h"
+#include "ps_server/store/variable_store.h"
+
+namespace pst::ps {
+
+std::vector<common::ShardRecord> VariableStore::Snapshot(absl::Duration* held, Cut* cut) const {
+  if (held != nullptr) *held = absl::ZeroDuration();
+  // Allocate (and fault in) the copies of the dense variables first, while
+  // training goes on: pushes are held only for the copy itself.
+  absl::flat_hash_map<std::string, common::ShardRecord> ready;
+  int num_slots = 0;
+  {
+    absl::ReaderMutexLock lock(&mu_);
+    num_slots = optimizer_ == nullptr ? 0 : optimizer_->num_slots();
+    for (const auto& [name, var] : variables_) {
+      if (var->is_hash) continue;
+      common::ShardRecord& r = ready[name];
+      const size_t n = static_cast<size_t>(var->rows * var->dim);
+      r.values.resize(n);
+      r.slots.assign(num_slots, std::vector<float>(n));
+    }
+  }
+  // The store held exclusively: no push is half-way through, none starts,
+  // and the records and the cut describe one instant.
+  absl::MutexLock lock(&mu_);
+  const absl::Time locked = absl::Now();
+  num_slots = optimizer_ == nullptr ? 0 : optimizer_->num_slots();
+  std::vector<const Variable*> vars;
+  for (const auto& [name, var] : variables_) vars.push_back(var.get());
+  std::sort(vars.begin(), vars.end(),
+            [](const Variable* a, const Variable* b) { return a->spec.name() < b->spec.name(); });
+  std::vector<common::ShardRecord> records;
+  records.reserve(vars.size());
+  bool sync_pending = false, holds_dense = false;
+  int64_t max_version = 0;
+  for (const Variable* var : vars) {
+    holds_dense |= !var->is_hash;
+    WholeReadLock var_lock(*var);
+    sync_pending |= !var->contributors.empty();
+    common::ShardRecord r;
+    if (auto it = ready.find(var->spec.name()); it != ready.end()) r = std::move(it->second);
+    r.spec = var->spec;
+    r.version = var->version;
+    if (!var->is_hash) {
+      max_version = std::max(max_version, r.version);
+      const size_t n = static_cast<size_t>(var->rows * var->dim);
+      r.rows = var->rows;
+      bool same_shape = r.values.size() == n && var->values.size() == n &&
+                        var->slots.size() == r.slots.size();
+      for (size_t i = 0; same_shape && i < r.slots.size(); ++i) {
+        same_shape = r.slots[i].size() == n && var->slots[i].size() == n;
+      }
+      if (same_shape) {
+        std::copy(var->values.begin(), var->values.end(), r.values.begin());
+        for (size_t i = 0; i < r.slots.size(); ++i) {
+          std::copy(var->slots[i].begin(), var->slots[i].end(), r.slots[i].begin());
+        }
+      } else {  // created after the first pass
+        r.values = var->values;
+        r.slots = var->slots;
+      }
+    } else {
+      const int64_t dim = var->dim;
+      r.rows = static_cast<int64_t>(var->hash_rows.size());
+      r.values.reserve(r.rows * dim);
+      r.slots.assign(num_slots, {});
+      for (const auto& [id, row] : var->hash_rows) {
+        r.hash_ids.push_back(id);
+        r.values.insert(r.values.end(), row.begin(), row.begin() + dim);
+        for (int sl = 0; sl < num_slots; ++sl) {
+          r.slots[sl].insert(r.slots[sl].end(), row.begin() + (sl + 1) * dim,
+                             row.begin() + (sl + 2) * dim);
+        }
+      }
+    }
+    records.push_back(std::move(r));
+  }
+  if (cut != nullptr) {
+    absl::MutexLock wait_lock(&wait_mu_);
+    *cut = CutLocked();
+    cut->sync_pending = sync_pending;
+    cut->holds_dense = holds_dense;
+    cut->max_version = max_version;
+  }
+  if (held != nullptr) *held = absl::Now() - locked;
+  return records;
+}
+
+VariableStore::Cut VariableStore::CutLocked() const {
+  absl::flat_hash_map<int32_t, proto::WorkerCut> workers;
+  auto at = [&](int32_t w) -> proto::WorkerCut& {
+    auto [it, fresh] = workers.try_emplace(w);
+    if (fresh) {
+      it->second.set_worker_index(w);
+      it->second.set_position(-1);
+      it->second.set_min_step(std::numeric_limits<int64_t>::max());
+      it->second.set_max_step(-1);
+      it->second.set_rows_step(-1);
+    }
+    return it->second;
+  };
+  for (const auto& [key, push] : last_push_) {
+    proto::WorkerCut& c = at(key.first);
+    if (push.dense_step >= 0) {
+      c.set_min_step(std::min(c.min_step(), push.dense_step));
+      c.set_max_step(std::max(c.max_step(), push.dense_step));
+    }
+    if (key.second == 0) c.set_rows_step(std::max(c.rows_step(), push.rows_step));
+  }
+  for (const auto& [w, position] : positions_) at(w).set_position(position);
+  Cut cut;
+  for (auto& [w, c] : workers) {
+    if (c.max_step() < 0) c.set_min_step(-1);
+    cut.workers.push_back(std::move(c));
+  }
+  std::sort(cut.workers.begin(), cut.workers.end(),
+            [](const auto& a, const auto& b) { return a.worker_index() < b.worker_index(); });
+  return cut;
+}
+
+}  // namespace pst::ps
+
+namespace pst::ps {
+namespace {
+
+// FNV-1a, 64 bits.
+class Fnv {
+ public:
+  void Add(const void* data, size_t n) {
+    const auto* p = static_cast<const unsigned char*>(data);
+    for (size_t i = 0; i < n; ++i) h_ = (h_ ^ p[i]) * 0x100000001b3ULL;
+  }
+  template <typename T>
+  void AddValue(const T& v) {
+    Add(&v, sizeof(v));
+  }
+  uint64_t value() const { return h_; }
+
+ private:
+  uint64_t h_ = 0xcbf29ce484222325ULL;
+};
+
+}  // namespace
+
+uint64_t VariableStore::Digest() const {
+  std::vector<common::ShardRecord> records = Snapshot();
+  Fnv fnv;
+  for (const common::ShardRecord& r : records) {  // sorted by name
+    fnv.Add(r.spec.name().data(), r.spec.name().size());
+    fnv.AddValue(r.version);
+    fnv.AddValue(r.rows);
+    const size_t dim = r.rows > 0 ? r.values.size() / static_cast<size_t>(r.rows) : 0;
+    std::vector<size_t> order(static_cast<size_t>(r.rows));
+    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+    if (!r.hash_ids.empty()) {
+      std::sort(order.begin(), order.end(),
+                [&](size_t a, size_t b) { return r.hash_ids[a] < r.hash_ids[b]; });
+    }
+    for (size_t row : order) {
+      if (!r.hash_ids.empty()) fnv.AddValue(r.hash_ids[row]);
+      fnv.Add(r.values.data() + row * dim, dim * sizeof(float));
+      for (const std::vector<float>& slot : r.slots) {
+        fnv.Add(slot.data() + row * dim, dim * sizeof(float));
+      }
+    }
+  }
+  return fnv.value();
+}
+
+}  // namespace pst::ps

@@ -1,0 +1,242 @@
+// VariableStore's whole state, for a backup that starts its copy over
+// (variable_store.h: ExportState, LoadState).
+#include <algorithm>
+#include <cstring>
+#include <deque>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "ps_server/store/store_internal.h"
+#include "ps_server/store/variable_store.h"
+
+namespace pst::ps {
+namespace {
+
+void AppendFloats(const float* data, int64_t n, std::string* out) {
+  out->append(reinterpret_cast<const char*>(data), static_cast<size_t>(n) * sizeof(float));
+}
+
+// Parts filled one after the other, each closed once it holds `budget`
+// bytes, with one VariableChunk per variable per part.
+class PartFiller {
+ public:
+  explicit PartFiller(int64_t budget) : budget_(budget) {}
+  // The chunk of `var` to add `bytes` more to: in the last part, or a new
+  // one when that is full. A chunk with row_begin is never added to (dense
+  // rows: one chunk per range).
+  proto::VariableChunk* Room(const std::string& name, int64_t version, int64_t bytes,
+                             bool new_chunk = false) {
+    if (parts_.empty() || (used_ > 0 && used_ + bytes > budget_)) {
+      parts_.emplace_back();
+      used_ = 0;
+      chunk_ = nullptr;
+    }
+    used_ += bytes;
+    if (chunk_ == nullptr || new_chunk || chunk_->name() != name) {
+      chunk_ = parts_.back().add_variables();
+      chunk_->set_name(name);
+      chunk_->set_version(version);
+    }
+    return chunk_;
+  }
+  std::deque<proto::StoreChunk> Take() { return std::move(parts_); }
+
+ private:
+  const int64_t budget_;
+  int64_t used_ = 0;
+  // A deque: the chunk pointer stays valid as parts are added.
+  std::deque<proto::StoreChunk> parts_;
+  proto::VariableChunk* chunk_ = nullptr;
+};
+
+absl::Status BadChunk(const std::string& what) {
+  return absl::InvalidArgumentError(absl::StrCat("store state: ", what));
+}
+
+}  // namespace
+
+std::vector<proto::StoreChunk> VariableStore::ExportState(int64_t part_bytes) const {
+  part_bytes = std::max<int64_t>(part_bytes, 1024);
+  proto::StoreChunk first;
+  PartFiller data(part_bytes);
+  // Everything at one instant: no change is half-way through.
+  absl::MutexLock lock(&mu_);
+  std::vector<const Variable*> vars;
+  for (const auto& [name, var] : variables_) vars.push_back(var.get());
+  std::sort(vars.begin(), vars.end(),
+            [](const Variable* a, const Variable* b) { return a->spec.name() < b->spec.name(); });
+  const int num_slots = optimizer_ == nullptr ? 0 : optimizer_->num_slots();
+  absl::MutexLock wait_lock(&wait_mu_);
+  if (optimizer_ != nullptr) {
+    proto::CreateVariablesRequest* create = first.mutable_create();
+    for (const Variable* var : vars) *create->add_variables() = var->spec;
+    *create->mutable_optimizer() = optimizer_config_;
+    *create->mutable_sync() = sync_;
+  }
+  proto::StoreModeState* mode = first.mutable_mode();
+  mode->set_generation(generation_);
+  mode->set_quorum(quorum_.load());
+  for (bool a : active_) mode->add_active(a);
+  for (int64_t c : clocks_) mode->add_clocks(c);
+  for (const auto& [key, push] : last_push_) {
+    proto::PushMark* mark = mode->add_pushes();
+    mark->set_worker(key.first);
+    mark->set_part(key.second);
+    mark->set_incarnation(push.incarnation);
+    mark->set_dense_step(push.dense_step);
+    mark->set_rows_step(push.rows_step);
+  }
+  for (const auto& [w, position] : positions_) (*mode->mutable_positions())[w] = position;
+
+  for (const Variable* var : vars) {
+    absl::MutexLock var_lock(&var->mu);  // whole: no striped row push runs
+    const std::string& name = var->spec.name();
+    const int64_t version = var->version;
+    const int64_t dim = std::max<int64_t>(1, var->dim);
+    const int64_t float_bytes = static_cast<int64_t>(sizeof(float));
+    if (!var->is_hash) {
+      const bool accumulating = !var->accum.empty();
+      const int64_t row_bytes = dim * float_bytes * (1 + num_slots + (accumulating ? 1 : 0));
+      const int64_t rows_per = std::max<int64_t>(1, part_bytes / row_bytes);
+      int64_t begin = 0;
+      do {
+        const int64_t n = std::min(rows_per, var->rows - begin);
+        proto::VariableChunk* c = data.Room(name, version, n * row_bytes, /*new_chunk=*/true);
+        c->set_row_begin(begin);
+        AppendFloats(var->values.data() + begin * dim, n * dim, c->mutable_values());
+        for (const std::vector<float>& slot : var->slots) {
+          AppendFloats(slot.data() + begin * dim, n * dim, c->add_slots());
+        }
+        if (accumulating) {
+          AppendFloats(var->accum.data() + begin * dim, n * dim, c->mutable_accum());
+        }
+        if (begin == 0) {
+          for (int32_t w : var->contributors) c->add_contributors(w);
+        }
+        begin += n;
+      } while (begin < var->rows);
+      continue;
+    }
+    data.Room(name, version, 0, /*new_chunk=*/true);  // the version, with no row held
+    const int64_t row_bytes = dim * float_bytes * (1 + num_slots) + 8;
+    for (const auto& [id, row] : var->hash_rows) {
+      proto::VariableChunk* c = data.Room(name, version, row_bytes);
+      c->add_ids(id);
+      AppendFloats(row.data(), static_cast<int64_t>(row.size()), c->mutable_rows());
+    }
+    for (const auto& [id, count] : var->pending) {
+      proto::VariableChunk* c = data.Room(name, version, 12);
+      c->add_pending_ids(id);
+      c->add_pending_counts(count);
+    }
+    if (!var->overflow_counts.empty()) {
+      proto::VariableChunk* c =
+          data.Room(name, version, static_cast<int64_t>(var->overflow_counts.size()) * 4, true);
+      c->mutable_overflow_counts()->Add(var->overflow_counts.begin(), var->overflow_counts.end());
+    }
+  }
+  std::deque<proto::StoreChunk> filled = data.Take();
+  std::vector<proto::StoreChunk> parts;
+  parts.reserve(filled.size() + 1);
+  parts.push_back(std::move(first));
+  for (proto::StoreChunk& part : filled) parts.push_back(std::move(part));
+  for (size_t i = 0; i < parts.size(); ++i) {
+    parts[i].set_part(static_cast<int>(i));
+    parts[i].set_parts(static_cast<int>(parts.size()));
+  }
+  return parts;
+}
+
+absl::Status VariableStore::LoadState(const proto::StoreChunk& chunk) {
+  if (chunk.part() == 0) {
+    {
+      absl::ReaderMutexLock lock(&mu_);
+      if (!variables_.empty()) return BadChunk("part 0 sent to a store that holds variables");
+    }
+    if (chunk.has_create()) PST_RETURN_IF_ERROR(Create(chunk.create()).status());
+    const proto::StoreModeState& mode = chunk.mode();
+    absl::MutexLock lock(&mu_);
+    absl::MutexLock wait_lock(&wait_mu_);
+    if (mode.active_size() != static_cast<int>(active_.size()) ||
+        mode.clocks_size() != static_cast<int>(clocks_.size())) {
+      return BadChunk(absl::StrCat("the mode holds ", mode.active_size(), " worker(s), the store ",
+                                   active_.size()));
+    }
+    if (mode.generation() < 0 || mode.quorum() < 1) return BadChunk("a bad generation or quorum");
+    generation_ = mode.generation();
+    quorum_.store(mode.quorum());
+    for (int w = 0; w < mode.active_size(); ++w) active_[w] = mode.active(w);
+    for (int w = 0; w < mode.clocks_size(); ++w) clocks_[w] = mode.clocks(w);
+    for (const proto::PushMark& mark : mode.pushes()) {
+      last_push_[{mark.worker(), mark.part()}] =
+          PushKey{mark.incarnation(), mark.dense_step(), mark.rows_step()};
+    }
+    for (const auto& [w, position] : mode.positions()) positions_[w] = position;
+    return absl::OkStatus();
+  }
+  absl::ReaderMutexLock lock(&mu_);
+  const int num_slots = optimizer_ == nullptr ? 0 : optimizer_->num_slots();
+  for (const proto::VariableChunk& c : chunk.variables()) {
+    PST_ASSIGN_OR_RETURN(Variable * var, Find(c.name()));
+    absl::MutexLock var_lock(&var->mu);
+    const int64_t dim = std::max<int64_t>(1, var->dim);
+    const int64_t row_bytes = dim * static_cast<int64_t>(sizeof(float));
+    if (c.version() < 0) return BadChunk(absl::StrCat("'", c.name(), "' has a negative version"));
+    var->version = c.version();
+    if (!var->is_hash) {
+      const int64_t n = static_cast<int64_t>(c.values().size()) / row_bytes;
+      const bool accumulating = !c.accum().empty();
+      if (static_cast<int64_t>(c.values().size()) != n * row_bytes || c.row_begin() < 0 ||
+          c.row_begin() > var->rows || n > var->rows - c.row_begin() ||
+          c.slots_size() != num_slots ||
+          (accumulating && static_cast<int64_t>(c.accum().size()) != n * row_bytes)) {
+        return BadChunk(absl::StrCat("rows of '", c.name(), "' that do not fit it"));
+      }
+      for (int s = 0; s < num_slots; ++s) {
+        if (static_cast<int64_t>(c.slots(s).size()) != n * row_bytes) {
+          return BadChunk(absl::StrCat("a slot of '", c.name(), "' that does not fit it"));
+        }
+      }
+      const size_t at = static_cast<size_t>(c.row_begin() * dim);
+      std::memcpy(var->values.data() + at, c.values().data(), c.values().size());
+      for (int s = 0; s < num_slots; ++s) {
+        std::memcpy(var->slots[s].data() + at, c.slots(s).data(), c.slots(s).size());
+      }
+      if (accumulating) {
+        if (var->accum.empty()) var->accum.assign(var->values.size(), 0.0f);
+        std::memcpy(var->accum.data() + at, c.accum().data(), c.accum().size());
+      }
+      if (c.row_begin() == 0)
+        var->contributors.assign(c.contributors().begin(), c.contributors().end());
+      continue;
+    }
+    const int64_t width = dim * (1 + num_slots);
+    if (static_cast<int64_t>(c.rows().size()) !=
+            c.ids_size() * width * static_cast<int64_t>(sizeof(float)) ||
+        c.pending_ids_size() != c.pending_counts_size()) {
+      return BadChunk(absl::StrCat("hash rows of '", c.name(), "' that do not fit it"));
+    }
+    if (var->num_hash_rows.load() + c.ids_size() > options_.max_hash_rows) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("'", c.name(), "' would hold more than ", options_.max_hash_rows, " rows"));
+    }
+    const size_t width_bytes = static_cast<size_t>(width) * sizeof(float);
+    for (int i = 0; i < c.ids_size(); ++i) {
+      std::vector<float>& row = var->hash_rows[c.ids(i)];
+      row.resize(static_cast<size_t>(width));
+      std::memcpy(row.data(), c.rows().data() + i * width_bytes, width_bytes);
+    }
+    var->num_hash_rows.store(static_cast<int64_t>(var->hash_rows.size()));
+    for (int i = 0; i < c.pending_ids_size(); ++i) {
+      var->pending[c.pending_ids(i)] = c.pending_counts(i);
+    }
+    if (c.overflow_counts_size() > 0) {
+      var->overflow_counts.assign(c.overflow_counts().begin(), c.overflow_counts().end());
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace pst::ps

@@ -1,0 +1,146 @@
+// VariableStore::ExportState and LoadState (store_state.cc): a store rebuilt
+// from its parts equals the original bit for bit, and goes on through the
+// same states under the same changes: SYNC's half-aggregated step,
+// de-duplication, hash rows and admission counts (exact and shared) are
+// carried.
+#include <random>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "ps_server/store/store_test_util.h"
+#include "ps_server/store/variable_store.h"
+
+namespace pst::ps {
+namespace {
+
+using namespace testing_util;  // NOLINT: the helpers of every replication test
+
+VariableStore::Options SmallAdmission() {
+  VariableStore::Options options;
+  options.max_pending_ids = 4;  // most ids count in the shared counters
+  options.admission_overflow_counters = 8;
+  return options;
+}
+
+proto::CreateVariablesRequest Create() {
+  proto::CreateVariablesRequest request;
+  *request.add_variables() = Dense("w", {16, 8});
+  *request.add_variables() = Dense("b", {8});
+  *request.add_variables() = Hash("emb", 4, /*admit_after=*/3);
+  *request.mutable_optimizer() = Adam();
+  request.mutable_sync()->set_mode(proto::SYNC);
+  request.mutable_sync()->set_num_workers(2);
+  return request;
+}
+
+// A SYNC push of worker `worker` for `step` (read at version `step`).
+proto::PushRequest SyncPush(int worker, int64_t step, std::mt19937& rng) {
+  proto::PushRequest push = DensePush(worker, step, rng);
+  push.set_base_version(step);
+  return push;
+}
+
+// Row pulls and pushes of worker `worker` at `step`: rows made, touches
+// counted.
+void RowTraffic(VariableStore& store, int worker, int64_t step, uint32_t seed) {
+  std::mt19937 rng(seed);
+  proto::PushRowsRequest push = RowPush(worker, step, rng);
+  push.mutable_rows(0)->set_name("emb/part_0");
+  proto::PullRowsRequest pull;
+  *pull.add_rows() = push.rows(0);
+  proto::PullRowsResponse pulled;
+  ASSERT_TRUE(store.PullRows(pull, &pulled).ok());
+  proto::PushRowsResponse pushed;
+  ASSERT_TRUE(store.PushRows(push, &pushed).ok());
+}
+
+TEST(StoreStateTest, StoreRebuiltFromItsPartsEqualsItAndGoesOnTheSame) {
+  VariableStore original(SmallAdmission());
+  ASSERT_TRUE(original.Create(Create()).ok());
+  std::mt19937 rng(1);
+  proto::PushResponse response;
+  for (int64_t step = 0; step < 3; ++step) {
+    ASSERT_TRUE(original.Push(SyncPush(0, step, rng), &response).ok());
+    ASSERT_TRUE(original.Push(SyncPush(1, step, rng), &response).ok());
+    for (int w = 0; w < 2; ++w) RowTraffic(original, w, step, static_cast<uint32_t>(step * 2 + w));
+  }
+  // Half of step 3: worker 0's gradient accumulated, not applied.
+  const proto::PushRequest half = SyncPush(0, 3, rng);
+  ASSERT_TRUE(original.Push(half, &response).ok());
+  ASSERT_EQ(original.GetStats().max_version, 3);
+
+  const std::vector<proto::StoreChunk> parts = original.ExportState(/*part_bytes=*/1024);
+  ASSERT_GT(parts.size(), 3u);
+  VariableStore copy(SmallAdmission());
+  for (const proto::StoreChunk& part : parts) {
+    EXPECT_EQ(part.parts(), static_cast<int>(parts.size()));
+    ASSERT_TRUE(copy.LoadState(part).ok()) << "part " << part.part();
+  }
+  EXPECT_EQ(copy.Digest(), original.Digest());
+  EXPECT_EQ(copy.GetStats().hash_rows, original.GetStats().hash_rows);
+  EXPECT_GT(copy.GetStats().hash_rows, 0);
+
+  // The same changes after: the retry of worker 0's half is a repeat on
+  // both, worker 1's completes step 3, and row traffic counts alike.
+  const proto::PushRequest other = SyncPush(1, 3, rng);
+  for (VariableStore* store : {&original, &copy}) {
+    ASSERT_TRUE(store->Push(half, &response).ok());
+    EXPECT_TRUE(response.duplicate());
+    ASSERT_TRUE(store->Push(other, &response).ok());
+    EXPECT_FALSE(response.duplicate());
+    EXPECT_EQ(store->GetStats().max_version, 4);
+    for (int w = 0; w < 2; ++w) RowTraffic(*store, w, 4, 100 + w);
+    RowTraffic(*store, 0, 5, 100);  // ids touched again: admitted now
+  }
+  EXPECT_EQ(copy.Digest(), original.Digest());
+  EXPECT_EQ(copy.GetStats().hash_rows, original.GetStats().hash_rows);
+}
+
+TEST(StoreStateTest, EmptyStoreIsOnePart) {
+  VariableStore empty;
+  const std::vector<proto::StoreChunk> parts = empty.ExportState(1 << 20);
+  ASSERT_EQ(parts.size(), 1u);
+  EXPECT_FALSE(parts[0].has_create());
+  VariableStore copy;
+  EXPECT_TRUE(copy.LoadState(parts[0]).ok());
+  EXPECT_EQ(copy.GetStats().num_variables, 0);
+}
+
+TEST(StoreStateTest, PartsThatDoNotFitTheStoreAreRefused) {
+  VariableStore original;
+  ASSERT_TRUE(original.Create(Create()).ok());
+  std::vector<proto::StoreChunk> parts = original.ExportState(1 << 20);
+  ASSERT_EQ(parts.size(), 2u);
+  VariableStore copy;
+  ASSERT_TRUE(copy.LoadState(parts[0]).ok());
+  EXPECT_EQ(copy.LoadState(parts[0]).code(), absl::StatusCode::kInvalidArgument)
+      << "part 0 again, to a store that holds variables";
+
+  proto::StoreChunk unknown = parts[1];
+  unknown.mutable_variables(0)->set_name("nope");
+  EXPECT_EQ(copy.LoadState(unknown).code(), absl::StatusCode::kNotFound);
+
+  proto::StoreChunk past_the_end;
+  proto::VariableChunk* rows = past_the_end.add_variables();
+  rows->set_name("w");
+  rows->set_row_begin(15);
+  rows->mutable_values()->assign(2 * 8 * sizeof(float), '\0');  // rows 15 and 16 of 16
+  rows->add_slots()->assign(2 * 8 * sizeof(float), '\0');
+  rows->add_slots()->assign(2 * 8 * sizeof(float), '\0');
+  past_the_end.set_part(1);
+  EXPECT_EQ(copy.LoadState(past_the_end).code(), absl::StatusCode::kInvalidArgument);
+
+  proto::StoreChunk slots_missing = past_the_end;
+  slots_missing.mutable_variables(0)->set_row_begin(0);
+  slots_missing.mutable_variables(0)->mutable_slots()->RemoveLast();
+  EXPECT_EQ(copy.LoadState(slots_missing).code(), absl::StatusCode::kInvalidArgument);
+
+  proto::StoreChunk ragged = parts[1];
+  for (proto::VariableChunk& c : *ragged.mutable_variables()) {
+    if (c.name() == "emb/part_0") c.add_ids(7);  // an id without its row
+  }
+  EXPECT_EQ(copy.LoadState(ragged).code(), absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace pst::ps

@@ -1,0 +1,532 @@
+// The variables one ps holds, and the logic of every data-plane request:
+// create, pull, push (apply the optimizer), and their sparse forms by row
+// id (PullRows, PushRows), with full validation.
+//
+// A request is checked completely before any state changes: a push with one
+// bad gradient among ten applies none of them.
+//
+// Kinds of variable (VariableSpec.routing):
+//   ROUTING_NONE  a whole variable; row ids are 0 .. shape[0)-1.
+//   MOD, DIV      one partition of a logical variable of full_shape; row ids
+//                 are global (ids of the logical variable) and must belong
+//                 to this partition. Local row r holds global row
+//                 row_offset + r * row_stride, and starts with the values the
+//                 unpartitioned variable has there.
+//   HASH          a hash embedding, shape [0, dim...]: any int64 id with
+//                 uint64(id) % num_partitions == partition; a row is made on
+//                 first touch (a pull or a push), or with admit_after > 1 on
+//                 the admit_after-th touch. Element j of row `id` starts at
+//                 element (uint64(id) mod 2^62) * dim + j of the initializer
+//                 (so a non-negative id gets the values row `id` of a dense
+//                 variable with the same initializer has; ids equal modulo
+//                 2^62 start alike). GLOROT_UNIFORM takes its fans from
+//                 full_shape, which must then have full_shape[0] > 0.
+// Row values travel as [len(ids), dim] tensors, dim being the product of the
+// dimensions after the first (1 for a rank-1 variable).
+//
+// Training modes (SyncConfig, set by the first Create): ASYNC applies each
+// push when it arrives. SYNC averages replicas_to_aggregate pushes for the
+// variable's current version into one update; pushes for an older version
+// are dropped as stale. SSP applies pushes at once and tracks each worker's
+// clock. A pull that may not proceed yet (SYNC: a version not reached; SSP:
+// too far ahead of the slowest active worker) is parked: PullWhenReady
+// returns at once and completes its callback later, from the thread whose
+// push or membership change makes it ready. Every mode drops a repeated
+// (worker, incarnation, step) push: a retry is applied exactly once.
+//
+// Thread-safety: all methods are safe to call concurrently. The name->variable
+// map is guarded by mu_; each variable's values by its own mutex, so pushes
+// to different variables proceed in parallel. Dense pushes to one variable
+// are applied one at a time, each atomically (async mode: a pull sees a
+// variable before or after a push, never half of one).
+// Row pushes (PushRows) use striped row locks: they hold the variable's lock
+// shared and each row's stripe (one of kRowStripes, by row) exclusively, so
+// concurrent pushes to different rows of one table proceed in parallel, the
+// way TensorFlow's sparse apply ops and ps-lite's servers update embeddings.
+// Each row is updated atomically, a whole row push is not: a concurrent pull
+// may see some of its rows updated and others not yet (never half a row).
+// The first row push to a variable, and any that must create or count hash
+// rows (first touch, admission), take the variable's lock exclusively.
+// PullRows holds it shared plus, row by row, the stripes' reader locks;
+// Pull and Snapshot, which read whole variables, hold it shared, or
+// exclusively once a variable takes striped row pushes (so concurrent whole
+// reads of an embedding table take turns; holding all of its stripes
+// instead would hold 65 locks at once).
+#ifndef PST_PS_SERVER_STORE_VARIABLE_STORE_H_
+#define PST_PS_SERVER_STORE_VARIABLE_STORE_H_
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "common/checkpoint_format.h"
+#include "common/tensor_util.h"
+#include "proto/pstrain.pb.h"
+#include "ps_server/store/optimizer.h"
+
+namespace pst::ps {
+
+class VariableStore {
+ public:
+  struct Options {
+    // Largest variable accepted, in elements (default 4 Gi floats = 16 GiB).
+    // For a hash variable, the limit applies to one row.
+    int64_t max_variable_elements = int64_t{1} << 32;
+    // Admission (admit_after > 1): touch counts of at most this many
+    // not-yet-admitted ids are kept exactly, per variable (an id leaves the
+    // map when admitted). Ids that find it full are counted in
+    // `admission_overflow_counters` shared saturating counters indexed by a
+    // hash of the id (allocated on first need), and keep counting there:
+    // bounded memory; ids that share a counter may be admitted early, never
+    // late.
+    int64_t max_pending_ids = int64_t{1} << 20;
+    int64_t admission_overflow_counters = int64_t{1} << 16;
+    // Row ids one PullRows or PushRows may list, over all its variables
+    // (ps flag --max_ids_per_request): more is refused with InvalidArgument
+    // before any id is looked at.
+    int64_t max_ids_per_request = int64_t{1} << 22;
+    // Largest PullRows answer, in payload bytes (the gRPC message limit): a
+    // pull whose rows would not fit is refused with ResourceExhausted up
+    // front, instead of being built and then dropped by gRPC.
+    int64_t max_response_bytes = int64_t{512} << 20;
+    // Bytes of dense variables and their optimizer slots this store may
+    // hold (ps flag --max_variable_bytes): a Create past it is refused with
+    // ResourceExhausted before anything is allocated.
+    int64_t max_store_bytes = int64_t{64} << 30;
+    // Rows one hash embedding (one partition) may hold (--max_table_rows):
+    // a row push that would store more is refused with ResourceExhausted.
+    // Reads store no row.
+    int64_t max_hash_rows = int64_t{1} << 26;
+    // Pulls parked at once (--max_parked_pulls); one more is answered
+    // ResourceExhausted at once. ExpireParked bounds how long each waits.
+    int64_t max_parked_pulls = 4096;
+    // Worker indices accepted when the job's SyncConfig names no
+    // num_workers (with one, [0, num_workers)).
+    int32_t max_workers = 1 << 16;
+  };
+
+  // Largest step, clock or min_version a request may carry: far beyond any
+  // job, and small enough that step + 1 never overflows.
+  static constexpr int64_t kMaxCounter = int64_t{1} << 62;
+
+  VariableStore() : VariableStore(Options()) {}
+  explicit VariableStore(Options options);
+  const Options& options() const { return options_; }
+
+  // Creates and initializes the variables, all or nothing. A variable that
+  // already exists with an identical spec is left as it is (the call is
+  // idempotent, so a restarted chief can repeat it), its initial_values
+  // unused: values kept or restored are never overwritten. A new variable
+  // with initial_values takes them instead of its initializer. Returns how
+  // many were new.
+  // Errors: InvalidArgument for a bad spec (partition fields included),
+  // initializer or optimizer, a name repeated in the request, or initial
+  // values of the wrong count or byte size, non-finite, or for a hash
+  // embedding;
+  // AlreadyExists for a name that exists with a different spec;
+  // FailedPrecondition if the optimizer differs from the one the store was
+  // first created with.
+  absl::StatusOr<int> Create(const proto::CreateVariablesRequest& request);
+
+  // Copies the named variables (all but hash variables, if `names` is empty,
+  // sorted by name).
+  // Errors: NotFound for an unknown name; FailedPrecondition for a hash
+  // variable (use PullRows).
+  absl::Status Pull(const google::protobuf::RepeatedPtrField<std::string>& names,
+                    proto::PullResponse* response) const;
+
+  // Applies each gradient with the optimizer.
+  // Errors: InvalidArgument if names and gradients differ in count, a name
+  // repeats, a gradient's dtype/shape/size does not match its variable, or
+  // a gradient holds NaN or Inf; NotFound for an unknown variable;
+  // FailedPrecondition for a hash variable (use PushRows). On any error
+  // nothing is applied. With OptimizerConfig.skip_nonfinite, rows (slices
+  // along axis 0) holding NaN or Inf are skipped and counted in the stats
+  // instead.
+  // With `payloads`, gradient k's data is payloads[k] (pieces of gRPC's
+  // receive buffer, common::DecodePush) and the tensors' own data is
+  // ignored; InvalidArgument if their counts differ.
+  using Payloads = std::vector<std::vector<std::string_view>>;
+  absl::Status Push(const proto::PushRequest& request, proto::PushResponse* response,
+                    const Payloads* payloads = nullptr);
+
+  // Push, then Pull of the pushed names once they may be read (SYNC: version
+  // push.step + 1; SSP: clock push.step + 1), blocking the caller until then.
+  // For in-process use; the gRPC service parks with PushPullWhenReady.
+  // Errors: as Push.
+  absl::Status PushPull(const proto::PushPullRequest& request, proto::PullResponse* response);
+
+  // Completion callback of a parked call; runs exactly once.
+  using Done = std::function<void(absl::Status)>;
+
+  // Pull that waits, without blocking the caller, until the request may be
+  // served (see the class comment); then fills `response` and runs `done`,
+  // on this thread if it can be served now. Returns a ticket for
+  // CancelWaiter, or 0 when `done` already ran. `request` and `response`
+  // must live until `done` runs.
+  uint64_t PullWhenReady(const proto::PullRequest* request, proto::PullResponse* response,
+                         Done done);
+  // Push, then PullWhenReady for the pushed names at push.step + 1. A push
+  // error completes `done` at once.
+  // `payloads` as in Push; it need only live until this returns. Sets
+  // `*applied`, when given, to whether the push was taken (applied, or
+  // recognized as a repeat) before this returns.
+  uint64_t PushPullWhenReady(const proto::PushPullRequest* request, proto::PullResponse* response,
+                             Done done, const Payloads* payloads = nullptr,
+                             bool* applied = nullptr);
+  // Removes a parked call; true if it was still parked (then the caller
+  // finishes the call and `done` never runs).
+  bool CancelWaiter(uint64_t ticket);
+  // Completes every parked call with `status` (shutdown).
+  void CancelAllWaiters(const absl::Status& status);
+  // Answers DeadlineExceeded to every call parked for longer than
+  // `max_wait` (a pull whose version or clock never comes: a lost worker,
+  // or a hostile clock). Returns how many.
+  int ExpireParked(absl::Duration max_wait);
+
+  // Sets the workers that take part and the SYNC quorum (lowered to the
+  // number of active workers if larger). Applies any aggregation the new
+  // quorum completes, and wakes parked pulls.
+  // Errors: InvalidArgument for a worker index outside [0, num_workers) or
+  // a quorum < 1.
+  absl::Status SetMembership(const proto::MembershipRequest& request);
+
+  // Copies rows by global id: one [len(ids), dim] tensor and the variable's
+  // version per RowIds, in order. Not-yet-admitted hash ids read as zeros;
+  // every listed hash id counts as one touch (and may create its row).
+  // Errors: NotFound for an unknown name; InvalidArgument for an id out of
+  // range, in another partition, or repeated within one RowIds, or for more
+  // than Options::max_ids_per_request ids; ResourceExhausted when the answer
+  // would exceed Options::max_response_bytes. On any error nothing changes
+  // (no rows made, no touches counted).
+  // Whether a variable (or partition) of this name is here.
+  bool Holds(const std::string& name) const;
+  // Whether PullRows(request) may change the store: it names a hash
+  // variable, whose rows a pull makes, or counts touches of (admission).
+  bool PullMayChangeRows(const proto::PullRowsRequest& request) const;
+  absl::Status PullRows(const proto::PullRowsRequest& request,
+                        proto::PullRowsResponse* response) const;
+
+  // Applies each [len(ids), dim] gradient to its rows with the optimizer
+  // (lazily: untouched rows and their slots stay; Adam's t is the variable's
+  // update count). Each variable's version grows by one per push, and the
+  // push counts in pushes_applied. Gradients of not-yet-admitted hash ids
+  // count as touches and are dropped (Stats::unadmitted_dropped).
+  // Errors: as Pull rows, plus InvalidArgument for rows and gradients
+  // differing in count, a variable twice in one push, a gradient not of
+  // dtype float32 and shape [len(ids), dim] with the matching payload, or
+  // NaN/Inf in a gradient; FailedPrecondition before any variable exists.
+  // On any error nothing is applied. With OptimizerConfig.skip_nonfinite,
+  // rows holding NaN/Inf are skipped instead, counted in
+  // response->rows_skipped() and Stats::nonfinite_skipped. A repeat of an
+  // applied push (same worker, nonzero incarnation and step) is acknowledged
+  // and not applied again.
+  absl::Status PushRows(const proto::PushRowsRequest& request, proto::PushRowsResponse* response);
+
+  // What a snapshot holds of each worker's pushes (a cut; see Snapshot).
+  struct Cut {
+    std::vector<proto::WorkerCut> workers;  // by worker index
+    bool sync_pending = false;  // SYNC: gradients accumulated, not applied
+    int64_t max_version = 0;    // highest version of a dense variable
+    bool holds_dense = false;   // some variable here is dense
+  };
+
+  // A copy of every variable (values, slots, version, hash rows), sorted by
+  // name, all taken at one instant: the store is held exclusively for the
+  // copy, so no push is half-way through and none starts (the memory for
+  // the dense copies is allocated before). Sets `*held`, when given, to how
+  // long pushes were held, and `*cut` to what the copy holds of each
+  // worker's pushes: its position after its last dense push, the lowest and
+  // highest step of its last push over every dense part (equal when no
+  // dense step of it is half applied here; SYNC tracks no steps, see
+  // Cut::sync_pending), and its last row push.
+  std::vector<common::ShardRecord> Snapshot(absl::Duration* held = nullptr,
+                                            Cut* cut = nullptr) const;
+
+  // The whole store as parts of about `part_bytes` each (store_state.cc),
+  // taken at one instant: every variable's spec, values, slots, version,
+  // sync accumulator, hash rows and admission counts, and the mode's state
+  // (generation, quorum, membership, clocks, de-duplication, positions).
+  // LoadState of every part in order into an empty store with the same
+  // Options makes it equal to this one, so that the same changes after take
+  // both through the same states. Not the Stats counters.
+  std::vector<proto::StoreChunk> ExportState(int64_t part_bytes) const;
+  // Takes one part of ExportState, in order (part 0 into an empty store).
+  // Errors: InvalidArgument for a part that does not fit the store (rows
+  // out of range, sizes that differ from the variable's), or part 0 sent to
+  // a store that holds variables; NotFound for an unknown variable;
+  // ResourceExhausted past Options::max_hash_rows; Create's for part 0.
+  absl::Status LoadState(const proto::StoreChunk& chunk);
+
+  // A 64-bit hash (FNV-1a) of every variable's name, version, values and
+  // slots, and of each hash row with its id, in id order: equal for two
+  // stores that went through the same changes, whatever the order their
+  // hash tables were filled in. Takes a Snapshot (a copy of the store).
+  uint64_t Digest() const;
+
+  // Loads the variables this store holds from `records`, the shards of a
+  // checkpoint written by any number of ps: each variable or partition takes
+  // the rows that belong to it (by global row, or by hash id) from every
+  // record of the same logical variable, with its slots, and the highest
+  // version among them. Sync accumulators, clocks and duplicate detection
+  // restart. Everything is checked before anything changes.
+  // Errors: FailedPrecondition naming the variable when the checkpoint lacks
+  // it or some of its rows, when its row width differs, or when its slots do
+  // not match this optimizer's. Sets the store's restore generation: from
+  // then on, pushes (Push, PushPull, PushRows) of any other generation are
+  // refused with Aborted, and calls parked before the restore are answered
+  // Aborted. The generation starts at 0.
+  absl::Status Restore(const std::vector<const common::ShardRecord*>& records,
+                       int64_t generation = 0);
+
+  // Restore in stages, for shards read one record at a time: Absorb every
+  // record of every shard of a checkpoint (in any order), then Commit. Each
+  // record gives up only the rows this store holds, so the memory a restore
+  // needs is a copy of this store's variables plus one record, whatever the
+  // checkpoint's size. Nothing in the store changes before Commit; a
+  // Restorer dropped uncommitted changes nothing. Thread-compatible (one
+  // thread drives it); the store serves other calls meanwhile.
+  class Restorer {
+   public:
+    ~Restorer();
+    // Whether some variable here takes rows of `spec`'s logical variable: a
+    // record it does not hold need not be read into memory.
+    bool Holds(const proto::VariableSpec& spec) const;
+    // Errors: FailedPrecondition naming the variable when its row width or
+    // its number of optimizer slots differs from this store's.
+    absl::Status Absorb(const common::ShardRecord& record);
+    // Errors: FailedPrecondition naming the variable when no record held it
+    // or some of its rows, or when variables were created since
+    // BeginRestore. Otherwise as Restore.
+    absl::Status Commit(int64_t generation);
+
+   private:
+    friend class VariableStore;
+    struct Loaded;
+    explicit Restorer(VariableStore* store);
+    VariableStore* const store_;
+    int num_slots_ = 0;
+    std::vector<std::unique_ptr<Loaded>> loaded_;
+    absl::flat_hash_map<std::string, std::vector<Loaded*>> by_logical_;
+    bool committed_ = false;
+  };
+  // The variables as they are now are the ones a restore fills.
+  std::unique_ptr<Restorer> BeginRestore();
+  int64_t generation() const;
+
+  // Stripes of row locks per variable.
+  static constexpr int kRowStripes = 64;
+
+  struct Stats {
+    int num_variables = 0;
+    int64_t num_elements = 0;  // hash variables: rows held * dim
+    int64_t pushes_applied = 0;
+    int64_t hash_rows = 0;           // rows held by hash variables
+    int64_t nonfinite_skipped = 0;   // gradient rows skipped for NaN/Inf
+    int64_t unadmitted_dropped = 0;  // gradient rows of not-yet-admitted ids
+    // Training-mode figures (dense pushes).
+    int64_t gradients_applied = 0;
+    int64_t staleness_sum = 0;
+    int64_t staleness_max = 0;
+    int64_t stale_dropped = 0;
+    int64_t duplicates_ignored = 0;
+    int64_t parked_pulls = 0;
+    double parked_seconds = 0;
+    int64_t max_clock_gap = 0;
+    int64_t generation = 0;   // restore generation
+    int64_t max_version = 0;  // highest version of a dense variable
+    // Worker -> data position after its last dense push (cleared by Restore).
+    absl::flat_hash_map<int32_t, int64_t> worker_positions;
+    // Time spent applying pushes (the optimizer, and SYNC's accumulation),
+    // locks held, summed over threads.
+    double apply_seconds = 0;
+    // Rows held per embedding table: hash variables and the partitions of
+    // row-routed (MOD, DIV) variables, by the logical variable's name.
+    absl::flat_hash_map<std::string, int64_t> table_rows;
+  };
+  Stats GetStats() const;
+
+ private:
+  struct Variable {
+    explicit Variable(proto::VariableSpec s);
+    const proto::VariableSpec spec;
+    const bool is_hash;
+    const int64_t rows;  // shape[0]; 0 for a hash variable
+    const int64_t dim;   // elements per row
+    // `spec` with the logical variable's shape, to draw initial values.
+    proto::VariableSpec fill_spec;
+
+    mutable absl::Mutex mu;
+    std::vector<float> values ABSL_GUARDED_BY(mu);
+    std::vector<std::vector<float>> slots ABSL_GUARDED_BY(mu);
+    // Written under mu held exclusively, or by a striped row push (mu held
+    // shared) with fetch_add; read under mu.
+    std::atomic<int64_t> version{0};
+
+    // Row stripes (see the class comment). Once set (under mu held
+    // exclusively, by the first row push), row pushes may change rows while
+    // mu is held shared: PullRows takes the stripes too, whole reads take mu
+    // exclusively.
+    bool row_pushes_striped ABSL_GUARDED_BY(mu) = false;
+    mutable std::array<absl::Mutex, kRowStripes> stripes;
+    int StripeOf(int64_t local) const;
+
+    // SYNC: the sum of this version's gradients so far, and who sent them.
+    std::vector<float> accum ABSL_GUARDED_BY(mu);
+    std::vector<int32_t> contributors ABSL_GUARDED_BY(mu);
+
+    // Hash variables: id -> the row's dim values, then each slot's dim.
+    absl::flat_hash_map<int64_t, std::vector<float>> hash_rows ABSL_GUARDED_BY(mu);
+    std::atomic<int64_t> num_hash_rows{0};
+    // Admission: touches of ids not yet admitted.
+    absl::flat_hash_map<int64_t, int32_t> pending ABSL_GUARDED_BY(mu);
+    std::vector<uint32_t> overflow_counts ABSL_GUARDED_BY(mu);
+  };
+
+  // A row push, checked and ready to apply.
+  struct RowUpdate {
+    Variable* var = nullptr;
+    std::vector<int64_t> local;  // local row per id (hash: the id)
+    std::vector<float> grad;     // [len(ids), dim]
+    std::vector<bool> skip;      // non-finite rows (skip_nonfinite)
+  };
+
+  absl::StatusOr<Variable*> Find(const std::string& name) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // Aborted unless `generation` is this store's restore generation.
+  absl::Status CheckGeneration(int64_t generation) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // InvalidArgument unless `worker` is a worker of this job ([0,
+  // num_workers), or [0, Options::max_workers) without one); -1 (not a
+  // worker: the chief's evaluation) passes when `allow_none`.
+  absl::Status CheckWorkerLocked(int32_t worker, bool allow_none) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(wait_mu_);
+  // InvalidArgument unless 0 <= value < kMaxCounter.
+  static absl::Status CheckCounter(int64_t value, absl::string_view what);
+  // InvalidArgument when `rows` list more than max_ids_per_request ids.
+  absl::Status CheckIdCount(const google::protobuf::RepeatedPtrField<proto::RowIds>& rows,
+                            absl::string_view op) const;
+  // Checks one RowIds against its variable; fills the local row of each id.
+  static absl::Status CheckRowIds(const Variable& var, const proto::RowIds& ids,
+                                  std::vector<int64_t>* local);
+  // The row of hash id `id`, counting a touch and creating it when admitted;
+  // nullptr while not admitted.
+  float* TouchHashRow(Variable& var, int64_t id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(var.mu)
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // Counts a touch of hash id `id` (admission); whether it is admitted.
+  // `admit`: the caller makes the row now (the id leaves the pending map).
+  bool CountTouch(Variable& var, int64_t id, bool admit) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(var.mu);
+  // The initial values (dim floats) of hash id `id`'s row, into `out`.
+  void InitialHashRow(const Variable& var, int64_t id, float* out) const;
+  // ResourceExhausted when storing rows for the `ids` not stored yet would
+  // take the table past Options::max_hash_rows.
+  absl::Status CheckHashRoom(const Variable& var, const std::vector<int64_t>& ids) const;
+  // Calls fn(i) for every i in [0, local.size()), grouped by the stripe of
+  // local[i], holding that stripe's lock (exclusively when `write`). The
+  // caller holds var.mu shared.
+  template <typename Fn>
+  static void ForEachRowByStripe(const Variable& var, const std::vector<int64_t>& local, bool write,
+                                 Fn fn);
+  // Holds a variable for a read of all of it: its lock shared, or
+  // exclusively once row pushes to it are striped.
+  class WholeReadLock;
+  // A row push to one variable while holding var.mu shared: false, with
+  // nothing applied, when it needs var.mu exclusively (the variable's first
+  // row push, or hash rows to create or count).
+  bool TryApplyRowsShared(const RowUpdate& u, proto::PushRowsResponse* response)
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
+
+  // Push without waking parked pulls (the caller wakes them). With `answer`,
+  // in ASYNC mode, also what a Pull of the pushed names would return right
+  // after this push, taken under the same variable locks while the values
+  // are still in cache (PushPull needs no second pass over them); `answer`
+  // is left as it was in the other modes and for a repeated push.
+  absl::Status PushNoWake(const proto::PushRequest& request, proto::PushResponse* response,
+                          const Payloads* payloads, proto::PullResponse* answer = nullptr)
+      ABSL_LOCKS_EXCLUDED(mu_, wait_mu_);
+  // A parked pull.
+  struct Waiter {
+    uint64_t ticket = 0;
+    proto::PullRequest request;
+    proto::PullResponse* response = nullptr;
+    Done done;
+    absl::Time since;
+  };
+  // Applies `grad` to `var` with the optimizer (all of it, or the rows not
+  // in `skip`) and bumps the version.
+  // ApplyLocked of a finite float32 payload (a gradient tensor's data),
+  // read block by block without unpacking it first. With `value`, also
+  // packs the updated values into it.
+  void ApplyPayloadLocked(Variable& var, common::PayloadParts payload, proto::Tensor* value)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(var.mu) ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  void ApplyLocked(Variable& var, const std::vector<float>& grad, const std::vector<bool>& skip)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(var.mu) ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // SYNC: applies the mean of the accumulated gradients once `quorum` have
+  // arrived.
+  void MaybeApplyAggregateLocked(Variable& var, int quorum) ABSL_EXCLUSIVE_LOCKS_REQUIRED(var.mu)
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // Whether a parked pull may be served now; records the SSP clock gap when
+  // it may.
+  bool ReadyLocked(const proto::PullRequest& request) ABSL_EXCLUSIVE_LOCKS_REQUIRED(wait_mu_)
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // Serves every parked pull that is ready now.
+  void WakeWaiters() ABSL_LOCKS_EXCLUDED(wait_mu_);
+  int64_t MinActiveClockLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(wait_mu_);
+  // The workers' part of Snapshot's cut.
+  Cut CutLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(wait_mu_);
+
+  const Options options_;
+
+  // Mode state: membership, clocks, duplicate detection, parked pulls. Lock
+  // order: mu_, then wait_mu_, then a variable's mu.
+  mutable absl::Mutex wait_mu_;
+  proto::SyncConfig sync_ ABSL_GUARDED_BY(wait_mu_);
+  bool sync_set_ ABSL_GUARDED_BY(wait_mu_) = false;
+  std::atomic<int> quorum_{1};
+  std::vector<bool> active_ ABSL_GUARDED_BY(wait_mu_);
+  std::vector<int64_t> clocks_ ABSL_GUARDED_BY(wait_mu_);
+  // (worker, part) -> its incarnation's last dense push step (of that
+  // PushRequest.part) and last row push step (kept under part 0).
+  struct PushKey {
+    uint64_t incarnation = 0;
+    int64_t dense_step = -1;
+    int64_t rows_step = -1;
+  };
+  absl::flat_hash_map<std::pair<int32_t, int32_t>, PushKey> last_push_ ABSL_GUARDED_BY(wait_mu_);
+  // Worker -> data position after its last dense push (PushRequest.position).
+  absl::flat_hash_map<int32_t, int64_t> positions_ ABSL_GUARDED_BY(wait_mu_);
+  std::vector<Waiter> waiters_ ABSL_GUARDED_BY(wait_mu_);
+  uint64_t next_ticket_ ABSL_GUARDED_BY(wait_mu_) = 1;
+  int64_t parked_pulls_ ABSL_GUARDED_BY(wait_mu_) = 0;
+  double parked_seconds_ ABSL_GUARDED_BY(wait_mu_) = 0;
+  int64_t max_clock_gap_ ABSL_GUARDED_BY(wait_mu_) = 0;
+
+  mutable absl::Mutex mu_;
+  absl::flat_hash_map<std::string, std::unique_ptr<Variable>> variables_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<Optimizer> optimizer_ ABSL_GUARDED_BY(mu_);
+  int64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
+  proto::OptimizerConfig optimizer_config_ ABSL_GUARDED_BY(mu_);
+  // Bytes of dense values and slots held (Options::max_store_bytes).
+  int64_t store_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  std::atomic<int64_t> pushes_applied_{0};
+  std::atomic<int64_t> nonfinite_skipped_{0};
+  std::atomic<int64_t> unadmitted_dropped_{0};
+  std::atomic<int64_t> gradients_applied_{0};
+  std::atomic<int64_t> staleness_sum_{0};
+  std::atomic<int64_t> staleness_max_{0};
+  std::atomic<int64_t> stale_dropped_{0};
+  std::atomic<int64_t> duplicates_ignored_{0};
+  std::atomic<int64_t> apply_nanos_{0};
+};
+
+}  // namespace pst::ps
+
+#endif  // PST_PS_SERVER_STORE_VARIABLE_STORE_H_
