@@ -108,6 +108,12 @@ int Run() {
   options.checkpoint_dir = absl::GetFlag(FLAGS_checkpoint_dir);
   options.bind = absl::GetFlag(FLAGS_bind);
   options.bdp_probe = absl::GetFlag(FLAGS_bdp_probe);
+  const int32_t save_delay_ms = absl::GetFlag(FLAGS_test_save_delay_ms);
+  if (save_delay_ms < 0) {
+    std::fprintf(stderr, "ps_server: --test_save_delay_ms must be >= 0\n");
+    return 2;
+  }
+  options.save_delay = absl::Milliseconds(save_delay_ms);
   absl::StatusOr<std::unique_ptr<common::MetricsExporter>> metrics =
       common::StartMetricsFromFlags(task);
   if (!metrics.ok()) {

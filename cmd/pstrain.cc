@@ -103,7 +103,7 @@ constexpr const char* kForwardedFlags[] = {
     "log_device_placement", "tls_cert", "tls_key", "tls_ca", "tls_server_name", "auth_token_file",
     "role_tokens_file",
     "bdp_probe", "grpc_max_concurrent_streams", "grpc_memory_quota_mb", "grpc_max_threads",
-    "grpc_max_control_message_mb",
+    "grpc_max_control_message_mb", "test_save_delay_ms",
 };
 // clang-format on
 

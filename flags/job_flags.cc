@@ -166,6 +166,12 @@ ABSL_FLAG(bool, bdp_probe, true,
           "workers' dense connections). false: a fixed 16 MiB HTTP/2 window instead: about "
           "25% more throughput on tensors of megabytes over loopback, 10-15% fewer "
           "examples/s for the small Fashion-MNIST MLP. Give every daemon the same.");
+// Fault injection for tests, forwarded by `pstrain local` like the job
+// flags. Defined here, not in a main, so that only --helpfull lists it.
+ABSL_FLAG(int32_t, test_save_delay_ms, 0,
+          "For tests only (fault injection): every checkpoint save of a ps waits this many ms "
+          "between its snapshot and its file, so that a test can kill the ps during a save. "
+          "Other daemons ignore it.");
 ABSL_FLAG(std::string, tls_cert, "",
           "PEM certificate chain of this process; with --tls_key, daemons serve TLS.");
 ABSL_FLAG(std::string, tls_key, "", "PEM private key for --tls_cert.");

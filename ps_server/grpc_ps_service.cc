@@ -1,12 +1,10 @@
 #include "ps_server/grpc_ps_service.h"
 
-#include <cstdlib>
 #include <exception>
 #include <memory>
 #include <new>
 #include <type_traits>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/grpc_caller.h"
 #include "common/grpc_status.h"
@@ -170,7 +168,8 @@ namespace {
 
 PsNode::Options NodeOptions(int ps_index, std::string task, uint64_t incarnation,
                             std::string checkpoint_dir, const VariableStore* store,
-                            std::function<std::unique_ptr<ReplicaLink>(int index)> link_to) {
+                            std::function<std::unique_ptr<ReplicaLink>(int index)> link_to,
+                            absl::Duration save_delay) {
   PsNode::Options options;
   options.store_options = store->options();
   options.link_to = std::move(link_to);
@@ -178,10 +177,7 @@ PsNode::Options NodeOptions(int ps_index, std::string task, uint64_t incarnation
   options.task = std::move(task);
   options.incarnation = incarnation;
   options.checkpoint_dir = std::move(checkpoint_dir);
-  if (const char* delay = std::getenv(kSaveDelayEnv); delay != nullptr) {
-    int ms = 0;
-    if (absl::SimpleAtoi(delay, &ms) && ms > 0) options.save_delay = absl::Milliseconds(ms);
-  }
+  options.save_delay = save_delay;
   return options;
 }
 
@@ -190,11 +186,12 @@ PsNode::Options NodeOptions(int ps_index, std::string task, uint64_t incarnation
 GrpcPsService::GrpcPsService(VariableStore* store, int ps_index, std::string task,
                              uint64_t incarnation, common::StopSignal* stop,
                              std::string checkpoint_dir,
-                             std::function<std::unique_ptr<ReplicaLink>(int index)> link_to)
+                             std::function<std::unique_ptr<ReplicaLink>(int index)> link_to,
+                             absl::Duration save_delay)
     : store_(store),
       stop_(stop),
       node_(store, NodeOptions(ps_index, std::move(task), incarnation, std::move(checkpoint_dir),
-                               store, std::move(link_to))) {
+                               store, std::move(link_to), save_delay)) {
   const std::string service = proto::ParameterServer::service_full_name();
   BoundRequestSize(&GrpcPsService::CreateVariables, service, "CreateVariables");
   BoundRequestSize(&GrpcPsService::SetMembership, service, "SetMembership");

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "common/grpc_bounded_service.h"
 #include "common/process.h"
 #include "proto/pstrain.grpc.pb.h"
@@ -33,7 +34,7 @@ using ParameterServerBase = proto::ParameterServer::WithRawCallbackMethod_Pull<
             proto::ParameterServer::CallbackService>>>;
 
 // Thread-safe. Does not own the store. Every call checks the caller and runs
-// PsNode's logic (node/ps_node.h; kSaveDelayEnv there is read at construction),
+// PsNode's logic (node/ps_node.h),
 // but for the pulls of dense variables, which read the store directly. They and
 // Shutdown refuse requests over
 // ServerLimits::max_control_message_bytes RESOURCE_EXHAUSTED unparsed
@@ -43,10 +44,13 @@ class GrpcPsService final : public common::BoundedService<ParameterServerBase> {
   // A Shutdown call stops `stop`. Checkpoints are saved and restored only
   // under `checkpoint_dir` ("": none, and Save and Restore are refused).
   // `link_to` reaches another ps, for the backup of this ps's shard in
-  // replicated jobs (PsNode::Options::link_to; null: none).
+  // replicated jobs (PsNode::Options::link_to; null: none). Every save waits
+  // `save_delay` between its snapshot and its file (PsNode::Options::
+  // save_delay: fault injection for tests).
   GrpcPsService(VariableStore* store, int ps_index, std::string task, uint64_t incarnation,
                 common::StopSignal* stop, std::string checkpoint_dir = "",
-                std::function<std::unique_ptr<ReplicaLink>(int index)> link_to = nullptr);
+                std::function<std::unique_ptr<ReplicaLink>(int index)> link_to = nullptr,
+                absl::Duration save_delay = absl::ZeroDuration());
 
   // Saves and restores running at once at most; more are refused with
   // RESOURCE_EXHAUSTED.

@@ -46,7 +46,7 @@ absl::Status RunPs(PsDaemonOptions options, common::StopSignal& stop) {
     return MakeGrpcReplicaLink(peers[index], timeout, connect);
   };
   GrpcPsService service(&store, options.tf.task.index, task, options.incarnation, &stop,
-                        options.checkpoint_dir, link_to);
+                        options.checkpoint_dir, link_to, options.save_delay);
   absl::StatusOr<std::unique_ptr<grpc::Server>> server =
       common::StartServer(options.tf.SelfAddress(),
                           {{&service, proto::ParameterServer::service_full_name()}}, options.bind);

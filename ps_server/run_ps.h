@@ -31,6 +31,9 @@ struct PsDaemonOptions {
   std::string checkpoint_dir;  // created if missing; empty: saves are refused
   std::string bind;            // listen here instead of the TF_CONFIG port's host
   bool bdp_probe = true;       // only for the start-up line
+  // Fault injection for tests: every save waits this long between its
+  // snapshot and its file (PsNode::Options::save_delay).
+  absl::Duration save_delay = absl::ZeroDuration();
   // The store's gauges go here (null: no exporter). RunPs owns it, so that
   // no scrape outlives the store it reads.
   std::unique_ptr<common::MetricsExporter> metrics;

@@ -29,7 +29,6 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "common/checkpoint_format.h"
-#include "ps_server/grpc_ps_service.h"
 #include "tests/test_cluster.h"
 
 namespace pst::testing {
@@ -126,10 +125,14 @@ class FaultInjectionTest : public ::testing::Test {
     return absl::Milliseconds(ms(rng));
   }
 
-  std::unique_ptr<TestProcess> Launch(const std::vector<std::string>& env = {},
+  // `pstrain local` with the job's flags and `more` (forwarded to every
+  // daemon).
+  std::unique_ptr<TestProcess> Launch(const std::vector<std::string>& more = {},
                                       const std::string& mode = "async") {
     mode_ = mode;
-    std::unique_ptr<TestProcess> launcher = LaunchLocal(JobFlags(dir_, mode), env);
+    std::vector<std::string> flags = JobFlags(dir_, mode);
+    flags.insert(flags.end(), more.begin(), more.end());
+    std::unique_ptr<TestProcess> launcher = LaunchLocal(flags);
     EXPECT_NE(launcher, nullptr);
     return launcher;
   }
@@ -336,7 +339,7 @@ TEST_F(FaultInjectionTest, KilledChief_RestartsWithoutRestoringTheLivePs) {
 
 TEST_F(FaultInjectionTest, PsKilledDuringASave_LeavesThePreviousCheckpointTheLatest) {
   // Every save waits 1.5 s between its snapshot and its file.
-  std::unique_ptr<TestProcess> launcher = Launch({absl::StrCat(ps::kSaveDelayEnv, "=1500")});
+  std::unique_ptr<TestProcess> launcher = Launch({"--test_save_delay_ms=1500"});
   ASSERT_NE(launcher, nullptr);
   // The first checkpoint is complete; kill ps:1 in the middle of the next.
   std::optional<size_t> saved = launcher->WaitForOutputAfter("saved checkpoint", 0, kTimeout);
@@ -357,7 +360,7 @@ TEST_F(FaultInjectionTest, PsKilledDuringASave_LeavesThePreviousCheckpointTheLat
 }
 
 TEST_F(FaultInjectionTest, PsKilledDuringTheFinalSave_WorkersRedoTheirLastSteps_JobFinishes) {
-  std::unique_ptr<TestProcess> launcher = Launch({absl::StrCat(ps::kSaveDelayEnv, "=1500")});
+  std::unique_ptr<TestProcess> launcher = Launch({"--test_save_delay_ms=1500"});
   ASSERT_NE(launcher, nullptr);
   // Every worker has finished; kill ps:1 in the middle of the final save.
   std::optional<size_t> end =
@@ -390,7 +393,7 @@ TEST_F(FaultInjectionTest, PsKilledDuringTheFinalSave_WorkersRedoTheirLastSteps_
 TEST_F(FaultInjectionTest, ChiefKilledAfterTheWorkersFinished_TheRestartedOneEndsTheJob) {
   // The final save waits 1.5 s, so the chief is killed while it evaluates
   // or saves, after every worker has finished.
-  std::unique_ptr<TestProcess> launcher = Launch({absl::StrCat(ps::kSaveDelayEnv, "=1500")});
+  std::unique_ptr<TestProcess> launcher = Launch({"--test_save_delay_ms=1500"});
   ASSERT_NE(launcher, nullptr);
   std::optional<size_t> end =
       launcher->WaitForOutputAfter("every worker has finished", 0, kTimeout);

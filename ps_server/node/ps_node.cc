@@ -184,8 +184,8 @@ void PsNode::Save(const proto::SaveRequest* request, proto::SaveResponse* respon
           setpriority(PRIO_PROCESS, static_cast<id_t>(gettid()), 10);
           if (options_.save_delay > absl::ZeroDuration()) {
             // Fault injection for tests: a save slow enough to be killed during.
-            spdlog::info("writing {} after a delay of {} ({})", path,
-                         absl::FormatDuration(options_.save_delay), kSaveDelayEnv);
+            spdlog::info("writing {} after a delay of {} (fault injection for tests)", path,
+                         absl::FormatDuration(options_.save_delay));
             absl::SleepFor(options_.save_delay);
           }
           const absl::Time write_start = absl::Now();

@@ -49,11 +49,6 @@
 
 namespace pst::ps {
 
-// Fault injection for tests: when this environment variable holds N > 0,
-// every Save waits N ms after its snapshot before writing the shard (and
-// says so in the log), so a test can kill the ps in the middle of a save.
-inline constexpr char kSaveDelayEnv[] = "PSTRAIN_TEST_SAVE_DELAY_MS";
-
 class PsNode {
  public:
   struct Options {
@@ -63,7 +58,9 @@ class PsNode {
     // Checkpoints are saved and restored only under it ("": none, and Save
     // and Restore are refused).
     std::string checkpoint_dir;
-    // Waited between a save's snapshot and its file (kSaveDelayEnv).
+    // Fault injection for tests: every Save waits this long between its
+    // snapshot and its file (and says so in the log), so that a test can
+    // kill the ps in the middle of a save (ps_server's --test_save_delay_ms).
     absl::Duration save_delay = absl::ZeroDuration();
     // Replicated jobs: a link to ps `index`, for the backup of this ps's
     // shard (null: this ps keeps no backup, and refuses to name one).
