@@ -14,8 +14,8 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
 #include "bench/proc_stats.h"
-#include "common/grpc_channel.h"
-#include "common/grpc_status.h"
+#include "rpc/grpc_channel.h"
+#include "rpc/grpc_status.h"
 #include "common/status_macros.h"
 #include "common/tf_config.h"
 #include "proto/pstrain.grpc.pb.h"
@@ -162,9 +162,9 @@ absl::StatusOr<std::unique_ptr<PsCluster>> PsCluster::Start(const Options& optio
   }
   // Every ps answers Health once it serves.
   for (int i = 0; i < num_ps; ++i) {
-    auto stub = proto::ParameterServer::NewStub(common::MakeChannel(cluster->ps_[i]->address));
+    auto stub = proto::ParameterServer::NewStub(rpc::MakeChannel(cluster->ps_[i]->address));
     grpc::ClientContext context;
-    common::SetDeadline(&context, absl::Seconds(30), /*wait_for_ready=*/true);
+    rpc::SetDeadline(&context, absl::Seconds(30), /*wait_for_ready=*/true);
     proto::HealthRequest request;
     proto::HealthResponse response;
     grpc::Status status = stub->Health(&context, request, &response);
@@ -239,13 +239,13 @@ absl::Status PsCluster::CreateVariables(const proto::PlacementPlan& plan,
       request.mutable_copies()->set_primary(i);
       request.mutable_copies()->set_backup((i + 1) % size());
     }
-    auto stub = proto::ParameterServer::NewStub(common::MakeChannel(ps_[i]->address));
+    auto stub = proto::ParameterServer::NewStub(rpc::MakeChannel(ps_[i]->address));
     grpc::ClientContext context;
-    common::SetDeadline(&context, absl::Seconds(120));
+    rpc::SetDeadline(&context, absl::Seconds(120));
     proto::CreateVariablesResponse response;
     grpc::Status status = stub->CreateVariables(&context, request, &response);
     if (!status.ok()) {
-      absl::Status s = common::FromGrpcStatus(status);
+      absl::Status s = rpc::FromGrpcStatus(status);
       return absl::Status(
           s.code(), absl::StrCat("creating the variables on ps ", i, ": ", s.message(), Tail(i)));
     }
@@ -256,9 +256,9 @@ absl::Status PsCluster::CreateVariables(const proto::PlacementPlan& plan,
 void PsCluster::Stop() {
   for (auto& p : ps_) {
     if (p->exited) continue;
-    auto stub = proto::ParameterServer::NewStub(common::MakeChannel(p->address));
+    auto stub = proto::ParameterServer::NewStub(rpc::MakeChannel(p->address));
     grpc::ClientContext context;
-    common::SetDeadline(&context, absl::Seconds(5));
+    rpc::SetDeadline(&context, absl::Seconds(5));
     proto::ShutdownRequest request;
     request.set_reason("ps_bench is done");
     proto::ShutdownResponse response;

@@ -7,7 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/time.h"
-#include "common/grpc_channel.h"
+#include "rpc/grpc_channel.h"
 
 namespace pst::bench {
 namespace {
@@ -72,7 +72,7 @@ void PrintTable(const std::vector<Result>& results, const References& refs,
     std::printf(
         "Dense connections used a fixed %d MiB HTTP/2 window, no BDP probing "
         "(--bdp_probe=false).\n",
-        common::kDenseWindowBytes >> 20);
+        rpc::kDenseWindowBytes >> 20);
   }
 }
 

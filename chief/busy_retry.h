@@ -1,5 +1,5 @@
 // Calls to a ps that may find it busy: a ps runs at most a few saves and
-// restores at once (ps_server/background_work.h) and refuses more with
+// restores at once (ps_server/node/background_work.h) and refuses more with
 // RESOURCE_EXHAUSTED before doing any of the work. A chief restarted while
 // its predecessor's save still runs meets that refusal on its first save;
 // it waits and asks again rather than fail the job.

@@ -14,7 +14,7 @@
 #include "client/grpc_ps_transport.h"
 #include "client/ps_client.h"
 #include "client/shard_routes.h"
-#include "common/grpc_channel.h"
+#include "rpc/grpc_channel.h"
 #include "common/logging.h"
 #include "common/metrics.h"
 #include "common/ps_control.h"
@@ -102,10 +102,10 @@ absl::Status RunChief(const ChiefOptions& options, const common::StopSignal& sto
   GrpcCoordinatorService service(&coordinator, &evaluations);
   PST_ASSIGN_OR_RETURN(
       std::unique_ptr<grpc::Server> server,
-      common::StartServer(cluster.CoordinatorAddress(),
+      rpc::StartServer(cluster.CoordinatorAddress(),
                           {{&service, proto::Coordinator::service_full_name()}}, options.bind));
   spdlog::info("coordinator serving on {} (advertised as {}, {})",
-               common::ListenAddress(cluster.CoordinatorAddress(), options.bind),
+               rpc::ListenAddress(cluster.CoordinatorAddress(), options.bind),
                cluster.CoordinatorAddress(),
                common::DescribeTransportSecurity(common::GetTransportSecurity()));
 

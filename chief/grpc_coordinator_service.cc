@@ -2,15 +2,15 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "common/grpc_caller.h"
-#include "common/grpc_status.h"
+#include "rpc/grpc_caller.h"
+#include "rpc/grpc_status.h"
 
 namespace pst::chief {
 namespace {
 
 grpc::ServerUnaryReactor* Finish(grpc::CallbackServerContext* context, const absl::Status& status) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  reactor->Finish(common::ToGrpcStatus(status));
+  reactor->Finish(rpc::ToGrpcStatus(status));
   return reactor;
 }
 
@@ -32,7 +32,7 @@ grpc::ServerUnaryReactor* GrpcCoordinatorService::Register(grpc::CallbackServerC
                                                            const proto::RegisterRequest* request,
                                                            proto::RegisterResponse* response) {
   if (absl::Status allowed =
-          common::RequireWorker(common::CallerOf(*context), request->worker_index(), "Register");
+          rpc::RequireWorker(rpc::CallerOf(*context), request->worker_index(), "Register");
       !allowed.ok()) {
     return Finish(context, allowed);
   }
@@ -45,7 +45,7 @@ grpc::ServerUnaryReactor* GrpcCoordinatorService::Heartbeat(grpc::CallbackServer
                                                             const proto::HeartbeatRequest* request,
                                                             proto::HeartbeatResponse* response) {
   if (absl::Status allowed =
-          common::RequireWorker(common::CallerOf(*context), request->worker_index(), "Heartbeat");
+          rpc::RequireWorker(rpc::CallerOf(*context), request->worker_index(), "Heartbeat");
       !allowed.ok()) {
     return Finish(context, allowed);
   }
@@ -57,8 +57,8 @@ grpc::ServerUnaryReactor* GrpcCoordinatorService::Heartbeat(grpc::CallbackServer
 grpc::ServerUnaryReactor* GrpcCoordinatorService::WorkerDone(
     grpc::CallbackServerContext* context, const proto::WorkerDoneRequest* request,
     proto::WorkerDoneResponse* response) {
-  if (absl::Status allowed = common::RequireWorker(
-          common::CallerOf(*context), request->final_progress().worker_index(), "WorkerDone");
+  if (absl::Status allowed = rpc::RequireWorker(
+          rpc::CallerOf(*context), request->final_progress().worker_index(), "WorkerDone");
       !allowed.ok()) {
     return Finish(context, allowed);
   }
@@ -70,7 +70,7 @@ grpc::ServerUnaryReactor* GrpcCoordinatorService::ClaimWorkerIndex(
     proto::ClaimWorkerIndexResponse* response) {
   // With per-role certificates a worker's index is in its certificate: a
   // claimed one would not match it.
-  const common::Caller caller = common::CallerOf(*context);
+  const rpc::Caller caller = rpc::CallerOf(*context);
   if (caller.checked) {
     return Finish(
         context, absl::PermissionDeniedError(absl::StrCat(
@@ -89,7 +89,7 @@ grpc::ServerUnaryReactor* GrpcCoordinatorService::ClaimWorkerIndex(
 grpc::ServerUnaryReactor* GrpcCoordinatorService::GetState(grpc::CallbackServerContext* context,
                                                            const proto::GetStateRequest* request,
                                                            proto::ClusterState* response) {
-  if (absl::Status allowed = common::RequireAnyTask(common::CallerOf(*context), "GetState");
+  if (absl::Status allowed = rpc::RequireAnyTask(rpc::CallerOf(*context), "GetState");
       !allowed.ok()) {
     return Finish(context, allowed);
   }
@@ -105,8 +105,8 @@ grpc::ServerUnaryReactor* GrpcCoordinatorService::GetState(grpc::CallbackServerC
 grpc::ServerUnaryReactor* GrpcCoordinatorService::ReportEvaluation(
     grpc::CallbackServerContext* context, const proto::EvaluationReport* request,
     proto::ReportEvaluationResponse* response) {
-  if (absl::Status allowed = common::RequireEvaluator(
-          common::CallerOf(*context), request->evaluator_index(), "ReportEvaluation");
+  if (absl::Status allowed = rpc::RequireEvaluator(
+          rpc::CallerOf(*context), request->evaluator_index(), "ReportEvaluation");
       !allowed.ok()) {
     return Finish(context, allowed);
   }

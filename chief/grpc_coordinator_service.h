@@ -4,7 +4,7 @@
 
 #include "chief/coordinator.h"
 #include "chief/evaluations.h"
-#include "common/grpc_bounded_service.h"
+#include "rpc/grpc_bounded_service.h"
 #include "proto/pstrain.grpc.pb.h"
 
 namespace pst::chief {
@@ -12,9 +12,9 @@ namespace pst::chief {
 // Thread-safe. Owns neither the coordinator nor the evaluation history (null:
 // ReportEvaluation is refused FAILED_PRECONDITION). Every method is a control call:
 // requests over ServerLimits::max_control_message_bytes are refused
-// RESOURCE_EXHAUSTED unparsed (common/grpc_bounded_service.h).
+// RESOURCE_EXHAUSTED unparsed (rpc/grpc_bounded_service.h).
 class GrpcCoordinatorService final
-    : public common::BoundedService<proto::Coordinator::CallbackService> {
+    : public rpc::BoundedService<proto::Coordinator::CallbackService> {
  public:
   explicit GrpcCoordinatorService(Coordinator* coordinator,
                                   EvaluationHistory* evaluations = nullptr);

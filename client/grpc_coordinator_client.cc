@@ -1,7 +1,7 @@
 #include "client/grpc_coordinator_client.h"
 
-#include "common/grpc_channel.h"
-#include "common/grpc_status.h"
+#include "rpc/grpc_channel.h"
+#include "rpc/grpc_status.h"
 #include "proto/pstrain.grpc.pb.h"
 
 namespace pst::worker {
@@ -10,7 +10,7 @@ namespace {
 class GrpcCoordinatorClient final : public CoordinatorClient {
  public:
   explicit GrpcCoordinatorClient(const std::string& address)
-      : stub_(proto::Coordinator::NewStub(common::MakeChannel(address))) {}
+      : stub_(proto::Coordinator::NewStub(rpc::MakeChannel(address))) {}
 
   absl::StatusOr<proto::RegisterResponse> Register(const proto::RegisterRequest& request,
                                                    absl::Duration timeout) override {
@@ -38,10 +38,10 @@ class GrpcCoordinatorClient final : public CoordinatorClient {
                                 const Request& request, absl::Duration timeout,
                                 bool wait_for_ready = false) {
     grpc::ClientContext context;
-    common::SetDeadline(&context, timeout, wait_for_ready);
+    rpc::SetDeadline(&context, timeout, wait_for_ready);
     Response response;
     grpc::Status status = (stub_.get()->*method)(&context, request, &response);
-    if (!status.ok()) return common::FromGrpcStatus(status);
+    if (!status.ok()) return rpc::FromGrpcStatus(status);
     return response;
   }
 

@@ -1,7 +1,7 @@
 #include "client/grpc_ps_control.h"
 
-#include "common/grpc_channel.h"
-#include "common/grpc_status.h"
+#include "rpc/grpc_channel.h"
+#include "rpc/grpc_status.h"
 #include "proto/pstrain.grpc.pb.h"
 
 namespace pst::worker {
@@ -11,7 +11,7 @@ class GrpcPsControl final : public common::PsControl {
  public:
   explicit GrpcPsControl(const std::vector<std::string>& addresses) {
     for (const std::string& address : addresses) {
-      stubs_.push_back(proto::ParameterServer::NewStub(common::MakeChannel(address)));
+      stubs_.push_back(proto::ParameterServer::NewStub(rpc::MakeChannel(address)));
     }
   }
 
@@ -56,10 +56,10 @@ class GrpcPsControl final : public common::PsControl {
                                 int ps, const Request& request, absl::Duration timeout,
                                 bool wait_for_ready = false) {
     grpc::ClientContext context;
-    common::SetDeadline(&context, timeout, wait_for_ready);
+    rpc::SetDeadline(&context, timeout, wait_for_ready);
     Response response;
     grpc::Status status = (stubs_[ps].get()->*method)(&context, request, &response);
-    if (!status.ok()) return common::FromGrpcStatus(status);
+    if (!status.ok()) return rpc::FromGrpcStatus(status);
     return response;
   }
 

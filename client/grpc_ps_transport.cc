@@ -5,9 +5,9 @@
 #include <atomic>
 
 #include "absl/strings/str_cat.h"
-#include "common/grpc_channel.h"
-#include "common/grpc_status.h"
-#include "common/wire_codec.h"
+#include "rpc/grpc_channel.h"
+#include "rpc/grpc_status.h"
+#include "rpc/wire_codec.h"
 #include "proto/pstrain.grpc.pb.h"
 
 namespace pst::worker {
@@ -35,10 +35,10 @@ class GrpcPsTransport final : public common::PsTransport {
   GrpcPsTransport(const std::vector<std::string>& addresses, absl::Duration rpc_timeout)
       : addresses_(addresses), rpc_timeout_(rpc_timeout) {
     for (const std::string& address : addresses) {
-      stubs_.push_back(proto::ParameterServer::NewStub(common::MakeChannel(address)));
+      stubs_.push_back(proto::ParameterServer::NewStub(rpc::MakeChannel(address)));
       std::vector<std::unique_ptr<grpc::GenericStub>> pool;
       for (int c = 0; c < kConnectionsPerPs; ++c) {
-        pool.push_back(std::make_unique<grpc::GenericStub>(common::MakeChannel(address, 1 + c)));
+        pool.push_back(std::make_unique<grpc::GenericStub>(rpc::MakeChannel(address, 1 + c)));
       }
       generic_.push_back(std::move(pool));
       next_.push_back(std::make_unique<std::atomic<uint32_t>>(0));
@@ -86,32 +86,32 @@ class GrpcPsTransport final : public common::PsTransport {
     return absl::StrCat("ps ", ps, " at ", addresses_[ps]);
   }
 
-  // The dense calls go out as raw bytes (common/wire_codec.h): gradients
+  // The dense calls go out as raw bytes (rpc/wire_codec.h): gradients
   // from the caller's buffers, values straight into them.
   void PullDense(int ps, const proto::PullRequest* request, const common::DenseBuffers* buffers,
                  proto::PullResponse* response, Done done) override {
     auto* call = new RawCall(rpc_timeout_);
-    call->request = common::SerializeMessage(*request);
+    call->request = rpc::SerializeMessage(*request);
     StartPull(ps, kPull, call, buffers, response, std::move(done));
   }
   void PushPullDense(int ps, const proto::PushPullRequest* request,
                      const common::DenseBuffers* buffers, proto::PullResponse* response,
                      Done done) override {
     auto* call = new RawCall(rpc_timeout_);
-    call->request = common::EncodePushPull(*request, buffers->gradients, buffers->pins);
+    call->request = rpc::EncodePushPull(*request, buffers->gradients, buffers->pins);
     StartPull(ps, kPushPull, call, buffers, response, std::move(done));
   }
   void PushDense(int ps, const proto::PushRequest* request, const common::DenseBuffers* buffers,
                  proto::PushResponse* response, Done done) override {
     auto* call = new RawCall(rpc_timeout_);
-    call->request = common::EncodePush(*request, buffers->gradients, buffers->pins);
+    call->request = rpc::EncodePush(*request, buffers->gradients, buffers->pins);
     CountSent(call->request.Length());
     Generic(ps)->UnaryCall(
         &call->context, Method("Push"), grpc::StubOptions(), &call->request, &call->response,
         [call, response, done = std::move(done)](grpc::Status status) {
-          absl::Status result = common::FromGrpcStatus(status);
+          absl::Status result = rpc::FromGrpcStatus(status);
           if (result.ok()) CountReceived(call->response.Length());
-          if (result.ok() && !common::ParseMessage(&call->response, response).ok()) {
+          if (result.ok() && !rpc::ParseMessage(&call->response, response).ok()) {
             result = absl::DataLossError("malformed PushResponse");
           }
           delete call;
@@ -123,7 +123,7 @@ class GrpcPsTransport final : public common::PsTransport {
   enum PullKind { kPull, kPushPull };
   // A raw call's context and bytes, alive until it completes.
   struct RawCall {
-    explicit RawCall(absl::Duration timeout) { common::SetDeadline(&context, timeout); }
+    explicit RawCall(absl::Duration timeout) { rpc::SetDeadline(&context, timeout); }
     grpc::ClientContext context;
     grpc::ByteBuffer request, response;
   };
@@ -144,10 +144,10 @@ class GrpcPsTransport final : public common::PsTransport {
         &call->context, Method(kind == kPull ? "Pull" : "PushPull"), grpc::StubOptions(),
         &call->request, &call->response,
         [call, buffers, response, done = std::move(done)](grpc::Status status) {
-          absl::Status result = common::FromGrpcStatus(status);
+          absl::Status result = rpc::FromGrpcStatus(status);
           if (result.ok()) {
             CountReceived(call->response.Length());
-            result = common::DecodePullResponse(&call->response, buffers->values, response);
+            result = rpc::DecodePullResponse(&call->response, buffers->values, response);
           }
           delete call;
           done(std::move(result));
@@ -156,7 +156,7 @@ class GrpcPsTransport final : public common::PsTransport {
 
   grpc::ClientContext* NewContext() const {
     auto* context = new grpc::ClientContext();
-    common::SetDeadline(context, rpc_timeout_);
+    rpc::SetDeadline(context, rpc_timeout_);
     return context;
   }
   // Owns the context until the call completes.
@@ -166,7 +166,7 @@ class GrpcPsTransport final : public common::PsTransport {
     return [context, response, done = std::move(done)](grpc::Status status) {
       delete context;
       if (status.ok()) CountReceived(response->ByteSizeLong());
-      done(common::FromGrpcStatus(status));
+      done(rpc::FromGrpcStatus(status));
     };
   }
 

@@ -1,6 +1,6 @@
 // PsTransport over gRPC: channels per ps reused for every call, each call
 // with a deadline. The dense calls (PullDense, PushPullDense, PushDense)
-// travel zero-copy (common/wire_codec.h) over a small pool of connections
+// travel zero-copy (rpc/wire_codec.h) over a small pool of connections
 // per ps; the rest over one.
 #ifndef PST_CLIENT_GRPC_PS_TRANSPORT_H_
 #define PST_CLIENT_GRPC_PS_TRANSPORT_H_

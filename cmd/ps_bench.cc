@@ -9,7 +9,7 @@
 #include "absl/status/statusor.h"
 #include "bench/ps_bench.h"
 #include "bench/ps_bench_options.h"
-#include "common/grpc_channel.h"
+#include "rpc/grpc_channel.h"
 #include "common/process.h"
 #include "flags/command_line.h"
 
@@ -102,7 +102,7 @@ int main(int argc, char** argv) {
   pst::common::ParseCommandLineOrExit(argc, argv);
   // Its threads stand for workers, which tune the process the same way.
   pst::common::TuneForServing();
-  pst::common::SetDenseBdpProbe(absl::GetFlag(FLAGS_bdp_probe));
+  pst::rpc::SetDenseBdpProbe(absl::GetFlag(FLAGS_bdp_probe));
   try {
     absl::StatusOr<pst::bench::Options> options = pst::bench::ParseOptions(ReadFlags());
     if (!options.ok()) {

@@ -11,7 +11,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/usage.h"
-#include "common/grpc_channel.h"
+#include "rpc/grpc_channel.h"
 #include "common/logging.h"
 #include "common/metrics.h"
 #include "common/process.h"
@@ -80,7 +80,7 @@ int Run() {
     std::fprintf(stderr, "ps_server: --max_ids_per_request must be at least 1\n");
     return 2;
   }
-  store.max_response_bytes = common::kMaxMessageBytes;
+  store.max_response_bytes = rpc::kMaxMessageBytes;
   store.max_store_bytes = absl::GetFlag(FLAGS_max_variable_bytes);
   if (store.max_store_bytes == 0) {
     const int64_t pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);

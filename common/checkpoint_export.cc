@@ -86,7 +86,7 @@ std::vector<int64_t> ToVector(const google::protobuf::RepeatedField<int64_t>& sh
 }
 
 // Slot names for the optimizer `name` keeps `count` slots of, in the order
-// ps_server/optimizer.cc keeps them; indices for anything else.
+// ps_server/store/optimizer.cc keeps them; indices for anything else.
 std::vector<std::string> SlotNames(const std::string& optimizer, int count) {
   static const std::map<std::string, std::vector<std::string>> kNames = {
       {"momentum", {"accum"}},

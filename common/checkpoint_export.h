@@ -29,7 +29,7 @@
 // variable's values (for a hash table: as <table>.values):
 //   <variable>/<slot>     slot names from the job's optimizer: momentum
 //                         "accum"; adam "m", "v"; adagrad "accum"; ftrl
-//                         "accum", "linear" (the order ps_server/optimizer.cc
+//                         "accum", "linear" (the order ps_server/store/optimizer.cc
 //                         keeps them in); the slot's index ("0", "1") for
 //                         any other.
 //

@@ -13,9 +13,9 @@
 // a refresher that copies its live statistics (the ps's store, the chief's
 // coordinator, the worker's step times) into the registry just before it
 // is serialized, so the hot paths carry no instrumentation. Servers started
-// with StartServer also count requests per method (common/grpc_metrics.h).
+// with StartServer also count requests per method (rpc/grpc_metrics.h).
 // No gRPC here: what a ps, a model or the chief's job reads of metrics
-// does not pull in <grpcpp>.
+// does not pull in gRPC.
 //
 // Thread-safety: everything here may be used from any thread.
 #ifndef PST_COMMON_METRICS_H_
@@ -60,7 +60,7 @@ class MetricsExporter {
 
   // Methods ("/pkg.Service/Method") served as raw callback methods, whose
   // requests arrive as grpc::ByteBuffer rather than as generated messages
-  // (read by MetricsInterceptors, common/grpc_metrics.h).
+  // (read by MetricsInterceptors, rpc/grpc_metrics.h).
   // REQUIRES: called before the server starts.
   void SetRawMethods(std::vector<std::string> methods);
   const absl::flat_hash_set<std::string>& raw_methods() const { return raw_methods_; }

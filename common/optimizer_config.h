@@ -1,6 +1,6 @@
 // The optimizer settings of a job (proto::OptimizerConfig), checked where
 // they are given (the flags, at start) and where they are used (the ps,
-// which builds the optimizer: ps_server/optimizer.h), by the same rules.
+// which builds the optimizer: ps_server/store/optimizer.h), by the same rules.
 //
 // Thread-safety: pure functions.
 #ifndef PST_COMMON_OPTIMIZER_CONFIG_H_

@@ -5,8 +5,8 @@
 // the ps logic directly, so a whole cluster runs in one test process.
 //
 // Every call is synchronous, one ps at a time, and bounded by `timeout`.
-// Errors are the ps's own (see each call's logic in ps_server/ps_node.h and
-// ps_server/variable_store.h), and Unavailable or DeadlineExceeded when the
+// Errors are the ps's own (see each call's logic in ps_server/node/ps_node.h and
+// ps_server/store/variable_store.h), and Unavailable or DeadlineExceeded when the
 // ps did not answer in time (a call worth retrying).
 //
 // Thread-safety: implementations are safe for concurrent calls, to one ps

@@ -26,7 +26,7 @@ struct DenseBuffers {
   // data once the payload, exactly values[k].size() floats, is there.
   std::vector<std::span<float>> values;
   // Counts what the transport still holds of `gradients` after the call
-  // (common/wire_codec.h); the caller waits on it before reusing them.
+  // (rpc/wire_codec.h); the caller waits on it before reusing them.
   // Required for calls with gradients.
   PayloadPins* pins = nullptr;
 };

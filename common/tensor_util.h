@@ -52,7 +52,7 @@ void PackFloats(std::span<const float> values, const Shape& shape, proto::Tensor
 void UnpackFloats(const proto::Tensor& tensor, std::span<float> out);
 
 // A float32 payload in pieces, read where it lies: the receive slices a
-// gRPC message arrived in (common/wire_codec.h), or one whole string. The
+// gRPC message arrived in (rpc/wire_codec.h), or one whole string. The
 // pieces need not be aligned, and a float may straddle two of them.
 using PayloadParts = std::span<const std::string_view>;
 size_t PayloadBytes(PayloadParts parts);

@@ -37,7 +37,7 @@
 // The daemons' mains load it once from the flags
 // (InitTransportFromFlags in flags/job_flags.h)
 // before opening any channel or server; MakeChannel and StartServer use it
-// (the credentials: common/grpc_credentials.h).
+// (the credentials: rpc/grpc_credentials.h).
 // The grpc.health.v1 service is covered too: health checkers need the same
 // certificate and token.
 #ifndef PST_COMMON_TRANSPORT_SECURITY_H_

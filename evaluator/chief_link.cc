@@ -1,7 +1,7 @@
 #include "evaluator/chief_link.h"
 
-#include "common/grpc_channel.h"
-#include "common/grpc_status.h"
+#include "rpc/grpc_channel.h"
+#include "rpc/grpc_status.h"
 #include "proto/pstrain.grpc.pb.h"
 
 namespace pst::evaluator {
@@ -13,24 +13,24 @@ namespace {
 class GrpcChiefLink final : public ChiefLink {
  public:
   explicit GrpcChiefLink(const std::string& address)
-      : stub_(proto::Coordinator::NewStub(common::MakeChannel(address))) {}
+      : stub_(proto::Coordinator::NewStub(rpc::MakeChannel(address))) {}
 
   absl::StatusOr<proto::ClusterState> GetState(absl::Duration timeout) override {
     grpc::ClientContext context;
-    common::SetDeadline(&context, timeout, /*wait_for_ready=*/true);
+    rpc::SetDeadline(&context, timeout, /*wait_for_ready=*/true);
     proto::ClusterState state;
     const grpc::Status status = stub_->GetState(&context, proto::GetStateRequest(), &state);
-    if (!status.ok()) return common::FromGrpcStatus(status);
+    if (!status.ok()) return rpc::FromGrpcStatus(status);
     return state;
   }
 
   absl::StatusOr<proto::ReportEvaluationResponse> ReportEvaluation(
       const proto::EvaluationReport& report, absl::Duration timeout) override {
     grpc::ClientContext context;
-    common::SetDeadline(&context, timeout, /*wait_for_ready=*/true);
+    rpc::SetDeadline(&context, timeout, /*wait_for_ready=*/true);
     proto::ReportEvaluationResponse response;
     const grpc::Status status = stub_->ReportEvaluation(&context, report, &response);
-    if (!status.ok()) return common::FromGrpcStatus(status);
+    if (!status.ok()) return rpc::FromGrpcStatus(status);
     return response;
   }
 

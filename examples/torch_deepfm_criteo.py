@@ -180,7 +180,7 @@ def train_local(args):
     torch.set_num_threads(args.threads)
     train, held_out = split(load(args.data), args.eval_fraction)
     model = build_model(args)
-    # The ps's update rules (ps_server/optimizer.h), for the dense
+    # The ps's update rules (ps_server/store/optimizer.h), for the dense
     # parameters here and for the tables' rows in apply_local.
     if args.optimizer == "adagrad":
         optimizer = torch.optim.Adagrad(model.parameters(), lr=args.learning_rate, eps=0.0,

@@ -7,7 +7,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "common/grpc_channel.h"
+#include "rpc/grpc_channel.h"
 #include "common/metrics.h"
 #include "common/optimizer_config.h"
 #include "common/transport_security.h"
@@ -190,18 +190,18 @@ ABSL_FLAG(std::string, role_tokens_file, "",
           "from its token; other tokens are UNAUTHENTICATED. Needs TLS. See "
           "docs/security.md.");
 
-ABSL_FLAG(int32_t, grpc_max_concurrent_streams, pst::common::ServerLimits().max_concurrent_streams,
+ABSL_FLAG(int32_t, grpc_max_concurrent_streams, pst::rpc::ServerLimits().max_concurrent_streams,
           "Calls one client connection may have open at once on a daemon's gRPC server; more "
           "wait in the client's queue (0: no limit). Each dense piece in flight and each "
           "parked SYNC/SSP pull holds one.");
-ABSL_FLAG(int64_t, grpc_memory_quota_mb, pst::common::ServerLimits().memory_quota_bytes >> 20,
+ABSL_FLAG(int64_t, grpc_memory_quota_mb, pst::rpc::ServerLimits().memory_quota_bytes >> 20,
           "Memory a daemon's gRPC server may use for its buffers (gRPC resource quota): near "
           "it gRPC reads more slowly and may close idle connections (0: no limit).");
-ABSL_FLAG(int32_t, grpc_max_threads, pst::common::ServerLimits().max_threads,
+ABSL_FLAG(int32_t, grpc_max_threads, pst::rpc::ServerLimits().max_threads,
           "Threads of a daemon's gRPC server's resource quota (0: no limit). It counts "
           "gRPC's synchronous-API threads; pstrain's services use the callback API.");
 ABSL_FLAG(int64_t, grpc_max_control_message_mb,
-          static_cast<int64_t>(pst::common::ServerLimits().max_control_message_bytes >> 20),
+          static_cast<int64_t>(pst::rpc::ServerLimits().max_control_message_bytes >> 20),
           "Largest request, in MiB, of a control call (CreateVariables, Save, Restore, "
           "SetMembership, Health, Shutdown on the ps; every Coordinator call on the chief), "
           "refused RESOURCE_EXHAUSTED unparsed above it (0: up to the 512 MiB every call may "
@@ -256,30 +256,30 @@ absl::StatusOr<std::unique_ptr<MetricsExporter>> StartMetricsFromFlags(const std
     return absl::InvalidArgumentError(absl::StrCat("--metrics_port=", port, " is not a port"));
   }
   absl::StatusOr<std::unique_ptr<MetricsExporter>> exporter =
-      MetricsExporter::Start(ListenHost(absl::GetFlag(FLAGS_bind)), port, task);
+      MetricsExporter::Start(rpc::ListenHost(absl::GetFlag(FLAGS_bind)), port, task);
   if (exporter.ok()) SetProcessMetrics(exporter->get());
   return exporter;
 }
 
 absl::Status InitTransportFromFlags() {
-  SetDenseBdpProbe(absl::GetFlag(FLAGS_bdp_probe));
-  ServerLimits limits;
+  rpc::SetDenseBdpProbe(absl::GetFlag(FLAGS_bdp_probe));
+  rpc::ServerLimits limits;
   limits.max_concurrent_streams = absl::GetFlag(FLAGS_grpc_max_concurrent_streams);
   const int64_t memory_mb = absl::GetFlag(FLAGS_grpc_memory_quota_mb);
   limits.max_threads = absl::GetFlag(FLAGS_grpc_max_threads);
   const int64_t control_mb = absl::GetFlag(FLAGS_grpc_max_control_message_mb);
   if (limits.max_concurrent_streams < 0 || memory_mb < 0 || memory_mb > (int64_t{1} << 30) ||
-      limits.max_threads < 0 || control_mb < 0 || control_mb > (kMaxMessageBytes >> 20)) {
+      limits.max_threads < 0 || control_mb < 0 || control_mb > (rpc::kMaxMessageBytes >> 20)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--grpc_max_concurrent_streams=", limits.max_concurrent_streams,
         ", --grpc_memory_quota_mb=", memory_mb, ", --grpc_max_threads=", limits.max_threads,
         ", --grpc_max_control_message_mb=", control_mb,
         ": each must be >= 0 (0: no limit), and the control limit at most ",
-        kMaxMessageBytes >> 20));
+        rpc::kMaxMessageBytes >> 20));
   }
   limits.memory_quota_bytes = memory_mb << 20;
   limits.max_control_message_bytes = static_cast<size_t>(control_mb) << 20;
-  SetServerLimits(limits);
+  rpc::SetServerLimits(limits);
   SecurityFiles files;
   files.tls_cert = absl::GetFlag(FLAGS_tls_cert);
   files.tls_key = absl::GetFlag(FLAGS_tls_key);

@@ -87,7 +87,7 @@ ABSL_DECLARE_FLAG(bool, bdp_probe);
 // Fault injection for tests: a ps's save waits this long (only --helpfull
 // lists it).
 ABSL_DECLARE_FLAG(int32_t, test_save_delay_ms);
-// gRPC server limits (common/grpc_channel.h: ServerLimits).
+// gRPC server limits (rpc/grpc_channel.h: ServerLimits).
 ABSL_DECLARE_FLAG(int32_t, grpc_max_concurrent_streams);
 ABSL_DECLARE_FLAG(int64_t, grpc_memory_quota_mb);
 ABSL_DECLARE_FLAG(int32_t, grpc_max_threads);

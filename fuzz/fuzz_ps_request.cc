@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "common/wire_codec.h"
+#include "rpc/wire_codec.h"
 #include "proto/pstrain.pb.h"
 #include "ps_server/store/variable_store.h"
 
@@ -91,12 +91,12 @@ grpc::ByteBuffer Pieces(const std::string& bytes) {
 }
 
 absl::Status Decode(const std::string& bytes, pst::proto::PushRequest* request,
-                    pst::common::ReceivedGradients* gradients) {
-  return pst::common::DecodePush(Pieces(bytes), request, gradients);
+                    pst::rpc::ReceivedGradients* gradients) {
+  return pst::rpc::DecodePush(Pieces(bytes), request, gradients);
 }
 absl::Status Decode(const std::string& bytes, pst::proto::PushPullRequest* request,
-                    pst::common::ReceivedGradients* gradients) {
-  return pst::common::DecodePushPull(Pieces(bytes), request, gradients);
+                    pst::rpc::ReceivedGradients* gradients) {
+  return pst::rpc::DecodePushPull(Pieces(bytes), request, gradients);
 }
 const pst::proto::PushRequest& PushOf(const pst::proto::PushRequest& r) { return r; }
 const pst::proto::PushRequest& PushOf(const pst::proto::PushPullRequest& r) { return r.push(); }
@@ -107,7 +107,7 @@ const pst::proto::PushRequest& PushOf(const pst::proto::PushPullRequest& r) { re
 template <typename Request>
 void DecodeAndPush(const std::string& bytes) {
   Request request;
-  pst::common::ReceivedGradients gradients;
+  pst::rpc::ReceivedGradients gradients;
   const bool decoded = Decode(bytes, &request, &gradients).ok();
   Request reference;
   if (decoded != reference.ParseFromString(bytes)) std::abort();
@@ -144,7 +144,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       grpc::Slice slice(bytes);
       grpc::ByteBuffer buffer(&slice, 1);
       pst::proto::PullRequest request;
-      if (!pst::common::ParseMessage(&buffer, &request).ok()) return 0;
+      if (!pst::rpc::ParseMessage(&buffer, &request).ok()) return 0;
       pst::proto::PullResponse response;
       store->Pull(request.names(), &response).IgnoreError();
       break;

@@ -6,11 +6,11 @@
 #include <type_traits>
 
 #include "absl/strings/str_cat.h"
-#include "common/grpc_caller.h"
-#include "common/grpc_status.h"
+#include "rpc/grpc_caller.h"
+#include "rpc/grpc_status.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
-#include "common/wire_codec.h"
+#include "rpc/wire_codec.h"
 
 namespace pst::ps {
 namespace {
@@ -28,13 +28,13 @@ grpc::ServerUnaryReactor* FinishWith(grpc::CallbackServerContext* context, Fn&& 
     status = absl::InternalError(absl::StrCat("ps: ", e.what()));
   }
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  reactor->Finish(common::ToGrpcStatus(status));
+  reactor->Finish(rpc::ToGrpcStatus(status));
   return reactor;
 }
 
 // A completion that finishes `reactor` with its status.
 PsNode::Done FinishOn(grpc::ServerUnaryReactor* reactor) {
-  return [reactor](absl::Status status) { reactor->Finish(common::ToGrpcStatus(status)); };
+  return [reactor](absl::Status status) { reactor->Finish(rpc::ToGrpcStatus(status)); };
 }
 
 // Runs `start`, which hands the call to PsNode with a completion that
@@ -46,9 +46,9 @@ grpc::ServerUnaryReactor* StartOn(grpc::ServerUnaryReactor* reactor, Fn&& start)
     start();
   } catch (const std::bad_alloc&) {
     reactor->Finish(
-        common::ToGrpcStatus(absl::ResourceExhaustedError("ps is out of memory for this request")));
+        rpc::ToGrpcStatus(absl::ResourceExhaustedError("ps is out of memory for this request")));
   } catch (const std::exception& e) {
-    reactor->Finish(common::ToGrpcStatus(absl::InternalError(absl::StrCat("ps: ", e.what()))));
+    reactor->Finish(rpc::ToGrpcStatus(absl::InternalError(absl::StrCat("ps: ", e.what()))));
   }
   return reactor;
 }
@@ -69,7 +69,7 @@ class ParkedCall : public grpc::ServerUnaryReactor {
   // have happened.
   void Start(const std::function<uint64_t(VariableStore::Done)>& park) {
     const uint64_t ticket =
-        park([this](absl::Status status) { Finish(common::ToGrpcStatus(BeforeFinish(status))); });
+        park([this](absl::Status status) { Finish(rpc::ToGrpcStatus(BeforeFinish(status))); });
     bool delete_now;
     {
       absl::MutexLock lock(&mu_);
@@ -126,7 +126,7 @@ class RawPullCall final : public ParkedCall {
 
  private:
   absl::Status BeforeFinish(absl::Status status) override {
-    if (status.ok()) *response_bytes_ = common::EncodePullResponse(&response_);
+    if (status.ok()) *response_bytes_ = rpc::EncodePullResponse(&response_);
     return status;
   }
 
@@ -144,13 +144,13 @@ grpc::ServerUnaryReactor* StartRawPull(
     const std::function<uint64_t(RawPullCall<Request>*, const VariableStore::Payloads*,
                                  VariableStore::Done)>& park) {
   auto* call = new RawPullCall<Request>(response);
-  common::ReceivedGradients gradients;
+  rpc::ReceivedGradients gradients;
   absl::Status parsed;
   if constexpr (std::is_same_v<Request, proto::PushPullRequest>) {
-    parsed = common::DecodePushPull(*bytes, call->request(), &gradients);
+    parsed = rpc::DecodePushPull(*bytes, call->request(), &gradients);
   } else {
     grpc::ByteBuffer request_bytes(*bytes);  // shares the slices
-    parsed = common::ParseMessage(&request_bytes, call->request());
+    parsed = rpc::ParseMessage(&request_bytes, call->request());
   }
   call->Start([&](VariableStore::Done done) -> uint64_t {
     if (!parsed.ok()) {
@@ -222,8 +222,8 @@ absl::Time GrpcPsService::last_chief_contact() const {
 grpc::ServerUnaryReactor* GrpcPsService::CreateVariables(
     grpc::CallbackServerContext* context, const proto::CreateVariablesRequest* request,
     proto::CreateVariablesResponse* response) {
-  const common::Caller caller = common::CallerOf(*context);
-  if (absl::Status allowed = common::RequireChief(caller, "CreateVariables"); !allowed.ok()) {
+  const rpc::Caller caller = rpc::CallerOf(*context);
+  if (absl::Status allowed = rpc::RequireChief(caller, "CreateVariables"); !allowed.ok()) {
     return FinishWith(context, [&] { return allowed; });
   }
   TouchChief();
@@ -236,10 +236,10 @@ grpc::ServerUnaryReactor* GrpcPsService::Pull(grpc::CallbackServerContext* conte
                                               grpc::ByteBuffer* response) {
   return StartRawPull<proto::PullRequest>(
       request, response,
-      [this, caller = common::CallerOf(*context)](auto* call, const VariableStore::Payloads*,
+      [this, caller = rpc::CallerOf(*context)](auto* call, const VariableStore::Payloads*,
                                                   VariableStore::Done done) -> uint64_t {
         if (absl::Status allowed =
-                common::RequireChiefOrWorker(caller, call->request()->worker_index(), "Pull");
+                rpc::RequireChiefOrWorker(caller, call->request()->worker_index(), "Pull");
             !allowed.ok()) {
           done(allowed);
           return 0;
@@ -261,21 +261,21 @@ grpc::ServerUnaryReactor* GrpcPsService::Push(grpc::CallbackServerContext* conte
     proto::PushResponse pushed;
   };
   auto call = std::make_shared<Call>();
-  common::ReceivedGradients gradients;
-  absl::Status status = common::DecodePush(*request, &call->push, &gradients);
+  rpc::ReceivedGradients gradients;
+  absl::Status status = rpc::DecodePush(*request, &call->push, &gradients);
   if (status.ok()) {
-    status = common::RequireWorker(common::CallerOf(*context), call->push.worker_index(), "Push");
+    status = rpc::RequireWorker(rpc::CallerOf(*context), call->push.worker_index(), "Push");
   }
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   if (!status.ok()) {
-    reactor->Finish(common::ToGrpcStatus(status));
+    reactor->Finish(rpc::ToGrpcStatus(status));
     return reactor;
   }
   return StartOn(reactor, [&] {
     node_.Push(&call->push, &gradients.payloads, &call->pushed,
                [reactor, call, response](absl::Status s) {
-                 if (s.ok()) *response = common::SerializeMessage(call->pushed);
-                 reactor->Finish(common::ToGrpcStatus(s));
+                 if (s.ok()) *response = rpc::SerializeMessage(call->pushed);
+                 reactor->Finish(rpc::ToGrpcStatus(s));
                });
   });
 }
@@ -285,11 +285,11 @@ grpc::ServerUnaryReactor* GrpcPsService::PushPull(grpc::CallbackServerContext* c
                                                   grpc::ByteBuffer* response) {
   return StartRawPull<proto::PushPullRequest>(
       request, response,
-      [this, caller = common::CallerOf(*context)](auto* call,
+      [this, caller = rpc::CallerOf(*context)](auto* call,
                                                   const VariableStore::Payloads* payloads,
                                                   VariableStore::Done done) -> uint64_t {
         if (absl::Status allowed =
-                common::RequireWorker(caller, call->request()->push().worker_index(), "PushPull");
+                rpc::RequireWorker(caller, call->request()->push().worker_index(), "PushPull");
             !allowed.ok()) {
           done(allowed);
           return 0;
@@ -306,7 +306,7 @@ grpc::ServerUnaryReactor* GrpcPsService::PullRows(grpc::CallbackServerContext* c
                                                   const proto::PullRowsRequest* request,
                                                   proto::PullRowsResponse* response) {
   if (absl::Status allowed =
-          common::RequireChiefOrWorker(common::CallerOf(*context), -1, "PullRows");
+          rpc::RequireChiefOrWorker(rpc::CallerOf(*context), -1, "PullRows");
       !allowed.ok()) {
     return FinishWith(context, [&] { return allowed; });
   }
@@ -318,7 +318,7 @@ grpc::ServerUnaryReactor* GrpcPsService::PushRows(grpc::CallbackServerContext* c
                                                   const proto::PushRowsRequest* request,
                                                   proto::PushRowsResponse* response) {
   if (absl::Status allowed =
-          common::RequireWorker(common::CallerOf(*context), request->worker_index(), "PushRows");
+          rpc::RequireWorker(rpc::CallerOf(*context), request->worker_index(), "PushRows");
       !allowed.ok()) {
     return FinishWith(context, [&] { return allowed; });
   }
@@ -329,8 +329,8 @@ grpc::ServerUnaryReactor* GrpcPsService::PushRows(grpc::CallbackServerContext* c
 grpc::ServerUnaryReactor* GrpcPsService::SetMembership(grpc::CallbackServerContext* context,
                                                        const proto::MembershipRequest* request,
                                                        proto::MembershipResponse* response) {
-  const common::Caller caller = common::CallerOf(*context);
-  if (absl::Status allowed = common::RequireChief(caller, "SetMembership"); !allowed.ok()) {
+  const rpc::Caller caller = rpc::CallerOf(*context);
+  if (absl::Status allowed = rpc::RequireChief(caller, "SetMembership"); !allowed.ok()) {
     return FinishWith(context, [&] { return allowed; });
   }
   TouchChief();
@@ -341,7 +341,7 @@ grpc::ServerUnaryReactor* GrpcPsService::SetMembership(grpc::CallbackServerConte
 grpc::ServerUnaryReactor* GrpcPsService::SetRoles(grpc::CallbackServerContext* context,
                                                   const proto::RolesRequest* request,
                                                   proto::RolesResponse* response) {
-  if (absl::Status allowed = common::RequireChief(common::CallerOf(*context), "SetRoles");
+  if (absl::Status allowed = rpc::RequireChief(rpc::CallerOf(*context), "SetRoles");
       !allowed.ok()) {
     return FinishWith(context, [&] { return allowed; });
   }
@@ -353,7 +353,7 @@ grpc::ServerUnaryReactor* GrpcPsService::SetRoles(grpc::CallbackServerContext* c
 grpc::ServerUnaryReactor* GrpcPsService::Replicate(grpc::CallbackServerContext* context,
                                                    const proto::ReplicateRequest* request,
                                                    proto::ReplicateResponse* response) {
-  if (absl::Status allowed = common::RequirePs(common::CallerOf(*context), "Replicate");
+  if (absl::Status allowed = rpc::RequirePs(rpc::CallerOf(*context), "Replicate");
       !allowed.ok()) {
     return FinishWith(context, [&] { return allowed; });
   }
@@ -369,14 +369,14 @@ grpc::ServerUnaryReactor* GrpcPsService::Replicate(grpc::CallbackServerContext* 
 grpc::ServerUnaryReactor* GrpcPsService::Save(grpc::CallbackServerContext* context,
                                               const proto::SaveRequest* request,
                                               proto::SaveResponse* response) {
-  if (absl::Status allowed = common::RequireChief(common::CallerOf(*context), "Save");
+  if (absl::Status allowed = rpc::RequireChief(rpc::CallerOf(*context), "Save");
       !allowed.ok()) {
     return FinishWith(context, [&] { return allowed; });
   }
   TouchChief();
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   node_.Save(request, response,
-             [reactor](absl::Status status) { reactor->Finish(common::ToGrpcStatus(status)); });
+             [reactor](absl::Status status) { reactor->Finish(rpc::ToGrpcStatus(status)); });
   return reactor;
 }
 
@@ -385,26 +385,26 @@ void GrpcPsService::StopBackgroundWork() { node_.StopBackgroundWork(); }
 grpc::ServerUnaryReactor* GrpcPsService::Restore(grpc::CallbackServerContext* context,
                                                  const proto::RestoreRequest* request,
                                                  proto::RestoreResponse* response) {
-  if (absl::Status allowed = common::RequireChief(common::CallerOf(*context), "Restore");
+  if (absl::Status allowed = rpc::RequireChief(rpc::CallerOf(*context), "Restore");
       !allowed.ok()) {
     return FinishWith(context, [&] { return allowed; });
   }
   TouchChief();
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   node_.Restore(request, response,
-                [reactor](absl::Status status) { reactor->Finish(common::ToGrpcStatus(status)); });
+                [reactor](absl::Status status) { reactor->Finish(rpc::ToGrpcStatus(status)); });
   return reactor;
 }
 
 grpc::ServerUnaryReactor* GrpcPsService::Health(grpc::CallbackServerContext* context,
                                                 const proto::HealthRequest* request,
                                                 proto::HealthResponse* response) {
-  const common::Caller caller = common::CallerOf(*context);
-  if (absl::Status allowed = common::RequireChiefOrWorker(caller, -1, "Health"); !allowed.ok()) {
+  const rpc::Caller caller = rpc::CallerOf(*context);
+  if (absl::Status allowed = rpc::RequireChiefOrWorker(caller, -1, "Health"); !allowed.ok()) {
     return FinishWith(context, [&] { return allowed; });
   }
   // Only the chief's word keeps a ps waiting for it (--chief_timeout_s).
-  if (request->caller() == "chief" && common::RequireChief(caller, "").ok()) TouchChief();
+  if (request->caller() == "chief" && rpc::RequireChief(caller, "").ok()) TouchChief();
   return FinishWith(context, [&] {
     node_.Health(*request, response);
     return absl::OkStatus();
@@ -414,7 +414,7 @@ grpc::ServerUnaryReactor* GrpcPsService::Health(grpc::CallbackServerContext* con
 grpc::ServerUnaryReactor* GrpcPsService::Shutdown(grpc::CallbackServerContext* context,
                                                   const proto::ShutdownRequest* request,
                                                   proto::ShutdownResponse* response) {
-  if (absl::Status allowed = common::RequireChief(common::CallerOf(*context), "Shutdown");
+  if (absl::Status allowed = rpc::RequireChief(rpc::CallerOf(*context), "Shutdown");
       !allowed.ok()) {
     spdlog::warn("refused a shutdown: {}", allowed.message());
     return FinishWith(context, [&] { return allowed; });

@@ -15,7 +15,7 @@
 
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "common/grpc_bounded_service.h"
+#include "rpc/grpc_bounded_service.h"
 #include "common/process.h"
 #include "proto/pstrain.grpc.pb.h"
 #include "ps_server/node/ps_node.h"
@@ -27,7 +27,7 @@ namespace pst::ps {
 // the request is parsed here, gradients are applied from the slices they
 // arrived in, and the values' payloads go out as slices that own the
 // strings the store filled, with no serialization copy either way
-// (common/wire_codec.h). The bytes are the same protobuf messages.
+// (rpc/wire_codec.h). The bytes are the same protobuf messages.
 using ParameterServerBase = proto::ParameterServer::WithRawCallbackMethod_Pull<
     proto::ParameterServer::WithRawCallbackMethod_Push<
         proto::ParameterServer::WithRawCallbackMethod_PushPull<
@@ -38,8 +38,8 @@ using ParameterServerBase = proto::ParameterServer::WithRawCallbackMethod_Pull<
 // but for the pulls of dense variables, which read the store directly. They and
 // Shutdown refuse requests over
 // ServerLimits::max_control_message_bytes RESOURCE_EXHAUSTED unparsed
-// (common/grpc_bounded_service.h); the data plane takes kMaxMessageBytes.
-class GrpcPsService final : public common::BoundedService<ParameterServerBase> {
+// (rpc/grpc_bounded_service.h); the data plane takes kMaxMessageBytes.
+class GrpcPsService final : public rpc::BoundedService<ParameterServerBase> {
  public:
   // A Shutdown call stops `stop`. Checkpoints are saved and restored only
   // under `checkpoint_dir` ("": none, and Save and Restore are refused).

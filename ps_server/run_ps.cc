@@ -10,7 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "common/grpc_channel.h"
+#include "rpc/grpc_channel.h"
 #include "common/logging.h"
 #include "common/transport_security.h"
 #include "ps_server/grpc_ps_service.h"
@@ -48,15 +48,15 @@ absl::Status RunPs(PsDaemonOptions options, common::StopSignal& stop) {
   GrpcPsService service(&store, options.tf.task.index, task, options.incarnation, &stop,
                         options.checkpoint_dir, link_to, options.save_delay);
   absl::StatusOr<std::unique_ptr<grpc::Server>> server =
-      common::StartServer(options.tf.SelfAddress(),
+      rpc::StartServer(options.tf.SelfAddress(),
                           {{&service, proto::ParameterServer::service_full_name()}}, options.bind);
   if (!server.ok()) return server.status();
   spdlog::info("serving on {} (advertised as {}, {}{}), incarnation {:016x}",
-               common::ListenAddress(options.tf.SelfAddress(), options.bind),
+               rpc::ListenAddress(options.tf.SelfAddress(), options.bind),
                options.tf.SelfAddress(),
                common::DescribeTransportSecurity(common::GetTransportSecurity()),
                options.bdp_probe ? std::string()
-                                 : absl::StrCat(", fixed ", common::kDenseWindowBytes >> 20,
+                                 : absl::StrCat(", fixed ", rpc::kDenseWindowBytes >> 20,
                                                 " MiB HTTP/2 windows"),
                options.incarnation);
 

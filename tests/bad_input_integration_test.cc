@@ -16,7 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/checkpoint_format.h"
-#include "common/grpc_channel.h"
+#include "rpc/grpc_channel.h"
 #include "common/tensor_util.h"
 #include "proto/pstrain.grpc.pb.h"
 #include "tests/test_cluster.h"
@@ -58,7 +58,7 @@ class BadInputTest : public LonePsTest {
     create.mutable_optimizer()->set_name("sgd");
     create.mutable_optimizer()->set_learning_rate(0.1f);
     grpc::ClientContext context;
-    common::SetDeadline(&context, kTimeout, /*wait_for_ready=*/true);
+    rpc::SetDeadline(&context, kTimeout, /*wait_for_ready=*/true);
     proto::CreateVariablesResponse created;
     grpc::Status status = stub_->CreateVariables(&context, create, &created);
     ASSERT_TRUE(status.ok()) << status.error_message() << "\n" << ps_->output();
@@ -70,18 +70,18 @@ class BadInputTest : public LonePsTest {
 
   grpc::Status Health(proto::HealthResponse* health) {
     grpc::ClientContext context;
-    common::SetDeadline(&context, kTimeout);
+    rpc::SetDeadline(&context, kTimeout);
     return stub_->Health(&context, proto::HealthRequest(), health);
   }
   grpc::Status PullAll(proto::PullResponse* response) {
     grpc::ClientContext context;
-    common::SetDeadline(&context, kTimeout);
+    rpc::SetDeadline(&context, kTimeout);
     return stub_->Pull(&context, proto::PullRequest(), response);
   }
   grpc::Status Save(const std::string& checkpoint, proto::SaveResponse* response = nullptr) {
     proto::SaveResponse ignored;
     grpc::ClientContext context;
-    common::SetDeadline(&context, kTimeout);
+    rpc::SetDeadline(&context, kTimeout);
     proto::SaveRequest request;
     request.set_checkpoint(checkpoint);
     request.set_num_ps(1);
@@ -90,7 +90,7 @@ class BadInputTest : public LonePsTest {
   }
   grpc::Status Restore(const std::string& checkpoint, const proto::CheckpointManifest& manifest) {
     grpc::ClientContext context;
-    common::SetDeadline(&context, kTimeout);
+    rpc::SetDeadline(&context, kTimeout);
     proto::RestoreRequest request;
     request.set_checkpoint(checkpoint);
     *request.mutable_manifest() = manifest;
@@ -224,7 +224,7 @@ TEST_F(BadInputTest, Restore_OfPathsRepeatsAndLinks_IsRefused_AndChangesNothing)
 TEST_F(BadInputTest, SaveWrite_WithoutAKeptSnapshot_IsFailedPrecondition) {
   auto save = [&](proto::SaveRequest::Phase phase, proto::SaveResponse* response) {
     grpc::ClientContext context;
-    common::SetDeadline(&context, kTimeout);
+    rpc::SetDeadline(&context, kTimeout);
     proto::SaveRequest request;
     request.set_phase(phase);
     request.set_checkpoint("ckpt-000000000007");
@@ -255,16 +255,16 @@ TEST(BadInputNoDirTest, SaveAndRestore_WithoutCheckpointDir_AreFailedPreconditio
   auto ps = TestProcess::Start({BinaryPath("ps_server"), "--chief_timeout_s=0"},
                                {"TF_CONFIG=" + TfConfigJson(spec, "ps", 0)});
   ASSERT_TRUE(ps.ok()) << ps.status();
-  auto stub = proto::ParameterServer::NewStub(common::MakeChannel(spec.ps[0]));
+  auto stub = proto::ParameterServer::NewStub(rpc::MakeChannel(spec.ps[0]));
   proto::HealthResponse health;
   {
     grpc::ClientContext context;
-    common::SetDeadline(&context, kTimeout, /*wait_for_ready=*/true);
+    rpc::SetDeadline(&context, kTimeout, /*wait_for_ready=*/true);
     ASSERT_TRUE(stub->Health(&context, proto::HealthRequest(), &health).ok());
   }
   {
     grpc::ClientContext context;
-    common::SetDeadline(&context, kTimeout);
+    rpc::SetDeadline(&context, kTimeout);
     proto::SaveRequest request;
     request.set_checkpoint("ckpt-000000000001");
     request.set_num_ps(1);
@@ -277,7 +277,7 @@ TEST(BadInputNoDirTest, SaveAndRestore_WithoutCheckpointDir_AreFailedPreconditio
   }
   {
     grpc::ClientContext context;
-    common::SetDeadline(&context, kTimeout);
+    rpc::SetDeadline(&context, kTimeout);
     proto::RestoreRequest request;
     request.set_checkpoint("ckpt-000000000001");
     proto::RestoreResponse response;
@@ -297,7 +297,7 @@ TEST_F(BadInputTest, Save_OnAFullDisk_IsResourceExhausted_AndLeavesNoTempFile) {
   create.mutable_optimizer()->set_learning_rate(0.1f);
   {
     grpc::ClientContext context;
-    common::SetDeadline(&context, kTimeout);
+    rpc::SetDeadline(&context, kTimeout);
     proto::CreateVariablesResponse created;
     ASSERT_TRUE(stub_->CreateVariables(&context, create, &created).ok());
   }
@@ -333,7 +333,7 @@ TEST_F(BadInputTest, Pull_NamingAVariableAMillionTimes_IsInvalidArgument) {
   proto::PullRequest pull;
   for (int i = 0; i < 1000000; ++i) *pull.add_names() = "w";
   grpc::ClientContext context;
-  common::SetDeadline(&context, kTimeout);
+  rpc::SetDeadline(&context, kTimeout);
   proto::PullResponse response;
   grpc::Status status = stub_->Pull(&context, pull, &response);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << status.error_message();
@@ -345,7 +345,7 @@ TEST_F(BadInputTest, Pull_NamingAVariableAMillionTimes_IsInvalidArgument) {
 TEST_F(BadInputTest, HugeOrManyVariables_AreResourceExhausted_AndNothingIsCreated) {
   auto create = [&](const proto::CreateVariablesRequest& request) {
     grpc::ClientContext context;
-    common::SetDeadline(&context, kTimeout);
+    rpc::SetDeadline(&context, kTimeout);
     proto::CreateVariablesResponse response;
     return stub_->CreateVariables(&context, request, &response);
   };
@@ -381,7 +381,7 @@ TEST_F(BadInputTest, PullRowsOfFreshHashIds_StoresNoRow) {
   *create.add_variables() = hash;
   {
     grpc::ClientContext context;
-    common::SetDeadline(&context, kTimeout);
+    rpc::SetDeadline(&context, kTimeout);
     proto::CreateVariablesResponse response;
     grpc::Status status = stub_->CreateVariables(&context, create, &response);
     ASSERT_TRUE(status.ok()) << status.error_message();
@@ -397,7 +397,7 @@ TEST_F(BadInputTest, PullRowsOfFreshHashIds_StoresNoRow) {
     rows->clear_ids();
     for (int i = 0; i < kIds; ++i) rows->add_ids(int64_t{round} * kIds + i + 1);
     grpc::ClientContext context;
-    common::SetDeadline(&context, kTimeout);
+    rpc::SetDeadline(&context, kTimeout);
     proto::PullRowsResponse response;
     grpc::Status status = stub_->PullRows(&context, request, &response);
     ASSERT_TRUE(status.ok()) << "round " << round << ": " << status.error_message();
@@ -421,7 +421,7 @@ TEST_F(BadInputTest, CountersAndWorkerIndicesOutOfRange_AreInvalidArgument) {
     common::PackFloats(std::vector<float>(64 * 16, 1.0f), common::Shape(dims.begin(), dims.end()),
                        request.add_gradients());
     grpc::ClientContext context;
-    common::SetDeadline(&context, kTimeout);
+    rpc::SetDeadline(&context, kTimeout);
     proto::PushResponse response;
     return stub_->Push(&context, request, &response);
   };
@@ -442,7 +442,7 @@ TEST_F(BadInputTest, CountersAndWorkerIndicesOutOfRange_AreInvalidArgument) {
     pull.set_clock(clock);
     pull.set_min_version(min_version);
     grpc::ClientContext context;
-    common::SetDeadline(&context, kTimeout);
+    rpc::SetDeadline(&context, kTimeout);
     proto::PullResponse response;
     grpc::Status status = stub_->Pull(&context, pull, &response);
     EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT)
@@ -459,7 +459,7 @@ TEST(BadInputParkTest, ParkedSspPulls_AreBounded_AndThePsServesOn) {
       {BinaryPath("ps_server"), "--chief_timeout_s=0", "--max_parked_pulls=100"},
       {"TF_CONFIG=" + TfConfigJson(spec, "ps", 0)});
   ASSERT_TRUE(ps.ok()) << ps.status();
-  auto stub = proto::ParameterServer::NewStub(common::MakeChannel(spec.ps[0]));
+  auto stub = proto::ParameterServer::NewStub(rpc::MakeChannel(spec.ps[0]));
   proto::CreateVariablesRequest create;
   *create.add_variables() = Spec("b", {4});
   create.mutable_optimizer()->set_name("sgd");
@@ -469,7 +469,7 @@ TEST(BadInputParkTest, ParkedSspPulls_AreBounded_AndThePsServesOn) {
   create.mutable_sync()->set_staleness(1);
   {
     grpc::ClientContext context;
-    common::SetDeadline(&context, kTimeout, /*wait_for_ready=*/true);
+    rpc::SetDeadline(&context, kTimeout, /*wait_for_ready=*/true);
     proto::CreateVariablesResponse response;
     ASSERT_TRUE(stub->CreateVariables(&context, create, &response).ok());
   }
@@ -492,7 +492,7 @@ TEST(BadInputParkTest, ParkedSspPulls_AreBounded_AndThePsServesOn) {
     call.request.set_worker_index(i % 2);
     // Half at INT64_MAX, half merely far ahead (parkable).
     call.request.set_clock(i % 2 == 0 ? std::numeric_limits<int64_t>::max() : int64_t{1} << 40);
-    common::SetDeadline(&call.context, absl::Seconds(240));
+    rpc::SetDeadline(&call.context, absl::Seconds(240));
     stub->async()->Pull(&call.context, &call.request, &call.response,
                         [&, i](grpc::Status status) {
                           absl::MutexLock lock(&mu);
@@ -515,7 +515,7 @@ TEST(BadInputParkTest, ParkedSspPulls_AreBounded_AndThePsServesOn) {
   {
     proto::HealthResponse health;
     grpc::ClientContext context;
-    common::SetDeadline(&context, kTimeout);
+    rpc::SetDeadline(&context, kTimeout);
     ASSERT_TRUE(stub->Health(&context, proto::HealthRequest(), &health).ok());
     EXPECT_EQ(health.parked_pulls(), kCap) << "pulls parked, ever";
   }
@@ -532,7 +532,7 @@ TEST(BadInputParkTest, ParkedSspPulls_AreBounded_AndThePsServesOn) {
   }
   proto::HealthResponse health;
   grpc::ClientContext context;
-  common::SetDeadline(&context, kTimeout);
+  rpc::SetDeadline(&context, kTimeout);
   grpc::Status status = stub->Health(&context, proto::HealthRequest(), &health);
   EXPECT_TRUE(status.ok()) << status.error_message() << "\n" << (*ps)->output();
 }

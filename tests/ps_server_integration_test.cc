@@ -13,7 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "common/checkpoint_format.h"
-#include "common/grpc_channel.h"
+#include "rpc/grpc_channel.h"
 #include "common/tensor_util.h"
 #include "proto/pstrain.grpc.pb.h"
 #include "tests/test_cluster.h"
@@ -38,19 +38,19 @@ class PsServerTest : public LonePsTest {
  protected:
   grpc::Status CreateVariables(const proto::CreateVariablesRequest& request) {
     grpc::ClientContext context;
-    common::SetDeadline(&context, kTimeout, /*wait_for_ready=*/true);
+    rpc::SetDeadline(&context, kTimeout, /*wait_for_ready=*/true);
     proto::CreateVariablesResponse response;
     return stub_->CreateVariables(&context, request, &response);
   }
   grpc::Status Push(const proto::PushRequest& request) {
     grpc::ClientContext context;
-    common::SetDeadline(&context, kTimeout);
+    rpc::SetDeadline(&context, kTimeout);
     proto::PushResponse response;
     return stub_->Push(&context, request, &response);
   }
   grpc::Status Pull(proto::PullResponse* response, std::vector<std::string> names = {}) {
     grpc::ClientContext context;
-    common::SetDeadline(&context, kTimeout);
+    rpc::SetDeadline(&context, kTimeout);
     proto::PullRequest request;
     for (auto& n : names) request.add_names(n);
     return stub_->Pull(&context, request, response);
@@ -141,7 +141,7 @@ TEST_F(PsServerTest, BadRequests_AreRejectedWithClearStatus_AndLeaveParametersUn
 
   // The chief's Shutdown ends the process with status 0.
   grpc::ClientContext context;
-  common::SetDeadline(&context, kTimeout);
+  rpc::SetDeadline(&context, kTimeout);
   proto::ShutdownRequest shutdown;
   shutdown.set_reason("test done");
   proto::ShutdownResponse response;
@@ -166,7 +166,7 @@ TEST_F(PsServerTest, RetriedPush_IsAppliedExactlyOnce) {
   AddGradient(&push, "b", {4}, {1, 1, 1, 1});
   for (int attempt = 0; attempt < 3; ++attempt) {  // the first, then two retries
     grpc::ClientContext context;
-    common::SetDeadline(&context, kTimeout);
+    rpc::SetDeadline(&context, kTimeout);
     proto::PushResponse response;
     ASSERT_TRUE(stub_->Push(&context, push, &response).ok());
     EXPECT_EQ(response.duplicate(), attempt > 0) << "attempt " << attempt;
@@ -181,7 +181,7 @@ TEST_F(PsServerTest, RetriedPush_IsAppliedExactlyOnce) {
   // The worker's next step is applied.
   push.set_step(1);
   grpc::ClientContext context;
-  common::SetDeadline(&context, kTimeout);
+  rpc::SetDeadline(&context, kTimeout);
   proto::PushResponse response;
   ASSERT_TRUE(stub_->Push(&context, push, &response).ok());
   EXPECT_FALSE(response.duplicate());
@@ -201,7 +201,7 @@ TEST_F(PsServerTest, Save_ForAnotherIncarnation_IsRefusedAndWritesNothing) {
   proto::HealthResponse health;
   {
     grpc::ClientContext context;
-    common::SetDeadline(&context, kTimeout);
+    rpc::SetDeadline(&context, kTimeout);
     ASSERT_TRUE(stub_->Health(&context, proto::HealthRequest(), &health).ok());
   }
   ASSERT_NE(health.incarnation(), 0u);
@@ -209,7 +209,7 @@ TEST_F(PsServerTest, Save_ForAnotherIncarnation_IsRefusedAndWritesNothing) {
   const std::string dir = checkpoint_dir_ + "/" + name;
   auto save = [&](uint64_t incarnation, proto::SaveResponse* response) {
     grpc::ClientContext context;
-    common::SetDeadline(&context, kTimeout);
+    rpc::SetDeadline(&context, kTimeout);
     proto::SaveRequest request;
     request.set_checkpoint(name);
     request.set_num_ps(1);
@@ -244,7 +244,7 @@ TEST_F(PsServerTest, ParkedPull_IsCancelledByDeadline_AndFinishedByShutdown) {
   wait_for_step_1.set_min_version(1);
   {
     grpc::ClientContext context;
-    common::SetDeadline(&context, absl::Milliseconds(300));
+    rpc::SetDeadline(&context, absl::Milliseconds(300));
     proto::PullResponse response;
     EXPECT_EQ(stub_->Pull(&context, wait_for_step_1, &response).error_code(),
               grpc::StatusCode::DEADLINE_EXCEEDED);
@@ -252,14 +252,14 @@ TEST_F(PsServerTest, ParkedPull_IsCancelledByDeadline_AndFinishedByShutdown) {
   proto::HealthResponse health;
   {
     grpc::ClientContext context;
-    common::SetDeadline(&context, kTimeout);
+    rpc::SetDeadline(&context, kTimeout);
     ASSERT_TRUE(stub_->Health(&context, proto::HealthRequest(), &health).ok());
   }
   EXPECT_EQ(health.parked_pulls(), 1);
 
   // Park another, then stop the ps: the waiting pull gets an answer.
   grpc::ClientContext parked_context;
-  common::SetDeadline(&parked_context, kTimeout);
+  rpc::SetDeadline(&parked_context, kTimeout);
   proto::PullResponse parked_response;
   absl::Notification answered;
   grpc::Status parked_status;
@@ -270,7 +270,7 @@ TEST_F(PsServerTest, ParkedPull_IsCancelledByDeadline_AndFinishedByShutdown) {
   // Wait until the ps holds it (its count of parked pulls reaches 2).
   for (int64_t parked = 1; parked < 2;) {
     grpc::ClientContext context;
-    common::SetDeadline(&context, kTimeout);
+    rpc::SetDeadline(&context, kTimeout);
     proto::HealthRequest request;
     ASSERT_TRUE(stub_->Health(&context, request, &health).ok());
     parked = health.parked_pulls();
@@ -290,13 +290,13 @@ TEST_F(PsServerTest, ParkedPull_IsCancelledByDeadline_AndFinishedByShutdown) {
 // Pull and PushPull are raw methods on the ps (it parses them itself):
 // bytes that are not the message get INVALID_ARGUMENT, and the ps serves on.
 TEST_F(PsServerTest, GarbageBytesToTheRawMethods_AreInvalidArgument_AndThePsServesOn) {
-  grpc::GenericStub generic(common::MakeChannel(spec_.ps[0]));
+  grpc::GenericStub generic(rpc::MakeChannel(spec_.ps[0]));
   const std::string garbage = "\x0a\xff\xff\xff\xff\x0f not a message";
   for (const char* method : {"Pull", "PushPull"}) {
     grpc::Slice slice(garbage.data(), garbage.size());
     grpc::ByteBuffer request(&slice, 1), response;
     grpc::ClientContext context;
-    common::SetDeadline(&context, kTimeout, /*wait_for_ready=*/true);
+    rpc::SetDeadline(&context, kTimeout, /*wait_for_ready=*/true);
     grpc::Status status;
     absl::Notification done;
     generic.UnaryCall(&context, absl::StrCat("/pst.proto.ParameterServer/", method),
@@ -338,7 +338,7 @@ TEST_F(PsServerTest, Sigterm_DrainsAndExitsZero) {
   proto::HealthRequest request;
   proto::HealthResponse health;
   grpc::ClientContext context;
-  common::SetDeadline(&context, kTimeout, /*wait_for_ready=*/true);
+  rpc::SetDeadline(&context, kTimeout, /*wait_for_ready=*/true);
   ASSERT_TRUE(stub_->Health(&context, request, &health).ok());
   EXPECT_EQ(health.task(), "ps:0");
   EXPECT_NE(health.incarnation(), 0u);
@@ -354,7 +354,7 @@ TEST_F(PsServerTest, Sigterm_DrainsAndExitsZero) {
 // there then. A stream of them from the first to the exit must not crash it.
 TEST_F(PsServerTest, SigtermsUntilItHasExited_ExitZero) {
   grpc::ClientContext context;
-  common::SetDeadline(&context, kTimeout, /*wait_for_ready=*/true);
+  rpc::SetDeadline(&context, kTimeout, /*wait_for_ready=*/true);
   proto::HealthResponse health;
   ASSERT_TRUE(stub_->Health(&context, proto::HealthRequest(), &health).ok());
   std::atomic<bool> exited{false};

@@ -70,7 +70,7 @@ TEST_F(RoleTokensTest, PsTakesManagementOnlyFromTheChiefsToken) {
   proto::PullResponse before;
   {
     grpc::ClientContext context;
-    common::SetDeadline(&context, absl::Seconds(10));
+    rpc::SetDeadline(&context, absl::Seconds(10));
     ASSERT_TRUE(chief->Pull(&context, proto::PullRequest(), &before).ok());
   }
 
@@ -109,7 +109,7 @@ TEST_F(RoleTokensTest, PsTakesManagementOnlyFromTheChiefsToken) {
   proto::PullResponse after;
   {
     grpc::ClientContext context;
-    common::SetDeadline(&context, absl::Seconds(10));
+    rpc::SetDeadline(&context, absl::Seconds(10));
     ASSERT_TRUE(chief->Pull(&context, proto::PullRequest(), &after).ok());
   }
   EXPECT_EQ(after.SerializeAsString(), before.SerializeAsString());
@@ -117,7 +117,7 @@ TEST_F(RoleTokensTest, PsTakesManagementOnlyFromTheChiefsToken) {
   EXPECT_TRUE(status.ok()) << status.error_message();
   {
     grpc::ClientContext context;
-    common::SetDeadline(&context, absl::Seconds(10));
+    rpc::SetDeadline(&context, absl::Seconds(10));
     ASSERT_TRUE(chief->Pull(&context, proto::PullRequest(), &after).ok());
   }
   EXPECT_NE(after.SerializeAsString(), before.SerializeAsString());

@@ -17,9 +17,9 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "common/grpc_channel.h"
+#include "rpc/grpc_channel.h"
 #include "common/tensor_util.h"
-#include "common/grpc_credentials.h"
+#include "rpc/grpc_credentials.h"
 #include "common/transport_security.h"
 #include "proto/pstrain.grpc.pb.h"
 #include "tests/test_cluster.h"
@@ -76,12 +76,12 @@ std::unique_ptr<proto::ParameterServer::Stub> Stub(const std::string& address,
                                                    const common::TransportSecurity& security) {
   grpc::ChannelArguments args;
   return proto::ParameterServer::NewStub(
-      grpc::CreateCustomChannel(address, common::MakeChannelCredentials(security), args));
+      grpc::CreateCustomChannel(address, rpc::MakeChannelCredentials(security), args));
 }
 
 grpc::Status Pull(proto::ParameterServer::Stub* stub, proto::PullResponse* response) {
   grpc::ClientContext context;
-  common::SetDeadline(&context, absl::Seconds(10));
+  rpc::SetDeadline(&context, absl::Seconds(10));
   return stub->Pull(&context, proto::PullRequest(), response);
 }
 
@@ -149,7 +149,7 @@ TEST_F(SecurityTest, Intruders_AreRefused_AndTheParametersStayUnchanged) {
   create.mutable_optimizer()->set_learning_rate(1.0f);
   {
     grpc::ClientContext context;
-    common::SetDeadline(&context, kTimeout, /*wait_for_ready=*/true);
+    rpc::SetDeadline(&context, kTimeout, /*wait_for_ready=*/true);
     proto::CreateVariablesResponse response;
     grpc::Status created = good->CreateVariables(&context, create, &response);
     ASSERT_TRUE(created.ok()) << created.error_message() << "\n" << ps->output();
@@ -182,12 +182,12 @@ TEST_F(SecurityTest, Intruders_AreRefused_AndTheParametersStayUnchanged) {
     SCOPED_TRACE(intruder.what);
     auto stub = Stub(address, intruder.security);
     grpc::ClientContext context;
-    common::SetDeadline(&context, absl::Seconds(10));
+    rpc::SetDeadline(&context, absl::Seconds(10));
     proto::PushResponse pushed;
     grpc::Status status = stub->Push(&context, push, &pushed);
     EXPECT_EQ(status.error_code(), intruder.code) << status.error_message();
     grpc::ClientContext create_context;
-    common::SetDeadline(&create_context, absl::Seconds(10));
+    rpc::SetDeadline(&create_context, absl::Seconds(10));
     proto::CreateVariablesResponse created;
     status = stub->CreateVariables(&create_context, create, &created);
     EXPECT_EQ(status.error_code(), intruder.code) << status.error_message();
@@ -202,7 +202,7 @@ TEST_F(SecurityTest, Intruders_AreRefused_AndTheParametersStayUnchanged) {
 
   // The ps still serves its own: a good push moves w by -1 (SGD, rate 1).
   grpc::ClientContext context;
-  common::SetDeadline(&context, kTimeout);
+  rpc::SetDeadline(&context, kTimeout);
   proto::PushResponse pushed;
   ASSERT_TRUE(good->Push(&context, push, &pushed).ok());
   ASSERT_TRUE(Pull(good.get(), &after).ok());
@@ -272,7 +272,7 @@ TEST_F(SecurityTest, RoleCertificates_PsTakesManagementOnlyFromTheChief) {
   as_worker_1.set_worker_index(1);
   {
     grpc::ClientContext context;
-    common::SetDeadline(&context, absl::Seconds(10));
+    rpc::SetDeadline(&context, absl::Seconds(10));
     proto::PullResponse after;
     status = worker->Pull(&context, as_worker_1, &after);
     ASSERT_TRUE(status.ok()) << status.error_message();

@@ -11,7 +11,7 @@
 #include <regex>
 
 #include "absl/strings/str_cat.h"
-#include "common/grpc_channel.h"
+#include "rpc/grpc_channel.h"
 #include "common/partition.h"
 #include "common/tensor_util.h"
 #include "nlohmann/json.hpp"
@@ -44,7 +44,7 @@ class SparsePsTest : public LonePsTest {
     create.mutable_optimizer()->set_learning_rate(1.0f);
     create.mutable_optimizer()->set_skip_nonfinite(skip_nonfinite);
     grpc::ClientContext context;
-    common::SetDeadline(&context, kTimeout, /*wait_for_ready=*/true);
+    rpc::SetDeadline(&context, kTimeout, /*wait_for_ready=*/true);
     proto::CreateVariablesResponse response;
     grpc::Status status = stub_->CreateVariables(&context, create, &response);
     ASSERT_TRUE(status.ok()) << status.error_message() << "\n" << ps_->output();
@@ -54,7 +54,7 @@ class SparsePsTest : public LonePsTest {
   std::string Snapshot() {
     proto::PullResponse response;
     grpc::ClientContext context;
-    common::SetDeadline(&context, kTimeout);
+    rpc::SetDeadline(&context, kTimeout);
     EXPECT_TRUE(stub_->Pull(&context, proto::PullRequest(), &response).ok());
     return response.SerializeAsString();
   }
@@ -73,7 +73,7 @@ class SparsePsTest : public LonePsTest {
 
   grpc::Status Send(const proto::PushRowsRequest& push, proto::PushRowsResponse* response) {
     grpc::ClientContext context;
-    common::SetDeadline(&context, kTimeout);
+    rpc::SetDeadline(&context, kTimeout);
     return stub_->PushRows(&context, push, response);
   }
 };
@@ -123,7 +123,7 @@ TEST_F(SparsePsTest, BadSparsePushes_AreRejectedClearly_AndChangeNothing) {
   auto read_rows = [&] {
     proto::PullRowsResponse rows;
     grpc::ClientContext context;
-    common::SetDeadline(&context, kTimeout);
+    rpc::SetDeadline(&context, kTimeout);
     EXPECT_TRUE(stub_->PullRows(&context, pull, &rows).ok());
     std::vector<float> out(6);
     common::UnpackFloats(rows.values(0), out);
@@ -146,7 +146,7 @@ TEST_F(SparsePsTest, SkipNonfinite_DropsAndCountsBadRows_AppliesTheRest) {
   EXPECT_EQ(response.rows_skipped(), 1);
   proto::HealthResponse health;
   grpc::ClientContext context;
-  common::SetDeadline(&context, kTimeout);
+  rpc::SetDeadline(&context, kTimeout);
   ASSERT_TRUE(stub_->Health(&context, proto::HealthRequest(), &health).ok());
   EXPECT_EQ(health.nonfinite_skipped(), 1);
 }

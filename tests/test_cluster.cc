@@ -13,7 +13,7 @@
 #include <regex>
 
 #include "absl/strings/str_cat.h"
-#include "common/grpc_channel.h"
+#include "rpc/grpc_channel.h"
 #include "common/tf_config.h"
 #include "tools/subprocess.h"
 
@@ -139,7 +139,7 @@ void LonePsTest::SetUp() {
                                {"TF_CONFIG=" + TfConfigJson(spec_, "ps", 0)});
   ASSERT_TRUE(ps.ok()) << ps.status();
   ps_ = *std::move(ps);
-  stub_ = proto::ParameterServer::NewStub(common::MakeChannel(spec_.ps[0]));
+  stub_ = proto::ParameterServer::NewStub(rpc::MakeChannel(spec_.ps[0]));
 }
 
 std::unique_ptr<TestProcess> LaunchLocal(const std::vector<std::string>& flags,

@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "absl/time/time.h"
-#include "common/grpc_channel.h"
-#include "common/grpc_credentials.h"
+#include "rpc/grpc_channel.h"
+#include "rpc/grpc_credentials.h"
 #include "common/transport_security.h"
 #include "proto/pstrain.grpc.pb.h"
 
@@ -52,7 +52,7 @@ std::unique_ptr<typename Service::Stub> SecureStub(const std::string& address,
                                                    const common::TransportSecurity& security) {
   grpc::ChannelArguments args;
   return Service::NewStub(
-      grpc::CreateCustomChannel(address, common::MakeChannelCredentials(security), args));
+      grpc::CreateCustomChannel(address, rpc::MakeChannelCredentials(security), args));
 }
 
 // Calls `method` of `stub` with `request` and a 10 s deadline, waiting for
@@ -62,7 +62,7 @@ grpc::Status Call(Stub* stub,
                   grpc::Status (Stub::*method)(grpc::ClientContext*, const Request&, Response*),
                   const Request& request = Request()) {
   grpc::ClientContext context;
-  common::SetDeadline(&context, absl::Seconds(10), /*wait_for_ready=*/true);
+  rpc::SetDeadline(&context, absl::Seconds(10), /*wait_for_ready=*/true);
   Response response;
   return (stub->*method)(&context, request, &response);
 }

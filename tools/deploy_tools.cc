@@ -17,8 +17,8 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "absl/synchronization/notification.h"
-#include "common/grpc_channel.h"
-#include "common/grpc_status.h"
+#include "rpc/grpc_channel.h"
+#include "rpc/grpc_status.h"
 #include "common/tf_config.h"
 
 namespace pst::tools {
@@ -75,9 +75,9 @@ absl::StatusOr<std::string> BuildTfConfig(const TfConfigHosts& hosts) {
 absl::StatusOr<std::string> CheckHealth(const std::string& address, absl::Duration timeout) {
   // grpc.health.v1.HealthCheckRequest{service: ""} is the empty message;
   // the response is {status: enum} (field 1, varint).
-  grpc::GenericStub stub(common::MakeChannel(address));
+  grpc::GenericStub stub(rpc::MakeChannel(address));
   grpc::ClientContext context;
-  common::SetDeadline(&context, timeout, /*wait_for_ready=*/true);
+  rpc::SetDeadline(&context, timeout, /*wait_for_ready=*/true);
   grpc::ByteBuffer request, response;
   grpc::Slice empty;
   request = grpc::ByteBuffer(&empty, 1);
@@ -96,7 +96,7 @@ absl::StatusOr<std::string> CheckHealth(const std::string& address, absl::Durati
                      " (nothing serving there, or the address is unreachable)"));
   }
   if (!status.ok()) {
-    absl::Status error = common::FromGrpcStatus(status);
+    absl::Status error = rpc::FromGrpcStatus(status);
     return absl::Status(error.code(), absl::StrCat(address, ": ", error.message()));
   }
   grpc::Slice bytes;

@@ -4,7 +4,7 @@
 
 #include <gtest/gtest.h>
 
-#include "common/grpc_channel.h"
+#include "rpc/grpc_channel.h"
 #include "common/tf_config.h"
 #include "proto/pstrain.grpc.pb.h"
 #include "tools/subprocess.h"
@@ -69,7 +69,7 @@ struct HealthOnlyServer {
   proto::ParameterServer::CallbackService unimplemented;
   std::string address = "127.0.0.1:" + std::to_string(PickFreePorts(1).value().front());
   absl::StatusOr<std::unique_ptr<grpc::Server>> server =
-      common::StartServer(address, {{&unimplemented, proto::ParameterServer::service_full_name()}});
+      rpc::StartServer(address, {{&unimplemented, proto::ParameterServer::service_full_name()}});
 };
 
 TEST(CheckHealthTest, ServingServer_ThenNothingThere) {

@@ -3,8 +3,8 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "common/grpc_channel.h"
-#include "common/grpc_status.h"
+#include "rpc/grpc_channel.h"
+#include "rpc/grpc_status.h"
 #include "proto/pstrain.grpc.pb.h"
 
 namespace pst::ps {
@@ -17,7 +17,7 @@ class GrpcReplicaLink final : public ReplicaLink {
       : address_(address),
         timeout_(timeout),
         startup_timeout_(startup_timeout),
-        stub_(proto::ParameterServer::NewStub(common::MakeChannel(address))) {}
+        stub_(proto::ParameterServer::NewStub(rpc::MakeChannel(address))) {}
 
   void Send(std::shared_ptr<const proto::ReplicateRequest> request, Done done) override {
     // One forward in flight: alive until gRPC's callback.
@@ -29,14 +29,14 @@ class GrpcReplicaLink final : public ReplicaLink {
     };
     auto* call = new Call;
     const bool first = request->seq() == 1;
-    common::SetDeadline(&call->context, first ? startup_timeout_ : timeout_,
+    rpc::SetDeadline(&call->context, first ? startup_timeout_ : timeout_,
                         /*wait_for_ready=*/first);
     call->request = std::move(request);
     call->done = std::move(done);
     stub_->async()->Replicate(
         &call->context, call->request.get(), &call->response,
         [call, address = address_](grpc::Status status) {
-          absl::Status s = common::FromGrpcStatus(status);
+          absl::Status s = rpc::FromGrpcStatus(status);
           if (!s.ok()) {
             s = absl::Status(s.code(), absl::StrCat("backup at ", address, ": ", s.message()));
           }

@@ -153,7 +153,7 @@ class VariableStore {
   // along axis 0) holding NaN or Inf are skipped and counted in the stats
   // instead.
   // With `payloads`, gradient k's data is payloads[k] (pieces of gRPC's
-  // receive buffer, common::DecodePush) and the tensors' own data is
+  // receive buffer, rpc::DecodePush) and the tensors' own data is
   // ignored; InvalidArgument if their counts differ.
   using Payloads = std::vector<std::vector<std::string_view>>;
   absl::Status Push(const proto::PushRequest& request, proto::PushResponse* response,

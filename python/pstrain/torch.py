@@ -143,7 +143,7 @@ class Embedding(torch.nn.Module):
                     initial_accumulator: float = 0.1) -> None:
         """Without a worker: one step on the local rows read since the last
         call (the gradients of an id summed, as Trainer.step pushes them),
-        by the ps's rule (ps_server/optimizer.h), in float32:
+        by the ps's rule (ps_server/store/optimizer.h), in float32:
           sgd:     row -= lr * g
           adagrad: accum += g * g; row -= lr * g / sqrt(accum)
                    (accum starts at initial_accumulator, the ps's
@@ -190,7 +190,7 @@ def _counter_uniform(seed: int, counters: np.ndarray) -> np.ndarray:
 def _initial_rows(init: dict, dim: int, ids: np.ndarray, num_rows: int = 0) -> np.ndarray:
     """The initial rows [len(ids), dim] the ps gives these ids: element j of
     row `id` is element (id mod 2^62) * dim + j of the initializer
-    (common/initializer.h, ps_server/variable_store.h). num_rows: the rows
+    (common/initializer.h, ps_server/store/variable_store.h). num_rows: the rows
     of a dense table (Glorot's fan-in), 0 for a hash table."""
     kind = init.get("kind", "zeros")
     if kind in ("zeros", "constant"):

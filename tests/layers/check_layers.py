@@ -7,6 +7,8 @@ from the top) and lists its folders, each ending in '/', before the first
 word that is not a folder; the rest of the line and any line that does not
 start with a number is description. An entry may be a subfolder
 (`ps_server/store/`): a path belongs to the longest entry it starts with.
+A subfolder's row orders it among its parent's parts only; from outside
+the parent (when the parent is an entry too) it counts as the parent.
 
 Rules, for every .cc, .h, .cu and .cuh file of the tree (tests included):
   - an `#include "a/b.h"` whose first component is a folder of the repo must
@@ -227,6 +229,12 @@ class Checker:
         """None when `own` may use `other`, else the reason."""
         if other == own:
             return None
+        # A subfolder's row orders it within its parent only: from outside
+        # the parent, it counts as the parent (chief/ may not reach into
+        # ps_server/store/, though store/ sits on a row above chief/).
+        parent = other.split("/")[0] + "/"
+        if other != parent and parent in self.table.rows and not own.startswith(parent):
+            other = parent
         r, s = self.table.rows[own], self.table.rows[other]
         if s < r:
             return None

@@ -190,6 +190,22 @@ class CheckLayersTest(unittest.TestCase):
         self.assertIn("server/store/store.h:1: server/store/ (row 4) includes server/ (row 5)",
                       out)
 
+    def test_Subfolder_CountsAsItsParentFromOutside(self):
+        doc = DOC.replace("4  server/                the daemon",
+                          "4  server/store/          the store\n5  server/  data2/  the daemon")
+        doc = doc.replace("5  cmd/", "6  cmd/")
+        files = {"docs/architecture.md": doc,
+                 "server/store/store.h": '#include "common/status.h"\n'}
+        # data2/ sits beside server/: server/store/ is out of its reach,
+        # though store/'s own row is above it; tests/ (row 6) may use it.
+        files["data2/x.h"] = '#include "server/store/store.h"\n'
+        files["tests/store_test.cc"] = '#include "server/store/store.h"\n'
+        status, out = self.run_checker(files)
+        self.assertEqual(status, 1, out)
+        self.assertIn("data2/x.h:1: data2/ (row 5) includes server/store/ (row 4): "
+                      "server/ is beside data2/ on row 5", out)
+        self.assertNotIn("tests/store_test.cc", out)
+
     def test_BuildFolders_AreSkipped(self):
         status, out = self.run_checker({
             "build/gen/x.cc": '#include "server/server.h"\n',

@@ -1,4 +1,4 @@
-#include "common/grpc_caller.h"
+#include "rpc/grpc_caller.h"
 
 #include <grpc/grpc_security_constants.h>
 
@@ -6,7 +6,7 @@
 #include "absl/strings/str_join.h"
 #include "common/transport_security.h"
 
-namespace pst::common {
+namespace pst::rpc {
 namespace {
 
 absl::Status Denied(const Caller& caller, absl::string_view call, absl::string_view needs) {
@@ -20,18 +20,18 @@ absl::Status Denied(const Caller& caller, absl::string_view call, absl::string_v
 
 }  // namespace
 
-bool Caller::Is(TaskType type, int index) const {
-  for (const TaskIdentity& task : tasks) {
+bool Caller::Is(common::TaskType type, int index) const {
+  for (const common::TaskIdentity& task : tasks) {
     if (task.type == type && task.index == index) return true;
   }
   return false;
 }
 
-bool Caller::IsChief() const { return Is(TaskType::kChief, 0); }
+bool Caller::IsChief() const { return Is(common::TaskType::kChief, 0); }
 
 std::optional<int> Caller::WorkerIndex() const {
-  for (const TaskIdentity& task : tasks) {
-    if (task.type == TaskType::kWorker) return task.index;
+  for (const common::TaskIdentity& task : tasks) {
+    if (task.type == common::TaskType::kWorker) return task.index;
   }
   return std::nullopt;
 }
@@ -39,23 +39,23 @@ std::optional<int> Caller::WorkerIndex() const {
 Caller CallerFromNames(const std::vector<std::string>& names) {
   Caller caller;
   caller.checked = true;
-  caller.tasks = TasksAmong(names);
+  caller.tasks = common::TasksAmong(names);
   if (caller.tasks.empty()) {
     caller.who = names.empty() ? "no names" : absl::StrJoin(names, ", ");
   } else {
     std::vector<std::string> task_names;
-    for (const TaskIdentity& task : caller.tasks) task_names.push_back(TaskName(task));
+    for (const common::TaskIdentity& task : caller.tasks) task_names.push_back(common::TaskName(task));
     caller.who = absl::StrJoin(task_names, " and ");
   }
   return caller;
 }
 
 Caller CallerOf(const grpc::ServerContextBase& context) {
-  const TransportSecurity& security = GetTransportSecurity();
+  const common::TransportSecurity& security = common::GetTransportSecurity();
   if (!security.roles()) return Caller();
   // Under role tokens only the token's tasks count (the processor wrote
   // them); under role certificates, the certificate's names.
-  std::vector<const char*> properties = {kTokenTaskProperty};
+  std::vector<const char*> properties = {common::kTokenTaskProperty};
   if (!security.token_roles()) {
     properties = {GRPC_X509_SAN_PROPERTY_NAME, GRPC_X509_CN_PROPERTY_NAME};
   }
@@ -77,7 +77,7 @@ absl::Status RequireChief(const Caller& caller, absl::string_view call) {
 }
 
 absl::Status RequireWorker(const Caller& caller, int worker_index, absl::string_view call) {
-  if (!caller.checked || (worker_index >= 0 && caller.Is(TaskType::kWorker, worker_index))) {
+  if (!caller.checked || (worker_index >= 0 && caller.Is(common::TaskType::kWorker, worker_index))) {
     return absl::OkStatus();
   }
   return Denied(caller, absl::StrCat(call, " for worker ", worker_index),
@@ -87,7 +87,7 @@ absl::Status RequireWorker(const Caller& caller, int worker_index, absl::string_
 absl::Status RequireChiefOrWorker(const Caller& caller, int worker_index, absl::string_view call) {
   if (!caller.checked || caller.IsChief()) return absl::OkStatus();
   if (worker_index < 0 ? caller.WorkerIndex().has_value()
-                       : caller.Is(TaskType::kWorker, worker_index)) {
+                       : caller.Is(common::TaskType::kWorker, worker_index)) {
     return absl::OkStatus();
   }
   if (worker_index < 0) return Denied(caller, call, "the chief's or a worker's role");
@@ -98,7 +98,7 @@ absl::Status RequireChiefOrWorker(const Caller& caller, int worker_index, absl::
 
 absl::Status RequireEvaluator(const Caller& caller, int evaluator_index, absl::string_view call) {
   if (!caller.checked ||
-      (evaluator_index >= 0 && caller.Is(TaskType::kEvaluator, evaluator_index))) {
+      (evaluator_index >= 0 && caller.Is(common::TaskType::kEvaluator, evaluator_index))) {
     return absl::OkStatus();
   }
   return Denied(caller, absl::StrCat(call, " for evaluator ", evaluator_index),
@@ -109,18 +109,18 @@ absl::Status RequireAnyTask(const Caller& caller, absl::string_view call) {
   if (!caller.checked || caller.IsChief() || caller.WorkerIndex().has_value()) {
     return absl::OkStatus();
   }
-  for (const TaskIdentity& task : caller.tasks) {
-    if (task.type == TaskType::kEvaluator) return absl::OkStatus();
+  for (const common::TaskIdentity& task : caller.tasks) {
+    if (task.type == common::TaskType::kEvaluator) return absl::OkStatus();
   }
   return Denied(caller, call, "the chief's, a worker's or an evaluator's role");
 }
 
 absl::Status RequirePs(const Caller& caller, absl::string_view call) {
   if (!caller.checked) return absl::OkStatus();
-  for (const TaskIdentity& task : caller.tasks) {
-    if (task.type == TaskType::kPs) return absl::OkStatus();
+  for (const common::TaskIdentity& task : caller.tasks) {
+    if (task.type == common::TaskType::kPs) return absl::OkStatus();
   }
   return Denied(caller, call, "a ps's role");
 }
 
-}  // namespace pst::common
+}  // namespace pst::rpc

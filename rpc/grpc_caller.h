@@ -3,7 +3,7 @@
 // certificate.
 //
 // Roles are checked only when this process's transport security enforces
-// them (TransportSecurity::roles()). Under per-role tokens a caller's tasks
+// them (common::TransportSecurity::roles()). Under per-role tokens a caller's tasks
 // are those its token speaks for (role_tokens.h); under per-role
 // certificates, those its verified certificate names (task_identity.h), and
 // a certificate that names none has no role. Otherwise (plaintext, or one
@@ -20,8 +20,8 @@
 //
 // Services check at the top of each handler and refuse with
 // PERMISSION_DENIED naming the role the call needs and the caller.
-#ifndef PST_COMMON_GRPC_CALLER_H_
-#define PST_COMMON_GRPC_CALLER_H_
+#ifndef PST_RPC_GRPC_CALLER_H_
+#define PST_RPC_GRPC_CALLER_H_
 
 #include <grpcpp/grpcpp.h>
 
@@ -33,15 +33,15 @@
 #include "absl/strings/string_view.h"
 #include "common/task_identity.h"
 
-namespace pst::common {
+namespace pst::rpc {
 
 // A call's caller. A value; thread-compatible.
 struct Caller {
   bool checked = false;             // false: roles unknown, every check passes
-  std::vector<TaskIdentity> tasks;  // the tasks it speaks for (checked only)
+  std::vector<common::TaskIdentity> tasks;  // the tasks it speaks for (checked only)
   std::string who;                  // its names, for messages
 
-  bool Is(TaskType type, int index) const;
+  bool Is(common::TaskType type, int index) const;
   bool IsChief() const;                    // chief 0
   std::optional<int> WorkerIndex() const;  // the worker it is, if any
 };
@@ -50,7 +50,7 @@ struct Caller {
 Caller CallerFromNames(const std::vector<std::string>& names);
 
 // The caller of a call to this process's servers: unchecked unless
-// GetTransportSecurity().roles().
+// common::GetTransportSecurity().roles().
 Caller CallerOf(const grpc::ServerContextBase& context);
 
 // OK when `caller` may make `call`; PERMISSION_DENIED naming the role it
@@ -69,6 +69,6 @@ absl::Status RequireEvaluator(const Caller& caller, int evaluator_index, absl::s
 absl::Status RequireAnyTask(const Caller& caller, absl::string_view call);
 absl::Status RequirePs(const Caller& caller, absl::string_view call);
 
-}  // namespace pst::common
+}  // namespace pst::rpc
 
-#endif  // PST_COMMON_GRPC_CALLER_H_
+#endif  // PST_RPC_GRPC_CALLER_H_

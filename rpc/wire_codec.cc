@@ -1,4 +1,4 @@
-#include "common/wire_codec.h"
+#include "rpc/wire_codec.h"
 
 #include <grpcpp/support/proto_buffer_reader.h>
 #include <grpcpp/support/slice.h>
@@ -16,7 +16,7 @@
 #include "google/protobuf/io/zero_copy_stream_impl_lite.h"
 #include "google/protobuf/wire_format_lite.h"
 
-namespace pst::common {
+namespace pst::rpc {
 namespace {
 
 using google::protobuf::internal::WireFormatLite;
@@ -174,10 +174,10 @@ void PutLengthTag(int field, std::string* out) {
   PutVarint(WireFormatLite::MakeTag(field, WireFormatLite::WIRETYPE_LENGTH_DELIMITED), out);
 }
 
-void ReleasePin(void* pins) { static_cast<PayloadPins*>(pins)->Release(); }
+void ReleasePin(void* pins) { static_cast<common::PayloadPins*>(pins)->Release(); }
 // An answer's payload, sent: its buffer goes back to the pool it came from.
 void ReturnPayload(void* s) {
-  PayloadBufferPool::Default().Give(std::unique_ptr<std::string>(static_cast<std::string*>(s)));
+  common::PayloadBufferPool::Default().Give(std::unique_ptr<std::string>(static_cast<std::string*>(s)));
 }
 
 // A tensor to write: its header (the tensor without data, serialized) and
@@ -242,7 +242,7 @@ void PutTensors(int field, std::vector<TensorPart>& parts, Builder* out) {
 
 std::vector<TensorPart> GradientParts(
     const google::protobuf::RepeatedPtrField<proto::Tensor>& grads,
-    std::span<const std::span<const float>> payloads, PayloadPins* pins) {
+    std::span<const std::span<const float>> payloads, common::PayloadPins* pins) {
   std::vector<TensorPart> parts(grads.size());
   for (int k = 0; k < grads.size(); ++k) {
     proto::Tensor header = grads[k];
@@ -539,7 +539,7 @@ absl::Status DecodePush(const grpc::ByteBuffer& buffer, proto::PushRequest* requ
 
 grpc::ByteBuffer EncodePushPull(const proto::PushPullRequest& request,
                                 std::span<const std::span<const float>> payloads,
-                                PayloadPins* pins) {
+                                common::PayloadPins* pins) {
   proto::PushPullRequest rest = request;
   rest.mutable_push()->clear_gradients();
   std::vector<TensorPart> parts = GradientParts(request.push().gradients(), payloads, pins);
@@ -556,7 +556,7 @@ grpc::ByteBuffer EncodePushPull(const proto::PushPullRequest& request,
 }
 
 grpc::ByteBuffer EncodePush(const proto::PushRequest& request,
-                            std::span<const std::span<const float>> payloads, PayloadPins* pins) {
+                            std::span<const std::span<const float>> payloads, common::PayloadPins* pins) {
   proto::PushRequest rest = request;
   rest.clear_gradients();
   std::vector<TensorPart> parts = GradientParts(request.gradients(), payloads, pins);
@@ -660,4 +660,4 @@ absl::Status ParseMessage(grpc::ByteBuffer* buffer, google::protobuf::Message* m
   return absl::OkStatus();
 }
 
-}  // namespace pst::common
+}  // namespace pst::rpc

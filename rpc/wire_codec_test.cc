@@ -1,7 +1,7 @@
 // The zero-copy encodings are plain protobuf: the standard parser reads
 // them as the messages they stand for, and the direct decoder places
 // payloads where they belong or says why it cannot.
-#include "common/wire_codec.h"
+#include "rpc/wire_codec.h"
 
 #include <grpc/grpc.h>
 #include <grpcpp/support/slice.h>
@@ -13,7 +13,7 @@
 
 #include "common/tensor_util.h"
 
-namespace pst::common {
+namespace pst::rpc {
 namespace {
 
 class WireCodecTest : public ::testing::Test {
@@ -21,7 +21,7 @@ class WireCodecTest : public ::testing::Test {
   static void SetUpTestSuite() { grpc_init(); }
   static void TearDownTestSuite() { grpc_shutdown(); }
 
-  static Shape MakeShape(std::vector<int64_t> dims) { return Shape(dims.begin(), dims.end()); }
+  static common::Shape MakeShape(std::vector<int64_t> dims) { return common::Shape(dims.begin(), dims.end()); }
 
   // Two gradients (one empty) with headers only, and their payloads.
   static proto::PushRequest Push(const std::vector<std::vector<float>>& payloads) {
@@ -49,7 +49,7 @@ class WireCodecTest : public ::testing::Test {
     proto::PullResponse response;
     for (size_t k = 0; k < payloads.size(); ++k) {
       response.add_names("v" + std::to_string(k));
-      PackFloats(payloads[k], MakeShape({static_cast<int64_t>(payloads[k].size())}),
+      common::PackFloats(payloads[k], MakeShape({static_cast<int64_t>(payloads[k].size())}),
                  response.add_values());
       response.add_versions(100 + static_cast<int64_t>(k));
     }
@@ -61,7 +61,7 @@ class WireCodecTest : public ::testing::Test {
     proto::PushPullRequest full;
     *full.mutable_push() = Push(payloads_);
     for (size_t k = 0; k < payloads_.size(); ++k) {
-      PackFloats(payloads_[k], full.push().gradients(k).shape(),
+      common::PackFloats(payloads_[k], full.push().gradients(k).shape(),
                  full.mutable_push()->mutable_gradients(k));
     }
     return full;
@@ -74,7 +74,7 @@ TEST_F(WireCodecTest, EncodePushPull_ParsesAsTheFullRequest) {
   proto::PushPullRequest request;
   *request.mutable_push() = Push(payloads_);
   const proto::PushPullRequest full = FullPushPull();
-  PayloadPins pins;
+  common::PayloadPins pins;
   {
     grpc::ByteBuffer bytes = EncodePushPull(request, Spans(payloads_), &pins);
     EXPECT_EQ(pins.held(), 2) << "a slice per non-empty payload, until gRPC lets go";
@@ -90,9 +90,9 @@ TEST_F(WireCodecTest, EncodePush_ParsesAsTheFullRequest) {
   const proto::PushRequest request = Push(payloads_);
   proto::PushRequest full = request;
   for (size_t k = 0; k < payloads_.size(); ++k) {
-    PackFloats(payloads_[k], full.gradients(k).shape(), full.mutable_gradients(k));
+    common::PackFloats(payloads_[k], full.gradients(k).shape(), full.mutable_gradients(k));
   }
-  PayloadPins pins;
+  common::PayloadPins pins;
   grpc::ByteBuffer bytes = EncodePush(request, Spans(payloads_), &pins);
   proto::PushRequest parsed;
   ASSERT_TRUE(ParseMessage(&bytes, &parsed).ok());
@@ -139,7 +139,7 @@ TEST_F(WireCodecTest, DecodePullResponse_ValuesPastTheBuffersKeepTheirData) {
 // An answer's payload buffer returns to the pool when gRPC lets go of it,
 // and the next answer of that size is filled in the same memory.
 TEST_F(WireCodecTest, EncodePullResponse_SentPayloadBuffer_IsReusedForTheNextAnswer) {
-  PayloadBufferPool& pool = PayloadBufferPool::Default();
+  common::PayloadBufferPool& pool = common::PayloadBufferPool::Default();
   const size_t bytes = 256 << 10;
   const std::vector<float> values(bytes / sizeof(float), 0.5f);
   proto::PullResponse first;
@@ -147,7 +147,7 @@ TEST_F(WireCodecTest, EncodePullResponse_SentPayloadBuffer_IsReusedForTheNextAns
   first.add_versions(1);
   proto::Tensor* value = first.add_values();
   pool.Take(bytes, value->mutable_data());
-  PackFloats(values, Shape(), value);
+  common::PackFloats(values, common::Shape(), value);
   const char* memory = value->data().data();
   const int64_t reused_before = pool.reused();
   {
@@ -257,7 +257,7 @@ TEST_F(WireCodecTest, DecodePushPull_LeavesPayloadsInTheReceiveSlices) {
   const proto::PushPullRequest full = FullPushPull();
   // As the worker sends it (push written twice), and as protobuf itself
   // serializes it, each cut into slices of several sizes.
-  PayloadPins pins;
+  common::PayloadPins pins;
   grpc::ByteBuffer encoded = EncodePushPull(request, Spans(payloads_), &pins);
   std::vector<grpc::Slice> encoded_slices;
   ASSERT_TRUE(encoded.Dump(&encoded_slices).ok());
@@ -287,7 +287,7 @@ TEST_F(WireCodecTest, DecodePushPull_LeavesPayloadsInTheReceiveSlices) {
 TEST_F(WireCodecTest, DecodePush_MatchesTheStandardParser) {
   proto::PushRequest full = Push(payloads_);
   for (size_t k = 0; k < payloads_.size(); ++k) {
-    PackFloats(payloads_[k], full.gradients(k).shape(), full.mutable_gradients(k));
+    common::PackFloats(payloads_[k], full.gradients(k).shape(), full.mutable_gradients(k));
   }
   const std::string bytes = full.SerializeAsString();
   proto::PushRequest got;
@@ -552,4 +552,4 @@ TEST_F(WireCodecTest, DecodePushPull_TruncatedOrGarbage_IsInvalidArgument) {
 }
 
 }  // namespace
-}  // namespace pst::common
+}  // namespace pst::rpc

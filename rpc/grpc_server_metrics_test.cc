@@ -20,12 +20,12 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
-#include "common/grpc_channel.h"
+#include "rpc/grpc_channel.h"
 #include "common/http_get_for_test.h"
 #include "common/metrics.h"
 #include "proto/pstrain.grpc.pb.h"
 
-namespace pst::common {
+namespace pst::rpc {
 namespace {
 
 // A port the kernel just handed out and took back.
@@ -85,10 +85,10 @@ std::map<grpc::StatusCode, int> CallAll(const std::string& address,
 }
 
 TEST(GrpcServerMetricsTest, UnknownMethodsShareOneLabel_ServedOnesKeepTheirs) {
-  absl::StatusOr<std::unique_ptr<MetricsExporter>> exporter =
-      MetricsExporter::Start("127.0.0.1", 0, "ps:0");
+  absl::StatusOr<std::unique_ptr<common::MetricsExporter>> exporter =
+      common::MetricsExporter::Start("127.0.0.1", 0, "ps:0");
   ASSERT_TRUE(exporter.ok()) << exporter.status();
-  SetProcessMetrics(exporter->get());
+  common::SetProcessMetrics(exporter->get());
   proto::ParameterServer::CallbackService unimplemented;  // every method: UNIMPLEMENTED
   const std::string address = "127.0.0.1:" + std::to_string(FreePort());
   absl::StatusOr<std::unique_ptr<grpc::Server>> server = StartServer(
@@ -108,7 +108,7 @@ TEST(GrpcServerMetricsTest, UnknownMethodsShareOneLabel_ServedOnesKeepTheirs) {
   EXPECT_EQ(codes[grpc::StatusCode::UNIMPLEMENTED], kUnknownCalls + 1);
 
   const absl::StatusOr<std::string> page =
-      testing::HttpGet("127.0.0.1", (*exporter)->port(), "/metrics", absl::Seconds(30));
+      common::testing::HttpGet("127.0.0.1", (*exporter)->port(), "/metrics", absl::Seconds(30));
   ASSERT_TRUE(page.ok()) << page.status();
   std::vector<std::string> series;
   double unknown_calls = 0;
@@ -125,8 +125,8 @@ TEST(GrpcServerMetricsTest, UnknownMethodsShareOneLabel_ServedOnesKeepTheirs) {
   EXPECT_TRUE(absl::StrContains(*page, absl::StrCat("method=\"", served, "\""))) << series[0];
   EXPECT_FALSE(absl::StrContains(*page, "/random"));
   (*server)->Shutdown();
-  SetProcessMetrics(nullptr);
+  common::SetProcessMetrics(nullptr);
 }
 
 }  // namespace
-}  // namespace pst::common
+}  // namespace pst::rpc

@@ -1,6 +1,6 @@
 // Where a daemon listens: every interface at its TF_CONFIG port, unless
 // --bind says otherwise; its metrics port on the same host.
-#include "common/grpc_channel.h"
+#include "rpc/grpc_channel.h"
 
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
@@ -10,7 +10,7 @@
 
 #include "proto/pstrain.grpc.pb.h"
 
-namespace pst::common {
+namespace pst::rpc {
 namespace {
 
 TEST(ListenAddressTest, DefaultsToEveryInterface_BindOverridesHostOrBoth) {
@@ -70,4 +70,4 @@ TEST(StartServerTest, AServiceNameNoGeneratedServiceHasIsInvalid) {
 }
 
 }  // namespace
-}  // namespace pst::common
+}  // namespace pst::rpc

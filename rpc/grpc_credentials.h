@@ -1,9 +1,9 @@
-// gRPC credentials for a TransportSecurity (common/transport_security.h):
+// gRPC credentials for a common::TransportSecurity (common/transport_security.h):
 // TLS or mutual TLS, the bearer token every call sends, and on servers the
 // check of that token (one shared token, or per-role tokens whose task the
-// auth context then carries as kTokenTaskProperty).
-#ifndef PST_COMMON_GRPC_CREDENTIALS_H_
-#define PST_COMMON_GRPC_CREDENTIALS_H_
+// auth context then carries as common::kTokenTaskProperty).
+#ifndef PST_RPC_GRPC_CREDENTIALS_H_
+#define PST_RPC_GRPC_CREDENTIALS_H_
 
 #include <grpcpp/grpcpp.h>
 
@@ -12,16 +12,16 @@
 #include "absl/status/statusor.h"
 #include "common/transport_security.h"
 
-namespace pst::common {
+namespace pst::rpc {
 
 // Credentials for a channel or a listening port under `security`.
 // Errors (servers): FailedPrecondition when TLS is asked for (--tls_ca)
 // but this process has no certificate to serve with.
 std::shared_ptr<grpc::ChannelCredentials> MakeChannelCredentials(
-    const TransportSecurity& security);
+    const common::TransportSecurity& security);
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
-    const TransportSecurity& security);
+    const common::TransportSecurity& security);
 
-}  // namespace pst::common
+}  // namespace pst::rpc
 
-#endif  // PST_COMMON_GRPC_CREDENTIALS_H_
+#endif  // PST_RPC_GRPC_CREDENTIALS_H_

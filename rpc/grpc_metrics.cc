@@ -1,6 +1,6 @@
 // The gRPC side of the metrics: a server interceptor counting requests,
-// latency and bytes per method into a MetricsExporter's registry.
-#include "common/grpc_metrics.h"
+// latency and bytes per method into a common::MetricsExporter's registry.
+#include "rpc/grpc_metrics.h"
 
 #include <chrono>
 #include <utility>
@@ -10,7 +10,7 @@
 #include "prometheus/counter.h"
 #include "prometheus/histogram.h"
 
-namespace pst::common {
+namespace pst::rpc {
 namespace {
 
 // Per method: requests by status code, latency, bytes sent.
@@ -134,7 +134,7 @@ class RpcInterceptorFactory final : public grpc::experimental::ServerInterceptor
 }  // namespace
 
 std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>>
-MetricsInterceptors(MetricsExporter& exporter, const std::vector<std::string>& served_methods) {
+MetricsInterceptors(common::MetricsExporter& exporter, const std::vector<std::string>& served_methods) {
   std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> out;
   out.push_back(std::make_unique<RpcInterceptorFactory>(
       std::make_shared<RpcMetrics>(exporter.registry(), exporter.labels()),
@@ -143,4 +143,4 @@ MetricsInterceptors(MetricsExporter& exporter, const std::vector<std::string>& s
   return out;
 }
 
-}  // namespace pst::common
+}  // namespace pst::rpc

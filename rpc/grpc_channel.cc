@@ -1,4 +1,4 @@
-#include "common/grpc_channel.h"
+#include "rpc/grpc_channel.h"
 
 #include <grpcpp/health_check_service_interface.h>
 #include <grpcpp/resource_quota.h>
@@ -9,14 +9,14 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
-#include "common/grpc_metrics.h"
+#include "rpc/grpc_metrics.h"
 #include "common/metrics.h"
 #include "common/tf_config.h"
-#include "common/grpc_credentials.h"
+#include "rpc/grpc_credentials.h"
 #include "common/transport_security.h"
 #include "google/protobuf/descriptor.h"
 
-namespace pst::common {
+namespace pst::rpc {
 
 namespace {
 
@@ -70,7 +70,7 @@ std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address, int conne
   // address under the same name: look the name up again within a second of
   // a failed connection (gRPC's default waits 30 s between lookups).
   args.SetInt(GRPC_ARG_DNS_MIN_TIME_BETWEEN_RESOLUTIONS_MS, 1'000);
-  const TransportSecurity& security = GetTransportSecurity();
+  const common::TransportSecurity& security = common::GetTransportSecurity();
   if (!security.server_name.empty()) args.SetSslTargetNameOverride(security.server_name);
   return grpc::CreateCustomChannel(address, MakeChannelCredentials(security), args);
 }
@@ -107,11 +107,11 @@ void SetDeadline(grpc::ClientContext* context, absl::Duration timeout, bool wait
 std::string ListenAddress(const std::string& advertised, const std::string& bind) {
   std::string host;
   int port = 0;
-  if (!ParseHostPort(advertised, &host, &port).ok()) return bind.empty() ? advertised : bind;
+  if (!common::ParseHostPort(advertised, &host, &port).ok()) return bind.empty() ? advertised : bind;
   if (bind.empty()) return "0.0.0.0:" + std::to_string(port);
   std::string bind_host;
   int bind_port = 0;
-  if (ParseHostPort(bind, &bind_host, &bind_port).ok()) return bind;  // host:port
+  if (common::ParseHostPort(bind, &bind_host, &bind_port).ok()) return bind;  // host:port
   return bind + ":" + std::to_string(port);                           // host alone
 }
 
@@ -119,7 +119,7 @@ std::string ListenHost(const std::string& bind) {
   if (bind.empty()) return "0.0.0.0";
   std::string host;
   int port = 0;
-  if (ParseHostPort(bind, &host, &port).ok()) return host;  // host:port
+  if (common::ParseHostPort(bind, &host, &port).ok()) return host;  // host:port
   if (bind.size() >= 2 && bind.front() == '[' && bind.back() == ']') {
     return bind.substr(1, bind.size() - 2);  // [IPv6] alone
   }
@@ -134,7 +134,7 @@ absl::StatusOr<std::unique_ptr<grpc::Server>> StartServer(
     const std::string& advertised, const std::vector<ServedService>& services,
     const std::string& bind) {
   const std::string listen = ListenAddress(advertised, bind);
-  const TransportSecurity& security = GetTransportSecurity();
+  const common::TransportSecurity& security = common::GetTransportSecurity();
   if (!IsLoopbackHost(ListenHost(bind))) {
     if (!security.tls()) {
       spdlog::warn(
@@ -156,14 +156,14 @@ absl::StatusOr<std::unique_ptr<grpc::Server>> StartServer(
   // probes and any gRPC health checker can ask whether the daemon serves.
   grpc::EnableDefaultHealthCheckService(true);
   absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
-      MakeServerCredentials(GetTransportSecurity());
+      MakeServerCredentials(common::GetTransportSecurity());
   if (!credentials.ok()) return credentials.status();
   grpc::ServerBuilder builder;
   ConfigureServerBuilder(&builder);
   int bound_port = 0;
   builder.AddListeningPort(listen, *credentials, &bound_port);
   for (const ServedService& served : services) builder.RegisterService(served.service);
-  if (MetricsExporter* metrics = ProcessMetrics(); metrics != nullptr) {
+  if (common::MetricsExporter* metrics = common::ProcessMetrics(); metrics != nullptr) {
     builder.experimental().SetInterceptorCreators(MetricsInterceptors(*metrics, *methods));
   }
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
@@ -174,4 +174,4 @@ absl::StatusOr<std::unique_ptr<grpc::Server>> StartServer(
   return server;
 }
 
-}  // namespace pst::common
+}  // namespace pst::rpc

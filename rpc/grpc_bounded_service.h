@@ -11,8 +11,8 @@
 // limit, and the service's method never runs. The bytes were received
 // already (up to the server's kMaxMessageBytes): the limit saves the parse,
 // the copy into a message and the method's work, not the receive.
-#ifndef PST_COMMON_GRPC_BOUNDED_SERVICE_H_
-#define PST_COMMON_GRPC_BOUNDED_SERVICE_H_
+#ifndef PST_RPC_GRPC_BOUNDED_SERVICE_H_
+#define PST_RPC_GRPC_BOUNDED_SERVICE_H_
 
 #include <grpc/byte_buffer.h>
 #include <grpcpp/grpcpp.h>
@@ -23,10 +23,10 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "common/grpc_channel.h"
+#include "rpc/grpc_channel.h"
 #include "google/protobuf/descriptor.h"
 
-namespace pst::common {
+namespace pst::rpc {
 
 namespace internal {
 
@@ -127,6 +127,6 @@ class BoundedService : public Base {
   }
 };
 
-}  // namespace pst::common
+}  // namespace pst::rpc
 
-#endif  // PST_COMMON_GRPC_BOUNDED_SERVICE_H_
+#endif  // PST_RPC_GRPC_BOUNDED_SERVICE_H_

@@ -1,8 +1,8 @@
 // gRPC channel and server settings shared by every daemon: message size
 // limits, keepalive, and the process's transport security (plaintext, TLS
 // or mutual TLS, and a token: transport_security.h).
-#ifndef PST_COMMON_GRPC_CHANNEL_H_
-#define PST_COMMON_GRPC_CHANNEL_H_
+#ifndef PST_RPC_GRPC_CHANNEL_H_
+#define PST_RPC_GRPC_CHANNEL_H_
 
 #include <grpcpp/grpcpp.h>
 
@@ -13,7 +13,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 
-namespace pst::common {
+namespace pst::rpc {
 
 // Largest message any pstrain RPC sends or accepts.
 inline constexpr int kMaxMessageBytes = 512 << 20;
@@ -100,15 +100,15 @@ bool IsLoopbackHost(const std::string& host);
 
 // Builds and starts a server for `services` listening on
 // ListenAddress(advertised, bind), with the process's metrics interceptors
-// (ProcessMetrics()) when there are. Errors: InvalidArgument when a
+// (common::ProcessMetrics()) when there are. Errors: InvalidArgument when a
 // service's name is no generated service's; Unavailable naming the address
 // when the port cannot be bound. Logs a warning when it listens beyond
 // loopback in plaintext (anyone who reaches the port controls the job), or
-// with TLS but no roles (GetTransportSecurity().roles()).
+// with TLS but no roles (common::GetTransportSecurity().roles()).
 absl::StatusOr<std::unique_ptr<grpc::Server>> StartServer(
     const std::string& advertised, const std::vector<ServedService>& services,
     const std::string& bind = "");
 
-}  // namespace pst::common
+}  // namespace pst::rpc
 
-#endif  // PST_COMMON_GRPC_CHANNEL_H_
+#endif  // PST_RPC_GRPC_CHANNEL_H_

@@ -1,11 +1,11 @@
-// Per-method figures of a gRPC server, in a MetricsExporter's registry:
+// Per-method figures of a gRPC server, in a common::MetricsExporter's registry:
 // requests by status code, latency, and bytes received and sent. Methods the
 // server does not serve count as one method, "unknown" (kUnknownMethod), so
 // clients calling made-up names cannot add series without bound.
 //
 // Thread-safety: the interceptors may run on any of the server's threads.
-#ifndef PST_COMMON_GRPC_METRICS_H_
-#define PST_COMMON_GRPC_METRICS_H_
+#ifndef PST_RPC_GRPC_METRICS_H_
+#define PST_RPC_GRPC_METRICS_H_
 
 #include <grpcpp/support/server_interceptor.h>
 
@@ -15,7 +15,7 @@
 
 #include "common/metrics.h"
 
-namespace pst::common {
+namespace pst::rpc {
 
 // The method label of calls to methods a server does not serve.
 inline constexpr char kUnknownMethod[] = "unknown";
@@ -25,8 +25,8 @@ inline constexpr char kUnknownMethod[] = "unknown";
 // ("/pkg.Service/Method"). Calls to any other name (gRPC answers them
 // UNIMPLEMENTED) count under method="unknown".
 std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>>
-MetricsInterceptors(MetricsExporter& exporter, const std::vector<std::string>& served_methods);
+MetricsInterceptors(common::MetricsExporter& exporter, const std::vector<std::string>& served_methods);
 
-}  // namespace pst::common
+}  // namespace pst::rpc
 
-#endif  // PST_COMMON_GRPC_METRICS_H_
+#endif  // PST_RPC_GRPC_METRICS_H_

@@ -18,12 +18,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "common/grpc_bounded_service.h"
-#include "common/grpc_channel.h"
-#include "common/wire_codec.h"
+#include "rpc/grpc_bounded_service.h"
+#include "rpc/grpc_channel.h"
+#include "rpc/wire_codec.h"
 #include "proto/pstrain.grpc.pb.h"
 
-namespace pst::common {
+namespace pst::rpc {
 namespace {
 
 // A port the kernel just handed out and took back.
@@ -271,4 +271,4 @@ TEST(ServerLimitsTest, DefaultControlLimitHoldsARestoreOfTenThousandVariables) {
 }
 
 }  // namespace
-}  // namespace pst::common
+}  // namespace pst::rpc

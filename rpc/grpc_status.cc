@@ -1,8 +1,8 @@
-#include "common/grpc_status.h"
+#include "rpc/grpc_status.h"
 
 #include <string>
 
-namespace pst::common {
+namespace pst::rpc {
 
 // The canonical codes have the same numbers in both libraries.
 grpc::Status ToGrpcStatus(const absl::Status& status) {
@@ -15,4 +15,4 @@ absl::Status FromGrpcStatus(const grpc::Status& status) {
   return absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
 }
 
-}  // namespace pst::common
+}  // namespace pst::rpc

@@ -17,8 +17,8 @@
 //    gradients are read where they arrived, in gRPC's receive slices.
 //
 // Pure functions; thread-safe.
-#ifndef PST_COMMON_WIRE_CODEC_H_
-#define PST_COMMON_WIRE_CODEC_H_
+#ifndef PST_RPC_WIRE_CODEC_H_
+#define PST_RPC_WIRE_CODEC_H_
 
 #include <grpcpp/support/byte_buffer.h>
 
@@ -31,7 +31,7 @@
 #include "google/protobuf/message.h"
 #include "proto/pstrain.pb.h"
 
-namespace pst::common {
+namespace pst::rpc {
 
 // `request` with push.gradients(k).data replaced by payloads[k] (the
 // tensors' own data must be empty). The payloads are referenced, not
@@ -40,9 +40,9 @@ namespace pst::common {
 // REQUIRES: payloads.size() == gradients_size().
 grpc::ByteBuffer EncodePushPull(const proto::PushPullRequest& request,
                                 std::span<const std::span<const float>> payloads,
-                                PayloadPins* pins);
+                                common::PayloadPins* pins);
 grpc::ByteBuffer EncodePush(const proto::PushRequest& request,
-                            std::span<const std::span<const float>> payloads, PayloadPins* pins);
+                            std::span<const std::span<const float>> payloads, common::PayloadPins* pins);
 
 // `response`, whose values' data strings are moved into the buffer's slices
 // (left empty in `response`).
@@ -82,6 +82,6 @@ grpc::ByteBuffer SerializeMessage(const google::protobuf::Message& message);
 // InvalidArgument naming the message type.
 absl::Status ParseMessage(grpc::ByteBuffer* buffer, google::protobuf::Message* message);
 
-}  // namespace pst::common
+}  // namespace pst::rpc
 
-#endif  // PST_COMMON_WIRE_CODEC_H_
+#endif  // PST_RPC_WIRE_CODEC_H_

@@ -1,6 +1,6 @@
-// The gRPC side of TransportSecurity: channel and server credentials, the
+// The gRPC side of common::TransportSecurity: channel and server credentials, the
 // token every call carries, and the servers' checks of it.
-#include "common/grpc_credentials.h"
+#include "rpc/grpc_credentials.h"
 
 #include <utility>
 
@@ -8,7 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 
-namespace pst::common {
+namespace pst::rpc {
 namespace {
 
 constexpr char kAuthHeader[] = "authorization";
@@ -62,12 +62,12 @@ class TokenProcessor final : public grpc::AuthMetadataProcessor {
 };
 
 // Admits only calls whose token is in the table of role tokens, and records
-// the tasks it speaks for in the call's auth context (kTokenTaskProperty),
+// the tasks it speaks for in the call's auth context (common::kTokenTaskProperty),
 // where CallerOf finds them. The table holds digests: a lookup's time says
 // nothing of the tokens in it.
 class RoleTokenProcessor final : public grpc::AuthMetadataProcessor {
  public:
-  explicit RoleTokenProcessor(RoleTokens tokens) : tokens_(std::move(tokens)) {}
+  explicit RoleTokenProcessor(common::RoleTokens tokens) : tokens_(std::move(tokens)) {}
   bool IsBlocking() const override { return false; }
   grpc::Status Process(const InputMetadata& auth_metadata, grpc::AuthContext* context,
                        OutputMetadata* consumed, OutputMetadata*) override {
@@ -78,28 +78,28 @@ class RoleTokenProcessor final : public grpc::AuthMetadataProcessor {
                           "none was sent");
     }
     absl::string_view got(it->second.data(), it->second.size());
-    const std::vector<TaskIdentity>* tasks = nullptr;
+    const std::vector<common::TaskIdentity>* tasks = nullptr;
     if (absl::ConsumePrefix(&got, kBearer)) tasks = &tokens_.TasksOf(got);
     if (tasks == nullptr || tasks->empty()) {
       return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
                           "the token sent is not one of this cluster's role tokens "
                           "(--role_tokens_file)");
     }
-    for (const TaskIdentity& task : *tasks) {
-      context->AddProperty(kTokenTaskProperty, TaskName(task));
+    for (const common::TaskIdentity& task : *tasks) {
+      context->AddProperty(common::kTokenTaskProperty, common::TaskName(task));
     }
     consumed->emplace(kAuthHeader, std::string(it->second.data(), it->second.size()));
     return grpc::Status::OK;
   }
 
  private:
-  const RoleTokens tokens_;
+  const common::RoleTokens tokens_;
 };
 
 }  // namespace
 
 std::shared_ptr<grpc::ChannelCredentials> MakeChannelCredentials(
-    const TransportSecurity& security) {
+    const common::TransportSecurity& security) {
   if (!security.tls()) return grpc::InsecureChannelCredentials();
   grpc::SslCredentialsOptions options;
   options.pem_root_certs = security.ca_pem;  // empty: the system's roots
@@ -112,7 +112,7 @@ std::shared_ptr<grpc::ChannelCredentials> MakeChannelCredentials(
 }
 
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
-    const TransportSecurity& security) {
+    const common::TransportSecurity& security) {
   if (!security.tls()) return grpc::InsecureServerCredentials();
   if (security.cert_pem.empty()) {
     return absl::FailedPreconditionError(
@@ -134,4 +134,4 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
   return credentials;
 }
 
-}  // namespace pst::common
+}  // namespace pst::rpc
