@@ -97,13 +97,14 @@ absl::Status RunChief(const ChiefOptions& options, const common::StopSignal& sto
   // told to retry until the variables exist.
   Coordinator coordinator(plan.initial, timing.peer_timeout);
   std::optional<ChiefMetrics> metrics;
-  if (common::ProcessMetrics() != nullptr) metrics.emplace(common::ProcessMetrics(), &coordinator);
+  if (options.metrics != nullptr) metrics.emplace(options.metrics, &coordinator);
   EvaluationHistory evaluations(static_cast<int>(cluster.evaluator.size()), job_start);
   GrpcCoordinatorService service(&coordinator, &evaluations);
   PST_ASSIGN_OR_RETURN(
       std::unique_ptr<grpc::Server> server,
       rpc::StartServer(cluster.CoordinatorAddress(),
-                          {{&service, proto::Coordinator::service_full_name()}}, options.bind));
+                          {{&service, proto::Coordinator::service_full_name()}}, options.bind,
+                          options.metrics));
   spdlog::info("coordinator serving on {} (advertised as {}, {})",
                rpc::ListenAddress(cluster.CoordinatorAddress(), options.bind),
                cluster.CoordinatorAddress(),

@@ -8,6 +8,7 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "common/metrics.h"
 #include "common/process.h"
 #include "common/progress.h"
 #include "common/tf_config.h"
@@ -28,6 +29,9 @@ struct ChiefOptions {
   std::string summary_dir;
   int64_t summary_steps = 100;
   std::string bind;          // where the coordinator listens (--bind; see ListenAddress)
+  // Prometheus (--metrics_port): the coordinator's figures and its server's
+  // calls per method go here. Null: none. Must outlive RunChief.
+  common::MetricsExporter* metrics = nullptr;
   // Checkpoints: saved under checkpoint_dir every save_steps updates and/or
   // save_secs seconds (0: never by that measure) and at the end; the newest
   // keep are kept. A job started with a checkpoint there resumes from it.

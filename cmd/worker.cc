@@ -121,6 +121,7 @@ int main(int argc, char** argv) {
     options.step_delay = absl::Milliseconds(absl::GetFlag(FLAGS_step_delay_ms));
     options.device_specs = *std::move(device_specs);
     options.log_device_placement = absl::GetFlag(FLAGS_log_device_placement);
+    options.metrics = setup->metrics.get();
     absl::Status status = pst::worker::RunWorker(options, stop);
     if (!status.ok()) spdlog::error("worker failed: {}", status.ToString());
     if (chief_thread.joinable()) {

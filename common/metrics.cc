@@ -1,6 +1,5 @@
 #include "common/metrics.h"
 
-#include <atomic>
 #include <map>
 #include <utility>
 
@@ -40,11 +39,6 @@ class MetricsExporter::ScrapeHook final : public prometheus::Collectable {
   int next_id_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
-namespace {
-
-std::atomic<MetricsExporter*> process_metrics{nullptr};
-
-}  // namespace
 
 absl::StatusOr<std::unique_ptr<MetricsExporter>> MetricsExporter::Start(
     const std::string& host, int port, const std::string& task, const HttpServer::Options& http) {
@@ -66,7 +60,6 @@ absl::StatusOr<std::unique_ptr<MetricsExporter>> MetricsExporter::Start(
 
 MetricsExporter::~MetricsExporter() {
   http_.reset();  // no scrape runs from here on
-  if (ProcessMetrics() == this) SetProcessMetrics(nullptr);
 }
 
 int MetricsExporter::AddRefresher(std::function<void()> refresh) {
@@ -79,8 +72,6 @@ void MetricsExporter::SetRawMethods(std::vector<std::string> methods) {
   raw_methods_ = absl::flat_hash_set<std::string>(methods.begin(), methods.end());
 }
 
-void SetProcessMetrics(MetricsExporter* exporter) { process_metrics.store(exporter); }
-MetricsExporter* ProcessMetrics() { return process_metrics.load(); }
 
 void RaiseCounterTo(prometheus::Counter& counter, double total) {
   const double now = counter.Value();

@@ -76,11 +76,6 @@ class MetricsExporter {
   std::unique_ptr<HttpServer> http_;  // last: its thread reads the above
 };
 
-// The process's exporter, or null when --metrics_port is 0. StartServer
-// installs its interceptors.
-void SetProcessMetrics(MetricsExporter* exporter);
-MetricsExporter* ProcessMetrics();
-
 // Raises `counter` to `total` (a cumulative figure read from elsewhere);
 // never lowers it, so a source that restarts from zero does not make the
 // counter go back.

@@ -19,8 +19,8 @@ struct DaemonSetup {
   TfConfig tf;
   proto::TrainingConfig training;
   Timing timing;
-  // The Prometheus exporter of --metrics_port (null when off); also
-  // ProcessMetrics() while it lives.
+  // The Prometheus exporter of --metrics_port (null when off); the main
+  // hands it to the library it runs (ChiefOptions, TrainerOptions).
   std::shared_ptr<MetricsExporter> metrics;
 };
 

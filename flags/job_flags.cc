@@ -257,7 +257,6 @@ absl::StatusOr<std::unique_ptr<MetricsExporter>> StartMetricsFromFlags(const std
   }
   absl::StatusOr<std::unique_ptr<MetricsExporter>> exporter =
       MetricsExporter::Start(rpc::ListenHost(absl::GetFlag(FLAGS_bind)), port, task);
-  if (exporter.ok()) SetProcessMetrics(exporter->get());
   return exporter;
 }
 

@@ -103,7 +103,7 @@ namespace pst::common {
 
 // The Prometheus exporter of --metrics_port (null when 0) on the host the
 // daemon's gRPC server listens on (ListenHost(--bind): every interface
-// unless --bind names a host), installed as the process's (ProcessMetrics).
+// unless --bind names a host). The main passes it on to what it runs.
 // Errors: InvalidArgument for a bad port, Unavailable when it cannot be
 // bound.
 absl::StatusOr<std::unique_ptr<MetricsExporter>> StartMetricsFromFlags(const std::string& task);

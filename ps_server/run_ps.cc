@@ -49,7 +49,8 @@ absl::Status RunPs(PsDaemonOptions options, common::StopSignal& stop) {
                         options.checkpoint_dir, link_to, options.save_delay);
   absl::StatusOr<std::unique_ptr<grpc::Server>> server =
       rpc::StartServer(options.tf.SelfAddress(),
-                          {{&service, proto::ParameterServer::service_full_name()}}, options.bind);
+                          {{&service, proto::ParameterServer::service_full_name()}}, options.bind,
+                          metrics.get());
   if (!server.ok()) return server.status();
   spdlog::info("serving on {} (advertised as {}, {}{}), incarnation {:016x}",
                rpc::ListenAddress(options.tf.SelfAddress(), options.bind),

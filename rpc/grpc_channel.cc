@@ -132,7 +132,7 @@ bool IsLoopbackHost(const std::string& host) {
 
 absl::StatusOr<std::unique_ptr<grpc::Server>> StartServer(
     const std::string& advertised, const std::vector<ServedService>& services,
-    const std::string& bind) {
+    const std::string& bind, common::MetricsExporter* metrics) {
   const std::string listen = ListenAddress(advertised, bind);
   const common::TransportSecurity& security = common::GetTransportSecurity();
   if (!IsLoopbackHost(ListenHost(bind))) {
@@ -163,7 +163,7 @@ absl::StatusOr<std::unique_ptr<grpc::Server>> StartServer(
   int bound_port = 0;
   builder.AddListeningPort(listen, *credentials, &bound_port);
   for (const ServedService& served : services) builder.RegisterService(served.service);
-  if (common::MetricsExporter* metrics = common::ProcessMetrics(); metrics != nullptr) {
+  if (metrics != nullptr) {
     builder.experimental().SetInterceptorCreators(MetricsInterceptors(*metrics, *methods));
   }
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();

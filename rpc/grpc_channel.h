@@ -12,6 +12,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/metrics.h"
 
 namespace pst::rpc {
 
@@ -99,15 +100,16 @@ struct ServedService {
 bool IsLoopbackHost(const std::string& host);
 
 // Builds and starts a server for `services` listening on
-// ListenAddress(advertised, bind), with the process's metrics interceptors
-// (common::ProcessMetrics()) when there are. Errors: InvalidArgument when a
+// ListenAddress(advertised, bind), counting its calls per method into
+// `metrics` when given (MetricsInterceptors; it must outlive the server).
+// Errors: InvalidArgument when a
 // service's name is no generated service's; Unavailable naming the address
 // when the port cannot be bound. Logs a warning when it listens beyond
 // loopback in plaintext (anyone who reaches the port controls the job), or
 // with TLS but no roles (common::GetTransportSecurity().roles()).
 absl::StatusOr<std::unique_ptr<grpc::Server>> StartServer(
     const std::string& advertised, const std::vector<ServedService>& services,
-    const std::string& bind = "");
+    const std::string& bind = "", common::MetricsExporter* metrics = nullptr);
 
 }  // namespace pst::rpc
 

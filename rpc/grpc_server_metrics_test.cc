@@ -88,11 +88,11 @@ TEST(GrpcServerMetricsTest, UnknownMethodsShareOneLabel_ServedOnesKeepTheirs) {
   absl::StatusOr<std::unique_ptr<common::MetricsExporter>> exporter =
       common::MetricsExporter::Start("127.0.0.1", 0, "ps:0");
   ASSERT_TRUE(exporter.ok()) << exporter.status();
-  common::SetProcessMetrics(exporter->get());
   proto::ParameterServer::CallbackService unimplemented;  // every method: UNIMPLEMENTED
   const std::string address = "127.0.0.1:" + std::to_string(FreePort());
   absl::StatusOr<std::unique_ptr<grpc::Server>> server = StartServer(
-      address, {{&unimplemented, proto::ParameterServer::service_full_name()}}, address);
+      address, {{&unimplemented, proto::ParameterServer::service_full_name()}}, address,
+      exporter->get());
   ASSERT_TRUE(server.ok()) << server.status();
 
   constexpr int kUnknownCalls = 100'000;
@@ -125,7 +125,6 @@ TEST(GrpcServerMetricsTest, UnknownMethodsShareOneLabel_ServedOnesKeepTheirs) {
   EXPECT_TRUE(absl::StrContains(*page, absl::StrCat("method=\"", served, "\""))) << series[0];
   EXPECT_FALSE(absl::StrContains(*page, "/random"));
   (*server)->Shutdown();
-  common::SetProcessMetrics(nullptr);
 }
 
 }  // namespace

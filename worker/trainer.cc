@@ -122,7 +122,7 @@ absl::Status RunWorker(const TrainerOptions& options, const WorkerConnections& c
     prometheus::Gauge* loss;
   };
   std::optional<StepMetrics> step_metrics;
-  if (common::MetricsExporter* exporter = common::ProcessMetrics(); exporter != nullptr) {
+  if (common::MetricsExporter* exporter = options.metrics; exporter != nullptr) {
     prometheus::Registry& r = exporter->registry();
     auto counter = [&](const char* name, const char* help) {
       return &prometheus::BuildCounter().Name(name).Help(help).Labels(exporter->labels())

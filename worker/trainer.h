@@ -14,6 +14,7 @@
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "client/coordinator_client.h"
+#include "common/metrics.h"
 #include "common/process.h"
 #include "common/ps_control.h"
 #include "common/ps_transport.h"
@@ -37,6 +38,9 @@ struct TrainerOptions {
   // --device, --gpus, --gpu_memory, ... Empty: one CPU device.
   std::vector<LogicalDeviceSpec> device_specs;
   bool log_device_placement = false;
+  // Prometheus (--metrics_port): the step counters go here. Null: none.
+  // Must outlive RunWorker.
+  common::MetricsExporter* metrics = nullptr;
 };
 
 // Runs one worker to the end of the job. Returns OK when the worker finished
