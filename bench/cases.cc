@@ -261,7 +261,8 @@ absl::Status RunConfig(const Options& options, int num_ps, int num_workers,
   for (int w = 0; w < num_workers; ++w) {
     workers[w].index = w;
     workers[w].incarnation = rng() | 1;
-    workers[w].transport = worker::MakeGrpcPsTransport(cluster->addresses(), options.rpc_timeout);
+    workers[w].transport = worker::MakeGrpcPsTransport(cluster->addresses(), options.Rpc(),
+                                                          options.rpc_timeout);
   }
   if (options.AnyDense()) {
     for (Result& r : RunDense(options, *cluster, plan, workers)) {

@@ -10,6 +10,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "rpc/grpc_channel.h"
 
 namespace pst::bench {
 
@@ -74,6 +75,13 @@ struct Options {
   bool Has(const std::string& c) const { return cases.count(c) > 0; }
   bool AnyDense() const { return Has("push") || Has("pull") || Has("pushpull"); }
   bool AnySparse() const { return Has("sparse_pull") || Has("sparse_push"); }
+  // The clients' gRPC settings: plaintext (the ps run without TLS) and the
+  // BDP probe as bdp_probe says.
+  rpc::RpcSettings Rpc() const {
+    rpc::RpcSettings settings;
+    settings.dense_bdp_probe = bdp_probe;
+    return settings;
+  }
 };
 
 // Parses the comma lists and sizes of `flags` and checks every setting; an

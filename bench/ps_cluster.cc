@@ -162,7 +162,7 @@ absl::StatusOr<std::unique_ptr<PsCluster>> PsCluster::Start(const Options& optio
   }
   // Every ps answers Health once it serves.
   for (int i = 0; i < num_ps; ++i) {
-    auto stub = proto::ParameterServer::NewStub(rpc::MakeChannel(cluster->ps_[i]->address));
+    auto stub = proto::ParameterServer::NewStub(rpc::MakeChannel(cluster->ps_[i]->address, rpc::RpcSettings()));
     grpc::ClientContext context;
     rpc::SetDeadline(&context, absl::Seconds(30), /*wait_for_ready=*/true);
     proto::HealthRequest request;
@@ -239,7 +239,7 @@ absl::Status PsCluster::CreateVariables(const proto::PlacementPlan& plan,
       request.mutable_copies()->set_primary(i);
       request.mutable_copies()->set_backup((i + 1) % size());
     }
-    auto stub = proto::ParameterServer::NewStub(rpc::MakeChannel(ps_[i]->address));
+    auto stub = proto::ParameterServer::NewStub(rpc::MakeChannel(ps_[i]->address, rpc::RpcSettings()));
     grpc::ClientContext context;
     rpc::SetDeadline(&context, absl::Seconds(120));
     proto::CreateVariablesResponse response;
@@ -256,7 +256,7 @@ absl::Status PsCluster::CreateVariables(const proto::PlacementPlan& plan,
 void PsCluster::Stop() {
   for (auto& p : ps_) {
     if (p->exited) continue;
-    auto stub = proto::ParameterServer::NewStub(rpc::MakeChannel(p->address));
+    auto stub = proto::ParameterServer::NewStub(rpc::MakeChannel(p->address, rpc::RpcSettings()));
     grpc::ClientContext context;
     rpc::SetDeadline(&context, absl::Seconds(5));
     proto::ShutdownRequest request;

@@ -40,7 +40,7 @@ absl::StatusOr<EvalResult> Evaluate(const proto::ClusterState& state, const Chie
       worker::PsClient::Create(
           state.plan(), worker::DenseNames(variables),
           worker::MakeRoutedTransport(
-              worker::MakeGrpcPsTransport(addresses, options.timing.rpc_timeout),
+              worker::MakeGrpcPsTransport(addresses, options.rpc, options.timing.rpc_timeout),
               worker::ShardRoutes::FromPlan(state.plan(), state.routing_version())),
           -1, 0));
   if (model->computed_by_workers()) {
@@ -99,18 +99,18 @@ absl::Status RunChief(const ChiefOptions& options, const common::StopSignal& sto
   std::optional<ChiefMetrics> metrics;
   if (options.metrics != nullptr) metrics.emplace(options.metrics, &coordinator);
   EvaluationHistory evaluations(static_cast<int>(cluster.evaluator.size()), job_start);
-  GrpcCoordinatorService service(&coordinator, &evaluations);
+  GrpcCoordinatorService service(&coordinator, &evaluations, options.rpc);
   PST_ASSIGN_OR_RETURN(
       std::unique_ptr<grpc::Server> server,
       rpc::StartServer(cluster.CoordinatorAddress(),
-                          {{&service, proto::Coordinator::service_full_name()}}, options.bind,
-                          options.metrics));
+                          {{&service, proto::Coordinator::service_full_name()}}, options.rpc,
+                          options.bind, options.metrics));
   spdlog::info("coordinator serving on {} (advertised as {}, {})",
                rpc::ListenAddress(cluster.CoordinatorAddress(), options.bind),
                cluster.CoordinatorAddress(),
-               common::DescribeTransportSecurity(common::GetTransportSecurity()));
+               common::DescribeTransportSecurity(options.rpc.security));
 
-  const std::unique_ptr<common::PsControl> ps = worker::MakeGrpcPsControl(cluster.ps);
+  const std::unique_ptr<common::PsControl> ps = worker::MakeGrpcPsControl(cluster.ps, options.rpc);
   Job::Collaborators with;
   with.ps = ps.get();
   with.coordinator = &coordinator;

@@ -14,6 +14,7 @@
 #include "common/tf_config.h"
 #include "common/timing.h"
 #include "proto/pstrain.pb.h"
+#include "rpc/grpc_channel.h"
 
 namespace pst::chief {
 
@@ -32,6 +33,9 @@ struct ChiefOptions {
   // Prometheus (--metrics_port): the coordinator's figures and its server's
   // calls per method go here. Null: none. Must outlive RunChief.
   common::MetricsExporter* metrics = nullptr;
+  // The coordinator's server and every channel to the ps (security,
+  // limits, the BDP probe).
+  rpc::RpcSettings rpc;
   // Checkpoints: saved under checkpoint_dir every save_steps updates and/or
   // save_secs seconds (0: never by that measure) and at the end; the newest
   // keep are kept. A job started with a checkpoint there resumes from it.

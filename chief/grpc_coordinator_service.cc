@@ -17,22 +17,23 @@ grpc::ServerUnaryReactor* Finish(grpc::CallbackServerContext* context, const abs
 }  // namespace
 
 GrpcCoordinatorService::GrpcCoordinatorService(Coordinator* coordinator,
-                                               EvaluationHistory* evaluations)
-    : coordinator_(coordinator), evaluations_(evaluations) {
+                                               EvaluationHistory* evaluations,
+                                               const rpc::RpcSettings& settings)
+    : coordinator_(coordinator), evaluations_(evaluations), security_(settings.security) {
   const std::string service = proto::Coordinator::service_full_name();
-  BoundRequestSize(&GrpcCoordinatorService::Register, service, "Register");
-  BoundRequestSize(&GrpcCoordinatorService::Heartbeat, service, "Heartbeat");
-  BoundRequestSize(&GrpcCoordinatorService::WorkerDone, service, "WorkerDone");
-  BoundRequestSize(&GrpcCoordinatorService::ClaimWorkerIndex, service, "ClaimWorkerIndex");
-  BoundRequestSize(&GrpcCoordinatorService::GetState, service, "GetState");
-  BoundRequestSize(&GrpcCoordinatorService::ReportEvaluation, service, "ReportEvaluation");
+  BoundRequestSize(&GrpcCoordinatorService::Register, service, "Register", settings.limits);
+  BoundRequestSize(&GrpcCoordinatorService::Heartbeat, service, "Heartbeat", settings.limits);
+  BoundRequestSize(&GrpcCoordinatorService::WorkerDone, service, "WorkerDone", settings.limits);
+  BoundRequestSize(&GrpcCoordinatorService::ClaimWorkerIndex, service, "ClaimWorkerIndex", settings.limits);
+  BoundRequestSize(&GrpcCoordinatorService::GetState, service, "GetState", settings.limits);
+  BoundRequestSize(&GrpcCoordinatorService::ReportEvaluation, service, "ReportEvaluation", settings.limits);
 }
 
 grpc::ServerUnaryReactor* GrpcCoordinatorService::Register(grpc::CallbackServerContext* context,
                                                            const proto::RegisterRequest* request,
                                                            proto::RegisterResponse* response) {
   if (absl::Status allowed =
-          rpc::RequireWorker(rpc::CallerOf(*context), request->worker_index(), "Register");
+          rpc::RequireWorker(rpc::CallerOf(*context, security_), request->worker_index(), "Register");
       !allowed.ok()) {
     return Finish(context, allowed);
   }
@@ -45,7 +46,7 @@ grpc::ServerUnaryReactor* GrpcCoordinatorService::Heartbeat(grpc::CallbackServer
                                                             const proto::HeartbeatRequest* request,
                                                             proto::HeartbeatResponse* response) {
   if (absl::Status allowed =
-          rpc::RequireWorker(rpc::CallerOf(*context), request->worker_index(), "Heartbeat");
+          rpc::RequireWorker(rpc::CallerOf(*context, security_), request->worker_index(), "Heartbeat");
       !allowed.ok()) {
     return Finish(context, allowed);
   }
@@ -58,7 +59,7 @@ grpc::ServerUnaryReactor* GrpcCoordinatorService::WorkerDone(
     grpc::CallbackServerContext* context, const proto::WorkerDoneRequest* request,
     proto::WorkerDoneResponse* response) {
   if (absl::Status allowed = rpc::RequireWorker(
-          rpc::CallerOf(*context), request->final_progress().worker_index(), "WorkerDone");
+          rpc::CallerOf(*context, security_), request->final_progress().worker_index(), "WorkerDone");
       !allowed.ok()) {
     return Finish(context, allowed);
   }
@@ -70,7 +71,7 @@ grpc::ServerUnaryReactor* GrpcCoordinatorService::ClaimWorkerIndex(
     proto::ClaimWorkerIndexResponse* response) {
   // With per-role certificates a worker's index is in its certificate: a
   // claimed one would not match it.
-  const rpc::Caller caller = rpc::CallerOf(*context);
+  const rpc::Caller caller = rpc::CallerOf(*context, security_);
   if (caller.checked) {
     return Finish(
         context, absl::PermissionDeniedError(absl::StrCat(
@@ -89,7 +90,7 @@ grpc::ServerUnaryReactor* GrpcCoordinatorService::ClaimWorkerIndex(
 grpc::ServerUnaryReactor* GrpcCoordinatorService::GetState(grpc::CallbackServerContext* context,
                                                            const proto::GetStateRequest* request,
                                                            proto::ClusterState* response) {
-  if (absl::Status allowed = rpc::RequireAnyTask(rpc::CallerOf(*context), "GetState");
+  if (absl::Status allowed = rpc::RequireAnyTask(rpc::CallerOf(*context, security_), "GetState");
       !allowed.ok()) {
     return Finish(context, allowed);
   }
@@ -106,7 +107,7 @@ grpc::ServerUnaryReactor* GrpcCoordinatorService::ReportEvaluation(
     grpc::CallbackServerContext* context, const proto::EvaluationReport* request,
     proto::ReportEvaluationResponse* response) {
   if (absl::Status allowed = rpc::RequireEvaluator(
-          rpc::CallerOf(*context), request->evaluator_index(), "ReportEvaluation");
+          rpc::CallerOf(*context, security_), request->evaluator_index(), "ReportEvaluation");
       !allowed.ok()) {
     return Finish(context, allowed);
   }

@@ -5,6 +5,7 @@
 #include "chief/coordinator.h"
 #include "chief/evaluations.h"
 #include "rpc/grpc_bounded_service.h"
+#include "rpc/grpc_channel.h"
 #include "proto/pstrain.grpc.pb.h"
 
 namespace pst::chief {
@@ -16,8 +17,9 @@ namespace pst::chief {
 class GrpcCoordinatorService final
     : public rpc::BoundedService<proto::Coordinator::CallbackService> {
  public:
-  explicit GrpcCoordinatorService(Coordinator* coordinator,
-                                  EvaluationHistory* evaluations = nullptr);
+  // `settings`: the server's (its callers' roles, its control limits).
+  GrpcCoordinatorService(Coordinator* coordinator, EvaluationHistory* evaluations,
+                         const rpc::RpcSettings& settings);
 
   grpc::ServerUnaryReactor* Register(grpc::CallbackServerContext* context,
                                      const proto::RegisterRequest* request,
@@ -41,6 +43,7 @@ class GrpcCoordinatorService final
  private:
   Coordinator* const coordinator_;
   EvaluationHistory* const evaluations_;
+  const common::TransportSecurity security_;
 };
 
 }  // namespace pst::chief

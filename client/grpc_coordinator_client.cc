@@ -9,8 +9,8 @@ namespace {
 
 class GrpcCoordinatorClient final : public CoordinatorClient {
  public:
-  explicit GrpcCoordinatorClient(const std::string& address)
-      : stub_(proto::Coordinator::NewStub(rpc::MakeChannel(address))) {}
+  GrpcCoordinatorClient(const std::string& address, const rpc::RpcSettings& settings)
+      : stub_(proto::Coordinator::NewStub(rpc::MakeChannel(address, settings))) {}
 
   absl::StatusOr<proto::RegisterResponse> Register(const proto::RegisterRequest& request,
                                                    absl::Duration timeout) override {
@@ -50,8 +50,9 @@ class GrpcCoordinatorClient final : public CoordinatorClient {
 
 }  // namespace
 
-std::unique_ptr<CoordinatorClient> MakeGrpcCoordinatorClient(const std::string& address) {
-  return std::make_unique<GrpcCoordinatorClient>(address);
+std::unique_ptr<CoordinatorClient> MakeGrpcCoordinatorClient(const std::string& address,
+                                                             const rpc::RpcSettings& settings) {
+  return std::make_unique<GrpcCoordinatorClient>(address, settings);
 }
 
 }  // namespace pst::worker

@@ -8,11 +8,13 @@
 #include <string>
 
 #include "client/coordinator_client.h"
+#include "rpc/grpc_channel.h"
 
 namespace pst::worker {
 
 // The coordinator at `address` ("host:port"). Thread-safe.
-std::unique_ptr<CoordinatorClient> MakeGrpcCoordinatorClient(const std::string& address);
+std::unique_ptr<CoordinatorClient> MakeGrpcCoordinatorClient(const std::string& address,
+                                                             const rpc::RpcSettings& settings);
 
 }  // namespace pst::worker
 

@@ -9,9 +9,9 @@ namespace {
 
 class GrpcPsControl final : public common::PsControl {
  public:
-  explicit GrpcPsControl(const std::vector<std::string>& addresses) {
+  GrpcPsControl(const std::vector<std::string>& addresses, const rpc::RpcSettings& settings) {
     for (const std::string& address : addresses) {
-      stubs_.push_back(proto::ParameterServer::NewStub(rpc::MakeChannel(address)));
+      stubs_.push_back(proto::ParameterServer::NewStub(rpc::MakeChannel(address, settings)));
     }
   }
 
@@ -68,8 +68,9 @@ class GrpcPsControl final : public common::PsControl {
 
 }  // namespace
 
-std::unique_ptr<common::PsControl> MakeGrpcPsControl(const std::vector<std::string>& addresses) {
-  return std::make_unique<GrpcPsControl>(addresses);
+std::unique_ptr<common::PsControl> MakeGrpcPsControl(const std::vector<std::string>& addresses,
+                                                     const rpc::RpcSettings& settings) {
+  return std::make_unique<GrpcPsControl>(addresses, settings);
 }
 
 }  // namespace pst::worker

@@ -9,11 +9,13 @@
 #include <vector>
 
 #include "common/ps_control.h"
+#include "rpc/grpc_channel.h"
 
 namespace pst::worker {
 
 // The ps at `addresses` ("host:port", by ps index). Thread-safe.
-std::unique_ptr<common::PsControl> MakeGrpcPsControl(const std::vector<std::string>& addresses);
+std::unique_ptr<common::PsControl> MakeGrpcPsControl(const std::vector<std::string>& addresses,
+                                                     const rpc::RpcSettings& settings);
 
 }  // namespace pst::worker
 

@@ -32,13 +32,14 @@ void CountReceived(size_t bytes) {
 
 class GrpcPsTransport final : public common::PsTransport {
  public:
-  GrpcPsTransport(const std::vector<std::string>& addresses, absl::Duration rpc_timeout)
+  GrpcPsTransport(const std::vector<std::string>& addresses, const rpc::RpcSettings& settings,
+                  absl::Duration rpc_timeout)
       : addresses_(addresses), rpc_timeout_(rpc_timeout) {
     for (const std::string& address : addresses) {
-      stubs_.push_back(proto::ParameterServer::NewStub(rpc::MakeChannel(address)));
+      stubs_.push_back(proto::ParameterServer::NewStub(rpc::MakeChannel(address, settings)));
       std::vector<std::unique_ptr<grpc::GenericStub>> pool;
       for (int c = 0; c < kConnectionsPerPs; ++c) {
-        pool.push_back(std::make_unique<grpc::GenericStub>(rpc::MakeChannel(address, 1 + c)));
+        pool.push_back(std::make_unique<grpc::GenericStub>(rpc::MakeChannel(address, settings, 1 + c)));
       }
       generic_.push_back(std::move(pool));
       next_.push_back(std::make_unique<std::atomic<uint32_t>>(0));
@@ -181,8 +182,9 @@ class GrpcPsTransport final : public common::PsTransport {
 }  // namespace
 
 std::unique_ptr<common::PsTransport> MakeGrpcPsTransport(const std::vector<std::string>& addresses,
+                                                         const rpc::RpcSettings& settings,
                                                          absl::Duration rpc_timeout) {
-  return std::make_unique<GrpcPsTransport>(addresses, rpc_timeout);
+  return std::make_unique<GrpcPsTransport>(addresses, settings, rpc_timeout);
 }
 
 PsTraffic ProcessPsTraffic() {

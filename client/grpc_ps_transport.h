@@ -12,10 +12,14 @@
 
 #include "absl/time/time.h"
 #include "common/ps_transport.h"
+#include "rpc/grpc_channel.h"
 
 namespace pst::worker {
 
+// Channels to the ps at `addresses` under `settings`; every call has
+// `rpc_timeout`.
 std::unique_ptr<common::PsTransport> MakeGrpcPsTransport(const std::vector<std::string>& addresses,
+                                                         const rpc::RpcSettings& settings,
                                                          absl::Duration rpc_timeout);
 
 // Bytes of messages every gRPC transport of this process has sent to the

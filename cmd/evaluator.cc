@@ -34,7 +34,7 @@ int Run(const pst::common::DaemonSetup& setup) {
   options.poll_interval = setup.timing.heartbeat_interval;
   options.chief_timeout = setup.timing.recovery_timeout;
   absl::StatusOr<std::unique_ptr<EvaluatorSession>> session = EvaluatorSession::Create(
-      options, pst::evaluator::MakeGrpcChiefLink(setup.tf.cluster.CoordinatorAddress()));
+      options, pst::evaluator::MakeGrpcChiefLink(setup.tf.cluster.CoordinatorAddress(), setup.rpc));
   if (!session.ok()) {
     std::fprintf(stderr, "evaluator: %s\n", std::string(session.status().message()).c_str());
     return 2;

@@ -102,7 +102,6 @@ int main(int argc, char** argv) {
   pst::common::ParseCommandLineOrExit(argc, argv);
   // Its threads stand for workers, which tune the process the same way.
   pst::common::TuneForServing();
-  pst::rpc::SetDenseBdpProbe(absl::GetFlag(FLAGS_bdp_probe));
   try {
     absl::StatusOr<pst::bench::Options> options = pst::bench::ParseOptions(ReadFlags());
     if (!options.ok()) {

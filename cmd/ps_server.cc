@@ -61,8 +61,9 @@ int Run() {
     std::fprintf(stderr, "ps_server: %s\n", std::string(s.message()).c_str());
     return 2;
   }
-  if (absl::Status security = common::InitTransportFromFlags(); !security.ok()) {
-    std::fprintf(stderr, "ps_server: %s\n", std::string(security.message()).c_str());
+  absl::StatusOr<rpc::RpcSettings> rpc = common::RpcSettingsFromFlags();
+  if (!rpc.ok()) {
+    std::fprintf(stderr, "ps_server: %s\n", std::string(rpc.status().message()).c_str());
     return 2;
   }
   const std::string task = common::TaskIdString(tf->task);
@@ -73,6 +74,7 @@ int Run() {
 
   PsDaemonOptions options;
   options.tf = *tf;
+  options.rpc = *std::move(rpc);
   options.incarnation = common::NewIncarnation();
   VariableStore::Options& store = options.store;
   store.max_ids_per_request = absl::GetFlag(FLAGS_max_ids_per_request);
@@ -107,7 +109,6 @@ int Run() {
   options.chief_timeout = absl::Seconds(absl::GetFlag(FLAGS_chief_timeout_s));
   options.checkpoint_dir = absl::GetFlag(FLAGS_checkpoint_dir);
   options.bind = absl::GetFlag(FLAGS_bind);
-  options.bdp_probe = absl::GetFlag(FLAGS_bdp_probe);
   const int32_t save_delay_ms = absl::GetFlag(FLAGS_test_save_delay_ms);
   if (save_delay_ms < 0) {
     std::fprintf(stderr, "ps_server: --test_save_delay_ms must be >= 0\n");

@@ -231,7 +231,7 @@ int TfConfigCommand() {
   return 0;
 }
 
-int HealthCommand(const std::string& address) {
+int HealthCommand(const std::string& address, const pst::rpc::RpcSettings& rpc) {
   // A malformed address (no port: "localhost") is refused at once, not
   // after waiting for an answer from nowhere.
   std::string host;
@@ -242,7 +242,7 @@ int HealthCommand(const std::string& address) {
   }
   const double seconds = absl::GetFlag(FLAGS_timeout_s);
   absl::StatusOr<std::string> health = pst::tools::CheckHealth(
-      address, seconds > 0 ? absl::Seconds(seconds) : absl::Seconds(5));
+      address, rpc, seconds > 0 ? absl::Seconds(seconds) : absl::Seconds(5));
   if (!health.ok()) {
     std::fprintf(stderr, "pstrain health: %s\n", std::string(health.status().message()).c_str());
     return 1;
@@ -251,7 +251,7 @@ int HealthCommand(const std::string& address) {
   return *health == "SERVING" ? 0 : 1;
 }
 
-int CheckCommand() {
+int CheckCommand(const pst::rpc::RpcSettings& rpc) {
   absl::StatusOr<pst::common::TfConfig> config =
       pst::common::LoadTfConfig(absl::GetFlag(FLAGS_tf_config), std::nullopt);
   if (!config.ok()) {
@@ -259,7 +259,7 @@ int CheckCommand() {
     return 2;
   }
   const pst::tools::Preflight result =
-      pst::tools::CheckTask(*config, absl::Seconds(absl::GetFlag(FLAGS_wait_s)));
+      pst::tools::CheckTask(*config, rpc, absl::Seconds(absl::GetFlag(FLAGS_wait_s)));
   std::printf("TF_CONFIG is valid: this is %s at %s\n",
               pst::common::TaskIdString(config->task).c_str(), config->SelfAddress().c_str());
   for (const std::string& note : result.notes) std::printf("ok: %s\n", note.c_str());
@@ -548,13 +548,11 @@ int main(int argc, char** argv) {
   // health and check reach daemons; local forwards these flags to them, and
   // checks them here first unless they name each daemon's own files
   // ("{task}"), which only the daemons can load.
-  absl::Status security = absl::OkStatus();
-  if (command != "local" || !NamesEachTasksFiles()) {
-    security = pst::common::InitTransportFromFlags();
-  }
-  if (!security.ok()) {
+  absl::StatusOr<pst::rpc::RpcSettings> rpc = pst::rpc::RpcSettings();
+  if (command != "local" || !NamesEachTasksFiles()) rpc = pst::common::RpcSettingsFromFlags();
+  if (!rpc.ok()) {
     std::fprintf(stderr, "pstrain %s: %s\n", command.c_str(),
-                 std::string(security.message()).c_str());
+                 std::string(rpc.status().message()).c_str());
     return 2;
   }
   if (command == "checkpoint") {
@@ -572,7 +570,7 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "usage: pstrain health HOST:PORT [--timeout_s=5]\n");
       return 2;
     }
-    return HealthCommand(args[2]);
+    return HealthCommand(args[2], *rpc);
   }
   if (args.size() > 2) {
     std::fprintf(stderr, "pstrain %s: unexpected argument '%s'\n", command.c_str(), args[2]);
@@ -586,7 +584,7 @@ int main(int argc, char** argv) {
     if (command == "generate_libsvm") return GenerateLibsvm();
     if (command == "devices") return Devices();
     if (command == "tfconfig") return TfConfigCommand();
-    if (command == "check") return CheckCommand();
+    if (command == "check") return CheckCommand(*rpc);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "pstrain %s: fatal: %s\n", command.c_str(), e.what());
     return 1;

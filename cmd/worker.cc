@@ -59,7 +59,8 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "worker: claiming a worker index from the chief as '%s'\n",
                      claimant.c_str());
         absl::StatusOr<int> index = pst::worker::ClaimWorkerIndex(
-            setup->tf.cluster.CoordinatorAddress(), claimant, setup->timing.startup_timeout, stop);
+            setup->tf.cluster.CoordinatorAddress(), setup->rpc, claimant,
+            setup->timing.startup_timeout, stop);
         if (!index.ok()) return index.status();
         setup->tf.task.index = *index;
         return absl::OkStatus();
@@ -89,7 +90,7 @@ int main(int argc, char** argv) {
     if (setup->tf.IsCoordinator()) {
       // Under per-role certificates the ps take the chief's calls only
       // from a certificate that names chief 0.
-      const pst::common::TransportSecurity& security = pst::common::GetTransportSecurity();
+      const pst::common::TransportSecurity& security = setup->rpc.security;
       bool names_chief = false;
       for (const pst::common::TaskIdentity& task : security.cert_tasks) {
         names_chief =
@@ -122,6 +123,7 @@ int main(int argc, char** argv) {
     options.device_specs = *std::move(device_specs);
     options.log_device_placement = absl::GetFlag(FLAGS_log_device_placement);
     options.metrics = setup->metrics.get();
+    options.rpc = setup->rpc;
     absl::Status status = pst::worker::RunWorker(options, stop);
     if (!status.ok()) spdlog::error("worker failed: {}", status.ToString());
     if (chief_thread.joinable()) {

@@ -7,7 +7,6 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
-#include "absl/synchronization/mutex.h"
 
 namespace pst::common {
 namespace {
@@ -30,9 +29,6 @@ absl::StatusOr<std::string> ReadPem(const char* flag, const std::string& path) {
   }
   return pem;
 }
-
-absl::Mutex security_mu(absl::kConstInit);
-TransportSecurity* process_security ABSL_GUARDED_BY(security_mu) = nullptr;
 
 }  // namespace
 
@@ -87,20 +83,6 @@ absl::StatusOr<TransportSecurity> LoadTransportSecurity(const SecurityFiles& fil
   }
   s.server_name = files.tls_server_name;
   return s;
-}
-
-void SetTransportSecurity(TransportSecurity security) {
-  absl::MutexLock lock(&security_mu);
-  delete process_security;
-  process_security = new TransportSecurity(std::move(security));
-}
-
-const TransportSecurity& GetTransportSecurity() {
-  static const TransportSecurity* const plaintext = new TransportSecurity();
-  absl::MutexLock lock(&security_mu);
-  // Set once at start, before channels exist, and never replaced after:
-  // the reference outlives the lock.
-  return process_security != nullptr ? *process_security : *plaintext;
 }
 
 std::string DescribeTransportSecurity(const TransportSecurity& security) {

@@ -34,10 +34,9 @@
 // told apart and every authenticated caller may make every call, as a
 // single shared token does.
 //
-// The daemons' mains load it once from the flags
-// (InitTransportFromFlags in flags/job_flags.h)
-// before opening any channel or server; MakeChannel and StartServer use it
-// (the credentials: rpc/grpc_credentials.h).
+// The daemons' mains load it from the flags (RpcSettingsFromFlags in
+// flags/job_flags.h) and hand it down inside rpc::RpcSettings to every
+// channel and server they make (the credentials: rpc/grpc_credentials.h).
 // The grpc.health.v1 service is covered too: health checkers need the same
 // certificate and token.
 #ifndef PST_COMMON_TRANSPORT_SECURITY_H_
@@ -85,11 +84,6 @@ inline constexpr char kTokenTaskProperty[] = "pstrain_token_task";
 // that does not parse (naming its line); NotFound naming the flag and path
 // for a file that cannot be read.
 absl::StatusOr<TransportSecurity> LoadTransportSecurity(const SecurityFiles& files);
-
-// The process-wide setting MakeChannel and StartServer use (plaintext, no
-// token, until set). Set it before any channel or server is made.
-void SetTransportSecurity(TransportSecurity security);
-const TransportSecurity& GetTransportSecurity();
 
 // What the flags' help and the logs say of `security`: "plaintext",
 // "TLS", "mutual TLS", each with ", token" when one is set, then ", roles"

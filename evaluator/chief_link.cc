@@ -12,8 +12,8 @@ namespace {
 // channel's last failed connect.
 class GrpcChiefLink final : public ChiefLink {
  public:
-  explicit GrpcChiefLink(const std::string& address)
-      : stub_(proto::Coordinator::NewStub(rpc::MakeChannel(address))) {}
+  GrpcChiefLink(const std::string& address, const rpc::RpcSettings& settings)
+      : stub_(proto::Coordinator::NewStub(rpc::MakeChannel(address, settings))) {}
 
   absl::StatusOr<proto::ClusterState> GetState(absl::Duration timeout) override {
     grpc::ClientContext context;
@@ -40,8 +40,9 @@ class GrpcChiefLink final : public ChiefLink {
 
 }  // namespace
 
-std::unique_ptr<ChiefLink> MakeGrpcChiefLink(const std::string& address) {
-  return std::make_unique<GrpcChiefLink>(address);
+std::unique_ptr<ChiefLink> MakeGrpcChiefLink(const std::string& address,
+                                             const rpc::RpcSettings& settings) {
+  return std::make_unique<GrpcChiefLink>(address, settings);
 }
 
 }  // namespace pst::evaluator

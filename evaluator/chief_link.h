@@ -12,6 +12,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "proto/pstrain.pb.h"
+#include "rpc/grpc_channel.h"
 
 namespace pst::evaluator {
 
@@ -25,9 +26,10 @@ class ChiefLink {
       const proto::EvaluationReport& report, absl::Duration timeout) = 0;
 };
 
-// The coordinator at `address` ("host:port"), over this process's transport
-// security.
-std::unique_ptr<ChiefLink> MakeGrpcChiefLink(const std::string& address);
+// The coordinator at `address` ("host:port"), over a channel made under
+// `settings`.
+std::unique_ptr<ChiefLink> MakeGrpcChiefLink(const std::string& address,
+                                             const rpc::RpcSettings& settings);
 
 }  // namespace pst::evaluator
 

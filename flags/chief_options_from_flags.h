@@ -23,6 +23,7 @@ inline ChiefOptions ChiefOptionsFromFlags(const common::DaemonSetup& setup) {
   options.summary_steps = std::max<int64_t>(1, absl::GetFlag(FLAGS_summary_steps));
   options.bind = absl::GetFlag(FLAGS_bind);
   options.metrics = setup.metrics.get();
+  options.rpc = setup.rpc;
   options.checkpoint_dir = absl::GetFlag(FLAGS_checkpoint_dir);
   options.save_steps = absl::GetFlag(FLAGS_save_checkpoints_steps);
   options.save_secs = absl::GetFlag(FLAGS_save_checkpoints_secs);

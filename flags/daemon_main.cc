@@ -39,7 +39,9 @@ absl::StatusOr<DaemonSetup> SetUpDaemon(const char* binary, TaskType type,
     check.training = setup.training;
     check.timing = setup.timing;
     if (absl::Status s = CheckBeforeStart(check); !s.ok()) return s;
-    if (absl::Status security = InitTransportFromFlags(); !security.ok()) return security;
+    absl::StatusOr<rpc::RpcSettings> rpc = RpcSettingsFromFlags();
+    if (!rpc.ok()) return rpc.status();
+    setup.rpc = *std::move(rpc);
     return adjust == nullptr ? absl::OkStatus() : adjust(&setup);
   }();
   if (!status.ok()) {

@@ -22,6 +22,9 @@ struct DaemonSetup {
   // The Prometheus exporter of --metrics_port (null when off); the main
   // hands it to the library it runs (ChiefOptions, TrainerOptions).
   std::shared_ptr<MetricsExporter> metrics;
+  // Security, server limits and the BDP probe of the flags
+  // (RpcSettingsFromFlags), for every channel and server the task makes.
+  rpc::RpcSettings rpc;
 };
 
 // Parses TF_CONFIG (expecting `type`), the training flags and the timing

@@ -260,9 +260,10 @@ absl::StatusOr<std::unique_ptr<MetricsExporter>> StartMetricsFromFlags(const std
   return exporter;
 }
 
-absl::Status InitTransportFromFlags() {
-  rpc::SetDenseBdpProbe(absl::GetFlag(FLAGS_bdp_probe));
-  rpc::ServerLimits limits;
+absl::StatusOr<rpc::RpcSettings> RpcSettingsFromFlags() {
+  rpc::RpcSettings settings;
+  settings.dense_bdp_probe = absl::GetFlag(FLAGS_bdp_probe);
+  rpc::ServerLimits& limits = settings.limits;
   limits.max_concurrent_streams = absl::GetFlag(FLAGS_grpc_max_concurrent_streams);
   const int64_t memory_mb = absl::GetFlag(FLAGS_grpc_memory_quota_mb);
   limits.max_threads = absl::GetFlag(FLAGS_grpc_max_threads);
@@ -278,7 +279,6 @@ absl::Status InitTransportFromFlags() {
   }
   limits.memory_quota_bytes = memory_mb << 20;
   limits.max_control_message_bytes = static_cast<size_t>(control_mb) << 20;
-  rpc::SetServerLimits(limits);
   SecurityFiles files;
   files.tls_cert = absl::GetFlag(FLAGS_tls_cert);
   files.tls_key = absl::GetFlag(FLAGS_tls_key);
@@ -288,8 +288,8 @@ absl::Status InitTransportFromFlags() {
   files.role_tokens_file = absl::GetFlag(FLAGS_role_tokens_file);
   absl::StatusOr<TransportSecurity> security = LoadTransportSecurity(files);
   if (!security.ok()) return security.status();
-  SetTransportSecurity(*std::move(security));
-  return absl::OkStatus();
+  settings.security = *std::move(security);
+  return settings;
 }
 
 }  // namespace pst::common

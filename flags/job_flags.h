@@ -13,6 +13,7 @@
 #include "common/progress.h"
 #include "common/timing.h"
 #include "proto/pstrain.pb.h"
+#include "rpc/grpc_channel.h"
 
 ABSL_DECLARE_FLAG(std::string, tf_config);
 ABSL_DECLARE_FLAG(std::string, bind);
@@ -108,12 +109,12 @@ namespace pst::common {
 // bound.
 absl::StatusOr<std::unique_ptr<MetricsExporter>> StartMetricsFromFlags(const std::string& task);
 
-// LoadTransportSecurity of the --tls_* and --auth_token_file flags, then
-// SetTransportSecurity: every channel and server of the process uses it;
-// SetDenseBdpProbe(--bdp_probe); and SetServerLimits of the --grpc_* flags.
-// Errors: as LoadTransportSecurity (a bad flag, an unreadable file);
-// InvalidArgument for a negative --grpc_* limit.
-absl::Status InitTransportFromFlags();
+// The gRPC settings of the flags, for a main to hand to what it runs:
+// LoadTransportSecurity of the --tls_* and --auth_token_file flags,
+// --bdp_probe, and the server limits of the --grpc_* flags. Errors: as
+// LoadTransportSecurity (a bad flag, an unreadable file); InvalidArgument
+// for a negative --grpc_* limit.
+absl::StatusOr<rpc::RpcSettings> RpcSettingsFromFlags();
 
 // The training settings the coordinator decides and sends to every worker.
 // InvalidArgument names a flag whose value is out of range.

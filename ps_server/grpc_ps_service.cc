@@ -185,21 +185,22 @@ PsNode::Options NodeOptions(int ps_index, std::string task, uint64_t incarnation
 
 GrpcPsService::GrpcPsService(VariableStore* store, int ps_index, std::string task,
                              uint64_t incarnation, common::StopSignal* stop,
-                             std::string checkpoint_dir,
+                             const rpc::RpcSettings& settings, std::string checkpoint_dir,
                              std::function<std::unique_ptr<ReplicaLink>(int index)> link_to,
                              absl::Duration save_delay)
     : store_(store),
       stop_(stop),
+      security_(settings.security),
       node_(store, NodeOptions(ps_index, std::move(task), incarnation, std::move(checkpoint_dir),
                                store, std::move(link_to), save_delay)) {
   const std::string service = proto::ParameterServer::service_full_name();
-  BoundRequestSize(&GrpcPsService::CreateVariables, service, "CreateVariables");
-  BoundRequestSize(&GrpcPsService::SetMembership, service, "SetMembership");
-  BoundRequestSize(&GrpcPsService::Save, service, "Save");
-  BoundRequestSize(&GrpcPsService::Restore, service, "Restore");
-  BoundRequestSize(&GrpcPsService::Health, service, "Health");
-  BoundRequestSize(&GrpcPsService::Shutdown, service, "Shutdown");
-  BoundRequestSize(&GrpcPsService::SetRoles, service, "SetRoles");
+  BoundRequestSize(&GrpcPsService::CreateVariables, service, "CreateVariables", settings.limits);
+  BoundRequestSize(&GrpcPsService::SetMembership, service, "SetMembership", settings.limits);
+  BoundRequestSize(&GrpcPsService::Save, service, "Save", settings.limits);
+  BoundRequestSize(&GrpcPsService::Restore, service, "Restore", settings.limits);
+  BoundRequestSize(&GrpcPsService::Health, service, "Health", settings.limits);
+  BoundRequestSize(&GrpcPsService::Shutdown, service, "Shutdown", settings.limits);
+  BoundRequestSize(&GrpcPsService::SetRoles, service, "SetRoles", settings.limits);
   TouchChief();
 }
 
@@ -222,7 +223,7 @@ absl::Time GrpcPsService::last_chief_contact() const {
 grpc::ServerUnaryReactor* GrpcPsService::CreateVariables(
     grpc::CallbackServerContext* context, const proto::CreateVariablesRequest* request,
     proto::CreateVariablesResponse* response) {
-  const rpc::Caller caller = rpc::CallerOf(*context);
+  const rpc::Caller caller = rpc::CallerOf(*context, security_);
   if (absl::Status allowed = rpc::RequireChief(caller, "CreateVariables"); !allowed.ok()) {
     return FinishWith(context, [&] { return allowed; });
   }
@@ -236,7 +237,7 @@ grpc::ServerUnaryReactor* GrpcPsService::Pull(grpc::CallbackServerContext* conte
                                               grpc::ByteBuffer* response) {
   return StartRawPull<proto::PullRequest>(
       request, response,
-      [this, caller = rpc::CallerOf(*context)](auto* call, const VariableStore::Payloads*,
+      [this, caller = rpc::CallerOf(*context, security_)](auto* call, const VariableStore::Payloads*,
                                                   VariableStore::Done done) -> uint64_t {
         if (absl::Status allowed =
                 rpc::RequireChiefOrWorker(caller, call->request()->worker_index(), "Pull");
@@ -264,7 +265,7 @@ grpc::ServerUnaryReactor* GrpcPsService::Push(grpc::CallbackServerContext* conte
   rpc::ReceivedGradients gradients;
   absl::Status status = rpc::DecodePush(*request, &call->push, &gradients);
   if (status.ok()) {
-    status = rpc::RequireWorker(rpc::CallerOf(*context), call->push.worker_index(), "Push");
+    status = rpc::RequireWorker(rpc::CallerOf(*context, security_), call->push.worker_index(), "Push");
   }
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   if (!status.ok()) {
@@ -285,7 +286,7 @@ grpc::ServerUnaryReactor* GrpcPsService::PushPull(grpc::CallbackServerContext* c
                                                   grpc::ByteBuffer* response) {
   return StartRawPull<proto::PushPullRequest>(
       request, response,
-      [this, caller = rpc::CallerOf(*context)](auto* call,
+      [this, caller = rpc::CallerOf(*context, security_)](auto* call,
                                                   const VariableStore::Payloads* payloads,
                                                   VariableStore::Done done) -> uint64_t {
         if (absl::Status allowed =
@@ -306,7 +307,7 @@ grpc::ServerUnaryReactor* GrpcPsService::PullRows(grpc::CallbackServerContext* c
                                                   const proto::PullRowsRequest* request,
                                                   proto::PullRowsResponse* response) {
   if (absl::Status allowed =
-          rpc::RequireChiefOrWorker(rpc::CallerOf(*context), -1, "PullRows");
+          rpc::RequireChiefOrWorker(rpc::CallerOf(*context, security_), -1, "PullRows");
       !allowed.ok()) {
     return FinishWith(context, [&] { return allowed; });
   }
@@ -318,7 +319,7 @@ grpc::ServerUnaryReactor* GrpcPsService::PushRows(grpc::CallbackServerContext* c
                                                   const proto::PushRowsRequest* request,
                                                   proto::PushRowsResponse* response) {
   if (absl::Status allowed =
-          rpc::RequireWorker(rpc::CallerOf(*context), request->worker_index(), "PushRows");
+          rpc::RequireWorker(rpc::CallerOf(*context, security_), request->worker_index(), "PushRows");
       !allowed.ok()) {
     return FinishWith(context, [&] { return allowed; });
   }
@@ -329,7 +330,7 @@ grpc::ServerUnaryReactor* GrpcPsService::PushRows(grpc::CallbackServerContext* c
 grpc::ServerUnaryReactor* GrpcPsService::SetMembership(grpc::CallbackServerContext* context,
                                                        const proto::MembershipRequest* request,
                                                        proto::MembershipResponse* response) {
-  const rpc::Caller caller = rpc::CallerOf(*context);
+  const rpc::Caller caller = rpc::CallerOf(*context, security_);
   if (absl::Status allowed = rpc::RequireChief(caller, "SetMembership"); !allowed.ok()) {
     return FinishWith(context, [&] { return allowed; });
   }
@@ -341,7 +342,7 @@ grpc::ServerUnaryReactor* GrpcPsService::SetMembership(grpc::CallbackServerConte
 grpc::ServerUnaryReactor* GrpcPsService::SetRoles(grpc::CallbackServerContext* context,
                                                   const proto::RolesRequest* request,
                                                   proto::RolesResponse* response) {
-  if (absl::Status allowed = rpc::RequireChief(rpc::CallerOf(*context), "SetRoles");
+  if (absl::Status allowed = rpc::RequireChief(rpc::CallerOf(*context, security_), "SetRoles");
       !allowed.ok()) {
     return FinishWith(context, [&] { return allowed; });
   }
@@ -353,7 +354,7 @@ grpc::ServerUnaryReactor* GrpcPsService::SetRoles(grpc::CallbackServerContext* c
 grpc::ServerUnaryReactor* GrpcPsService::Replicate(grpc::CallbackServerContext* context,
                                                    const proto::ReplicateRequest* request,
                                                    proto::ReplicateResponse* response) {
-  if (absl::Status allowed = rpc::RequirePs(rpc::CallerOf(*context), "Replicate");
+  if (absl::Status allowed = rpc::RequirePs(rpc::CallerOf(*context, security_), "Replicate");
       !allowed.ok()) {
     return FinishWith(context, [&] { return allowed; });
   }
@@ -369,7 +370,7 @@ grpc::ServerUnaryReactor* GrpcPsService::Replicate(grpc::CallbackServerContext* 
 grpc::ServerUnaryReactor* GrpcPsService::Save(grpc::CallbackServerContext* context,
                                               const proto::SaveRequest* request,
                                               proto::SaveResponse* response) {
-  if (absl::Status allowed = rpc::RequireChief(rpc::CallerOf(*context), "Save");
+  if (absl::Status allowed = rpc::RequireChief(rpc::CallerOf(*context, security_), "Save");
       !allowed.ok()) {
     return FinishWith(context, [&] { return allowed; });
   }
@@ -385,7 +386,7 @@ void GrpcPsService::StopBackgroundWork() { node_.StopBackgroundWork(); }
 grpc::ServerUnaryReactor* GrpcPsService::Restore(grpc::CallbackServerContext* context,
                                                  const proto::RestoreRequest* request,
                                                  proto::RestoreResponse* response) {
-  if (absl::Status allowed = rpc::RequireChief(rpc::CallerOf(*context), "Restore");
+  if (absl::Status allowed = rpc::RequireChief(rpc::CallerOf(*context, security_), "Restore");
       !allowed.ok()) {
     return FinishWith(context, [&] { return allowed; });
   }
@@ -399,7 +400,7 @@ grpc::ServerUnaryReactor* GrpcPsService::Restore(grpc::CallbackServerContext* co
 grpc::ServerUnaryReactor* GrpcPsService::Health(grpc::CallbackServerContext* context,
                                                 const proto::HealthRequest* request,
                                                 proto::HealthResponse* response) {
-  const rpc::Caller caller = rpc::CallerOf(*context);
+  const rpc::Caller caller = rpc::CallerOf(*context, security_);
   if (absl::Status allowed = rpc::RequireChiefOrWorker(caller, -1, "Health"); !allowed.ok()) {
     return FinishWith(context, [&] { return allowed; });
   }
@@ -414,7 +415,7 @@ grpc::ServerUnaryReactor* GrpcPsService::Health(grpc::CallbackServerContext* con
 grpc::ServerUnaryReactor* GrpcPsService::Shutdown(grpc::CallbackServerContext* context,
                                                   const proto::ShutdownRequest* request,
                                                   proto::ShutdownResponse* response) {
-  if (absl::Status allowed = rpc::RequireChief(rpc::CallerOf(*context), "Shutdown");
+  if (absl::Status allowed = rpc::RequireChief(rpc::CallerOf(*context, security_), "Shutdown");
       !allowed.ok()) {
     spdlog::warn("refused a shutdown: {}", allowed.message());
     return FinishWith(context, [&] { return allowed; });

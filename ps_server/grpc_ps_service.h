@@ -16,6 +16,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "rpc/grpc_bounded_service.h"
+#include "rpc/grpc_channel.h"
 #include "common/process.h"
 #include "proto/pstrain.grpc.pb.h"
 #include "ps_server/node/ps_node.h"
@@ -47,8 +48,11 @@ class GrpcPsService final : public rpc::BoundedService<ParameterServerBase> {
   // replicated jobs (PsNode::Options::link_to; null: none). Every save waits
   // `save_delay` between its snapshot and its file (PsNode::Options::
   // save_delay: fault injection for tests).
+  // `settings`: the server's (its callers' roles, its control limits, and
+  // the channels of its replica links).
   GrpcPsService(VariableStore* store, int ps_index, std::string task, uint64_t incarnation,
-                common::StopSignal* stop, std::string checkpoint_dir = "",
+                common::StopSignal* stop, const rpc::RpcSettings& settings,
+                std::string checkpoint_dir = "",
                 std::function<std::unique_ptr<ReplicaLink>(int index)> link_to = nullptr,
                 absl::Duration save_delay = absl::ZeroDuration());
 
@@ -124,6 +128,7 @@ class GrpcPsService final : public rpc::BoundedService<ParameterServerBase> {
   VariableStore* const store_;
   std::atomic<int64_t> last_chief_contact_ns_;
   common::StopSignal* const stop_;
+  const common::TransportSecurity security_;  // whose callers' roles it checks
   // The control calls' logic, with the saves and restores running on their
   // own threads. Last: destroyed (joined) first.
   PsNode node_;

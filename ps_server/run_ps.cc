@@ -39,24 +39,23 @@ absl::Status RunPs(PsDaemonOptions options, common::StopSignal& stop) {
     spdlog::info("Prometheus metrics on {} at /metrics", metrics->address());
   }
   const std::vector<std::string> peers = options.tf.cluster.ps;
-  auto link_to = [peers, timeout = options.replica_timeout,
+  auto link_to = [peers, settings = options.rpc, timeout = options.replica_timeout,
                   connect = std::max(options.replica_timeout, options.replica_connect_timeout)](
                      int index) -> std::unique_ptr<ReplicaLink> {
     if (index < 0 || index >= static_cast<int>(peers.size())) return nullptr;
-    return MakeGrpcReplicaLink(peers[index], timeout, connect);
+    return MakeGrpcReplicaLink(peers[index], settings, timeout, connect);
   };
   GrpcPsService service(&store, options.tf.task.index, task, options.incarnation, &stop,
-                        options.checkpoint_dir, link_to, options.save_delay);
-  absl::StatusOr<std::unique_ptr<grpc::Server>> server =
-      rpc::StartServer(options.tf.SelfAddress(),
-                          {{&service, proto::ParameterServer::service_full_name()}}, options.bind,
-                          metrics.get());
+                        options.rpc, options.checkpoint_dir, link_to, options.save_delay);
+  absl::StatusOr<std::unique_ptr<grpc::Server>> server = rpc::StartServer(
+      options.tf.SelfAddress(), {{&service, proto::ParameterServer::service_full_name()}},
+      options.rpc, options.bind, metrics.get());
   if (!server.ok()) return server.status();
   spdlog::info("serving on {} (advertised as {}, {}{}), incarnation {:016x}",
                rpc::ListenAddress(options.tf.SelfAddress(), options.bind),
                options.tf.SelfAddress(),
-               common::DescribeTransportSecurity(common::GetTransportSecurity()),
-               options.bdp_probe ? std::string()
+               common::DescribeTransportSecurity(options.rpc.security),
+               options.rpc.dense_bdp_probe ? std::string()
                                  : absl::StrCat(", fixed ", rpc::kDenseWindowBytes >> 20,
                                                 " MiB HTTP/2 windows"),
                options.incarnation);

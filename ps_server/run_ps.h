@@ -13,6 +13,7 @@
 #include "common/process.h"
 #include "common/tf_config.h"
 #include "ps_server/store/variable_store.h"
+#include "rpc/grpc_channel.h"
 
 namespace pst::ps {
 
@@ -30,7 +31,9 @@ struct PsDaemonOptions {
   absl::Duration chief_timeout = absl::Seconds(300);
   std::string checkpoint_dir;  // created if missing; empty: saves are refused
   std::string bind;            // listen here instead of the TF_CONFIG port's host
-  bool bdp_probe = true;       // only for the start-up line
+  // The server's and the replica links' gRPC settings (security, limits,
+  // the BDP probe).
+  rpc::RpcSettings rpc;
   // Fault injection for tests: every save waits this long between its
   // snapshot and its file (PsNode::Options::save_delay).
   absl::Duration save_delay = absl::ZeroDuration();

@@ -16,6 +16,7 @@
 #include "evaluator/chief_link.h"
 #include "evaluator/evaluator_session.h"
 #include "python/py_status.h"
+#include "python/rpc_settings.h"
 
 namespace py = pybind11;
 
@@ -44,7 +45,8 @@ class EvaluatorSession {
     options.chief_timeout = absl::Seconds(chief_timeout_s);
     options.rpc_timeout = absl::Seconds(rpc_s);
     session_ = ValueOrRaise(evaluator::EvaluatorSession::Create(
-        options, evaluator::MakeGrpcChiefLink(tf.cluster.CoordinatorAddress())));
+        options, evaluator::MakeGrpcChiefLink(tf.cluster.CoordinatorAddress(),
+                                              SessionRpcSettings())));
   }
 
   // ("checkpoint", info) | ("wait", None) | ("end", None).

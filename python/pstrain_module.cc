@@ -27,6 +27,7 @@
 #include "common/tf_config.h"
 #include "common/transport_security.h"
 #include "python/py_status.h"
+#include "python/rpc_settings.h"
 #include "worker/session.h"
 
 namespace py = pybind11;
@@ -102,6 +103,7 @@ class Session {
     options.startup_timeout = absl::Seconds(startup_s);
     options.rpc_timeout = absl::Seconds(rpc_s);
     options.recovery_timeout = absl::Seconds(recovery_s);
+    options.rpc = SessionRpcSettings();
     absl::StatusOr<std::unique_ptr<worker::WorkerSession>> session;
     {
       py::gil_scoped_release release;
@@ -313,9 +315,9 @@ PYBIND11_MODULE(_pstrain, m) {
         files.tls_ca = tls_ca;
         files.auth_token_file = auth_token_file;
         files.tls_server_name = tls_server_name;
-        pst::common::SetTransportSecurity(
-            pst::python::ValueOrRaise(pst::common::LoadTransportSecurity(files)));
-        return pst::common::DescribeTransportSecurity(pst::common::GetTransportSecurity());
+        pst::rpc::RpcSettings& settings = pst::python::SessionRpcSettings();
+        settings.security = pst::python::ValueOrRaise(pst::common::LoadTransportSecurity(files));
+        return pst::common::DescribeTransportSecurity(settings.security);
       },
       py::arg("tls_cert"), py::arg("tls_key"), py::arg("tls_ca"), py::arg("auth_token_file"),
       py::arg("tls_server_name"),

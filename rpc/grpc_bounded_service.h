@@ -43,8 +43,10 @@ class BoundedUnaryHandler final : public grpc::internal::MethodHandler {
   using GetReactor = std::function<grpc::ServerUnaryReactor*(grpc::CallbackServerContext*,
                                                              const Request*, Response*)>;
 
-  BoundedUnaryHandler(std::string method, GetReactor get_reactor)
+  // `limit`: the largest request it takes (0: kMaxMessageBytes only).
+  BoundedUnaryHandler(std::string method, size_t limit, GetReactor get_reactor)
       : method_(std::move(method)),
+        limit_(limit),
         inner_([get_reactor = std::move(get_reactor)](
                    grpc::CallbackServerContext* context, const Request* request,
                    Response* response) -> grpc::ServerUnaryReactor* {
@@ -75,7 +77,7 @@ class BoundedUnaryHandler final : public grpc::internal::MethodHandler {
 
   void* Deserialize(grpc_call* call, grpc_byte_buffer* request, grpc::Status* status,
                     void** handler_data) override {
-    const size_t limit = GetServerLimits().max_control_message_bytes;
+    const size_t limit = limit_;
     const size_t bytes = request == nullptr ? 0 : grpc_byte_buffer_length(request);
     if (limit == 0 || bytes <= limit) {
       return inner_.Deserialize(call, request, status, handler_data);
@@ -92,6 +94,7 @@ class BoundedUnaryHandler final : public grpc::internal::MethodHandler {
 
  private:
   const std::string method_;
+  const size_t limit_;
   grpc::internal::CallbackUnaryHandler<Request, Response> inner_;
 };
 
@@ -99,7 +102,8 @@ class BoundedUnaryHandler final : public grpc::internal::MethodHandler {
 
 // A generated callback service (`Base`, e.g. proto::Coordinator::
 // CallbackService) whose derived class bounds the requests of its control
-// methods: in its constructor, BoundRequestSize(&Derived::Method) for each.
+// methods: in its constructor, BoundRequestSize(&Derived::Method, ...,
+// limits) for each, with the server's ServerLimits.
 // Methods not bounded take messages up to the server's kMaxMessageBytes.
 template <class Base>
 class BoundedService : public Base {
@@ -110,7 +114,8 @@ class BoundedService : public Base {
   template <class Derived, class Request, class Response>
   void BoundRequestSize(grpc::ServerUnaryReactor* (Derived::*method)(grpc::CallbackServerContext*,
                                                                      const Request*, Response*),
-                        const std::string& service_name, const std::string& method_name) {
+                        const std::string& service_name, const std::string& method_name,
+                        const ServerLimits& limits) {
     const google::protobuf::ServiceDescriptor* service =
         google::protobuf::DescriptorPool::generated_pool()->FindServiceByName(service_name);
     const google::protobuf::MethodDescriptor* descriptor =
@@ -120,7 +125,7 @@ class BoundedService : public Base {
     this->MarkMethodCallback(descriptor->index(),
                              new internal::BoundedUnaryHandler<Request, Response>(
                                  absl::StrCat("/", service_name, "/", method_name),
-                                 [self, method](grpc::CallbackServerContext* context,
+                                 limits.max_control_message_bytes, [self, method](grpc::CallbackServerContext* context,
                                                 const Request* request, Response* response) {
                                    return (self->*method)(context, request, response);
                                  }));

@@ -50,8 +50,8 @@ Caller CallerFromNames(const std::vector<std::string>& names) {
   return caller;
 }
 
-Caller CallerOf(const grpc::ServerContextBase& context) {
-  const common::TransportSecurity& security = common::GetTransportSecurity();
+Caller CallerOf(const grpc::ServerContextBase& context,
+                const common::TransportSecurity& security) {
   if (!security.roles()) return Caller();
   // Under role tokens only the token's tasks count (the processor wrote
   // them); under role certificates, the certificate's names.

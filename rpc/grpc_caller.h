@@ -32,6 +32,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "common/task_identity.h"
+#include "common/transport_security.h"
 
 namespace pst::rpc {
 
@@ -49,9 +50,10 @@ struct Caller {
 // A caller named by `names` (its certificate's SANs, then its CN).
 Caller CallerFromNames(const std::vector<std::string>& names);
 
-// The caller of a call to this process's servers: unchecked unless
-// common::GetTransportSecurity().roles().
-Caller CallerOf(const grpc::ServerContextBase& context);
+// The caller of a call to a server running under `security`: unchecked
+// unless security.roles().
+Caller CallerOf(const grpc::ServerContextBase& context,
+                const common::TransportSecurity& security);
 
 // OK when `caller` may make `call`; PERMISSION_DENIED naming the role it
 // needs and the caller otherwise.

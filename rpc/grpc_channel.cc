@@ -3,7 +3,6 @@
 #include <grpcpp/health_check_service_interface.h>
 #include <grpcpp/resource_quota.h>
 
-#include <atomic>
 #include <chrono>
 
 #include "absl/strings/match.h"
@@ -19,9 +18,6 @@
 namespace pst::rpc {
 
 namespace {
-
-std::atomic<bool> dense_bdp_probe{true};
-ServerLimits server_limits;  // set before servers start (SetServerLimits)
 
 // The full names ("/pkg.Service/Method") of the methods a server of
 // `services` serves, gRPC's health service (StartServer enables it)
@@ -46,16 +42,11 @@ absl::StatusOr<std::vector<std::string>> ServedMethodNames(
 
 }  // namespace
 
-void SetDenseBdpProbe(bool enabled) { dense_bdp_probe.store(enabled); }
-
-void SetServerLimits(const ServerLimits& limits) { server_limits = limits; }
-
-const ServerLimits& GetServerLimits() { return server_limits; }
-
-std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address, int connection) {
+std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address,
+                                           const RpcSettings& settings, int connection) {
   grpc::ChannelArguments args;
   if (connection != 0) args.SetInt("pstrain.connection", connection);
-  if (connection != 0 && !dense_bdp_probe.load()) {
+  if (connection != 0 && !settings.dense_bdp_probe) {
     args.SetInt(GRPC_ARG_HTTP2_BDP_PROBE, 0);
     args.SetInt(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, kDenseWindowBytes);
   }
@@ -70,21 +61,21 @@ std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address, int conne
   // address under the same name: look the name up again within a second of
   // a failed connection (gRPC's default waits 30 s between lookups).
   args.SetInt(GRPC_ARG_DNS_MIN_TIME_BETWEEN_RESOLUTIONS_MS, 1'000);
-  const common::TransportSecurity& security = common::GetTransportSecurity();
+  const common::TransportSecurity& security = settings.security;
   if (!security.server_name.empty()) args.SetSslTargetNameOverride(security.server_name);
   return grpc::CreateCustomChannel(address, MakeChannelCredentials(security), args);
 }
 
-void ConfigureServerBuilder(grpc::ServerBuilder* builder) {
+void ConfigureServerBuilder(grpc::ServerBuilder* builder, const RpcSettings& settings) {
   builder->SetMaxReceiveMessageSize(kMaxMessageBytes);
   builder->SetMaxSendMessageSize(kMaxMessageBytes);
   builder->AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   builder->AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 10'000);
-  if (!dense_bdp_probe.load()) {
+  if (!settings.dense_bdp_probe) {
     builder->AddChannelArgument(GRPC_ARG_HTTP2_BDP_PROBE, 0);
     builder->AddChannelArgument(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, kDenseWindowBytes);
   }
-  const ServerLimits& limits = GetServerLimits();
+  const ServerLimits& limits = settings.limits;
   if (limits.max_concurrent_streams > 0) {
     builder->AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, limits.max_concurrent_streams);
   }
@@ -132,9 +123,9 @@ bool IsLoopbackHost(const std::string& host) {
 
 absl::StatusOr<std::unique_ptr<grpc::Server>> StartServer(
     const std::string& advertised, const std::vector<ServedService>& services,
-    const std::string& bind, common::MetricsExporter* metrics) {
+    const RpcSettings& settings, const std::string& bind, common::MetricsExporter* metrics) {
   const std::string listen = ListenAddress(advertised, bind);
-  const common::TransportSecurity& security = common::GetTransportSecurity();
+  const common::TransportSecurity& security = settings.security;
   if (!IsLoopbackHost(ListenHost(bind))) {
     if (!security.tls()) {
       spdlog::warn(
@@ -156,10 +147,10 @@ absl::StatusOr<std::unique_ptr<grpc::Server>> StartServer(
   // probes and any gRPC health checker can ask whether the daemon serves.
   grpc::EnableDefaultHealthCheckService(true);
   absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
-      MakeServerCredentials(common::GetTransportSecurity());
+      MakeServerCredentials(security);
   if (!credentials.ok()) return credentials.status();
   grpc::ServerBuilder builder;
-  ConfigureServerBuilder(&builder);
+  ConfigureServerBuilder(&builder, settings);
   int bound_port = 0;
   builder.AddListeningPort(listen, *credentials, &bound_port);
   for (const ServedService& served : services) builder.RegisterService(served.service);

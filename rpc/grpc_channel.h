@@ -1,6 +1,6 @@
-// gRPC channel and server settings shared by every daemon: message size
-// limits, keepalive, and the process's transport security (plaintext, TLS
-// or mutual TLS, and a token: transport_security.h).
+// gRPC channels and servers as every daemon makes them: message size
+// limits, keepalive, and the settings a main hands down (RpcSettings:
+// transport security, server limits, the BDP probe).
 #ifndef PST_RPC_GRPC_CHANNEL_H_
 #define PST_RPC_GRPC_CHANNEL_H_
 
@@ -13,33 +13,17 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/metrics.h"
+#include "common/transport_security.h"
 
 namespace pst::rpc {
 
 // Largest message any pstrain RPC sends or accepts.
 inline constexpr int kMaxMessageBytes = 512 << 20;
 
-// A channel to `address` ("host:port"). Channels are meant to be created
-// once per peer and reused. Channels of different `connection` numbers get
-// TCP connections of their own (gRPC otherwise shares one among channels
-// with equal settings). Numbers above 0 are the dense data plane's
-// connections (a worker's pool per ps): with --bdp_probe=false they, and
-// every server's side, use a fixed kDenseWindowBytes HTTP/2 window instead
-// of gRPC's BDP probing.
-std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address, int connection = 0);
-
-// The window --bdp_probe=false fixes. It only lets a peer send before it is
-// read; every byte of a request is read anyway, so it costs no memory.
+// The window a fixed-window dense connection (RpcSettings::dense_bdp_probe
+// false) uses. It only lets a peer send before it is read; every byte of a
+// request is read anyway, so it costs no memory.
 inline constexpr int kDenseWindowBytes = 16 << 20;
-
-// --bdp_probe: whether the dense connections, and servers started from now
-// on, keep gRPC's BDP probing (the default). gRPC starts each HTTP/2 stream
-// at a 64 KiB window and grows it by pinging alongside the data. Measured on
-// 2 cores over loopback, interleaved runs: without the probe, a fixed window
-// took ps_bench's 1M-float PushPull from 2.3-2.5 to 2.9-3.1 GB/s, and the
-// Fashion-MNIST cluster of bench/throughput.sh from 28.9-30.6k to
-// 24.7-28.1k examples/s. Call before making channels or servers.
-void SetDenseBdpProbe(bool enabled);
 
 // A server's limits beyond kMaxMessageBytes (flags --grpc_max_concurrent_streams,
 // --grpc_memory_quota_mb, --grpc_max_threads, --grpc_max_control_message_mb).
@@ -62,14 +46,37 @@ struct ServerLimits {
   size_t max_control_message_bytes = 16 << 20;
 };
 
-// The process's server limits (StartServer and BoundedService read them).
-// Set before starting servers.
-void SetServerLimits(const ServerLimits& limits);
-const ServerLimits& GetServerLimits();
+// How a process's channels and servers are set up. A main builds one from
+// its flags (flags/job_flags.h: RpcSettingsFromFlags) and hands it to what
+// it runs; the Python module and the tests build their own. The defaults
+// are plaintext, the limits above and gRPC's BDP probing.
+struct RpcSettings {
+  // TLS, tokens and roles (common/transport_security.h).
+  common::TransportSecurity security;
+  ServerLimits limits;
+  // --bdp_probe: whether the dense connections (a worker's pool per ps) and
+  // the servers keep gRPC's BDP probing (the default). gRPC starts each
+  // HTTP/2 stream at a 64 KiB window and grows it by pinging alongside the
+  // data. Measured on 2 cores over loopback, interleaved runs: without the
+  // probe, a fixed window took ps_bench's 1M-float PushPull from 2.3-2.5
+  // to 2.9-3.1 GB/s, and the Fashion-MNIST cluster of bench/throughput.sh
+  // from 28.9-30.6k to 24.7-28.1k examples/s.
+  bool dense_bdp_probe = true;
+};
 
-// Applies pstrain's limits (kMaxMessageBytes, GetServerLimits()) to a server
-// under construction.
-void ConfigureServerBuilder(grpc::ServerBuilder* builder);
+// A channel to `address` ("host:port") under `settings`. Channels are meant
+// to be created once per peer and reused. Channels of different
+// `connection` numbers get TCP connections of their own (gRPC otherwise
+// shares one among channels with equal settings). Numbers above 0 are the
+// dense data plane's connections (a worker's pool per ps): without
+// settings.dense_bdp_probe they, and every server's side, use a fixed
+// kDenseWindowBytes HTTP/2 window instead of gRPC's BDP probing.
+std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address,
+                                           const RpcSettings& settings, int connection = 0);
+
+// Applies pstrain's limits (kMaxMessageBytes, settings.limits) and the BDP
+// setting to a server under construction.
+void ConfigureServerBuilder(grpc::ServerBuilder* builder, const RpcSettings& settings);
 
 // Sets a deadline `timeout` from now; with wait_for_ready the call waits
 // for the peer to come up instead of failing at once.
@@ -100,16 +107,17 @@ struct ServedService {
 bool IsLoopbackHost(const std::string& host);
 
 // Builds and starts a server for `services` listening on
-// ListenAddress(advertised, bind), counting its calls per method into
-// `metrics` when given (MetricsInterceptors; it must outlive the server).
-// Errors: InvalidArgument when a
+// ListenAddress(advertised, bind) under `settings` (its credentials,
+// limits and windows), counting its calls per method into `metrics` when
+// given (MetricsInterceptors; it must outlive the server). Errors: InvalidArgument when a
 // service's name is no generated service's; Unavailable naming the address
 // when the port cannot be bound. Logs a warning when it listens beyond
 // loopback in plaintext (anyone who reaches the port controls the job), or
-// with TLS but no roles (common::GetTransportSecurity().roles()).
+// with TLS but no roles (settings.security.roles()).
 absl::StatusOr<std::unique_ptr<grpc::Server>> StartServer(
     const std::string& advertised, const std::vector<ServedService>& services,
-    const std::string& bind = "", common::MetricsExporter* metrics = nullptr);
+    const RpcSettings& settings, const std::string& bind = "",
+    common::MetricsExporter* metrics = nullptr);
 
 }  // namespace pst::rpc
 

@@ -48,11 +48,11 @@ TEST(StartServerTest, BindNamesThePort_OrAnUnusableAddressIsUnavailableNamingIt)
   // TF_CONFIG port 1 is privileged: only --bind's port can work.
   const absl::StatusOr<std::unique_ptr<grpc::Server>> good =
       StartServer("127.0.0.1:1", {{&unimplemented, proto::ParameterServer::service_full_name()}},
-                  "127.0.0.1:" + std::to_string(FreePort()));
+                  RpcSettings(), "127.0.0.1:" + std::to_string(FreePort()));
   EXPECT_TRUE(good.ok()) << good.status();
   const absl::StatusOr<std::unique_ptr<grpc::Server>> bad =
       StartServer("127.0.0.1:1", {{&unimplemented, proto::ParameterServer::service_full_name()}},
-                  "256.0.0.1:5");
+                  RpcSettings(), "256.0.0.1:5");
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kUnavailable);
   EXPECT_NE(std::string(bad.status().message()).find("256.0.0.1:5"), std::string::npos)
       << bad.status();
@@ -62,7 +62,7 @@ TEST(StartServerTest, AServiceNameNoGeneratedServiceHasIsInvalid) {
   proto::ParameterServer::CallbackService unimplemented;
   const absl::StatusOr<std::unique_ptr<grpc::Server>> server =
       StartServer("127.0.0.1:1", {{&unimplemented, "pst.proto.NoSuchService"}},
-                  "127.0.0.1:" + std::to_string(FreePort()));
+                  RpcSettings(), "127.0.0.1:" + std::to_string(FreePort()));
   EXPECT_EQ(server.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(std::string(server.status().message()).find("pst.proto.NoSuchService"),
             std::string::npos)

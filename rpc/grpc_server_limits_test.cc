@@ -43,8 +43,9 @@ int FreePort() {
 // caller is "park"; PushPull is unbounded, as on the ps. Thread-safe.
 class TestService final : public BoundedService<proto::ParameterServer::CallbackService> {
  public:
-  TestService() {
-    BoundRequestSize(&TestService::Health, proto::ParameterServer::service_full_name(), "Health");
+  explicit TestService(const ServerLimits& limits) {
+    BoundRequestSize(&TestService::Health, proto::ParameterServer::service_full_name(), "Health",
+                     limits);
   }
 
   grpc::ServerUnaryReactor* Health(grpc::CallbackServerContext* context,
@@ -139,20 +140,22 @@ grpc::Status Call(grpc::GenericStub* stub, const std::string& method,
 class GrpcServerLimitsTest : public ::testing::Test {
  protected:
   void StartWith(const ServerLimits& limits) {
-    SetServerLimits(limits);
+    RpcSettings settings;
+    settings.limits = limits;
+    service_ = std::make_unique<TestService>(limits);
     address_ = "127.0.0.1:" + std::to_string(FreePort());
-    absl::StatusOr<std::unique_ptr<grpc::Server>> server =
-        StartServer(address_, {{&service_, proto::ParameterServer::service_full_name()}}, address_);
+    absl::StatusOr<std::unique_ptr<grpc::Server>> server = StartServer(
+        address_, {{service_.get(), proto::ParameterServer::service_full_name()}}, settings,
+        address_);
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = *std::move(server);
-    stub_ = std::make_unique<grpc::GenericStub>(MakeChannel(address_));
+    stub_ = std::make_unique<grpc::GenericStub>(MakeChannel(address_, RpcSettings()));
   }
   void TearDown() override {
     if (server_ != nullptr) server_->Shutdown(std::chrono::system_clock::now());
-    SetServerLimits(ServerLimits());
   }
 
-  TestService service_;
+  std::unique_ptr<TestService> service_;
   std::string address_;
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<grpc::GenericStub> stub_;
@@ -171,7 +174,7 @@ TEST_F(GrpcServerLimitsTest, ControlCallOverTheLimitIsRefusedUnparsed_DataPlaneT
       << refused.error_message();
   EXPECT_TRUE(absl::StrContains(refused.error_message(), HealthMethod()))
       << refused.error_message();
-  EXPECT_EQ(service_.health_calls(), 0);  // the method never ran
+  EXPECT_EQ(service_->health_calls(), 0);  // the method never ran
 
   // Just under the limit, and a small one: served.
   big.set_caller(std::string((1 << 20) - 100, 'x'));
@@ -179,7 +182,7 @@ TEST_F(GrpcServerLimitsTest, ControlCallOverTheLimitIsRefusedUnparsed_DataPlaneT
   proto::HealthRequest small;
   small.set_caller("chief");
   EXPECT_TRUE(Call(stub_.get(), HealthMethod(), small).ok());
-  EXPECT_EQ(service_.health_calls(), 2);
+  EXPECT_EQ(service_->health_calls(), 2);
 
   // The data plane is not bounded by the control limit.
   proto::PushPullRequest push;
@@ -188,7 +191,7 @@ TEST_F(GrpcServerLimitsTest, ControlCallOverTheLimitIsRefusedUnparsed_DataPlaneT
       Call(stub_.get(), absl::StrCat("/", proto::ParameterServer::service_full_name(), "/PushPull"),
            push);
   EXPECT_TRUE(pushed.ok()) << pushed.error_message();
-  EXPECT_GT(service_.last_push_bytes(), size_t{32} << 20);
+  EXPECT_GT(service_->last_push_bytes(), size_t{32} << 20);
 }
 
 TEST_F(GrpcServerLimitsTest, OneConnectionRunsAtMostTheStreamLimit_TheRestWaitTheirTurn) {
@@ -216,21 +219,21 @@ TEST_F(GrpcServerLimitsTest, OneConnectionRunsAtMostTheStreamLimit_TheRestWaitTh
                        ++done;
                      });
   }
-  ASSERT_TRUE(service_.AwaitParked(2, absl::Seconds(30)));
+  ASSERT_TRUE(service_->AwaitParked(2, absl::Seconds(30)));
   // The other calls were sent too, yet no third one reaches the server.
-  EXPECT_FALSE(service_.AwaitParked(3, absl::Milliseconds(300)));
+  EXPECT_FALSE(service_->AwaitParked(3, absl::Milliseconds(300)));
   size_t released = 0;
   while (released < kCalls) {
-    ASSERT_TRUE(service_.AwaitParked(std::min<size_t>(2, kCalls - released), absl::Seconds(30)))
+    ASSERT_TRUE(service_->AwaitParked(std::min<size_t>(2, kCalls - released), absl::Seconds(30)))
         << released << " released";
-    released += service_.Release();
+    released += service_->Release();
   }
   absl::MutexLock lock(&mu);
   ASSERT_TRUE(mu.AwaitWithTimeout(absl::Condition(
                                       +[](int* d) { return *d == kCalls; }, &done),
                                   absl::Seconds(30)));
   EXPECT_EQ(ok, kCalls);
-  EXPECT_EQ(service_.max_parked(), 2u);
+  EXPECT_EQ(service_->max_parked(), 2u);
 }
 
 // The control limit's default leaves room for what control calls carry: a

@@ -57,7 +57,7 @@ std::map<grpc::StatusCode, int> CallAll(const std::string& address,
   for (size_t begin = 0; begin < methods.size(); begin += in_flight) {
     if (begin % kCallsPerChannel == 0) {
       const int connection = 1 + static_cast<int>(begin / kCallsPerChannel);  // a new one
-      stub = std::make_unique<grpc::GenericStub>(MakeChannel(address, connection));
+      stub = std::make_unique<grpc::GenericStub>(MakeChannel(address, RpcSettings(), connection));
     }
     const size_t end = std::min(methods.size(), begin + in_flight);
     std::vector<grpc::ClientContext> contexts(end - begin);
@@ -91,8 +91,8 @@ TEST(GrpcServerMetricsTest, UnknownMethodsShareOneLabel_ServedOnesKeepTheirs) {
   proto::ParameterServer::CallbackService unimplemented;  // every method: UNIMPLEMENTED
   const std::string address = "127.0.0.1:" + std::to_string(FreePort());
   absl::StatusOr<std::unique_ptr<grpc::Server>> server = StartServer(
-      address, {{&unimplemented, proto::ParameterServer::service_full_name()}}, address,
-      exporter->get());
+      address, {{&unimplemented, proto::ParameterServer::service_full_name()}}, RpcSettings(),
+      address, exporter->get());
   ASSERT_TRUE(server.ok()) << server.status();
 
   constexpr int kUnknownCalls = 100'000;

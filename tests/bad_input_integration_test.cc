@@ -255,7 +255,7 @@ TEST(BadInputNoDirTest, SaveAndRestore_WithoutCheckpointDir_AreFailedPreconditio
   auto ps = TestProcess::Start({BinaryPath("ps_server"), "--chief_timeout_s=0"},
                                {"TF_CONFIG=" + TfConfigJson(spec, "ps", 0)});
   ASSERT_TRUE(ps.ok()) << ps.status();
-  auto stub = proto::ParameterServer::NewStub(rpc::MakeChannel(spec.ps[0]));
+  auto stub = proto::ParameterServer::NewStub(rpc::MakeChannel(spec.ps[0], rpc::RpcSettings()));
   proto::HealthResponse health;
   {
     grpc::ClientContext context;
@@ -459,7 +459,7 @@ TEST(BadInputParkTest, ParkedSspPulls_AreBounded_AndThePsServesOn) {
       {BinaryPath("ps_server"), "--chief_timeout_s=0", "--max_parked_pulls=100"},
       {"TF_CONFIG=" + TfConfigJson(spec, "ps", 0)});
   ASSERT_TRUE(ps.ok()) << ps.status();
-  auto stub = proto::ParameterServer::NewStub(rpc::MakeChannel(spec.ps[0]));
+  auto stub = proto::ParameterServer::NewStub(rpc::MakeChannel(spec.ps[0], rpc::RpcSettings()));
   proto::CreateVariablesRequest create;
   *create.add_variables() = Spec("b", {4});
   create.mutable_optimizer()->set_name("sgd");

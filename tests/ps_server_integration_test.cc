@@ -290,7 +290,7 @@ TEST_F(PsServerTest, ParkedPull_IsCancelledByDeadline_AndFinishedByShutdown) {
 // Pull and PushPull are raw methods on the ps (it parses them itself):
 // bytes that are not the message get INVALID_ARGUMENT, and the ps serves on.
 TEST_F(PsServerTest, GarbageBytesToTheRawMethods_AreInvalidArgument_AndThePsServesOn) {
-  grpc::GenericStub generic(rpc::MakeChannel(spec_.ps[0]));
+  grpc::GenericStub generic(rpc::MakeChannel(spec_.ps[0], rpc::RpcSettings()));
   const std::string garbage = "\x0a\xff\xff\xff\xff\x0f not a message";
   for (const char* method : {"Pull", "PushPull"}) {
     grpc::Slice slice(garbage.data(), garbage.size());

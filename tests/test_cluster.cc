@@ -139,7 +139,7 @@ void LonePsTest::SetUp() {
                                {"TF_CONFIG=" + TfConfigJson(spec_, "ps", 0)});
   ASSERT_TRUE(ps.ok()) << ps.status();
   ps_ = *std::move(ps);
-  stub_ = proto::ParameterServer::NewStub(rpc::MakeChannel(spec_.ps[0]));
+  stub_ = proto::ParameterServer::NewStub(rpc::MakeChannel(spec_.ps[0], rpc::RpcSettings()));
 }
 
 std::unique_ptr<TestProcess> LaunchLocal(const std::vector<std::string>& flags,

@@ -72,10 +72,12 @@ absl::StatusOr<std::string> BuildTfConfig(const TfConfigHosts& hosts) {
   return json;
 }
 
-absl::StatusOr<std::string> CheckHealth(const std::string& address, absl::Duration timeout) {
+absl::StatusOr<std::string> CheckHealth(const std::string& address,
+                                        const rpc::RpcSettings& settings,
+                                        absl::Duration timeout) {
   // grpc.health.v1.HealthCheckRequest{service: ""} is the empty message;
   // the response is {status: enum} (field 1, varint).
-  grpc::GenericStub stub(rpc::MakeChannel(address));
+  grpc::GenericStub stub(rpc::MakeChannel(address, settings));
   grpc::ClientContext context;
   rpc::SetDeadline(&context, timeout, /*wait_for_ready=*/true);
   grpc::ByteBuffer request, response;
@@ -151,7 +153,8 @@ absl::Status TryBind(const sockaddr_storage& address, socklen_t length) {
 
 }  // namespace
 
-Preflight CheckTask(const common::TfConfig& config, absl::Duration wait) {
+Preflight CheckTask(const common::TfConfig& config, const rpc::RpcSettings& settings,
+                    absl::Duration wait) {
   Preflight out;
   const std::string self = common::TaskIdString(config.task);
   const std::string& advertised = config.SelfAddress();
@@ -226,7 +229,7 @@ Preflight CheckTask(const common::TfConfig& config, absl::Duration wait) {
     for (const auto& [peer, address] : servers) {
       if (peer == self) continue;  // this task is the one about to start
       const absl::Duration left = std::max(deadline - absl::Now(), absl::Milliseconds(100));
-      absl::StatusOr<std::string> health = CheckHealth(address, left);
+      absl::StatusOr<std::string> health = CheckHealth(address, settings, left);
       if (!health.ok()) {
         out.problems.push_back(absl::StrCat(peer, ": ", health.status().message()));
       } else if (*health != "SERVING") {

@@ -11,6 +11,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/tf_config.h"
+#include "rpc/grpc_channel.h"
 
 namespace pst::tools {
 
@@ -28,11 +29,13 @@ struct TfConfigHosts {
 absl::StatusOr<std::string> BuildTfConfig(const TfConfigHosts& hosts);
 
 // Asks the grpc.health.v1 service at `address` (host:port) about the whole
-// server. Returns its status name ("SERVING", "NOT_SERVING", ...).
+// server, over a channel made under `settings`. Returns its status name ("SERVING", "NOT_SERVING", ...).
 // Errors: the gRPC error (Unavailable for nothing listening, DeadlineExceeded
 // after `timeout`), with the address in the message; DataLoss for an answer
 // that is not a HealthCheckResponse.
-absl::StatusOr<std::string> CheckHealth(const std::string& address, absl::Duration timeout);
+absl::StatusOr<std::string> CheckHealth(const std::string& address,
+                                        const rpc::RpcSettings& settings,
+                                        absl::Duration timeout);
 
 // Preflight for one task of `config` on this machine: what would stop it
 // from joining the cluster, one line per problem, e.g.
@@ -47,7 +50,8 @@ struct Preflight {
   std::vector<std::string> problems;
   std::vector<std::string> notes;
 };
-Preflight CheckTask(const common::TfConfig& config, absl::Duration wait);
+Preflight CheckTask(const common::TfConfig& config, const rpc::RpcSettings& settings,
+                    absl::Duration wait);
 
 }  // namespace pst::tools
 

@@ -69,7 +69,8 @@ struct HealthOnlyServer {
   proto::ParameterServer::CallbackService unimplemented;
   std::string address = "127.0.0.1:" + std::to_string(PickFreePorts(1).value().front());
   absl::StatusOr<std::unique_ptr<grpc::Server>> server =
-      rpc::StartServer(address, {{&unimplemented, proto::ParameterServer::service_full_name()}});
+      rpc::StartServer(address, {{&unimplemented, proto::ParameterServer::service_full_name()}},
+                       rpc::RpcSettings());
 };
 
 TEST(CheckHealthTest, ServingServer_ThenNothingThere) {
@@ -77,12 +78,12 @@ TEST(CheckHealthTest, ServingServer_ThenNothingThere) {
   const std::string& address = running.address;
   absl::StatusOr<std::unique_ptr<grpc::Server>>& server = running.server;
   ASSERT_TRUE(server.ok()) << server.status();
-  absl::StatusOr<std::string> health = CheckHealth(address, absl::Seconds(10));
+  absl::StatusOr<std::string> health = CheckHealth(address, rpc::RpcSettings(), absl::Seconds(10));
   ASSERT_TRUE(health.ok()) << health.status();
   EXPECT_EQ(*health, "SERVING");
   (*server)->Shutdown();
   server->reset();
-  health = CheckHealth(address, absl::Milliseconds(300));
+  health = CheckHealth(address, rpc::RpcSettings(), absl::Milliseconds(300));
   EXPECT_EQ(health.status().code(), absl::StatusCode::kDeadlineExceeded) << health.status();
   EXPECT_NE(std::string(health.status().message()).find(address), std::string::npos);
 }
@@ -108,9 +109,8 @@ bool Says(const std::vector<std::string>& lines, const std::string& part) {
 
 TEST(CheckTaskTest, GoodLocalTask_HasNoProblems) {
   const std::vector<int> ports = PickFreePorts(3).value();
-  const Preflight result = CheckTask(
-      Config("127.0.0.1:" + std::to_string(ports[0]), "127.0.0.1:" + std::to_string(ports[1]),
-             "localhost:" + std::to_string(ports[2]), common::TaskType::kPs),
+  const Preflight result = CheckTask(Config("127.0.0.1:" + std::to_string(ports[0]), "127.0.0.1:" + std::to_string(ports[1]),
+             "localhost:" + std::to_string(ports[2]), common::TaskType::kPs), rpc::RpcSettings(),
       absl::ZeroDuration());
   EXPECT_TRUE(result.problems.empty()) << result.problems.front();
   EXPECT_TRUE(Says(result.notes, "is free"));
@@ -122,20 +122,20 @@ TEST(CheckTaskTest, EachProblem_IsOneLineNamingTheTask) {
   HealthOnlyServer running;
   ASSERT_TRUE(running.server.ok()) << running.server.status();
   const std::string port = running.address.substr(running.address.rfind(':') + 1);
-  Preflight result = CheckTask(Config(running.address, "127.0.0.1:1", "", common::TaskType::kPs),
+  Preflight result = CheckTask(Config(running.address, "127.0.0.1:1", "", common::TaskType::kPs), rpc::RpcSettings(),
                                absl::ZeroDuration());
   EXPECT_TRUE(Says(result.problems, "ps:0: port " + port + " cannot be bound"))
       << ::testing::PrintToString(result.problems);
   (*running.server)->Shutdown();
 
   // A peer whose name does not resolve (.invalid never does).
-  result = CheckTask(Config("127.0.0.1:2", "nosuchhost.invalid:2222", "", common::TaskType::kPs),
+  result = CheckTask(Config("127.0.0.1:2", "nosuchhost.invalid:2222", "", common::TaskType::kPs), rpc::RpcSettings(),
                      absl::ZeroDuration());
   EXPECT_TRUE(Says(result.problems, "worker:0: host 'nosuchhost.invalid' does not resolve"))
       << ::testing::PrintToString(result.problems);
 
   // An address that is not this machine's (TEST-NET-1).
-  result = CheckTask(Config("192.0.2.7:2222", "127.0.0.1:3", "", common::TaskType::kPs),
+  result = CheckTask(Config("192.0.2.7:2222", "127.0.0.1:3", "", common::TaskType::kPs), rpc::RpcSettings(),
                      absl::ZeroDuration());
   EXPECT_TRUE(Says(result.problems, "ps:0: '192.0.2.7' is not an address of this machine"))
       << ::testing::PrintToString(result.problems);
@@ -143,9 +143,8 @@ TEST(CheckTaskTest, EachProblem_IsOneLineNamingTheTask) {
   // A worker waiting for a ps that does not answer; the worker's own port
   // is not checked (with a chief listed, workers do not listen).
   const std::vector<int> free = PickFreePorts(3).value();
-  result = CheckTask(
-      Config("127.0.0.1:" + std::to_string(free[0]), "127.0.0.1:" + std::to_string(free[1]),
-             "127.0.0.1:" + std::to_string(free[2]), common::TaskType::kWorker),
+  result = CheckTask(Config("127.0.0.1:" + std::to_string(free[0]), "127.0.0.1:" + std::to_string(free[1]),
+             "127.0.0.1:" + std::to_string(free[2]), common::TaskType::kWorker), rpc::RpcSettings(),
       absl::Milliseconds(300));
   EXPECT_TRUE(
       Says(result.problems, "ps:0: 127.0.0.1:" + std::to_string(free[0]) + ": no answer within"))

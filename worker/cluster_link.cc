@@ -175,14 +175,18 @@ absl::Status CallCoordinatorUntil(const std::function<absl::Status(absl::Duratio
   }
 }
 
-WorkerConnections GrpcConnections(CoordinatorClient* coordinator) {
+WorkerConnections GrpcConnections(CoordinatorClient* coordinator,
+                                  const rpc::RpcSettings& settings) {
   WorkerConnections connections;
   connections.coordinator = coordinator;
-  connections.ps_transport = [](const std::vector<std::string>& addresses,
-                                absl::Duration rpc_timeout) {
-    return std::shared_ptr<common::PsTransport>(MakeGrpcPsTransport(addresses, rpc_timeout));
+  connections.ps_transport = [settings](const std::vector<std::string>& addresses,
+                                        absl::Duration rpc_timeout) {
+    return std::shared_ptr<common::PsTransport>(
+        MakeGrpcPsTransport(addresses, settings, rpc_timeout));
   };
-  connections.ps_control = MakeGrpcPsControl;
+  connections.ps_control = [settings](const std::vector<std::string>& addresses) {
+    return MakeGrpcPsControl(addresses, settings);
+  };
   return connections;
 }
 

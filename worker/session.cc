@@ -15,10 +15,10 @@ namespace pst::worker {
 absl::StatusOr<std::unique_ptr<WorkerSession>> WorkerSession::Start(
     const TrainerOptions& options) {
   std::unique_ptr<CoordinatorClient> coordinator =
-      MakeGrpcCoordinatorClient(options.coordinator_address);
+      MakeGrpcCoordinatorClient(options.coordinator_address, options.rpc);
   CoordinatorClient* const raw = coordinator.get();
   std::unique_ptr<WorkerSession> session(new WorkerSession(options, std::move(coordinator)));
-  PST_RETURN_IF_ERROR(session->Connect(GrpcConnections(raw)));
+  PST_RETURN_IF_ERROR(session->Connect(GrpcConnections(raw, options.rpc)));
   return session;
 }
 

@@ -27,8 +27,8 @@ namespace pst::worker {
 
 absl::Status RunWorker(const TrainerOptions& options, const common::StopSignal& stop) {
   const std::unique_ptr<CoordinatorClient> coordinator =
-      MakeGrpcCoordinatorClient(options.coordinator_address);
-  return RunWorker(options, GrpcConnections(coordinator.get()), stop);
+      MakeGrpcCoordinatorClient(options.coordinator_address, options.rpc);
+  return RunWorker(options, GrpcConnections(coordinator.get(), options.rpc), stop);
 }
 
 absl::Status RunWorker(const TrainerOptions& options, const WorkerConnections& connections,
@@ -277,10 +277,11 @@ absl::Status RunWorker(const TrainerOptions& options, const WorkerConnections& c
 }
 
 absl::StatusOr<int> ClaimWorkerIndex(const std::string& coordinator_address,
+                                     const rpc::RpcSettings& settings,
                                      const std::string& claimant, absl::Duration timeout,
                                      const common::StopSignal& stop) {
   const std::unique_ptr<CoordinatorClient> coordinator =
-      MakeGrpcCoordinatorClient(coordinator_address);
+      MakeGrpcCoordinatorClient(coordinator_address, settings);
   proto::ClaimWorkerIndexRequest request;
   request.set_claimant(claimant);
   proto::ClaimWorkerIndexResponse response;

@@ -19,6 +19,7 @@
 #include "common/ps_control.h"
 #include "common/ps_transport.h"
 #include "device/device_mapping.h"
+#include "rpc/grpc_channel.h"
 
 namespace pst::worker {
 
@@ -41,6 +42,8 @@ struct TrainerOptions {
   // Prometheus (--metrics_port): the step counters go here. Null: none.
   // Must outlive RunWorker.
   common::MetricsExporter* metrics = nullptr;
+  // Every channel to the coordinator and the ps (security, the BDP probe).
+  rpc::RpcSettings rpc;
 };
 
 // Runs one worker to the end of the job. Returns OK when the worker finished
@@ -70,7 +73,8 @@ struct WorkerConnections {
 };
 
 // The gRPC connections, over `coordinator` (not owned).
-WorkerConnections GrpcConnections(CoordinatorClient* coordinator);
+WorkerConnections GrpcConnections(CoordinatorClient* coordinator,
+                                  const rpc::RpcSettings& settings);
 
 // RunWorker over `connections`: the gRPC ones RunWorker makes from
 // options.coordinator_address, or in-process ones in a test. Messages name
@@ -84,6 +88,7 @@ absl::Status RunWorker(const TrainerOptions& options, const WorkerConnections& c
 // the address; Cancelled when stopped; the coordinator's own refusal
 // (ResourceExhausted: every index is taken) as it is.
 absl::StatusOr<int> ClaimWorkerIndex(const std::string& coordinator_address,
+                                     const rpc::RpcSettings& settings,
                                      const std::string& claimant, absl::Duration timeout,
                                      const common::StopSignal& stop);
 

@@ -12,12 +12,12 @@ namespace {
 
 class GrpcReplicaLink final : public ReplicaLink {
  public:
-  GrpcReplicaLink(const std::string& address, absl::Duration timeout,
-                  absl::Duration startup_timeout)
+  GrpcReplicaLink(const std::string& address, const rpc::RpcSettings& settings,
+                  absl::Duration timeout, absl::Duration startup_timeout)
       : address_(address),
         timeout_(timeout),
         startup_timeout_(startup_timeout),
-        stub_(proto::ParameterServer::NewStub(rpc::MakeChannel(address))) {}
+        stub_(proto::ParameterServer::NewStub(rpc::MakeChannel(address, settings))) {}
 
   void Send(std::shared_ptr<const proto::ReplicateRequest> request, Done done) override {
     // One forward in flight: alive until gRPC's callback.
@@ -55,9 +55,11 @@ class GrpcReplicaLink final : public ReplicaLink {
 
 }  // namespace
 
-std::unique_ptr<ReplicaLink> MakeGrpcReplicaLink(const std::string& address, absl::Duration timeout,
+std::unique_ptr<ReplicaLink> MakeGrpcReplicaLink(const std::string& address,
+                                                 const rpc::RpcSettings& settings,
+                                                 absl::Duration timeout,
                                                  absl::Duration startup_timeout) {
-  return std::make_unique<GrpcReplicaLink>(address, timeout, startup_timeout);
+  return std::make_unique<GrpcReplicaLink>(address, settings, timeout, startup_timeout);
 }
 
 }  // namespace pst::ps
