@@ -59,7 +59,7 @@ struct ChiefOptions {
 };
 
 // The global step the job ends at when every worker goes through all its
-// epochs of `num_examples` (sharded as worker::ShardDataset does) or
+// epochs of `num_examples` (sharded as data::ShardDataset does) or
 // --max_steps stops it first; 0 when neither is known. Async and ssp apply
 // every push, one per batch; sync applies one update a round and each
 // worker pushes once a round, so the worker with the most batches sets it.

@@ -401,15 +401,15 @@ int Reference() {
 int GenerateCriteo() {
   const std::string out = absl::GetFlag(FLAGS_out);
   if (out.empty()) return Fail("generate_criteo", absl::InvalidArgumentError("--out is required"));
-  pst::worker::SyntheticCriteoConfig config;
+  pst::data::SyntheticCriteoConfig config;
   config.rows = absl::GetFlag(FLAGS_rows);
   config.vocab_per_field = absl::GetFlag(FLAGS_vocab);
   config.seed = absl::GetFlag(FLAGS_seed);
   if (config.rows < 1 || config.vocab_per_field < 1) {
     return Fail("generate_criteo", absl::InvalidArgumentError("--rows and --vocab must be >= 1"));
   }
-  absl::StatusOr<pst::worker::SyntheticCriteoStats> stats =
-      pst::worker::WriteSyntheticCriteo(out, config);
+  absl::StatusOr<pst::data::SyntheticCriteoStats> stats =
+      pst::data::WriteSyntheticCriteo(out, config);
   if (!stats.ok()) return Fail("generate_criteo", stats.status());
   nlohmann::json j = {{"path", out},
                       {"rows", stats->rows},
@@ -422,7 +422,7 @@ int GenerateCriteo() {
 int GenerateLibsvm() {
   const std::string out = absl::GetFlag(FLAGS_out);
   if (out.empty()) return Fail("generate_libsvm", absl::InvalidArgumentError("--out is required"));
-  pst::worker::SyntheticLibsvmConfig config;
+  pst::data::SyntheticLibsvmConfig config;
   config.rows = absl::GetFlag(FLAGS_rows);
   config.features = absl::GetFlag(FLAGS_features);
   config.seed = absl::GetFlag(FLAGS_seed);
@@ -430,8 +430,8 @@ int GenerateLibsvm() {
     return Fail("generate_libsvm",
                 absl::InvalidArgumentError("--rows and --features must be >= 1"));
   }
-  absl::StatusOr<pst::worker::SyntheticLibsvmStats> stats =
-      pst::worker::WriteSyntheticLibsvm(out, config);
+  absl::StatusOr<pst::data::SyntheticLibsvmStats> stats =
+      pst::data::WriteSyntheticLibsvm(out, config);
   if (!stats.ok()) return Fail("generate_libsvm", stats.status());
   nlohmann::json j = {{"path", out},
                       {"rows", stats->rows},
@@ -511,15 +511,15 @@ int ExportCheckpoint(const std::string& dir, const std::string& out) {
 // Exit 0 also when no GPU is visible; 2 for a bad flag; 1 for --device=gpu
 // without a GPU.
 int Devices() {
-  const pst::worker::DeviceOptions options = pst::worker::DeviceOptionsFromFlags();
-  const pst::worker::GpuInventory inventory = pst::worker::DiscoverGpus();
-  std::printf("%s", pst::worker::DescribeDevices(inventory, options).c_str());
+  const pst::device::DeviceOptions options = pst::worker::DeviceOptionsFromFlags();
+  const pst::device::GpuInventory inventory = pst::device::DiscoverGpus();
+  std::printf("%s", pst::device::DescribeDevices(inventory, options).c_str());
   if (options.device == "cpu" && !inventory.gpus.empty()) {
     std::printf(
         "(workers compute on the CPU unless --device=gpu or --device=auto; "
         "'pstrain devices --device=auto' shows the GPU view)\n");
   }
-  const absl::Status status = pst::worker::PlanDevices(options, inventory).status();
+  const absl::Status status = pst::device::PlanDevices(options, inventory).status();
   if (status.ok()) return 0;
   return status.code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
 }

@@ -76,9 +76,9 @@ int main(int argc, char** argv) {
 
     // The devices, checked before anything starts: a bad flag, or
     // --device=gpu without a GPU, is a usage error.
-    absl::StatusOr<std::vector<pst::worker::LogicalDeviceSpec>> device_specs =
-        pst::worker::PlanDevices(pst::worker::DeviceOptionsFromFlags(),
-                                 pst::worker::DiscoverGpus());
+    absl::StatusOr<std::vector<pst::device::LogicalDeviceSpec>> device_specs =
+        pst::device::PlanDevices(pst::worker::DeviceOptionsFromFlags(),
+                                 pst::device::DiscoverGpus());
     if (!device_specs.ok()) {
       std::fprintf(stderr, "worker: %s\n", std::string(device_specs.status().message()).c_str());
       return 2;

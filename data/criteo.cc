@@ -24,7 +24,7 @@
 #include "common/status_macros.h"
 #include "data/reader_util.h"
 
-namespace pst::worker {
+namespace pst::data {
 namespace {
 
 using common::Sigmoid;
@@ -378,4 +378,4 @@ absl::StatusOr<CtrDataset> LoadCtrSplit(const proto::TrainingConfig& training, b
   return mine;
 }
 
-}  // namespace pst::worker
+}  // namespace pst::data

@@ -18,7 +18,7 @@
 #include "absl/status/statusor.h"
 #include "proto/pstrain.pb.h"
 
-namespace pst::worker {
+namespace pst::data {
 
 inline constexpr int kCriteoDense = 13;
 inline constexpr int kCriteoFields = 26;
@@ -80,6 +80,6 @@ struct SyntheticCriteoStats {
 absl::StatusOr<SyntheticCriteoStats> WriteSyntheticCriteo(const std::string& path,
                                                           const SyntheticCriteoConfig& config);
 
-}  // namespace pst::worker
+}  // namespace pst::data
 
 #endif  // PST_DATA_CRITEO_H_

@@ -19,7 +19,7 @@
 #include "absl/strings/str_join.h"
 #include "gtest/gtest.h"
 
-namespace pst::worker {
+namespace pst::data {
 namespace {
 
 namespace fs = std::filesystem;
@@ -360,4 +360,4 @@ TEST(CriteoTest, Synthetic_BadConfigIsInvalidArgument) {
 }
 
 }  // namespace
-}  // namespace pst::worker
+}  // namespace pst::data

@@ -13,7 +13,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 
-namespace pst::worker {
+namespace pst::data {
 
 absl::StatusOr<std::optional<std::map<std::string, int64_t>>> ParseGenerateSpec(
     const std::string& data, const std::vector<std::string>& known) {
@@ -59,4 +59,4 @@ absl::StatusOr<std::string> GenerateOnce(
   return path;
 }
 
-}  // namespace pst::worker
+}  // namespace pst::data

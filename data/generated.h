@@ -15,7 +15,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 
-namespace pst::worker {
+namespace pst::data {
 
 // The settings of a `generate[:key=value,...]` value, or nullopt for any
 // other value of --data. Errors: InvalidArgument naming the item for a key
@@ -31,6 +31,6 @@ absl::StatusOr<std::string> GenerateOnce(
     const std::string& file_name,
     const std::function<absl::StatusOr<std::string>(const std::string&)>& write);
 
-}  // namespace pst::worker
+}  // namespace pst::data
 
 #endif  // PST_DATA_GENERATED_H_

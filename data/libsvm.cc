@@ -22,7 +22,7 @@
 #include "common/status_macros.h"
 #include "data/reader_util.h"
 
-namespace pst::worker {
+namespace pst::data {
 namespace {
 
 using common::Sigmoid;
@@ -526,4 +526,4 @@ absl::StatusOr<SyntheticLibsvmStats> WriteSyntheticLibsvm(const std::string& pat
   return stats;
 }
 
-}  // namespace pst::worker
+}  // namespace pst::data

@@ -39,7 +39,7 @@
 #include "absl/status/statusor.h"
 #include "proto/pstrain.pb.h"
 
-namespace pst::worker {
+namespace pst::data {
 
 // The most features one example may have; a longer line is an error.
 inline constexpr int64_t kMaxLibsvmFeatures = int64_t{1} << 20;
@@ -153,6 +153,6 @@ struct SyntheticLibsvmStats {
 absl::StatusOr<SyntheticLibsvmStats> WriteSyntheticLibsvm(const std::string& path,
                                                           const SyntheticLibsvmConfig& config);
 
-}  // namespace pst::worker
+}  // namespace pst::data
 
 #endif  // PST_DATA_LIBSVM_H_

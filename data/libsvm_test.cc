@@ -23,7 +23,7 @@
 #include "common/classifier_metrics.h"
 #include "gtest/gtest.h"
 
-namespace pst::worker {
+namespace pst::data {
 namespace {
 
 namespace fs = std::filesystem;
@@ -702,4 +702,4 @@ TEST(LibsvmTest, Synthetic_Defaults_TrainedModelApproachesBestAuc) {
 }
 
 }  // namespace
-}  // namespace pst::worker
+}  // namespace pst::data

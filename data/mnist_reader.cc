@@ -17,7 +17,7 @@
 #include "absl/strings/strip.h"
 #include "common/status_macros.h"
 
-namespace pst::worker {
+namespace pst::data {
 namespace {
 
 constexpr uint32_t kImagesMagic = 0x00000803;  // unsigned bytes, 3 dimensions
@@ -247,4 +247,4 @@ Dataset ShardDataset(const Dataset& data, int index, int count) {
   return shard;
 }
 
-}  // namespace pst::worker
+}  // namespace pst::data

@@ -15,7 +15,7 @@
 
 #include "absl/status/statusor.h"
 
-namespace pst::worker {
+namespace pst::data {
 
 inline constexpr char kDefaultFashionMnistDir[] = "/usr/share/datasets/fashion-mnist";
 
@@ -44,6 +44,6 @@ absl::StatusOr<int> CountFashionMnist(const std::string& dir, Split split);
 // REQUIRES: 0 <= index < count.
 Dataset ShardDataset(const Dataset& data, int index, int count);
 
-}  // namespace pst::worker
+}  // namespace pst::data
 
 #endif  // PST_DATA_MNIST_READER_H_

@@ -18,7 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 
-namespace pst::worker {
+namespace pst::data {
 namespace {
 
 namespace fs = std::filesystem;
@@ -379,4 +379,4 @@ TEST(FashionMnistTest, LoadsInstalledDataset) {
 }
 
 }  // namespace
-}  // namespace pst::worker
+}  // namespace pst::data

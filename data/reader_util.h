@@ -19,7 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 
-namespace pst::worker::data_internal {
+namespace pst::data::data_internal {
 
 // The splitmix64 finalizer: a bijection on 64 bits with good avalanche.
 // Generated data and hashed ids depend on it: never change it.
@@ -87,6 +87,6 @@ inline int64_t DrawRank(const std::vector<double>& cdf, std::mt19937_64* rng) {
   return std::min(rank, static_cast<int64_t>(cdf.size()) - 1);
 }
 
-}  // namespace pst::worker::data_internal
+}  // namespace pst::data::data_internal
 
 #endif  // PST_DATA_READER_UTIL_H_

@@ -11,7 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 
-namespace pst::worker {
+namespace pst::device {
 namespace {
 
 class CpuDevice final : public Device {
@@ -152,4 +152,4 @@ std::unique_ptr<Device> NewCpuDevice(int index, std::unique_ptr<RawAllocator> ra
   return std::make_unique<CpuDevice>(index, std::move(raw), budget_bytes);
 }
 
-}  // namespace pst::worker
+}  // namespace pst::device

@@ -12,7 +12,7 @@
 #include "device/device.h"
 #include "device/device_allocator.h"
 
-namespace pst::worker {
+namespace pst::device {
 
 inline constexpr int64_t kUnlimitedBudget = std::numeric_limits<int64_t>::max();
 
@@ -23,6 +23,6 @@ std::unique_ptr<Device> NewCpuDevice(int index, int64_t budget_bytes = kUnlimite
 std::unique_ptr<Device> NewCpuDevice(int index, std::unique_ptr<RawAllocator> raw,
                                      int64_t budget_bytes);
 
-}  // namespace pst::worker
+}  // namespace pst::device
 
 #endif  // PST_DEVICE_CPU_DEVICE_H_

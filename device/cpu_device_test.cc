@@ -9,7 +9,7 @@
 #include "absl/status/status.h"
 #include "gtest/gtest.h"
 
-namespace pst::worker {
+namespace pst::device {
 namespace {
 
 std::vector<float> Random(size_t n, std::mt19937* rng, float scale = 1.0f) {
@@ -215,4 +215,4 @@ TEST_F(CpuDeviceTest, Allocate_OverBudget_ResourceExhausted) {
 }
 
 }  // namespace
-}  // namespace pst::worker
+}  // namespace pst::device

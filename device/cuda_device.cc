@@ -15,7 +15,7 @@
 #include "common/status_macros.h"
 #include "device/cuda_kernels.h"
 
-namespace pst::worker {
+namespace pst::device {
 namespace {
 
 // cuBLAS's workspace, taken from the device's own budget (cuBLAS would
@@ -370,4 +370,4 @@ absl::Status ResetCudaGpu(const std::string& pci_bus_id) {
   return absl::OkStatus();
 }
 
-}  // namespace pst::worker
+}  // namespace pst::device

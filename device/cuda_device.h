@@ -22,7 +22,7 @@
 #include "device/device.h"
 #include "device/device_mapping.h"
 
-namespace pst::worker {
+namespace pst::device {
 
 // Whether this binary was built with the CUDA backend.
 bool CudaBackendBuilt();
@@ -44,6 +44,6 @@ absl::StatusOr<std::unique_ptr<Device>> NewCudaDevice(const LogicalDeviceSpec& s
 // REQUIRES: no Device on that GPU is alive.
 absl::Status ResetCudaGpu(const std::string& pci_bus_id);
 
-}  // namespace pst::worker
+}  // namespace pst::device
 
 #endif  // PST_DEVICE_CUDA_DEVICE_H_

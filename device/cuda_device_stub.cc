@@ -1,7 +1,7 @@
 // The CUDA backend's entry points in a build without a CUDA compiler.
 #include "device/cuda_device.h"
 
-namespace pst::worker {
+namespace pst::device {
 namespace {
 constexpr char kNotBuilt[] = "this binary was built without CUDA (no nvcc at configure time)";
 }  // namespace
@@ -18,4 +18,4 @@ absl::StatusOr<std::unique_ptr<Device>> NewCudaDevice(const LogicalDeviceSpec&) 
 
 absl::Status ResetCudaGpu(const std::string&) { return absl::OkStatus(); }
 
-}  // namespace pst::worker
+}  // namespace pst::device

@@ -7,7 +7,7 @@
 
 #include "device/cuda_kernels.h"
 
-namespace pst::worker::cuda {
+namespace pst::device::cuda {
 namespace {
 
 constexpr int kThreads = 256;
@@ -213,4 +213,4 @@ cudaError_t Fill(int64_t n, float value, float* x, cudaStream_t stream) {
   return cudaGetLastError();
 }
 
-}  // namespace pst::worker::cuda
+}  // namespace pst::device::cuda

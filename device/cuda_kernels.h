@@ -10,7 +10,7 @@
 
 #include <cstdint>
 
-namespace pst::worker::cuda {
+namespace pst::device::cuda {
 
 cudaError_t BiasAdd(int rows, int cols, const float* bias, float* x, cudaStream_t stream);
 cudaError_t Relu(int64_t n, float* x, cudaStream_t stream);
@@ -26,6 +26,6 @@ cudaError_t ScatterAddRows(int n, int dim, const float* grad, int group, int gra
                            const int32_t* index, float* table, cudaStream_t stream);
 cudaError_t Fill(int64_t n, float value, float* x, cudaStream_t stream);
 
-}  // namespace pst::worker::cuda
+}  // namespace pst::device::cuda
 
 #endif  // PST_DEVICE_CUDA_KERNELS_H_

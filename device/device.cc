@@ -6,7 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 
-namespace pst::worker {
+namespace pst::device {
 
 DeviceBuffer::DeviceBuffer(DeviceBuffer&& other) noexcept
     : allocator_(std::exchange(other.allocator_, nullptr)),
@@ -101,4 +101,4 @@ absl::Status CheckGatherArgs(const char* op, int n, int dim, int group, int stri
   return absl::OkStatus();
 }
 
-}  // namespace pst::worker
+}  // namespace pst::device

@@ -33,7 +33,7 @@
 #include "absl/status/statusor.h"
 #include "device/device_allocator.h"
 
-namespace pst::worker {
+namespace pst::device {
 
 enum class DeviceType { kCpu, kGpu };
 
@@ -200,6 +200,6 @@ absl::Status CheckGemmArgs(bool trans_a, bool trans_b, int m, int n, int k, int 
                            int ldc);
 absl::Status CheckGatherArgs(const char* op, int n, int dim, int group, int stride);
 
-}  // namespace pst::worker
+}  // namespace pst::device
 
 #endif  // PST_DEVICE_DEVICE_H_

@@ -12,7 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 
-namespace pst::worker {
+namespace pst::device {
 namespace {
 
 constexpr size_t kSmallGranule = 512;
@@ -206,4 +206,4 @@ absl::StatusOr<int64_t> LogicalDeviceBudget(const GpuMemoryPolicy& policy, int64
   return absl::InternalError("unknown GpuMemoryPolicy kind");
 }
 
-}  // namespace pst::worker
+}  // namespace pst::device

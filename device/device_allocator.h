@@ -26,7 +26,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 
-namespace pst::worker {
+namespace pst::device {
 
 // Where the memory really comes from.
 // Thread-safety: called under the CachingAllocator's lock, one call at a time.
@@ -124,6 +124,6 @@ absl::StatusOr<int64_t> LogicalDeviceBudget(const GpuMemoryPolicy& policy, int64
 // "1.50 GiB (1610612736 bytes)"-style text for messages.
 std::string HumanBytes(int64_t bytes);
 
-}  // namespace pst::worker
+}  // namespace pst::device
 
 #endif  // PST_DEVICE_DEVICE_ALLOCATOR_H_

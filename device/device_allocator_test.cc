@@ -11,7 +11,7 @@
 #include "absl/strings/match.h"
 #include "gtest/gtest.h"
 
-namespace pst::worker {
+namespace pst::device {
 namespace {
 
 // A backing allocator that counts what it hands out and can be made to fail
@@ -208,4 +208,4 @@ TEST(GpuMemoryPolicyTest, LogicalDeviceBudget_SplitsAmongVirtualDevices) {
 }
 
 }  // namespace
-}  // namespace pst::worker
+}  // namespace pst::device

@@ -18,7 +18,7 @@
 #include "device/cpu_device.h"
 #include "device/cuda_device.h"
 
-namespace pst::worker {
+namespace pst::device {
 namespace {
 
 // ---- NVML, declared here (no nvml.h needed) and loaded with dlopen. These
@@ -437,4 +437,4 @@ absl::StatusOr<std::unique_ptr<DeviceSet>> DeviceSet::Create(std::vector<Logical
   return set;
 }
 
-}  // namespace pst::worker
+}  // namespace pst::device

@@ -35,7 +35,7 @@
 #include "device/device.h"
 #include "device/device_allocator.h"
 
-namespace pst::worker {
+namespace pst::device {
 
 struct GpuInfo {
   int index = 0;           // physical index (nvidia-smi order)
@@ -139,6 +139,6 @@ class DeviceSet {
   std::vector<std::unique_ptr<Device>> devices_;
 };
 
-}  // namespace pst::worker
+}  // namespace pst::device
 
 #endif  // PST_DEVICE_DEVICE_MAPPING_H_

@@ -8,7 +8,7 @@
 #include "absl/strings/match.h"
 #include "gtest/gtest.h"
 
-namespace pst::worker {
+namespace pst::device {
 namespace {
 
 constexpr int64_t kGiB = int64_t{1} << 30;
@@ -239,4 +239,4 @@ TEST(DiscoverGpusTest, NeverFails_NoteWhenEmpty) {
 }
 
 }  // namespace
-}  // namespace pst::worker
+}  // namespace pst::device

@@ -11,14 +11,14 @@
 
 namespace pst::worker {
 
-inline DeviceOptions DeviceOptionsFromFlags() {
-  DeviceOptions options;
+inline device::DeviceOptions DeviceOptionsFromFlags() {
+  device::DeviceOptions options;
   options.device = absl::GetFlag(FLAGS_device);
   options.gpus = absl::GetFlag(FLAGS_gpus);
   options.gpu_memory = absl::GetFlag(FLAGS_gpu_memory);
   options.virtual_devices = absl::GetFlag(FLAGS_virtual_devices);
   options.cpu_devices = absl::GetFlag(FLAGS_cpu_devices);
-  return DeviceOptionsWithEnvironment(options);
+  return device::DeviceOptionsWithEnvironment(options);
 }
 
 }  // namespace pst::worker

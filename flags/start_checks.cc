@@ -73,12 +73,12 @@ absl::Status CheckReplicasToAggregate(const proto::TrainingConfig& training, int
 }
 
 absl::Status CheckDevices() {
-  const worker::DeviceOptions options = worker::DeviceOptionsFromFlags();
+  const device::DeviceOptions options = worker::DeviceOptionsFromFlags();
   // The CPU needs no GPU listing (which loads the driver's libraries).
-  const worker::GpuInventory inventory = absl::AsciiStrToLower(options.device) == "cpu"
-                                             ? worker::GpuInventory()
-                                             : worker::DiscoverGpus();
-  absl::Status status = worker::PlanDevices(options, inventory).status();
+  const device::GpuInventory inventory = absl::AsciiStrToLower(options.device) == "cpu"
+                                             ? device::GpuInventory()
+                                             : device::DiscoverGpus();
+  absl::Status status = device::PlanDevices(options, inventory).status();
   if (status.ok() || status.code() != absl::StatusCode::kFailedPrecondition) return status;
   return absl::FailedPreconditionError(
       absl::StrCat(status.message(),

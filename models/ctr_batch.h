@@ -25,14 +25,16 @@ struct CtrBatchData {
   Values rows;  // [deep rows, wide rows] of the unique ids
 
   // Gathers examples[0..n) of `data` and deduplicates their ids.
-  void Gather(const CtrDataset& data, const int64_t* examples, int64_t n) {
-    dense.resize(n * kCriteoDense);
+  void Gather(const data::CtrDataset& data, const int64_t* examples, int64_t n) {
+    dense.resize(n * data::kCriteoDense);
     labels.resize(n);
-    ids.resize(n * kCriteoFields);
+    ids.resize(n * data::kCriteoFields);
     for (int64_t k = 0; k < n; ++k) {
       const int64_t e = examples[k];
-      std::copy_n(&data.dense[e * kCriteoDense], kCriteoDense, &dense[k * kCriteoDense]);
-      std::copy_n(&data.ids[e * kCriteoFields], kCriteoFields, &ids[k * kCriteoFields]);
+      std::copy_n(&data.dense[e * data::kCriteoDense], data::kCriteoDense,
+                  &dense[k * data::kCriteoDense]);
+      std::copy_n(&data.ids[e * data::kCriteoFields], data::kCriteoFields,
+                  &ids[k * data::kCriteoFields]);
       labels[k] = data.labels[e];
     }
     UniqueIds(ids.data(), static_cast<int64_t>(ids.size()), &unique, &slot);

@@ -59,7 +59,7 @@ double RowCrossEntropy(const float* z, int num_classes, int label) {
 
 }  // namespace
 
-DeviceMlp::DeviceMlp(MlpConfig config, Device* device)
+DeviceMlp::DeviceMlp(MlpConfig config, device::Device* device)
     : config_(std::move(config)),
       specs_(MlpParamSpecs(config_)),
       dims_(LayerDims(config_)),
@@ -128,9 +128,9 @@ absl::StatusOr<double> DeviceMlp::ScaledLossSumAndGradients(const ParamSet& para
 }
 
 absl::Status DeviceMlp::Stage(int slot, const float* x, const int32_t* labels, int batch) {
-  if (slot < 0 || slot >= Device::kCopySlots) {
-    return absl::InvalidArgumentError(absl::StrCat("staging slot ", slot, " outside [0, ",
-                                                   Device::kCopySlots, ")"));
+  if (slot < 0 || slot >= device::Device::kCopySlots) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("staging slot ", slot, " outside [0, ", device::Device::kCopySlots, ")"));
   }
   if (batch < 0) return absl::InvalidArgumentError(absl::StrCat("batch must be >= 0, got ", batch));
   staged_batch_[slot] = 0;
@@ -257,9 +257,9 @@ absl::StatusOr<Mlp::Eval> DeviceMlp::Evaluate(const ParamSet& params, const floa
   return eval;
 }
 
-MirroredMlp::MirroredMlp(MlpConfig config, std::vector<Device*> devices)
+MirroredMlp::MirroredMlp(MlpConfig config, std::vector<device::Device*> devices)
     : config_(std::move(config)), specs_(MlpParamSpecs(config_)) {
-  for (Device* d : devices) replicas_.push_back(std::make_unique<DeviceMlp>(config_, d));
+  for (device::Device* d : devices) replicas_.push_back(std::make_unique<DeviceMlp>(config_, d));
   replica_grads_.resize(replicas_.size());
 }
 
@@ -286,9 +286,9 @@ absl::StatusOr<float> MirroredMlp::LossAndGradients(const ParamSet& params, cons
 }
 
 absl::Status MirroredMlp::Stage(int slot, const float* x, const int32_t* labels, int batch) {
-  if (slot < 0 || slot >= Device::kCopySlots) {
-    return absl::InvalidArgumentError(absl::StrCat("staging slot ", slot, " outside [0, ",
-                                                   Device::kCopySlots, ")"));
+  if (slot < 0 || slot >= device::Device::kCopySlots) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("staging slot ", slot, " outside [0, ", device::Device::kCopySlots, ")"));
   }
   staged_batch_[slot] = 0;
   PST_RETURN_IF_ERROR(CheckArgs(config_, specs_, {}, x, labels, batch, /*check_params=*/false));
@@ -305,7 +305,7 @@ absl::Status MirroredMlp::Stage(int slot, const float* x, const int32_t* labels,
 
 absl::StatusOr<float> MirroredMlp::LossAndGradientsStaged(int slot, const ParamSet& params,
                                                           ParamSet* grads) {
-  if (slot < 0 || slot >= Device::kCopySlots || staged_batch_[slot] <= 0) {
+  if (slot < 0 || slot >= device::Device::kCopySlots || staged_batch_[slot] <= 0) {
     return absl::FailedPreconditionError(absl::StrCat("no batch staged in slot ", slot));
   }
   PST_RETURN_IF_ERROR(CheckParamSizes(specs_, params));
@@ -357,10 +357,10 @@ absl::StatusOr<float> MirroredMlp::SumOverReplicas(
 }
 
 std::vector<std::string> DevicePlacementLines(
-    absl::string_view job_prefix, const std::vector<const Device*>& devices,
+    absl::string_view job_prefix, const std::vector<const device::Device*>& devices,
     const std::function<void(const PlacementOp&)>& replica_ops) {
   std::vector<std::string> lines;
-  for (const Device* device : devices) {
+  for (const device::Device* device : devices) {
     const std::string where = absl::StrCat(job_prefix, "/device:", device->name());
     replica_ops([&](const std::string& name, const char* type) {
       lines.push_back(absl::StrCat(name, ": (", type, "): ", where));
@@ -373,7 +373,7 @@ std::vector<std::string> DevicePlacementLines(
 }
 
 std::vector<std::string> MirroredMlp::DevicePlacement(absl::string_view job_prefix) const {
-  std::vector<const Device*> devices;
+  std::vector<const device::Device*> devices;
   for (const auto& replica : replicas_) devices.push_back(replica->device());
   const size_t num_layers = config_.hidden.size() + 1;
   return DevicePlacementLines(job_prefix, devices, [&](const PlacementOp& op) {

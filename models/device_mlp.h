@@ -37,10 +37,10 @@ class DeviceMlp {
  public:
   // `device` is not owned and must outlive this model. Buffers are made on
   // first use and grow with the batch; all are freed on destruction.
-  DeviceMlp(MlpConfig config, Device* device);
+  DeviceMlp(MlpConfig config, device::Device* device);
 
   const MlpConfig& config() const { return config_; }
-  Device* device() const { return device_; }
+  device::Device* device() const { return device_; }
 
   // As Mlp::LossAndGradients. Errors: those of Mlp, plus ResourceExhausted
   // when the device's memory budget is too small, and Internal for a device
@@ -93,18 +93,18 @@ class DeviceMlp {
   MlpConfig config_;
   std::vector<ParamSpec> specs_;
   std::vector<int> dims_;  // input, hidden..., classes
-  Device* device_;
-  std::vector<DeviceBuffer> params_;  // per spec
-  std::vector<DeviceBuffer> grads_;   // per spec
-  std::vector<DeviceBuffer> acts_;    // per layer: post-ReLU, logits last
-  std::vector<DeviceBuffer> dacts_;   // per layer: gradient of the pre-activation
-  DeviceBuffer x_;
-  DeviceBuffer labels_;
-  DeviceBuffer row_loss_;
+  device::Device* device_;
+  std::vector<device::DeviceBuffer> params_;  // per spec
+  std::vector<device::DeviceBuffer> grads_;   // per spec
+  std::vector<device::DeviceBuffer> acts_;    // per layer: post-ReLU, logits last
+  std::vector<device::DeviceBuffer> dacts_;   // per layer: gradient of the pre-activation
+  device::DeviceBuffer x_;
+  device::DeviceBuffer labels_;
+  device::DeviceBuffer row_loss_;
   std::vector<float> host_row_loss_;
-  DeviceBuffer staged_x_[Device::kCopySlots];
-  DeviceBuffer staged_labels_[Device::kCopySlots];
-  int staged_batch_[Device::kCopySlots] = {};
+  device::DeviceBuffer staged_x_[device::Device::kCopySlots];
+  device::DeviceBuffer staged_labels_[device::Device::kCopySlots];
+  int staged_batch_[device::Device::kCopySlots] = {};
 };
 
 // For --log_device_placement: for each of `devices`, replica_ops(op) names
@@ -113,14 +113,14 @@ class DeviceMlp {
 // cross-device gradient sum, through host memory.
 using PlacementOp = std::function<void(const std::string& name, const char* type)>;
 std::vector<std::string> DevicePlacementLines(
-    absl::string_view job_prefix, const std::vector<const Device*>& devices,
+    absl::string_view job_prefix, const std::vector<const device::Device*>& devices,
     const std::function<void(const PlacementOp&)>& replica_ops);
 
 class MirroredMlp {
  public:
   // One replica per device; devices are not owned and must outlive this.
   // REQUIRES: !devices.empty().
-  MirroredMlp(MlpConfig config, std::vector<Device*> devices);
+  MirroredMlp(MlpConfig config, std::vector<device::Device*> devices);
 
   const MlpConfig& config() const { return config_; }
   int num_replicas() const { return static_cast<int>(replicas_.size()); }
@@ -162,7 +162,7 @@ class MirroredMlp {
   std::vector<ParamSpec> specs_;
   std::vector<std::unique_ptr<DeviceMlp>> replicas_;
   std::vector<ParamSet> replica_grads_;
-  int staged_batch_[Device::kCopySlots] = {};
+  int staged_batch_[device::Device::kCopySlots] = {};
 };
 
 }  // namespace pst::worker

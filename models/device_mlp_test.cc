@@ -54,7 +54,7 @@ TEST(DeviceMlpTest, LossAndGradients_CpuDevice_MatchesMlp) {
       reference.LossAndGradients(params, batch.x.data(), batch.y.data(), 33, &want);
   ASSERT_TRUE(want_loss.ok());
 
-  std::unique_ptr<Device> device = NewCpuDevice(0);
+  std::unique_ptr<device::Device> device = device::NewCpuDevice(0);
   DeviceMlp model(config, device.get());
   ParamSet got;
   absl::StatusOr<float> loss =
@@ -70,7 +70,7 @@ TEST(DeviceMlpTest, ForwardAndEvaluate_CpuDevice_MatchMlp) {
   const ParamSet params = RandomParams(config, &rng);
   const Batch batch = RandomBatch(config, 2500, &rng);  // three eval chunks
   Mlp reference(config);
-  std::unique_ptr<Device> device = NewCpuDevice(0);
+  std::unique_ptr<device::Device> device = device::NewCpuDevice(0);
   DeviceMlp model(config, device.get());
 
   std::vector<float> want_logits, got_logits;
@@ -90,7 +90,7 @@ TEST(DeviceMlpTest, LossAndGradients_BadArguments_InvalidArgument) {
   std::mt19937 rng(9);
   ParamSet params = RandomParams(config, &rng);
   Batch batch = RandomBatch(config, 4, &rng);
-  std::unique_ptr<Device> device = NewCpuDevice(0);
+  std::unique_ptr<device::Device> device = device::NewCpuDevice(0);
   DeviceMlp model(config, device.get());
   ParamSet grads;
   batch.y[2] = config.num_classes;
@@ -109,7 +109,7 @@ TEST(DeviceMlpTest, LossAndGradients_BudgetTooSmall_ResourceExhausted) {
   std::mt19937 rng(10);
   const ParamSet params = RandomParams(config, &rng);
   const Batch batch = RandomBatch(config, 4000, &rng);
-  std::unique_ptr<Device> device = NewCpuDevice(0, 256 << 10);
+  std::unique_ptr<device::Device> device = device::NewCpuDevice(0, 256 << 10);
   DeviceMlp model(config, device.get());
   ParamSet grads;
   absl::StatusOr<float> r =
@@ -126,13 +126,14 @@ TEST(MirroredMlpTest, ShardSizes_EvenSplitFirstShardsLarger) {
 }
 
 // The --cpu_devices=2 path, built as the worker builds it.
-std::unique_ptr<DeviceSet> CpuDevices(int n) {
-  DeviceOptions options;
+std::unique_ptr<device::DeviceSet> CpuDevices(int n) {
+  device::DeviceOptions options;
   options.device = "cpu";
   options.cpu_devices = n;
-  absl::StatusOr<std::vector<LogicalDeviceSpec>> specs = PlanDevices(options, GpuInventory());
+  absl::StatusOr<std::vector<device::LogicalDeviceSpec>> specs =
+      device::PlanDevices(options, device::GpuInventory());
   EXPECT_TRUE(specs.ok());
-  absl::StatusOr<std::unique_ptr<DeviceSet>> set = DeviceSet::Create(*specs);
+  absl::StatusOr<std::unique_ptr<device::DeviceSet>> set = device::DeviceSet::Create(*specs);
   EXPECT_TRUE(set.ok());
   return std::move(*set);
 }
@@ -144,8 +145,8 @@ TEST(MirroredMlpTest, TwoCpuDevices_SameGradientsAsOneDeviceWithWholeBatch) {
   for (int batch_size : {64, 7, 1}) {
     SCOPED_TRACE(batch_size);
     const Batch batch = RandomBatch(config, batch_size, &rng);
-    std::unique_ptr<DeviceSet> one = CpuDevices(1);
-    std::unique_ptr<DeviceSet> two = CpuDevices(2);
+    std::unique_ptr<device::DeviceSet> one = CpuDevices(1);
+    std::unique_ptr<device::DeviceSet> two = CpuDevices(2);
     MirroredMlp single(config, one->devices());
     MirroredMlp mirrored(config, two->devices());
     ASSERT_EQ(mirrored.num_replicas(), 2);
@@ -165,8 +166,8 @@ TEST(MirroredMlpTest, TwoCpuDevices_SameParametersAfterKSgdSteps) {
   std::mt19937 rng(12);
   ParamSet p_one = RandomParams(config, &rng);
   ParamSet p_two = p_one;
-  std::unique_ptr<DeviceSet> one = CpuDevices(1);
-  std::unique_ptr<DeviceSet> two = CpuDevices(2);
+  std::unique_ptr<device::DeviceSet> one = CpuDevices(1);
+  std::unique_ptr<device::DeviceSet> two = CpuDevices(2);
   MirroredMlp single(config, one->devices());
   MirroredMlp mirrored(config, two->devices());
   Mlp reference(config);
@@ -197,7 +198,7 @@ TEST(MirroredMlpTest, StagedBatches_WhileOtherSlotComputes_MatchUnstaged) {
   const MlpConfig config = SmallConfig();
   std::mt19937 rng(13);
   const ParamSet params = RandomParams(config, &rng);
-  std::unique_ptr<DeviceSet> two = CpuDevices(2);
+  std::unique_ptr<device::DeviceSet> two = CpuDevices(2);
   MirroredMlp staged(config, two->devices());
   MirroredMlp plain(config, two->devices());
   std::vector<Batch> batches;
@@ -230,7 +231,7 @@ TEST(MirroredMlpTest, Stage_BadSlotOrLabel_RejectedAndNothingStaged) {
   const MlpConfig config = SmallConfig();
   std::mt19937 rng(14);
   const ParamSet params = RandomParams(config, &rng);
-  std::unique_ptr<DeviceSet> two = CpuDevices(2);
+  std::unique_ptr<device::DeviceSet> two = CpuDevices(2);
   MirroredMlp mirrored(config, two->devices());
   Batch batch = RandomBatch(config, 4, &rng);
   EXPECT_EQ(mirrored.Stage(2, batch.x.data(), batch.y.data(), 4).code(),
@@ -251,27 +252,27 @@ TEST(DeviceMlpTest, Lifecycle_AllocatorAccountingReturnsToZero) {
   std::mt19937 rng(13);
   const ParamSet params = RandomParams(config, &rng);
   const Batch batch = RandomBatch(config, 100, &rng);
-  std::unique_ptr<DeviceSet> devices = CpuDevices(2);
+  std::unique_ptr<device::DeviceSet> devices = CpuDevices(2);
   {
     MirroredMlp model(config, devices->devices());
     ParamSet grads;
     ASSERT_TRUE(model.LossAndGradients(params, batch.x.data(), batch.y.data(), 100, &grads).ok());
     std::vector<int64_t> raw_after_first;
-    for (Device* d : devices->devices()) {
+    for (device::Device* d : devices->devices()) {
       raw_after_first.push_back(d->memory_stats().num_raw_allocs);
     }
     for (int i = 0; i < 3; ++i) {
       ASSERT_TRUE(model.LossAndGradients(params, batch.x.data(), batch.y.data(), 100, &grads).ok());
     }
     for (int i = 0; i < devices->size(); ++i) {
-      const MemoryStats s = devices->device(i)->memory_stats();
+      const device::MemoryStats s = devices->device(i)->memory_stats();
       EXPECT_GT(s.bytes_in_use, 0);
       // Steady state: later steps allocate nothing new.
       EXPECT_EQ(s.num_raw_allocs, raw_after_first[i]);
     }
     ASSERT_TRUE(model.Evaluate(params, batch.x.data(), batch.y.data(), 100).ok());
   }
-  for (Device* d : devices->devices()) {
+  for (device::Device* d : devices->devices()) {
     EXPECT_EQ(d->memory_stats().bytes_in_use, 0) << d->name();
     EXPECT_EQ(d->memory_stats().num_live_blocks, 0) << d->name();
     d->ReleaseCachedMemory();
@@ -280,7 +281,7 @@ TEST(DeviceMlpTest, Lifecycle_AllocatorAccountingReturnsToZero) {
 }
 
 TEST(MirroredMlpTest, DevicePlacement_NamesEveryCopyAndOpPerDevice) {
-  std::unique_ptr<DeviceSet> devices = CpuDevices(2);
+  std::unique_ptr<device::DeviceSet> devices = CpuDevices(2);
   MirroredMlp model(SmallConfig(), devices->devices());
   const std::vector<std::string> lines = model.DevicePlacement("/job:worker/replica:0/task:3");
   auto has = [&](const std::string& line) {

@@ -29,7 +29,7 @@ absl::Status CheckTrainingArgs(const WideDeepConfig& config, const ParamSet& den
 
 }  // namespace
 
-DeviceWideDeep::DeviceWideDeep(WideDeepConfig config, Device* device)
+DeviceWideDeep::DeviceWideDeep(WideDeepConfig config, device::Device* device)
     : config_(std::move(config)), dims_(WideDeepLayerDims(config_)), device_(device) {
   const size_t num_params = WideDeepDenseSpecs(config_).size();
   params_.resize(num_params);
@@ -39,7 +39,7 @@ DeviceWideDeep::DeviceWideDeep(WideDeepConfig config, Device* device)
 }
 
 absl::Status DeviceWideDeep::Upload(const ParamSet& dense, const CtrBatch& batch, bool labels) {
-  Device& d = *device_;
+  device::Device& d = *device_;
   for (size_t i = 0; i < dense.size(); ++i) {
     const size_t bytes = Floats(static_cast<int64_t>(dense[i].size()));
     PST_RETURN_IF_ERROR(d.EnsureCapacity(&params_[i], bytes));
@@ -51,7 +51,7 @@ absl::Status DeviceWideDeep::Upload(const ParamSet& dense, const CtrBatch& batch
   const int64_t dim = config_.embedding_dim;
   const int64_t unique = batch.num_unique;
   // Every buffer gets at least one element, so that none is null.
-  auto reserve = [&](DeviceBuffer* b, size_t bytes) {
+  auto reserve = [&](device::DeviceBuffer* b, size_t bytes) {
     return d.EnsureCapacity(b, std::max<size_t>(bytes, sizeof(float)));
   };
   PST_RETURN_IF_ERROR(reserve(&emb_, Floats(size * fields * dim)));
@@ -84,7 +84,7 @@ absl::Status DeviceWideDeep::Upload(const ParamSet& dense, const CtrBatch& batch
 }
 
 absl::Status DeviceWideDeep::Forward(int size) {
-  Device& d = *device_;
+  device::Device& d = *device_;
   const int fields = config_.num_fields;
   const int emb_width = fields * config_.embedding_dim;
   const int num_dense = config_.num_dense;
@@ -132,7 +132,7 @@ absl::Status DeviceWideDeep::Forward(int size) {
 absl::StatusOr<double> DeviceWideDeep::ScaledLossSumAndGradients(
     const ParamSet& dense, const CtrBatch& batch, float grad_scale, ParamSet* dense_grads,
     std::vector<float>* deep_row_grads, std::vector<float>* wide_row_grads) {
-  Device& d = *device_;
+  device::Device& d = *device_;
   const int size = batch.size;
   const int fields = config_.num_fields;
   const int dim = config_.embedding_dim;
@@ -233,9 +233,10 @@ absl::Status DeviceWideDeep::Predict(const ParamSet& dense, const CtrBatch& batc
   return absl::OkStatus();
 }
 
-MirroredWideDeep::MirroredWideDeep(WideDeepConfig config, std::vector<Device*> devices)
+MirroredWideDeep::MirroredWideDeep(WideDeepConfig config, std::vector<device::Device*> devices)
     : config_(std::move(config)) {
-  for (Device* d : devices) replicas_.push_back(std::make_unique<DeviceWideDeep>(config_, d));
+  for (device::Device* d : devices)
+    replicas_.push_back(std::make_unique<DeviceWideDeep>(config_, d));
   replica_grads_.resize(replicas_.size());
 }
 
@@ -298,7 +299,7 @@ absl::Status MirroredWideDeep::Predict(const ParamSet& dense, const CtrBatch& ba
 }
 
 std::vector<std::string> MirroredWideDeep::DevicePlacement(absl::string_view job_prefix) const {
-  std::vector<const Device*> devices;
+  std::vector<const device::Device*> devices;
   for (const auto& replica : replicas_) devices.push_back(replica->device());
   const std::vector<ParamSpec> specs = WideDeepDenseSpecs(config_);
   const size_t num_layers = config_.hidden.size() + 1;

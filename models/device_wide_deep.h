@@ -39,9 +39,9 @@ namespace pst::worker {
 class DeviceWideDeep {
  public:
   // `device` is not owned and must outlive this model.
-  DeviceWideDeep(WideDeepConfig config, Device* device);
+  DeviceWideDeep(WideDeepConfig config, device::Device* device);
 
-  Device* device() const { return device_; }
+  device::Device* device() const { return device_; }
 
   // As WideDeep::LossAndGradients. Errors: those of WideDeep, plus
   // ResourceExhausted when the device's budget is too small and Internal
@@ -68,17 +68,17 @@ class DeviceWideDeep {
 
   WideDeepConfig config_;
   std::vector<int> dims_;  // deep layer widths, 1 last
-  Device* device_;
-  std::vector<DeviceBuffer> params_, grads_;
-  std::vector<DeviceBuffer> acts_, dacts_;  // per deep layer
-  DeviceBuffer emb_, demb_;                 // [size, F*D]: gathered deep rows, their gradient
-  DeviceBuffer dense_x_;                    // [size, num_dense]
-  DeviceBuffer slot_;                       // [size, F]
-  DeviceBuffer labels_, row_loss_;          // [size]
-  DeviceBuffer wide_;                       // [size, F]: gathered wide values, then gradients
-  DeviceBuffer ones_;                       // [max(F, 1)]
-  DeviceBuffer deep_rows_, deep_row_grads_;  // [U, D]
-  DeviceBuffer wide_rows_, wide_row_grads_;  // [U]
+  device::Device* device_;
+  std::vector<device::DeviceBuffer> params_, grads_;
+  std::vector<device::DeviceBuffer> acts_, dacts_;  // per deep layer
+  device::DeviceBuffer emb_, demb_;         // [size, F*D]: gathered deep rows, their gradient
+  device::DeviceBuffer dense_x_;            // [size, num_dense]
+  device::DeviceBuffer slot_;               // [size, F]
+  device::DeviceBuffer labels_, row_loss_;  // [size]
+  device::DeviceBuffer wide_;               // [size, F]: gathered wide values, then gradients
+  device::DeviceBuffer ones_;               // [max(F, 1)]
+  device::DeviceBuffer deep_rows_, deep_row_grads_;  // [U, D]
+  device::DeviceBuffer wide_rows_, wide_row_grads_;  // [U]
   std::vector<float> host_row_loss_;
 };
 
@@ -86,7 +86,7 @@ class MirroredWideDeep {
  public:
   // One replica per device; devices are not owned and must outlive this.
   // REQUIRES: !devices.empty().
-  MirroredWideDeep(WideDeepConfig config, std::vector<Device*> devices);
+  MirroredWideDeep(WideDeepConfig config, std::vector<device::Device*> devices);
 
   int num_replicas() const { return static_cast<int>(replicas_.size()); }
 

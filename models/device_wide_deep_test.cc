@@ -71,7 +71,7 @@ TEST(DeviceWideDeepTest, CpuDevice_MatchesWideDeep) {
                                     << " fields, " << config.hidden.size() << " hidden");
     const ParamSet params = RandomParams(config, &rng, 0.2f);
     const RandomBatch batch(config, 37, 23, &rng);
-    std::unique_ptr<Device> cpu = NewCpuDevice(0);
+    std::unique_ptr<device::Device> cpu = device::NewCpuDevice(0);
     WideDeep reference(config);
     DeviceWideDeep model(config, cpu.get());
     const Grads want = Compute(&reference, params, batch.View());
@@ -89,8 +89,8 @@ TEST(MirroredWideDeepTest, TwoCpuDevices_SameGradientsAsOneDevice) {
   const WideDeepConfig config = SmallConfig();
   std::mt19937 rng(22);
   const ParamSet params = RandomParams(config, &rng, 0.2f);
-  std::unique_ptr<Device> a = NewCpuDevice(0);
-  std::unique_ptr<Device> b = NewCpuDevice(1);
+  std::unique_ptr<device::Device> a = device::NewCpuDevice(0);
+  std::unique_ptr<device::Device> b = device::NewCpuDevice(1);
   MirroredWideDeep one(config, {a.get()});
   MirroredWideDeep two(config, {a.get(), b.get()});
   WideDeep reference(config);
@@ -112,7 +112,7 @@ TEST(DeviceWideDeepTest, BadInputs_InvalidArgumentAndNoGradients) {
   const WideDeepConfig config = SmallConfig();
   std::mt19937 rng(23);
   const ParamSet params = RandomParams(config, &rng, 0.2f);
-  std::unique_ptr<Device> cpu = NewCpuDevice(0);
+  std::unique_ptr<device::Device> cpu = device::NewCpuDevice(0);
   MirroredWideDeep model(config, {cpu.get()});
   RandomBatch batch(config, 4, 5, &rng);
   Grads g;
@@ -138,7 +138,7 @@ TEST(DeviceWideDeepTest, BudgetTooSmall_ResourceExhaustedNamingTheBudget) {
   const WideDeepConfig config = SmallConfig();
   std::mt19937 rng(24);
   const ParamSet params = RandomParams(config, &rng, 0.2f);
-  std::unique_ptr<Device> cpu = NewCpuDevice(0, 4096);
+  std::unique_ptr<device::Device> cpu = device::NewCpuDevice(0, 4096);
   DeviceWideDeep model(config, cpu.get());
   const RandomBatch batch(config, 256, 50, &rng);
   Grads g;

@@ -36,7 +36,7 @@ constexpr char kWeights[] = "logreg/weights";
 constexpr char kBias[] = "logreg/bias";
 
 struct LibsvmData : ModelData {
-  LibsvmDataset data;
+  data::LibsvmDataset data;
   int64_t size() const override { return data.size; }
 };
 
@@ -49,7 +49,7 @@ struct SparseBatch {
   std::vector<int64_t> offsets;  // [n + 1] into ids/values
   Values rows;                   // [unique, 1] once pulled
 
-  void Gather(const LibsvmDataset& data, const int64_t* examples, int64_t n) {
+  void Gather(const data::LibsvmDataset& data, const int64_t* examples, int64_t n) {
     ids.clear();
     values.clear();
     labels.resize(n);
@@ -87,17 +87,19 @@ class Logreg : public Model {
   bool reads_data_file() const override { return true; }
 
   absl::StatusOr<std::string> PrepareData(const std::string& data) const override {
-    PST_ASSIGN_OR_RETURN(auto settings, ParseGenerateSpec(data, {"rows", "features", "seed"}));
+    PST_ASSIGN_OR_RETURN(auto settings,
+                         data::ParseGenerateSpec(data, {"rows", "features", "seed"}));
     if (!settings.has_value()) return data;
-    SyntheticLibsvmConfig config;
+    data::SyntheticLibsvmConfig config;
     if (settings->contains("rows")) config.rows = settings->at("rows");
     if (settings->contains("features")) config.features = settings->at("features");
     if (settings->contains("seed")) config.seed = static_cast<uint64_t>(settings->at("seed"));
-    return GenerateOnce(
+    return data::GenerateOnce(
         absl::StrCat("pstrain_libsvm_r", config.rows, "_f", config.features, "_s", config.seed,
                      ".svm"),
         [&](const std::string& partial) -> absl::StatusOr<std::string> {
-          PST_ASSIGN_OR_RETURN(SyntheticLibsvmStats stats, WriteSyntheticLibsvm(partial, config));
+          PST_ASSIGN_OR_RETURN(data::SyntheticLibsvmStats stats,
+                               data::WriteSyntheticLibsvm(partial, config));
           return absl::StrFormat(
               "%d rows, %.1f%% positive, best achievable AUC %.4f (%.4f on the last 10%%)",
               stats.rows, 100 * stats.positive_rate, stats.best_auc, stats.best_auc_tail);
@@ -133,8 +135,8 @@ class Logreg : public Model {
                                                   const std::string& data_dir, bool held_out,
                                                   int shard, int num_shards) const override {
     auto loaded = std::make_unique<LibsvmData>();
-    PST_ASSIGN_OR_RETURN(
-        loaded->data, LoadLibsvmSplit(training, training.buckets(), held_out, shard, num_shards));
+    PST_ASSIGN_OR_RETURN(loaded->data, data::LoadLibsvmSplit(training, training.buckets(), held_out,
+                                                             shard, num_shards));
     return loaded;
   }
 

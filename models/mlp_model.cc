@@ -15,7 +15,7 @@ namespace pst::worker {
 namespace {
 
 struct MnistData : ModelData {
-  Dataset data;
+  data::Dataset data;
   int64_t size() const override { return data.num_examples; }
 };
 
@@ -33,16 +33,17 @@ class Mlp784 : public Model {
   absl::StatusOr<std::unique_ptr<ModelData>> Load(const proto::TrainingConfig& training,
                                                   const std::string& data_dir, bool held_out,
                                                   int shard, int num_shards) const override {
-    PST_ASSIGN_OR_RETURN(Dataset all,
-                         LoadFashionMnist(data_dir, held_out ? Split::kTest : Split::kTrain));
+    PST_ASSIGN_OR_RETURN(
+        data::Dataset all,
+        data::LoadFashionMnist(data_dir, held_out ? data::Split::kTest : data::Split::kTrain));
     auto loaded = std::make_unique<MnistData>();
-    loaded->data = held_out ? std::move(all) : ShardDataset(all, shard, num_shards);
+    loaded->data = held_out ? std::move(all) : data::ShardDataset(all, shard, num_shards);
     return loaded;
   }
 
   int64_t CountTrainingExamples(const proto::TrainingConfig& training,
                                 const std::string& data_dir) const override {
-    absl::StatusOr<int> count = CountFashionMnist(data_dir, Split::kTrain);
+    absl::StatusOr<int> count = data::CountFashionMnist(data_dir, data::Split::kTrain);
     return count.ok() ? *count : 0;
   }
 
@@ -92,7 +93,7 @@ absl::StatusOr<MlpConfig> MlpConfigFor(const proto::TrainingConfig& training) {
   return config;
 }
 
-absl::StatusOr<int64_t> TrainMlp(const proto::TrainingConfig& training, const Dataset& data,
+absl::StatusOr<int64_t> TrainMlp(const proto::TrainingConfig& training, const data::Dataset& data,
                                  uint64_t shuffle_seed, PsClient* ps, const LoopControl& control) {
   PST_ASSIGN_OR_RETURN(MlpConfig config, MlpConfigFor(training));
   const bool sync = training.sync().mode() == proto::SYNC;
@@ -101,7 +102,7 @@ absl::StatusOr<int64_t> TrainMlp(const proto::TrainingConfig& training, const Da
   // into device buffers, every step (about 15% slower on the CPU). Any
   // other set of devices: MirroredMlp.
   const bool host_only = HostOnly(control.devices);
-  std::vector<Device*> devices = control.devices;
+  std::vector<device::Device*> devices = control.devices;
   if (devices.empty()) devices.push_back(DefaultCpuDevice());
   std::optional<Mlp> host_model;
   std::optional<MirroredMlp> mirrored;
@@ -134,7 +135,7 @@ absl::StatusOr<int64_t> TrainMlp(const proto::TrainingConfig& training, const Da
   // and queues its copy to the devices (MirroredMlp::Stage), alternating
   // between two staging slots. An epoch's first batch is staged in line.
   struct Staging {
-    HostBuffer x[Device::kCopySlots], y[Device::kCopySlots];
+    device::HostBuffer x[device::Device::kCopySlots], y[device::Device::kCopySlots];
     int epoch = -1;
     int64_t first = -1;  // the batch staged in `slot`, or -1
     int slot = 0;
@@ -142,7 +143,7 @@ absl::StatusOr<int64_t> TrainMlp(const proto::TrainingConfig& training, const Da
   } staging;
   std::optional<Background> prefetcher;
   if (!host_only) {
-    for (int s = 0; s < Device::kCopySlots; ++s) {
+    for (int s = 0; s < device::Device::kCopySlots; ++s) {
       PST_ASSIGN_OR_RETURN(staging.x[s], devices[0]->AllocateHost(x.size() * sizeof(float)));
       PST_ASSIGN_OR_RETURN(staging.y[s], devices[0]->AllocateHost(y.size() * sizeof(int32_t)));
     }

@@ -25,7 +25,7 @@ absl::StatusOr<MlpConfig> MlpConfigFor(const proto::TrainingConfig& training);
 // The MLP's training loop over `data` (see Model::Train). With
 // training.overlap() in ASYNC mode, batch b's gradients are computed while
 // the push+pull of batch b-1 is in flight.
-absl::StatusOr<int64_t> TrainMlp(const proto::TrainingConfig& training, const Dataset& data,
+absl::StatusOr<int64_t> TrainMlp(const proto::TrainingConfig& training, const data::Dataset& data,
                                  uint64_t shuffle_seed, PsClient* ps, const LoopControl& control);
 
 }  // namespace pst::worker

@@ -4,12 +4,12 @@
 
 namespace pst::worker {
 
-bool HostOnly(const std::vector<Device*>& devices) {
-  return devices.empty() || (devices.size() == 1 && devices[0]->type() == DeviceType::kCpu);
+bool HostOnly(const std::vector<device::Device*>& devices) {
+  return devices.empty() || (devices.size() == 1 && devices[0]->type() == device::DeviceType::kCpu);
 }
 
-Device* DefaultCpuDevice() {
-  static Device* const device = NewCpuDevice(0).release();
+device::Device* DefaultCpuDevice() {
+  static device::Device* const device = device::NewCpuDevice(0).release();
   return device;
 }
 

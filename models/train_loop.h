@@ -48,7 +48,7 @@ struct LoopControl {
   absl::Duration step_delay = absl::ZeroDuration();
   // The logical devices the model computes on (not owned; each batch is
   // split across them and their gradients summed). Empty: one CPU device.
-  std::vector<Device*> devices;
+  std::vector<device::Device*> devices;
   bool log_device_placement = false;
   // Accumulates the step times when set (not owned).
   StepTimes* times = nullptr;
@@ -103,11 +103,11 @@ absl::Status ForEachBatch(const proto::TrainingConfig& training, int64_t num_exa
 
 // Whether a model runs as the reference implementation, straight from host
 // memory: on one CPU device (or none given).
-bool HostOnly(const std::vector<Device*>& devices);
+bool HostOnly(const std::vector<device::Device*>& devices);
 
 // "CPU:0", for the placement log of a worker given no devices. Only its
 // allocator is used, which is thread-safe. Never freed.
-Device* DefaultCpuDevice();
+device::Device* DefaultCpuDevice();
 
 }  // namespace pst::worker
 

@@ -19,7 +19,7 @@ namespace pst::worker {
 namespace {
 
 struct CtrData : ModelData {
-  CtrDataset data;
+  data::CtrDataset data;
   int64_t size() const override { return data.size; }
 };
 
@@ -30,19 +30,20 @@ class WideDeepCtr : public Model {
   bool reads_data_file() const override { return true; }
 
   absl::StatusOr<std::string> PrepareData(const std::string& data) const override {
-    PST_ASSIGN_OR_RETURN(auto settings, ParseGenerateSpec(data, {"rows", "vocab", "seed"}));
+    PST_ASSIGN_OR_RETURN(auto settings, data::ParseGenerateSpec(data, {"rows", "vocab", "seed"}));
     if (!settings.has_value()) return data;
-    SyntheticCriteoConfig config;
+    data::SyntheticCriteoConfig config;
     config.rows = 200000;
     config.vocab_per_field = 10000;
     if (settings->contains("rows")) config.rows = settings->at("rows");
     if (settings->contains("vocab")) config.vocab_per_field = settings->at("vocab");
     if (settings->contains("seed")) config.seed = static_cast<uint64_t>(settings->at("seed"));
-    return GenerateOnce(
+    return data::GenerateOnce(
         absl::StrCat("pstrain_criteo_r", config.rows, "_v", config.vocab_per_field, "_s",
                      config.seed, ".tsv"),
         [&](const std::string& partial) -> absl::StatusOr<std::string> {
-          PST_ASSIGN_OR_RETURN(SyntheticCriteoStats stats, WriteSyntheticCriteo(partial, config));
+          PST_ASSIGN_OR_RETURN(data::SyntheticCriteoStats stats,
+                               data::WriteSyntheticCriteo(partial, config));
           return absl::StrFormat("%d rows, %.1f%% positive, best achievable AUC %.4f", stats.rows,
                                  100 * stats.positive_rate, stats.best_auc);
         });
@@ -60,7 +61,7 @@ class WideDeepCtr : public Model {
     PST_ASSIGN_OR_RETURN(WideDeepConfig wd, WideDeepConfigFor(training));
     PST_RETURN_IF_ERROR(CheckConfig(training));
     const int64_t buckets = training.buckets_per_field();
-    const int64_t rows = buckets * kCriteoFields;
+    const int64_t rows = buckets * data::kCriteoFields;
     std::vector<ModelVariable> vars;
     for (const char* name : {kDeepEmbedding, kWideEmbedding}) {
       const bool deep = name == std::string(kDeepEmbedding);
@@ -88,7 +89,7 @@ class WideDeepCtr : public Model {
                                                   const std::string& data_dir, bool held_out,
                                                   int shard, int num_shards) const override {
     auto loaded = std::make_unique<CtrData>();
-    PST_ASSIGN_OR_RETURN(loaded->data, LoadCtrSplit(training, held_out, shard, num_shards));
+    PST_ASSIGN_OR_RETURN(loaded->data, data::LoadCtrSplit(training, held_out, shard, num_shards));
     return loaded;
   }
 
@@ -115,8 +116,8 @@ const Model& WideDeepModel() {
 
 absl::StatusOr<WideDeepConfig> WideDeepConfigFor(const proto::TrainingConfig& training) {
   WideDeepConfig config;
-  config.num_dense = kCriteoDense;
-  config.num_fields = kCriteoFields;
+  config.num_dense = data::kCriteoDense;
+  config.num_fields = data::kCriteoFields;
   config.embedding_dim = training.embedding_dim();
   config.hidden.assign(training.hidden_units().begin(), training.hidden_units().end());
   if (config.embedding_dim < 1) return absl::InvalidArgumentError("embedding_dim must be >= 1");
@@ -126,9 +127,9 @@ absl::StatusOr<WideDeepConfig> WideDeepConfigFor(const proto::TrainingConfig& tr
   return config;
 }
 
-absl::StatusOr<int64_t> TrainWideDeep(const proto::TrainingConfig& training, const CtrDataset& data,
-                                      uint64_t shuffle_seed, PsClient* ps,
-                                      const LoopControl& control) {
+absl::StatusOr<int64_t> TrainWideDeep(const proto::TrainingConfig& training,
+                                      const data::CtrDataset& data, uint64_t shuffle_seed,
+                                      PsClient* ps, const LoopControl& control) {
   PST_ASSIGN_OR_RETURN(WideDeepConfig config, WideDeepConfigFor(training));
   // As TrainMlp: the reference model on one CPU device, MirroredWideDeep
   // on any other set of devices.
@@ -137,7 +138,7 @@ absl::StatusOr<int64_t> TrainWideDeep(const proto::TrainingConfig& training, con
   std::optional<MirroredWideDeep> mirrored;
   if (host_only) host_model.emplace(config);
   if (!host_only || control.log_device_placement) {
-    std::vector<Device*> devices = control.devices;
+    std::vector<device::Device*> devices = control.devices;
     if (devices.empty()) devices.push_back(DefaultCpuDevice());
     mirrored.emplace(config, devices);
   }
@@ -173,7 +174,7 @@ absl::StatusOr<int64_t> TrainWideDeep(const proto::TrainingConfig& training, con
 }
 
 absl::StatusOr<ModelEvaluation> EvaluateWideDeep(const proto::TrainingConfig& training,
-                                                 const CtrDataset& data, PsClient* ps) {
+                                                 const data::CtrDataset& data, PsClient* ps) {
   PST_ASSIGN_OR_RETURN(WideDeepConfig config, WideDeepConfigFor(training));
   WideDeep model(config);
   Values params;

@@ -29,15 +29,15 @@ absl::StatusOr<WideDeepConfig> WideDeepConfigFor(const proto::TrainingConfig& tr
 // The training loop over `data` (see Model::Train): per batch, pull the
 // rows of its unique ids, compute, push the row gradients, then the fused
 // dense push+pull.
-absl::StatusOr<int64_t> TrainWideDeep(const proto::TrainingConfig& training, const CtrDataset& data,
-                                      uint64_t shuffle_seed, PsClient* ps,
-                                      const LoopControl& control);
+absl::StatusOr<int64_t> TrainWideDeep(const proto::TrainingConfig& training,
+                                      const data::CtrDataset& data, uint64_t shuffle_seed,
+                                      PsClient* ps, const LoopControl& control);
 
 // The model of `training`, with the dense variables and the embedding rows
 // pulled from `ps`, scored on every example of `data` (ClassifierEvaluation).
 // Errors: those of the pulls and of the model's checks of its inputs.
 absl::StatusOr<ModelEvaluation> EvaluateWideDeep(const proto::TrainingConfig& training,
-                                                 const CtrDataset& data, PsClient* ps);
+                                                 const data::CtrDataset& data, PsClient* ps);
 
 }  // namespace pst::worker
 

@@ -432,21 +432,21 @@ class LocalTable {
 
 TEST(WideDeepTest, Sgd_ApproachesBestAucOnSyntheticCriteo) {
   const auto started = std::chrono::steady_clock::now();
-  SyntheticCriteoConfig data_config;
+  data::SyntheticCriteoConfig data_config;
   data_config.rows = 60000;
   data_config.vocab_per_field = 100;
   data_config.seed = 5;
   const std::string path = (std::filesystem::path(testing::TempDir()) /
                             absl::StrCat("wide_deep_test_", getpid(), "_synthetic.txt"))
                                .string();
-  absl::StatusOr<SyntheticCriteoStats> stats = WriteSyntheticCriteo(path, data_config);
+  absl::StatusOr<data::SyntheticCriteoStats> stats = data::WriteSyntheticCriteo(path, data_config);
   ASSERT_TRUE(stats.ok()) << stats.status();
-  absl::StatusOr<CtrDataset> train = ReadCriteo(path, CtrFeatureConfig{0});
+  absl::StatusOr<data::CtrDataset> train = data::ReadCriteo(path, data::CtrFeatureConfig{0});
   std::error_code ec;
   std::filesystem::remove(path, ec);
   ASSERT_TRUE(train.ok()) << train.status();
-  CtrDataset held_out;
-  SplitHeldOut(&*train, 0.2, &held_out);
+  data::CtrDataset held_out;
+  data::SplitHeldOut(&*train, 0.2, &held_out);
   ASSERT_EQ(held_out.size, 12000);
 
   WideDeepConfig config;
@@ -471,12 +471,12 @@ TEST(WideDeepTest, Sgd_ApproachesBestAucOnSyntheticCriteo) {
   const int64_t n = train->size;
   for (int step = 0; step < steps; ++step) {
     const int64_t start = (static_cast<int64_t>(step) * batch) % (n - batch);
-    UniqueIds(train->ids.data() + start * kCriteoFields, int64_t{batch} * kCriteoFields, &unique,
-              &slot);
+    UniqueIds(train->ids.data() + start * data::kCriteoFields, int64_t{batch} * data::kCriteoFields,
+              &unique, &slot);
     table.Gather(unique, /*create=*/true, &deep_rows, &wide_rows);
     CtrBatch b;
     b.size = batch;
-    b.dense = train->dense.data() + start * kCriteoDense;
+    b.dense = train->dense.data() + start * data::kCriteoDense;
     b.slot = slot.data();
     b.labels = train->labels.data() + start;
     b.num_unique = static_cast<int>(unique.size());
@@ -491,7 +491,7 @@ TEST(WideDeepTest, Sgd_ApproachesBestAucOnSyntheticCriteo) {
     table.Apply(unique, deep_grads, wide_grads, row_lr);
   }
 
-  UniqueIds(held_out.ids.data(), held_out.size * kCriteoFields, &unique, &slot);
+  UniqueIds(held_out.ids.data(), held_out.size * data::kCriteoFields, &unique, &slot);
   table.Gather(unique, /*create=*/false, &deep_rows, &wide_rows);
   CtrBatch eval;
   eval.size = static_cast<int>(held_out.size);

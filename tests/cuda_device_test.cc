@@ -34,10 +34,14 @@
 namespace pst::worker {
 namespace {
 
+using device::Device;
+using device::DeviceBuffer;
+using device::DeviceSet;
+
 // Why the GPU tests cannot run here, or "" when they can.
 std::string NoGpuReason() {
-  if (!CudaBackendBuilt()) return "built without CUDA";
-  absl::StatusOr<std::vector<GpuInfo>> gpus = ListCudaRuntimeGpus();
+  if (!device::CudaBackendBuilt()) return "built without CUDA";
+  absl::StatusOr<std::vector<device::GpuInfo>> gpus = device::ListCudaRuntimeGpus();
   if (!gpus.ok()) return std::string(gpus.status().message());
   if (gpus->empty()) return "the CUDA runtime lists no GPU";
   return "";
@@ -51,12 +55,13 @@ std::string NoGpuReason() {
 
 std::unique_ptr<DeviceSet> GpuDevices(int virtual_devices, const std::string& gpu_memory,
                                       absl::Status* status = nullptr) {
-  DeviceOptions options = DeviceOptionsWithEnvironment(DeviceOptions());
+  device::DeviceOptions options = device::DeviceOptionsWithEnvironment(device::DeviceOptions());
   options.device = "gpu";
   options.gpus = "";
   options.virtual_devices = virtual_devices;
   options.gpu_memory = gpu_memory;
-  absl::StatusOr<std::vector<LogicalDeviceSpec>> specs = PlanDevices(options, DiscoverGpus());
+  absl::StatusOr<std::vector<device::LogicalDeviceSpec>> specs =
+      device::PlanDevices(options, device::DiscoverGpus());
   if (!specs.ok()) {
     if (status != nullptr) *status = specs.status();
     ADD_FAILURE() << specs.status();
@@ -111,7 +116,7 @@ class CudaOpsTest : public ::testing::Test {
     gpus_ = GpuDevices(1, "growth");
     ASSERT_NE(gpus_, nullptr);
     gpu_ = gpus_->device(0);
-    cpu_ = NewCpuDevice(0);
+    cpu_ = device::NewCpuDevice(0);
   }
   void TearDown() override {
     if (gpu_ != nullptr) {
@@ -310,8 +315,8 @@ TEST(CudaMlpTest, TwoVirtualDevices_MatchOneDeviceWithWholeBatch) {
   ASSERT_NE(gpus, nullptr);
   ASSERT_EQ(gpus->size(), 2);
   EXPECT_EQ(gpus->device(1)->name(), "GPU:1");
-  for (const LogicalDeviceSpec& spec : gpus->specs()) {
-    std::printf("%s\n", DeviceLogLine(spec, "/job:worker/replica:0/task:0").c_str());
+  for (const device::LogicalDeviceSpec& spec : gpus->specs()) {
+    std::printf("%s\n", device::DeviceLogLine(spec, "/job:worker/replica:0/task:0").c_str());
   }
   const MlpConfig config = FashionMlp();
   std::mt19937 rng(6);
@@ -329,7 +334,7 @@ TEST(CudaMlpTest, TwoVirtualDevices_MatchOneDeviceWithWholeBatch) {
   ExpectParamsNear(got, want, 1e-4f);
   // Each virtual device holds its own buffers, within its own budget.
   for (Device* d : gpus->devices()) {
-    const MemoryStats s = d->memory_stats();
+    const device::MemoryStats s = d->memory_stats();
     EXPECT_GT(s.bytes_in_use, 0) << d->name();
     EXPECT_LE(s.peak_bytes_reserved, s.bytes_limit) << d->name();
   }
@@ -348,7 +353,7 @@ TEST(CudaMlpTest, StagedFromPinnedMemory_WhileOtherSlotComputes_MatchUnstaged) {
   MirroredMlp staged(config, gpus->devices());
   MirroredMlp plain(config, gpus->devices());
   constexpr int kMax = 512;
-  HostBuffer x[2], y[2];
+  device::HostBuffer x[2], y[2];
   for (int s = 0; s < 2; ++s) {
     x[s] = *gpus->device(0)->AllocateHost(sizeof(float) * kMax * config.input_dim);
     y[s] = *gpus->device(0)->AllocateHost(sizeof(int32_t) * kMax);
@@ -447,7 +452,7 @@ TEST(CudaMemoryTest, BatchOverBudget_ResourceExhaustedThenSmallerBatchWorks) {
   EXPECT_TRUE(absl::StrContains(r.status().message(), "GPU:0: out of memory")) << r.status();
   EXPECT_TRUE(absl::StrContains(r.status().message(), "budget of 16.00 MiB")) << r.status();
   std::printf("the error: %s\n", r.status().ToString().c_str());
-  const MemoryStats s = gpus->device(0)->memory_stats();
+  const device::MemoryStats s = gpus->device(0)->memory_stats();
   EXPECT_LE(s.peak_bytes_reserved, s.bytes_limit);
   r = model.LossAndGradients(params, big.x.data(), big.y.data(), 256, &grads);
   EXPECT_TRUE(r.ok()) << r.status();
@@ -485,7 +490,7 @@ TEST(CudaTimingTest, DISABLED_Timing) {
   PST_SKIP_WITHOUT_GPU();
   std::unique_ptr<DeviceSet> gpus = GpuDevices(1, "growth");
   ASSERT_NE(gpus, nullptr);
-  std::unique_ptr<Device> cpu = NewCpuDevice(0);
+  std::unique_ptr<Device> cpu = device::NewCpuDevice(0);
   std::mt19937 rng(9);
   Device* devices[2] = {cpu.get(), gpus->device(0)};
   const char* names[2] = {"CPU", "GPU"};
@@ -541,7 +546,7 @@ TEST(CudaTimingTest, DISABLED_Timing) {
   for (int batch_size : {64, 4096}) {
     const Batch batch = RandomBatch(config, batch_size, &rng);
     MirroredMlp model(config, {gpus->device(0)});
-    HostBuffer x[2], y[2];
+    device::HostBuffer x[2], y[2];
     for (int s = 0; s < 2; ++s) {
       x[s] = *gpus->device(0)->AllocateHost(sizeof(float) * batch.x.size());
       y[s] = *gpus->device(0)->AllocateHost(sizeof(int32_t) * batch_size);

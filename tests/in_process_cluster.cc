@@ -375,7 +375,7 @@ void InProcessCluster::StartWorker(int index) {
   options.startup_timeout = absl::Seconds(30);
   options.rpc_timeout = absl::Seconds(30);
   options.recovery_timeout = absl::Seconds(30);
-  options.device_specs = {worker::LogicalDeviceSpec()};
+  options.device_specs = {device::LogicalDeviceSpec()};
   worker_threads_[index] = std::thread([this, index, options] {
     worker::WorkerConnections connections;
     connections.coordinator = clients_[index].get();
@@ -506,8 +506,7 @@ absl::StatusOr<chief::EvalResult> InProcessCluster::Evaluate(const proto::Cluste
   worker::Values params;
   PST_ASSIGN_OR_RETURN(result.global_step, client->Pull(&params));
   PST_ASSIGN_OR_RETURN(worker::MlpConfig config, worker::MlpConfigFor(options_.training));
-  PST_ASSIGN_OR_RETURN(worker::Dataset test,
-                       worker::LoadFashionMnist(data_dir_, worker::Split::kTest));
+  PST_ASSIGN_OR_RETURN(data::Dataset test, data::LoadFashionMnist(data_dir_, data::Split::kTest));
   PST_ASSIGN_OR_RETURN(worker::Mlp::Eval eval,
                        worker::Mlp(config).Evaluate(params, test.features.data(),
                                                     test.labels.data(), test.num_examples));

@@ -140,7 +140,7 @@ TEST_F(LogregModelTest, Buckets_FoldIdsIntoTheTable) {
   absl::StatusOr<std::unique_ptr<ModelData>> train = model_->Load(training_, "", false, 0, 1);
   ASSERT_TRUE(train.ok()) << train.status();
   ASSERT_TRUE(model_->Train(training_, **train, 1, ps.get(), LoopControl()).ok());
-  const int64_t row = LibsvmFeatureId(18446744073709551615ull, 8);
+  const int64_t row = data::LibsvmFeatureId(18446744073709551615ull, 8);
   ASSERT_GE(row, 0);
   ASSERT_LT(row, 8);
   std::vector<int64_t> ids = {row};

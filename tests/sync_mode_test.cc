@@ -253,7 +253,7 @@ TEST(OverlapTest, EveryBatchIsPushedOnce_FromTheValuesOneStepBehind) {
   training.set_epochs(2);
   training.set_overlap(true);
   constexpr int kExamples = 5 * kBatch;  // 5 batches per epoch, 10 in all
-  Dataset data;
+  data::Dataset data;
   data.num_examples = kExamples;
   data.dim = kFashionMnistDim;
   const Data one(1);
@@ -323,21 +323,22 @@ TEST_P(PrefetchTest, TwoCpuDevices_TrainSameParametersAsHostPath) {
   training.set_overlap(GetParam());
   constexpr int kExamples = 4 * kBatch + 5;
   const Data examples(kExamples);
-  Dataset data;
+  data::Dataset data;
   data.num_examples = kExamples;
   data.dim = kFashionMnistDim;
   data.features = examples.x;
   data.labels = examples.y;
 
-  DeviceOptions options;
+  device::DeviceOptions options;
   options.device = "cpu";
   options.cpu_devices = 2;
-  absl::StatusOr<std::vector<LogicalDeviceSpec>> specs = PlanDevices(options, GpuInventory());
+  absl::StatusOr<std::vector<device::LogicalDeviceSpec>> specs =
+      device::PlanDevices(options, device::GpuInventory());
   ASSERT_TRUE(specs.ok()) << specs.status();
-  absl::StatusOr<std::unique_ptr<DeviceSet>> devices = DeviceSet::Create(*specs);
+  absl::StatusOr<std::unique_ptr<device::DeviceSet>> devices = device::DeviceSet::Create(*specs);
   ASSERT_TRUE(devices.ok()) << devices.status();
 
-  auto train = [&](std::vector<Device*> on) {
+  auto train = [&](std::vector<device::Device*> on) {
     Cluster cluster(training, 2);
     std::unique_ptr<PsClient> client = cluster.Client(0);
     LoopControl control;

@@ -77,17 +77,18 @@ absl::Status RunWorker(const TrainerOptions& options, const WorkerConnections& c
   }();
 
   // The logical devices, freed (GPU contexts reset) when this returns.
-  std::unique_ptr<DeviceSet> devices;
+  std::unique_ptr<device::DeviceSet> devices;
   const std::string job_prefix = absl::StrCat("/job:worker/replica:0/task:", options.worker_index);
   if (status.ok()) {
     status = [&]() -> absl::Status {
-      std::vector<LogicalDeviceSpec> specs = options.device_specs;
+      std::vector<device::LogicalDeviceSpec> specs = options.device_specs;
       if (specs.empty()) {
-        PST_ASSIGN_OR_RETURN(specs, PlanDevices(DeviceOptions(), GpuInventory()));
+        PST_ASSIGN_OR_RETURN(specs,
+                             device::PlanDevices(device::DeviceOptions(), device::GpuInventory()));
       }
-      PST_ASSIGN_OR_RETURN(devices, DeviceSet::Create(std::move(specs)));
-      for (const LogicalDeviceSpec& spec : devices->specs()) {
-        spdlog::info("{}", DeviceLogLine(spec, job_prefix));
+      PST_ASSIGN_OR_RETURN(devices, device::DeviceSet::Create(std::move(specs)));
+      for (const device::LogicalDeviceSpec& spec : devices->specs()) {
+        spdlog::info("{}", device::DeviceLogLine(spec, job_prefix));
       }
       return absl::OkStatus();
     }();

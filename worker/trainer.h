@@ -37,7 +37,7 @@ struct TrainerOptions {
   absl::Duration step_delay = absl::ZeroDuration();  // an artificially slow worker
   // The logical devices the MLP computes on, as PlanDevices made them from
   // --device, --gpus, --gpu_memory, ... Empty: one CPU device.
-  std::vector<LogicalDeviceSpec> device_specs;
+  std::vector<device::LogicalDeviceSpec> device_specs;
   bool log_device_placement = false;
   // Prometheus (--metrics_port): the step counters go here. Null: none.
   // Must outlive RunWorker.
