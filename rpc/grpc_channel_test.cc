@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "proto/pstrain.grpc.pb.h"
+#include "rpc/free_port_test_util.h"
 
 namespace pst::rpc {
 namespace {
@@ -30,18 +31,7 @@ TEST(ListenHostTest, EveryInterfaceWithoutBind_ElseBindsHost) {
   EXPECT_EQ(ListenHost("ps-0.example"), "ps-0.example");
 }
 
-// A port the kernel just handed out and took back.
-int FreePort() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(addr);
-  EXPECT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
-  EXPECT_EQ(getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
-  close(fd);
-  return ntohs(addr.sin_port);
-}
+using testing::FreePort;
 
 TEST(StartServerTest, BindNamesThePort_OrAnUnusableAddressIsUnavailableNamingIt) {
   proto::ParameterServer::CallbackService unimplemented;  // gRPC needs some service

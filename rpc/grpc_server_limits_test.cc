@@ -22,22 +22,12 @@
 #include "rpc/grpc_channel.h"
 #include "rpc/wire_codec.h"
 #include "proto/pstrain.grpc.pb.h"
+#include "rpc/free_port_test_util.h"
 
 namespace pst::rpc {
 namespace {
 
-// A port the kernel just handed out and took back.
-int FreePort() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(addr);
-  EXPECT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
-  EXPECT_EQ(getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
-  close(fd);
-  return ntohs(addr.sin_port);
-}
+using testing::FreePort;
 
 // Health is a bounded control call that parks (until Release) when its
 // caller is "park"; PushPull is unbounded, as on the ps. Thread-safe.

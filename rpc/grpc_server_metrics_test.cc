@@ -24,22 +24,12 @@
 #include "common/http_get_for_test.h"
 #include "common/metrics.h"
 #include "proto/pstrain.grpc.pb.h"
+#include "rpc/free_port_test_util.h"
 
 namespace pst::rpc {
 namespace {
 
-// A port the kernel just handed out and took back.
-int FreePort() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(addr);
-  EXPECT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
-  EXPECT_EQ(getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
-  close(fd);
-  return ntohs(addr.sin_port);
-}
+using testing::FreePort;
 
 // Calls per channel: a channel's HPACK compressor keeps every :path it has
 // sent and scans them all for each call, so one channel for 10^5 distinct
