@@ -15,17 +15,29 @@ Rules, for every .cc, .h, .cu and .cuh file of the tree (tests included):
     name the file's own entry or an entry on a row strictly above it;
   - a folder of the repo that holds C++, or is included, must be in the
     table.
-and for every CMakeLists.txt: a target defined in folder F (add_library,
-add_executable, any add_*) links, in target_link_libraries, only pst_*
-targets of F or of rows above F. Targets of the top-level CMakeLists.txt
-(pst_warnings) are row 0: any target may link them.
+and for every CMakeLists.txt of the tree, the same rule on the link graph:
+  - a target made in folder F (add_library, add_executable,
+    pybind11_add_module, any *_add_library/_executable/_module, in a
+    foreach() loop too) belongs to F's entry, and each project library it
+    links in target_link_libraries (a name some add_library of the tree
+    makes, or an ALIAS of one) must be of that entry or of a row above it,
+    exactly as an include would. Other names (absl::..., GTest::...,
+    gRPC::grpc++, BLAS::BLAS, ${CMAKE_DL_LIBS}) are not ours and have no
+    row; a pst_* name that no CMakeLists.txt makes is an error.
+  - the top-level CMakeLists.txt has no row: its INTERFACE targets
+    (pst_warnings) are settings every target may link, it makes no other
+    library, and its own targets link only its own.
 
 Two more rules, each stated in the doc by a marker line (and in words):
   <!-- layers-rule: no-grpc common/ ... -->       files under these entries
-      include no gRPC header (<grpc...>, <grpcpp/...>, *.grpc.pb.h);
+      include no gRPC header (<grpc...>, <grpcpp/...>, *.grpc.pb.h), and
+      their targets link no gRPC library (gRPC::*) nor a project library
+      of another folder that links one, at any depth (pst_rpc,
+      pst_proto_grpc, pst_client_grpc);
   <!-- layers-rule: flags-only-in cmd/ ... -->    only .cc files under these
       entries read a flag (absl::GetFlag).
-An exception to them is listed as `<file> -> gRPC` or `<file> -> GetFlag`.
+An exception to them is listed as `<file> -> gRPC`, `<target> -> gRPC` or
+`<file> -> GetFlag`.
 
 Known exceptions are in tests/layers/exceptions.txt, one per line:
   <file path> -> <included folder>/   # why, and the item that removes it
@@ -52,11 +64,18 @@ SKIPPED_DIRS = {".git", ".cache", "node_modules", "__pycache__"}
 INCLUDE_RE = re.compile(r'^\s*#\s*include\s*"([^"]+)"')
 ROW_RE = re.compile(r"^\s*(\d+)\s+(.*)$")
 FOLDER_RE = re.compile(r"^[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*/$")
-PST_TARGET_RE = re.compile(r"(?<![\w{])pst_\w+")
 RULE_RE = re.compile(r"^\s*<!--\s*layers-rule:\s*([a-z-]+)\s+(.*?)\s*-->\s*$")
 RULES = ("no-grpc", "flags-only-in")
 GRPC_INCLUDE_RE = re.compile(r'^\s*#\s*include\s*(<grpc[^>]*>|"[^"]*\.grpc\.pb\.h")')
 GET_FLAG_RE = re.compile(r"\babsl::GetFlag\s*\(")
+# CMake: a `${VAR}` reference (the innermost, when nested), a name in a
+# target_link_libraries argument, the gRPC libraries a target may link
+# (gRPC::grpc++ and its kin from find_package(gRPC), or their bare names),
+# and the commands whose body is a block.
+VAR_REF_RE = re.compile(r"\$\{([A-Za-z0-9_.+/-]+)\}")
+LINK_NAME_RE = re.compile(r"[A-Za-z_][\w.+-]*(?:::[\w.+-]+)*")
+GRPC_LIBRARY_RE = re.compile(r"^(gRPC::.+|grpc(\+\+)?(_[a-z_]+)?|gpr)$")
+BLOCK_ENDS = {"foreach": "endforeach", "function": "endfunction", "macro": "endmacro"}
 
 
 class InputError(Exception):
@@ -322,60 +341,151 @@ class Checker:
                                 " as options" % (path, number, " ".join(flag_readers)))
 
     def check_cmake(self, files):
-        lists = [p for p in files if os.path.basename(p) == "CMakeLists.txt"]
-        defined = {}  # target -> (folder entry or "" for the top level, CMakeLists path)
-        links = []  # (target, pst target, CMakeLists path, line)
+        """Every target_link_libraries of every CMakeLists.txt: a project
+        library linked from a target must be of the target's own entry or of
+        a row above it (the include rule, on the link graph); a target under
+        a no-grpc entry links no gRPC, directly or through a project library
+        of another folder that does."""
+        # Parents before their subfolders, so a subfolder sees its parent's
+        # variables (set(), list(APPEND)) as CMake gives them.
+        lists = sorted((p for p in files if os.path.basename(p) == "CMakeLists.txt"),
+                       key=lambda p: (p.count("/"), p))
+        scripts = []  # (path, folder, entry, CmakeScript)
+        variables_of = {}  # folder -> its CMakeLists.txt's variables at the end
+        owners = {}  # target -> (entry, folder, CMakeLists path); entry "" at the top level
+        libraries = set()  # the project's linkable targets (add_library, not IMPORTED)
+        aliases = {}  # ALIAS name -> the target it names
         for path in lists:
             folder = os.path.dirname(path)
             if folder:
                 entry = self.table.entry_of(folder + "/")
                 if entry is None:
-                    top = folder.split("/")[0] + "/"
                     self.errors.append("%s:1: folder %s holds a CMakeLists.txt but is not in"
-                                       " the Layers table" % (path, top))
-                    continue
+                                       " the Layers table" % (path, folder.split("/")[0] + "/"))
             else:
                 entry = ""
-            with open(os.path.join(self.root, path), encoding="utf-8") as f:
-                commands = parse_cmake(f.read())
-            for name, args in expand_foreach(commands):
-                if not args:
-                    continue
-                target = args[0][0]
-                if name.startswith("add_") or name.endswith("_add_module"):
-                    if name in ("add_subdirectory", "add_test", "add_dependencies",
-                                "add_custom_command", "add_compile_options",
-                                "add_compile_definitions", "add_link_options"):
-                        continue
-                    if len(args) > 1 and args[1][0] in ("ALIAS", "IMPORTED"):
-                        continue
-                    defined.setdefault(target, (entry, path))
-                elif name == "target_link_libraries":
-                    defined.setdefault(target, (entry, path))  # a target defined elsewhere
-                    for word, line in args[1:]:
-                        for linked in PST_TARGET_RE.findall(word):
-                            links.append((target, linked, path, line))
-        for target, linked, path, line in links:
-            self.links_checked += 1
-            own, _ = defined[target]
-            if linked not in defined:
-                self.errors.append("%s:%d: target %s links %s, which no CMakeLists.txt defines" %
-                                   (path, line, target, linked))
+            parent = folder
+            while parent and parent not in variables_of:
+                parent = os.path.dirname(parent)
+            try:
+                with open(os.path.join(self.root, path), encoding="utf-8",
+                          errors="replace") as f:
+                    script = read_cmake(f.read(), variables_of.get(parent, {}))
+            except OSError as e:
+                self.errors.append("%s: cannot read: %s" % (path, e))
                 continue
-            other, _ = defined[linked]
+            variables_of[folder] = script.variables
+            scripts.append((path, folder, entry, script))
+            for target, kind, line in script.made:
+                if kind == "imported":
+                    continue
+                if kind.startswith("alias:"):
+                    aliases.setdefault(target, kind[len("alias:"):])
+                    continue
+                owners.setdefault(target, (entry, folder, path))
+                if kind in ("library", "interface"):
+                    libraries.add(target)
+                    if entry == "" and kind == "library":
+                        self.errors.append(
+                            "%s:%d: library %s is made in the top-level CMakeLists.txt, which has"
+                            " no row: only INTERFACE targets (settings every target may link,"
+                            " like pst_warnings) live there; make it in its folder" %
+                            (path, line, target))
+        # Every link, by the name it resolves to (an ALIAS to its target).
+        links = []  # (target, own entry, own folder, linked name, CMakeLists path, line)
+        deps = {}  # target -> [linked names]
+        for path, folder, entry, script in scripts:
+            for target, words in script.links:
+                own, own_folder = entry, folder
+                if target in owners:  # linked from another folder's CMakeLists.txt
+                    own, own_folder, _ = owners[target]
+                for word, line in words:
+                    for name in link_names(word):
+                        name = aliases.get(name, name)
+                        deps.setdefault(target, []).append(name)
+                        links.append((target, own, own_folder, name, path, line))
+        for target, own, own_folder, linked, path, line in links:
+            if linked not in libraries:
+                if linked.startswith("pst_") and linked not in owners:
+                    self.errors.append("%s:%d: target %s links %s, which no CMakeLists.txt makes" %
+                                       (path, line, target, linked))
+                continue
+            self.links_checked += 1
+            other = owners[linked][0]
+            if own is None or other is None:
+                continue  # a folder missing from the table: reported above
             own_row = self.table.rows[own] if own else 0
             other_row = self.table.rows[other] if other else 0
-            if other_row == 0 or other == own:
-                verdict = None
-            elif own_row == 0:
+            if other == "" or other == own:
+                verdict = None  # the top level's INTERFACE targets go everywhere
+            elif own == "":
                 verdict = "the top-level CMakeLists.txt links only its own targets"
             else:
                 verdict = self.why_not(own, other)
             self.link_edges[(target, own or "/", linked, other or "/")] = verdict
             if verdict:
                 self.report((target, linked),
-                            "%s:%d: target %s (folder %s, row %d) links %s (folder %s, row %d): %s" %
-                            (path, line, target, own, own_row, linked, other, other_row, verdict))
+                            "%s:%d: target %s (folder %s, row %d) links %s (folder %s, row %d):"
+                            " %s" % (path, line, target, own or "/", own_row, linked,
+                                     other or "/", other_row, verdict))
+        self.check_grpc_links(links, deps, libraries, owners)
+
+    def check_grpc_links(self, links, deps, libraries, owners):
+        """The no-grpc rule on the link graph: a target under a no-grpc entry
+        links neither a gRPC library (gRPC::grpc++, grpc++, ...) nor a project
+        library that brings one in. A project library under a no-grpc entry
+        that links gRPC is reported at its own link, not at each user's."""
+        no_grpc = self.table.rules.get("no-grpc", [])
+        if not no_grpc:
+            return
+        memo = {}
+
+        def grpc_via(target, visiting):
+            """[linked name, ..., gRPC library] by which `target` links gRPC, or None."""
+            if target in memo:
+                return memo[target]
+            if target in visiting:
+                return None
+            visiting.add(target)
+            found = None
+            for name in deps.get(target, []):
+                if GRPC_LIBRARY_RE.match(name):
+                    found = [name]
+                    break
+            if found is None:
+                for name in deps.get(target, []):
+                    if name in libraries:
+                        via = grpc_via(name, visiting)
+                        if via:
+                            found = [name] + via
+                            break
+            visiting.discard(target)
+            memo[target] = found
+            return found
+
+        def grpc_free_entry(folder):
+            for entry in no_grpc:
+                if (folder + "/").startswith(entry):
+                    return entry
+            return None
+
+        for target, own, own_folder, linked, path, line in links:
+            zone = grpc_free_entry(own_folder) if own_folder else None
+            if zone is None:
+                continue
+            if GRPC_LIBRARY_RE.match(linked):
+                chain = [linked]
+            elif linked in libraries and grpc_free_entry(owners[linked][1]) is None:
+                via = grpc_via(linked, set())
+                if not via:
+                    continue
+                chain = [linked] + via
+            else:
+                continue
+            self.report((target, "gRPC"),
+                        "%s:%d: target %s (folder %s) links gRPC (%s): targets under %s are"
+                        " gRPC-free" % (path, line, target, own_folder + "/", " -> ".join(chain),
+                                        zone))
 
     def check_stale(self):
         for (lhs, rhs), line in sorted(self.exceptions.items(), key=lambda kv: kv[1]):
@@ -396,7 +506,7 @@ class Checker:
                   (self.table.describe(own), self.table.describe(other), count,
                    "ok" if verdict is None else
                    ("BESIDE" if self.table.rows[own] == self.table.rows[other] else "BELOW")))
-        print("CMake links to pst_* targets of other folders:")
+        print("CMake links to project libraries of other folders:")
         for (target, own, linked, other), verdict in sorted(self.link_edges.items()):
             if own == other or other == "/":
                 continue
@@ -463,33 +573,163 @@ def parse_cmake(text):
     return commands
 
 
-def expand_foreach(commands):
-    """The commands with each `foreach(v a b c)` body repeated once per item,
-    ${v} replaced (other foreach forms are left as they are)."""
-    out = []
+class CmakeScript:
+    """What one CMakeLists.txt says about targets: those it makes
+    [(target, kind, line)], kind one of "library", "interface", "imported",
+    "alias:<target>", "other" (executables, modules, custom targets); its
+    target_link_libraries calls [(target, [(argument, line)])]; and its
+    variables at the end (name -> list of values)."""
+
+    def __init__(self, variables):
+        self.made = []
+        self.links = []
+        self.variables = dict(variables)
+
+
+def read_cmake(text, variables):
+    """Follows the commands of a CMakeLists.txt that make and link targets.
+    `${VAR}` takes the values set() and list(APPEND) gave it in this file or
+    its parent folders' (both branches of an if() count); a foreach() body
+    runs once per item, or once with its variable left as `${v}` when the
+    items are unknown (a target `${t}_test` still belongs to the folder).
+    function() and macro() bodies are read where they are defined."""
+    script = CmakeScript(variables)
+    run_cmake(parse_cmake(text), script, 0)
+    return script
+
+
+def run_cmake(commands, script, if_depth):
     k = 0
     while k < len(commands):
         name, args = commands[k]
-        if name == "foreach" and args and len(args) > 1 and \
-                args[1][0] not in ("IN", "RANGE"):
-            depth, body, k = 1, [], k + 1
-            while k < len(commands) and depth:
-                if commands[k][0] == "foreach":
+        k += 1
+        if name in BLOCK_ENDS:
+            end = BLOCK_ENDS[name]
+            depth, body = 1, []
+            while k < len(commands):
+                if commands[k][0] == name:
                     depth += 1
-                elif commands[k][0] == "endforeach":
+                elif commands[k][0] == end:
                     depth -= 1
-                if depth:
-                    body.append(commands[k])
+                    if not depth:
+                        k += 1
+                        break
+                body.append(commands[k])
                 k += 1
-            var = "${%s}" % args[0][0]
-            for item, _ in args[1:]:
-                body_items = [(n, [(a.replace(var, item), l) for a, l in a_list])
-                              for n, a_list in body]
-                out.extend(expand_foreach(body_items))
+            if name == "foreach":
+                run_foreach(args, body, script, if_depth)
+            else:
+                run_cmake(body, script, if_depth + 1)
+            continue
+        if name == "if":
+            if_depth += 1
+        elif name == "endif":
+            if_depth = max(0, if_depth - 1)
+        args = expand_args(args, script.variables)
+        if not args:
+            continue
+        first = args[0][0]
+        if name == "set" or (name == "list" and first in ("APPEND", "PREPEND")):
+            if name == "list":
+                args = args[1:]
+                if not args:
+                    continue
+            var = args[0][0]
+            values = []
+            for value, _ in args[1:]:
+                if value in ("CACHE", "PARENT_SCOPE"):
+                    break
+                values.append(value)
+            old = script.variables.get(var, [])
+            if name == "list":
+                script.variables[var] = values + old if first == "PREPEND" else old + values
+            elif if_depth:
+                script.variables[var] = old + [v for v in values if v not in old]
+            else:
+                script.variables[var] = values
+        elif name == "add_library" or name.endswith("_add_library"):
+            kind = "library"
+            if len(args) > 1:
+                if args[1][0] == "ALIAS":
+                    kind = "alias:" + (args[2][0] if len(args) > 2 else "")
+                elif any(a == "IMPORTED" for a, _ in args[1:3]):
+                    kind = "imported"
+                elif args[1][0] == "INTERFACE":
+                    kind = "interface"
+            script.made.append((first, kind, args[0][1]))
+        elif name in ("add_executable", "add_custom_target") or \
+                name.endswith(("_add_executable", "_add_module")):
+            if not any(a in ("ALIAS", "IMPORTED") for a, _ in args[1:3]):
+                script.made.append((first, "other", args[0][1]))
+        elif name == "target_link_libraries":
+            script.links.append((first, args[1:]))
+
+
+def run_foreach(args, body, script, if_depth):
+    """foreach(v a b c), foreach(v IN ITEMS ... LISTS ...), foreach(v RANGE ...)."""
+    if not args:
+        return
+    var = args[0][0]
+    rest = expand_args(args[1:], script.variables)
+    words = [w for w, _ in rest]
+    items = []
+    if words and words[0] == "IN":
+        mode = None
+        for word in words[1:]:
+            if word in ("ITEMS", "LISTS", "ZIP_LISTS"):
+                mode = word
+            elif mode == "ITEMS":
+                items.append(word)
+            elif mode == "LISTS":
+                items.extend(script.variables.get(word, []))
+    elif words and words[0] == "RANGE":
+        try:
+            bounds = [int(w) for w in words[1:]]
+            start, stop, step = (0, bounds[0], 1) if len(bounds) == 1 else \
+                (bounds + [1])[:3]
+            items = [str(i) for i in range(start, stop + 1, max(step, 1))]
+        except (ValueError, IndexError):
+            items = []
+    else:
+        items = words
+    known = [i for i in items if not VAR_REF_RE.search(i)]
+    saved = script.variables.pop(var, None)
+    if not known:
+        run_cmake(body, script, if_depth)
+    for item in known:
+        script.variables[var] = [item]
+        run_cmake(body, script, if_depth)
+    script.variables.pop(var, None)
+    if saved is not None:
+        script.variables[var] = saved
+
+
+def expand_args(args, variables):
+    """The arguments with the known `${VAR}`s replaced; an unquoted argument
+    splits into a list at ';', a quoted one keeps its quotes off and stays one."""
+    out = []
+    for word, line in args:
+        quoted = len(word) >= 2 and word[0] == '"' and word[-1] == '"'
+        text = word[1:-1] if quoted else word
+        for _ in range(8):  # ${a_${b}}: the inner one first
+            new = VAR_REF_RE.sub(
+                lambda m: ";".join(variables[m.group(1)]) if m.group(1) in variables
+                else m.group(0), text)
+            if new == text:
+                break
+            text = new
+        if quoted:
+            out.append((text, line))
         else:
-            out.append((name, args))
-            k += 1
+            out.extend((part, line) for part in text.split(";") if part)
     return out
+
+
+def link_names(word):
+    """The names a target_link_libraries argument links: the word itself, or
+    each name inside a generator expression ($<$<BOOL:x>:pst_a;pst_b>);
+    `${VAR}`s left unknown are dropped."""
+    return LINK_NAME_RE.findall(VAR_REF_RE.sub(" ", word))
 
 
 def main(argv):
@@ -525,7 +765,7 @@ def main(argv):
         print("note: %s" % note)
     for error in checker.errors:
         print(error)
-    print("check_layers: %d files, %d includes of our folders, %d CMake links to pst_* targets "
+    print("check_layers: %d files, %d includes of our folders, %d CMake links to project libraries "
           "checked against %s: %d errors, %d known exceptions" %
           (checker.files_checked, checker.includes_checked, checker.links_checked, args.doc,
            len(checker.errors), len(checker.notes)))
