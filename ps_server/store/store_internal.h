@@ -1,15 +1,12 @@
-// What VariableStore's files share (variable_store.cc, store_rows.cc,
-// store_waiters.cc, store_snapshot.cc, store_restore.cc): small helpers and
-// the lock a whole-variable read takes. Not for use outside ps_server/store/.
+// Small helpers the store's files share (Variable, HashRowTable, the
+// snapshot and restore). Not for use outside ps_server/store/.
 #ifndef PST_PS_SERVER_STORE_STORE_INTERNAL_H_
 #define PST_PS_SERVER_STORE_STORE_INTERNAL_H_
 
 #include <cstdint>
 #include <string>
 
-#include "absl/synchronization/mutex.h"
 #include "proto/pstrain.pb.h"
-#include "ps_server/store/variable_store.h"
 
 namespace pst::ps {
 namespace store_internal {
@@ -35,34 +32,6 @@ inline uint64_t MixId(int64_t id) {
 }
 
 }  // namespace store_internal
-
-// Holds a variable for reading it whole: shared, or exclusive once row
-// pushes may change rows under the shared lock (striped row pushes).
-class VariableStore::WholeReadLock {
- public:
-  explicit WholeReadLock(const Variable& var) : mu_(&var.mu) {
-    mu_->ReaderLock();
-    if (!var.row_pushes_striped) return;
-    // Row pushes change rows while holding the lock shared: exclude them.
-    // The flag never goes back to false, so it still holds once relocked.
-    mu_->ReaderUnlock();
-    mu_->Lock();
-    exclusive_ = true;
-  }
-  ~WholeReadLock() {
-    if (exclusive_) {
-      mu_->Unlock();
-    } else {
-      mu_->ReaderUnlock();
-    }
-  }
-  WholeReadLock(const WholeReadLock&) = delete;
-  WholeReadLock& operator=(const WholeReadLock&) = delete;
-
- private:
-  absl::Mutex* const mu_;
-  bool exclusive_ = false;
-};
 
 }  // namespace pst::ps
 

@@ -7,13 +7,13 @@
 #include "common/partition.h"
 #include "common/status_macros.h"
 #include "ps_server/store/store_internal.h"
+#include "ps_server/store/variable.h"
 #include "ps_server/store/variable_store.h"
 
 namespace pst::ps {
 namespace {
 
 using store_internal::LogicalName;
-
 
 // The global row of local row r of `spec` (whole variables: r itself).
 int64_t GlobalRow(const proto::VariableSpec& spec, int64_t r) {
@@ -43,7 +43,7 @@ struct VariableStore::Restorer::Loaded {
   std::vector<std::vector<float>> slots;
   std::vector<bool> filled;  // dense: rows loaded
   int64_t rows_filled = 0;
-  absl::flat_hash_map<int64_t, std::vector<float>> hash_rows;
+  HashRowTable::Rows hash_rows;
 };
 
 VariableStore::Restorer::Restorer(VariableStore* store) : store_(store) {
@@ -136,7 +136,7 @@ absl::Status VariableStore::Restorer::Commit(int64_t generation) {
   // Swap everything in under the exclusive lock: no push is half-way through
   // when the values and the generation change, and every later push is
   // checked against the new generation.
-  std::vector<Waiter> parked;
+  std::vector<SyncLedger::Waiter> parked;
   {
     absl::MutexLock lock(&store_->mu_);
     if (store_->variables_.size() != loaded_.size()) {
@@ -150,24 +150,19 @@ absl::Status VariableStore::Restorer::Commit(int64_t generation) {
       var.accum.clear();
       var.contributors.clear();
       if (var.is_hash) {
-        var.hash_rows = std::move(l->hash_rows);
-        var.num_hash_rows.store(static_cast<int64_t>(var.hash_rows.size()));
-        var.pending.clear();
+        var.table.Replace(std::move(l->hash_rows));  // and forgets touch counts
       } else {
         var.values = std::move(l->values);
         var.slots = std::move(l->slots);
       }
     }
     store_->generation_ = generation;
-    absl::MutexLock wait_lock(&store_->wait_mu_);
-    std::fill(store_->clocks_.begin(), store_->clocks_.end(), 0);
-    store_->last_push_.clear();
-    store_->positions_.clear();
-    // Parked pulls waited for versions or clocks of the replaced state.
-    parked.swap(store_->waiters_);
+    // Clocks and duplicate detection restart; parked pulls waited for
+    // versions or clocks of the replaced state.
+    parked = store_->ledger_.Reset();
   }
   committed_ = true;
-  for (Waiter& w : parked) {
+  for (SyncLedger::Waiter& w : parked) {
     w.done(absl::AbortedError(
         "the ps was restored from a checkpoint while this call waited; pull again"));
   }

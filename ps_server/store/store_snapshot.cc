@@ -1,11 +1,11 @@
 // VariableStore's snapshot for a checkpoint (variable_store.h: Snapshot):
 // a copy of every variable at one instant, and the cut of each worker's
-// pushes it holds.
+// pushes it holds (SyncLedger::Cut); and Digest, a hash of a snapshot.
 #include <algorithm>
 #include <vector>
 
 #include "absl/time/clock.h"
-#include "ps_server/store/store_internal.h"
+#include "ps_server/store/variable.h"
 #include "ps_server/store/variable_store.h"
 
 namespace pst::ps {
@@ -68,10 +68,10 @@ std::vector<common::ShardRecord> VariableStore::Snapshot(absl::Duration* held, C
       }
     } else {
       const int64_t dim = var->dim;
-      r.rows = static_cast<int64_t>(var->hash_rows.size());
+      r.rows = static_cast<int64_t>(var->table.rows().size());
       r.values.reserve(r.rows * dim);
       r.slots.assign(num_slots, {});
-      for (const auto& [id, row] : var->hash_rows) {
+      for (const auto& [id, row] : var->table.rows()) {
         r.hash_ids.push_back(id);
         r.values.insert(r.values.end(), row.begin(), row.begin() + dim);
         for (int sl = 0; sl < num_slots; ++sl) {
@@ -83,8 +83,7 @@ std::vector<common::ShardRecord> VariableStore::Snapshot(absl::Duration* held, C
     records.push_back(std::move(r));
   }
   if (cut != nullptr) {
-    absl::MutexLock wait_lock(&wait_mu_);
-    *cut = CutLocked();
+    cut->workers = ledger_.Cut();
     cut->sync_pending = sync_pending;
     cut->holds_dense = holds_dense;
     cut->max_version = max_version;
@@ -93,41 +92,6 @@ std::vector<common::ShardRecord> VariableStore::Snapshot(absl::Duration* held, C
   return records;
 }
 
-VariableStore::Cut VariableStore::CutLocked() const {
-  absl::flat_hash_map<int32_t, proto::WorkerCut> workers;
-  auto at = [&](int32_t w) -> proto::WorkerCut& {
-    auto [it, fresh] = workers.try_emplace(w);
-    if (fresh) {
-      it->second.set_worker_index(w);
-      it->second.set_position(-1);
-      it->second.set_min_step(std::numeric_limits<int64_t>::max());
-      it->second.set_max_step(-1);
-      it->second.set_rows_step(-1);
-    }
-    return it->second;
-  };
-  for (const auto& [key, push] : last_push_) {
-    proto::WorkerCut& c = at(key.first);
-    if (push.dense_step >= 0) {
-      c.set_min_step(std::min(c.min_step(), push.dense_step));
-      c.set_max_step(std::max(c.max_step(), push.dense_step));
-    }
-    if (key.second == 0) c.set_rows_step(std::max(c.rows_step(), push.rows_step));
-  }
-  for (const auto& [w, position] : positions_) at(w).set_position(position);
-  Cut cut;
-  for (auto& [w, c] : workers) {
-    if (c.max_step() < 0) c.set_min_step(-1);
-    cut.workers.push_back(std::move(c));
-  }
-  std::sort(cut.workers.begin(), cut.workers.end(),
-            [](const auto& a, const auto& b) { return a.worker_index() < b.worker_index(); });
-  return cut;
-}
-
-}  // namespace pst::ps
-
-namespace pst::ps {
 namespace {
 
 // FNV-1a, 64 bits.

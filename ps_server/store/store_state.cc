@@ -8,7 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
-#include "ps_server/store/store_internal.h"
+#include "ps_server/store/variable.h"
 #include "ps_server/store/variable_store.h"
 
 namespace pst::ps {
@@ -68,27 +68,17 @@ std::vector<proto::StoreChunk> VariableStore::ExportState(int64_t part_bytes) co
   std::sort(vars.begin(), vars.end(),
             [](const Variable* a, const Variable* b) { return a->spec.name() < b->spec.name(); });
   const int num_slots = optimizer_ == nullptr ? 0 : optimizer_->num_slots();
-  absl::MutexLock wait_lock(&wait_mu_);
+  // The ledger changes only under mu_ held (pushes, membership), but for
+  // its parked pulls, which are not part of the state.
   if (optimizer_ != nullptr) {
     proto::CreateVariablesRequest* create = first.mutable_create();
     for (const Variable* var : vars) *create->add_variables() = var->spec;
     *create->mutable_optimizer() = optimizer_config_;
-    *create->mutable_sync() = sync_;
+    *create->mutable_sync() = ledger_.config();
   }
   proto::StoreModeState* mode = first.mutable_mode();
   mode->set_generation(generation_);
-  mode->set_quorum(quorum_.load());
-  for (bool a : active_) mode->add_active(a);
-  for (int64_t c : clocks_) mode->add_clocks(c);
-  for (const auto& [key, push] : last_push_) {
-    proto::PushMark* mark = mode->add_pushes();
-    mark->set_worker(key.first);
-    mark->set_part(key.second);
-    mark->set_incarnation(push.incarnation);
-    mark->set_dense_step(push.dense_step);
-    mark->set_rows_step(push.rows_step);
-  }
-  for (const auto& [w, position] : positions_) (*mode->mutable_positions())[w] = position;
+  ledger_.Export(mode);
 
   for (const Variable* var : vars) {
     absl::MutexLock var_lock(&var->mu);  // whole: no striped row push runs
@@ -121,20 +111,20 @@ std::vector<proto::StoreChunk> VariableStore::ExportState(int64_t part_bytes) co
     }
     data.Room(name, version, 0, /*new_chunk=*/true);  // the version, with no row held
     const int64_t row_bytes = dim * float_bytes * (1 + num_slots) + 8;
-    for (const auto& [id, row] : var->hash_rows) {
+    for (const auto& [id, row] : var->table.rows()) {
       proto::VariableChunk* c = data.Room(name, version, row_bytes);
       c->add_ids(id);
       AppendFloats(row.data(), static_cast<int64_t>(row.size()), c->mutable_rows());
     }
-    for (const auto& [id, count] : var->pending) {
+    for (const auto& [id, count] : var->table.pending()) {
       proto::VariableChunk* c = data.Room(name, version, 12);
       c->add_pending_ids(id);
       c->add_pending_counts(count);
     }
-    if (!var->overflow_counts.empty()) {
+    if (const std::vector<uint32_t>& counts = var->table.overflow_counts(); !counts.empty()) {
       proto::VariableChunk* c =
-          data.Room(name, version, static_cast<int64_t>(var->overflow_counts.size()) * 4, true);
-      c->mutable_overflow_counts()->Add(var->overflow_counts.begin(), var->overflow_counts.end());
+          data.Room(name, version, static_cast<int64_t>(counts.size()) * 4, true);
+      c->mutable_overflow_counts()->Add(counts.begin(), counts.end());
     }
   }
   std::deque<proto::StoreChunk> filled = data.Take();
@@ -158,22 +148,8 @@ absl::Status VariableStore::LoadState(const proto::StoreChunk& chunk) {
     if (chunk.has_create()) PST_RETURN_IF_ERROR(Create(chunk.create()).status());
     const proto::StoreModeState& mode = chunk.mode();
     absl::MutexLock lock(&mu_);
-    absl::MutexLock wait_lock(&wait_mu_);
-    if (mode.active_size() != static_cast<int>(active_.size()) ||
-        mode.clocks_size() != static_cast<int>(clocks_.size())) {
-      return BadChunk(absl::StrCat("the mode holds ", mode.active_size(), " worker(s), the store ",
-                                   active_.size()));
-    }
-    if (mode.generation() < 0 || mode.quorum() < 1) return BadChunk("a bad generation or quorum");
+    PST_RETURN_IF_ERROR(ledger_.Load(mode));
     generation_ = mode.generation();
-    quorum_.store(mode.quorum());
-    for (int w = 0; w < mode.active_size(); ++w) active_[w] = mode.active(w);
-    for (int w = 0; w < mode.clocks_size(); ++w) clocks_[w] = mode.clocks(w);
-    for (const proto::PushMark& mark : mode.pushes()) {
-      last_push_[{mark.worker(), mark.part()}] =
-          PushKey{mark.incarnation(), mark.dense_step(), mark.rows_step()};
-    }
-    for (const auto& [w, position] : mode.positions()) positions_[w] = position;
     return absl::OkStatus();
   }
   absl::ReaderMutexLock lock(&mu_);
@@ -218,22 +194,20 @@ absl::Status VariableStore::LoadState(const proto::StoreChunk& chunk) {
         c.pending_ids_size() != c.pending_counts_size()) {
       return BadChunk(absl::StrCat("hash rows of '", c.name(), "' that do not fit it"));
     }
-    if (var->num_hash_rows.load() + c.ids_size() > options_.max_hash_rows) {
+    if (var->table.size() + c.ids_size() > options_.max_hash_rows) {
       return absl::ResourceExhaustedError(
           absl::StrCat("'", c.name(), "' would hold more than ", options_.max_hash_rows, " rows"));
     }
     const size_t width_bytes = static_cast<size_t>(width) * sizeof(float);
     for (int i = 0; i < c.ids_size(); ++i) {
-      std::vector<float>& row = var->hash_rows[c.ids(i)];
-      row.resize(static_cast<size_t>(width));
-      std::memcpy(row.data(), c.rows().data() + i * width_bytes, width_bytes);
+      var->table.LoadRow(c.ids(i), c.rows().data() + i * width_bytes);
     }
-    var->num_hash_rows.store(static_cast<int64_t>(var->hash_rows.size()));
     for (int i = 0; i < c.pending_ids_size(); ++i) {
-      var->pending[c.pending_ids(i)] = c.pending_counts(i);
+      var->table.LoadPending(c.pending_ids(i), c.pending_counts(i));
     }
     if (c.overflow_counts_size() > 0) {
-      var->overflow_counts.assign(c.overflow_counts().begin(), c.overflow_counts().end());
+      var->table.LoadOverflowCounts(
+          std::vector<uint32_t>(c.overflow_counts().begin(), c.overflow_counts().end()));
     }
   }
   return absl::OkStatus();

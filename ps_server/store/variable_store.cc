@@ -1,9 +1,11 @@
+// VariableStore's data plane: Create, Pull, Push (dense), PullRows and
+// PushRows, the waits of SYNC and SSP, and the figures. A request is
+// checked whole here; each Variable then applies its part under its own
+// locks, and the SyncLedger keeps the mode's books.
 #include "ps_server/store/variable_store.h"
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
-#include <limits>
 #include <span>
 #include <string_view>
 
@@ -12,56 +14,34 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "common/initializer.h"
-#include "common/partition.h"
 #include "common/status_macros.h"
 #include "common/tensor_util.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "ps_server/store/spec_checks.h"
 #include "ps_server/store/store_internal.h"
+#include "ps_server/store/variable.h"
 
 namespace pst::ps {
 namespace {
 
-using store_internal::kHashRowSpace;
 using store_internal::LogicalName;
-using store_internal::MixId;
 
 using google::protobuf::util::MessageDifferencer;
 
-// Product of the dimensions after the first (1 for rank 1).
-int64_t RowElements(const proto::VariableSpec& spec) {
-  int64_t dim = 1;
-  for (int i = 1; i < spec.shape_size(); ++i) dim *= spec.shape(i);
-  return dim;
-}
+static_assert(VariableStore::kRowStripes == Variable::kRowStripes);
 
-proto::VariableSpec MakeFillSpec(const proto::VariableSpec& spec) {
-  proto::VariableSpec fill = spec;
-  if (spec.routing() == proto::MOD || spec.routing() == proto::DIV) {
-    *fill.mutable_shape() = spec.full_shape();
-  } else if (spec.routing() == proto::HASH) {
-    const bool has_rows = spec.full_shape_size() > 0 && spec.full_shape(0) > 0;
-    fill.set_shape(0, has_rows ? spec.full_shape(0) : static_cast<int64_t>(kHashRowSpace));
-  }
-  return fill;
+absl::Status HashNeedsRowOps(const std::string& name, absl::string_view op) {
+  return absl::FailedPreconditionError(
+      absl::StrCat("variable '", name, "' is a hash embedding (rows made on first touch) and has ",
+                   "no dense form; use ", op));
 }
 
 }  // namespace
 
-VariableStore::Variable::Variable(proto::VariableSpec s)
-    : spec(std::move(s)),
-      is_hash(spec.routing() == proto::HASH),
-      rows(spec.shape(0)),
-      dim(RowElements(spec)),
-      fill_spec(MakeFillSpec(spec)) {}
+VariableStore::VariableStore(Options options)
+    : options_(options), ledger_(options.max_workers, options.max_parked_pulls) {}
 
-int VariableStore::Variable::StripeOf(int64_t local) const {
-  // Hash ids can be anything; mixed, they spread over the stripes evenly.
-  const uint64_t key = is_hash ? MixId(local) : static_cast<uint64_t>(local);
-  return static_cast<int>(key % kRowStripes);
-}
-
-VariableStore::VariableStore(Options options) : options_(options) {}
+VariableStore::~VariableStore() = default;
 
 absl::StatusOr<int> VariableStore::Create(const proto::CreateVariablesRequest& request) {
   PST_ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> optimizer, CreateOptimizer(request.optimizer()));
@@ -75,27 +55,7 @@ absl::StatusOr<int> VariableStore::Create(const proto::CreateVariablesRequest& r
         "' (learning_rate ", request.optimizer().learning_rate(), ")"));
   }
   // The training mode: set by the first Create, the same ever after.
-  const proto::SyncConfig& sync = request.sync();
-  if (sync.num_workers() < 0 || sync.replicas_to_aggregate() < 0 || sync.staleness() < 0 ||
-      sync.replicas_to_aggregate() > sync.num_workers()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "sync config: need 0 <= replicas_to_aggregate <= num_workers and staleness >= 0; got ",
-        sync.replicas_to_aggregate(), " of ", sync.num_workers(), ", staleness ",
-        sync.staleness()));
-  }
-  if (sync.mode() != proto::ASYNC && sync.num_workers() < 1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "sync config: mode ", proto::SyncMode_Name(sync.mode()), " needs num_workers >= 1"));
-  }
-  {
-    absl::MutexLock wait_lock(&wait_mu_);
-    if (sync_set_ && !MessageDifferencer::Equals(sync_, sync)) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("this ps already trains in mode ", proto::SyncMode_Name(sync_.mode()),
-                       " with ", sync_.num_workers(), " worker(s); it cannot change to ",
-                       proto::SyncMode_Name(sync.mode()), " with ", sync.num_workers()));
-    }
-  }
+  PST_RETURN_IF_ERROR(ledger_.CheckConfig(request.sync()));
   // Check everything before creating anything.
   if (request.initial_values_size() != 0 &&
       request.initial_values_size() != request.variables_size()) {
@@ -147,31 +107,14 @@ absl::StatusOr<int> VariableStore::Create(const proto::CreateVariablesRequest& r
     }
   }
   // Allocate and initialize outside the map, then publish all at once.
+  HashRowTable::Limits limits;
+  limits.max_pending = options_.max_pending_ids;
+  limits.overflow_counters = options_.admission_overflow_counters;
+  limits.max_rows = options_.max_hash_rows;
   std::vector<std::unique_ptr<Variable>> created;
   for (size_t k = 0; k < to_create.size(); ++k) {
-    const proto::VariableSpec* spec = to_create[k];
-    auto var = std::make_unique<Variable>(*spec);
-    absl::MutexLock var_lock(&var->mu);
-    if (!var->is_hash) {
-      const int64_t dim = var->dim;
-      var->values.resize(var->rows * dim);
-      // Local row r is global row offset + r * stride of the logical variable.
-      const bool whole = spec->routing() == proto::ROUTING_NONE;
-      const int64_t offset = whole ? 0 : spec->row_offset();
-      const int64_t stride = whole ? 1 : spec->row_stride();
-      if (initial_values[k] != nullptr) {  // sizes checked above
-        std::memcpy(var->values.data(), initial_values[k]->data(), initial_values[k]->size());
-      } else {
-        for (int64_t r = 0; r < var->rows; ++r) {
-          common::FillInitialValues(var->fill_spec, (offset + r * stride) * dim,
-                                    std::span<float>(var->values.data() + r * dim, dim));
-        }
-      }
-      for (int s = 0; s < optimizer->num_slots(); ++s) {
-        var->slots.emplace_back(var->values.size(), optimizer->SlotInitialValue(s));
-      }
-    }
-    created.push_back(std::move(var));
+    created.push_back(
+        std::make_unique<Variable>(*to_create[k], *optimizer, limits, initial_values[k]));
   }
   for (auto& var : created) {
     std::string name = var->spec.name();
@@ -182,20 +125,11 @@ absl::StatusOr<int> VariableStore::Create(const proto::CreateVariablesRequest& r
     optimizer_ = std::move(optimizer);
     optimizer_config_ = request.optimizer();
   }
-  absl::MutexLock wait_lock(&wait_mu_);
-  if (!sync_set_) {
-    sync_set_ = true;
-    sync_ = sync;
-    active_.assign(sync.num_workers(), true);
-    clocks_.assign(sync.num_workers(), 0);
-    const int r =
-        sync.replicas_to_aggregate() > 0 ? sync.replicas_to_aggregate() : sync.num_workers();
-    quorum_.store(std::max(1, r));
-  }
+  ledger_.SetConfigOnce(request.sync());
   return static_cast<int>(created.size());
 }
 
-absl::StatusOr<VariableStore::Variable*> VariableStore::Find(const std::string& name) const {
+absl::StatusOr<Variable*> VariableStore::Find(const std::string& name) const {
   auto it = variables_.find(name);
   if (it == variables_.end()) {
     return absl::NotFoundError(absl::StrCat("no variable named '", name, "' on this ps"));
@@ -203,22 +137,10 @@ absl::StatusOr<VariableStore::Variable*> VariableStore::Find(const std::string& 
   return it->second.get();
 }
 
-namespace {
-
-absl::Status HashNeedsRowOps(const std::string& name, absl::string_view op) {
-  return absl::FailedPreconditionError(
-      absl::StrCat("variable '", name, "' is a hash embedding (rows made on first touch) and has ",
-                   "no dense form; use ", op));
+bool VariableStore::Holds(const std::string& name) const {
+  absl::ReaderMutexLock lock(&mu_);
+  return variables_.contains(name);
 }
-
-// PackFloats into a buffer from the payload pool (the wire codec gives it
-// back once the answer is sent).
-void PackPooled(std::span<const float> values, const common::Shape& shape, proto::Tensor* value) {
-  common::PayloadBufferPool::Default().Take(values.size_bytes(), value->mutable_data());
-  common::PackFloats(values, shape, value);
-}
-
-}  // namespace
 
 absl::Status VariableStore::Pull(const google::protobuf::RepeatedPtrField<std::string>& names,
                                  proto::PullResponse* response) const {
@@ -255,7 +177,7 @@ absl::Status VariableStore::Pull(const google::protobuf::RepeatedPtrField<std::s
   for (const Variable* var : vars) {
     WholeReadLock var_lock(*var);
     response->add_names(var->spec.name());
-    PackPooled(var->values, var->spec.shape(), response->add_values());
+    var->PackValuesLocked(response->add_values());
     response->add_versions(var->version);
   }
   return absl::OkStatus();
@@ -299,6 +221,7 @@ absl::Status VariableStore::PushNoWake(const proto::PushRequest& request,
     return absl::FailedPreconditionError("no variables have been created on this ps yet");
   }
   PST_RETURN_IF_ERROR(CheckGeneration(request.generation()));
+  Optimizer& optimizer = *optimizer_;
   const bool skip_nonfinite = optimizer_config_.skip_nonfinite();
   // Validate every gradient before touching any variable.
   absl::flat_hash_set<std::string_view> seen;
@@ -342,25 +265,14 @@ absl::Status VariableStore::PushNoWake(const proto::PushRequest& request,
   }
   response->Clear();
   const int32_t worker = request.worker_index();
-  proto::SyncMode mode;
-  {
-    absl::MutexLock wait_lock(&wait_mu_);
-    PST_RETURN_IF_ERROR(CheckWorkerLocked(worker, /*allow_none=*/false));
-    mode = sync_.mode();
-    // A push is identified by (worker, incarnation, part, step) when it
-    // carries an incarnation; a repeat (a retry) is acknowledged and not
-    // applied again.
-    // SYNC recognizes repeats per variable version instead (below).
-    if (mode != proto::SYNC && request.incarnation() != 0) {
-      PushKey& key = last_push_[{worker, request.part()}];
-      if (key.incarnation != request.incarnation()) key = PushKey{request.incarnation(), -1, -1};
-      if (request.step() <= key.dense_step) {
-        duplicates_ignored_.fetch_add(1, std::memory_order_relaxed);
-        response->set_duplicate(true);
-        return absl::OkStatus();
-      }
-      key.dense_step = request.step();
-    }
+  bool repeat = false;
+  PST_ASSIGN_OR_RETURN(const proto::SyncMode mode,
+                       ledger_.BeginDensePush(worker, request.part(), request.incarnation(),
+                                              request.step(), &repeat));
+  if (repeat) {
+    duplicates_ignored_.fetch_add(1, std::memory_order_relaxed);
+    response->set_duplicate(true);
+    return absl::OkStatus();
   }
   if (mode == proto::SYNC) {
     // A gradient for a version not reached yet cannot be right.
@@ -381,23 +293,17 @@ absl::Status VariableStore::PushNoWake(const proto::PushRequest& request,
     Variable& var = *vars[i];
     absl::MutexLock var_lock(&var.mu);
     if (mode == proto::SYNC) {
-      if (request.step() < var.version) {
-        stale = true;
-      } else if (std::find(var.contributors.begin(), var.contributors.end(), worker) !=
-                 var.contributors.end()) {
-        duplicate = true;
-      } else {
-        if (var.accum.empty()) var.accum.assign(var.values.size(), 0.0f);
-        if (grads[i].empty()) {
-          common::AddPayload(payload[i], var.accum);
-        } else {
-          for (size_t k = 0; k < grads[i].size(); ++k) {
-            if (skip[i].empty() || !skip[i][k / var.dim]) var.accum[k] += grads[i][k];
-          }
-        }
-        var.contributors.push_back(worker);
-        MaybeApplyAggregateLocked(var, quorum_.load());
-        applied = true;
+      switch (var.AddToAggregateLocked(optimizer, request.step(), worker, payload[i], grads[i],
+                                       skip[i], ledger_.quorum())) {
+        case Variable::SyncAdd::kStale:
+          stale = true;
+          break;
+        case Variable::SyncAdd::kDuplicate:
+          duplicate = true;
+          break;
+        case Variable::SyncAdd::kAdded:
+          applied = true;
+          break;
       }
     } else {
       staleness = std::max<int64_t>(staleness, var.version - request.base_version());
@@ -407,10 +313,10 @@ absl::Status VariableStore::PushNoWake(const proto::PushRequest& request,
         value = answer->add_values();
       }
       if (grads[i].empty()) {
-        ApplyPayloadLocked(var, payload[i], value);
+        var.ApplyPayloadLocked(optimizer, payload[i], value);
       } else {
-        ApplyLocked(var, grads[i], skip[i]);
-        if (value != nullptr) PackPooled(var.values, var.spec.shape(), value);
+        var.ApplyLocked(optimizer, grads[i], skip[i]);
+        if (value != nullptr) var.PackValuesLocked(value);
       }
       if (answer != nullptr) answer->add_versions(var.version);
       applied = true;
@@ -432,84 +338,7 @@ absl::Status VariableStore::PushNoWake(const proto::PushRequest& request,
     while (staleness > prev && !staleness_max_.compare_exchange_weak(prev, staleness)) {
     }
   }
-  {
-    absl::MutexLock wait_lock(&wait_mu_);
-    if (mode == proto::SSP && worker >= 0 && worker < static_cast<int>(clocks_.size())) {
-      clocks_[worker] = std::max(clocks_[worker], request.step() + 1);
-    }
-    // The batch is consumed, whether its gradient was applied, aggregated,
-    // already there or too late: a restarted worker goes on after it.
-    if (request.position() >= 0 && worker >= 0) {
-      int64_t& position = positions_[worker];
-      position = std::max(position, request.position() + 1);
-    }
-  }
-  return absl::OkStatus();
-}
-
-void VariableStore::ApplyLocked(Variable& var, const std::vector<float>& grad,
-                                const std::vector<bool>& skip) {
-  std::vector<std::span<float>> slots(var.slots.begin(), var.slots.end());
-  const int64_t t = var.version + 1;
-  if (skip.empty()) {
-    optimizer_->ApplyDense(var.values, grad, slots, t);
-  } else {
-    const int64_t dim = var.dim;
-    std::vector<std::span<float>> row_slots(slots.size());
-    for (int64_t r = 0; r < var.rows; ++r) {
-      if (skip[r]) continue;
-      for (size_t s = 0; s < slots.size(); ++s) row_slots[s] = slots[s].subspan(r * dim, dim);
-      optimizer_->ApplyDense(std::span<float>(var.values).subspan(r * dim, dim),
-                             std::span<const float>(grad).subspan(r * dim, dim), row_slots, t);
-    }
-  }
-  var.version = t;
-}
-
-void VariableStore::ApplyPayloadLocked(Variable& var, common::PayloadParts payload,
-                                       proto::Tensor* value) {
-  const int64_t t = var.version + 1;
-  std::string* out = nullptr;
-  if (value != nullptr) {
-    value->set_dtype(proto::DT_FLOAT32);
-    *value->mutable_shape() = var.spec.shape();
-    out = value->mutable_data();
-    common::PayloadBufferPool::Default().Take(var.values.size() * sizeof(float), out);
-  }
-  std::vector<std::span<float>> slots(var.slots.size());
-  common::ForEachFloatBlock(payload, [&](int64_t offset, std::span<const float> block) {
-    for (size_t s = 0; s < slots.size(); ++s) {
-      slots[s] = std::span<float>(var.slots[s]).subspan(offset, block.size());
-    }
-    const std::span<float> params = std::span<float>(var.values).subspan(offset, block.size());
-    optimizer_->ApplyDense(params, block, slots, t);
-    // Copied while the block is still in the L1 cache: no second pass over
-    // the variable (appended, as resize() would zero the string first).
-    if (out != nullptr) {
-      out->append(reinterpret_cast<const char*>(params.data()), params.size_bytes());
-    }
-  });
-  var.version = t;
-}
-
-void VariableStore::MaybeApplyAggregateLocked(Variable& var, int quorum) {
-  if (var.contributors.empty() || static_cast<int>(var.contributors.size()) < quorum) return;
-  const float scale = 1.0f / static_cast<float>(var.contributors.size());
-  for (float& g : var.accum) g *= scale;
-  ApplyLocked(var, var.accum, {});
-  std::fill(var.accum.begin(), var.accum.end(), 0.0f);
-  var.contributors.clear();
-}
-
-absl::Status VariableStore::CheckWorkerLocked(int32_t worker, bool allow_none) const {
-  if (allow_none && worker == -1) return absl::OkStatus();
-  const int32_t limit = sync_set_ && sync_.num_workers() > 0 ? sync_.num_workers()
-                                                             : options_.max_workers;
-  if (worker < 0 || worker >= limit) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "worker_index ", worker, " is out of range: this job has ", limit, " worker(s)",
-        allow_none ? " (-1: not a worker)" : ""));
-  }
+  ledger_.EndDensePush(mode, worker, request.step(), request.position());
   return absl::OkStatus();
 }
 
@@ -519,51 +348,6 @@ absl::Status VariableStore::CheckCounter(int64_t value, absl::string_view what) 
         absl::StrCat(what, " ", value, " is out of range [0, 2^62)"));
   }
   return absl::OkStatus();
-}
-
-absl::Status VariableStore::SetMembership(const proto::MembershipRequest& request) {
-  {
-    absl::ReaderMutexLock lock(&mu_);
-    absl::MutexLock wait_lock(&wait_mu_);
-    if (request.replicas_to_aggregate() < 1) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("membership: replicas_to_aggregate must be "
-                       ">= 1, got ",
-                       request.replicas_to_aggregate()));
-    }
-    std::vector<bool> active(active_.size(), false);
-    for (int32_t w : request.active_workers()) {
-      if (w < 0 || w >= static_cast<int>(active.size())) {
-        return absl::InvalidArgumentError(absl::StrCat("membership: worker ", w,
-                                                       " is out of range: this job has ",
-                                                       active.size(), " worker(s)"));
-      }
-      active[w] = true;
-    }
-    active_ = std::move(active);
-    const int live = std::max(1, static_cast<int>(request.active_workers_size()));
-    quorum_.store(std::min(request.replicas_to_aggregate(), live));
-    if (sync_.mode() == proto::SYNC) {
-      for (auto& [name, var] : variables_) {
-        absl::MutexLock var_lock(&var->mu);
-        MaybeApplyAggregateLocked(*var, quorum_.load());
-      }
-    }
-  }
-  WakeWaiters();
-  return absl::OkStatus();
-}
-
-absl::Status VariableStore::PushPull(const proto::PushPullRequest& request,
-                                     proto::PullResponse* response) {
-  absl::Notification done;
-  absl::Status result;
-  PushPullWhenReady(&request, response, [&](absl::Status status) {
-    result = std::move(status);
-    done.Notify();
-  });
-  done.WaitForNotification();
-  return result;
 }
 
 absl::Status VariableStore::CheckGeneration(int64_t generation) const {
@@ -581,13 +365,29 @@ int64_t VariableStore::generation() const {
   return generation_;
 }
 
+absl::Status VariableStore::SetMembership(const proto::MembershipRequest& request) {
+  {
+    absl::ReaderMutexLock lock(&mu_);
+    PST_RETURN_IF_ERROR(ledger_.SetMembership(request));
+    // A lower quorum may complete an aggregation.
+    if (ledger_.mode() == proto::SYNC) {
+      for (auto& [name, var] : variables_) {
+        absl::MutexLock var_lock(&var->mu);
+        var->MaybeApplyAggregateLocked(*optimizer_, ledger_.quorum());
+      }
+    }
+  }
+  WakeWaiters();
+  return absl::OkStatus();
+}
+
 VariableStore::Stats VariableStore::GetStats() const {
   absl::ReaderMutexLock lock(&mu_);
   Stats stats;
   stats.num_variables = static_cast<int>(variables_.size());
   for (const auto& [name, var] : variables_) {
     if (var->is_hash) {
-      const int64_t rows = var->num_hash_rows.load(std::memory_order_relaxed);
+      const int64_t rows = var->hash_rows();
       stats.hash_rows += rows;
       stats.num_elements += rows * var->dim;
       stats.table_rows[LogicalName(var->spec)] += rows;
@@ -610,14 +410,11 @@ VariableStore::Stats VariableStore::GetStats() const {
   stats.stale_dropped = stale_dropped_.load();
   stats.duplicates_ignored = duplicates_ignored_.load();
   stats.apply_seconds = static_cast<double>(apply_nanos_.load()) * 1e-9;
-  absl::MutexLock wait_lock(&wait_mu_);
-  stats.parked_pulls = parked_pulls_;
-  stats.parked_seconds = parked_seconds_;
-  for (const Waiter& w : waiters_) {
-    stats.parked_seconds += absl::ToDoubleSeconds(absl::Now() - w.since);
-  }
-  stats.max_clock_gap = max_clock_gap_;
-  stats.worker_positions = positions_;
+  SyncLedger::Figures figures = ledger_.GetFigures();
+  stats.parked_pulls = figures.parked_pulls;
+  stats.parked_seconds = figures.parked_seconds;
+  stats.max_clock_gap = figures.max_clock_gap;
+  stats.worker_positions = std::move(figures.positions);
   return stats;
 }
 

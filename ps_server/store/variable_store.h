@@ -34,28 +34,31 @@
 // push or membership change makes it ready. Every mode drops a repeated
 // (worker, incarnation, step) push: a retry is applied exactly once.
 //
-// Thread-safety: all methods are safe to call concurrently. The name->variable
-// map is guarded by mu_; each variable's values by its own mutex, so pushes
-// to different variables proceed in parallel. Dense pushes to one variable
-// are applied one at a time, each atomically (async mode: a pull sees a
-// variable before or after a push, never half of one).
-// Row pushes (PushRows) use striped row locks: they hold the variable's lock
-// shared and each row's stripe (one of kRowStripes, by row) exclusively, so
-// concurrent pushes to different rows of one table proceed in parallel, the
-// way TensorFlow's sparse apply ops and ps-lite's servers update embeddings.
-// Each row is updated atomically, a whole row push is not: a concurrent pull
-// may see some of its rows updated and others not yet (never half a row).
-// The first row push to a variable, and any that must create or count hash
-// rows (first touch, admission), take the variable's lock exclusively.
-// PullRows holds it shared plus, row by row, the stripes' reader locks;
-// Pull and Snapshot, which read whole variables, hold it shared, or
-// exclusively once a variable takes striped row pushes (so concurrent whole
-// reads of an embedding table take turns; holding all of its stripes
-// instead would hold 65 locks at once).
+// The store is a facade over its parts, each in its own file:
+//   Variable      (variable.h) one variable: dense values, slots, version,
+//                 SYNC accumulator, striped row locks, row reads/updates;
+//   HashRowTable  (hash_row_table.h) a hash embedding's rows and admission;
+//   SyncLedger    (sync_ledger.h) the training mode: config, membership,
+//                 clocks, duplicate detection, parked pulls;
+//   the store     (variable_store.cc) the name -> Variable map, the
+//                 optimizer and the restore generation; checks a request
+//                 whole, then hands each variable its part;
+//   snapshots     (store_snapshot.cc: Snapshot, Cut, Digest), restores
+//                 (store_restore.cc: Restorer) and state transfer
+//                 (store_state.cc: ExportState, LoadState).
+//
+// Thread-safety: all methods are safe to call concurrently. mu_ guards the
+// name -> variable map, the optimizer and the generation: data-plane calls
+// hold it shared (so pushes to different variables proceed in parallel),
+// Create, Snapshot, ExportState and a restore's commit exclusively. Each
+// variable has its own lock and striped row locks (variable.h says what a
+// reader sees of a concurrent push); the SyncLedger its own mutex.
+// Lock order: mu_, then the ledger's mutex, then a Variable's mu, then one
+// of its row stripes. Parked pulls complete (their Done runs) with no lock
+// held.
 #ifndef PST_PS_SERVER_STORE_VARIABLE_STORE_H_
 #define PST_PS_SERVER_STORE_VARIABLE_STORE_H_
 
-#include <array>
 #include <atomic>
 #include <cstdint>
 #include <functional>
@@ -72,8 +75,11 @@
 #include "common/tensor_util.h"
 #include "proto/pstrain.pb.h"
 #include "ps_server/store/optimizer.h"
+#include "ps_server/store/sync_ledger.h"
 
 namespace pst::ps {
+
+class Variable;
 
 class VariableStore {
  public:
@@ -166,7 +172,7 @@ class VariableStore {
   absl::Status PushPull(const proto::PushPullRequest& request, proto::PullResponse* response);
 
   // Completion callback of a parked call; runs exactly once.
-  using Done = std::function<void(absl::Status)>;
+  using Done = SyncLedger::Done;
 
   // Pull that waits, without blocking the caller, until the request may be
   // served (see the class comment); then fills `response` and runs `done`,
@@ -355,93 +361,22 @@ class VariableStore {
   };
   Stats GetStats() const;
 
+
+  ~VariableStore();
+
  private:
-  struct Variable {
-    explicit Variable(proto::VariableSpec s);
-    const proto::VariableSpec spec;
-    const bool is_hash;
-    const int64_t rows;  // shape[0]; 0 for a hash variable
-    const int64_t dim;   // elements per row
-    // `spec` with the logical variable's shape, to draw initial values.
-    proto::VariableSpec fill_spec;
-
-    mutable absl::Mutex mu;
-    std::vector<float> values ABSL_GUARDED_BY(mu);
-    std::vector<std::vector<float>> slots ABSL_GUARDED_BY(mu);
-    // Written under mu held exclusively, or by a striped row push (mu held
-    // shared) with fetch_add; read under mu.
-    std::atomic<int64_t> version{0};
-
-    // Row stripes (see the class comment). Once set (under mu held
-    // exclusively, by the first row push), row pushes may change rows while
-    // mu is held shared: PullRows takes the stripes too, whole reads take mu
-    // exclusively.
-    bool row_pushes_striped ABSL_GUARDED_BY(mu) = false;
-    mutable std::array<absl::Mutex, kRowStripes> stripes;
-    int StripeOf(int64_t local) const;
-
-    // SYNC: the sum of this version's gradients so far, and who sent them.
-    std::vector<float> accum ABSL_GUARDED_BY(mu);
-    std::vector<int32_t> contributors ABSL_GUARDED_BY(mu);
-
-    // Hash variables: id -> the row's dim values, then each slot's dim.
-    absl::flat_hash_map<int64_t, std::vector<float>> hash_rows ABSL_GUARDED_BY(mu);
-    std::atomic<int64_t> num_hash_rows{0};
-    // Admission: touches of ids not yet admitted.
-    absl::flat_hash_map<int64_t, int32_t> pending ABSL_GUARDED_BY(mu);
-    std::vector<uint32_t> overflow_counts ABSL_GUARDED_BY(mu);
-  };
-
-  // A row push, checked and ready to apply.
-  struct RowUpdate {
-    Variable* var = nullptr;
-    std::vector<int64_t> local;  // local row per id (hash: the id)
-    std::vector<float> grad;     // [len(ids), dim]
-    std::vector<bool> skip;      // non-finite rows (skip_nonfinite)
-  };
-
+  // Whether the named variable is there, or NotFound.
   absl::StatusOr<Variable*> Find(const std::string& name) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // Aborted unless `generation` is this store's restore generation.
   absl::Status CheckGeneration(int64_t generation) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
-  // InvalidArgument unless `worker` is a worker of this job ([0,
-  // num_workers), or [0, Options::max_workers) without one); -1 (not a
-  // worker: the chief's evaluation) passes when `allow_none`.
-  absl::Status CheckWorkerLocked(int32_t worker, bool allow_none) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(wait_mu_);
   // InvalidArgument unless 0 <= value < kMaxCounter.
   static absl::Status CheckCounter(int64_t value, absl::string_view what);
   // InvalidArgument when `rows` list more than max_ids_per_request ids.
   absl::Status CheckIdCount(const google::protobuf::RepeatedPtrField<proto::RowIds>& rows,
                             absl::string_view op) const;
-  // Checks one RowIds against its variable; fills the local row of each id.
-  static absl::Status CheckRowIds(const Variable& var, const proto::RowIds& ids,
-                                  std::vector<int64_t>* local);
-  // The row of hash id `id`, counting a touch and creating it when admitted;
-  // nullptr while not admitted.
-  float* TouchHashRow(Variable& var, int64_t id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(var.mu)
-      ABSL_SHARED_LOCKS_REQUIRED(mu_);
-  // Counts a touch of hash id `id` (admission); whether it is admitted.
-  // `admit`: the caller makes the row now (the id leaves the pending map).
-  bool CountTouch(Variable& var, int64_t id, bool admit) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(var.mu);
-  // The initial values (dim floats) of hash id `id`'s row, into `out`.
-  void InitialHashRow(const Variable& var, int64_t id, float* out) const;
-  // ResourceExhausted when storing rows for the `ids` not stored yet would
-  // take the table past Options::max_hash_rows.
-  absl::Status CheckHashRoom(const Variable& var, const std::vector<int64_t>& ids) const;
-  // Calls fn(i) for every i in [0, local.size()), grouped by the stripe of
-  // local[i], holding that stripe's lock (exclusively when `write`). The
-  // caller holds var.mu shared.
-  template <typename Fn>
-  static void ForEachRowByStripe(const Variable& var, const std::vector<int64_t>& local, bool write,
-                                 Fn fn);
-  // Holds a variable for a read of all of it: its lock shared, or
-  // exclusively once row pushes to it are striped.
-  class WholeReadLock;
-  // A row push to one variable while holding var.mu shared: false, with
-  // nothing applied, when it needs var.mu exclusively (the variable's first
-  // row push, or hash rows to create or count).
-  bool TryApplyRowsShared(const RowUpdate& u, proto::PushRowsResponse* response)
+  // SYNC readiness of a parked pull (SyncLedger::VersionsReached): the
+  // variables it names (every dense one, if none) reached min_version.
+  bool VersionsReachedLocked(const proto::PullRequest& request) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
 
   // Push without waking parked pulls (the caller wakes them). With `answer`,
@@ -451,63 +386,13 @@ class VariableStore {
   // is left as it was in the other modes and for a repeated push.
   absl::Status PushNoWake(const proto::PushRequest& request, proto::PushResponse* response,
                           const Payloads* payloads, proto::PullResponse* answer = nullptr)
-      ABSL_LOCKS_EXCLUDED(mu_, wait_mu_);
-  // A parked pull.
-  struct Waiter {
-    uint64_t ticket = 0;
-    proto::PullRequest request;
-    proto::PullResponse* response = nullptr;
-    Done done;
-    absl::Time since;
-  };
-  // Applies `grad` to `var` with the optimizer (all of it, or the rows not
-  // in `skip`) and bumps the version.
-  // ApplyLocked of a finite float32 payload (a gradient tensor's data),
-  // read block by block without unpacking it first. With `value`, also
-  // packs the updated values into it.
-  void ApplyPayloadLocked(Variable& var, common::PayloadParts payload, proto::Tensor* value)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(var.mu) ABSL_SHARED_LOCKS_REQUIRED(mu_);
-  void ApplyLocked(Variable& var, const std::vector<float>& grad, const std::vector<bool>& skip)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(var.mu) ABSL_SHARED_LOCKS_REQUIRED(mu_);
-  // SYNC: applies the mean of the accumulated gradients once `quorum` have
-  // arrived.
-  void MaybeApplyAggregateLocked(Variable& var, int quorum) ABSL_EXCLUSIVE_LOCKS_REQUIRED(var.mu)
-      ABSL_SHARED_LOCKS_REQUIRED(mu_);
-  // Whether a parked pull may be served now; records the SSP clock gap when
-  // it may.
-  bool ReadyLocked(const proto::PullRequest& request) ABSL_EXCLUSIVE_LOCKS_REQUIRED(wait_mu_)
-      ABSL_SHARED_LOCKS_REQUIRED(mu_);
+      ABSL_LOCKS_EXCLUDED(mu_);
   // Serves every parked pull that is ready now.
-  void WakeWaiters() ABSL_LOCKS_EXCLUDED(wait_mu_);
-  int64_t MinActiveClockLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(wait_mu_);
-  // The workers' part of Snapshot's cut.
-  Cut CutLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(wait_mu_);
+  void WakeWaiters() ABSL_LOCKS_EXCLUDED(mu_);
 
   const Options options_;
-
-  // Mode state: membership, clocks, duplicate detection, parked pulls. Lock
-  // order: mu_, then wait_mu_, then a variable's mu.
-  mutable absl::Mutex wait_mu_;
-  proto::SyncConfig sync_ ABSL_GUARDED_BY(wait_mu_);
-  bool sync_set_ ABSL_GUARDED_BY(wait_mu_) = false;
-  std::atomic<int> quorum_{1};
-  std::vector<bool> active_ ABSL_GUARDED_BY(wait_mu_);
-  std::vector<int64_t> clocks_ ABSL_GUARDED_BY(wait_mu_);
-  // (worker, part) -> its incarnation's last dense push step (of that
-  // PushRequest.part) and last row push step (kept under part 0).
-  struct PushKey {
-    uint64_t incarnation = 0;
-    int64_t dense_step = -1;
-    int64_t rows_step = -1;
-  };
-  absl::flat_hash_map<std::pair<int32_t, int32_t>, PushKey> last_push_ ABSL_GUARDED_BY(wait_mu_);
-  // Worker -> data position after its last dense push (PushRequest.position).
-  absl::flat_hash_map<int32_t, int64_t> positions_ ABSL_GUARDED_BY(wait_mu_);
-  std::vector<Waiter> waiters_ ABSL_GUARDED_BY(wait_mu_);
-  uint64_t next_ticket_ ABSL_GUARDED_BY(wait_mu_) = 1;
-  int64_t parked_pulls_ ABSL_GUARDED_BY(wait_mu_) = 0;
-  double parked_seconds_ ABSL_GUARDED_BY(wait_mu_) = 0;
-  int64_t max_clock_gap_ ABSL_GUARDED_BY(wait_mu_) = 0;
+  // The training mode and parked pulls; its mutex comes after mu_.
+  SyncLedger ledger_;
 
   mutable absl::Mutex mu_;
   absl::flat_hash_map<std::string, std::unique_ptr<Variable>> variables_ ABSL_GUARDED_BY(mu_);

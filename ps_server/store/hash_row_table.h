@@ -1,0 +1,109 @@
+// The rows of one hash embedding (one partition of it) and their admission:
+// id -> the row's values then each optimizer slot's, made on the
+// admit_after-th touch of the id (the first with admit_after <= 1), and the
+// touch counts of ids not admitted yet.
+//
+// Admission counts touches of at most Limits::max_pending exact ids; ids
+// that find that map full count in Limits::overflow_counters shared
+// saturating counters indexed by a hash of the id (allocated on first need),
+// and keep counting there once they did: bounded memory; ids that share a
+// counter may be admitted early, never late.
+//
+// This is where a bounded table (capacity, eviction, a disk tier) would
+// change: rows are reached only through Find, Touch and the loaders below.
+//
+// Thread-safety: thread-compatible. Its owner (Variable::mu) guards it:
+// const methods under the lock held shared, the others held exclusively.
+// size() alone may be read without the lock.
+#ifndef PST_PS_SERVER_STORE_HASH_ROW_TABLE_H_
+#define PST_PS_SERVER_STORE_HASH_ROW_TABLE_H_
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+
+namespace pst::ps {
+
+class HashRowTable {
+ public:
+  struct Limits {
+    int32_t admit_after = 1;  // touches that make a row; <= 1: the first
+    int64_t max_pending = int64_t{1} << 20;
+    int64_t overflow_counters = int64_t{1} << 16;
+    int64_t max_rows = int64_t{1} << 26;  // CheckRoom
+  };
+  // Writes the `dim` values a new row of `id` starts with.
+  using RowInit = std::function<void(int64_t id, std::span<float> values)>;
+  using Rows = absl::flat_hash_map<int64_t, std::vector<float>>;
+
+  // Rows of `dim` values, started by `init`, each followed by one slot of
+  // `dim` floats per entry of `slot_initial_values`, started at it.
+  HashRowTable(Limits limits, int64_t dim, std::vector<float> slot_initial_values, RowInit init);
+  HashRowTable(const HashRowTable&) = delete;
+  HashRowTable& operator=(const HashRowTable&) = delete;
+
+  const Limits& limits() const { return limits_; }
+  int64_t dim() const { return dim_; }
+  // Floats per row: its values, then each slot.
+  int64_t width() const { return width_; }
+  // Rows held; may be read without the owner's lock (relaxed).
+  int64_t size() const { return size_.load(std::memory_order_relaxed); }
+
+  // The row of `id` (width() floats), or nullptr when none is stored.
+  const float* Find(int64_t id) const;
+  float* Find(int64_t id);
+  bool Contains(int64_t id) const { return rows_.contains(id); }
+  bool ContainsAll(std::span<const int64_t> ids) const;
+
+  // Counts a touch of `id`; whether it is admitted now. With `admit`, the
+  // caller makes the row now and the id leaves the exact counts (a read
+  // leaves an admitted id counted, so that the push that makes its row
+  // finds it admitted). Always true with admit_after <= 1.
+  bool CountTouch(int64_t id, bool admit);
+  // The row of `id`, counting a touch and making it (from the RowInit) once
+  // admitted; nullptr while not admitted.
+  float* Touch(int64_t id);
+  // The dim() values `id`'s row starts with, into `out`.
+  void InitialValues(int64_t id, std::span<float> out) const { init_(id, out); }
+
+  // ResourceExhausted, naming `name`, when storing the `ids` not stored yet
+  // would take the table past Limits::max_rows.
+  absl::Status CheckRoom(std::span<const int64_t> ids, const std::string& name) const;
+
+  // The state as it is, for snapshots and state transfer.
+  const Rows& rows() const { return rows_; }
+  const absl::flat_hash_map<int64_t, int32_t>& pending() const { return pending_; }
+  const std::vector<uint32_t>& overflow_counts() const { return overflow_counts_; }
+
+  // Loaders (restore, state transfer). Replace swaps in every row and
+  // forgets the touch counts; the others add to what is there.
+  void Replace(Rows rows);
+  // `bytes`: width() little-endian floats.
+  void LoadRow(int64_t id, const char* bytes);
+  void LoadPending(int64_t id, int32_t count) { pending_[id] = count; }
+  void LoadOverflowCounts(std::vector<uint32_t> counts) { overflow_counts_ = std::move(counts); }
+
+ private:
+  uint32_t& SharedCounter(int64_t id);
+
+  const Limits limits_;
+  const int64_t dim_;
+  const std::vector<float> slot_initial_values_;
+  const int64_t width_;
+  const RowInit init_;
+  Rows rows_;
+  std::atomic<int64_t> size_{0};
+  // Touches of ids not admitted yet.
+  absl::flat_hash_map<int64_t, int32_t> pending_;
+  std::vector<uint32_t> overflow_counts_;
+};
+
+}  // namespace pst::ps
+
+#endif  // PST_PS_SERVER_STORE_HASH_ROW_TABLE_H_
