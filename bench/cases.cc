@@ -67,9 +67,9 @@ std::vector<Result> RunDense(const Options& options, PsCluster& cluster,
   const int num_workers = static_cast<int>(workers.size());
   // What one size's operations use, for every round (addresses stay put).
   struct SizeState {
-    worker::Values grads;  // shared by every worker (read only)
-    std::vector<std::unique_ptr<worker::PsClient>> clients;
-    std::vector<worker::Values> values;
+    client::Values grads;  // shared by every worker (read only)
+    std::vector<std::unique_ptr<client::PsClient>> clients;
+    std::vector<client::Values> values;
   };
   struct Case {
     Result result;
@@ -86,7 +86,7 @@ std::vector<Result> RunDense(const Options& options, PsCluster& cluster,
     const double payload = static_cast<double>(size) * sizeof(float);
     std::string error;
     for (int w = 0; w < num_workers && error.empty(); ++w) {
-      absl::StatusOr<std::unique_ptr<worker::PsClient>> client = worker::PsClient::Create(
+      absl::StatusOr<std::unique_ptr<client::PsClient>> client = client::PsClient::Create(
           plan, {DenseName(size)}, workers[w].transport, workers[w].index, workers[w].incarnation);
       if (!client.ok()) {
         error = std::string(client.status().message());
@@ -102,9 +102,9 @@ std::vector<Result> RunDense(const Options& options, PsCluster& cluster,
       c.result.error = error;
       for (int w = 0; w < num_workers && error.empty(); ++w) {
         Worker* me = &workers[w];
-        worker::PsClient* client = state->clients[w].get();
-        worker::Values* out = &state->values[w];
-        const worker::Values* grads = &state->grads;
+        client::PsClient* client = state->clients[w].get();
+        client::Values* out = &state->values[w];
+        const client::Values* grads = &state->grads;
         if (op == "pull") {
           c.ops.push_back([client, out, payload]() -> absl::StatusOr<double> {
             PST_RETURN_IF_ERROR(client->Pull(out).status());
@@ -171,11 +171,11 @@ std::vector<Result> RunSparse(const Options& options, PsCluster& cluster,
       batches[w].push_back(std::move(batch));
     }
   }
-  const worker::Values grads = {std::vector<float>(static_cast<size_t>(options.rows) * dim, 1e-3f)};
+  const client::Values grads = {std::vector<float>(static_cast<size_t>(options.rows) * dim, 1e-3f)};
 
-  std::vector<std::unique_ptr<worker::PsClient>> clients(num_workers);
+  std::vector<std::unique_ptr<client::PsClient>> clients(num_workers);
   for (int w = 0; w < num_workers; ++w) {
-    absl::StatusOr<std::unique_ptr<worker::PsClient>> client = worker::PsClient::Create(
+    absl::StatusOr<std::unique_ptr<client::PsClient>> client = client::PsClient::Create(
         plan, {}, workers[w].transport, workers[w].index, workers[w].incarnation);
     if (!client.ok()) {
       Result r;
@@ -185,24 +185,24 @@ std::vector<Result> RunSparse(const Options& options, PsCluster& cluster,
     }
     clients[w] = *std::move(client);
   }
-  std::vector<worker::Values> out(num_workers);
+  std::vector<client::Values> out(num_workers);
   std::vector<int> next(num_workers, 0);
 
   for (const std::string op : {"sparse_pull", "sparse_push"}) {
     if (!options.Has(op)) continue;
     std::vector<Op> ops;
     for (int w = 0; w < num_workers; ++w) {
-      worker::PsClient* client = clients[w].get();
+      client::PsClient* client = clients[w].get();
       Worker* me = &workers[w];
       const std::vector<Batch>* mine = &batches[w];
       int* cursor = &next[w];
-      worker::Values* values = &out[w];
+      client::Values* values = &out[w];
       // Ids go out (8 bytes each) and rows come back or go out (dim floats),
       // both for distinct ids only: the client sends each id once.
       const bool pull = op == "sparse_pull";
       ops.push_back([=, &grads]() -> absl::StatusOr<double> {
         const Batch& batch = (*mine)[(*cursor)++ % kBatches];
-        const worker::PsClient::TableIds tables[] = {{kTable, batch.ids}};
+        const client::PsClient::TableIds tables[] = {{kTable, batch.ids}};
         if (pull) {
           PST_RETURN_IF_ERROR(client->PullRows(tables, values));
         } else {
@@ -261,8 +261,8 @@ absl::Status RunConfig(const Options& options, int num_ps, int num_workers,
   for (int w = 0; w < num_workers; ++w) {
     workers[w].index = w;
     workers[w].incarnation = rng() | 1;
-    workers[w].transport = worker::MakeGrpcPsTransport(cluster->addresses(), options.Rpc(),
-                                                          options.rpc_timeout);
+    workers[w].transport =
+        client::MakeGrpcPsTransport(cluster->addresses(), options.Rpc(), options.rpc_timeout);
   }
   if (options.AnyDense()) {
     for (Result& r : RunDense(options, *cluster, plan, workers)) {

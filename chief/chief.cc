@@ -30,33 +30,33 @@ namespace {
 // The model's quality on held-out data, with the parameters the ps hold now
 // (a model computed by its workers only: the version they reached).
 absl::StatusOr<EvalResult> Evaluate(const proto::ClusterState& state, const ChiefOptions& options) {
-  PST_ASSIGN_OR_RETURN(const worker::Model* model, worker::ModelFor(options.training));
-  PST_ASSIGN_OR_RETURN(std::vector<worker::ModelVariable> variables,
+  PST_ASSIGN_OR_RETURN(const models::Model* model, models::ModelFor(options.training));
+  PST_ASSIGN_OR_RETURN(std::vector<models::ModelVariable> variables,
                        model->Variables(options.training));
   const std::vector<std::string> addresses(state.ps_addresses().begin(),
                                            state.ps_addresses().end());
   PST_ASSIGN_OR_RETURN(
-      std::unique_ptr<worker::PsClient> client,
-      worker::PsClient::Create(
-          state.plan(), worker::DenseNames(variables),
-          worker::MakeRoutedTransport(
-              worker::MakeGrpcPsTransport(addresses, options.rpc, options.timing.rpc_timeout),
-              worker::ShardRoutes::FromPlan(state.plan(), state.routing_version())),
+      std::unique_ptr<client::PsClient> client,
+      client::PsClient::Create(
+          state.plan(), models::DenseNames(variables),
+          client::MakeRoutedTransport(
+              client::MakeGrpcPsTransport(addresses, options.rpc, options.timing.rpc_timeout),
+              client::ShardRoutes::FromPlan(state.plan(), state.routing_version())),
           -1, 0));
   if (model->computed_by_workers()) {
     // Nothing here can score it: report the step the dense variables reached.
     EvalResult result;
     result.metrics = nlohmann::json::object();
-    worker::Values params;
+    client::Values params;
     PST_ASSIGN_OR_RETURN(const int64_t version, client->Pull(&params));
     result.global_step = params.empty() ? state.global_step() : version;
     result.line = absl::StrCat("not evaluated: model '", options.training.model(),
                                "' is computed by its workers");
     return result;
   }
-  PST_ASSIGN_OR_RETURN(std::unique_ptr<worker::ModelData> held_out,
+  PST_ASSIGN_OR_RETURN(std::unique_ptr<models::ModelData> held_out,
                        model->Load(options.training, options.data_dir, /*held_out=*/true, 0, 1));
-  PST_ASSIGN_OR_RETURN(worker::ModelEvaluation eval,
+  PST_ASSIGN_OR_RETURN(models::ModelEvaluation eval,
                        model->Evaluate(options.training, *held_out, client.get()));
   EvalResult result;
   for (const auto& [name, value] : eval.metrics) result.metrics[name] = value;
@@ -110,7 +110,7 @@ absl::Status RunChief(const ChiefOptions& options, const common::StopSignal& sto
                cluster.CoordinatorAddress(),
                common::DescribeTransportSecurity(options.rpc.security));
 
-  const std::unique_ptr<common::PsControl> ps = worker::MakeGrpcPsControl(cluster.ps, options.rpc);
+  const std::unique_ptr<common::PsControl> ps = client::MakeGrpcPsControl(cluster.ps, options.rpc);
   Job::Collaborators with;
   with.ps = ps.get();
   with.coordinator = &coordinator;

@@ -18,7 +18,7 @@
 
 namespace pst::chief {
 
-class InProcessCoordinatorClient final : public worker::CoordinatorClient {
+class InProcessCoordinatorClient final : public client::CoordinatorClient {
  public:
   // Neither is owned; `clock` must outlive this, `coordinator` (may be
   // null) every call made until the next Connect.

@@ -18,7 +18,7 @@ namespace pst::chief {
 absl::StatusOr<JobPlan> PlanJob(const ChiefOptions& options) {
   const common::ClusterSpec& cluster = options.tf.cluster;
   PST_ASSIGN_OR_RETURN(proto::PlacementPlan plan,
-                       worker::BuildPlan(options.training, static_cast<int>(cluster.ps.size())));
+                       models::BuildPlan(options.training, static_cast<int>(cluster.ps.size())));
   JobPlan job;
   proto::ClusterState& initial = job.initial;
   *initial.mutable_plan() = plan;
@@ -41,8 +41,8 @@ absl::StatusOr<JobPlan> PlanJob(const ChiefOptions& options) {
       sync->replicas_to_aggregate() > 0 ? sync->replicas_to_aggregate() : sync->num_workers();
   job.quorum = quorum;
   PST_RETURN_IF_ERROR(CheckEvaluationOptions(options));
-  PST_ASSIGN_OR_RETURN(std::shared_ptr<const worker::SpecInitialValues> values,
-                       worker::SpecInitialValues::Open(options.training));
+  PST_ASSIGN_OR_RETURN(std::shared_ptr<const models::SpecInitialValues> values,
+                       models::SpecInitialValues::Open(options.training));
   if (values != nullptr) {
     job.initial_values = [values](const proto::VariableSpec& entry) {
       return values->ValuesFor(entry);

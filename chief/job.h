@@ -65,7 +65,7 @@ struct JobPlan {
 // the mode and the placement; opens a spec model's initial values. Errors:
 // InvalidArgument for a quorum larger than the cluster's workers, or the
 // plan's own (BuildPlan); those of opening the initial values file
-// (worker::SpecInitialValues::Open).
+// (models::SpecInitialValues::Open).
 absl::StatusOr<JobPlan> PlanJob(const ChiefOptions& options);
 
 // The evaluation and epoch options against the cluster and the model

@@ -25,7 +25,7 @@ absl::Status CheckEvaluationOptions(const ChiefOptions& options) {
         "--checkpoint_every_epochs and --eval_every_epochs must be at least 0");
   }
   if (options.eval_every_epochs > 0 && !has_evaluator) {
-    absl::StatusOr<const worker::Model*> model = worker::ModelFor(options.training);
+    absl::StatusOr<const models::Model*> model = models::ModelFor(options.training);
     if (model.ok() && (*model)->computed_by_workers()) {
       return absl::InvalidArgumentError(absl::StrCat(
           "--eval_every_epochs: the chief cannot compute model '", options.training.model(),

@@ -18,7 +18,7 @@ Job::ProgressDisplay Job::StartProgress() {
   // Only some data tells its size cheaply (the IDX header); a model whose
   // data would have to be read whole says 0, and then the total is known
   // only from --max_steps.
-  absl::StatusOr<const worker::Model*> model = worker::ModelFor(options_.training);
+  absl::StatusOr<const models::Model*> model = models::ModelFor(options_.training);
   const int64_t examples =
       model.ok() ? (*model)->CountTrainingExamples(options_.training, options_.data_dir) : 0;
   progress.total_steps = ExpectedFinalStep(

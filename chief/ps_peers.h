@@ -38,7 +38,7 @@ absl::StatusOr<int> CreateOnPs(common::PsControl& control, int index, const std:
 
 // The initial values of a plan entry as little-endian float32 bytes, or ""
 // for its initializer (a spec model's values from its file:
-// worker::SpecInitialValues::ValuesFor).
+// models::SpecInitialValues::ValuesFor).
 using InitialValuesFn =
     std::function<absl::StatusOr<std::string>(const proto::VariableSpec& entry)>;
 

@@ -22,7 +22,7 @@
 #include "absl/time/time.h"
 #include "proto/pstrain.pb.h"
 
-namespace pst::worker {
+namespace pst::client {
 
 class CoordinatorClient {
  public:
@@ -40,6 +40,6 @@ class CoordinatorClient {
       const proto::ClaimWorkerIndexRequest& request, absl::Duration timeout) = 0;
 };
 
-}  // namespace pst::worker
+}  // namespace pst::client
 
 #endif  // PST_CLIENT_COORDINATOR_CLIENT_H_

@@ -4,7 +4,7 @@
 #include "rpc/grpc_status.h"
 #include "proto/pstrain.grpc.pb.h"
 
-namespace pst::worker {
+namespace pst::client {
 namespace {
 
 class GrpcCoordinatorClient final : public CoordinatorClient {
@@ -55,4 +55,4 @@ std::unique_ptr<CoordinatorClient> MakeGrpcCoordinatorClient(const std::string& 
   return std::make_unique<GrpcCoordinatorClient>(address, settings);
 }
 
-}  // namespace pst::worker
+}  // namespace pst::client

@@ -10,12 +10,12 @@
 #include "client/coordinator_client.h"
 #include "rpc/grpc_channel.h"
 
-namespace pst::worker {
+namespace pst::client {
 
 // The coordinator at `address` ("host:port"). Thread-safe.
 std::unique_ptr<CoordinatorClient> MakeGrpcCoordinatorClient(const std::string& address,
                                                              const rpc::RpcSettings& settings);
 
-}  // namespace pst::worker
+}  // namespace pst::client
 
 #endif  // PST_CLIENT_GRPC_COORDINATOR_CLIENT_H_

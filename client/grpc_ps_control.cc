@@ -4,7 +4,7 @@
 #include "rpc/grpc_status.h"
 #include "proto/pstrain.grpc.pb.h"
 
-namespace pst::worker {
+namespace pst::client {
 namespace {
 
 class GrpcPsControl final : public common::PsControl {
@@ -73,4 +73,4 @@ std::unique_ptr<common::PsControl> MakeGrpcPsControl(const std::vector<std::stri
   return std::make_unique<GrpcPsControl>(addresses, settings);
 }
 
-}  // namespace pst::worker
+}  // namespace pst::client

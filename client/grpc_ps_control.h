@@ -11,12 +11,12 @@
 #include "common/ps_control.h"
 #include "rpc/grpc_channel.h"
 
-namespace pst::worker {
+namespace pst::client {
 
 // The ps at `addresses` ("host:port", by ps index). Thread-safe.
 std::unique_ptr<common::PsControl> MakeGrpcPsControl(const std::vector<std::string>& addresses,
                                                      const rpc::RpcSettings& settings);
 
-}  // namespace pst::worker
+}  // namespace pst::client
 
 #endif  // PST_CLIENT_GRPC_PS_CONTROL_H_

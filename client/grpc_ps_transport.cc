@@ -10,7 +10,7 @@
 #include "rpc/wire_codec.h"
 #include "proto/pstrain.grpc.pb.h"
 
-namespace pst::worker {
+namespace pst::client {
 namespace {
 
 // The dense calls of one worker to one ps go over this many TCP
@@ -192,4 +192,4 @@ PsTraffic ProcessPsTraffic() {
           received_bytes.load(std::memory_order_relaxed)};
 }
 
-}  // namespace pst::worker
+}  // namespace pst::client

@@ -14,7 +14,7 @@
 #include "common/ps_transport.h"
 #include "rpc/grpc_channel.h"
 
-namespace pst::worker {
+namespace pst::client {
 
 // Channels to the ps at `addresses` under `settings`; every call has
 // `rpc_timeout`.
@@ -33,6 +33,6 @@ struct PsTraffic {
 };
 PsTraffic ProcessPsTraffic();
 
-}  // namespace pst::worker
+}  // namespace pst::client
 
 #endif  // PST_CLIENT_GRPC_PS_TRANSPORT_H_

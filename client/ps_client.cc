@@ -11,7 +11,7 @@
 #include "common/status_macros.h"
 #include "common/tensor_util.h"
 
-namespace pst::worker {
+namespace pst::client {
 namespace {
 
 common::Shape ToShape(const std::vector<int64_t>& dims) {
@@ -627,4 +627,4 @@ absl::Status PsClient::PushRows(int64_t step, std::span<const TableIds> tables,
   });
 }
 
-}  // namespace pst::worker
+}  // namespace pst::client

@@ -33,7 +33,7 @@
 #include "common/ps_transport.h"
 #include "proto/pstrain.pb.h"
 
-namespace pst::worker {
+namespace pst::client {
 
 using Values = std::vector<std::vector<float>>;
 // Views of caller-owned memory, one per dense variable (or per table of a
@@ -214,6 +214,6 @@ class PsClient {
   int64_t generation_ = 0;
 };
 
-}  // namespace pst::worker
+}  // namespace pst::client
 
 #endif  // PST_CLIENT_PS_CLIENT_H_

@@ -8,7 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 
-namespace pst::worker {
+namespace pst::client {
 
 ShardRoutes::ShardRoutes(int num_shards, bool replicated)
     : replicated_(replicated), ps_(static_cast<size_t>(num_shards)) {
@@ -187,4 +187,4 @@ std::unique_ptr<common::PsTransport> MakeRoutedTransport(
   return std::make_unique<RoutedTransport>(std::move(base), std::move(routes));
 }
 
-}  // namespace pst::worker
+}  // namespace pst::client

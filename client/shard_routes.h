@@ -35,7 +35,7 @@
 #include "google/protobuf/repeated_ptr_field.h"
 #include "proto/pstrain.pb.h"
 
-namespace pst::worker {
+namespace pst::client {
 
 class ShardRoutes {
  public:
@@ -79,6 +79,6 @@ class ShardRoutes {
 std::unique_ptr<common::PsTransport> MakeRoutedTransport(std::shared_ptr<common::PsTransport> base,
                                                          std::shared_ptr<const ShardRoutes> routes);
 
-}  // namespace pst::worker
+}  // namespace pst::client
 
 #endif  // PST_CLIENT_SHARD_ROUTES_H_

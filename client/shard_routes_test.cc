@@ -10,7 +10,7 @@
 #include "absl/synchronization/notification.h"
 #include "gtest/gtest.h"
 
-namespace pst::worker {
+namespace pst::client {
 namespace {
 
 // Answers Push calls: ps in `down` fail with `failure`, the others succeed.
@@ -154,4 +154,4 @@ TEST(RoutedTransportTest, WithoutReplicasOrForBadInput_FailuresAreAnsweredAtOnce
 }
 
 }  // namespace
-}  // namespace pst::worker
+}  // namespace pst::client

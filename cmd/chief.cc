@@ -15,13 +15,13 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "pstrain chief. Usage: TF_CONFIG='{...\"task\":{\"type\":\"chief\",\"index\":0}}' chief "
       "[--epochs=N] [--summary_json=PATH] ...");
-  pst::common::ParseCommandLineOrExit(argc, argv);
+  pst::flags::ParseCommandLineOrExit(argc, argv);
   try {
     pst::common::StopSignal& stop = pst::common::ProcessStopSignal();
-    absl::StatusOr<pst::common::DaemonSetup> setup =
-        pst::common::SetUpDaemon("chief", pst::common::TaskType::kChief);
+    absl::StatusOr<pst::flags::DaemonSetup> setup =
+        pst::flags::SetUpDaemon("chief", pst::common::TaskType::kChief);
     if (!setup.ok()) return 2;
-    absl::Status status = pst::chief::RunChief(pst::chief::ChiefOptionsFromFlags(*setup), stop);
+    absl::Status status = pst::chief::RunChief(pst::flags::ChiefOptionsFromFlags(*setup), stop);
     if (!status.ok()) {
       spdlog::error("job failed: {}", status.ToString());
       return 1;

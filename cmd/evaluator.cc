@@ -17,7 +17,7 @@
 
 namespace {
 
-int Run(const pst::common::DaemonSetup& setup) {
+int Run(const pst::flags::DaemonSetup& setup) {
   using pst::evaluator::EvaluatorSession;
   pst::evaluator::EvaluatorOptions options;
   options.index = setup.tf.task.index;
@@ -77,10 +77,10 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "pstrain evaluator. Usage: TF_CONFIG='{...\"task\":{\"type\":\"evaluator\",\"index\":0}}' "
       "evaluator --checkpoint_dir=DIR [--data_dir=DIR] [--summary_dir=DIR] [--best_metric=NAME]");
-  pst::common::ParseCommandLineOrExit(argc, argv);
+  pst::flags::ParseCommandLineOrExit(argc, argv);
   try {
-    absl::StatusOr<pst::common::DaemonSetup> setup =
-        pst::common::SetUpDaemon("evaluator", pst::common::TaskType::kEvaluator);
+    absl::StatusOr<pst::flags::DaemonSetup> setup =
+        pst::flags::SetUpDaemon("evaluator", pst::common::TaskType::kEvaluator);
     if (!setup.ok()) return 2;
     return Run(*setup);
   } catch (const std::exception& e) {

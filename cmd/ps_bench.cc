@@ -99,7 +99,7 @@ int main(int argc, char** argv) {
       "Data-plane benchmark: starts ps_server processes and measures Push, Pull, PushPull, "
       "PullRows and PushRows against TCP and memcpy references.\n"
       "Usage: ps_bench [--ps=1] [--workers=1] [--sizes=1M,16M,64M] [--json=PATH]");
-  pst::common::ParseCommandLineOrExit(argc, argv);
+  pst::flags::ParseCommandLineOrExit(argc, argv);
   // Its threads stand for workers, which tune the process the same way.
   pst::common::TuneForServing();
   try {

@@ -55,13 +55,13 @@ int Run() {
     return 2;
   }
   // The ps's share of the checks on flags alone (flags/start_checks.h).
-  if (absl::Status s = common::CheckPsReplicas(absl::GetFlag(FLAGS_ps_replicas),
-                                               static_cast<int>(tf->cluster.ps.size()));
+  if (absl::Status s = flags::CheckPsReplicas(absl::GetFlag(FLAGS_ps_replicas),
+                                              static_cast<int>(tf->cluster.ps.size()));
       !s.ok()) {
     std::fprintf(stderr, "ps_server: %s\n", std::string(s.message()).c_str());
     return 2;
   }
-  absl::StatusOr<rpc::RpcSettings> rpc = common::RpcSettingsFromFlags();
+  absl::StatusOr<rpc::RpcSettings> rpc = flags::RpcSettingsFromFlags();
   if (!rpc.ok()) {
     std::fprintf(stderr, "ps_server: %s\n", std::string(rpc.status().message()).c_str());
     return 2;
@@ -116,7 +116,7 @@ int Run() {
   }
   options.save_delay = absl::Milliseconds(save_delay_ms);
   absl::StatusOr<std::unique_ptr<common::MetricsExporter>> metrics =
-      common::StartMetricsFromFlags(task);
+      flags::StartMetricsFromFlags(task);
   if (!metrics.ok()) {
     spdlog::error("{}", metrics.status().message());
     return 2;
@@ -135,7 +135,7 @@ int Run() {
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "pstrain parameter server. Usage: TF_CONFIG='{...\"task\":{\"type\":\"ps\",...}}' ps_server");
-  pst::common::ParseCommandLineOrExit(argc, argv);
+  pst::flags::ParseCommandLineOrExit(argc, argv);
   try {
     return pst::ps::Run();
   } catch (const std::exception& e) {

@@ -277,7 +277,7 @@ int Fail(const std::string& command, const absl::Status& status) {
 // For a model that reads --data: "generate[:...]" written and replaced by
 // the file's path.
 absl::Status ResolveData(pst::proto::TrainingConfig* training) {
-  absl::StatusOr<const pst::worker::Model*> model = pst::worker::ModelFor(*training);
+  absl::StatusOr<const pst::models::Model*> model = pst::models::ModelFor(*training);
   if (!model.ok()) return model.status();
   if (!(*model)->reads_data_file()) return absl::OkStatus();
   absl::StatusOr<std::string> data = (*model)->PrepareData(training->data());
@@ -288,30 +288,30 @@ absl::Status ResolveData(pst::proto::TrainingConfig* training) {
 
 // The job flags as a TrainingConfig, with --data resolved.
 absl::StatusOr<pst::proto::TrainingConfig> JobConfig() {
-  absl::StatusOr<pst::proto::TrainingConfig> training = pst::common::TrainingConfigFromFlags();
+  absl::StatusOr<pst::proto::TrainingConfig> training = pst::flags::TrainingConfigFromFlags();
   if (!training.ok()) return training.status();
   if (absl::Status s = ResolveData(&*training); !s.ok()) return s;
   return training;
 }
 
 int Local() {
-  absl::StatusOr<pst::proto::TrainingConfig> training = pst::common::TrainingConfigFromFlags();
+  absl::StatusOr<pst::proto::TrainingConfig> training = pst::flags::TrainingConfigFromFlags();
   if (!training.ok()) return Fail("local", training.status());
   if (absl::GetFlag(FLAGS_worker_command).empty() &&
-      (*pst::worker::ModelFor(*training))->computed_by_workers()) {
+      (*pst::models::ModelFor(*training))->computed_by_workers()) {
     return Fail("local", absl::FailedPreconditionError(absl::StrCat(
                              "--model=", training->model(),
                              " cannot be computed by pstrain's C++ workers: give the workers "
                              "that compute it with --worker_command")));
   }
   if (absl::GetFlag(FLAGS_evaluator) && absl::GetFlag(FLAGS_evaluator_command).empty() &&
-      (*pst::worker::ModelFor(*training))->computed_by_workers()) {
+      (*pst::models::ModelFor(*training))->computed_by_workers()) {
     return Fail("local", absl::FailedPreconditionError(absl::StrCat(
                              "--evaluator: the evaluator binary cannot compute --model=",
                              training->model(), "; give your Python evaluation with "
                              "--evaluator_command (pstrain.Evaluator)")));
   }
-  absl::StatusOr<pst::common::Timing> timing = pst::common::TimingFromFlags();
+  absl::StatusOr<pst::common::Timing> timing = pst::flags::TimingFromFlags();
   if (!timing.ok()) return Fail("local", timing.status());
   pst::tools::LocalClusterOptions options;
   options.num_ps = absl::GetFlag(FLAGS_ps);
@@ -336,13 +336,13 @@ int Local() {
   }
   // What every daemon would refuse at start-up, refused here before any
   // starts (or any data set is generated).
-  pst::common::StartCheck check;
+  pst::flags::StartCheck check;
   check.tf = pst::tools::LocalClusterShape(options);
   check.training = *training;
   check.timing = *timing;
   check.whole_job = true;
   check.cpp_workers = options.worker_command.empty();
-  if (absl::Status s = pst::common::CheckBeforeStart(check); !s.ok()) return Fail("local", s);
+  if (absl::Status s = pst::flags::CheckBeforeStart(check); !s.ok()) return Fail("local", s);
   if (absl::Status s = ResolveData(&*training); !s.ok()) return Fail("local", s);
   for (const char* name : kForwardedFlags) {
     if (std::string(name) == "data") continue;
@@ -365,7 +365,7 @@ int Local() {
 }
 
 int Plan() {
-  absl::StatusOr<pst::proto::TrainingConfig> training = pst::common::TrainingConfigFromFlags();
+  absl::StatusOr<pst::proto::TrainingConfig> training = pst::flags::TrainingConfigFromFlags();
   if (!training.ok()) return Fail("plan", training.status());
   int num_ps = absl::GetFlag(FLAGS_ps);
   const std::string tf_flag = absl::GetFlag(FLAGS_tf_config);
@@ -374,7 +374,7 @@ int Plan() {
     if (!tf.ok()) return Fail("plan", tf.status());
     num_ps = static_cast<int>(tf->cluster.ps.size());
   }
-  absl::StatusOr<pst::proto::PlacementPlan> plan = pst::worker::BuildPlan(*training, num_ps);
+  absl::StatusOr<pst::proto::PlacementPlan> plan = pst::models::BuildPlan(*training, num_ps);
   if (!plan.ok()) return Fail("plan", plan.status());
   std::printf("%s", pst::tools::FormatPlan(*plan).c_str());
   return 0;
@@ -511,7 +511,7 @@ int ExportCheckpoint(const std::string& dir, const std::string& out) {
 // Exit 0 also when no GPU is visible; 2 for a bad flag; 1 for --device=gpu
 // without a GPU.
 int Devices() {
-  const pst::device::DeviceOptions options = pst::worker::DeviceOptionsFromFlags();
+  const pst::device::DeviceOptions options = pst::flags::DeviceOptionsFromFlags();
   const pst::device::GpuInventory inventory = pst::device::DiscoverGpus();
   std::printf("%s", pst::device::DescribeDevices(inventory, options).c_str());
   if (options.device == "cpu" && !inventory.gpus.empty()) {
@@ -539,7 +539,7 @@ bool NamesEachTasksFiles() {
 int main(int argc, char** argv) {
   const std::string usage = Usage();
   absl::SetProgramUsageMessage(usage);
-  std::vector<char*> args = pst::common::ParseCommandLineOrExit(argc, argv, PrintSubcommandHelp);
+  std::vector<char*> args = pst::flags::ParseCommandLineOrExit(argc, argv, PrintSubcommandHelp);
   if (args.size() < 2) {
     std::fprintf(stderr, "%s\n", usage.c_str());
     return 2;
@@ -549,7 +549,7 @@ int main(int argc, char** argv) {
   // checks them here first unless they name each daemon's own files
   // ("{task}"), which only the daemons can load.
   absl::StatusOr<pst::rpc::RpcSettings> rpc = pst::rpc::RpcSettings();
-  if (command != "local" || !NamesEachTasksFiles()) rpc = pst::common::RpcSettingsFromFlags();
+  if (command != "local" || !NamesEachTasksFiles()) rpc = pst::flags::RpcSettingsFromFlags();
   if (!rpc.ok()) {
     std::fprintf(stderr, "pstrain %s: %s\n", command.c_str(),
                  std::string(rpc.status().message()).c_str());

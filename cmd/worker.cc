@@ -37,12 +37,12 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "pstrain worker. Usage: TF_CONFIG='{...\"task\":{\"type\":\"worker\",\"index\":I}}' worker "
       "[--data_dir=DIR]");
-  pst::common::ParseCommandLineOrExit(argc, argv);
+  pst::flags::ParseCommandLineOrExit(argc, argv);
   try {
     pst::common::StopSignal& stop = pst::common::ProcessStopSignal();
-    pst::common::AdjustSetup claim;
+    pst::flags::AdjustSetup claim;
     if (absl::GetFlag(FLAGS_claim_worker_index)) {
-      claim = [&stop](pst::common::DaemonSetup* setup) -> absl::Status {
+      claim = [&stop](pst::flags::DaemonSetup* setup) -> absl::Status {
         if (setup->tf.cluster.chief.empty()) {
           return absl::InvalidArgumentError(
               "--claim_worker_index needs a chief in TF_CONFIG's cluster to hand out indices");
@@ -66,8 +66,8 @@ int main(int argc, char** argv) {
         return absl::OkStatus();
       };
     }
-    absl::StatusOr<pst::common::DaemonSetup> setup =
-        pst::common::SetUpDaemon("worker", pst::common::TaskType::kWorker, claim);
+    absl::StatusOr<pst::flags::DaemonSetup> setup =
+        pst::flags::SetUpDaemon("worker", pst::common::TaskType::kWorker, claim);
     if (!setup.ok()) return 2;
     if (absl::GetFlag(FLAGS_claim_worker_index)) {
       spdlog::info("claimed worker index {} of {} from the chief", setup->tf.task.index,
@@ -77,8 +77,7 @@ int main(int argc, char** argv) {
     // The devices, checked before anything starts: a bad flag, or
     // --device=gpu without a GPU, is a usage error.
     absl::StatusOr<std::vector<pst::device::LogicalDeviceSpec>> device_specs =
-        pst::device::PlanDevices(pst::worker::DeviceOptionsFromFlags(),
-                                 pst::device::DiscoverGpus());
+        pst::device::PlanDevices(pst::flags::DeviceOptionsFromFlags(), pst::device::DiscoverGpus());
     if (!device_specs.ok()) {
       std::fprintf(stderr, "worker: %s\n", std::string(device_specs.status().message()).c_str());
       return 2;
@@ -105,7 +104,7 @@ int main(int argc, char** argv) {
         return 2;
       }
       spdlog::info("no chief in the cluster: this worker also acts as chief");
-      const pst::chief::ChiefOptions options = pst::chief::ChiefOptionsFromFlags(*setup);
+      const pst::chief::ChiefOptions options = pst::flags::ChiefOptionsFromFlags(*setup);
       chief_thread = std::thread(
           [options, &stop, &chief_status] { chief_status = pst::chief::RunChief(options, stop); });
     }

@@ -17,9 +17,9 @@
 
 namespace pst::evaluator {
 
-absl::StatusOr<const worker::Model*> BuiltinEvaluation::ModelToEvaluate(
+absl::StatusOr<const models::Model*> BuiltinEvaluation::ModelToEvaluate(
     const proto::TrainingConfig& training) {
-  PST_ASSIGN_OR_RETURN(const worker::Model* model, worker::ModelFor(training));
+  PST_ASSIGN_OR_RETURN(const models::Model* model, models::ModelFor(training));
   if (model->computed_by_workers()) {
     return absl::FailedPreconditionError(absl::StrCat(
         "model '", training.model(), "' is computed by its workers: evaluate it in Python with ",
@@ -31,15 +31,15 @@ absl::StatusOr<const worker::Model*> BuiltinEvaluation::ModelToEvaluate(
 absl::StatusOr<std::map<std::string, double>> BuiltinEvaluation::Evaluate(
     const FoundCheckpoint& checkpoint) {
   const proto::TrainingConfig& training = checkpoint.manifest.training();
-  PST_ASSIGN_OR_RETURN(const worker::Model* model, ModelToEvaluate(training));
-  PST_ASSIGN_OR_RETURN(std::vector<worker::ModelVariable> variables, model->Variables(training));
+  PST_ASSIGN_OR_RETURN(const models::Model* model, ModelToEvaluate(training));
+  PST_ASSIGN_OR_RETURN(std::vector<models::ModelVariable> variables, model->Variables(training));
 
   // One ps holds everything (one copy); the restore reads every shard and
   // keeps it all.
   proto::TrainingConfig one_copy = training;
   one_copy.set_ps_replicas(1);
   proto::ClusterState state;
-  PST_ASSIGN_OR_RETURN(*state.mutable_plan(), worker::BuildPlan(one_copy, 1));
+  PST_ASSIGN_OR_RETURN(*state.mutable_plan(), models::BuildPlan(one_copy, 1));
   *state.mutable_training() = one_copy;
   state.set_num_workers(std::max(1, checkpoint.manifest.worker_positions_size()));
   ps::InProcessPs::Options ps_options;
@@ -62,10 +62,10 @@ absl::StatusOr<std::map<std::string, double>> BuiltinEvaluation::Evaluate(
     data_for_ = data_key;
   }
   PST_ASSIGN_OR_RETURN(
-      std::unique_ptr<worker::PsClient> client,
-      worker::PsClient::Create(state.plan(), worker::DenseNames(variables),
+      std::unique_ptr<client::PsClient> client,
+      client::PsClient::Create(state.plan(), models::DenseNames(variables),
                                std::make_shared<ps::InProcessPsTransport>(ps), -1, 0));
-  PST_ASSIGN_OR_RETURN(worker::ModelEvaluation eval,
+  PST_ASSIGN_OR_RETURN(models::ModelEvaluation eval,
                        model->Evaluate(training, *held_out_, client.get()));
   std::map<std::string, double> metrics;
   for (const auto& [name, value] : eval.metrics) metrics[name] = value;

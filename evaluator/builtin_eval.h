@@ -27,7 +27,7 @@ class BuiltinEvaluation {
   // Errors: the registry's for an unknown model; FailedPrecondition for a
   // model computed by its workers (a spec model: evaluate it with
   // pstrain.Evaluator).
-  static absl::StatusOr<const worker::Model*> ModelToEvaluate(
+  static absl::StatusOr<const models::Model*> ModelToEvaluate(
       const proto::TrainingConfig& training);
 
   // The metrics of `checkpoint` (its manifest names the model and its
@@ -39,7 +39,7 @@ class BuiltinEvaluation {
   const std::string data_dir_;
   // The held-out data, loaded once for the model configuration it is of.
   std::string data_for_;
-  std::unique_ptr<worker::ModelData> held_out_;
+  std::unique_ptr<models::ModelData> held_out_;
 };
 
 }  // namespace pst::evaluator

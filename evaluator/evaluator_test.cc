@@ -118,11 +118,11 @@ class EvaluatorTest : public ::testing::Test {
       peer.incarnation = ps::InProcessPs::IncarnationOf(i, 0);
       peers_.push_back(peer);
     }
-    absl::StatusOr<std::vector<worker::ModelVariable>> variables =
-        (*worker::ModelFor(training))->Variables(training);
+    absl::StatusOr<std::vector<models::ModelVariable>> variables =
+        (*models::ModelFor(training))->Variables(training);
     ASSERT_TRUE(variables.ok());
-    absl::StatusOr<std::unique_ptr<worker::PsClient>> client =
-        worker::PsClient::Create(plan_.initial.plan(), worker::DenseNames(*variables),
+    absl::StatusOr<std::unique_ptr<client::PsClient>> client =
+        client::PsClient::Create(plan_.initial.plan(), models::DenseNames(*variables),
                                  std::make_shared<ps::InProcessPsTransport>(ps_), 0, 1);
     ASSERT_TRUE(client.ok()) << client.status();
     client_ = *std::move(client);
@@ -132,11 +132,11 @@ class EvaluatorTest : public ::testing::Test {
   // Pushes `steps` random gradients, then saves a checkpoint at the version
   // reached; returns its directory.
   std::string TrainAndSave(int steps, int epochs_completed = 0) {
-    worker::Values values;
+    client::Values values;
     EXPECT_TRUE(client_->Pull(&values).ok());
     std::normal_distribution<float> noise(0, 0.05f);
     for (int s = 0; s < steps; ++s) {
-      worker::Values grads = values;
+      client::Values grads = values;
       for (auto& g : grads) {
         for (float& x : g) x = noise(rng_);
       }
@@ -156,7 +156,7 @@ class EvaluatorTest : public ::testing::Test {
   std::shared_ptr<ps::InProcessPs> ps_;
   std::unique_ptr<ps::InProcessPsControl> control_;
   std::vector<chief::PsPeer> peers_;
-  std::unique_ptr<worker::PsClient> client_;
+  std::unique_ptr<client::PsClient> client_;
   common::StopSignal stop_;
   std::mt19937 rng_{3};
   int64_t step_ = 0;
@@ -365,10 +365,10 @@ TEST_F(EvaluatorTest, BuiltinEvaluationOfARestoredCheckpointScoresWhatTheLivePsS
   absl::StatusOr<std::map<std::string, double>> metrics = evaluation.Evaluate(**found);
   ASSERT_TRUE(metrics.ok()) << metrics.status();
   // The same model, evaluated over the two live ps that saved it.
-  const worker::Model* model = *worker::ModelFor(options_.training);
+  const models::Model* model = *models::ModelFor(options_.training);
   auto held_out = model->Load(options_.training, kFashionMnist, true, 0, 1);
   ASSERT_TRUE(held_out.ok());
-  absl::StatusOr<worker::ModelEvaluation> live =
+  absl::StatusOr<models::ModelEvaluation> live =
       model->Evaluate(options_.training, **held_out, client_.get());
   ASSERT_TRUE(live.ok()) << live.status();
   ASSERT_FALSE(live->metrics.empty());

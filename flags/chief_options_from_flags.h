@@ -10,10 +10,10 @@
 #include "flags/daemon_main.h"
 #include "flags/job_flags.h"
 
-namespace pst::chief {
+namespace pst::flags {
 
-inline ChiefOptions ChiefOptionsFromFlags(const common::DaemonSetup& setup) {
-  ChiefOptions options;
+inline chief::ChiefOptions ChiefOptionsFromFlags(const DaemonSetup& setup) {
+  chief::ChiefOptions options;
   options.tf = setup.tf;
   options.training = setup.training;
   options.timing = setup.timing;
@@ -35,6 +35,6 @@ inline ChiefOptions ChiefOptionsFromFlags(const common::DaemonSetup& setup) {
   return options;
 }
 
-}  // namespace pst::chief
+}  // namespace pst::flags
 
 #endif  // PST_FLAGS_CHIEF_OPTIONS_FROM_FLAGS_H_

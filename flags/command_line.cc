@@ -12,7 +12,7 @@
 #include "absl/strings/str_split.h"
 #include "common/edit_distance.h"
 
-namespace pst::common {
+namespace pst::flags {
 namespace {
 
 // Abseil's usage flags: recognized by its parser, but not registered as
@@ -90,7 +90,7 @@ std::string UnknownFlagMessage(std::string_view name) {
   std::string lower(name);
   std::transform(lower.begin(), lower.end(), lower.begin(),
                  [](unsigned char c) { return std::tolower(c); });
-  const std::string_view best = ClosestName(lower, candidates);
+  const std::string_view best = common::ClosestName(lower, candidates);
   std::string message = "unknown flag --" + std::string(name);
   if (!best.empty()) message += " (did you mean --" + std::string(best) + "?)";
   return message;
@@ -113,4 +113,4 @@ std::vector<char*> ParseCommandLineOrExit(int argc, char** argv, const HelpPrint
   return absl::ParseCommandLine(argc, argv);
 }
 
-}  // namespace pst::common
+}  // namespace pst::flags

@@ -12,7 +12,7 @@
 #include <string_view>
 #include <vector>
 
-namespace pst::common {
+namespace pst::flags {
 
 // The command line sorted without parsing any value: what Abseil would
 // take as flags, and what it would leave as positional arguments.
@@ -44,6 +44,6 @@ using HelpPrinter = std::function<bool(const std::vector<std::string>& positiona
 // arguments, argv[0] first, as absl::ParseCommandLine does.
 std::vector<char*> ParseCommandLineOrExit(int argc, char** argv, const HelpPrinter& help = nullptr);
 
-}  // namespace pst::common
+}  // namespace pst::flags
 
 #endif  // PST_FLAGS_COMMAND_LINE_H_

@@ -10,7 +10,7 @@ ABSL_FLAG(int32_t, workers, 2, "test flag");
 ABSL_FLAG(std::string, checkpoint_dir, "", "test flag");
 ABSL_FLAG(bool, overlap, false, "test flag");
 
-namespace pst::common {
+namespace pst::flags {
 namespace {
 
 TEST(ScanCommandLineTest, KnownFlagsInEveryForm_AreNotUnknown) {
@@ -101,4 +101,4 @@ TEST(ParseCommandLineOrExitTest, KnownFlags_AreParsed_AndPositionalReturned) {
 }
 
 }  // namespace
-}  // namespace pst::common
+}  // namespace pst::flags

@@ -8,18 +8,19 @@
 #include "flags/job_flags.h"
 #include "flags/start_checks.h"
 
-namespace pst::common {
+namespace pst::flags {
 
-absl::StatusOr<DaemonSetup> SetUpDaemon(const char* binary, TaskType type,
+absl::StatusOr<DaemonSetup> SetUpDaemon(const char* binary, common::TaskType type,
                                         const AdjustSetup& adjust) {
-  TuneForServing();
+  common::TuneForServing();
   DaemonSetup setup;
   absl::Status status = [&]() -> absl::Status {
-    absl::StatusOr<TfConfig> tf = LoadTfConfig(absl::GetFlag(FLAGS_tf_config), type);
+    absl::StatusOr<common::TfConfig> tf =
+        common::LoadTfConfig(absl::GetFlag(FLAGS_tf_config), type);
     if (!tf.ok()) return tf.status();
     setup.tf = *std::move(tf);
     if (const int workers = absl::GetFlag(FLAGS_num_workers); workers > 0) {
-      absl::StatusOr<TfConfig> scaled = WithWorkerCount(setup.tf, workers);
+      absl::StatusOr<common::TfConfig> scaled = common::WithWorkerCount(setup.tf, workers);
       if (!scaled.ok()) {
         return absl::InvalidArgumentError(
             absl::StrCat("--num_workers=", workers, ": ", scaled.status().message()));
@@ -29,7 +30,7 @@ absl::StatusOr<DaemonSetup> SetUpDaemon(const char* binary, TaskType type,
     absl::StatusOr<proto::TrainingConfig> training = TrainingConfigFromFlags();
     if (!training.ok()) return training.status();
     setup.training = *std::move(training);
-    absl::StatusOr<Timing> timing = TimingFromFlags();
+    absl::StatusOr<common::Timing> timing = TimingFromFlags();
     if (!timing.ok()) return timing.status();
     setup.timing = *timing;
     // Everything that can be refused on the flags alone, before anything
@@ -48,9 +49,9 @@ absl::StatusOr<DaemonSetup> SetUpDaemon(const char* binary, TaskType type,
     std::fprintf(stderr, "%s: %s\n", binary, std::string(status.message()).c_str());
     return status;
   }
-  InitLogging(TaskIdString(setup.tf.task));
-  absl::StatusOr<std::unique_ptr<MetricsExporter>> metrics =
-      StartMetricsFromFlags(TaskIdString(setup.tf.task));
+  common::InitLogging(common::TaskIdString(setup.tf.task));
+  absl::StatusOr<std::unique_ptr<common::MetricsExporter>> metrics =
+      StartMetricsFromFlags(common::TaskIdString(setup.tf.task));
   if (!metrics.ok()) {
     std::fprintf(stderr, "%s: %s\n", binary, std::string(metrics.status().message()).c_str());
     return metrics.status();
@@ -59,8 +60,8 @@ absl::StatusOr<DaemonSetup> SetUpDaemon(const char* binary, TaskType type,
   if (setup.metrics != nullptr) {
     spdlog::info("Prometheus metrics on {} at /metrics", setup.metrics->address());
   }
-  StopOnTerminationSignals("received signal");
+  common::StopOnTerminationSignals("received signal");
   return setup;
 }
 
-}  // namespace pst::common
+}  // namespace pst::flags

@@ -13,15 +13,15 @@
 #include "flags/job_flags.h"
 #include "proto/pstrain.pb.h"
 
-namespace pst::common {
+namespace pst::flags {
 
 struct DaemonSetup {
-  TfConfig tf;
+  common::TfConfig tf;
   proto::TrainingConfig training;
-  Timing timing;
+  common::Timing timing;
   // The Prometheus exporter of --metrics_port (null when off); the main
   // hands it to the library it runs (ChiefOptions, TrainerOptions).
-  std::shared_ptr<MetricsExporter> metrics;
+  std::shared_ptr<common::MetricsExporter> metrics;
   // Security, server limits and the BDP probe of the flags
   // (RpcSettingsFromFlags), for every channel and server the task makes.
   rpc::RpcSettings rpc;
@@ -34,9 +34,9 @@ struct DaemonSetup {
 // task's name; routes SIGINT/SIGTERM to ProcessStopSignal(). On error prints
 // "<binary>: <message>" to stderr and returns it; the caller exits 2.
 using AdjustSetup = std::function<absl::Status(DaemonSetup*)>;
-absl::StatusOr<DaemonSetup> SetUpDaemon(const char* binary, TaskType type,
+absl::StatusOr<DaemonSetup> SetUpDaemon(const char* binary, common::TaskType type,
                                         const AdjustSetup& adjust = nullptr);
 
-}  // namespace pst::common
+}  // namespace pst::flags
 
 #endif  // PST_FLAGS_DAEMON_MAIN_H_

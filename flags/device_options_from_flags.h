@@ -9,7 +9,7 @@
 #include "device/device_mapping.h"
 #include "flags/job_flags.h"
 
-namespace pst::worker {
+namespace pst::flags {
 
 inline device::DeviceOptions DeviceOptionsFromFlags() {
   device::DeviceOptions options;
@@ -21,6 +21,6 @@ inline device::DeviceOptions DeviceOptionsFromFlags() {
   return device::DeviceOptionsWithEnvironment(options);
 }
 
-}  // namespace pst::worker
+}  // namespace pst::flags
 
 #endif  // PST_FLAGS_DEVICE_OPTIONS_FROM_FLAGS_H_

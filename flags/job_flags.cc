@@ -207,7 +207,7 @@ ABSL_FLAG(int64_t, grpc_max_control_message_mb,
           "refused RESOURCE_EXHAUSTED unparsed above it (0: up to the 512 MiB every call may "
           "carry). The data plane (Pull, Push, PushPull, PullRows, PushRows) takes 512 MiB.");
 
-namespace pst::common {
+namespace pst::flags {
 
 absl::Status CheckPsReplicas(int replicas, std::optional<int> num_ps) {
   if (replicas != 1 && replicas != 2) {
@@ -223,7 +223,7 @@ absl::Status CheckPsReplicas(int replicas, std::optional<int> num_ps) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<Timing> TimingFromFlags() {
+absl::StatusOr<common::Timing> TimingFromFlags() {
   const double log_every = absl::GetFlag(FLAGS_log_every_s);
   const int heartbeat_ms = absl::GetFlag(FLAGS_heartbeat_ms);
   const double peer = absl::GetFlag(FLAGS_peer_timeout_s);
@@ -239,7 +239,7 @@ absl::StatusOr<Timing> TimingFromFlags() {
     return absl::InvalidArgumentError("--startup_timeout_s and --rpc_timeout_s must be > 0");
   }
   if (!(recovery > 0)) return absl::InvalidArgumentError("--recovery_timeout_s must be > 0");
-  Timing t;
+  common::Timing t;
   t.heartbeat_interval = absl::Milliseconds(heartbeat_ms);
   t.peer_timeout = absl::Seconds(peer);
   t.startup_timeout = absl::Seconds(startup);
@@ -249,14 +249,15 @@ absl::StatusOr<Timing> TimingFromFlags() {
   return t;
 }
 
-absl::StatusOr<std::unique_ptr<MetricsExporter>> StartMetricsFromFlags(const std::string& task) {
+absl::StatusOr<std::unique_ptr<common::MetricsExporter>> StartMetricsFromFlags(
+    const std::string& task) {
   const int port = absl::GetFlag(FLAGS_metrics_port);
-  if (port == 0) return std::unique_ptr<MetricsExporter>();
+  if (port == 0) return std::unique_ptr<common::MetricsExporter>();
   if (port < 0 || port > 65535) {
     return absl::InvalidArgumentError(absl::StrCat("--metrics_port=", port, " is not a port"));
   }
-  absl::StatusOr<std::unique_ptr<MetricsExporter>> exporter =
-      MetricsExporter::Start(rpc::ListenHost(absl::GetFlag(FLAGS_bind)), port, task);
+  absl::StatusOr<std::unique_ptr<common::MetricsExporter>> exporter =
+      common::MetricsExporter::Start(rpc::ListenHost(absl::GetFlag(FLAGS_bind)), port, task);
   return exporter;
 }
 
@@ -279,17 +280,17 @@ absl::StatusOr<rpc::RpcSettings> RpcSettingsFromFlags() {
   }
   limits.memory_quota_bytes = memory_mb << 20;
   limits.max_control_message_bytes = static_cast<size_t>(control_mb) << 20;
-  SecurityFiles files;
+  common::SecurityFiles files;
   files.tls_cert = absl::GetFlag(FLAGS_tls_cert);
   files.tls_key = absl::GetFlag(FLAGS_tls_key);
   files.tls_ca = absl::GetFlag(FLAGS_tls_ca);
   files.auth_token_file = absl::GetFlag(FLAGS_auth_token_file);
   files.tls_server_name = absl::GetFlag(FLAGS_tls_server_name);
   files.role_tokens_file = absl::GetFlag(FLAGS_role_tokens_file);
-  absl::StatusOr<TransportSecurity> security = LoadTransportSecurity(files);
+  absl::StatusOr<common::TransportSecurity> security = common::LoadTransportSecurity(files);
   if (!security.ok()) return security.status();
   settings.security = *std::move(security);
   return settings;
 }
 
-}  // namespace pst::common
+}  // namespace pst::flags

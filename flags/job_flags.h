@@ -100,14 +100,15 @@ ABSL_DECLARE_FLAG(std::string, tls_server_name);
 ABSL_DECLARE_FLAG(std::string, auth_token_file);
 ABSL_DECLARE_FLAG(std::string, role_tokens_file);
 
-namespace pst::common {
+namespace pst::flags {
 
 // The Prometheus exporter of --metrics_port (null when 0) on the host the
 // daemon's gRPC server listens on (ListenHost(--bind): every interface
 // unless --bind names a host). The main passes it on to what it runs.
 // Errors: InvalidArgument for a bad port, Unavailable when it cannot be
 // bound.
-absl::StatusOr<std::unique_ptr<MetricsExporter>> StartMetricsFromFlags(const std::string& task);
+absl::StatusOr<std::unique_ptr<common::MetricsExporter>> StartMetricsFromFlags(
+    const std::string& task);
 
 // The gRPC settings of the flags, for a main to hand to what it runs:
 // LoadTransportSecurity of the --tls_* and --auth_token_file flags,
@@ -127,8 +128,8 @@ absl::StatusOr<proto::TrainingConfig> TrainingConfigFromFlags();
 absl::Status CheckPsReplicas(int replicas, std::optional<int> num_ps);
 
 // Timeouts and intervals (common/timing.h), read from the flags above.
-absl::StatusOr<Timing> TimingFromFlags();
+absl::StatusOr<common::Timing> TimingFromFlags();
 
-}  // namespace pst::common
+}  // namespace pst::flags
 
 #endif  // PST_FLAGS_JOB_FLAGS_H_

@@ -14,7 +14,7 @@
 #include "flags/job_flags.h"
 #include "models/registry.h"
 
-namespace pst::common {
+namespace pst::flags {
 namespace {
 
 // How pstrain local makes a synthetic data set; every generated data set
@@ -26,7 +26,7 @@ bool IsGenerateSpec(const std::string& data) {
 }
 
 absl::Status CheckData(const proto::TrainingConfig& training, bool whole_job) {
-  absl::StatusOr<const worker::Model*> model = worker::ModelFor(training);
+  absl::StatusOr<const models::Model*> model = models::ModelFor(training);
   if (!model.ok() || !(*model)->reads_data_file()) return absl::OkStatus();
   const std::string& data = training.data();
   if (data.empty()) {
@@ -73,7 +73,7 @@ absl::Status CheckReplicasToAggregate(const proto::TrainingConfig& training, int
 }
 
 absl::Status CheckDevices() {
-  const device::DeviceOptions options = worker::DeviceOptionsFromFlags();
+  const device::DeviceOptions options = DeviceOptionsFromFlags();
   // The CPU needs no GPU listing (which loads the driver's libraries).
   const device::GpuInventory inventory = absl::AsciiStrToLower(options.device) == "cpu"
                                              ? device::GpuInventory()
@@ -89,13 +89,13 @@ absl::Status CheckDevices() {
 }  // namespace
 
 absl::Status CheckBeforeStart(const StartCheck& check) {
-  const ClusterSpec& cluster = check.tf.cluster;
-  const TaskType type = check.tf.task.type;
+  const common::ClusterSpec& cluster = check.tf.cluster;
+  const common::TaskType type = check.tf.task.type;
   const bool coordinator = check.whole_job || check.tf.IsCoordinator();
-  const bool worker = check.cpp_workers && (check.whole_job || type == TaskType::kWorker);
+  const bool worker = check.cpp_workers && (check.whole_job || type == common::TaskType::kWorker);
   const bool evaluator =
-      !cluster.evaluator.empty() && (check.whole_job || type == TaskType::kEvaluator);
-  const bool ps = check.whole_job || type == TaskType::kPs;
+      !cluster.evaluator.empty() && (check.whole_job || type == common::TaskType::kEvaluator);
+  const bool ps = check.whole_job || type == common::TaskType::kPs;
 
   if (coordinator || ps) {
     if (absl::Status s =
@@ -124,8 +124,7 @@ absl::Status CheckBeforeStart(const StartCheck& check) {
     setup.tf = check.tf;
     setup.training = check.training;
     setup.timing = check.timing;
-    if (absl::Status s = chief::CheckEvaluationOptions(chief::ChiefOptionsFromFlags(setup));
-        !s.ok()) {
+    if (absl::Status s = chief::CheckEvaluationOptions(ChiefOptionsFromFlags(setup)); !s.ok()) {
       return s;
     }
   }
@@ -135,4 +134,4 @@ absl::Status CheckBeforeStart(const StartCheck& check) {
   return absl::OkStatus();
 }
 
-}  // namespace pst::common
+}  // namespace pst::flags

@@ -27,13 +27,13 @@
 #include "common/timing.h"
 #include "proto/pstrain.pb.h"
 
-namespace pst::common {
+namespace pst::flags {
 
 struct StartCheck {
   // The cluster, and for a daemon its own task (tf.task).
-  TfConfig tf;
+  common::TfConfig tf;
   proto::TrainingConfig training;  // from TrainingConfigFromFlags
-  Timing timing;                   // from TimingFromFlags
+  common::Timing timing;           // from TimingFromFlags
   // pstrain local: every task of tf.cluster is checked, and --data may be
   // "generate[:...]". A daemon (false): only tf.task, and the coordinator
   // when tf.task is worker 0 of a cluster without a chief.
@@ -50,6 +50,6 @@ struct StartCheck {
 // ChiefOptionsFromFlags and DeviceOptionsFromFlags read.
 absl::Status CheckBeforeStart(const StartCheck& check);
 
-}  // namespace pst::common
+}  // namespace pst::flags
 
 #endif  // PST_FLAGS_START_CHECKS_H_

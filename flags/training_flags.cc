@@ -13,18 +13,18 @@
 #include "flags/job_flags.h"
 #include "models/registry.h"
 
-namespace pst::common {
+namespace pst::flags {
 
 absl::StatusOr<proto::TrainingConfig> TrainingConfigFromFlags() {
   proto::TrainingConfig config;
   config.set_model(absl::GetFlag(FLAGS_model));
-  absl::StatusOr<const worker::Model*> found = worker::ModelFor(config);
+  absl::StatusOr<const models::Model*> found = models::ModelFor(config);
   if (!found.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--model=", config.model(),
-        " is not a known model (known: ", absl::StrJoin(worker::ModelNames(), ", "), ")"));
+        " is not a known model (known: ", absl::StrJoin(models::ModelNames(), ", "), ")"));
   }
-  const worker::Model& model = **found;
+  const models::Model& model = **found;
   // A spec model's variables, read once here and sent to every task.
   if (absl::Status s = model.ReadFiles(&config); !s.ok()) return s;
   std::string hidden = absl::GetFlag(FLAGS_hidden);
@@ -66,7 +66,7 @@ absl::StatusOr<proto::TrainingConfig> TrainingConfigFromFlags() {
   opt->set_lr_power(static_cast<float>(absl::GetFlag(FLAGS_lr_power)));
   opt->set_skip_nonfinite(absl::GetFlag(FLAGS_skip_nonfinite));
   // The ps's own check, so a bad hyperparameter fails before anything starts.
-  if (absl::Status s = CheckOptimizerConfig(*opt).status(); !s.ok()) {
+  if (absl::Status s = common::CheckOptimizerConfig(*opt).status(); !s.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("optimizer flags: ", s.message()));
   }
 
@@ -150,13 +150,13 @@ absl::StatusOr<proto::TrainingConfig> TrainingConfigFromFlags() {
   if (absl::Status s = model.CheckConfig(config); !s.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("--model=", config.model(), ": ", s.message()));
   }
-  absl::StatusOr<std::vector<worker::ModelVariable>> variables = model.Variables(config);
+  absl::StatusOr<std::vector<models::ModelVariable>> variables = model.Variables(config);
   if (!variables.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat("--model=", config.model(), ": ", variables.status().message()));
   }
   if (sync->mode() == proto::SYNC) {
-    for (const worker::ModelVariable& v : *variables) {
+    for (const models::ModelVariable& v : *variables) {
       if (!v.table) continue;
       return absl::InvalidArgumentError(
           absl::StrCat("--mode=sync aggregates dense variables only; ", config.model(),
@@ -166,4 +166,4 @@ absl::StatusOr<proto::TrainingConfig> TrainingConfigFromFlags() {
   return config;
 }
 
-}  // namespace pst::common
+}  // namespace pst::flags

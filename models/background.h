@@ -11,7 +11,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 
-namespace pst::worker {
+namespace pst::models {
 
 // Thread-safety: Start and Wait from one thread (the owner).
 class Background {
@@ -57,6 +57,6 @@ class Background {
   std::thread thread_;
 };
 
-}  // namespace pst::worker
+}  // namespace pst::models
 
 #endif  // PST_MODELS_BACKGROUND_H_

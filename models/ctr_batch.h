@@ -15,14 +15,14 @@
 #include "models/wide_deep_model.h"
 #include "models/wide_deep.h"
 
-namespace pst::worker {
+namespace pst::models {
 
 // A gathered wide & deep batch: dense features, labels and the unique ids.
 struct CtrBatchData {
   std::vector<float> dense, labels;
   std::vector<int64_t> ids, unique;
   std::vector<int32_t> slot;
-  Values rows;  // [deep rows, wide rows] of the unique ids
+  client::Values rows;  // [deep rows, wide rows] of the unique ids
 
   // Gathers examples[0..n) of `data` and deduplicates their ids.
   void Gather(const data::CtrDataset& data, const int64_t* examples, int64_t n) {
@@ -40,7 +40,7 @@ struct CtrBatchData {
     UniqueIds(ids.data(), static_cast<int64_t>(ids.size()), &unique, &slot);
   }
   // The rows to pull (into `rows`) and push: both embeddings, at the unique ids.
-  std::vector<PsClient::TableIds> Tables() const {
+  std::vector<client::PsClient::TableIds> Tables() const {
     return {{kDeepEmbedding, unique}, {kWideEmbedding, unique}};
   }
   // The batch as WideDeep takes it. REQUIRES: `rows` pulled for Tables().
@@ -57,6 +57,6 @@ struct CtrBatchData {
   }
 };
 
-}  // namespace pst::worker
+}  // namespace pst::models
 
 #endif  // PST_MODELS_CTR_BATCH_H_

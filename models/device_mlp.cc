@@ -11,7 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 
-namespace pst::worker {
+namespace pst::models {
 namespace {
 
 // As Mlp: Evaluate works through its examples this many at a time.
@@ -404,4 +404,4 @@ absl::StatusOr<Mlp::Eval> MirroredMlp::Evaluate(const ParamSet& params, const fl
   return replicas_[0]->Evaluate(params, x, labels, n);
 }
 
-}  // namespace pst::worker
+}  // namespace pst::models

@@ -3,7 +3,7 @@
 // worker).
 //
 // Same parameter layout (MlpParamSpecs), same contract and, on the CPU, the
-// same arithmetic as worker::Mlp: parameters and batches live on the host;
+// same arithmetic as models::Mlp: parameters and batches live on the host;
 // each call uploads them, runs on the device and downloads the results.
 //
 // MirroredMlp splits a batch into contiguous shards, one per device (the
@@ -31,7 +31,7 @@
 #include "device/device.h"
 #include "models/mlp.h"
 
-namespace pst::worker {
+namespace pst::models {
 
 class DeviceMlp {
  public:
@@ -165,6 +165,6 @@ class MirroredMlp {
   int staged_batch_[device::Device::kCopySlots] = {};
 };
 
-}  // namespace pst::worker
+}  // namespace pst::models
 
 #endif  // PST_MODELS_DEVICE_MLP_H_

@@ -16,7 +16,7 @@
 #include "models/mlp.h"
 #include "models/mlp_test_util.h"
 
-namespace pst::worker {
+namespace pst::models {
 namespace {
 
 MlpConfig SmallConfig() {
@@ -298,4 +298,4 @@ TEST(MirroredMlpTest, DevicePlacement_NamesEveryCopyAndOpPerDevice) {
 }
 
 }  // namespace
-}  // namespace pst::worker
+}  // namespace pst::models

@@ -10,7 +10,7 @@
 #include "common/status_macros.h"
 #include "models/device_mlp.h"
 
-namespace pst::worker {
+namespace pst::models {
 namespace {
 
 size_t Floats(int64_t n) { return static_cast<size_t>(n) * sizeof(float); }
@@ -322,4 +322,4 @@ std::vector<std::string> MirroredWideDeep::DevicePlacement(absl::string_view job
   });
 }
 
-}  // namespace pst::worker
+}  // namespace pst::models

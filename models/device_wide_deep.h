@@ -1,7 +1,7 @@
 // The wide & deep model of wide_deep.h computed on a Device (CPU or GPU),
 // and its data-parallel form over several logical devices of one worker.
 //
-// Same parameters, batch layout and contract as worker::WideDeep: the
+// Same parameters, batch layout and contract as models::WideDeep: the
 // batch's unique embedding rows come from the ps and are uploaded with the
 // batch; the model returns the dense gradients and the gradients of exactly
 // those rows. On the device:
@@ -34,7 +34,7 @@
 #include "device/device.h"
 #include "models/wide_deep.h"
 
-namespace pst::worker {
+namespace pst::models {
 
 class DeviceWideDeep {
  public:
@@ -110,6 +110,6 @@ class MirroredWideDeep {
   std::vector<ReplicaGrads> replica_grads_;
 };
 
-}  // namespace pst::worker
+}  // namespace pst::models
 
 #endif  // PST_MODELS_DEVICE_WIDE_DEEP_H_

@@ -16,7 +16,7 @@
 #include "models/wide_deep.h"
 #include "models/wide_deep_test_util.h"
 
-namespace pst::worker {
+namespace pst::models {
 namespace {
 
 using mlp_testing::ExpectParamsNear;
@@ -149,4 +149,4 @@ TEST(DeviceWideDeepTest, BudgetTooSmall_ResourceExhaustedNamingTheBudget) {
 }
 
 }  // namespace
-}  // namespace pst::worker
+}  // namespace pst::models

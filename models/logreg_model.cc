@@ -27,7 +27,7 @@
 #include "models/model.h"
 #include "models/model_spec.h"
 
-namespace pst::worker {
+namespace pst::models {
 namespace {
 
 using common::Sigmoid;
@@ -47,7 +47,7 @@ struct SparseBatch {
   std::vector<int32_t> slot;
   std::vector<float> values, labels;
   std::vector<int64_t> offsets;  // [n + 1] into ids/values
-  Values rows;                   // [unique, 1] once pulled
+  client::Values rows;           // [unique, 1] once pulled
 
   void Gather(const data::LibsvmDataset& data, const int64_t* examples, int64_t n) {
     ids.clear();
@@ -64,7 +64,7 @@ struct SparseBatch {
     }
     common::UniqueIds(ids.data(), static_cast<int64_t>(ids.size()), &unique, &slot);
   }
-  std::vector<PsClient::TableIds> Tables() const { return {{kWeights, unique}}; }
+  std::vector<client::PsClient::TableIds> Tables() const { return {{kWeights, unique}}; }
 
   // The probabilities of the batch's n examples. REQUIRES: rows pulled.
   void Predict(float bias, std::vector<float>* probs) const {
@@ -141,12 +141,12 @@ class Logreg : public Model {
   }
 
   absl::StatusOr<int64_t> Train(const proto::TrainingConfig& training, const ModelData& data,
-                                uint64_t shuffle_seed, PsClient* ps,
+                                uint64_t shuffle_seed, client::PsClient* ps,
                                 const LoopControl& control) const override {
     PST_ASSIGN_OR_RETURN(const LibsvmData* svm, DataAs<LibsvmData>(data, name()));
     StepTimes unused_times;
     StepTimes& times = control.times != nullptr ? *control.times : unused_times;
-    Values params, grads(1, std::vector<float>(1)), row_grads(1);
+    client::Values params, grads(1, std::vector<float>(1)), row_grads(1);
     PST_ASSIGN_OR_RETURN(int64_t global_step, ps->Pull(&params));
     SparseBatch batch;
     std::vector<float> probs;
@@ -157,7 +157,7 @@ class Logreg : public Model {
           if (control.should_stop(position) || ReachedMaxSteps(training, global_step)) return false;
           absl::Time start = absl::Now();
           batch.Gather(svm->data, &order[first], n);
-          const std::vector<PsClient::TableIds> tables = batch.Tables();
+          const std::vector<client::PsClient::TableIds> tables = batch.Tables();
           PST_RETURN_IF_ERROR(ps->PullRows(tables, &batch.rows));
           const absl::Duration pulled = absl::Now() - start;
           start = absl::Now();
@@ -193,9 +193,10 @@ class Logreg : public Model {
   }
 
   absl::StatusOr<ModelEvaluation> Evaluate(const proto::TrainingConfig& training,
-                                           const ModelData& held_out, PsClient* ps) const override {
+                                           const ModelData& held_out,
+                                           client::PsClient* ps) const override {
     PST_ASSIGN_OR_RETURN(const LibsvmData* svm, DataAs<LibsvmData>(held_out, name()));
-    Values params;
+    client::Values params;
     PST_ASSIGN_OR_RETURN(const int64_t global_step, ps->Pull(&params));
     SparseBatch batch;
     std::vector<float> probs, all_probs;
@@ -221,4 +222,4 @@ const Model& LogregModel() {
   return model;
 }
 
-}  // namespace pst::worker
+}  // namespace pst::models

@@ -11,7 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 
-namespace pst::worker {
+namespace pst::models {
 namespace {
 
 // Evaluate works through its examples this many at a time, so its scratch
@@ -252,4 +252,4 @@ absl::StatusOr<Mlp::Eval> Mlp::Evaluate(const ParamSet& params, const float* x,
   return eval;
 }
 
-}  // namespace pst::worker
+}  // namespace pst::models

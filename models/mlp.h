@@ -19,7 +19,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 
-namespace pst::worker {
+namespace pst::models {
 
 struct MlpConfig {
   int input_dim = 784;
@@ -87,6 +87,6 @@ class Mlp {
   std::vector<std::vector<float>> dacts_;
 };
 
-}  // namespace pst::worker
+}  // namespace pst::models
 
 #endif  // PST_MODELS_MLP_H_

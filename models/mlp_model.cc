@@ -11,7 +11,7 @@
 #include "models/device_mlp.h"
 #include "models/model_spec.h"
 
-namespace pst::worker {
+namespace pst::models {
 namespace {
 
 struct MnistData : ModelData {
@@ -48,7 +48,7 @@ class Mlp784 : public Model {
   }
 
   absl::StatusOr<int64_t> Train(const proto::TrainingConfig& training, const ModelData& data,
-                                uint64_t shuffle_seed, PsClient* ps,
+                                uint64_t shuffle_seed, client::PsClient* ps,
                                 const LoopControl& control) const override {
     PST_ASSIGN_OR_RETURN(const MnistData* mnist, DataAs<MnistData>(data, name()));
     return TrainMlp(training, mnist->data, shuffle_seed, ps, control);
@@ -59,11 +59,12 @@ class Mlp784 : public Model {
   }
 
   absl::StatusOr<ModelEvaluation> Evaluate(const proto::TrainingConfig& training,
-                                           const ModelData& held_out, PsClient* ps) const override {
+                                           const ModelData& held_out,
+                                           client::PsClient* ps) const override {
     PST_ASSIGN_OR_RETURN(const MnistData* test, DataAs<MnistData>(held_out, name()));
     PST_ASSIGN_OR_RETURN(MlpConfig config, MlpConfigFor(training));
     ModelEvaluation result;
-    Values params;
+    client::Values params;
     PST_ASSIGN_OR_RETURN(result.global_step, ps->Pull(&params));
     Mlp model(config);
     PST_ASSIGN_OR_RETURN(
@@ -94,7 +95,8 @@ absl::StatusOr<MlpConfig> MlpConfigFor(const proto::TrainingConfig& training) {
 }
 
 absl::StatusOr<int64_t> TrainMlp(const proto::TrainingConfig& training, const data::Dataset& data,
-                                 uint64_t shuffle_seed, PsClient* ps, const LoopControl& control) {
+                                 uint64_t shuffle_seed, client::PsClient* ps,
+                                 const LoopControl& control) {
   PST_ASSIGN_OR_RETURN(MlpConfig config, MlpConfigFor(training));
   const bool sync = training.sync().mode() == proto::SYNC;
   // On one CPU device the reference Mlp computes straight from the host
@@ -113,7 +115,7 @@ absl::StatusOr<int64_t> TrainMlp(const proto::TrainingConfig& training, const da
       spdlog::info("{}", line);
     }
   }
-  Values params, grads;
+  client::Values params, grads;
   PST_ASSIGN_OR_RETURN(int64_t global_step, ps->Pull(&params));
   const int dim = data.dim;
   const int64_t max_batch = training.batch_size();
@@ -154,7 +156,7 @@ absl::StatusOr<int64_t> TrainMlp(const proto::TrainingConfig& training, const da
     return mirrored->Stage(slot, staging.x[slot].f32(), staging.y[slot].i32(), static_cast<int>(n));
   };
   auto compute_on_devices = [&](int64_t first, int64_t n, int epoch,
-                                Values* out) -> absl::StatusOr<float> {
+                                client::Values* out) -> absl::StatusOr<float> {
     if (staging.epoch != epoch || staging.first != first) {
       PST_RETURN_IF_ERROR(stage(staging.slot, first, n));
     }
@@ -179,7 +181,8 @@ absl::StatusOr<int64_t> TrainMlp(const proto::TrainingConfig& training, const da
     return loss;
   };
   // Compute one batch's gradients from `params` into `out`.
-  auto compute = [&](int64_t first, int64_t n, int epoch, Values* out) -> absl::StatusOr<float> {
+  auto compute = [&](int64_t first, int64_t n, int epoch,
+                     client::Values* out) -> absl::StatusOr<float> {
     const absl::Time start = absl::Now();
     absl::StatusOr<float> loss;
     if (host_only) {
@@ -198,7 +201,7 @@ absl::StatusOr<int64_t> TrainMlp(const proto::TrainingConfig& training, const da
     // batch b-1 is in flight, from the values batch b-2's answer brought.
     // The push in flight reads its gradient buffer (zero-copy), so the two
     // buffers alternate; its answer lands in `incoming`.
-    Values incoming, pipe[2];
+    client::Values incoming, pipe[2];
     int next = 0;
     struct InFlight {
       int64_t examples = 0, position = 0;
@@ -228,7 +231,7 @@ absl::StatusOr<int64_t> TrainMlp(const proto::TrainingConfig& training, const da
         training, data.num_examples, shuffle_seed, control.start_position, &order,
         [&](int64_t first, int64_t n, int epoch, int64_t position) -> absl::StatusOr<bool> {
           if (control.should_stop(position) || ReachedMaxSteps(training, global_step)) return false;
-          Values* out = &pipe[next];
+          client::Values* out = &pipe[next];
           PST_ASSIGN_OR_RETURN(const float loss, compute(first, n, epoch, out));
           if (flight.has_value()) PST_RETURN_IF_ERROR(land());
           flight.emplace();
@@ -273,4 +276,4 @@ absl::StatusOr<int64_t> TrainMlp(const proto::TrainingConfig& training, const da
   return global_step;
 }
 
-}  // namespace pst::worker
+}  // namespace pst::models

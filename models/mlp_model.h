@@ -14,7 +14,7 @@
 #include "models/train_loop.h"
 #include "proto/pstrain.pb.h"
 
-namespace pst::worker {
+namespace pst::models {
 
 inline constexpr int kFashionMnistDim = 784;
 inline constexpr int kFashionMnistClasses = 10;
@@ -26,8 +26,9 @@ absl::StatusOr<MlpConfig> MlpConfigFor(const proto::TrainingConfig& training);
 // training.overlap() in ASYNC mode, batch b's gradients are computed while
 // the push+pull of batch b-1 is in flight.
 absl::StatusOr<int64_t> TrainMlp(const proto::TrainingConfig& training, const data::Dataset& data,
-                                 uint64_t shuffle_seed, PsClient* ps, const LoopControl& control);
+                                 uint64_t shuffle_seed, client::PsClient* ps,
+                                 const LoopControl& control);
 
-}  // namespace pst::worker
+}  // namespace pst::models
 
 #endif  // PST_MODELS_MLP_MODEL_H_

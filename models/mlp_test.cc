@@ -12,7 +12,7 @@
 #include "absl/strings/match.h"
 #include "gtest/gtest.h"
 
-namespace pst::worker {
+namespace pst::models {
 namespace {
 
 int64_t NumElements(const ParamSpec& spec) {
@@ -404,4 +404,4 @@ TEST(MlpTest, Sgd_LearnsSeparableProblem) {
 }
 
 }  // namespace
-}  // namespace pst::worker
+}  // namespace pst::models

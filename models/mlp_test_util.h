@@ -12,7 +12,7 @@
 
 #include "models/mlp.h"
 
-namespace pst::worker::mlp_testing {
+namespace pst::models::mlp_testing {
 
 // For each spec: Glorot-uniform kernels; biases uniform in
 // [-bias_limit, bias_limit] (zero, and no draws, when bias_limit is 0).
@@ -67,6 +67,6 @@ inline void ExpectParamsNear(const ParamSet& got, const ParamSet& want, float to
   }
 }
 
-}  // namespace pst::worker::mlp_testing
+}  // namespace pst::models::mlp_testing
 
 #endif  // PST_MODELS_MLP_TEST_UTIL_H_

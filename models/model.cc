@@ -3,7 +3,7 @@
 #include "absl/strings/str_format.h"
 #include "common/classifier_metrics.h"
 
-namespace pst::worker {
+namespace pst::models {
 
 ModelEvaluation ClassifierEvaluation(const std::vector<float>& probs,
                                      const std::vector<float>& labels, int64_t global_step) {
@@ -19,4 +19,4 @@ ModelEvaluation ClassifierEvaluation(const std::vector<float>& probs,
   return result;
 }
 
-}  // namespace pst::worker
+}  // namespace pst::models

@@ -24,7 +24,7 @@
 #include "models/train_loop.h"
 #include "proto/pstrain.pb.h"
 
-namespace pst::worker {
+namespace pst::models {
 
 struct ModelVariable {
   proto::VariableSpec spec;  // the whole, logical variable
@@ -124,15 +124,15 @@ class Model {
   // Errors: those of the ps calls, and InvalidArgument for data of
   // another model.
   virtual absl::StatusOr<int64_t> Train(const proto::TrainingConfig& training,
-                                        const ModelData& data, uint64_t shuffle_seed, PsClient* ps,
-                                        const LoopControl& control) const = 0;
+                                        const ModelData& data, uint64_t shuffle_seed,
+                                        client::PsClient* ps, const LoopControl& control) const = 0;
   // Whether Train overlaps compute with communication under `training`.
   virtual bool Overlaps(const proto::TrainingConfig& training) const { return false; }
 
   // Scores the variables the ps hold now on `held_out` (from Load).
   virtual absl::StatusOr<ModelEvaluation> Evaluate(const proto::TrainingConfig& training,
                                                    const ModelData& held_out,
-                                                   PsClient* ps) const = 0;
+                                                   client::PsClient* ps) const = 0;
 };
 
 // The concrete data of a model, or InvalidArgument naming the model.
@@ -146,6 +146,6 @@ absl::StatusOr<const T*> DataAs(const ModelData& data, std::string_view model) {
   return typed;
 }
 
-}  // namespace pst::worker
+}  // namespace pst::models
 
 #endif  // PST_MODELS_MODEL_H_

@@ -9,7 +9,7 @@
 #include "common/tensor_util.h"
 #include "models/registry.h"
 
-namespace pst::worker {
+namespace pst::models {
 namespace {
 
 // Rows a hash embedding is assumed to reach, for placement only.
@@ -159,4 +159,4 @@ absl::Status CheckPlanMatches(const proto::PlacementPlan& plan,
   return absl::OkStatus();
 }
 
-}  // namespace pst::worker
+}  // namespace pst::models

@@ -13,7 +13,7 @@
 #include "models/model.h"
 #include "proto/pstrain.pb.h"
 
-namespace pst::worker {
+namespace pst::models {
 
 // The variables of training.model(), in creation order, with their
 // initializers. Errors: InvalidArgument for an unknown model or a setting
@@ -37,6 +37,6 @@ absl::StatusOr<proto::PlacementPlan> BuildPlan(const proto::TrainingConfig& trai
 absl::Status CheckPlanMatches(const proto::PlacementPlan& plan,
                               const std::vector<ModelVariable>& variables);
 
-}  // namespace pst::worker
+}  // namespace pst::models
 
 #endif  // PST_MODELS_MODEL_SPEC_H_

@@ -3,7 +3,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 
-namespace pst::worker {
+namespace pst::models {
 
 // Each defined in its model's file (models/<name>_model.cc).
 const Model& MlpModel();
@@ -49,4 +49,4 @@ std::vector<std::string> ModelNames() {
   return names;
 }
 
-}  // namespace pst::worker
+}  // namespace pst::models

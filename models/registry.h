@@ -11,7 +11,7 @@
 #include "models/model.h"
 #include "proto/pstrain.pb.h"
 
-namespace pst::worker {
+namespace pst::models {
 
 // The model named `name`, or InvalidArgument listing the known ones.
 absl::StatusOr<const Model*> FindModel(std::string_view name);
@@ -20,6 +20,6 @@ absl::StatusOr<const Model*> ModelFor(const proto::TrainingConfig& training);
 // Every model's name, in registry order.
 std::vector<std::string> ModelNames();
 
-}  // namespace pst::worker
+}  // namespace pst::models
 
 #endif  // PST_MODELS_REGISTRY_H_

@@ -5,7 +5,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "models/model_spec.h"
 
-namespace pst::worker {
+namespace pst::models {
 namespace {
 
 proto::TrainingConfig ConfigOf(const Model& model) {
@@ -97,4 +97,4 @@ TEST(RegistryTest, Train_DataOfAnotherModel_IsInvalidArgument) {
 }
 
 }  // namespace
-}  // namespace pst::worker
+}  // namespace pst::models

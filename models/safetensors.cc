@@ -10,7 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
 
-namespace pst::worker {
+namespace pst::models {
 namespace {
 
 static_assert(std::endian::native == std::endian::little,
@@ -194,4 +194,4 @@ absl::StatusOr<std::vector<float>> SafetensorsFile::ReadF32Rows(const std::strin
   return values;
 }
 
-}  // namespace pst::worker
+}  // namespace pst::models

@@ -23,7 +23,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 
-namespace pst::worker {
+namespace pst::models {
 
 class SafetensorsFile {
  public:
@@ -65,6 +65,6 @@ class SafetensorsFile {
   absl::flat_hash_map<std::string, Tensor> tensors_;
 };
 
-}  // namespace pst::worker
+}  // namespace pst::models
 
 #endif  // PST_MODELS_SAFETENSORS_H_

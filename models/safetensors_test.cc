@@ -8,7 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "models/safetensors_test_util.h"
 
-namespace pst::worker {
+namespace pst::models {
 namespace {
 
 using safetensors_testing::Encode;
@@ -153,4 +153,4 @@ TEST_F(SafetensorsFileTest, ReadF32_FileTruncatedAfterOpen_IsInvalid) {
 }
 
 }  // namespace
-}  // namespace pst::worker
+}  // namespace pst::models

@@ -12,7 +12,7 @@
 
 #include "nlohmann/json.hpp"
 
-namespace pst::worker::safetensors_testing {
+namespace pst::models::safetensors_testing {
 
 struct F32Tensor {
   std::string name;
@@ -53,6 +53,6 @@ inline std::vector<float> Iota(int64_t n, float scale = 0.5f, float offset = 0) 
   return v;
 }
 
-}  // namespace pst::worker::safetensors_testing
+}  // namespace pst::models::safetensors_testing
 
 #endif  // PST_MODELS_SAFETENSORS_TEST_UTIL_H_

@@ -21,7 +21,7 @@
 #include "models/model.h"
 #include "nlohmann/json.hpp"
 
-namespace pst::worker {
+namespace pst::models {
 namespace {
 
 using nlohmann::json;
@@ -397,11 +397,11 @@ class SpecModelImpl final : public Model {
     return NotComputed(training);
   }
   absl::StatusOr<int64_t> Train(const proto::TrainingConfig& training, const ModelData&, uint64_t,
-                                PsClient*, const LoopControl&) const override {
+                                client::PsClient*, const LoopControl&) const override {
     return NotComputed(training);
   }
   absl::StatusOr<ModelEvaluation> Evaluate(const proto::TrainingConfig& training, const ModelData&,
-                                           PsClient*) const override {
+                                           client::PsClient*) const override {
     return NotComputed(training);
   }
 
@@ -420,4 +420,4 @@ const Model& SpecModel() {
   return model;
 }
 
-}  // namespace pst::worker
+}  // namespace pst::models

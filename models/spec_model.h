@@ -38,7 +38,7 @@
 #include "models/safetensors.h"
 #include "proto/pstrain.pb.h"
 
-namespace pst::worker {
+namespace pst::models {
 
 inline constexpr char kModelSpecFormat[] = "pstrain.model_spec/1";
 
@@ -80,6 +80,6 @@ class SpecInitialValues {
   absl::flat_hash_map<std::string, google::protobuf::RepeatedField<int64_t>> from_file_;
 };
 
-}  // namespace pst::worker
+}  // namespace pst::models
 
 #endif  // PST_MODELS_SPEC_MODEL_H_

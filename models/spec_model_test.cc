@@ -14,7 +14,7 @@
 #include "models/registry.h"
 #include "models/safetensors_test_util.h"
 
-namespace pst::worker {
+namespace pst::models {
 namespace {
 
 using safetensors_testing::Iota;
@@ -254,4 +254,4 @@ TEST_F(SpecModelTest, SpecInitialValues_NoFileVariables_IsNull) {
 }
 
 }  // namespace
-}  // namespace pst::worker
+}  // namespace pst::models

@@ -2,7 +2,7 @@
 
 #include "device/cpu_device.h"
 
-namespace pst::worker {
+namespace pst::models {
 
 bool HostOnly(const std::vector<device::Device*>& devices) {
   return devices.empty() || (devices.size() == 1 && devices[0]->type() == device::DeviceType::kCpu);
@@ -13,4 +13,4 @@ device::Device* DefaultCpuDevice() {
   return device;
 }
 
-}  // namespace pst::worker
+}  // namespace pst::models

@@ -20,7 +20,7 @@
 #include "device/device.h"
 #include "proto/pstrain.pb.h"
 
-namespace pst::worker {
+namespace pst::models {
 
 // Where a worker's steps spend their time, summed over steps.
 struct StepTimes {
@@ -109,6 +109,6 @@ bool HostOnly(const std::vector<device::Device*>& devices);
 // allocator is used, which is thread-safe. Never freed.
 device::Device* DefaultCpuDevice();
 
-}  // namespace pst::worker
+}  // namespace pst::models
 
 #endif  // PST_MODELS_TRAIN_LOOP_H_

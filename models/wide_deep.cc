@@ -13,7 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 
-namespace pst::worker {
+namespace pst::models {
 namespace {
 
 // Deep layer widths: dims[0] = F*D + num_dense, then the hidden widths, then 1.
@@ -295,4 +295,4 @@ absl::Status WideDeep::Predict(const ParamSet& dense, const CtrBatch& batch,
   return absl::OkStatus();
 }
 
-}  // namespace pst::worker
+}  // namespace pst::models

@@ -24,7 +24,7 @@
 #include "common/partition.h"
 #include "models/mlp.h"
 
-namespace pst::worker {
+namespace pst::models {
 
 struct WideDeepConfig {
   int num_dense = 13;
@@ -89,6 +89,6 @@ using common::LogLoss;
 using common::Sigmoid;
 using common::UniqueIds;
 
-}  // namespace pst::worker
+}  // namespace pst::models
 
 #endif  // PST_MODELS_WIDE_DEEP_H_

@@ -15,7 +15,7 @@
 #include "models/device_wide_deep.h"
 #include "models/model_spec.h"
 
-namespace pst::worker {
+namespace pst::models {
 namespace {
 
 struct CtrData : ModelData {
@@ -94,14 +94,15 @@ class WideDeepCtr : public Model {
   }
 
   absl::StatusOr<int64_t> Train(const proto::TrainingConfig& training, const ModelData& data,
-                                uint64_t shuffle_seed, PsClient* ps,
+                                uint64_t shuffle_seed, client::PsClient* ps,
                                 const LoopControl& control) const override {
     PST_ASSIGN_OR_RETURN(const CtrData* ctr, DataAs<CtrData>(data, name()));
     return TrainWideDeep(training, ctr->data, shuffle_seed, ps, control);
   }
 
   absl::StatusOr<ModelEvaluation> Evaluate(const proto::TrainingConfig& training,
-                                           const ModelData& held_out, PsClient* ps) const override {
+                                           const ModelData& held_out,
+                                           client::PsClient* ps) const override {
     PST_ASSIGN_OR_RETURN(const CtrData* ctr, DataAs<CtrData>(held_out, name()));
     return EvaluateWideDeep(training, ctr->data, ps);
   }
@@ -129,7 +130,7 @@ absl::StatusOr<WideDeepConfig> WideDeepConfigFor(const proto::TrainingConfig& tr
 
 absl::StatusOr<int64_t> TrainWideDeep(const proto::TrainingConfig& training,
                                       const data::CtrDataset& data, uint64_t shuffle_seed,
-                                      PsClient* ps, const LoopControl& control) {
+                                      client::PsClient* ps, const LoopControl& control) {
   PST_ASSIGN_OR_RETURN(WideDeepConfig config, WideDeepConfigFor(training));
   // As TrainMlp: the reference model on one CPU device, MirroredWideDeep
   // on any other set of devices.
@@ -147,7 +148,7 @@ absl::StatusOr<int64_t> TrainWideDeep(const proto::TrainingConfig& training,
       spdlog::info("{}", line);
     }
   }
-  Values params, grads, row_grads(2);
+  client::Values params, grads, row_grads(2);
   PST_ASSIGN_OR_RETURN(int64_t global_step, ps->Pull(&params));
   CtrBatchData batch;
   std::vector<int64_t> order;
@@ -156,7 +157,7 @@ absl::StatusOr<int64_t> TrainWideDeep(const proto::TrainingConfig& training,
       [&](int64_t first, int64_t n, int epoch, int64_t position) -> absl::StatusOr<bool> {
         if (control.should_stop(position) || ReachedMaxSteps(training, global_step)) return false;
         batch.Gather(data, &order[first], n);
-        const std::vector<PsClient::TableIds> tables = batch.Tables();
+        const std::vector<client::PsClient::TableIds> tables = batch.Tables();
         PST_RETURN_IF_ERROR(ps->PullRows(tables, &batch.rows));
         PST_ASSIGN_OR_RETURN(const float loss,
                              host_only ? host_model->LossAndGradients(params, batch.View(n), &grads,
@@ -174,10 +175,11 @@ absl::StatusOr<int64_t> TrainWideDeep(const proto::TrainingConfig& training,
 }
 
 absl::StatusOr<ModelEvaluation> EvaluateWideDeep(const proto::TrainingConfig& training,
-                                                 const data::CtrDataset& data, PsClient* ps) {
+                                                 const data::CtrDataset& data,
+                                                 client::PsClient* ps) {
   PST_ASSIGN_OR_RETURN(WideDeepConfig config, WideDeepConfigFor(training));
   WideDeep model(config);
-  Values params;
+  client::Values params;
   PST_ASSIGN_OR_RETURN(const int64_t version, ps->Pull(&params));
   CtrBatchData batch;
   std::vector<float> probs, all_probs;
@@ -195,4 +197,4 @@ absl::StatusOr<ModelEvaluation> EvaluateWideDeep(const proto::TrainingConfig& tr
   return ClassifierEvaluation(all_probs, data.labels, version);
 }
 
-}  // namespace pst::worker
+}  // namespace pst::models

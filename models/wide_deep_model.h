@@ -16,7 +16,7 @@
 #include "models/wide_deep.h"
 #include "proto/pstrain.pb.h"
 
-namespace pst::worker {
+namespace pst::models {
 
 // Embedding tables of the wide & deep model.
 inline constexpr char kDeepEmbedding[] = "deep/embedding";
@@ -31,14 +31,15 @@ absl::StatusOr<WideDeepConfig> WideDeepConfigFor(const proto::TrainingConfig& tr
 // dense push+pull.
 absl::StatusOr<int64_t> TrainWideDeep(const proto::TrainingConfig& training,
                                       const data::CtrDataset& data, uint64_t shuffle_seed,
-                                      PsClient* ps, const LoopControl& control);
+                                      client::PsClient* ps, const LoopControl& control);
 
 // The model of `training`, with the dense variables and the embedding rows
 // pulled from `ps`, scored on every example of `data` (ClassifierEvaluation).
 // Errors: those of the pulls and of the model's checks of its inputs.
 absl::StatusOr<ModelEvaluation> EvaluateWideDeep(const proto::TrainingConfig& training,
-                                                 const data::CtrDataset& data, PsClient* ps);
+                                                 const data::CtrDataset& data,
+                                                 client::PsClient* ps);
 
-}  // namespace pst::worker
+}  // namespace pst::models
 
 #endif  // PST_MODELS_WIDE_DEEP_MODEL_H_

@@ -21,7 +21,7 @@
 #include "gtest/gtest.h"
 #include "models/wide_deep_test_util.h"
 
-namespace pst::worker {
+namespace pst::models {
 namespace {
 
 using wide_deep_testing::RandomParams;
@@ -512,4 +512,4 @@ TEST(WideDeepTest, Sgd_ApproachesBestAucOnSyntheticCriteo) {
 }
 
 }  // namespace
-}  // namespace pst::worker
+}  // namespace pst::models

@@ -12,7 +12,7 @@
 #include "models/mlp_test_util.h"
 #include "models/wide_deep.h"
 
-namespace pst::worker::wide_deep_testing {
+namespace pst::models::wide_deep_testing {
 
 // Glorot-uniform kernels, and biases drawn from [-bias_scale, bias_scale].
 inline ParamSet RandomParams(const WideDeepConfig& config, std::mt19937* rng, float bias_scale) {
@@ -63,6 +63,6 @@ struct RandomBatch : CtrBatchData {
   }
 };
 
-}  // namespace pst::worker::wide_deep_testing
+}  // namespace pst::models::wide_deep_testing
 
 #endif  // PST_MODELS_WIDE_DEEP_TEST_UTIL_H_

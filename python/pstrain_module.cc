@@ -110,7 +110,7 @@ class Session {
       session = worker::WorkerSession::Start(options);
     }
     session_ = ValueOrRaise(std::move(session));
-    for (const worker::PsClient::DenseInfo& info : session_->ps().DenseVariables()) {
+    for (const client::PsClient::DenseInfo& info : session_->ps().DenseVariables()) {
       int64_t size = 1;
       for (int64_t d : info.shape) size *= d;
       dense_.push_back({info.name, info.shape, size});
@@ -175,7 +175,7 @@ class Session {
 
   bool Pull(const py::list& values) {
     std::vector<py::buffer_info> held;
-    const worker::ValueSpans spans = ValueSpans(values, &held);
+    const client::ValueSpans spans = ValueSpans(values, &held);
     absl::StatusOr<bool> ok;
     {
       py::gil_scoped_release release;
@@ -190,13 +190,13 @@ class Session {
       throw py::value_error(absl::StrCat("push of ", py::len(grads), " gradients for ",
                                          dense_.size(), " dense variables"));
     }
-    worker::GradientSpans grad_spans;
+    client::GradientSpans grad_spans;
     for (size_t k = 0; k < dense_.size(); ++k) {
       held.push_back(Checked<float>(grads[k], false, absl::StrCat("gradient of '", dense_[k].name, "'"),
                                     dense_[k].size));
       grad_spans.push_back(SpanOf<const float>(held.back()));
     }
-    const worker::ValueSpans value_spans = ValueSpans(values, &held);
+    const client::ValueSpans value_spans = ValueSpans(values, &held);
     absl::StatusOr<bool> ok;
     {
       py::gil_scoped_release release;
@@ -223,8 +223,8 @@ class Session {
   bool PushRows(const py::list& entries) {
     std::vector<py::buffer_info> held;
     held.reserve(2 * py::len(entries));  // the spans point into its elements
-    std::vector<worker::PsClient::TableIds> tables;
-    worker::GradientSpans grads;
+    std::vector<client::PsClient::TableIds> tables;
+    client::GradientSpans grads;
     for (const py::handle entry : entries) {
       if (!py::isinstance<py::tuple>(entry) || py::len(entry) != 3) {
         throw py::type_error("push_rows: entries are (table, ids, grads) tuples");
@@ -257,8 +257,8 @@ class Session {
       grads.emplace_back(d.size, 0.0f);
       values.emplace_back(d.size, 0.0f);
     }
-    worker::GradientSpans grad_spans(grads.begin(), grads.end());
-    worker::ValueSpans value_spans(values.begin(), values.end());
+    client::GradientSpans grad_spans(grads.begin(), grads.end());
+    client::ValueSpans value_spans(values.begin(), values.end());
     std::vector<double> seconds;
     py::gil_scoped_release release;
     for (int64_t i = 0; i < steps; ++i) {
@@ -279,13 +279,13 @@ class Session {
     int64_t size;
   };
 
-  worker::ValueSpans ValueSpans(const py::list& values, std::vector<py::buffer_info>* held) {
+  client::ValueSpans ValueSpans(const py::list& values, std::vector<py::buffer_info>* held) {
     if (static_cast<size_t>(py::len(values)) != dense_.size()) {
       throw py::value_error(absl::StrCat("pull into ", py::len(values), " arrays for ",
                                          dense_.size(), " dense variables"));
     }
     held->reserve(held->size() + dense_.size());
-    worker::ValueSpans spans;
+    client::ValueSpans spans;
     for (size_t k = 0; k < dense_.size(); ++k) {
       held->push_back(Checked<float>(values[k], true, absl::StrCat("values of '", dense_[k].name, "'"),
                                      dense_[k].size));

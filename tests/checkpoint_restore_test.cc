@@ -14,7 +14,7 @@
 #include "models/wide_deep_model.h"
 #include "ps_server/in_process_transport.h"
 
-namespace pst::worker {
+namespace pst::models {
 namespace {
 
 constexpr int64_t kBuckets = 20;  // 26 fields x 20 = 520 rows per table
@@ -40,7 +40,7 @@ proto::TrainingConfig Training(int shards, proto::Routing routing, int64_t bucke
 
 struct Cluster {
   std::shared_ptr<ps::InProcessPsTransport> transport;
-  std::unique_ptr<PsClient> client;
+  std::unique_ptr<client::PsClient> client;
 
   Cluster(const proto::TrainingConfig& training, int num_ps) {
     transport = std::make_shared<ps::InProcessPsTransport>(num_ps);
@@ -53,7 +53,8 @@ struct Cluster {
       }
       EXPECT_TRUE(transport->store(p)->Create(request).ok());
     }
-    client = *PsClient::Create(plan, DenseNames(*ModelVariables(training)), transport, 0, 9);
+    client =
+        *client::PsClient::Create(plan, DenseNames(*ModelVariables(training)), transport, 0, 9);
   }
 
   // One training-like step: random gradients for every dense variable and
@@ -61,15 +62,15 @@ struct Cluster {
   void Step(int64_t step, const std::vector<int64_t>& ids, uint32_t seed) {
     std::mt19937 rng(seed);
     std::normal_distribution<float> g(0, 1);
-    Values values, grads;
+    client::Values values, grads;
     ASSERT_TRUE(client->Pull(&values).ok());
     for (const auto& v : values) {
       grads.emplace_back(v.size());
       for (float& x : grads.back()) x = g(rng);
     }
     ASSERT_TRUE(client->PushPull(step, step, grads, &values).ok());
-    std::vector<PsClient::TableIds> tables = {{kDeepEmbedding, ids}, {kWideEmbedding, ids}};
-    Values row_grads(2);
+    std::vector<client::PsClient::TableIds> tables = {{kDeepEmbedding, ids}, {kWideEmbedding, ids}};
+    client::Values row_grads(2);
     row_grads[0].resize(ids.size() * 4);
     row_grads[1].resize(ids.size());
     for (auto& r : row_grads) {
@@ -80,9 +81,9 @@ struct Cluster {
 
   // Every parameter, as bytes: the dense variables and the rows of `ids`.
   std::vector<float> All(const std::vector<int64_t>& ids) {
-    Values dense, rows;
+    client::Values dense, rows;
     EXPECT_TRUE(client->Pull(&dense).ok());
-    std::vector<PsClient::TableIds> tables = {{kDeepEmbedding, ids}, {kWideEmbedding, ids}};
+    std::vector<client::PsClient::TableIds> tables = {{kDeepEmbedding, ids}, {kWideEmbedding, ids}};
     EXPECT_TRUE(client->PullRows(tables, &rows).ok());
     std::vector<float> all;
     for (const auto& v : dense) all.insert(all.end(), v.begin(), v.end());
@@ -139,7 +140,7 @@ TEST_P(CheckpointRestoreTest, OntoAnotherNumberOfPs_IsBitIdentical) {
   old_cluster.Step(5, ids, 999);
   new_cluster.Step(5, ids, 999);
   EXPECT_EQ(new_cluster.All(ids), old_cluster.All(ids));
-  Values dense;
+  client::Values dense;
   EXPECT_EQ(*new_cluster.client->Pull(&dense), 6) << "versions restored";
 }
 
@@ -160,4 +161,4 @@ TEST(CheckpointRestoreErrorTest, MissingVariable_IsFailedPrecondition_AndChanges
 }
 
 }  // namespace
-}  // namespace pst::worker
+}  // namespace pst::models

@@ -31,7 +31,7 @@
 #include "models/wide_deep_test_util.h"
 #include "models/background.h"
 
-namespace pst::worker {
+namespace pst::models {
 namespace {
 
 using device::Device;
@@ -608,4 +608,4 @@ TEST(CudaTimingTest, DISABLED_Timing) {
 }
 
 }  // namespace
-}  // namespace pst::worker
+}  // namespace pst::models

@@ -213,7 +213,7 @@ bool Gate::TakeLostAnswer(int ps, const proto::PushRequest& push) {
 
 // The workers' coordinator client: in-process, and every answer wakes
 // InProcessCluster::Await.
-class InProcessCluster::ObservedClient final : public worker::CoordinatorClient {
+class InProcessCluster::ObservedClient final : public client::CoordinatorClient {
  public:
   ObservedClient(InProcessCluster* cluster, chief::Coordinator* coordinator)
       : cluster_(cluster), inner_(coordinator, &cluster->clock_) {}
@@ -473,7 +473,7 @@ absl::Status InProcessCluster::FinishJob() {
   return chief_status_;
 }
 
-std::vector<worker::Values> InProcessCluster::evaluated() const {
+std::vector<client::Values> InProcessCluster::evaluated() const {
   absl::MutexLock lock(&mu_);
   return evaluated_;
 }
@@ -493,22 +493,22 @@ std::optional<proto::CheckpointManifest> InProcessCluster::Checkpoint(int64_t st
 }
 
 absl::StatusOr<chief::EvalResult> InProcessCluster::Evaluate(const proto::ClusterState& state) {
-  PST_ASSIGN_OR_RETURN(std::vector<worker::ModelVariable> variables,
-                       worker::ModelVariables(options_.training));
+  PST_ASSIGN_OR_RETURN(std::vector<models::ModelVariable> variables,
+                       models::ModelVariables(options_.training));
   PST_ASSIGN_OR_RETURN(
-      std::unique_ptr<worker::PsClient> client,
-      worker::PsClient::Create(
-          state.plan(), worker::DenseNames(variables),
-          worker::MakeRoutedTransport(
-              transport_, worker::ShardRoutes::FromPlan(state.plan(), state.routing_version())),
+      std::unique_ptr<client::PsClient> client,
+      client::PsClient::Create(
+          state.plan(), models::DenseNames(variables),
+          client::MakeRoutedTransport(
+              transport_, client::ShardRoutes::FromPlan(state.plan(), state.routing_version())),
           -1, 0));
   chief::EvalResult result;
-  worker::Values params;
+  client::Values params;
   PST_ASSIGN_OR_RETURN(result.global_step, client->Pull(&params));
-  PST_ASSIGN_OR_RETURN(worker::MlpConfig config, worker::MlpConfigFor(options_.training));
+  PST_ASSIGN_OR_RETURN(models::MlpConfig config, models::MlpConfigFor(options_.training));
   PST_ASSIGN_OR_RETURN(data::Dataset test, data::LoadFashionMnist(data_dir_, data::Split::kTest));
-  PST_ASSIGN_OR_RETURN(worker::Mlp::Eval eval,
-                       worker::Mlp(config).Evaluate(params, test.features.data(),
+  PST_ASSIGN_OR_RETURN(models::Mlp::Eval eval,
+                       models::Mlp(config).Evaluate(params, test.features.data(),
                                                     test.labels.data(), test.num_examples));
   result.metrics = {{"test_accuracy", eval.accuracy}, {"test_loss", eval.loss}};
   result.line = absl::StrCat("test accuracy ", eval.accuracy, ", test loss ", eval.loss);
@@ -517,15 +517,15 @@ absl::StatusOr<chief::EvalResult> InProcessCluster::Evaluate(const proto::Cluste
   return result;
 }
 
-worker::Values InProcessCluster::FaultFreeParameters(const Config& config) {
+client::Values InProcessCluster::FaultFreeParameters(const Config& config) {
   InProcessCluster cluster(config);
   cluster.StartChief();
   cluster.StartWorkers();
   const absl::Status finished = cluster.FinishJob();
   EXPECT_TRUE(finished.ok()) << finished;
-  const std::vector<worker::Values> evaluated = cluster.evaluated();
+  const std::vector<client::Values> evaluated = cluster.evaluated();
   EXPECT_EQ(evaluated.size(), 1u);
-  return evaluated.empty() ? worker::Values() : evaluated.back();
+  return evaluated.empty() ? client::Values() : evaluated.back();
 }
 
 }  // namespace pst::testing

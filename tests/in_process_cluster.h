@@ -191,7 +191,7 @@ class InProcessCluster {
   const std::string& summary_json() const { return summary_json_; }
 
   // The parameters every evaluation of the chief found, in order.
-  std::vector<worker::Values> evaluated() const;
+  std::vector<client::Values> evaluated() const;
   // The ps's Health, as the chief sees it.
   proto::HealthResponse Health(int ps);
   // The manifest of checkpoint `step`, if there is one that passes its
@@ -199,7 +199,7 @@ class InProcessCluster {
   std::optional<proto::CheckpointManifest> Checkpoint(int64_t step) const;
 
   // The parameters a fault-free run of `config` ends with.
-  static worker::Values FaultFreeParameters(const Config& config);
+  static client::Values FaultFreeParameters(const Config& config);
 
  private:
   class ObservedClient;
@@ -239,7 +239,7 @@ class InProcessCluster {
 
   mutable absl::Mutex mu_;
   uint64_t calls_ ABSL_GUARDED_BY(mu_) = 0;  // coordinator calls so far
-  std::vector<worker::Values> evaluated_ ABSL_GUARDED_BY(mu_);
+  std::vector<client::Values> evaluated_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace pst::testing

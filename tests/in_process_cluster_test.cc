@@ -30,9 +30,9 @@ Config Sync(int64_t save_steps) {
 }
 
 // The parameters of the fault-free run (saves do not change them).
-const worker::Values& FaultFree() {
-  static const worker::Values* const params =
-      new worker::Values(InProcessCluster::FaultFreeParameters(Sync(0)));
+const client::Values& FaultFree() {
+  static const client::Values* const params =
+      new client::Values(InProcessCluster::FaultFreeParameters(Sync(0)));
   return *params;
 }
 

@@ -15,7 +15,7 @@
 #include "models/registry.h"
 #include "ps_server/in_process_transport.h"
 
-namespace pst::worker {
+namespace pst::models {
 namespace {
 
 class LogregModelTest : public ::testing::Test {
@@ -41,7 +41,7 @@ class LogregModelTest : public ::testing::Test {
   }
 
   // P in-process ps holding the model's variables, and a client to them.
-  std::unique_ptr<PsClient> Cluster(int num_ps) {
+  std::unique_ptr<client::PsClient> Cluster(int num_ps) {
     absl::StatusOr<proto::PlacementPlan> plan = BuildPlan(training_, num_ps);
     EXPECT_TRUE(plan.ok()) << plan.status();
     auto transport = std::make_shared<ps::InProcessPsTransport>(num_ps);
@@ -53,7 +53,7 @@ class LogregModelTest : public ::testing::Test {
       }
       EXPECT_TRUE(transport->store(p)->Create(request).ok());
     }
-    absl::StatusOr<std::unique_ptr<PsClient>> client = PsClient::Create(
+    absl::StatusOr<std::unique_ptr<client::PsClient>> client = client::PsClient::Create(
         *plan, DenseNames(*ModelVariables(training_)), transport, /*worker_index=*/0, 1);
     EXPECT_TRUE(client.ok()) << client.status();
     return *std::move(client);
@@ -87,7 +87,7 @@ TEST_F(LogregModelTest, OneSgdStep_UpdatesExactlyTheRowsOfTheBatch) {
                            "-1 5:0.5\n"
                            "1 5:1\n"
                            "0 9:1\n"));
-  std::unique_ptr<PsClient> ps = Cluster(2);
+  std::unique_ptr<client::PsClient> ps = Cluster(2);
   absl::StatusOr<std::unique_ptr<ModelData>> train = model_->Load(training_, "", false, 0, 1);
   ASSERT_TRUE(train.ok()) << train.status();
   ASSERT_EQ((*train)->size(), 2);
@@ -107,13 +107,13 @@ TEST_F(LogregModelTest, OneSgdStep_UpdatesExactlyTheRowsOfTheBatch) {
   EXPECT_NEAR(loss, std::log(2.0f), 1e-6);
 
   const std::vector<int64_t> ids = {5, 7, 9};
-  std::vector<PsClient::TableIds> tables = {{"logreg/weights", ids}};
-  Values rows;
+  std::vector<client::PsClient::TableIds> tables = {{"logreg/weights", ids}};
+  client::Values rows;
   ASSERT_TRUE(ps->PullRows(tables, &rows).ok());
   EXPECT_FLOAT_EQ(rows[0][0], 0.025f);
   EXPECT_FLOAT_EQ(rows[0][1], 0.1f);
   EXPECT_FLOAT_EQ(rows[0][2], 0.0f);  // never trained on
-  Values dense;
+  client::Values dense;
   ASSERT_TRUE(ps->Pull(&dense).ok());
   EXPECT_FLOAT_EQ(dense[0][0], 0.0f);
 
@@ -136,7 +136,7 @@ TEST_F(LogregModelTest, OneSgdStep_UpdatesExactlyTheRowsOfTheBatch) {
 TEST_F(LogregModelTest, Buckets_FoldIdsIntoTheTable) {
   training_.set_buckets(8);
   training_.set_data(Write("b.svm", "1 18446744073709551615:1\n0 3:1\n1 3:1\n0 3:1\n"));
-  std::unique_ptr<PsClient> ps = Cluster(1);
+  std::unique_ptr<client::PsClient> ps = Cluster(1);
   absl::StatusOr<std::unique_ptr<ModelData>> train = model_->Load(training_, "", false, 0, 1);
   ASSERT_TRUE(train.ok()) << train.status();
   ASSERT_TRUE(model_->Train(training_, **train, 1, ps.get(), LoopControl()).ok());
@@ -144,8 +144,8 @@ TEST_F(LogregModelTest, Buckets_FoldIdsIntoTheTable) {
   ASSERT_GE(row, 0);
   ASSERT_LT(row, 8);
   std::vector<int64_t> ids = {row};
-  std::vector<PsClient::TableIds> tables = {{"logreg/weights", ids}};
-  Values rows;
+  std::vector<client::PsClient::TableIds> tables = {{"logreg/weights", ids}};
+  client::Values rows;
   ASSERT_TRUE(ps->PullRows(tables, &rows).ok());
   EXPECT_NE(rows[0][0], 0.0f);
 }
@@ -159,4 +159,4 @@ TEST_F(LogregModelTest, MalformedData_InvalidArgumentNamesTheLine) {
 }
 
 }  // namespace
-}  // namespace pst::worker
+}  // namespace pst::models

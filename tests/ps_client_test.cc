@@ -9,7 +9,7 @@
 #include "common/placement.h"
 #include "ps_server/in_process_transport.h"
 
-namespace pst::worker {
+namespace pst::client {
 namespace {
 
 constexpr int64_t kRows = 10, kDim = 2;
@@ -307,4 +307,4 @@ INSTANTIATE_TEST_SUITE_P(Routings, PsClientTest, ::testing::Values(proto::MOD, p
                          [](const auto& info) { return proto::Routing_Name(info.param); });
 
 }  // namespace
-}  // namespace pst::worker
+}  // namespace pst::client

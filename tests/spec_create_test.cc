@@ -23,8 +23,8 @@
 namespace pst::chief {
 namespace {
 
-using worker::safetensors_testing::Iota;
-using worker::safetensors_testing::WriteSafetensors;
+using models::safetensors_testing::Iota;
+using models::safetensors_testing::WriteSafetensors;
 
 constexpr int kNumPs = 2;
 // Big enough that each ps's share of it needs two create requests.
@@ -56,7 +56,7 @@ class SpecCreateTest : public ::testing::Test {
     options_.tf.cluster.chief = {"chief:1"};
     proto::TrainingConfig& training = options_.training;
     training.set_model(absl::StrCat("spec:", dir_, "/model.json"));
-    ASSERT_TRUE((*worker::ModelFor(training))->ReadFiles(&training).ok());
+    ASSERT_TRUE((*models::ModelFor(training))->ReadFiles(&training).ok());
     training.mutable_optimizer()->set_name("sgd");
     training.mutable_optimizer()->set_learning_rate(1.0f);
     training.mutable_partitioner()->set_kind("fixed");
@@ -82,19 +82,19 @@ class SpecCreateTest : public ::testing::Test {
     return created;
   }
 
-  std::unique_ptr<worker::PsClient> Client(const JobPlan& plan) {
-    absl::StatusOr<std::unique_ptr<worker::PsClient>> client = worker::PsClient::Create(
+  std::unique_ptr<client::PsClient> Client(const JobPlan& plan) {
+    absl::StatusOr<std::unique_ptr<client::PsClient>> client = client::PsClient::Create(
         plan.initial.plan(), {"w", "b"}, std::make_shared<ps::InProcessPsTransport>(ps_),
         /*worker_index=*/0, /*incarnation=*/1);
     EXPECT_TRUE(client.ok()) << client.status();
     return *std::move(client);
   }
 
-  std::vector<float> Rows(worker::PsClient* client, const std::string& table, int64_t rows) {
+  std::vector<float> Rows(client::PsClient* client, const std::string& table, int64_t rows) {
     std::vector<int64_t> ids(rows);
     std::iota(ids.begin(), ids.end(), 0);
-    const worker::PsClient::TableIds request[] = {{table, ids}};
-    worker::Values out;
+    const client::PsClient::TableIds request[] = {{table, ids}};
+    client::Values out;
     absl::Status s = client->PullRows(request, &out);
     EXPECT_TRUE(s.ok()) << s;
     return s.ok() ? out[0] : std::vector<float>();
@@ -123,8 +123,8 @@ TEST_F(SpecCreateTest, CreatePlanOnPs_FileValues_PullBackExactlyTheFile) {
   EXPECT_EQ(t_parts, 2);
   EXPECT_EQ(CreateAll(*plan), plan->initial.plan().variables_size());
 
-  std::unique_ptr<worker::PsClient> client = Client(*plan);
-  worker::Values values;
+  std::unique_ptr<client::PsClient> client = Client(*plan);
+  client::Values values;
   ASSERT_TRUE(client->Pull(&values).ok());
   ASSERT_EQ(values.size(), 2u);
   EXPECT_EQ(values[0], Iota(24, 0.25f, 1));
@@ -137,10 +137,10 @@ TEST_F(SpecCreateTest, CreatePlanOnPs_Again_KeepsTheValuesThePsHold) {
   absl::StatusOr<JobPlan> plan = PlanJob(options_);
   ASSERT_TRUE(plan.ok()) << plan.status();
   CreateAll(*plan);
-  std::unique_ptr<worker::PsClient> client = Client(*plan);
+  std::unique_ptr<client::PsClient> client = Client(*plan);
   // One SGD step (learning rate 1): w -= 1.
-  worker::Values grads = {std::vector<float>(24, 1.0f), std::vector<float>(4, 0.0f)};
-  worker::Values values;
+  client::Values grads = {std::vector<float>(24, 1.0f), std::vector<float>(4, 0.0f)};
+  client::Values values;
   ASSERT_TRUE(client->PushPull(/*step=*/0, /*base_version=*/0, grads, &values).ok());
   // A restarted chief creates again: nothing is new, nothing overwritten
   // (as a restore's values are not).

@@ -16,7 +16,7 @@
 #include "ps_server/in_process_transport.h"
 #include "models/mlp_model.h"
 
-namespace pst::worker {
+namespace pst::models {
 namespace {
 
 constexpr int kBatch = 8;
@@ -67,22 +67,22 @@ struct Cluster {
       EXPECT_TRUE(transport->store(p)->Create(request).ok());
     }
   }
-  std::unique_ptr<PsClient> Client(int worker) {
-    return *PsClient::Create(plan, names, transport, worker, /*incarnation=*/100 + worker);
+  std::unique_ptr<client::PsClient> Client(int worker) {
+    return *client::PsClient::Create(plan, names, transport, worker, /*incarnation=*/100 + worker);
   }
 };
 
 // Parameters after kSteps synchronous steps of `workers` workers, worker i
 // taking examples [k*W*B + i*B, +B) at step k.
-Values TrainSync(int workers, const Data& data) {
+client::Values TrainSync(int workers, const Data& data) {
   const proto::TrainingConfig training = Training(proto::SYNC, workers);
   Cluster cluster(training, 2);
   std::vector<std::thread> threads;
   for (int w = 0; w < workers; ++w) {
     threads.emplace_back([&, w] {
-      std::unique_ptr<PsClient> client = cluster.Client(w);
+      std::unique_ptr<client::PsClient> client = cluster.Client(w);
       Mlp model(*MlpConfigFor(training));
-      Values params, grads;
+      client::Values params, grads;
       int64_t version = *client->Pull(&params);
       for (int k = 0; k < kSteps; ++k) {
         const size_t first = static_cast<size_t>(k * workers + w) * kBatch;
@@ -98,18 +98,18 @@ Values TrainSync(int workers, const Data& data) {
     });
   }
   for (auto& t : threads) t.join();
-  Values params;
+  client::Values params;
   EXPECT_EQ(*cluster.Client(0)->Pull(&params), kSteps);
   return params;
 }
 
 // The same steps in one process with batch W*B.
-Values TrainSingle(int workers, const Data& data) {
+client::Values TrainSingle(int workers, const Data& data) {
   const proto::TrainingConfig training = Training(proto::ASYNC, 1);
   Cluster cluster(training, 1);
-  std::unique_ptr<PsClient> client = cluster.Client(0);
+  std::unique_ptr<client::PsClient> client = cluster.Client(0);
   Mlp model(*MlpConfigFor(training));
-  Values params, grads;
+  client::Values params, grads;
   int64_t version = *client->Pull(&params);
   for (int k = 0; k < kSteps; ++k) {
     const size_t first = static_cast<size_t>(k * workers) * kBatch;
@@ -127,13 +127,13 @@ class SyncEquivalenceTest : public ::testing::TestWithParam<int> {};
 TEST_P(SyncEquivalenceTest, SyncWorkers_MatchOneProcessWithTheCombinedBatch) {
   const int workers = GetParam();
   const Data data(kSteps * workers * kBatch);
-  const Values sync = TrainSync(workers, data);
-  const Values single = TrainSingle(workers, data);
+  const client::Values sync = TrainSync(workers, data);
+  const client::Values single = TrainSingle(workers, data);
   ASSERT_EQ(sync.size(), single.size());
   double max_diff = 0, max_change = 0;
-  const Values initial = [&] {
+  const client::Values initial = [&] {
     Cluster fresh(Training(proto::ASYNC, 1), 1);
-    Values v;
+    client::Values v;
     fresh.Client(0)->Pull(&v).IgnoreError();
     return v;
   }();
@@ -156,8 +156,8 @@ class ExactlyOnceTest : public ::testing::TestWithParam<proto::SyncMode> {};
 TEST_P(ExactlyOnceTest, RetriedPush_IsAppliedOnce) {
   const proto::TrainingConfig training = Training(GetParam(), 1);
   Cluster cluster(training, 1);
-  std::unique_ptr<PsClient> client = cluster.Client(0);
-  Values before, after_once, after_twice, grads;
+  std::unique_ptr<client::PsClient> client = cluster.Client(0);
+  client::Values before, after_once, after_twice, grads;
   ASSERT_EQ(*client->Pull(&before), 0);
   for (const auto& v : before) grads.emplace_back(v.size(), 0.5f);
   ASSERT_EQ(*client->PushPull(0, 0, grads, &after_once), 1);
@@ -181,8 +181,8 @@ TEST(SspTest, FastWorker_WaitsForTheSlowest_AndIsReleasedWhenItLeaves) {
   proto::TrainingConfig training = Training(proto::SSP, 2);
   Cluster cluster(training, 1);
   ps::VariableStore* store = cluster.transport->store(0);
-  std::unique_ptr<PsClient> fast = cluster.Client(0);
-  Values params, grads;
+  std::unique_ptr<client::PsClient> fast = cluster.Client(0);
+  client::Values params, grads;
   ASSERT_TRUE(fast->Pull(&params).ok());
   for (const auto& v : params) grads.emplace_back(v.size(), 0.0f);
   // Staleness 1: clocks 1 and 2 are fine while the slow worker is at 0...
@@ -226,8 +226,8 @@ TEST(SspTest, FastWorker_WaitsForTheSlowest_AndIsReleasedWhenItLeaves) {
 TEST(SyncQuorumTest, WorkerLeaving_LowersQuorum_AndReleasesTheStep) {
   proto::TrainingConfig training = Training(proto::SYNC, 2);
   Cluster cluster(training, 1);
-  std::unique_ptr<PsClient> client = cluster.Client(0);
-  Values params, grads;
+  std::unique_ptr<client::PsClient> client = cluster.Client(0);
+  client::Values params, grads;
   ASSERT_TRUE(client->Pull(&params).ok());
   for (const auto& v : params) grads.emplace_back(v.size(), 1.0f);
   absl::StatusOr<int64_t> version;
@@ -262,8 +262,8 @@ TEST(OverlapTest, EveryBatchIsPushedOnce_FromTheValuesOneStepBehind) {
     data.labels.push_back(one.y[0]);
   }
   Cluster cluster(training, 2);
-  std::unique_ptr<PsClient> client = cluster.Client(0);
-  Values initial;
+  std::unique_ptr<client::PsClient> client = cluster.Client(0);
+  client::Values initial;
   ASSERT_EQ(*client->Pull(&initial), 0);
 
   StepTimes times;
@@ -286,20 +286,20 @@ TEST(OverlapTest, EveryBatchIsPushedOnce_FromTheValuesOneStepBehind) {
 
   Mlp model(*MlpConfigFor(training));
   const float lr = training.optimizer().learning_rate();
-  std::vector<Values> p = {initial};
+  std::vector<client::Values> p = {initial};
   for (int b = 0; b < 10; ++b) {
-    Values grads;
-    const Values& from = p[std::max(0, b - 1)];
+    client::Values grads;
+    const client::Values& from = p[std::max(0, b - 1)];
     ASSERT_TRUE(model.LossAndGradients(from, data.features.data(), data.labels.data(), kBatch,
                                        &grads)
                     .ok());
-    Values next = p[b];
+    client::Values next = p[b];
     for (size_t v = 0; v < next.size(); ++v) {
       for (size_t k = 0; k < next[v].size(); ++k) next[v][k] -= lr * grads[v][k];
     }
     p.push_back(std::move(next));
   }
-  Values got;
+  client::Values got;
   ASSERT_EQ(*client->Pull(&got), 10);
   double max_diff = 0;
   for (size_t v = 0; v < got.size(); ++v) {
@@ -340,7 +340,7 @@ TEST_P(PrefetchTest, TwoCpuDevices_TrainSameParametersAsHostPath) {
 
   auto train = [&](std::vector<device::Device*> on) {
     Cluster cluster(training, 2);
-    std::unique_ptr<PsClient> client = cluster.Client(0);
+    std::unique_ptr<client::PsClient> client = cluster.Client(0);
     LoopControl control;
     control.devices = std::move(on);
     std::vector<int64_t> examples_per_step;
@@ -351,17 +351,17 @@ TEST_P(PrefetchTest, TwoCpuDevices_TrainSameParametersAsHostPath) {
     EXPECT_TRUE(step.ok()) << step.status();
     EXPECT_EQ(examples_per_step,
               (std::vector<int64_t>{8, 8, 8, 8, 5, 8, 8, 8, 8, 5}));
-    Values params;
+    client::Values params;
     EXPECT_EQ(*client->Pull(&params), 10);
     return params;
   };
-  const Values host = train({});
-  const Values staged = train((*devices)->devices());
+  const client::Values host = train({});
+  const client::Values staged = train((*devices)->devices());
   ASSERT_EQ(staged.size(), host.size());
   double max_diff = 0, max_step = 0;
-  const Values initial = [&] {
+  const client::Values initial = [&] {
     Cluster cluster(training, 1);
-    Values p;
+    client::Values p;
     cluster.Client(0)->Pull(&p).IgnoreError();
     return p;
   }();
@@ -378,4 +378,4 @@ TEST_P(PrefetchTest, TwoCpuDevices_TrainSameParametersAsHostPath) {
 INSTANTIATE_TEST_SUITE_P(Overlap, PrefetchTest, ::testing::Bool());
 
 }  // namespace
-}  // namespace pst::worker
+}  // namespace pst::models

@@ -17,7 +17,7 @@ namespace pst::tools {
 
 absl::StatusOr<nlohmann::json> TrainReference(const proto::TrainingConfig& training, int num_ps,
                                               const std::string& data_dir) {
-  PST_ASSIGN_OR_RETURN(const worker::Model* model, worker::ModelFor(training));
+  PST_ASSIGN_OR_RETURN(const models::Model* model, models::ModelFor(training));
   if (model->computed_by_workers()) {
     return absl::FailedPreconditionError(absl::StrCat(
         "model '", training.model(), "' is computed by its workers, not by pstrain: there is "
@@ -26,9 +26,9 @@ absl::StatusOr<nlohmann::json> TrainReference(const proto::TrainingConfig& train
   // In-process ps: one copy of each shard, whatever the job's --ps_replicas.
   proto::TrainingConfig one_copy = training;
   one_copy.set_ps_replicas(1);
-  PST_ASSIGN_OR_RETURN(proto::PlacementPlan plan, worker::BuildPlan(one_copy, num_ps));
-  PST_ASSIGN_OR_RETURN(std::vector<worker::ModelVariable> variables,
-                       worker::ModelVariables(training));
+  PST_ASSIGN_OR_RETURN(proto::PlacementPlan plan, models::BuildPlan(one_copy, num_ps));
+  PST_ASSIGN_OR_RETURN(std::vector<models::ModelVariable> variables,
+                       models::ModelVariables(training));
   auto transport = std::make_shared<ps::InProcessPsTransport>(num_ps);
   for (int p = 0; p < num_ps; ++p) {
     proto::CreateVariablesRequest request;
@@ -38,19 +38,19 @@ absl::StatusOr<nlohmann::json> TrainReference(const proto::TrainingConfig& train
     }
     PST_RETURN_IF_ERROR(transport->store(p)->Create(request).status());
   }
-  PST_ASSIGN_OR_RETURN(std::unique_ptr<worker::PsClient> client,
-                       worker::PsClient::Create(plan, worker::DenseNames(variables), transport,
+  PST_ASSIGN_OR_RETURN(std::unique_ptr<client::PsClient> client,
+                       client::PsClient::Create(plan, models::DenseNames(variables), transport,
                                                 /*worker_index=*/0, /*incarnation=*/1));
-  PST_ASSIGN_OR_RETURN(std::unique_ptr<worker::ModelData> train,
+  PST_ASSIGN_OR_RETURN(std::unique_ptr<models::ModelData> train,
                        model->Load(training, data_dir, /*held_out=*/false, 0, 1));
-  PST_ASSIGN_OR_RETURN(std::unique_ptr<worker::ModelData> held_out,
+  PST_ASSIGN_OR_RETURN(std::unique_ptr<models::ModelData> held_out,
                        model->Load(training, data_dir, /*held_out=*/true, 0, 1));
   const absl::Time start = absl::Now();
   PST_ASSIGN_OR_RETURN(
       int64_t step, model->Train(training, *train, /*shuffle_seed=*/training.seed(), client.get(),
-                                 worker::LoopControl()));
+                                 models::LoopControl()));
   const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
-  PST_ASSIGN_OR_RETURN(worker::ModelEvaluation eval,
+  PST_ASSIGN_OR_RETURN(models::ModelEvaluation eval,
                        model->Evaluate(training, *held_out, client.get()));
   nlohmann::json result;
   for (const auto& [name, value] : eval.metrics) result[name] = value;

@@ -119,7 +119,7 @@ namespace {
 
 // Registers with the coordinator, retrying while it is not up yet (or is
 // initializing or recovering) until `deadline`.
-absl::StatusOr<proto::RegisterResponse> CallRegister(CoordinatorClient* coordinator,
+absl::StatusOr<proto::RegisterResponse> CallRegister(client::CoordinatorClient* coordinator,
                                                      const std::string& address,
                                                      const proto::RegisterRequest& request,
                                                      absl::Time deadline,
@@ -175,17 +175,17 @@ absl::Status CallCoordinatorUntil(const std::function<absl::Status(absl::Duratio
   }
 }
 
-WorkerConnections GrpcConnections(CoordinatorClient* coordinator,
+WorkerConnections GrpcConnections(client::CoordinatorClient* coordinator,
                                   const rpc::RpcSettings& settings) {
   WorkerConnections connections;
   connections.coordinator = coordinator;
   connections.ps_transport = [settings](const std::vector<std::string>& addresses,
                                         absl::Duration rpc_timeout) {
     return std::shared_ptr<common::PsTransport>(
-        MakeGrpcPsTransport(addresses, settings, rpc_timeout));
+        client::MakeGrpcPsTransport(addresses, settings, rpc_timeout));
   };
   connections.ps_control = [settings](const std::vector<std::string>& addresses) {
-    return MakeGrpcPsControl(addresses, settings);
+    return client::MakeGrpcPsControl(addresses, settings);
   };
   return connections;
 }
@@ -211,7 +211,7 @@ absl::StatusOr<std::unique_ptr<ClusterLink>> ClusterLink::Register(
                  on_ps);
     link->start_ = on_ps;
   }
-  link->routes_ = ShardRoutes::FromPlan(state.plan(), state.routing_version());
+  link->routes_ = client::ShardRoutes::FromPlan(state.plan(), state.routing_version());
   link->progress_.Begin(state.generation(), link->start_);
   link->view_.Update(state.phase(), state.generation(), link->start_, false,
                      /*epochs_released=*/0);
@@ -267,7 +267,7 @@ void ClusterLink::BeatNow() {
 // coordinator that no longer knows this worker (a restarted chief) is told
 // where it is. Without an answer for recovery_timeout, give up.
 void ClusterLink::HeartbeatLoop() {
-  CoordinatorClient* const coordinator = connections_.coordinator;
+  client::CoordinatorClient* const coordinator = connections_.coordinator;
   absl::Time last_ok = absl::Now();
   while (AwaitBeat()) {
     proto::HeartbeatRequest request;

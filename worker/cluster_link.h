@@ -113,7 +113,7 @@ class ClusterLink {
   // Where each shard's primary is (replicated jobs), as the coordinator last
   // said: a transport made with MakeRoutedTransport over these follows a
   // failover.
-  std::shared_ptr<ShardRoutes> routes() const { return routes_; }
+  std::shared_ptr<client::ShardRoutes> routes() const { return routes_; }
   const proto::TrainingConfig& training() const { return registered_.state().training(); }
   std::vector<std::string> ps_addresses() const;
   // Where this worker starts in its data.
@@ -181,7 +181,7 @@ class ClusterLink {
   const common::StopSignal& stop_;
   proto::RegisterResponse registered_;
   int64_t start_ = 0;
-  std::shared_ptr<ShardRoutes> routes_;
+  std::shared_ptr<client::ShardRoutes> routes_;
   Progress progress_;
   CoordinatorView view_;
   common::StopSignal lost_coordinator_;

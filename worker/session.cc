@@ -14,9 +14,9 @@ namespace pst::worker {
 
 absl::StatusOr<std::unique_ptr<WorkerSession>> WorkerSession::Start(
     const TrainerOptions& options) {
-  std::unique_ptr<CoordinatorClient> coordinator =
-      MakeGrpcCoordinatorClient(options.coordinator_address, options.rpc);
-  CoordinatorClient* const raw = coordinator.get();
+  std::unique_ptr<client::CoordinatorClient> coordinator =
+      client::MakeGrpcCoordinatorClient(options.coordinator_address, options.rpc);
+  client::CoordinatorClient* const raw = coordinator.get();
   std::unique_ptr<WorkerSession> session(new WorkerSession(options, std::move(coordinator)));
   PST_RETURN_IF_ERROR(session->Connect(GrpcConnections(raw, options.rpc)));
   return session;
@@ -38,15 +38,16 @@ absl::Status WorkerSession::Connect(const WorkerConnections& connections) {
   }
   const std::vector<std::string> dense(state.plan().dense().begin(), state.plan().dense().end());
   PST_ASSIGN_OR_RETURN(
-      ps_, PsClient::Create(state.plan(), dense,
-                            MakeRoutedTransport(connections.ps_transport(link_->ps_addresses(),
-                                                                         options_.rpc_timeout),
-                                                link_->routes()),
-                            options_.worker_index, options_.incarnation));
+      ps_, client::PsClient::Create(
+               state.plan(), dense,
+               client::MakeRoutedTransport(
+                   connections.ps_transport(link_->ps_addresses(), options_.rpc_timeout),
+                   link_->routes()),
+               options_.worker_index, options_.incarnation));
   generation_ = state.generation();
   ps_->set_generation(generation_);
   position_ = std::max<int64_t>(0, link_->start_position());
-  shuffle_seed_ = WorkerShuffleSeed(state.training(), options_.worker_index);
+  shuffle_seed_ = models::WorkerShuffleSeed(state.training(), options_.worker_index);
   spdlog::info(
       "registered with the coordinator at {}: {} worker(s), {} ps, batch {}, {} epoch(s), "
       "starting at data position {}",
@@ -99,7 +100,7 @@ absl::StatusOr<WorkerSession::Batch> WorkerSession::Next(int64_t num_examples) {
       continue;
     }
     if (v.should_stop || position_ >= training.epochs() * per_epoch ||
-        ReachedMaxSteps(training, global_step_)) {
+        models::ReachedMaxSteps(training, global_step_)) {
       PST_ASSIGN_OR_RETURN(const bool ended, Finish());
       if (ended) {
         out.done = true;
@@ -116,7 +117,7 @@ absl::StatusOr<WorkerSession::Batch> WorkerSession::Next(int64_t num_examples) {
   }
   epoch_ = static_cast<int>(position_ / per_epoch);
   if (order_epoch_ != epoch_) {
-    ShuffledOrder(shard, shuffle_seed_, epoch_, &order_);
+    models::ShuffledOrder(shard, shuffle_seed_, epoch_, &order_);
     order_epoch_ = epoch_;
   }
   const int64_t first = (position_ - epoch_ * per_epoch) * batch;
@@ -198,7 +199,7 @@ absl::StatusOr<bool> WorkerSession::Failed(const absl::Status& status, const cha
   return false;
 }
 
-absl::StatusOr<bool> WorkerSession::Pull(const ValueSpans& values) {
+absl::StatusOr<bool> WorkerSession::Pull(const client::ValueSpans& values) {
   if (step_failed_) return false;
   absl::StatusOr<int64_t> version = ps_->Pull(values);
   if (version.ok()) {
@@ -209,8 +210,9 @@ absl::StatusOr<bool> WorkerSession::Pull(const ValueSpans& values) {
   return Failed(version.status(), "pull");
 }
 
-absl::StatusOr<bool> WorkerSession::PushPull(const GradientSpans& grads, const ValueSpans& values,
-                                             int64_t examples, float loss) {
+absl::StatusOr<bool> WorkerSession::PushPull(const client::GradientSpans& grads,
+                                             const client::ValueSpans& values, int64_t examples,
+                                             float loss) {
   if (step_failed_) return false;
   const bool sync = link_->training().sync().mode() == proto::SYNC;
   // SYNC tags a push with the version it was computed from; the other
@@ -234,15 +236,15 @@ absl::StatusOr<bool> WorkerSession::PullRows(const std::string& table,
                                              std::span<float> rows) {
   if (step_failed_) return false;
   PST_RETURN_IF_ERROR(ps_->TableDim(table).status());  // unknown: not worth a retry
-  const PsClient::TableIds request[] = {{table, ids}};
-  absl::Status status = ps_->PullRows(request, ValueSpans{rows});
+  const client::PsClient::TableIds request[] = {{table, ids}};
+  absl::Status status = ps_->PullRows(request, client::ValueSpans{rows});
   if (status.ok()) return true;
   if (status.code() == absl::StatusCode::kInvalidArgument) return status;
   return Failed(status, "row pull");
 }
 
-absl::StatusOr<bool> WorkerSession::PushRows(std::span<const PsClient::TableIds> tables,
-                                             const GradientSpans& grads) {
+absl::StatusOr<bool> WorkerSession::PushRows(std::span<const client::PsClient::TableIds> tables,
+                                             const client::GradientSpans& grads) {
   if (step_failed_) return false;
   if (rows_pushed_) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -250,7 +252,7 @@ absl::StatusOr<bool> WorkerSession::PushRows(std::span<const PsClient::TableIds>
         ": the ps would take it for a retry and drop it; push every table's rows of a batch in "
         "one call"));
   }
-  for (const PsClient::TableIds& t : tables) {
+  for (const client::PsClient::TableIds& t : tables) {
     PST_RETURN_IF_ERROR(ps_->TableDim(t.table).status());  // unknown: not worth a retry
   }
   absl::Status status = ps_->PushRows(position_, tables, grads);
@@ -263,8 +265,8 @@ absl::StatusOr<bool> WorkerSession::PushRows(std::span<const PsClient::TableIds>
 absl::StatusOr<bool> WorkerSession::PushRows(const std::string& table,
                                              std::span<const int64_t> ids,
                                              std::span<const float> grads) {
-  const PsClient::TableIds request[] = {{table, ids}};
-  return PushRows(request, GradientSpans{grads});
+  const client::PsClient::TableIds request[] = {{table, ids}};
+  return PushRows(request, client::GradientSpans{grads});
 }
 
 }  // namespace pst::worker

@@ -54,7 +54,7 @@ class WorkerSession {
   const proto::ClusterState& state() const { return link_->state(); }
   const proto::TrainingConfig& training() const { return link_->training(); }
   int worker_index() const { return options_.worker_index; }
-  PsClient& ps() { return *ps_; }
+  client::PsClient& ps() { return *ps_; }
   int64_t global_step() const { return global_step_; }
   int64_t generation() const { return generation_; }
 
@@ -84,12 +84,12 @@ class WorkerSession {
   // returns false when the step failed on a ps in a way worth retrying (then
   // Next waits and hands the batch out again), and an error for anything
   // else (a wrong size, an unknown table: nothing is sent).
-  absl::StatusOr<bool> Pull(const ValueSpans& values);
+  absl::StatusOr<bool> Pull(const client::ValueSpans& values);
   // Pushes the batch's dense gradients tagged with its position (SYNC: with
   // the version they were computed from), and fetches the values after it.
   // `examples` and `loss` go into the progress the chief shows.
-  absl::StatusOr<bool> PushPull(const GradientSpans& grads, const ValueSpans& values,
-                                int64_t examples, float loss);
+  absl::StatusOr<bool> PushPull(const client::GradientSpans& grads,
+                                const client::ValueSpans& values, int64_t examples, float loss);
   absl::StatusOr<bool> PullRows(const std::string& table, std::span<const int64_t> ids,
                                 std::span<float> rows);
   // Adds gradient rows of one or more tables in one push tagged with the
@@ -99,8 +99,8 @@ class WorkerSession {
   // second call in the same batch is refused with FailedPrecondition and
   // sends nothing. Errors: also NotFound for an unknown table,
   // InvalidArgument for a bad id or size (nothing sent).
-  absl::StatusOr<bool> PushRows(std::span<const PsClient::TableIds> tables,
-                                const GradientSpans& grads);
+  absl::StatusOr<bool> PushRows(std::span<const client::PsClient::TableIds> tables,
+                                const client::GradientSpans& grads);
   absl::StatusOr<bool> PushRows(const std::string& table, std::span<const int64_t> ids,
                                 std::span<const float> grads);
 
@@ -108,7 +108,7 @@ class WorkerSession {
   void Stop(const std::string& reason) { stop_.Stop(reason); }
 
  private:
-  WorkerSession(const TrainerOptions& options, std::unique_ptr<CoordinatorClient> owned)
+  WorkerSession(const TrainerOptions& options, std::unique_ptr<client::CoordinatorClient> owned)
       : options_(options), owned_coordinator_(std::move(owned)) {}
   absl::Status Connect(const WorkerConnections& connections);
   // A step failed (or the coordinator recovers): wait as RunWorker does.
@@ -124,10 +124,10 @@ class WorkerSession {
   }
 
   const TrainerOptions options_;
-  std::unique_ptr<CoordinatorClient> owned_coordinator_;
+  std::unique_ptr<client::CoordinatorClient> owned_coordinator_;
   common::StopSignal stop_;
   std::unique_ptr<ClusterLink> link_;
-  std::unique_ptr<PsClient> ps_;
+  std::unique_ptr<client::PsClient> ps_;
   int64_t generation_ = 0;
   int64_t global_step_ = 0;
   int64_t position_ = 0;      // of the batch handed out last (or to hand out)

@@ -26,8 +26,8 @@
 namespace pst::worker {
 
 absl::Status RunWorker(const TrainerOptions& options, const common::StopSignal& stop) {
-  const std::unique_ptr<CoordinatorClient> coordinator =
-      MakeGrpcCoordinatorClient(options.coordinator_address, options.rpc);
+  const std::unique_ptr<client::CoordinatorClient> coordinator =
+      client::MakeGrpcCoordinatorClient(options.coordinator_address, options.rpc);
   return RunWorker(options, GrpcConnections(coordinator.get(), options.rpc), stop);
 }
 
@@ -43,15 +43,15 @@ absl::Status RunWorker(const TrainerOptions& options, const WorkerConnections& c
       options.coordinator_address, state.num_workers(), state.ps_addresses_size(), training.model(),
       training.batch_size(), training.epochs(), link->start_position());
 
-  PST_ASSIGN_OR_RETURN(const Model* model, ModelFor(training));
-  PST_ASSIGN_OR_RETURN(std::vector<ModelVariable> variables, model->Variables(training));
-  PST_RETURN_IF_ERROR(CheckPlanMatches(state.plan(), variables));
+  PST_ASSIGN_OR_RETURN(const models::Model* model, models::ModelFor(training));
+  PST_ASSIGN_OR_RETURN(std::vector<models::ModelVariable> variables, model->Variables(training));
+  PST_RETURN_IF_ERROR(models::CheckPlanMatches(state.plan(), variables));
   PST_ASSIGN_OR_RETURN(
-      std::unique_ptr<PsClient> ps,
-      PsClient::Create(
-          state.plan(), DenseNames(variables),
-          MakeRoutedTransport(connections.ps_transport(link->ps_addresses(), options.rpc_timeout),
-                              link->routes()),
+      std::unique_ptr<client::PsClient> ps,
+      client::PsClient::Create(
+          state.plan(), models::DenseNames(variables),
+          client::MakeRoutedTransport(
+              connections.ps_transport(link->ps_addresses(), options.rpc_timeout), link->routes()),
           options.worker_index, options.incarnation));
   Progress& progress = link->progress();
   CoordinatorView& view = link->view();
@@ -64,7 +64,7 @@ absl::Status RunWorker(const TrainerOptions& options, const WorkerConnections& c
   int64_t global_step = -1;
   bool completed = false;
   // This worker's shard of the data.
-  std::unique_ptr<ModelData> data;
+  std::unique_ptr<models::ModelData> data;
   status = [&]() -> absl::Status {
     PST_ASSIGN_OR_RETURN(data, model->Load(training, options.data_dir, /*held_out=*/false,
                                            options.worker_index, state.num_workers()));
@@ -94,7 +94,7 @@ absl::Status RunWorker(const TrainerOptions& options, const WorkerConnections& c
     }();
   }
 
-  const uint64_t shuffle_seed = WorkerShuffleSeed(training, options.worker_index);
+  const uint64_t shuffle_seed = models::WorkerShuffleSeed(training, options.worker_index);
   int64_t generation = state.generation();
   ps->set_generation(generation);
   auto recovering = [&](const CoordinatorView::State& v) {
@@ -104,7 +104,7 @@ absl::Status RunWorker(const TrainerOptions& options, const WorkerConnections& c
   // acts on it holds (ClusterLink::EpochEndToHold).
   const int64_t per_epoch =
       data == nullptr ? 0 : (data->size() + training.batch_size() - 1) / training.batch_size();
-  LoopControl control;
+  models::LoopControl control;
   control.should_stop = [&](int64_t position) {
     const CoordinatorView::State v = view.Get();
     return stop.stopped() || lost_coordinator.stopped() || v.should_stop || recovering(v) ||
@@ -114,7 +114,7 @@ absl::Status RunWorker(const TrainerOptions& options, const WorkerConnections& c
   if (devices != nullptr) control.devices = devices->devices();
   control.log_device_placement = options.log_device_placement;
   control.job_prefix = job_prefix;
-  StepTimes times;
+  models::StepTimes times;
   control.times = &times;
   // Prometheus (--metrics_port): counters raised on the training thread
   // after every step, from the step times the loop keeps.
@@ -155,7 +155,7 @@ absl::Status RunWorker(const TrainerOptions& options, const WorkerConnections& c
       common::RaiseCounterTo(*step_metrics->communication,
                              absl::ToDoubleSeconds(times.communication));
       common::RaiseCounterTo(*step_metrics->exposed, absl::ToDoubleSeconds(times.waited));
-      const PsTraffic traffic = ProcessPsTraffic();
+      const client::PsTraffic traffic = client::ProcessPsTraffic();
       common::RaiseCounterTo(*step_metrics->sent, static_cast<double>(traffic.sent_bytes));
       common::RaiseCounterTo(*step_metrics->received, static_cast<double>(traffic.received_bytes));
       step_metrics->loss->Set(loss);
@@ -281,8 +281,8 @@ absl::StatusOr<int> ClaimWorkerIndex(const std::string& coordinator_address,
                                      const rpc::RpcSettings& settings,
                                      const std::string& claimant, absl::Duration timeout,
                                      const common::StopSignal& stop) {
-  const std::unique_ptr<CoordinatorClient> coordinator =
-      MakeGrpcCoordinatorClient(coordinator_address, settings);
+  const std::unique_ptr<client::CoordinatorClient> coordinator =
+      client::MakeGrpcCoordinatorClient(coordinator_address, settings);
   proto::ClaimWorkerIndexRequest request;
   request.set_claimant(claimant);
   proto::ClaimWorkerIndexResponse response;

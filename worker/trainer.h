@@ -62,7 +62,7 @@ absl::Status RunWorker(const TrainerOptions& options, const common::StopSignal& 
 
 // How a worker reaches the rest of the cluster. None of it is owned.
 struct WorkerConnections {
-  CoordinatorClient* coordinator = nullptr;
+  client::CoordinatorClient* coordinator = nullptr;
   // The ps at `addresses` (as the coordinator lists them): their data plane,
   // each call bounded by `rpc_timeout`, and their control calls.
   std::function<std::shared_ptr<common::PsTransport>(const std::vector<std::string>& addresses,
@@ -73,7 +73,7 @@ struct WorkerConnections {
 };
 
 // The gRPC connections, over `coordinator` (not owned).
-WorkerConnections GrpcConnections(CoordinatorClient* coordinator,
+WorkerConnections GrpcConnections(client::CoordinatorClient* coordinator,
                                   const rpc::RpcSettings& settings);
 
 // RunWorker over `connections`: the gRPC ones RunWorker makes from
