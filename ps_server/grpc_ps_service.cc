@@ -166,33 +166,19 @@ grpc::ServerUnaryReactor* StartRawPull(
 
 namespace {
 
-PsNode::Options NodeOptions(int ps_index, std::string task, uint64_t incarnation,
-                            std::string checkpoint_dir, const VariableStore* store,
-                            std::function<std::unique_ptr<ReplicaLink>(int index)> link_to,
-                            absl::Duration save_delay) {
-  PsNode::Options options;
-  options.store_options = store->options();
-  options.link_to = std::move(link_to);
-  options.ps_index = ps_index;
-  options.task = std::move(task);
-  options.incarnation = incarnation;
-  options.checkpoint_dir = std::move(checkpoint_dir);
-  options.save_delay = save_delay;
-  return options;
+PsNode::Options WithStoreOptions(PsNode::Options node, const VariableStore& store) {
+  node.store_options = store.options();
+  return node;
 }
 
 }  // namespace
 
-GrpcPsService::GrpcPsService(VariableStore* store, int ps_index, std::string task,
-                             uint64_t incarnation, common::StopSignal* stop,
-                             const rpc::RpcSettings& settings, std::string checkpoint_dir,
-                             std::function<std::unique_ptr<ReplicaLink>(int index)> link_to,
-                             absl::Duration save_delay)
+GrpcPsService::GrpcPsService(VariableStore* store, PsNode::Options node, common::StopSignal* stop,
+                             const rpc::RpcSettings& settings)
     : store_(store),
       stop_(stop),
       security_(settings.security),
-      node_(store, NodeOptions(ps_index, std::move(task), incarnation, std::move(checkpoint_dir),
-                               store, std::move(link_to), save_delay)) {
+      node_(store, WithStoreOptions(std::move(node), *store)) {
   const std::string service = proto::ParameterServer::service_full_name();
   BoundRequestSize(&GrpcPsService::CreateVariables, service, "CreateVariables", settings.limits);
   BoundRequestSize(&GrpcPsService::SetMembership, service, "SetMembership", settings.limits);

@@ -42,19 +42,12 @@ using ParameterServerBase = proto::ParameterServer::WithRawCallbackMethod_Pull<
 // (rpc/grpc_bounded_service.h); the data plane takes kMaxMessageBytes.
 class GrpcPsService final : public rpc::BoundedService<ParameterServerBase> {
  public:
-  // A Shutdown call stops `stop`. Checkpoints are saved and restored only
-  // under `checkpoint_dir` ("": none, and Save and Restore are refused).
-  // `link_to` reaches another ps, for the backup of this ps's shard in
-  // replicated jobs (PsNode::Options::link_to; null: none). Every save waits
-  // `save_delay` between its snapshot and its file (PsNode::Options::
-  // save_delay: fault injection for tests).
-  // `settings`: the server's (its callers' roles, its control limits, and
-  // the channels of its replica links).
-  GrpcPsService(VariableStore* store, int ps_index, std::string task, uint64_t incarnation,
-                common::StopSignal* stop, const rpc::RpcSettings& settings,
-                std::string checkpoint_dir = "",
-                std::function<std::unique_ptr<ReplicaLink>(int index)> link_to = nullptr,
-                absl::Duration save_delay = absl::ZeroDuration());
+  // `node`: the node's identity, checkpoint directory, replica links and
+  // test hooks (PsNode::Options); its store_options are taken from `store`.
+  // A Shutdown call stops `stop`. `settings`: the server's (its callers'
+  // roles, its control limits, and the channels of its replica links).
+  GrpcPsService(VariableStore* store, PsNode::Options node, common::StopSignal* stop,
+                const rpc::RpcSettings& settings);
 
   // Saves and restores running at once at most; more are refused with
   // RESOURCE_EXHAUSTED.

@@ -45,8 +45,14 @@ absl::Status RunPs(PsDaemonOptions options, common::StopSignal& stop) {
     if (index < 0 || index >= static_cast<int>(peers.size())) return nullptr;
     return MakeGrpcReplicaLink(peers[index], settings, timeout, connect);
   };
-  GrpcPsService service(&store, options.tf.task.index, task, options.incarnation, &stop,
-                        options.rpc, options.checkpoint_dir, link_to, options.save_delay);
+  PsNode::Options node;
+  node.ps_index = options.tf.task.index;
+  node.task = task;
+  node.incarnation = options.incarnation;
+  node.checkpoint_dir = options.checkpoint_dir;
+  node.save_delay = options.save_delay;
+  node.link_to = std::move(link_to);
+  GrpcPsService service(&store, std::move(node), &stop, options.rpc);
   absl::StatusOr<std::unique_ptr<grpc::Server>> server = rpc::StartServer(
       options.tf.SelfAddress(), {{&service, proto::ParameterServer::service_full_name()}},
       options.rpc, options.bind, metrics.get());
