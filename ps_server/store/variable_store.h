@@ -43,9 +43,10 @@
 //   the store     (variable_store.cc) the name -> Variable map, the
 //                 optimizer and the restore generation; checks a request
 //                 whole, then hands each variable its part;
-//   snapshots     (store_snapshot.cc: Snapshot, Cut, Digest), restores
-//                 (store_restore.cc: Restorer) and state transfer
-//                 (store_state.cc: ExportState, LoadState).
+//   StoreRestorer (store_restorer.h) a restore from a checkpoint, absorbed
+//                 record by record and swapped in at Commit;
+//   snapshots     (store_snapshot.cc: Snapshot, Cut, Digest) and state
+//                 transfer (store_state.cc: ExportState, LoadState).
 //
 // Thread-safety: all methods are safe to call concurrently. mu_ guards the
 // name -> variable map, the optimizer and the generation: data-plane calls
@@ -75,6 +76,7 @@
 #include "common/tensor_util.h"
 #include "proto/pstrain.pb.h"
 #include "ps_server/store/optimizer.h"
+#include "ps_server/store/store_restorer.h"
 #include "ps_server/store/sync_ledger.h"
 
 namespace pst::ps {
@@ -294,37 +296,9 @@ class VariableStore {
   absl::Status Restore(const std::vector<const common::ShardRecord*>& records,
                        int64_t generation = 0);
 
-  // Restore in stages, for shards read one record at a time: Absorb every
-  // record of every shard of a checkpoint (in any order), then Commit. Each
-  // record gives up only the rows this store holds, so the memory a restore
-  // needs is a copy of this store's variables plus one record, whatever the
-  // checkpoint's size. Nothing in the store changes before Commit; a
-  // Restorer dropped uncommitted changes nothing. Thread-compatible (one
-  // thread drives it); the store serves other calls meanwhile.
-  class Restorer {
-   public:
-    ~Restorer();
-    // Whether some variable here takes rows of `spec`'s logical variable: a
-    // record it does not hold need not be read into memory.
-    bool Holds(const proto::VariableSpec& spec) const;
-    // Errors: FailedPrecondition naming the variable when its row width or
-    // its number of optimizer slots differs from this store's.
-    absl::Status Absorb(const common::ShardRecord& record);
-    // Errors: FailedPrecondition naming the variable when no record held it
-    // or some of its rows, or when variables were created since
-    // BeginRestore. Otherwise as Restore.
-    absl::Status Commit(int64_t generation);
-
-   private:
-    friend class VariableStore;
-    struct Loaded;
-    explicit Restorer(VariableStore* store);
-    VariableStore* const store_;
-    int num_slots_ = 0;
-    std::vector<std::unique_ptr<Loaded>> loaded_;
-    absl::flat_hash_map<std::string, std::vector<Loaded*>> by_logical_;
-    bool committed_ = false;
-  };
+  // Restore in stages, for shards read one record at a time (Absorb every
+  // record, then Commit): see store_restorer.h.
+  using Restorer = StoreRestorer;
   // The variables as they are now are the ones a restore fills.
   std::unique_ptr<Restorer> BeginRestore();
   int64_t generation() const;
@@ -365,6 +339,8 @@ class VariableStore {
   ~VariableStore();
 
  private:
+  friend class StoreRestorer;  // its Commit swaps the restored state in
+
   // Whether the named variable is there, or NotFound.
   absl::StatusOr<Variable*> Find(const std::string& name) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // Aborted unless `generation` is this store's restore generation.

@@ -1,6 +1,6 @@
-// VariableStore's restore from a checkpoint, in stages (Restorer): the
-// records of every shard are absorbed one at a time, each variable taking
-// the rows that belong to it, and the result is swapped in at Commit.
+// StoreRestorer (store_restorer.h), and VariableStore::Restore over it.
+#include "ps_server/store/store_restorer.h"
+
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
@@ -35,7 +35,7 @@ int64_t LocalRow(const proto::VariableSpec& spec, int64_t rows, int64_t g) {
 }  // namespace
 
 // One variable's new contents, built from the records absorbed so far.
-struct VariableStore::Restorer::Loaded {
+struct StoreRestorer::Loaded {
   Variable* var = nullptr;
   bool seen = false;  // some record of its logical variable was absorbed
   int64_t version = 0;
@@ -46,7 +46,7 @@ struct VariableStore::Restorer::Loaded {
   HashRowTable::Rows hash_rows;
 };
 
-VariableStore::Restorer::Restorer(VariableStore* store) : store_(store) {
+StoreRestorer::StoreRestorer(VariableStore* store) : store_(store) {
   absl::ReaderMutexLock lock(&store->mu_);
   num_slots_ = store->optimizer_ == nullptr ? 0 : store->optimizer_->num_slots();
   for (const auto& [name, var] : store->variables_) {
@@ -57,17 +57,17 @@ VariableStore::Restorer::Restorer(VariableStore* store) : store_(store) {
   }
 }
 
-VariableStore::Restorer::~Restorer() = default;
+StoreRestorer::~StoreRestorer() = default;
 
-std::unique_ptr<VariableStore::Restorer> VariableStore::BeginRestore() {
-  return std::unique_ptr<Restorer>(new Restorer(this));
+std::unique_ptr<StoreRestorer> VariableStore::BeginRestore() {
+  return std::unique_ptr<StoreRestorer>(new StoreRestorer(this));
 }
 
-bool VariableStore::Restorer::Holds(const proto::VariableSpec& spec) const {
+bool StoreRestorer::Holds(const proto::VariableSpec& spec) const {
   return by_logical_.contains(LogicalName(spec));
 }
 
-absl::Status VariableStore::Restorer::Absorb(const common::ShardRecord& r) {
+absl::Status StoreRestorer::Absorb(const common::ShardRecord& r) {
   auto it = by_logical_.find(LogicalName(r.spec));
   if (it == by_logical_.end()) return absl::OkStatus();  // none of it is held here
   for (Loaded* l : it->second) {
@@ -119,7 +119,7 @@ absl::Status VariableStore::Restorer::Absorb(const common::ShardRecord& r) {
   return absl::OkStatus();
 }
 
-absl::Status VariableStore::Restorer::Commit(int64_t generation) {
+absl::Status StoreRestorer::Commit(int64_t generation) {
   if (committed_) return absl::FailedPreconditionError("this restore was committed already");
   for (const auto& l : loaded_) {
     const Variable& var = *l->var;
