@@ -12,22 +12,10 @@
 namespace pst::testing {
 namespace {
 
-struct Outcome {
-  int exit_code = -1;
-  std::string output;
-  absl::Duration took;
-};
-
 Outcome Pstrain(const std::vector<std::string>& args) {
   std::vector<std::string> argv = {BinaryPath("pstrain")};
   argv.insert(argv.end(), args.begin(), args.end());
-  const absl::Time start = absl::Now();
-  absl::StatusOr<std::unique_ptr<TestProcess>> process = TestProcess::Start(argv);
-  EXPECT_TRUE(process.ok()) << process.status();
-  if (!process.ok()) return {};
-  std::optional<int> exited = (*process)->WaitForExit(absl::Seconds(30));
-  EXPECT_TRUE(exited.has_value()) << (*process)->output();
-  return {exited.has_value() ? ExitCode(*exited) : -1, (*process)->output(), absl::Now() - start};
+  return RunToExit(std::move(argv));
 }
 
 TEST(PstrainCliTest, Health_AddressWithoutPort_IsRefusedAtOnce) {

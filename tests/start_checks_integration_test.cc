@@ -17,21 +17,6 @@
 namespace pst::testing {
 namespace {
 
-struct Outcome {
-  int exit_code = -1;
-  std::string output;
-  absl::Duration took;
-};
-
-Outcome Finish(absl::StatusOr<std::unique_ptr<TestProcess>> process, absl::Time start,
-               absl::Duration timeout) {
-  EXPECT_TRUE(process.ok()) << process.status();
-  if (!process.ok()) return {};
-  std::optional<int> exited = (*process)->WaitForExit(timeout);
-  EXPECT_TRUE(exited.has_value()) << (*process)->output();
-  return {exited.has_value() ? ExitCode(*exited) : -1, (*process)->output(), absl::Now() - start};
-}
-
 // `pstrain local` with `flags`, the way the other launcher tests run it.
 Outcome Local(const std::vector<std::string>& flags) {
   const absl::Time start = absl::Now();

@@ -10,9 +10,11 @@
 #include <cerrno>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <regex>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "rpc/grpc_channel.h"
 #include "common/tf_config.h"
 #include "tools/subprocess.h"
@@ -129,6 +131,20 @@ std::string TfConfigJson(const LocalSpec& spec, const std::string& type, int ind
 }
 
 int ExitCode(int wait_status) { return WIFEXITED(wait_status) ? WEXITSTATUS(wait_status) : -1; }
+
+Outcome Finish(absl::StatusOr<std::unique_ptr<TestProcess>> process, absl::Time start,
+               absl::Duration timeout) {
+  EXPECT_TRUE(process.ok()) << process.status();
+  if (!process.ok()) return {};
+  std::optional<int> exited = (*process)->WaitForExit(timeout);
+  EXPECT_TRUE(exited.has_value()) << (*process)->output();
+  return {exited.has_value() ? ExitCode(*exited) : -1, (*process)->output(), absl::Now() - start};
+}
+
+Outcome RunToExit(std::vector<std::string> argv, absl::Duration timeout) {
+  const absl::Time start = absl::Now();
+  return Finish(TestProcess::Start(std::move(argv)), start, timeout);
+}
 
 void LonePsTest::SetUp() {
   spec_ = PickLocalSpec(1, 1, 1);

@@ -74,6 +74,21 @@ std::string TfConfigJson(const LocalSpec& spec, const std::string& type, int ind
 // Exit code of a wait status, or -1 when the process was killed by a signal.
 int ExitCode(int wait_status);
 
+// How a process that ran to its end ended: its exit code (-1 if it was
+// killed, did not start, or did not exit within the timeout: the test has
+// then failed already), its output, and how long it took from `start`.
+struct Outcome {
+  int exit_code = -1;
+  std::string output;
+  absl::Duration took;
+};
+// Waits up to `timeout` for `process` to exit (a failed start or a timeout
+// fails the test).
+Outcome Finish(absl::StatusOr<std::unique_ptr<TestProcess>> process, absl::Time start,
+               absl::Duration timeout);
+// Starts `argv` and waits up to `timeout` for it to exit.
+Outcome RunToExit(std::vector<std::string> argv, absl::Duration timeout = absl::Seconds(30));
+
 // A fixture that starts one ps_server (cluster: 1 chief, 1 ps, 1 worker on
 // free ports) and holds a stub to it.
 class LonePsTest : public ::testing::Test {

@@ -10,19 +10,7 @@
 namespace pst::testing {
 namespace {
 
-struct Outcome {
-  int exit_code = -1;
-  std::string output;
-};
-
-Outcome RunBinary(std::vector<std::string> argv) {
-  absl::StatusOr<std::unique_ptr<TestProcess>> process = TestProcess::Start(argv);
-  EXPECT_TRUE(process.ok()) << process.status();
-  if (!process.ok()) return {};
-  std::optional<int> exited = (*process)->WaitForExit(absl::Seconds(30));
-  EXPECT_TRUE(exited.has_value()) << (*process)->output();
-  return {exited.has_value() ? ExitCode(*exited) : -1, (*process)->output()};
-}
+Outcome RunBinary(std::vector<std::string> argv) { return RunToExit(std::move(argv)); }
 
 TEST(UnknownFlagTest, Pstrain_SuggestsTheClosestFlag_InEverySubcommand) {
   struct Case {
