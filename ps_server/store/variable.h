@@ -24,8 +24,7 @@
 //
 // Lock order: VariableStore's mu_, then SyncLedger's mutex, then a
 // Variable's mu, then one of its stripes at a time. A Variable takes no
-// other lock; no two Variables' mu are held at once except in that order
-// by the store, one at a time.
+// other lock, and no path holds two Variables' mu at once.
 #ifndef PST_PS_SERVER_STORE_VARIABLE_H_
 #define PST_PS_SERVER_STORE_VARIABLE_H_
 
