@@ -76,6 +76,51 @@ void SplitTabs(absl::string_view line, std::vector<absl::string_view>* cols) {
   }
 }
 
+// Parses one line (with or without its '\n') into `data`: the body of
+// ReadCriteo's loop, with its scratch space passed in.
+absl::Status ParseCriteoLineInto(absl::string_view line, const std::string& path,
+                                 int64_t line_number, int64_t buckets,
+                                 std::vector<absl::string_view>* cols, std::string* value,
+                                 CtrDataset* data) {
+  if (!line.empty() && line.back() == '\n') line.remove_suffix(1);
+  if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+  // The error for this line; built only when needed.
+  auto line_error = [&path, line_number](const auto&... parts) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ":", line_number, ": ", parts...));
+  };
+
+  SplitTabs(line, cols);
+  if (cols->size() != kCriteoColumns) {
+    return line_error("expected ", kCriteoColumns,
+                      " tab-separated columns (label, 13 integer, 26 categorical), got ",
+                      cols->size());
+  }
+  if ((*cols)[0] != "0" && (*cols)[0] != "1") {
+    return line_error("label must be 0 or 1, got ", Shown((*cols)[0]));
+  }
+  data->labels.push_back((*cols)[0] == "1" ? 1.0f : 0.0f);
+  for (int j = 0; j < kCriteoDense; ++j) {
+    const absl::string_view cell = (*cols)[1 + j];
+    int64_t x = 0;
+    if (!cell.empty() && !absl::SimpleAtoi(cell, &x)) {
+      return line_error("integer feature I", j + 1, " is not a 64-bit integer: ", Shown(cell));
+    }
+    data->dense.push_back(
+        static_cast<float>(std::log1p(static_cast<double>(std::max<int64_t>(x, 0)))));
+  }
+  for (int f = 0; f < kCriteoFields; ++f) {
+    const absl::string_view cell = (*cols)[1 + kCriteoDense + f];
+    value->assign(cell.data(), cell.size());
+    const uint64_t h = FeatureHash(f, *value);
+    const int64_t id = buckets > 0
+                           ? f * buckets + static_cast<int64_t>(h % static_cast<uint64_t>(buckets))
+                           : static_cast<int64_t>(h & 0x7fffffffffffffffull);
+    data->ids.push_back(id);
+  }
+  ++data->size;
+  return absl::OkStatus();
+}
+
 absl::Status CheckSyntheticConfig(const SyntheticCriteoConfig& config) {
   if (config.rows < 0) {
     return absl::InvalidArgumentError(absl::StrCat("rows must be >= 0, got ", config.rows));
@@ -178,6 +223,15 @@ uint64_t FeatureHash(int field, const std::string& value) {
   return Mix64(h);
 }
 
+absl::Status ParseCriteoLine(absl::string_view line, const std::string& path, int64_t line_number,
+                             const CtrFeatureConfig& features, CtrDataset* data) {
+  std::vector<absl::string_view> cols;
+  cols.reserve(kCriteoColumns);
+  std::string value;
+  return ParseCriteoLineInto(line, path, line_number, features.buckets_per_field, &cols, &value,
+                             data);
+}
+
 absl::StatusOr<CtrDataset> ReadCriteo(const std::string& path, const CtrFeatureConfig& features,
                                       int64_t max_rows) {
   if (max_rows < 0) {
@@ -207,43 +261,10 @@ absl::StatusOr<CtrDataset> ReadCriteo(const std::string& path, const CtrFeatureC
     const ssize_t got = ::getline(&buffer.data, &buffer.capacity, file.get());
     if (got < 0) break;
     ++line_number;
-    absl::string_view line(buffer.data, static_cast<size_t>(got));
-    if (!line.empty() && line.back() == '\n') line.remove_suffix(1);
-    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
-    // The error for this line; built only when needed.
-    auto line_error = [&path, line_number](const auto&... parts) {
-      return absl::InvalidArgumentError(absl::StrCat(path, ":", line_number, ": ", parts...));
-    };
-
-    SplitTabs(line, &cols);
-    if (cols.size() != kCriteoColumns) {
-      return line_error("expected ", kCriteoColumns,
-                        " tab-separated columns (label, 13 integer, 26 categorical), got ",
-                        cols.size());
-    }
-    if (cols[0] != "0" && cols[0] != "1") {
-      return line_error("label must be 0 or 1, got ", Shown(cols[0]));
-    }
-    data.labels.push_back(cols[0] == "1" ? 1.0f : 0.0f);
-    for (int j = 0; j < kCriteoDense; ++j) {
-      const absl::string_view cell = cols[1 + j];
-      int64_t x = 0;
-      if (!cell.empty() && !absl::SimpleAtoi(cell, &x)) {
-        return line_error("integer feature I", j + 1, " is not a 64-bit integer: ", Shown(cell));
-      }
-      data.dense.push_back(
-          static_cast<float>(std::log1p(static_cast<double>(std::max<int64_t>(x, 0)))));
-    }
-    for (int f = 0; f < kCriteoFields; ++f) {
-      const absl::string_view cell = cols[1 + kCriteoDense + f];
-      value.assign(cell.data(), cell.size());
-      const uint64_t h = FeatureHash(f, value);
-      const int64_t id =
-          buckets > 0 ? f * buckets + static_cast<int64_t>(h % static_cast<uint64_t>(buckets))
-                      : static_cast<int64_t>(h & 0x7fffffffffffffffull);
-      data.ids.push_back(id);
-    }
-    ++data.size;
+    const absl::Status parsed =
+        ParseCriteoLineInto(absl::string_view(buffer.data, static_cast<size_t>(got)), path,
+                            line_number, buckets, &cols, &value, &data);
+    if (!parsed.ok()) return parsed;
   }
   if (std::ferror(file.get())) {
     const int saved = errno;

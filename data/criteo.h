@@ -15,7 +15,9 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "proto/pstrain.pb.h"
 
 namespace pst::data {
@@ -44,6 +46,15 @@ uint64_t FeatureHash(int field, const std::string& value);
 // parse.
 absl::StatusOr<CtrDataset> ReadCriteo(const std::string& path, const CtrFeatureConfig& features,
                                       int64_t max_rows = 0);
+
+// Parses one line (a trailing '\n' and then '\r' are dropped) and appends
+// its example to `data`: what ReadCriteo does with each line, for readers
+// that bring their own lines (data/example_stream.h). `path` and
+// `line_number` only name the line in errors, which are ReadCriteo's
+// InvalidArgument ones. On error `data` may hold part of the example.
+// REQUIRES: features.buckets_per_field in the range ReadCriteo accepts.
+absl::Status ParseCriteoLine(absl::string_view line, const std::string& path, int64_t line_number,
+                             const CtrFeatureConfig& features, CtrDataset* data);
 
 // Splits off the last `fraction` of the rows as a held-out set.
 void SplitHeldOut(CtrDataset* data, double fraction, CtrDataset* held_out);

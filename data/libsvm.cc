@@ -323,6 +323,11 @@ int64_t LibsvmFeatureId(uint64_t raw, int64_t buckets) {
   return static_cast<int64_t>(Mix64(raw) & kLow63);
 }
 
+absl::Status ParseLibsvmLine(absl::string_view line, const std::string& path, int64_t line_number,
+                             int64_t buckets, LibsvmDataset* data) {
+  return ParseLine(line, path, line_number, buckets, data);
+}
+
 absl::StatusOr<LibsvmDataset> ReadLibsvm(const std::string& path,
                                          const LibsvmFeatureConfig& features, int64_t max_rows) {
   if (max_rows < 0) {

@@ -36,7 +36,9 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "proto/pstrain.pb.h"
 
 namespace pst::data {
@@ -78,6 +80,16 @@ int64_t LibsvmFeatureId(uint64_t raw, int64_t buckets);
 // allocation.
 absl::StatusOr<LibsvmDataset> ReadLibsvm(const std::string& path,
                                          const LibsvmFeatureConfig& features, int64_t max_rows = 0);
+
+// Parses one line (without its '\n') and appends its example to `data`,
+// unless the line is blank or a comment: what ReadLibsvm does with each
+// line, for readers that bring their own lines (data/example_stream.h).
+// `path` and `line_number` only name the line in errors, which are
+// ReadLibsvm's InvalidArgument ones. On error `data` may hold some of the
+// example's ids and values (but not its label or offset).
+// REQUIRES: data->offsets is not empty (it starts with 0).
+absl::Status ParseLibsvmLine(absl::string_view line, const std::string& path, int64_t line_number,
+                             int64_t buckets, LibsvmDataset* data);
 
 // Moves the last `fraction` of the examples (llround(size * fraction), with
 // fraction clamped to [0, 1] and NaN read as 0) from `data` into `held_out`,
