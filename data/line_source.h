@@ -31,7 +31,10 @@ class LineSource {
   static constexpr size_t kBufferSize = size_t{1} << 16;
 
   // Opens `piece` at the start of its range (offset < 0) or at a line start
-  // `offset` after `line` lines of the range. Errors: the errno code naming
+  // `offset` after `line` lines of the range. A plain file seeks there; a
+  // gzip file has no index to seek with, so it is decompressed (and the
+  // text dropped) from its start up to `offset`: reopening far into a big
+  // .gz file costs as much CPU as reading up to there. Errors: the errno code naming
   // the file when it cannot be opened; DataLoss naming a .gz file that is
   // not gzip data or that cannot be decompressed up to `offset`, or a plain
   // file that cannot be read.

@@ -398,6 +398,77 @@ TEST(RecordStreamTest, Epochs_ReadOnForever_WrapsWithEpochInPosition) {
   EXPECT_EQ((*stream)->position().epoch, 3);
 }
 
+TEST(ShuffleBufferTest, Shuffle_IsASeededPermutation_WithinCapacity) {
+  auto order = [](uint64_t seed) {
+    ShuffleBuffer buffer(10);
+    for (int i = 0; i < 10; ++i) {
+      Record* slot = buffer.Add();
+      slot->text = absl::StrCat(i);
+      slot->line = i;
+    }
+    EXPECT_TRUE(buffer.full());
+    buffer.Shuffle(seed);
+    std::vector<int64_t> lines;
+    Record record;
+    while (buffer.Take(&record)) {
+      EXPECT_EQ(record.text, absl::StrCat(record.line));
+      lines.push_back(record.line);
+    }
+    EXPECT_TRUE(buffer.drained());
+    EXPECT_EQ(buffer.taken(), 10);
+    return lines;
+  };
+  const std::vector<int64_t> a = order(1);
+  EXPECT_EQ(a, order(1));
+  EXPECT_NE(a, order(2));
+  std::vector<int64_t> sorted = a;
+  std::sort(sorted.begin(), sorted.end());
+  EXPECT_EQ(sorted, (std::vector<int64_t>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}));
+}
+
+TEST(LineSourceTest, Next_ReportsOffsets_AndReopensAtThem) {
+  TempDir dir;
+  WriteFile(dir.Path("f.txt"), "ab\n\ncde\r\nf");
+  FilePiece piece;
+  piece.path = dir.Path("f.txt");
+  absl::StatusOr<std::unique_ptr<LineSource>> source = LineSource::Open(piece);
+  ASSERT_TRUE(source.ok()) << source.status();
+  std::string text;
+  const std::vector<std::pair<std::string, int64_t>> want = {
+      {"ab", 0}, {"", 3}, {"cde\r", 4}, {"f", 9}};
+  for (size_t i = 0; i < want.size(); ++i) {
+    ASSERT_TRUE(*(*source)->Next(&text));
+    EXPECT_EQ(text, want[i].first);
+    EXPECT_EQ((*source)->line_offset(), want[i].second);
+    EXPECT_EQ((*source)->line_index(), static_cast<int64_t>(i));
+    if (i == 1) {
+      absl::StatusOr<std::unique_ptr<LineSource>> reopened =
+          LineSource::Open(piece, (*source)->next_offset(), (*source)->next_line());
+      ASSERT_TRUE(reopened.ok());
+      std::string next;
+      ASSERT_TRUE(*(*reopened)->Next(&next));
+      EXPECT_EQ(next, "cde\r");
+      EXPECT_EQ((*reopened)->line_index(), 2);
+    }
+  }
+  EXPECT_FALSE(*(*source)->Next(&text));
+  EXPECT_EQ((*source)->next_offset(), 10);
+  // A range from byte 4 owns the lines that start at 4 and 9; from byte 5,
+  // only the one at 9.
+  piece.begin = 4;
+  source = LineSource::Open(piece);
+  ASSERT_TRUE(source.ok());
+  ASSERT_TRUE(*(*source)->Next(&text));
+  EXPECT_EQ((*source)->line_offset(), 4);
+  EXPECT_EQ(LineSource::FileLineNumber(piece, 9, 1), 4);
+  piece.begin = 5;
+  source = LineSource::Open(piece);
+  ASSERT_TRUE(source.ok());
+  ASSERT_TRUE(*(*source)->Next(&text));
+  EXPECT_EQ(text, "f");
+  EXPECT_FALSE(*(*source)->Next(&text));
+}
+
 TEST(PositionTest, Parse_RoundTripAndGarbage) {
   Position p{3, 1, 4096, 17, 5};
   absl::StatusOr<Position> q = Position::Parse(p.ToString());
