@@ -14,24 +14,46 @@ namespace pst::data {
 using data_internal::Mix64;
 
 std::string Position::ToString() const {
-  return absl::StrCat(epoch, ":", piece, ":", offset, ":", line, ":", emitted);
+  return absl::StrCat(epoch, ":", piece, ":", offset, ":", line, ":", emitted, ":", reader);
 }
 
 absl::StatusOr<Position> Position::Parse(absl::string_view text) {
   const std::vector<absl::string_view> parts = absl::StrSplit(text, ':');
   Position p;
   int64_t* fields[] = {&p.epoch, &p.piece, &p.offset, &p.line, &p.emitted};
-  bool ok = parts.size() == 5;
-  for (size_t i = 0; ok && i < parts.size(); ++i) ok = absl::SimpleAtoi(parts[i], fields[i]);
+  bool ok = parts.size() == 6;
+  for (size_t i = 0; ok && i < 5; ++i) ok = absl::SimpleAtoi(parts[i], fields[i]);
+  ok = ok && absl::SimpleAtoi(parts[5], &p.reader);
   if (!ok || p.epoch < 0 || p.piece < 0 || p.offset < -1 || p.line < 0 || p.emitted < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "not a reader position (epoch:piece:offset:line:emitted): ", data_internal::Shown(text)));
+    return absl::InvalidArgumentError(
+        absl::StrCat("not a reader position (epoch:piece:offset:line:emitted:reader): ",
+                     data_internal::Shown(text)));
   }
   return p;
 }
 
 RecordStream::RecordStream(InputShare share, const StreamOptions& options)
-    : share_(std::move(share)), options_(options), buffer_(options.buffer_size) {}
+    : share_(std::move(share)),
+      options_(options),
+      fingerprint_(Fingerprint(share_, options)),
+      buffer_(options.buffer_size) {}
+
+uint64_t RecordStream::Fingerprint(const InputShare& share, const StreamOptions& options) {
+  uint64_t h = Mix64(0xf1a9e5ull ^ share.pieces.size());
+  auto mix = [&h](uint64_t v) { h = Mix64(h ^ v) + 0x9e3779b97f4a7c15ull; };
+  for (const FilePiece& piece : share.pieces) {
+    for (const char c : piece.path) mix(static_cast<unsigned char>(c));
+    mix(piece.gzip ? 1 : 0);
+    mix(static_cast<uint64_t>(piece.begin));
+    mix(static_cast<uint64_t>(piece.end));
+    mix(static_cast<uint64_t>(piece.stride));
+    mix(static_cast<uint64_t>(piece.phase));
+  }
+  mix(static_cast<uint64_t>(options.buffer_size));
+  mix(options.shuffle ? 1 : 0);
+  mix(options.shuffle ? options.seed : 0);
+  return h != 0 ? h : 1;
+}
 
 absl::StatusOr<std::unique_ptr<RecordStream>> RecordStream::Open(InputShare share,
                                                                  const StreamOptions& options,
@@ -48,6 +70,11 @@ absl::StatusOr<std::unique_ptr<RecordStream>> RecordStream::Open(InputShare shar
                                                    " file pieces"));
   }
   std::unique_ptr<RecordStream> stream(new RecordStream(std::move(share), options));
+  if (at.reader != 0 && at.reader != stream->fingerprint_) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "reader position ", at.ToString(),
+        " was saved by a reader of other input files, worker share, buffer size or seed"));
+  }
   stream->epoch_ = at.epoch;
   if (stream->share_.pieces.empty() || (options.num_epochs > 0 && at.epoch >= options.num_epochs)) {
     stream->done_ = true;
@@ -138,6 +165,7 @@ absl::StatusOr<bool> RecordStream::Next(Record* out) {
 Position RecordStream::position() const {
   Position p;
   p.epoch = epoch_;
+  p.reader = fingerprint_;
   if (done_) return p;
   if (!buffer_.drained()) {
     p.piece = block_piece_;

@@ -26,8 +26,12 @@
 // shuffles it with the same seed, and drops `emitted` lines: it then hands
 // out exactly the lines the original stream would have handed out next. A
 // position is meaningful only for the share and options it came from (the
-// same files, worker, worker count, buffer_size, shuffle and seed).
-// Serialized as the text "epoch:piece:offset:line:emitted".
+// same files, worker, worker count, buffer_size, shuffle and seed): it
+// carries a fingerprint of them,
+//   reader        a 64-bit hash of the share's pieces and those options,
+// and a stream refuses a position with another fingerprint (0: unchecked).
+// The files' contents are not in it: a file changed in place is not seen.
+// Serialized as the text "epoch:piece:offset:line:emitted:reader".
 //
 // Memory: buffer_size lines plus one LineSource's buffer, whatever the
 // input's size. Owned by one reader; not thread-safe.
@@ -61,6 +65,7 @@ struct Position {
   int64_t offset = -1;
   int64_t line = 0;
   int64_t emitted = 0;
+  uint64_t reader = 0;
 
   std::string ToString() const;
   // Errors: InvalidArgument for text that ToString did not write.
@@ -73,7 +78,9 @@ class RecordStream {
   // Opens the stream at `at` (by default the start). Errors: InvalidArgument
   // for options out of range, or a position that does not fit the share
   // (a piece index past its end, or more lines emitted than its block
-  // holds); those of LineSource::Open and Next for the first block.
+  // holds); FailedPrecondition for a position saved by a stream of another
+  // share or options (its fingerprint differs); those of LineSource::Open
+  // and Next for the first block.
   static absl::StatusOr<std::unique_ptr<RecordStream>> Open(InputShare share,
                                                             const StreamOptions& options,
                                                             const Position& at = Position());
@@ -85,6 +92,9 @@ class RecordStream {
 
   // Where the next line comes from (see the top of this file).
   Position position() const;
+
+  // The fingerprint of a share and options (Position::reader); never 0.
+  static uint64_t Fingerprint(const InputShare& share, const StreamOptions& options);
 
   const InputShare& share() const { return share_; }
   // The current block (for tests: it never holds more than buffer_size).
@@ -102,6 +112,7 @@ class RecordStream {
 
   const InputShare share_;
   const StreamOptions options_;
+  const uint64_t fingerprint_;
   ShuffleBuffer buffer_;
   std::unique_ptr<LineSource> source_;
   int64_t piece_ = 0;  // the source's piece

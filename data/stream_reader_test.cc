@@ -470,11 +470,12 @@ TEST(LineSourceTest, Next_ReportsOffsets_AndReopensAtThem) {
 }
 
 TEST(PositionTest, Parse_RoundTripAndGarbage) {
-  Position p{3, 1, 4096, 17, 5};
+  Position p{3, 1, 4096, 17, 5, 0xfedcba9876543210ull};
   absl::StatusOr<Position> q = Position::Parse(p.ToString());
   ASSERT_TRUE(q.ok());
   EXPECT_EQ(*q, p);
-  for (const char* bad : {"", "1:2:3:4", "1:2:3:4:5:6", "a:0:0:0:0", "0:0:-2:0:0", "-1:0:0:0:0"}) {
+  for (const char* bad : {"", "1:2:3:4:5", "1:2:3:4:5:6:7", "a:0:0:0:0:0", "0:0:-2:0:0:0",
+                          "-1:0:0:0:0:0", "0:0:0:0:0:-1"}) {
     EXPECT_EQ(Position::Parse(bad).status().code(), absl::StatusCode::kInvalidArgument) << bad;
   }
 }
@@ -488,6 +489,28 @@ TEST(RecordStreamTest, Open_PositionPastItsBlock_InvalidArgument) {
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(RecordStream::Open(*share, Plain(), Position{0, 3, 0, 0, 0}).status().code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+TEST(RecordStreamTest, Open_PositionOfAnotherShareOrSeed_FailedPrecondition) {
+  TempDir dir;
+  WriteFile(dir.Path("e.txt"), MakeContent("e", 20));
+  absl::StatusOr<InputShare> mine = InputShareOf({dir.Path("e.txt")}, 0, 2);
+  absl::StatusOr<InputShare> other = InputShareOf({dir.Path("e.txt")}, 1, 2);
+  ASSERT_TRUE(mine.ok() && other.ok());
+  StreamOptions options = Plain();
+  options.shuffle = true;
+  options.seed = 5;
+  absl::StatusOr<std::unique_ptr<RecordStream>> stream = RecordStream::Open(*mine, options);
+  ASSERT_TRUE(stream.ok());
+  Drain(stream->get(), 3);
+  const Position at = (*stream)->position();
+  EXPECT_NE(at.reader, 0u);
+  EXPECT_TRUE(RecordStream::Open(*mine, options, at).ok());
+  EXPECT_EQ(RecordStream::Open(*other, options, at).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  options.seed = 6;
+  EXPECT_EQ(RecordStream::Open(*mine, options, at).status().code(),
+            absl::StatusCode::kFailedPrecondition);
 }
 
 absl::Status FirstError(const std::vector<std::string>& files, int worker, int workers) {
