@@ -107,7 +107,11 @@ absl::StatusOr<int64_t> LibsvmExampleStream::NextBatch(int64_t max_examples, Lib
     batch->values.resize(ids);
     batch->labels.resize(labels);
   };
+  const int64_t start_epoch = records_->position().epoch;
   while (batch->size - size < max_examples) {
+    // A whole epoch of blank and comment lines: the input holds no example,
+    // and reading on forever would never fill the batch.
+    if (batch->size == size && records_->position().epoch > start_epoch + 1) break;
     absl::StatusOr<bool> got = records_->Next(&record_);
     if (!got.ok()) {
       undo();

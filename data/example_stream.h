@@ -60,7 +60,8 @@ class LibsvmExampleStream {
       const Position& at = Position());
 
   // As CtrExampleStream::NextBatch; batch->offsets gains its leading 0 if
-  // it has none.
+  // it has none. Also returns 0 when a whole epoch held no example (only
+  // blank and comment lines), even with num_epochs 0.
   absl::StatusOr<int64_t> NextBatch(int64_t max_examples, LibsvmDataset* batch);
 
   Position position() const { return records_->position(); }

@@ -694,6 +694,20 @@ TEST(LibsvmExampleStreamTest, NextBatch_ResumeAtPosition_SameBatches) {
   EXPECT_EQ(a.labels, b.labels);
 }
 
+TEST(LibsvmExampleStreamTest, NextBatch_OnlyCommentsReadForever_ReturnsZero) {
+  TempDir dir;
+  WriteFile(dir.Path("c.svm"), "# nothing\n\n  # here\n");
+  absl::StatusOr<InputShare> share = InputShareOf({dir.Path("c.svm")}, 0, 1);
+  ASSERT_TRUE(share.ok());
+  absl::StatusOr<std::unique_ptr<LibsvmExampleStream>> stream =
+      LibsvmExampleStream::Open(*share, Plain(/*num_epochs=*/0), LibsvmFeatureConfig());
+  ASSERT_TRUE(stream.ok());
+  LibsvmDataset got;
+  absl::StatusOr<int64_t> n = (*stream)->NextBatch(10, &got);
+  ASSERT_TRUE(n.ok()) << n.status();
+  EXPECT_EQ(*n, 0);
+}
+
 TEST(LibsvmExampleStreamTest, NextBatch_BadLineInGz_InvalidArgumentNamingFileAndLine) {
   TempDir dir;
   WriteGz(dir.Path("l.svm.gz"), "1 3:1\n0 4:1\n# c\n1 5:x\n");
