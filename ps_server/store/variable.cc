@@ -314,27 +314,38 @@ int64_t Variable::ApplyRows(Optimizer& optimizer, const std::vector<int64_t>& lo
   t = version + 1;
   for (size_t r = 0; r < local.size(); ++r) {
     if (skip[r]) continue;
-    float* row;
+    float* hash_row = nullptr;
     if (is_hash) {
-      row = table.Touch(local[r]);
-      if (row == nullptr) {
+      hash_row = table.Touch(local[r]);
+      if (hash_row == nullptr) {
         ++*dropped;
         continue;
       }
-      for (int s = 0; s < num_slots; ++s) {
-        row_slots[s] = {row + (s + 1) * dim, static_cast<size_t>(dim)};
-      }
-    } else {
-      const int64_t offset = local[r] * dim;
-      row = values.data() + offset;
-      for (int s = 0; s < num_slots; ++s) {
-        row_slots[s] = {slots[s].data() + offset, static_cast<size_t>(dim)};
-      }
     }
-    optimizer.ApplyDense(std::span<float>(row, dim), grad.subspan(r * dim, dim), row_slots, t);
+    ApplyToRow(optimizer, hash_row, local[r], grad.subspan(r * dim, dim), t, &row_slots);
   }
   version = t;
   return t;
+}
+
+void Variable::ApplyToRow(Optimizer& optimizer, float* hash_row, int64_t local,
+                          std::span<const float> grad, int64_t t,
+                          std::vector<std::span<float>>* row_slots) {
+  const size_t width = static_cast<size_t>(dim);
+  float* row;
+  if (hash_row != nullptr) {
+    row = hash_row;
+    for (size_t s = 0; s < row_slots->size(); ++s) {
+      (*row_slots)[s] = {row + (s + 1) * width, width};
+    }
+  } else {
+    const int64_t offset = local * dim;
+    row = values.data() + offset;
+    for (size_t s = 0; s < row_slots->size(); ++s) {
+      (*row_slots)[s] = {slots[s].data() + offset, width};
+    }
+  }
+  optimizer.ApplyDense(std::span<float>(row, width), grad, *row_slots, t);
 }
 
 bool Variable::TryApplyRowsShared(Optimizer& optimizer, const std::vector<int64_t>& local,
@@ -350,20 +361,8 @@ bool Variable::TryApplyRowsShared(Optimizer& optimizer, const std::vector<int64_
   // Rows change under mu held shared: each under its stripe's lock.
   ForEachRowByStripe(local, /*write=*/true, [&](size_t r) ABSL_SHARED_LOCKS_REQUIRED(mu) {
     if (skip[r]) return;
-    float* row;
-    if (is_hash) {
-      row = table.Find(local[r]);
-      for (int s = 0; s < num_slots; ++s) {
-        row_slots[s] = {row + (s + 1) * dim, static_cast<size_t>(dim)};
-      }
-    } else {
-      const int64_t offset = local[r] * dim;
-      row = values.data() + offset;
-      for (int s = 0; s < num_slots; ++s) {
-        row_slots[s] = {slots[s].data() + offset, static_cast<size_t>(dim)};
-      }
-    }
-    optimizer.ApplyDense(std::span<float>(row, dim), grad.subspan(r * dim, dim), row_slots, t);
+    ApplyToRow(optimizer, is_hash ? table.Find(local[r]) : nullptr, local[r],
+               grad.subspan(r * dim, dim), t, &row_slots);
   });
   *version_out = t;
   return true;

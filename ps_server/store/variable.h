@@ -138,6 +138,13 @@ class Variable {
   template <typename Fn>
   void ForEachRowByStripe(const std::vector<int64_t>& local, bool write, Fn fn) const
       ABSL_SHARED_LOCKS_REQUIRED(mu);
+  // Applies one row's `grad` to it and its slots with the optimizer at
+  // update count t: the hash row `hash_row` (its values, then each slot's),
+  // or when null the dense row `local` of values and slots. `row_slots`:
+  // scratch, one span per optimizer slot.
+  void ApplyToRow(Optimizer& optimizer, float* hash_row, int64_t local,
+                  std::span<const float> grad, int64_t t,
+                  std::vector<std::span<float>>* row_slots) ABSL_SHARED_LOCKS_REQUIRED(mu);
   // ApplyRows while holding mu shared: false, with nothing applied, when it
   // needs mu exclusively (the first row push, or hash rows to make or
   // count).
