@@ -76,51 +76,6 @@ void SplitTabs(absl::string_view line, std::vector<absl::string_view>* cols) {
   }
 }
 
-// Parses one line (with or without its '\n') into `data`: the body of
-// ReadCriteo's loop, with its scratch space passed in.
-absl::Status ParseCriteoLineInto(absl::string_view line, const std::string& path,
-                                 int64_t line_number, int64_t buckets,
-                                 std::vector<absl::string_view>* cols, std::string* value,
-                                 CtrDataset* data) {
-  if (!line.empty() && line.back() == '\n') line.remove_suffix(1);
-  if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
-  // The error for this line; built only when needed.
-  auto line_error = [&path, line_number](const auto&... parts) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ":", line_number, ": ", parts...));
-  };
-
-  SplitTabs(line, cols);
-  if (cols->size() != kCriteoColumns) {
-    return line_error("expected ", kCriteoColumns,
-                      " tab-separated columns (label, 13 integer, 26 categorical), got ",
-                      cols->size());
-  }
-  if ((*cols)[0] != "0" && (*cols)[0] != "1") {
-    return line_error("label must be 0 or 1, got ", Shown((*cols)[0]));
-  }
-  data->labels.push_back((*cols)[0] == "1" ? 1.0f : 0.0f);
-  for (int j = 0; j < kCriteoDense; ++j) {
-    const absl::string_view cell = (*cols)[1 + j];
-    int64_t x = 0;
-    if (!cell.empty() && !absl::SimpleAtoi(cell, &x)) {
-      return line_error("integer feature I", j + 1, " is not a 64-bit integer: ", Shown(cell));
-    }
-    data->dense.push_back(
-        static_cast<float>(std::log1p(static_cast<double>(std::max<int64_t>(x, 0)))));
-  }
-  for (int f = 0; f < kCriteoFields; ++f) {
-    const absl::string_view cell = (*cols)[1 + kCriteoDense + f];
-    value->assign(cell.data(), cell.size());
-    const uint64_t h = FeatureHash(f, *value);
-    const int64_t id = buckets > 0
-                           ? f * buckets + static_cast<int64_t>(h % static_cast<uint64_t>(buckets))
-                           : static_cast<int64_t>(h & 0x7fffffffffffffffull);
-    data->ids.push_back(id);
-  }
-  ++data->size;
-  return absl::OkStatus();
-}
-
 absl::Status CheckSyntheticConfig(const SyntheticCriteoConfig& config) {
   if (config.rows < 0) {
     return absl::InvalidArgumentError(absl::StrCat("rows must be >= 0, got ", config.rows));
@@ -223,13 +178,60 @@ uint64_t FeatureHash(int field, const std::string& value) {
   return Mix64(h);
 }
 
-absl::Status ParseCriteoLine(absl::string_view line, const std::string& path, int64_t line_number,
-                             const CtrFeatureConfig& features, CtrDataset* data) {
-  std::vector<absl::string_view> cols;
-  cols.reserve(kCriteoColumns);
-  std::string value;
-  return ParseCriteoLineInto(line, path, line_number, features.buckets_per_field, &cols, &value,
-                             data);
+absl::Status CheckCtrFeatures(const CtrFeatureConfig& features) {
+  const int64_t buckets = features.buckets_per_field;
+  if (buckets < 0 || buckets > std::numeric_limits<int64_t>::max() / kCriteoFields) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("buckets_per_field must be 0 (hash ids) or in [1, ",
+                     std::numeric_limits<int64_t>::max() / kCriteoFields, "], got ", buckets));
+  }
+  return absl::OkStatus();
+}
+
+CriteoLineParser::CriteoLineParser(const CtrFeatureConfig& features)
+    : buckets_(features.buckets_per_field) {
+  cols_.reserve(kCriteoColumns);
+}
+
+absl::Status CriteoLineParser::Parse(absl::string_view line, const std::string& path,
+                                    int64_t line_number, CtrDataset* data) {
+  if (!line.empty() && line.back() == '\n') line.remove_suffix(1);
+  if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+  // The error for this line; built only when needed.
+  auto line_error = [&path, line_number](const auto&... parts) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ":", line_number, ": ", parts...));
+  };
+
+  SplitTabs(line, &cols_);
+  if (cols_.size() != kCriteoColumns) {
+    return line_error("expected ", kCriteoColumns,
+                      " tab-separated columns (label, 13 integer, 26 categorical), got ",
+                      cols_.size());
+  }
+  if (cols_[0] != "0" && cols_[0] != "1") {
+    return line_error("label must be 0 or 1, got ", Shown(cols_[0]));
+  }
+  data->labels.push_back(cols_[0] == "1" ? 1.0f : 0.0f);
+  for (int j = 0; j < kCriteoDense; ++j) {
+    const absl::string_view cell = cols_[1 + j];
+    int64_t x = 0;
+    if (!cell.empty() && !absl::SimpleAtoi(cell, &x)) {
+      return line_error("integer feature I", j + 1, " is not a 64-bit integer: ", Shown(cell));
+    }
+    data->dense.push_back(
+        static_cast<float>(std::log1p(static_cast<double>(std::max<int64_t>(x, 0)))));
+  }
+  for (int f = 0; f < kCriteoFields; ++f) {
+    const absl::string_view cell = cols_[1 + kCriteoDense + f];
+    value_.assign(cell.data(), cell.size());
+    const uint64_t h = FeatureHash(f, value_);
+    const int64_t id = buckets_ > 0
+                           ? f * buckets_ + static_cast<int64_t>(h % static_cast<uint64_t>(buckets_))
+                           : static_cast<int64_t>(h & 0x7fffffffffffffffull);
+    data->ids.push_back(id);
+  }
+  ++data->size;
+  return absl::OkStatus();
 }
 
 absl::StatusOr<CtrDataset> ReadCriteo(const std::string& path, const CtrFeatureConfig& features,
@@ -237,12 +239,7 @@ absl::StatusOr<CtrDataset> ReadCriteo(const std::string& path, const CtrFeatureC
   if (max_rows < 0) {
     return absl::InvalidArgumentError(absl::StrCat("max_rows must be >= 0, got ", max_rows));
   }
-  const int64_t buckets = features.buckets_per_field;
-  if (buckets < 0 || buckets > std::numeric_limits<int64_t>::max() / kCriteoFields) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("buckets_per_field must be 0 (hash ids) or in [1, ",
-                     std::numeric_limits<int64_t>::max() / kCriteoFields, "], got ", buckets));
-  }
+  PST_RETURN_IF_ERROR(CheckCtrFeatures(features));
   errno = 0;
   FilePtr file(std::fopen(path.c_str(), "rb"));
   if (file == nullptr) {
@@ -251,9 +248,7 @@ absl::StatusOr<CtrDataset> ReadCriteo(const std::string& path, const CtrFeatureC
   }
 
   CtrDataset data;
-  std::vector<absl::string_view> cols;
-  cols.reserve(kCriteoColumns);
-  std::string value;
+  CriteoLineParser parser(features);
   LineBuffer buffer;
   int64_t line_number = 0;
   while (max_rows == 0 || data.size < max_rows) {
@@ -261,9 +256,8 @@ absl::StatusOr<CtrDataset> ReadCriteo(const std::string& path, const CtrFeatureC
     const ssize_t got = ::getline(&buffer.data, &buffer.capacity, file.get());
     if (got < 0) break;
     ++line_number;
-    const absl::Status parsed =
-        ParseCriteoLineInto(absl::string_view(buffer.data, static_cast<size_t>(got)), path,
-                            line_number, buckets, &cols, &value, &data);
+    const absl::Status parsed = parser.Parse(
+        absl::string_view(buffer.data, static_cast<size_t>(got)), path, line_number, &data);
     if (!parsed.ok()) return parsed;
   }
   if (std::ferror(file.get())) {

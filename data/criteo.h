@@ -47,14 +47,31 @@ uint64_t FeatureHash(int field, const std::string& value);
 absl::StatusOr<CtrDataset> ReadCriteo(const std::string& path, const CtrFeatureConfig& features,
                                       int64_t max_rows = 0);
 
-// Parses one line (a trailing '\n' and then '\r' are dropped) and appends
-// its example to `data`: what ReadCriteo does with each line, for readers
-// that bring their own lines (data/example_stream.h). `path` and
-// `line_number` only name the line in errors, which are ReadCriteo's
-// InvalidArgument ones. On error `data` may hold part of the example.
-// REQUIRES: features.buckets_per_field in the range ReadCriteo accepts.
-absl::Status ParseCriteoLine(absl::string_view line, const std::string& path, int64_t line_number,
-                             const CtrFeatureConfig& features, CtrDataset* data);
+// Errors: InvalidArgument for a buckets_per_field out of the range
+// ReadCriteo and CriteoLineParser accept.
+absl::Status CheckCtrFeatures(const CtrFeatureConfig& features);
+
+// Parses Criteo lines one at a time, each appending its example to a
+// CtrDataset: what ReadCriteo does with each line, for readers that bring
+// their own lines (data/example_stream.h). Keeps its scratch space from one
+// line to the next; not thread-safe.
+class CriteoLineParser {
+ public:
+  // REQUIRES: CheckCtrFeatures(features) is OK.
+  explicit CriteoLineParser(const CtrFeatureConfig& features);
+
+  // Parses one line (a trailing '\n' and then '\r' are dropped) into
+  // `data`. `path` and `line_number` only name the line in errors, which
+  // are ReadCriteo's InvalidArgument ones. On error `data` may hold part of
+  // the example.
+  absl::Status Parse(absl::string_view line, const std::string& path, int64_t line_number,
+                     CtrDataset* data);
+
+ private:
+  const int64_t buckets_;
+  std::vector<absl::string_view> cols_;
+  std::string value_;
+};
 
 // Splits off the last `fraction` of the rows as a held-out set.
 void SplitHeldOut(CtrDataset* data, double fraction, CtrDataset* held_out);

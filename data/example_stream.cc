@@ -1,6 +1,5 @@
 #include "data/example_stream.h"
 
-#include <limits>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -32,17 +31,39 @@ absl::Status ParseRecord(const RecordStream& records, const Record& record, Pars
   return parse(piece.path, LineNumberOf(records, record), &scratch);
 }
 
+// NextBatch for either dataset: appends the examples `parse` makes of the
+// stream's lines until `max_examples` more are in *batch, the stream ends,
+// or a whole epoch made none (an input of only blank and comment lines,
+// read on forever, would never fill the batch). On error `undo()` puts
+// *batch back as it was.
+template <typename Dataset, typename Parse, typename Undo>
+absl::StatusOr<int64_t> ReadBatch(RecordStream& records, Record& record, int64_t max_examples,
+                                  Parse parse, Undo undo, Dataset* batch) {
+  const int64_t size = batch->size;
+  const int64_t start_epoch = records.position().epoch;
+  while (batch->size - size < max_examples) {
+    if (batch->size == size && records.position().epoch > start_epoch + 1) break;
+    absl::StatusOr<bool> got = records.Next(&record);
+    if (!got.ok()) {
+      undo();
+      return got.status();
+    }
+    if (!*got) break;
+    const absl::Status parsed = ParseRecord(records, record, parse, batch);
+    if (!parsed.ok()) {
+      undo();
+      return parsed;
+    }
+  }
+  return batch->size - size;
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<CtrExampleStream>> CtrExampleStream::Open(
     InputShare share, const StreamOptions& options, const CtrFeatureConfig& features,
     const Position& at) {
-  const int64_t buckets = features.buckets_per_field;
-  if (buckets < 0 || buckets > std::numeric_limits<int64_t>::max() / kCriteoFields) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("buckets_per_field must be 0 (hash ids) or in [1, ",
-                     std::numeric_limits<int64_t>::max() / kCriteoFields, "], got ", buckets));
-  }
+  PST_RETURN_IF_ERROR(CheckCtrFeatures(features));
   PST_ASSIGN_OR_RETURN(std::unique_ptr<RecordStream> records,
                        RecordStream::Open(std::move(share), options, at));
   return std::unique_ptr<CtrExampleStream>(new CtrExampleStream(std::move(records), features));
@@ -59,27 +80,10 @@ absl::StatusOr<int64_t> CtrExampleStream::NextBatch(int64_t max_examples, CtrDat
     batch->ids.resize(ids);
     batch->labels.resize(labels);
   };
-  int64_t added = 0;
-  while (added < max_examples) {
-    absl::StatusOr<bool> got = records_->Next(&record_);
-    if (!got.ok()) {
-      undo();
-      return got.status();
-    }
-    if (!*got) break;
-    const absl::Status parsed = ParseRecord(
-        *records_, record_,
-        [this](const std::string& path, int64_t line_number, CtrDataset* out) {
-          return ParseCriteoLine(record_.text, path, line_number, features_, out);
-        },
-        batch);
-    if (!parsed.ok()) {
-      undo();
-      return parsed;
-    }
-    ++added;
-  }
-  return added;
+  auto parse = [this](const std::string& path, int64_t line_number, CtrDataset* out) {
+    return parser_.Parse(record_.text, path, line_number, out);
+  };
+  return ReadBatch(*records_, record_, max_examples, parse, undo, batch);
 }
 
 absl::StatusOr<std::unique_ptr<LibsvmExampleStream>> LibsvmExampleStream::Open(
@@ -107,29 +111,10 @@ absl::StatusOr<int64_t> LibsvmExampleStream::NextBatch(int64_t max_examples, Lib
     batch->values.resize(ids);
     batch->labels.resize(labels);
   };
-  const int64_t start_epoch = records_->position().epoch;
-  while (batch->size - size < max_examples) {
-    // A whole epoch of blank and comment lines: the input holds no example,
-    // and reading on forever would never fill the batch.
-    if (batch->size == size && records_->position().epoch > start_epoch + 1) break;
-    absl::StatusOr<bool> got = records_->Next(&record_);
-    if (!got.ok()) {
-      undo();
-      return got.status();
-    }
-    if (!*got) break;
-    const absl::Status parsed = ParseRecord(
-        *records_, record_,
-        [this](const std::string& path, int64_t line_number, LibsvmDataset* out) {
-          return ParseLibsvmLine(record_.text, path, line_number, features_.buckets, out);
-        },
-        batch);
-    if (!parsed.ok()) {
-      undo();
-      return parsed;
-    }
-  }
-  return batch->size - size;
+  auto parse = [this](const std::string& path, int64_t line_number, LibsvmDataset* out) {
+    return ParseLibsvmLine(record_.text, path, line_number, features_.buckets, out);
+  };
+  return ReadBatch(*records_, record_, max_examples, parse, undo, batch);
 }
 
 }  // namespace pst::data

@@ -1,5 +1,5 @@
 // Batches of parsed examples from a RecordStream (data/record_stream.h):
-// CtrExampleStream parses Criteo TSV lines (ParseCriteoLine, data/criteo.h)
+// CtrExampleStream parses Criteo TSV lines (CriteoLineParser, data/criteo.h)
 // into a CtrDataset, LibsvmExampleStream parses libsvm lines
 // (ParseLibsvmLine, data/libsvm.h) into a LibsvmDataset: the types
 // LoadCtrSplit and LoadLibsvmSplit return, which the models train on.
@@ -45,10 +45,10 @@ class CtrExampleStream {
 
  private:
   CtrExampleStream(std::unique_ptr<RecordStream> records, const CtrFeatureConfig& features)
-      : records_(std::move(records)), features_(features) {}
+      : records_(std::move(records)), parser_(features) {}
 
   std::unique_ptr<RecordStream> records_;
-  const CtrFeatureConfig features_;
+  CriteoLineParser parser_;
   Record record_;
 };
 
