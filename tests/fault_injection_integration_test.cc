@@ -210,6 +210,9 @@ class FaultInjectionTest : public ::testing::Test {
   // workers: 2), the steps lost hold those batches, and at most one more
   // of each of the 2 workers: a push the ps applied as it died, whose answer
   // the worker never had (so it counts that batch as retried, not redone).
+  // In sync mode the other way holds too: a worker's push into the step in
+  // flight was answered (summed, not yet applied), the step never completed,
+  // so each of the 2 workers may redo one batch more than the steps lost.
   static void ExpectExactRedoneFigures(const nlohmann::json& summary, int batches_per_step) {
     int64_t redone = 0;
     for (const nlohmann::json& r : summary["recoveries"]) {
@@ -218,7 +221,8 @@ class FaultInjectionTest : public ::testing::Test {
       for (const nlohmann::json& w : r["steps_redone"]) sum += w.get<int64_t>();
       EXPECT_EQ(r["steps_redone_total"].get<int64_t>(), sum) << r.dump();
       const int64_t unanswered = r["steps_lost"].get<int64_t>() * batches_per_step - sum;
-      EXPECT_GE(unanswered, 0) << r.dump();
+      const int64_t summed_never_applied = batches_per_step > 1 ? 2 : 0;
+      EXPECT_GE(unanswered, -summed_never_applied) << r.dump();
       EXPECT_LE(unanswered, 2) << r.dump();
       redone += sum;
     }
