@@ -42,6 +42,14 @@ ABSL_FLAG(int64_t, buckets, 0,
           "(ids up to 2^64, rows created on first touch).");
 ABSL_FLAG(int32_t, admit_after, 0,
           "Hash embeddings: create a row only after its id was seen this many times.");
+ABSL_FLAG(int64_t, table_capacity, 0,
+          "Hash embeddings: rows each table keeps per ps (per partition); past it, rows are "
+          "evicted by --table_eviction (lru when unset). 0: no bound but the ps's "
+          "--max_table_rows.");
+ABSL_FLAG(std::string, table_eviction, "",
+          "Hash embeddings: which rows go: lru, lfu, lfu:<half-life in versions>, or "
+          "ttl:<versions> (rows not updated for that many versions of their table go, full or "
+          "not). An evicted id starts again from admission, with fresh optimizer slots.");
 ABSL_FLAG(std::string, placement, "size_balanced",
           "Placement of variables over the ps: round_robin or size_balanced.");
 ABSL_FLAG(int32_t, ps_replicas, 1,

@@ -41,6 +41,8 @@ ABSL_DECLARE_FLAG(int32_t, embedding_dim);
 ABSL_DECLARE_FLAG(int64_t, buckets_per_field);
 ABSL_DECLARE_FLAG(int64_t, buckets);
 ABSL_DECLARE_FLAG(int32_t, admit_after);
+ABSL_DECLARE_FLAG(int64_t, table_capacity);
+ABSL_DECLARE_FLAG(std::string, table_eviction);
 ABSL_DECLARE_FLAG(std::string, placement);
 ABSL_DECLARE_FLAG(int32_t, ps_replicas);
 ABSL_DECLARE_FLAG(std::string, partitioner);

@@ -10,6 +10,8 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "common/optimizer_config.h"
+#include "common/status_macros.h"
+#include "common/table_policy.h"
 #include "flags/job_flags.h"
 #include "models/registry.h"
 
@@ -89,6 +91,11 @@ absl::StatusOr<proto::TrainingConfig> TrainingConfigFromFlags() {
   }
   config.set_admit_after(absl::GetFlag(FLAGS_admit_after));
   if (config.admit_after() < 0) return absl::InvalidArgumentError("--admit_after must be >= 0");
+  config.set_table_capacity(absl::GetFlag(FLAGS_table_capacity));
+  config.set_table_eviction(absl::GetFlag(FLAGS_table_eviction));
+  PST_RETURN_IF_ERROR(common::ParseTablePolicy(config.table_capacity(), config.table_eviction(),
+                                               "--table_capacity/--table_eviction")
+                          .status());
 
   config.set_placement(absl::GetFlag(FLAGS_placement));
   if (config.placement() != "round_robin" && config.placement() != "size_balanced") {

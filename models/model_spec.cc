@@ -34,7 +34,16 @@ proto::VariableSpec DenseSpec(const ParamSpec& param, uint64_t seed) {
 
 absl::StatusOr<std::vector<ModelVariable>> ModelVariables(const proto::TrainingConfig& training) {
   PST_ASSIGN_OR_RETURN(const Model* model, ModelFor(training));
-  return model->Variables(training);
+  PST_ASSIGN_OR_RETURN(std::vector<ModelVariable> vars, model->Variables(training));
+  // The job's table bound, for every hash embedding that sets none itself.
+  for (ModelVariable& var : vars) {
+    proto::VariableSpec& spec = var.spec;
+    const bool hash = spec.shape_size() > 0 && spec.shape(0) == 0;
+    if (!hash || spec.capacity() != 0 || !spec.eviction().empty()) continue;
+    spec.set_capacity(training.table_capacity());
+    spec.set_eviction(training.table_eviction());
+  }
+  return vars;
 }
 
 std::vector<ModelVariable> DenseVariables(const std::vector<ParamSpec>& params, uint64_t seed) {

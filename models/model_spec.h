@@ -16,8 +16,9 @@
 namespace pst::models {
 
 // The variables of training.model(), in creation order, with their
-// initializers. Errors: InvalidArgument for an unknown model or a setting
-// out of range.
+// initializers; a hash embedding that sets no capacity or eviction of its
+// own takes the job's (table_capacity, table_eviction). Errors:
+// InvalidArgument for an unknown model or a setting out of range.
 absl::StatusOr<std::vector<ModelVariable>> ModelVariables(const proto::TrainingConfig& training);
 
 // Dense variables from a model's parameter specs: kernels Glorot-uniform

@@ -17,6 +17,7 @@
 #include "absl/strings/strip.h"
 #include "common/initializer.h"
 #include "common/status_macros.h"
+#include "common/table_policy.h"
 #include "common/tensor_util.h"
 #include "models/model.h"
 #include "nlohmann/json.hpp"
@@ -142,7 +143,7 @@ absl::Status ParseInit(const json& init, proto::SpecVariable* var, const Context
 
 absl::StatusOr<proto::SpecVariable> ParseVariable(const json& entry, const Context& context) {
   if (!entry.is_object()) return context.Error("is not a JSON object");
-  PST_RETURN_IF_ERROR(OnlyKeys(entry, {"name", "shape", "kind", "init", "dim", "admit_after"},
+  PST_RETURN_IF_ERROR(OnlyKeys(entry, {"name", "shape", "kind", "init", "dim", "admit_after", "capacity", "eviction"},
                                context, "the variable"));
   proto::SpecVariable var;
   proto::VariableSpec* spec = var.mutable_spec();
@@ -180,9 +181,27 @@ absl::StatusOr<proto::SpecVariable> ParseVariable(const json& entry, const Conte
                                                     context, "admit_after"));
       spec->set_admit_after(static_cast<int32_t>(a));
     }
+    if (auto capacity = entry.find("capacity"); capacity != entry.end()) {
+      PST_ASSIGN_OR_RETURN(const int64_t c, Integer(*capacity, 0,
+                                                    std::numeric_limits<int64_t>::max(), context,
+                                                    "capacity"));
+      spec->set_capacity(c);
+    }
+    if (auto eviction = entry.find("eviction"); eviction != entry.end()) {
+      if (!eviction->is_string()) return context.Error("field 'eviction' must be a string");
+      spec->set_eviction(eviction->get<std::string>());
+    }
+    if (spec->capacity() != 0 || !spec->eviction().empty()) {
+      absl::Status policy =
+          common::ParseTablePolicy(spec->capacity(), spec->eviction(), "capacity/eviction")
+              .status();
+      if (!policy.ok()) return context.Error(std::string(policy.message()));
+    }
   } else {
-    if (entry.contains("dim") || entry.contains("admit_after")) {
-      return context.Error("'dim' and 'admit_after' are for hash embeddings only");
+    for (const char* key : {"dim", "admit_after", "capacity", "eviction"}) {
+      if (entry.contains(key)) {
+        return context.Error(absl::StrCat("'", key, "' is for hash embeddings only"));
+      }
     }
     if (shape == entry.end() || !shape->is_array()) {
       return context.Error("field 'shape' is missing (an array of dims)");

@@ -9,24 +9,36 @@
 // and keep counting there once they did: bounded memory; ids that share a
 // counter may be admitted early, never late.
 //
-// This is where a bounded table (capacity, eviction, a disk tier) would
-// change: rows are reached only through Find, Touch and the loaders below.
+// Bounded (Limits::policy, common/table_policy.h): updates are noted in an
+// EvictionIndex; a row made when the table holds its capacity first makes
+// room, the policy's first rows going; with ttl, rows not updated for
+// `ttl` versions go (Expire, called before a read or an update at a
+// version past ExpiryDue). A row that goes is forgotten, slots and all: its
+// id starts again from admission, and its row from the RowInit. Updates
+// are noted by the callers that apply them (Touch, NoteUpdate), pushes
+// only: a read changes no order, so that a backup, which sees the pushes
+// but not the reads, goes through the same states as its primary.
 //
 // Thread-safety: thread-compatible. Its owner (Variable::mu) guards it:
-// const methods under the lock held shared, the others held exclusively.
-// size() alone may be read without the lock.
+// const methods under the lock held shared, the others held exclusively,
+// but NoteUpdate, which the owner may call with its lock held shared and
+// the row's stripe (StripeOf) held exclusively. size(), evictions() and
+// ExpiryDue() may be read without the lock.
 #ifndef PST_PS_SERVER_STORE_HASH_ROW_TABLE_H_
 #define PST_PS_SERVER_STORE_HASH_ROW_TABLE_H_
 
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
+#include "common/table_policy.h"
+#include "ps_server/store/eviction_index.h"
 
 namespace pst::ps {
 
@@ -36,8 +48,10 @@ class HashRowTable {
     int32_t admit_after = 1;  // touches that make a row; <= 1: the first
     int64_t max_pending = int64_t{1} << 20;
     int64_t overflow_counters = int64_t{1} << 16;
-    int64_t max_rows = int64_t{1} << 26;  // CheckRoom
+    int64_t max_rows = int64_t{1} << 26;  // CheckRoom; a bound on capacity too
+    common::TablePolicy policy;           // none: rows are never evicted
   };
+  static constexpr int kStripes = EvictionIndex::kStripes;
   // Writes the `dim` values a new row of `id` starts with.
   using RowInit = std::function<void(int64_t id, std::span<float> values)>;
   using Rows = absl::flat_hash_map<int64_t, std::vector<float>>;
@@ -54,6 +68,11 @@ class HashRowTable {
   int64_t width() const { return width_; }
   // Rows held; may be read without the owner's lock (relaxed).
   int64_t size() const { return size_.load(std::memory_order_relaxed); }
+  // Rows that went, by the policy, since the table was made.
+  int64_t evictions() const { return evictions_.load(std::memory_order_relaxed); }
+  bool bounded() const { return index_ != nullptr; }
+  // The row stripe of `id` (Variable's locks, the EvictionIndex's stripes).
+  static int StripeOf(int64_t id);
 
   // The row of `id` (width() floats), or nullptr when none is stored.
   const float* Find(int64_t id) const;
@@ -66,14 +85,29 @@ class HashRowTable {
   // leaves an admitted id counted, so that the push that makes its row
   // finds it admitted). Always true with admit_after <= 1.
   bool CountTouch(int64_t id, bool admit);
-  // The row of `id`, counting a touch and making it (from the RowInit) once
-  // admitted; nullptr while not admitted.
-  float* Touch(int64_t id);
+  // The row of `id`, to be updated at version `t`: counting a touch and
+  // making it (from the RowInit, after making room) once admitted; nullptr
+  // while not admitted. Notes the update.
+  float* Touch(int64_t id, int64_t t);
+  // Notes an update at version `t` of the stored row `id`.
+  void NoteUpdate(int64_t id, int64_t t) {
+    if (index_ != nullptr) index_->Note(StripeOf(id), id, t);
+  }
+  // ttl: whether some row may be due to go at version `now` (may say so
+  // when none is; never misses one).
+  bool ExpiryDue(int64_t now) const;
+  // ttl: removes the rows last updated before `now` - ttl.
+  void Expire(int64_t now);
+  // The index's entry of stored row `id` (bounded tables), or nullptr.
+  const EvictionIndex::Entry* IndexEntry(int64_t id) const {
+    return index_ == nullptr ? nullptr : index_->Find(StripeOf(id), id);
+  }
   // The dim() values `id`'s row starts with, into `out`.
   void InitialValues(int64_t id, std::span<float> out) const { init_(id, out); }
 
   // ResourceExhausted, naming `name`, when storing the `ids` not stored yet
-  // would take the table past Limits::max_rows.
+  // would take the table past Limits::max_rows (never with a capacity: it
+  // makes room).
   absl::Status CheckRoom(std::span<const int64_t> ids, const std::string& name) const;
 
   // The state as it is, for snapshots and state transfer.
@@ -81,16 +115,25 @@ class HashRowTable {
   const absl::flat_hash_map<int64_t, int32_t>& pending() const { return pending_; }
   const std::vector<uint32_t>& overflow_counts() const { return overflow_counts_; }
 
-  // Loaders (restore, state transfer). Replace swaps in every row and
-  // forgets the touch counts; the others add to what is there.
-  void Replace(Rows rows);
-  // `bytes`: width() little-endian floats.
-  void LoadRow(int64_t id, const char* bytes);
+  // Loaders (restore, state transfer). Replace swaps in every row, as
+  // last updated at `version`, then lets the policy's first rows go past
+  // the capacity, and forgets the touch counts; the others add to what is
+  // there.
+  void Replace(Rows rows, int64_t version);
+  // `bytes`: width() little-endian floats; `entry`: the index's (bounded).
+  void LoadRow(int64_t id, const char* bytes, const EvictionIndex::Entry& entry);
   void LoadPending(int64_t id, int32_t count) { pending_[id] = count; }
   void LoadOverflowCounts(std::vector<uint32_t> counts) { overflow_counts_ = std::move(counts); }
 
  private:
   uint32_t& SharedCounter(int64_t id);
+  // The rows the table may hold: the capacity (at most max_rows), or
+  // max_rows when it has none.
+  int64_t Capacity() const;
+  // Removes row `id` (of stripe `stripe`), counting an eviction.
+  void Evict(int stripe, int64_t id);
+  // Evicts the policy's first rows until fewer than `room` are held.
+  void EvictBelow(int64_t room);
 
   const Limits limits_;
   const int64_t dim_;
@@ -99,6 +142,8 @@ class HashRowTable {
   const RowInit init_;
   Rows rows_;
   std::atomic<int64_t> size_{0};
+  std::atomic<int64_t> evictions_{0};
+  std::unique_ptr<EvictionIndex> index_;  // bounded tables only
   // Touches of ids not admitted yet.
   absl::flat_hash_map<int64_t, int32_t> pending_;
   std::vector<uint32_t> overflow_counts_;

@@ -1,7 +1,8 @@
 // HashRowTable (hash_row_table.h) on its own: rows made on the
 // admit_after-th touch with their initial values and slots, admission
-// counted exactly and then in shared counters, the row limit, and the
-// loaders a restore and a state transfer use.
+// counted exactly and then in shared counters, the row limit, the
+// loaders a restore and a state transfer use, and a bounded table's
+// capacity and eviction.
 #include "ps_server/store/hash_row_table.h"
 
 #include <gtest/gtest.h>
@@ -32,12 +33,12 @@ TEST(HashRowTableTest, Touch_AdmitAfterOne_MakesTheRowWithItsInitialValuesAndSlo
   HashRowTable table = MakeTable({});
   EXPECT_EQ(table.width(), 4);
   EXPECT_EQ(table.Find(7), nullptr);
-  float* row = table.Touch(7);
+  float* row = table.Touch(7, /*t=*/1);
   ASSERT_NE(row, nullptr);
   EXPECT_EQ(RowOf(table, 7), (std::vector<float>{7, 7.5f, 0.25f, 0.25f}));
   EXPECT_EQ(table.size(), 1);
   row[0] = 100;
-  EXPECT_EQ(table.Touch(7), row);  // the same row, not made again
+  EXPECT_EQ(table.Touch(7, /*t=*/1), row);  // the same row, not made again
   EXPECT_EQ(RowOf(table, 7)[0], 100);
   EXPECT_EQ(table.size(), 1);
   EXPECT_TRUE(table.ContainsAll(std::vector<int64_t>{7}));
@@ -49,11 +50,11 @@ TEST(HashRowTableTest, Admission_MakesTheRowOnTheNthTouch_ReadsCountButMakeNone)
   limits.admit_after = 3;
   HashRowTable table = MakeTable(limits);
   EXPECT_FALSE(table.CountTouch(5, /*admit=*/false));  // a read: 1
-  EXPECT_EQ(table.Touch(5), nullptr);                  // a push: 2
+  EXPECT_EQ(table.Touch(5, /*t=*/1), nullptr);                  // a push: 2
   EXPECT_TRUE(table.CountTouch(5, /*admit=*/false));   // a read: 3, admitted
   EXPECT_EQ(table.size(), 0);
   EXPECT_EQ(table.pending().at(5), 3);  // a read leaves it counted
-  ASSERT_NE(table.Touch(5), nullptr);   // the push that makes its row
+  ASSERT_NE(table.Touch(5, /*t=*/1), nullptr);   // the push that makes its row
   EXPECT_EQ(table.size(), 1);
   EXPECT_FALSE(table.pending().contains(5));
   std::vector<float> initial(2);
@@ -71,10 +72,10 @@ TEST(HashRowTableTest, Admission_PastThePendingLimit_CountsInSharedCountersNever
   EXPECT_TRUE(table.overflow_counts().empty());
   EXPECT_FALSE(table.CountTouch(2, false));  // the map is full: shared
   EXPECT_EQ(table.overflow_counts().size(), 4u);
-  ASSERT_NE(table.Touch(1), nullptr);  // 1 admitted: the map has room again
+  ASSERT_NE(table.Touch(1, /*t=*/1), nullptr);  // 1 admitted: the map has room again
   EXPECT_TRUE(table.pending().empty());
   // 2 keeps counting in its shared counter, and is admitted on time.
-  EXPECT_NE(table.Touch(2), nullptr);
+  EXPECT_NE(table.Touch(2, /*t=*/1), nullptr);
   EXPECT_TRUE(table.pending().empty());
   EXPECT_EQ(table.size(), 2);
 }
@@ -83,8 +84,8 @@ TEST(HashRowTableTest, CheckRoom_PastMaxRows_IsResourceExhaustedForNewRowsOnly) 
   HashRowTable::Limits limits;
   limits.max_rows = 2;
   HashRowTable table = MakeTable(limits);
-  ASSERT_NE(table.Touch(1), nullptr);
-  ASSERT_NE(table.Touch(2), nullptr);
+  ASSERT_NE(table.Touch(1, /*t=*/1), nullptr);
+  ASSERT_NE(table.Touch(2, /*t=*/1), nullptr);
   EXPECT_TRUE(table.CheckRoom(std::vector<int64_t>{1, 2}, "emb").ok());
   absl::Status full = table.CheckRoom(std::vector<int64_t>{2, 3}, "emb");
   EXPECT_EQ(full.code(), absl::StatusCode::kResourceExhausted);
@@ -98,7 +99,7 @@ TEST(HashRowTableTest, Loaders_ReplaceForgetsTouchCounts_LoadAddsRowsAndCounts) 
   EXPECT_FALSE(table.CountTouch(3, false));
   HashRowTable::Rows rows;
   rows[4] = {1, 2, 3, 4};
-  table.Replace(std::move(rows));
+  table.Replace(std::move(rows), /*version=*/3);
   EXPECT_EQ(table.size(), 1);
   EXPECT_TRUE(table.pending().empty());
   EXPECT_EQ(RowOf(table, 4), (std::vector<float>{1, 2, 3, 4}));
@@ -106,7 +107,7 @@ TEST(HashRowTableTest, Loaders_ReplaceForgetsTouchCounts_LoadAddsRowsAndCounts) 
   const std::vector<float> row = {5, 6, 7, 8};
   std::string bytes(sizeof(float) * row.size(), '\0');
   std::memcpy(bytes.data(), row.data(), bytes.size());
-  table.LoadRow(9, bytes.data());
+  table.LoadRow(9, bytes.data(), {});
   table.LoadPending(11, 4);
   table.LoadOverflowCounts({0, 1});
   EXPECT_EQ(table.size(), 2);
@@ -114,6 +115,94 @@ TEST(HashRowTableTest, Loaders_ReplaceForgetsTouchCounts_LoadAddsRowsAndCounts) 
   EXPECT_EQ(table.pending().at(11), 4);
   EXPECT_EQ(table.overflow_counts(), (std::vector<uint32_t>{0, 1}));
   EXPECT_TRUE(table.CountTouch(11, true));  // its 5th touch
+}
+
+HashRowTable::Limits Bounded(int64_t capacity, const std::string& eviction) {
+  HashRowTable::Limits limits;
+  limits.policy = common::ParseTablePolicy(capacity, eviction, "test").value();
+  return limits;
+}
+
+TEST(HashRowTableTest, Capacity_TheLeastRecentlyUpdatedRowGoes_NeverAFailedPush) {
+  HashRowTable table = MakeTable(Bounded(3, "lru"));
+  ASSERT_TRUE(table.bounded());
+  for (int64_t id = 1; id <= 3; ++id) ASSERT_NE(table.Touch(id, /*t=*/id), nullptr);
+  ASSERT_NE(table.Touch(1, 4), nullptr);  // 1 updated again: 2 is now the oldest
+  const std::vector<int64_t> more = {4, 5};
+  EXPECT_TRUE(table.CheckRoom(more, "emb").ok()) << "a bounded table makes room";
+  ASSERT_NE(table.Touch(4, 5), nullptr);
+  EXPECT_EQ(table.size(), 3);
+  EXPECT_EQ(table.evictions(), 1);
+  EXPECT_EQ(table.Find(2), nullptr);
+  EXPECT_NE(table.Find(1), nullptr);
+  ASSERT_NE(table.Touch(5, 6), nullptr);
+  EXPECT_EQ(table.Find(3), nullptr);
+  EXPECT_EQ(table.size(), 3);
+  EXPECT_EQ(table.evictions(), 2);
+}
+
+TEST(HashRowTableTest, EvictedIdThatComesBack_StartsFromItsInitialValuesAndFreshSlots) {
+  HashRowTable table = MakeTable(Bounded(1, "lru"));
+  float* row = table.Touch(7, 1);
+  ASSERT_NE(row, nullptr);
+  row[0] = 100;  // trained
+  row[2] = 9;    // its slot
+  ASSERT_NE(table.Touch(8, 2), nullptr);  // 7 goes
+  EXPECT_EQ(table.Find(7), nullptr);
+  ASSERT_NE(table.Touch(7, 3), nullptr);  // 8 goes, 7 is made afresh
+  EXPECT_EQ(RowOf(table, 7), (std::vector<float>{7, 7.5f, 0.25f, 0.25f}));
+}
+
+TEST(HashRowTableTest, EvictedId_StartsAgainFromAdmission) {
+  HashRowTable::Limits limits = Bounded(1, "lru");
+  limits.admit_after = 2;
+  HashRowTable table = MakeTable(limits);
+  EXPECT_EQ(table.Touch(7, 1), nullptr);
+  ASSERT_NE(table.Touch(7, 2), nullptr);
+  EXPECT_EQ(table.Touch(8, 3), nullptr);
+  ASSERT_NE(table.Touch(8, 4), nullptr);  // 7 goes
+  EXPECT_EQ(table.Touch(7, 5), nullptr) << "counted afresh";
+  ASSERT_NE(table.Touch(7, 6), nullptr);
+}
+
+TEST(HashRowTableTest, Lfu_TheFrequentRowStays) {
+  HashRowTable table = MakeTable(Bounded(2, "lfu:1000"));
+  for (int64_t t = 1; t <= 5; ++t) ASSERT_NE(table.Touch(1, t), nullptr);
+  ASSERT_NE(table.Touch(2, 6), nullptr);
+  ASSERT_NE(table.Touch(3, 7), nullptr);  // 2, updated once, goes; 1 stays
+  EXPECT_NE(table.Find(1), nullptr);
+  EXPECT_EQ(table.Find(2), nullptr);
+  EXPECT_NE(table.Find(3), nullptr);
+}
+
+TEST(HashRowTableTest, Ttl_RowsNotUpdatedForTtlVersionsGo_WithoutACapacity) {
+  HashRowTable table = MakeTable(Bounded(0, "ttl:3"));
+  ASSERT_NE(table.Touch(1, 1), nullptr);
+  ASSERT_NE(table.Touch(2, 2), nullptr);
+  table.NoteUpdate(1, 3);
+  table.Expire(5);  // 2 was updated at 2: alive through version 5
+  EXPECT_EQ(table.size(), 2);
+  EXPECT_FALSE(table.ExpiryDue(5)) << "a bound (1's first update) made exact by Expire";
+  EXPECT_TRUE(table.ExpiryDue(6));
+  table.Expire(6);
+  EXPECT_EQ(table.Find(2), nullptr);
+  EXPECT_NE(table.Find(1), nullptr);
+  EXPECT_EQ(table.evictions(), 1);
+  EXPECT_FALSE(table.ExpiryDue(6)) << "the bound is exact again after an expiry";
+  table.Expire(7);
+  EXPECT_EQ(table.size(), 0);
+}
+
+TEST(HashRowTableTest, Replace_PastTheCapacity_KeepsTheCapacity) {
+  HashRowTable table = MakeTable(Bounded(2, "lru"));
+  HashRowTable::Rows rows;
+  for (int64_t id : {5, 3, 9}) rows[id] = {1, 2, 3, 4};
+  table.Replace(std::move(rows), /*version=*/10);
+  EXPECT_EQ(table.size(), 2);
+  EXPECT_EQ(table.Find(3), nullptr) << "equal keys: the lowest id goes first";
+  const EvictionIndex::Entry* e = table.IndexEntry(9);
+  ASSERT_NE(e, nullptr);
+  EXPECT_EQ(e->last, 10);
 }
 
 }  // namespace

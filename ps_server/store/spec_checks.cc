@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/initializer.h"
 #include "common/status_macros.h"
+#include "common/table_policy.h"
 #include "common/tensor_util.h"
 
 namespace pst::ps {
@@ -69,6 +70,10 @@ absl::Status ValidateHashSpec(const proto::VariableSpec& spec, int64_t max_eleme
     return absl::InvalidArgumentError(absl::StrCat(
         "hash variable '", name, "': admit_after must be >= 0, got ", spec.admit_after()));
   }
+  PST_RETURN_IF_ERROR(
+      common::ParseTablePolicy(spec.capacity(), spec.eviction(),
+                               absl::StrCat("hash variable '", name, "' (capacity, eviction)"))
+          .status());
   if (spec.full_shape_size() > 0) {
     PST_RETURN_IF_ERROR(CheckFullShape(spec));
     if (spec.full_shape(0) < 0) {
@@ -141,6 +146,10 @@ absl::Status ValidateSpec(const proto::VariableSpec& spec, int64_t max_elements)
     return absl::InvalidArgumentError(
         absl::StrCat("variable '", spec.name(), "': admit_after (", spec.admit_after(),
                      ") applies only to hash variables (routing HASH)"));
+  }
+  if (spec.capacity() != 0 || !spec.eviction().empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "variable '", spec.name(), "': a capacity and eviction apply only to hash variables"));
   }
   if (routing != proto::ROUTING_NONE) return ValidateRangePartition(spec);
   bool same_full_shape = spec.full_shape_size() == 0;

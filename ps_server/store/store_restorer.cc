@@ -150,7 +150,7 @@ absl::Status StoreRestorer::Commit(int64_t generation) {
       var.accum.clear();
       var.contributors.clear();
       if (var.is_hash) {
-        var.table.Replace(std::move(l->hash_rows));  // and forgets touch counts
+        var.table.Replace(std::move(l->hash_rows), l->version);  // and forgets touch counts
       } else {
         var.values = std::move(l->values);
         var.slots = std::move(l->slots);

@@ -110,11 +110,16 @@ std::vector<proto::StoreChunk> VariableStore::ExportState(int64_t part_bytes) co
       continue;
     }
     data.Room(name, version, 0, /*new_chunk=*/true);  // the version, with no row held
-    const int64_t row_bytes = dim * float_bytes * (1 + num_slots) + 8;
+    const bool bounded = var->table.bounded();
+    const int64_t row_bytes = dim * float_bytes * (1 + num_slots) + (bounded ? 24 : 8);
     for (const auto& [id, row] : var->table.rows()) {
       proto::VariableChunk* c = data.Room(name, version, row_bytes);
       c->add_ids(id);
       AppendFloats(row.data(), static_cast<int64_t>(row.size()), c->mutable_rows());
+      if (const EvictionIndex::Entry* e = var->table.IndexEntry(id)) {
+        c->add_row_last(e->last);
+        c->add_row_count(e->count);
+      }
     }
     for (const auto& [id, count] : var->table.pending()) {
       proto::VariableChunk* c = data.Room(name, version, 12);
@@ -191,7 +196,9 @@ absl::Status VariableStore::LoadState(const proto::StoreChunk& chunk) {
     const int64_t width = dim * (1 + num_slots);
     if (static_cast<int64_t>(c.rows().size()) !=
             c.ids_size() * width * static_cast<int64_t>(sizeof(float)) ||
-        c.pending_ids_size() != c.pending_counts_size()) {
+        c.pending_ids_size() != c.pending_counts_size() ||
+        c.row_last_size() != c.row_count_size() ||
+        (c.row_last_size() != 0 && c.row_last_size() != c.ids_size())) {
       return BadChunk(absl::StrCat("hash rows of '", c.name(), "' that do not fit it"));
     }
     if (var->table.size() + c.ids_size() > options_.max_hash_rows) {
@@ -200,7 +207,11 @@ absl::Status VariableStore::LoadState(const proto::StoreChunk& chunk) {
     }
     const size_t width_bytes = static_cast<size_t>(width) * sizeof(float);
     for (int i = 0; i < c.ids_size(); ++i) {
-      var->table.LoadRow(c.ids(i), c.rows().data() + i * width_bytes);
+      // A row without an index entry (sent by a ps with no bound) counts as
+      // updated at the chunk's version.
+      EvictionIndex::Entry entry{c.version(), 1.0, 0.0};
+      if (c.row_last_size() > 0) entry = {c.row_last(i), c.row_count(i), 0.0};
+      var->table.LoadRow(c.ids(i), c.rows().data() + i * width_bytes, entry);
     }
     for (int i = 0; i < c.pending_ids_size(); ++i) {
       var->table.LoadPending(c.pending_ids(i), c.pending_counts(i));

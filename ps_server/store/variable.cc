@@ -15,7 +15,6 @@ namespace {
 using store_internal::HashPartitionOf;
 using store_internal::kHashRowSpace;
 using store_internal::LogicalName;
-using store_internal::MixId;
 
 // Product of the dimensions after the first (1 for rank 1).
 int64_t RowElements(const proto::VariableSpec& spec) {
@@ -35,8 +34,14 @@ proto::VariableSpec MakeFillSpec(const proto::VariableSpec& spec) {
   return fill;
 }
 
-HashRowTable::Limits WithAdmission(HashRowTable::Limits limits, const proto::VariableSpec& spec) {
+// The table's admission and bound from `spec` (checked by ValidateSpec).
+HashRowTable::Limits WithSpec(HashRowTable::Limits limits, const proto::VariableSpec& spec) {
   limits.admit_after = spec.admit_after();
+  if (spec.routing() == proto::HASH) {
+    limits.policy =
+        common::ParseTablePolicy(spec.capacity(), spec.eviction(), spec.name()).value_or(
+            common::TablePolicy{});
+  }
   return limits;
 }
 
@@ -55,7 +60,7 @@ Variable::Variable(proto::VariableSpec s, const Optimizer& optimizer, HashRowTab
       rows(spec.shape(0)),
       dim(RowElements(spec)),
       fill_spec(MakeFillSpec(spec)),
-      table(WithAdmission(limits, spec), dim, SlotInitialValues(optimizer),
+      table(WithSpec(limits, spec), dim, SlotInitialValues(optimizer),
             [this](int64_t id, std::span<float> out) {
               // Element j of row `id` starts at element (id mod 2^62) * dim + j
               // of the initializer.
@@ -83,9 +88,8 @@ Variable::Variable(proto::VariableSpec s, const Optimizer& optimizer, HashRowTab
 }
 
 int Variable::StripeOf(int64_t local) const {
-  // Hash ids can be anything; mixed, they spread over the stripes evenly.
-  const uint64_t key = is_hash ? MixId(local) : static_cast<uint64_t>(local);
-  return static_cast<int>(key % kRowStripes);
+  if (is_hash) return HashRowTable::StripeOf(local);
+  return static_cast<int>(static_cast<uint64_t>(local) % kRowStripes);
 }
 
 template <typename Fn>
@@ -271,7 +275,7 @@ int64_t Variable::ReadRows(const std::vector<int64_t>& local, float* out) {
   {
     absl::ReaderMutexLock lock(&mu);
     // The hash map itself only changes under mu held exclusively.
-    if (!is_hash || table.ContainsAll(local)) {
+    if (!is_hash || (table.ContainsAll(local) && !table.ExpiryDue(version))) {
       auto source = [&](size_t r) ABSL_SHARED_LOCKS_REQUIRED(mu) -> const float* {
         return is_hash ? table.Find(local[r]) : values.data() + local[r] * dim;
       };
@@ -287,8 +291,10 @@ int64_t Variable::ReadRows(const std::vector<int64_t>& local, float* out) {
   }
   // Some rows are not stored. A read stores none: an unseen id reads as its
   // initial values (zeros while admission has not admitted it, and the read
-  // counts as a touch); its row is made by the first push.
+  // counts as a touch); its row is made by the first push. Stale rows (ttl)
+  // go first.
   absl::MutexLock lock(&mu);
+  table.Expire(version);
   for (size_t r = 0; r < local.size(); ++r) {
     float* to = out + r * dim;
     if (const float* row = table.Find(local[r])) {
@@ -312,11 +318,12 @@ int64_t Variable::ApplyRows(Optimizer& optimizer, const std::vector<int64_t>& lo
   absl::MutexLock lock(&mu);
   row_pushes_striped = true;
   t = version + 1;
+  if (is_hash) table.Expire(t);
   for (size_t r = 0; r < local.size(); ++r) {
     if (skip[r]) continue;
     float* hash_row = nullptr;
     if (is_hash) {
-      hash_row = table.Touch(local[r]);
+      hash_row = table.Touch(local[r], t);
       if (hash_row == nullptr) {
         ++*dropped;
         continue;
@@ -353,7 +360,7 @@ bool Variable::TryApplyRowsShared(Optimizer& optimizer, const std::vector<int64_
                                   int64_t* version_out) {
   absl::ReaderMutexLock lock(&mu);
   if (!row_pushes_striped) return false;
-  if (is_hash && !table.ContainsAll(local)) return false;
+  if (is_hash && (!table.ContainsAll(local) || table.ExpiryDue(version + 1))) return false;
   const int num_slots = optimizer.num_slots();
   // Adam's t: every push gets its own count, whatever order rows land in.
   const int64_t t = version.fetch_add(1) + 1;
@@ -361,6 +368,7 @@ bool Variable::TryApplyRowsShared(Optimizer& optimizer, const std::vector<int64_
   // Rows change under mu held shared: each under its stripe's lock.
   ForEachRowByStripe(local, /*write=*/true, [&](size_t r) ABSL_SHARED_LOCKS_REQUIRED(mu) {
     if (skip[r]) return;
+    if (is_hash) table.NoteUpdate(local[r], t);
     ApplyToRow(optimizer, is_hash ? table.Find(local[r]) : nullptr, local[r],
                grad.subspan(r * dim, dim), t, &row_slots);
   });

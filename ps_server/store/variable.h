@@ -47,7 +47,7 @@ namespace pst::ps {
 
 class Variable {
  public:
-  static constexpr int kRowStripes = 64;
+  static constexpr int kRowStripes = HashRowTable::kStripes;
 
   // A new variable of `spec` (checked by ValidateSpec), with `optimizer`'s
   // slots: dense values from `initial_values` (little-endian floats of the

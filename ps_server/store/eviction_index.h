@@ -1,0 +1,85 @@
+// Which rows of a bounded hash table (common/table_policy.h) go first: an
+// order over the rows by the policy's key, kept per row stripe so that
+// pushes to rows of different stripes note their updates in parallel.
+//
+// Keys, over the table's version t (one tick per update applied to it):
+//   lru, ttl   the version of the row's last update;
+//   lfu:H      log2(c) + t/H, with c the row's update count, each update's
+//              weight halving every H versions: c decayed to the last
+//              update, whose log2 grows by 1/H a version, so keys of rows
+//              touched at different times compare as their counts decayed
+//              to the same version would.
+// The lowest key goes first; equal keys by id. Deterministic: two indexes
+// fed the same updates in the same order pick the same rows, so that a
+// backup, applying its primary's changes in order, evicts what it did.
+//
+// Thread-safety: thread-compatible, locked by the owner (HashRowTable's):
+// Note and Forget of one stripe under that stripe's lock (or the whole
+// table's); the others under the whole table's lock held exclusively.
+// earliest_update() may be read without a lock.
+#ifndef PST_PS_SERVER_STORE_EVICTION_INDEX_H_
+#define PST_PS_SERVER_STORE_EVICTION_INDEX_H_
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <optional>
+#include <utility>
+
+#include "absl/container/btree_set.h"
+#include "absl/container/flat_hash_map.h"
+#include "common/table_policy.h"
+
+namespace pst::ps {
+
+class EvictionIndex {
+ public:
+  static constexpr int kStripes = 64;
+
+  // What the index knows of one row.
+  struct Entry {
+    int64_t last = 0;   // version of its last update
+    double count = 0;   // lfu: updates, decayed to `last`
+    double key = 0;
+  };
+
+  explicit EvictionIndex(common::TablePolicy policy) : policy_(policy) {}
+  EvictionIndex(const EvictionIndex&) = delete;
+  EvictionIndex& operator=(const EvictionIndex&) = delete;
+
+  const common::TablePolicy& policy() const { return policy_; }
+
+  // Notes an update of row `id` (of stripe `stripe`) at version `t`.
+  void Note(int stripe, int64_t id, int64_t t);
+  // Sets what is known of `id` (state transfer); `entry.key` is recomputed.
+  void Load(int stripe, int64_t id, Entry entry);
+  // Forgets `id` (its row is gone).
+  void Forget(int stripe, int64_t id);
+  // What is known of `id`, or nullptr.
+  const Entry* Find(int stripe, int64_t id) const;
+
+  // The row to go first, over every stripe; nullopt when none is held.
+  // Its stripe into `*stripe`.
+  std::optional<int64_t> Victim(int* stripe) const;
+  // A lower bound of the last update of every row (none: INT64_MAX), for
+  // ttl's check that nothing is due (readable without a lock).
+  int64_t earliest_update() const { return earliest_.load(std::memory_order_relaxed); }
+  // Recomputes earliest_update() exactly, after rows went.
+  void RecomputeEarliest();
+
+ private:
+  double KeyOf(const Entry& e) const;
+
+  struct Stripe {
+    absl::flat_hash_map<int64_t, Entry> entries;
+    absl::btree_set<std::pair<double, int64_t>> order;  // (key, id)
+  };
+
+  const common::TablePolicy policy_;
+  std::array<Stripe, kStripes> stripes_;
+  std::atomic<int64_t> earliest_{INT64_MAX};
+};
+
+}  // namespace pst::ps
+
+#endif  // PST_PS_SERVER_STORE_EVICTION_INDEX_H_

@@ -1,0 +1,104 @@
+#include "ps_server/store/eviction_index.h"
+
+#include <gtest/gtest.h>
+
+#include <random>
+#include <vector>
+
+#include "ps_server/store/hash_row_table.h"
+
+namespace pst::ps {
+namespace {
+
+common::TablePolicy Policy(const std::string& eviction) {
+  return common::ParseTablePolicy(100, eviction, "test").value();
+}
+
+// Takes the victims one by one until the index is empty.
+std::vector<int64_t> Drain(EvictionIndex& index) {
+  std::vector<int64_t> order;
+  int stripe = -1;
+  while (std::optional<int64_t> v = index.Victim(&stripe)) {
+    EXPECT_EQ(stripe, HashRowTable::StripeOf(*v));
+    order.push_back(*v);
+    index.Forget(stripe, *v);
+  }
+  return order;
+}
+
+void Note(EvictionIndex& index, int64_t id, int64_t t) {
+  index.Note(HashRowTable::StripeOf(id), id, t);
+}
+
+TEST(EvictionIndexTest, Lru_LeastRecentlyUpdatedGoesFirst_TiesById) {
+  EvictionIndex index(Policy("lru"));
+  for (int64_t id : {50, 10, 40, 20, 30}) Note(index, id, id);  // updated at version = id
+  Note(index, 10, 60);  // 10 is now the most recent
+  Note(index, 99, 20);  // as old as 20: the lower id goes first
+  EXPECT_EQ(Drain(index), (std::vector<int64_t>{20, 99, 30, 40, 50, 10}));
+}
+
+TEST(EvictionIndexTest, Lfu_FrequentRowsStay_UntilTheirCountsDecay) {
+  EvictionIndex index(Policy("lfu:10"));
+  // 1 is updated at versions 1..8, 2 once at 8, 3 once at 9.
+  for (int64_t t = 1; t <= 8; ++t) Note(index, 1, t);
+  Note(index, 2, 8);
+  Note(index, 3, 9);
+  int stripe;
+  EXPECT_EQ(index.Victim(&stripe), 2);  // once, and the longest ago
+  // Forty versions (four half-lives) later, 1's eight updates weigh about
+  // half of one new update: a row updated once now outranks it.
+  Note(index, 4, 49);
+  EXPECT_EQ(Drain(index), (std::vector<int64_t>{2, 3, 1, 4}));
+}
+
+TEST(EvictionIndexTest, Lfu_CountsDecayByTheHalfLife) {
+  EvictionIndex index(Policy("lfu:10"));
+  Note(index, 7, 0);
+  Note(index, 7, 10);  // the first update weighs 1/2 by now
+  const EvictionIndex::Entry* e = index.Find(HashRowTable::StripeOf(7), 7);
+  ASSERT_NE(e, nullptr);
+  EXPECT_DOUBLE_EQ(e->count, 1.5);
+  EXPECT_EQ(e->last, 10);
+}
+
+TEST(EvictionIndexTest, SameUpdatesInTheSameOrder_SameVictims) {
+  EvictionIndex a(Policy("lfu:50")), b(Policy("lfu:50"));
+  std::mt19937_64 rng(7);
+  for (int64_t t = 0; t < 5000; ++t) {
+    const int64_t id = static_cast<int64_t>(rng() % 300) * 7919;
+    Note(a, id, t);
+    Note(b, id, t);
+  }
+  const std::vector<int64_t> order = Drain(a);
+  EXPECT_EQ(order.size(), 300u);
+  EXPECT_EQ(order, Drain(b));
+}
+
+TEST(EvictionIndexTest, EarliestUpdate_IsALowerBound_ExactAfterRecompute) {
+  EvictionIndex index(Policy("ttl:5"));
+  EXPECT_EQ(index.earliest_update(), INT64_MAX);
+  Note(index, 1, 3);
+  Note(index, 2, 7);
+  EXPECT_EQ(index.earliest_update(), 3);
+  Note(index, 1, 9);
+  EXPECT_EQ(index.earliest_update(), 3);  // a bound, not exact
+  index.RecomputeEarliest();
+  EXPECT_EQ(index.earliest_update(), 7);
+  index.Forget(HashRowTable::StripeOf(2), 2);
+  index.RecomputeEarliest();
+  EXPECT_EQ(index.earliest_update(), 9);
+}
+
+TEST(EvictionIndexTest, Load_SetsWhatIsKnown_BadCountsBecomeOne) {
+  EvictionIndex index(Policy("lfu:10"));
+  index.Load(HashRowTable::StripeOf(5), 5, {4, 3.0, 0.0});
+  index.Load(HashRowTable::StripeOf(6), 6, {4, -1.0, 0.0});
+  const EvictionIndex::Entry* six = index.Find(HashRowTable::StripeOf(6), 6);
+  ASSERT_NE(six, nullptr);
+  EXPECT_EQ(six->count, 1.0);
+  EXPECT_EQ(Drain(index), (std::vector<int64_t>{6, 5}));
+}
+
+}  // namespace
+}  // namespace pst::ps
