@@ -15,6 +15,13 @@
 
 namespace pst::ps {
 
+struct VariableStore::RowUpdate {
+  Variable* var = nullptr;
+  std::vector<int64_t> local;  // local row per id (hash: the id)
+  std::vector<float> grad;     // [len(ids), dim]
+  std::vector<bool> skip;      // non-finite rows (skip_nonfinite)
+};
+
 absl::Status VariableStore::CheckIdCount(
     const google::protobuf::RepeatedPtrField<proto::RowIds>& rows, absl::string_view op) const {
   int64_t ids = 0;
@@ -71,6 +78,15 @@ absl::Status VariableStore::PullRows(const proto::PullRowsRequest& request,
 
 absl::Status VariableStore::PushRows(const proto::PushRowsRequest& request,
                                      proto::PushRowsResponse* response) {
+  bool wake = false;
+  absl::Status status = PushRowsNoWake(request, response, &wake);
+  // A completed SYNC step may be what a parked pull waits for.
+  if (wake) WakeWaiters();
+  return status;
+}
+
+absl::Status VariableStore::PushRowsNoWake(const proto::PushRowsRequest& request,
+                                           proto::PushRowsResponse* response, bool* wake) {
   if (request.rows_size() != request.gradients_size()) {
     return absl::InvalidArgumentError(absl::StrCat("push has ", request.rows_size(),
                                                    " row lists but ", request.gradients_size(),
@@ -85,12 +101,6 @@ absl::Status VariableStore::PushRows(const proto::PushRowsRequest& request,
   PST_RETURN_IF_ERROR(CheckGeneration(request.generation()));
   const bool skip_nonfinite = optimizer_config_.skip_nonfinite();
   // Validate every gradient before touching any variable.
-  struct RowUpdate {
-    Variable* var = nullptr;
-    std::vector<int64_t> local;  // local row per id (hash: the id)
-    std::vector<float> grad;     // [len(ids), dim]
-    std::vector<bool> skip;      // non-finite rows (skip_nonfinite)
-  };
   absl::flat_hash_set<std::string_view> seen;
   std::vector<RowUpdate> updates(request.rows_size());
   int64_t skipped = 0;
@@ -132,10 +142,17 @@ absl::Status VariableStore::PushRows(const proto::PushRowsRequest& request,
   }
   response->Clear();
   // A repeat of an applied row push (worker, incarnation, step) is
-  // acknowledged and not applied again.
+  // acknowledged and not applied again (SYNC: recognized per step by the
+  // aggregates instead).
+  proto::SyncMode mode = proto::ASYNC;
   PST_ASSIGN_OR_RETURN(const bool repeat, ledger_.BeginRowPush(request.worker_index(),
                                                                request.incarnation(),
-                                                               request.step()));
+                                                               request.step(), &mode));
+  if (mode == proto::SYNC) {
+    response->set_rows_skipped(skipped);
+    if (skipped > 0) nonfinite_skipped_.fetch_add(skipped, std::memory_order_relaxed);
+    return PushRowsSync(request, updates, response, wake);
+  }
   if (repeat) {
     duplicates_ignored_.fetch_add(1, std::memory_order_relaxed);
     return absl::OkStatus();
@@ -150,6 +167,81 @@ absl::Status VariableStore::PushRows(const proto::PushRowsRequest& request,
   if (skipped > 0) nonfinite_skipped_.fetch_add(skipped, std::memory_order_relaxed);
   if (dropped > 0) unadmitted_dropped_.fetch_add(dropped, std::memory_order_relaxed);
   pushes_applied_.fetch_add(1, std::memory_order_relaxed);
+  return absl::OkStatus();
+}
+
+VariableStore::RowSync* VariableStore::RowSyncOf(const Variable& var, bool make) const {
+  absl::MutexLock lock(&row_sync_mu_);
+  if (!make) {
+    auto it = row_sync_.find(var.spec.name());
+    return it == row_sync_.end() ? nullptr : it->second.get();
+  }
+  std::unique_ptr<RowSync>& sync = row_sync_[var.spec.name()];
+  if (sync == nullptr) sync = std::make_unique<RowSync>(var.dim);
+  return sync.get();
+}
+
+void VariableStore::RefreshRowSyncLocked(RowSync& sync, const Variable& var) const {
+  const int64_t version = var.version.load();
+  if (sync.generation == generation_ && sync.step == version) return;
+  if (sync.aggregate.pending()) sync.aggregate.TakeMean();  // dropped
+  sync.generation = generation_;
+  sync.step = version;
+}
+
+bool VariableStore::MaybeApplyRowSyncLocked(RowSync& sync, Variable& var, int quorum,
+                                            int64_t* dropped) {
+  if (!sync.aggregate.Ready(quorum)) return false;
+  RowAggregate::Mean mean = sync.aggregate.TakeMean();
+  const std::vector<bool> keep(mean.ids.size(), false);
+  // One row push per step: the version moves on by one, to step + 1.
+  sync.step = var.ApplyRows(*optimizer_, mean.ids, mean.grad, keep, dropped);
+  return true;
+}
+
+absl::Status VariableStore::PushRowsSync(const proto::PushRowsRequest& request,
+                                         const std::vector<RowUpdate>& updates,
+                                         proto::PushRowsResponse* response, bool* applied) {
+  *applied = false;
+  const int64_t step = request.step();
+  // A gradient for a step not reached yet cannot be right: refused before
+  // anything is summed (versions only grow, so no later check can fail).
+  for (const RowUpdate& u : updates) {
+    if (step > u.var->version.load()) {
+      return absl::AbortedError(absl::StrCat("row push for step ", step, " but '",
+                                             u.var->spec.name(), "' is at version ",
+                                             u.var->version.load(), "; pull before pushing"));
+    }
+  }
+  bool added = false, stale = false, duplicate = false;
+  int64_t dropped = 0;
+  const int64_t apply_start = absl::GetCurrentTimeNanos();
+  for (const RowUpdate& u : updates) {
+    RowSync& sync = *RowSyncOf(*u.var);
+    absl::MutexLock sync_lock(&sync.mu);
+    RefreshRowSyncLocked(sync, *u.var);
+    switch (sync.aggregate.AddPush(sync.step, step, request.worker_index(), u.local, u.grad,
+                                   u.skip)) {
+      case RowAggregate::Add::kAdded:
+        added = true;
+        *applied |= MaybeApplyRowSyncLocked(sync, *u.var, ledger_.quorum(), &dropped);
+        break;
+      case RowAggregate::Add::kStale:
+        stale = true;
+        break;
+      case RowAggregate::Add::kDuplicate:
+        duplicate = true;
+        break;
+      case RowAggregate::Add::kAhead:  // checked above; versions only grow
+        break;
+    }
+    response->add_versions(u.var->version.load());
+  }
+  apply_nanos_.fetch_add(absl::GetCurrentTimeNanos() - apply_start, std::memory_order_relaxed);
+  if (dropped > 0) unadmitted_dropped_.fetch_add(dropped, std::memory_order_relaxed);
+  if (added) pushes_applied_.fetch_add(1, std::memory_order_relaxed);
+  if (stale && !added) stale_dropped_.fetch_add(1, std::memory_order_relaxed);
+  if (duplicate && !added) duplicates_ignored_.fetch_add(1, std::memory_order_relaxed);
   return absl::OkStatus();
 }
 

@@ -40,10 +40,32 @@ std::vector<common::ShardRecord> VariableStore::Snapshot(absl::Duration* held, C
   records.reserve(vars.size());
   bool sync_pending = false, holds_dense = false;
   int64_t max_version = 0;
+  // SYNC moves row variables one version per step too (their pushes summed
+  // per step), as the dense ones: a ps that holds rows summed and not
+  // applied, or row variables at another version than each other or than
+  // its dense variables, holds part of a step.
+  const bool sync = ledger_.mode() == proto::SYNC;
+  int64_t rows_min = -1, rows_max = -1, others_max = -1;
   for (const Variable* var : vars) {
     holds_dense |= !var->is_hash;
+    RowSync* rows = sync ? RowSyncOf(*var, /*make=*/false) : nullptr;
+    if (rows != nullptr) {
+      absl::MutexLock sync_lock(&rows->mu);
+      sync_pending |= rows->aggregate.pending() && rows->generation == generation_ &&
+                      rows->step == var->version.load();
+    }
     WholeReadLock var_lock(*var);
     sync_pending |= !var->contributors.empty();
+    if (sync) {
+      const int64_t v = var->version.load();
+      max_version = std::max(max_version, v);
+      if (rows == nullptr) {
+        others_max = std::max(others_max, v);
+      } else {
+        rows_min = rows_min < 0 ? v : std::min(rows_min, v);
+        rows_max = std::max(rows_max, v);
+      }
+    }
     common::ShardRecord r;
     if (auto it = ready.find(var->spec.name()); it != ready.end()) r = std::move(it->second);
     r.spec = var->spec;
@@ -81,6 +103,9 @@ std::vector<common::ShardRecord> VariableStore::Snapshot(absl::Duration* held, C
       }
     }
     records.push_back(std::move(r));
+  }
+  if (rows_min != rows_max || (rows_max >= 0 && others_max >= 0 && rows_max != others_max)) {
+    sync_pending = true;
   }
   if (cut != nullptr) {
     cut->workers = ledger_.Cut();

@@ -97,10 +97,11 @@ absl::StatusOr<proto::SyncMode> SyncLedger::BeginDensePush(int32_t worker, int32
 }
 
 absl::StatusOr<bool> SyncLedger::BeginRowPush(int32_t worker, uint64_t incarnation,
-                                              int64_t step) {
+                                              int64_t step, proto::SyncMode* mode) {
   absl::MutexLock lock(&mu_);
   if (absl::Status s = CheckWorkerLocked(worker, /*allow_none=*/false); !s.ok()) return s;
-  if (incarnation == 0) return false;
+  *mode = sync_.mode();
+  if (incarnation == 0 || *mode == proto::SYNC) return false;
   PushKey& key = last_push_[{worker, 0}];
   if (key.incarnation != incarnation) key = PushKey{incarnation, -1, -1};
   if (step <= key.rows_step) return true;

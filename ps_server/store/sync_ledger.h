@@ -83,9 +83,11 @@ class SyncLedger {
                                                  uint64_t incarnation, int64_t step,
                                                  bool* duplicate) ABSL_LOCKS_EXCLUDED(mu_);
   // A row push arrives: as BeginDensePush for the worker's row pushes (kept
-  // under part 0). Returns whether it repeats one.
-  absl::StatusOr<bool> BeginRowPush(int32_t worker, uint64_t incarnation, int64_t step)
-      ABSL_LOCKS_EXCLUDED(mu_);
+  // under part 0), `*mode` set to the mode. Returns whether it repeats one;
+  // never in SYNC, which recognizes repeats per step (RowAggregate) and
+  // records nothing here.
+  absl::StatusOr<bool> BeginRowPush(int32_t worker, uint64_t incarnation, int64_t step,
+                                    proto::SyncMode* mode) ABSL_LOCKS_EXCLUDED(mu_);
   // A dense push was taken (applied, aggregated, a repeat or too late):
   // SSP moves the worker's clock to step + 1; a position >= 0 is the
   // worker's data position, kept as position + 1.

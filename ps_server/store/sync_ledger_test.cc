@@ -75,9 +75,11 @@ TEST(SyncLedgerTest, BeginDensePush_RepeatedStep_IsADuplicatePerPartAndIncarnati
   EXPECT_FALSE(dup);  // no incarnation: never recognized
   EXPECT_FALSE(ledger.BeginDensePush(2, 0, 9, 1, &dup).ok());
   // Row pushes are counted apart from dense ones.
-  EXPECT_FALSE(*ledger.BeginRowPush(0, 10, 1));
-  EXPECT_TRUE(*ledger.BeginRowPush(0, 10, 1));
-  EXPECT_FALSE(ledger.BeginRowPush(5, 10, 1).ok());
+  proto::SyncMode mode = proto::SSP;
+  EXPECT_FALSE(*ledger.BeginRowPush(0, 10, 1, &mode));
+  EXPECT_EQ(mode, proto::ASYNC);
+  EXPECT_TRUE(*ledger.BeginRowPush(0, 10, 1, &mode));
+  EXPECT_FALSE(ledger.BeginRowPush(5, 10, 1, &mode).ok());
 }
 
 TEST(SyncLedgerTest, BeginDensePush_Sync_LeavesRepeatsToTheVariables) {
@@ -87,6 +89,18 @@ TEST(SyncLedgerTest, BeginDensePush_Sync_LeavesRepeatsToTheVariables) {
   ASSERT_EQ(*ledger.BeginDensePush(0, 0, 9, 5, &dup), proto::SYNC);
   ASSERT_TRUE(ledger.BeginDensePush(0, 0, 9, 5, &dup).ok());
   EXPECT_FALSE(dup);
+}
+
+TEST(SyncLedgerTest, BeginRowPush_Sync_LeavesRepeatsToTheRowAggregates) {
+  SyncLedger ledger(8, 4);
+  ledger.SetConfigOnce(Config(proto::SYNC, 2));
+  proto::SyncMode mode = proto::ASYNC;
+  EXPECT_FALSE(*ledger.BeginRowPush(0, 10, 1, &mode));
+  EXPECT_EQ(mode, proto::SYNC);
+  EXPECT_FALSE(*ledger.BeginRowPush(0, 10, 1, &mode)) << "SYNC: the aggregate recognizes it";
+  EXPECT_FALSE(ledger.BeginRowPush(2, 10, 1, &mode).ok()) << "not a worker of the job";
+  std::vector<proto::WorkerCut> cut = ledger.Cut();
+  EXPECT_TRUE(cut.empty()) << "nothing recorded";
 }
 
 TEST(SyncLedgerTest, SetMembership_LowersTheQuorumToTheActiveWorkers) {
@@ -171,7 +185,8 @@ TEST(SyncLedgerTest, Cut_SaysEachWorkersLastStepsAndReset_ForgetsThem) {
   bool dup;
   ASSERT_TRUE(ledger.BeginDensePush(0, /*part=*/0, 1, 4, &dup).ok());
   ASSERT_TRUE(ledger.BeginDensePush(0, /*part=*/1, 1, 3, &dup).ok());
-  ASSERT_TRUE(ledger.BeginRowPush(1, 1, 6).ok());
+  proto::SyncMode mode;
+  ASSERT_TRUE(ledger.BeginRowPush(1, 1, 6, &mode).ok());
   ledger.EndDensePush(proto::ASYNC, 2, 0, /*position=*/10);
   std::vector<proto::WorkerCut> cut = ledger.Cut();
   ASSERT_EQ(cut.size(), 3u);

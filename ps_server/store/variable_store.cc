@@ -369,12 +369,20 @@ absl::Status VariableStore::SetMembership(const proto::MembershipRequest& reques
   {
     absl::ReaderMutexLock lock(&mu_);
     PST_RETURN_IF_ERROR(ledger_.SetMembership(request));
-    // A lower quorum may complete an aggregation.
+    // A lower quorum may complete an aggregation, dense or of rows.
     if (ledger_.mode() == proto::SYNC) {
+      int64_t dropped = 0;
       for (auto& [name, var] : variables_) {
+        if (RowSync* sync = RowSyncOf(*var, /*make=*/false)) {
+          absl::MutexLock sync_lock(&sync->mu);
+          RefreshRowSyncLocked(*sync, *var);
+          MaybeApplyRowSyncLocked(*sync, *var, ledger_.quorum(), &dropped);
+        }
+        if (var->is_hash) continue;
         absl::MutexLock var_lock(&var->mu);
         var->MaybeApplyAggregateLocked(*optimizer_, ledger_.quorum());
       }
+      if (dropped > 0) unadmitted_dropped_.fetch_add(dropped, std::memory_order_relaxed);
     }
   }
   WakeWaiters();

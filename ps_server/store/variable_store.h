@@ -27,7 +27,11 @@
 // Training modes (SyncConfig, set by the first Create): ASYNC applies each
 // push when it arrives. SYNC averages replicas_to_aggregate pushes for the
 // variable's current version into one update; pushes for an older version
-// are dropped as stale. SSP applies pushes at once and tracks each worker's
+// are dropped as stale. Row pushes (PushRows) in SYNC are summed per id
+// (RowAggregate, row_aggregate.h) and applied as one row push per step,
+// each id's sum divided by the number of pushes aggregated; every row
+// variable then moves one version per step, as a dense one does, and a
+// worker's push lists every partition (PsClient sends empty ones). SSP applies pushes at once and tracks each worker's
 // clock. A pull that may not proceed yet (SYNC: a version not reached; SSP:
 // too far ahead of the slowest active worker) is parked: PullWhenReady
 // returns at once and completes its callback later, from the thread whose
@@ -55,8 +59,10 @@
 // variable has its own lock and striped row locks (variable.h says what a
 // reader sees of a concurrent push); the SyncLedger its own mutex.
 // Lock order: mu_, then the ledger's mutex, then a Variable's mu, then one
-// of its row stripes. Parked pulls complete (their Done runs) with no lock
-// held.
+// of its row stripes; SYNC's row aggregates: mu_, row_sync_mu_ (the map
+// alone, never held while taking another lock), then one RowSync's mu,
+// then the Variable's mu. Parked pulls complete (their Done runs) with no
+// lock held.
 #ifndef PST_PS_SERVER_STORE_VARIABLE_STORE_H_
 #define PST_PS_SERVER_STORE_VARIABLE_STORE_H_
 
@@ -76,6 +82,7 @@
 #include "common/tensor_util.h"
 #include "proto/pstrain.pb.h"
 #include "ps_server/store/optimizer.h"
+#include "ps_server/store/row_aggregate.h"
 #include "ps_server/store/store_restorer.h"
 #include "ps_server/store/sync_ledger.h"
 
@@ -243,8 +250,10 @@ class VariableStore {
   // What a snapshot holds of each worker's pushes (a cut; see Snapshot).
   struct Cut {
     std::vector<proto::WorkerCut> workers;  // by worker index
-    bool sync_pending = false;  // SYNC: gradients accumulated, not applied
-    int64_t max_version = 0;    // highest version of a dense variable
+    // SYNC: gradients accumulated (dense or rows) and not applied, or
+    // variables at different versions (a step applied to some only).
+    bool sync_pending = false;
+    int64_t max_version = 0;  // highest version of a dense variable (SYNC: of any)
     bool holds_dense = false;   // some variable here is dense
   };
 
@@ -366,6 +375,41 @@ class VariableStore {
   // Serves every parked pull that is ready now.
   void WakeWaiters() ABSL_LOCKS_EXCLUDED(mu_);
 
+  // SYNC: a row variable's aggregate of the step in flight. `generation`
+  // and `step` say which state it was summed for: one of another restore
+  // generation, or for a step other than the variable's version now (a
+  // restore put the version back), is stale and emptied before use (a
+  // restore keeps the Variable objects and does not know of these).
+  struct RowSync {
+    explicit RowSync(int64_t dim) : aggregate(dim) {}
+    absl::Mutex mu;
+    int64_t generation ABSL_GUARDED_BY(mu) = 0;
+    int64_t step ABSL_GUARDED_BY(mu) = 0;
+    RowAggregate aggregate ABSL_GUARDED_BY(mu);
+  };
+  // The RowSync of `var`, made on first use when `make` (else null if it
+  // has none). The pointer lives as long as the store.
+  RowSync* RowSyncOf(const Variable& var, bool make = true) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // Empties `sync` if it was summed for another state than `var`'s now.
+  void RefreshRowSyncLocked(RowSync& sync, const Variable& var) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_) ABSL_EXCLUSIVE_LOCKS_REQUIRED(sync.mu);
+  // Applies `sync`'s mean to `var` once `quorum` pushes are in; adds the
+  // rows of ids not admitted to `*dropped`. Returns whether it applied.
+  bool MaybeApplyRowSyncLocked(RowSync& sync, Variable& var, int quorum, int64_t* dropped)
+      ABSL_SHARED_LOCKS_REQUIRED(mu_) ABSL_EXCLUSIVE_LOCKS_REQUIRED(sync.mu);
+  // PushRows without waking parked pulls; `*wake` says whether it should.
+  absl::Status PushRowsNoWake(const proto::PushRowsRequest& request,
+                              proto::PushRowsResponse* response, bool* wake)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // SYNC's PushRows after the checks: adds each variable's rows to its
+  // aggregate, applying the ones the push completes.
+  struct RowUpdate;
+  absl::Status PushRowsSync(const proto::PushRowsRequest& request,
+                            const std::vector<RowUpdate>& updates,
+                            proto::PushRowsResponse* response, bool* applied)
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
+
   const Options options_;
   // The training mode and parked pulls; its mutex comes after mu_.
   SyncLedger ledger_;
@@ -386,6 +430,10 @@ class VariableStore {
   std::atomic<int64_t> stale_dropped_{0};
   std::atomic<int64_t> duplicates_ignored_{0};
   std::atomic<int64_t> apply_nanos_{0};
+  // SYNC: row variables' aggregates, by variable (or partition) name.
+  mutable absl::Mutex row_sync_mu_;
+  mutable absl::flat_hash_map<std::string, std::unique_ptr<RowSync>> row_sync_
+      ABSL_GUARDED_BY(row_sync_mu_);
 };
 
 }  // namespace pst::ps
