@@ -10,7 +10,7 @@ DEBIAN_PACKAGES := cmake make g++ pkg-config ccache \
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler \
   libabsl-dev libspdlog-dev libopenblas-dev nlohmann-json3-dev zlib1g-dev \
   libgtest-dev dataset-fashion-mnist prometheus-cpp-dev libssl-dev \
-  python3-dev pybind11-dev python3-numpy
+  python3-dev pybind11-dev python3-numpy librocksdb-dev
 # What only the tests need: iptables (packet loss in the multi-host test),
 # openssl (certificates), promtool, clang with libFuzzer, and PyTorch with
 # pytest for the Python workers' tests (python/tests).

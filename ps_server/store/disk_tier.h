@@ -1,0 +1,172 @@
+// The disk tier of bounded hash tables: the rows a ps does not keep in
+// memory, in one RocksDB database per ps under a local directory
+// (--table_store_dir). A row that goes to disk carries its slots and its
+// EvictionIndex entry; a row brought back (Take) lives in memory only.
+//
+// Not durable, by design: the WAL is off and a ps starting or restoring
+// starts from an empty tier (Options::wipe_on_open); the checkpoint is the
+// durability. What a crash loses of the tier, the restore rebuilds.
+//
+// Layout on disk:
+//   column family  one per table partition, named "t" + the hex of the
+//                  variable's name (names are arbitrary bytes; RocksDB
+//                  writes its family names into a text OPTIONS file);
+//                  "default" is left empty.
+//   key            8 bytes, big-endian, of the id as uint64 with its sign
+//                  bit flipped: byte order is int64 order, so iteration is
+//                  in id order, negative ids first.
+//   value          header: uint32 format version (kFormatVersion), uint32
+//                  width (floats per row); then `width` floats, then the
+//                  entry's int64 last and double count; all little-endian.
+// A value of the wrong size, version or width reads back as DataLoss
+// naming the table and the id.
+//
+// Thread-safety: a DiskTier is safe for concurrent access from many threads
+// without external synchronization, with two caller duties:
+//   * calls on the same id of one table must not overlap (the owner's row
+//     stripe lock serializes them): Put and Take read, then write, to keep
+//     Count exact;
+//   * Clear(t) must not overlap any other call on table t.
+// ForEach reads a snapshot: writes may go on while it runs.
+// TableHandles stay valid for the DiskTier's life.
+#ifndef PST_PS_SERVER_STORE_DISK_TIER_H_
+#define PST_PS_SERVER_STORE_DISK_TIER_H_
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/functional/function_ref.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+
+namespace rocksdb {
+class DB;
+class ColumnFamilyHandle;
+}  // namespace rocksdb
+
+namespace pst::ps {
+
+class DiskTier {
+ public:
+  static constexpr uint32_t kFormatVersion = 1;
+
+  struct Options {
+    // LRU cache of SST blocks, shared by every table (--table_store_cache_bytes).
+    int64_t block_cache_bytes = int64_t{64} << 20;
+    // Memtables of every table together, before they flush to SSTs.
+    int64_t write_buffer_bytes = int64_t{64} << 20;
+    // Drops every table found in the directory: a ps starting or
+    // restoring starts from an empty tier.
+    bool wipe_on_open = true;
+    // LZ4 on SST blocks. Off by default: float rows barely compress, and
+    // bench/disk_tier_bench measured none as faster.
+    bool compress = false;
+  };
+
+  struct TableState;  // one table's column family and count
+  // One table partition of the tier; cheap to copy.
+  class TableHandle {
+   public:
+    TableHandle() = default;
+    bool valid() const { return t_ != nullptr; }
+
+   private:
+    friend class DiskTier;
+    explicit TableHandle(TableState* t) : t_(t) {}
+    TableState* t_ = nullptr;
+  };
+
+  // One row to write.
+  struct Row {
+    int64_t id = 0;
+    std::span<const float> values;  // the table's width
+    int64_t last = 0;
+    double count = 0;
+  };
+
+  // What the tier did since it opened, for metrics.
+  struct Figures {
+    int64_t reads = 0;          // point lookups (Get, Take)
+    int64_t writes = 0;         // rows written (Put, PutBatch)
+    int64_t bytes_written = 0;  // their keys and values
+  };
+
+  // Opens (creating it and its directory if missing) the database in `dir`.
+  // Errors name the directory: FailedPrecondition when it cannot be made or
+  // opened (not writable, not a directory); Unavailable when another
+  // process holds its lock.
+  static absl::StatusOr<std::unique_ptr<DiskTier>> Open(const std::string& dir, Options options);
+  ~DiskTier();
+  DiskTier(const DiskTier&) = delete;
+  DiskTier& operator=(const DiskTier&) = delete;
+
+  const std::string& dir() const { return dir_; }
+
+  // The table `name` with rows of `width` floats, made on first call.
+  // InvalidArgument: width < 1, or `name` already open with another width.
+  // Errors of RocksDB making its column family.
+  absl::StatusOr<TableHandle> Table(const std::string& name, int64_t width);
+
+  // Writes row `id` (replacing a row of `id` on disk). InvalidArgument: a
+  // row of the wrong width. RocksDB's errors (ResourceExhausted: disk
+  // full; Unavailable: other I/O errors).
+  absl::Status Put(TableHandle t, int64_t id, std::span<const float> row, int64_t last,
+                   double count);
+  // Writes `rows` in one atomic batch; an id may appear once.
+  // InvalidArgument: a row of the wrong width, an id twice; nothing written.
+  absl::Status PutBatch(TableHandle t, std::span<const Row> rows);
+
+  // Reads row `id` into `row_out` (the table's width), its entry into
+  // `*last`, `*count`, and deletes it. false: no row of `id` on disk.
+  // DataLoss: a value that does not decode (left on disk).
+  absl::StatusOr<bool> Take(TableHandle t, int64_t id, std::span<float> row_out, int64_t* last,
+                            double* count);
+  // Take, without deleting.
+  absl::StatusOr<bool> Get(TableHandle t, int64_t id, std::span<float> row_out, int64_t* last,
+                           double* count);
+
+  // Rows of `t` on disk (exact).
+  int64_t Count(TableHandle t) const;
+
+  // Calls `fn` on every row of `t` in id order, as of the call (a
+  // snapshot). Stops at, and returns, the first error of `fn`; DataLoss at
+  // a value that does not decode.
+  using RowFn = absl::FunctionRef<absl::Status(int64_t id, std::span<const float> row,
+                                               int64_t last, double count)>;
+  absl::Status ForEach(TableHandle t, RowFn fn);
+
+  // Deletes every row of `t` (drops and remakes its column family).
+  // REQUIRES: no other call on `t` runs. Should remaking fail, every later
+  // call on `t` but Clear is FailedPrecondition.
+  absl::Status Clear(TableHandle t);
+
+  Figures figures() const;
+
+ private:
+  DiskTier(std::string dir, Options options);
+
+  const std::string dir_;
+  const Options options_;
+  std::unique_ptr<rocksdb::DB> db_;
+  rocksdb::ColumnFamilyHandle* default_family_ = nullptr;  // kept empty
+  struct Settings;  // the column families' rocksdb::Options
+  std::unique_ptr<Settings> settings_;
+
+  absl::Mutex mu_;  // guards making tables
+  absl::flat_hash_map<std::string, std::unique_ptr<TableState>> tables_ ABSL_GUARDED_BY(mu_);
+
+  std::atomic<int64_t> reads_{0};
+  std::atomic<int64_t> writes_{0};
+  std::atomic<int64_t> bytes_written_{0};
+};
+
+}  // namespace pst::ps
+
+#endif  // PST_PS_SERVER_STORE_DISK_TIER_H_
