@@ -322,6 +322,7 @@ void PsNode::Health(const proto::HealthRequest& request, proto::HealthResponse* 
   response->set_num_elements(stats.num_elements);
   response->set_pushes_applied(stats.pushes_applied);
   response->set_hash_rows(stats.hash_rows);
+  response->set_table_evictions(stats.table_evictions);
   response->set_nonfinite_skipped(stats.nonfinite_skipped);
   response->set_gradients_applied(stats.gradients_applied);
   response->set_staleness_sum(stats.staleness_sum);

@@ -64,7 +64,9 @@ class ReplicationTest : public testing::Test {
     return Await([&](Done d) { primary_->CreateVariables(&request, &response, std::move(d)); });
   }
 
-  void MixedChanges(proto::SyncMode mode);
+  // With `eviction` (and `capacity`), the hash table is bounded: the
+  // backup must evict the very rows the primary does.
+  void MixedChanges(proto::SyncMode mode, const std::string& eviction = "", int64_t capacity = 0);
 
   // The primary's and the backup's replica states (digests included).
   std::pair<proto::ReplicaState, proto::ReplicaState> States() {
@@ -88,9 +90,12 @@ class ReplicationTest : public testing::Test {
 // Pushes of several workers at once, dense and by rows, pulls that make
 // hash rows, a membership change, all forwarded while a thread delivers
 // them in random order.
-void ReplicationTest::MixedChanges(proto::SyncMode mode) {
+void ReplicationTest::MixedChanges(proto::SyncMode mode, const std::string& eviction,
+                                   int64_t capacity) {
   constexpr int kWorkers = 3, kSteps = 40;
   proto::CreateVariablesRequest create = CreateRequest(mode, kWorkers);
+  create.mutable_variables(2)->set_eviction(eviction);
+  create.mutable_variables(2)->set_capacity(capacity);
   create.mutable_sync()->set_staleness(2);
   ASSERT_TRUE(Create(create).ok());
   ASSERT_NE(link_, nullptr);
@@ -160,10 +165,29 @@ void ReplicationTest::MixedChanges(proto::SyncMode mode) {
   EXPECT_NE(primary.digest(), 0u);
   EXPECT_EQ(backup.digest(), primary.digest());
   EXPECT_GT(primary_store_.GetStats().hash_rows, 0);
+  if (eviction.empty()) return;
+  // The equal digests above say the backup holds the same rows: the
+  // primary's table did evict.
+  EXPECT_GT(primary_store_.GetStats().table_evictions, 0);
+  if (capacity > 0) EXPECT_LE(primary_store_.GetStats().hash_rows, capacity);
 }
 
 TEST_F(ReplicationTest, AsyncBackupEqualsPrimaryAfterConcurrentChangesDeliveredOutOfOrder) {
   MixedChanges(proto::ASYNC);
+}
+
+// 41 ids in a table of 10 rows: the backup, applying the same changes in
+// the same order, evicts the rows its primary evicted, by each policy.
+TEST_F(ReplicationTest, BoundedTableLru_BackupEvictsAsThePrimary) {
+  MixedChanges(proto::ASYNC, "lru", 10);
+}
+
+TEST_F(ReplicationTest, BoundedTableLfu_BackupEvictsAsThePrimary) {
+  MixedChanges(proto::ASYNC, "lfu:5", 10);
+}
+
+TEST_F(ReplicationTest, BoundedTableTtl_BackupExpiresAsThePrimary) {
+  MixedChanges(proto::ASYNC, "ttl:3", 0);
 }
 
 TEST_F(ReplicationTest, SspBackupEqualsPrimaryAfterConcurrentChangesDeliveredOutOfOrder) {

@@ -120,7 +120,11 @@ float* HashRowTable::Touch(int64_t id, int64_t t) {
     NoteUpdate(id, t);
     return row;
   }
-  if (!CountTouch(id, /*admit=*/true)) return nullptr;
+  if (!CountTouch(id, /*admit=*/true)) {
+    refused_.fetch_add(1, std::memory_order_relaxed);
+    return nullptr;
+  }
+  admissions_.fetch_add(1, std::memory_order_relaxed);
   if (index_ != nullptr && limits_.policy.capacity > 0) EvictBelow(Capacity());
   std::vector<float> row(static_cast<size_t>(width_));
   init_(id, std::span<float>(row.data(), static_cast<size_t>(dim_)));

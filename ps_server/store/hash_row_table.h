@@ -70,6 +70,10 @@ class HashRowTable {
   int64_t size() const { return size_.load(std::memory_order_relaxed); }
   // Rows that went, by the policy, since the table was made.
   int64_t evictions() const { return evictions_.load(std::memory_order_relaxed); }
+  // Rows made by pushes (ids admitted), and pushed rows of ids not
+  // admitted yet (their gradients dropped), since the table was made.
+  int64_t admissions() const { return admissions_.load(std::memory_order_relaxed); }
+  int64_t refused() const { return refused_.load(std::memory_order_relaxed); }
   bool bounded() const { return index_ != nullptr; }
   // The row stripe of `id` (Variable's locks, the EvictionIndex's stripes).
   static int StripeOf(int64_t id);
@@ -143,6 +147,8 @@ class HashRowTable {
   Rows rows_;
   std::atomic<int64_t> size_{0};
   std::atomic<int64_t> evictions_{0};
+  std::atomic<int64_t> admissions_{0};
+  std::atomic<int64_t> refused_{0};
   std::unique_ptr<EvictionIndex> index_;  // bounded tables only
   // Touches of ids not admitted yet.
   absl::flat_hash_map<int64_t, int32_t> pending_;

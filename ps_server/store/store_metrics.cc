@@ -47,6 +47,19 @@ void ExportStoreMetrics(const VariableStore* store, common::MetricsExporter* met
               "variables), by table")
           .Labels(labels)
           .Register(r);
+  auto table_counter = [&](const char* name, const char* help) {
+    return &prometheus::BuildCounter().Name(name).Help(help).Labels(labels).Register(r);
+  };
+  prometheus::Family<prometheus::Counter>* evictions = table_counter(
+      "pstrain_ps_table_evictions_total",
+      "Rows of each hash embedding table evicted by its policy (--table_eviction), by table");
+  prometheus::Family<prometheus::Counter>* admissions = table_counter(
+      "pstrain_ps_table_admissions_total",
+      "Rows of each hash embedding table made by pushes (ids admitted), by table");
+  prometheus::Family<prometheus::Counter>* refused =
+      table_counter("pstrain_ps_table_refused_total",
+                    "Pushed rows of each hash embedding table whose ids admission has not admitted "
+                    "yet (their gradients dropped), by table");
   metrics->AddRefresher([=, &variables, &elements, &hash_rows, &staleness_max, &generation, &pushes,
                          &gradients, &staleness, &dropped, &duplicates, &nonfinite, &apply,
                          &table_rows] {
@@ -65,6 +78,11 @@ void ExportStoreMetrics(const VariableStore* store, common::MetricsExporter* met
     common::RaiseCounterTo(apply, s.apply_seconds);
     for (const auto& [table, rows] : s.table_rows) {
       table_rows.Add({{"table", table}}).Set(static_cast<double>(rows));
+    }
+    for (const auto& [table, figures] : s.tables) {
+      common::RaiseCounterTo(evictions->Add({{"table", table}}), figures.evictions);
+      common::RaiseCounterTo(admissions->Add({{"table", table}}), figures.admissions);
+      common::RaiseCounterTo(refused->Add({{"table", table}}), figures.refused);
     }
   });
 }

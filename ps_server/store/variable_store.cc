@@ -399,6 +399,12 @@ VariableStore::Stats VariableStore::GetStats() const {
       stats.hash_rows += rows;
       stats.num_elements += rows * var->dim;
       stats.table_rows[LogicalName(var->spec)] += rows;
+      Stats::TableFigures& figures = stats.tables[LogicalName(var->spec)];
+      const int64_t evictions = var->table_evictions();
+      figures.evictions += evictions;
+      figures.admissions += var->table_admissions();
+      figures.refused += var->table_refused();
+      stats.table_evictions += evictions;
     } else {
       stats.num_elements += var->rows * var->dim;
       if (var->spec.routing() == proto::MOD || var->spec.routing() == proto::DIV) {

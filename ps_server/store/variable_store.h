@@ -341,6 +341,15 @@ class VariableStore {
     // Rows held per embedding table: hash variables and the partitions of
     // row-routed (MOD, DIV) variables, by the logical variable's name.
     absl::flat_hash_map<std::string, int64_t> table_rows;
+    // Hash tables, by the logical variable's name: rows evicted, rows made
+    // (ids admitted), pushed rows of ids not admitted yet.
+    struct TableFigures {
+      int64_t evictions = 0;
+      int64_t admissions = 0;
+      int64_t refused = 0;
+    };
+    absl::flat_hash_map<std::string, TableFigures> tables;
+    int64_t table_evictions = 0;  // over every table
   };
   Stats GetStats() const;
 

@@ -1,12 +1,16 @@
 // Variable (variable.h) on its own: ids routed to local rows, row reads and
 // row pushes (striped once the first has run), hash rows made on touch
-// after admission, and SYNC's aggregation.
+// after admission, a bounded table's eviction under concurrent pushes, and
+// SYNC's aggregation.
 #include "ps_server/store/variable.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <memory>
+#include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "ps_server/store/store_test_util.h"
@@ -126,6 +130,54 @@ TEST(VariableTest, AddToAggregate_AppliesTheMeanAtTheQuorum_RefusesStaleAndRepea
   EXPECT_FLOAT_EQ(var.values[1], before[1] - 6);
   EXPECT_TRUE(var.contributors.empty());
   EXPECT_EQ(var.AddToAggregateLocked(*sgd, 0, 0, {}, g0, {}, 2), Variable::SyncAdd::kStale);
+}
+
+// Pushes from several threads to a bounded table (striped pushes noting
+// updates, pushes that make rows evicting): the table never holds more
+// than its capacity, and every row it holds is readable and trained.
+TEST(VariableTest, BoundedHashTable_ConcurrentPushes_StayWithinTheCapacity) {
+  std::unique_ptr<Optimizer> sgd = Sgd(0.5f);
+  proto::VariableSpec spec = Hash("emb", 4, /*admit_after=*/0);
+  spec.set_capacity(64);
+  spec.set_eviction("lru");
+  Variable var(spec, *sgd, {});
+  constexpr int kThreads = 4, kPushes = 300;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      std::mt19937 rng(t);
+      // Hot ids 0..31 most of the time, a cold id space of 5000 otherwise.
+      std::uniform_int_distribution<int64_t> hot(0, 31), cold(1000, 5999);
+      for (int p = 0; p < kPushes; ++p) {
+        std::vector<int64_t> ids;
+        while (ids.size() < 8) {
+          const int64_t id = (rng() % 4 == 0) ? cold(rng) : hot(rng);
+          if (std::find(ids.begin(), ids.end(), id) == ids.end()) ids.push_back(id);
+        }
+        const std::vector<float> grad(ids.size() * 4, 1.0f);
+        int64_t dropped = 0;
+        var.ApplyRows(*sgd, ids, grad, std::vector<bool>(ids.size(), false), &dropped);
+        EXPECT_LE(var.hash_rows(), 64);
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  EXPECT_EQ(var.hash_rows(), 64);
+  EXPECT_GT(var.table_evictions(), 0);
+  EXPECT_EQ(var.table_admissions() - var.table_evictions(), 64);
+  // The hot ids, updated all along, were never the least recent for long:
+  // most of them are held, each moved from its initial values.
+  int held = 0;
+  absl::MutexLock lock(&var.mu);
+  for (int64_t id = 0; id < 32; ++id) {
+    const float* row = var.table.Find(id);
+    if (row == nullptr) continue;
+    ++held;
+    std::vector<float> initial(4);
+    var.table.InitialValues(id, initial);
+    EXPECT_LT(row[0], initial[0]) << id;
+  }
+  EXPECT_GT(held, 24);
 }
 
 }  // namespace
