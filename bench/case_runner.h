@@ -32,6 +32,16 @@ struct Result {
   double ps_cpu_s_per_gb = 0;
   double client_cpu_s_per_gb = 0;
   int64_t ps_rss_bytes = 0;
+  // hash cases: the distinct ids the batches touch, each partition's
+  // capacity (0: unbounded), the rows the ps evicted during the timed
+  // operations and per second of them, and (hash_push_evict) rows/s as a
+  // ratio of hash_push's, measured in alternate rounds.
+  int64_t distinct_ids = 0;
+  int64_t capacity = 0;
+  std::string eviction;
+  int64_t evictions = 0;
+  double evictions_per_s = 0;
+  double ratio_to_unbounded = 0;
   std::string error;
   // Summed over a case's rounds, until FinishResult.
   std::vector<double> latencies_ms;

@@ -230,6 +230,168 @@ std::vector<Result> RunSparse(const Options& options, PsCluster& cluster,
   return results;
 }
 
+// The hash cases' id batches: kHashBatches per worker from the Zipf law of
+// the sparse cases, drawn up front (not timed), and the distinct ids of all.
+struct HashBatches {
+  static constexpr int kHashBatches = 32;
+  std::vector<std::vector<std::vector<int64_t>>> ids;  // [worker][batch]
+  std::vector<std::vector<int64_t>> unique;            // [worker][batch]
+  int64_t distinct = 0;
+};
+
+HashBatches DrawHashBatches(const Options& options, int num_workers) {
+  HashBatches out;
+  const ZipfIds zipf(options.table_rows, options.zipf_s);
+  std::set<int64_t> all;
+  out.ids.resize(num_workers);
+  out.unique.resize(num_workers);
+  for (int w = 0; w < num_workers; ++w) {
+    std::mt19937_64 rng(2000 + w);
+    for (int b = 0; b < HashBatches::kHashBatches; ++b) {
+      std::vector<int64_t> ids;
+      for (int i = 0; i < options.rows; ++i) ids.push_back(zipf.Draw(rng));
+      const std::set<int64_t> unique(ids.begin(), ids.end());
+      all.insert(unique.begin(), unique.end());
+      out.unique[w].push_back(static_cast<int64_t>(unique.size()));
+      out.ids[w].push_back(std::move(ids));
+    }
+  }
+  out.distinct = static_cast<int64_t>(all.size());
+  return out;
+}
+
+// Each partition's capacity in hash_push_evict: the share
+// --hash_capacity_fraction of the distinct ids, over the partitions.
+int64_t HashCapacity(const Options& options, const HashBatches& batches, int num_ps) {
+  return std::max<int64_t>(
+      1, static_cast<int64_t>(options.hash_capacity_fraction * batches.distinct / num_ps));
+}
+
+// hash_push into the unbounded table and hash_push_evict into the bounded
+// one, the same batches, in alternate rounds (so load that comes and goes
+// falls on both alike). Both tables first take every batch once, untimed:
+// the unbounded one then holds every id (its pushes make no more rows), the
+// bounded one is full and evicts as it will go on doing. The evictions are
+// the ps's own count (Health.table_evictions) read around each round.
+std::vector<Result> RunHash(const Options& options, PsCluster& cluster,
+                            const proto::PlacementPlan& plan, std::vector<Worker>& workers,
+                            const HashBatches& batches) {
+  const int num_workers = static_cast<int>(workers.size());
+  const int dim = options.dim;
+  const int64_t capacity = HashCapacity(options, batches, cluster.size());
+  const client::Values grads = {std::vector<float>(static_cast<size_t>(options.rows) * dim, 1e-3f)};
+  std::vector<std::unique_ptr<client::PsClient>> clients(num_workers);
+  for (int w = 0; w < num_workers; ++w) {
+    absl::StatusOr<std::unique_ptr<client::PsClient>> client = client::PsClient::Create(
+        plan, {}, workers[w].transport, workers[w].index, workers[w].incarnation);
+    if (!client.ok()) {
+      Result r;
+      r.op = "hash_push";
+      r.error = std::string(client.status().message());
+      return {r};
+    }
+    clients[w] = *std::move(client);
+  }
+  struct Case {
+    Result result;
+    std::string table;
+    std::vector<Op> ops;
+  };
+  std::vector<Case> cases;
+  std::vector<std::vector<int>> next(2, std::vector<int>(num_workers, 0));
+  for (const std::string op : {"hash_push", "hash_push_evict"}) {
+    if (!options.Has(op)) continue;
+    Case c;
+    const bool evict = op == "hash_push_evict";
+    c.table = evict ? kHashTableEvict : kHashTable;
+    c.result.op = op;
+    c.result.rows = options.rows;
+    c.result.dim = dim;
+    c.result.table_rows = options.table_rows;
+    c.result.distinct_ids = batches.distinct;
+    c.result.capacity = evict ? capacity : 0;
+    c.result.eviction = evict ? options.hash_eviction : "";
+    for (int w = 0; w < num_workers; ++w) {
+      client::PsClient* client = clients[w].get();
+      Worker* me = &workers[w];
+      const std::vector<std::vector<int64_t>>* mine = &batches.ids[w];
+      const std::vector<int64_t>* unique = &batches.unique[w];
+      int* cursor = &next[evict ? 1 : 0][w];
+      const std::string table = c.table;
+      c.ops.push_back([=, &grads]() -> absl::StatusOr<double> {
+        const int b = (*cursor)++ % HashBatches::kHashBatches;
+        const client::PsClient::TableIds tables[] = {{table, (*mine)[b]}};
+        ++me->step;
+        PST_RETURN_IF_ERROR(client->PushRows(me->step, tables, grads));
+        return static_cast<double>((*unique)[b]) * (8.0 + 4.0 * dim);
+      });
+    }
+    cases.push_back(std::move(c));
+  }
+  // Every batch once into each table, untimed.
+  std::printf("  filling the hash tables (%lld distinct ids; bounded: %lld rows per partition, "
+              "%s) ...\n",
+              static_cast<long long>(batches.distinct), static_cast<long long>(capacity),
+              options.hash_eviction.c_str());
+  std::fflush(stdout);
+  for (Case& c : cases) {
+    for (int w = 0; w < num_workers && c.result.error.empty(); ++w) {
+      for (int b = 0; b < HashBatches::kHashBatches; ++b) {
+        absl::StatusOr<double> moved = c.ops[w]();
+        if (!moved.ok()) {
+          c.result.error = absl::StrCat("filling ", c.table, ": ", moved.status().message());
+          break;
+        }
+      }
+    }
+  }
+  const absl::Duration budget = options.case_budget / options.rounds;
+  const int min_iters = (options.min_iters + options.rounds - 1) / options.rounds;
+  std::vector<int64_t> all_ops(cases.size(), 0);  // timed operations and warm-ups
+  for (int round = 1; round <= options.rounds; ++round) {
+    for (size_t i = 0; i < cases.size(); ++i) {
+      Case& c = cases[i];
+      if (!c.result.error.empty()) continue;
+      std::printf("  round %d of %d: %s of %d rows x %d ...\n", round, options.rounds,
+                  c.result.op.c_str(), options.rows, dim);
+      std::fflush(stdout);
+      const absl::StatusOr<int64_t> before = cluster.TableEvictions();
+      const size_t timed_before = c.result.latencies_ms.size();
+      RunCase(cluster, c.ops, budget, min_iters, &c.result);
+      const absl::StatusOr<int64_t> after = cluster.TableEvictions();
+      if (!before.ok() || !after.ok()) {
+        if (c.result.error.empty()) {
+          c.result.error = std::string((before.ok() ? after : before).status().message());
+        }
+        continue;
+      }
+      c.result.evictions += *after - *before;
+      all_ops[i] += static_cast<int64_t>(c.result.latencies_ms.size() - timed_before) + num_workers;
+    }
+  }
+  std::vector<Result> results;
+  for (size_t i = 0; i < cases.size(); ++i) {
+    Result& r = cases[i].result;
+    FinishResult(&r);
+    if (r.error.empty() && r.seconds > 0) {
+      r.rows_per_s = static_cast<double>(r.ops) * options.rows / r.seconds;
+      r.unique_rows_per_s = r.bytes / (8.0 + 4.0 * dim) / r.seconds;
+      // Each round's warm-up operations evict too but are not timed: the
+      // rate is the evictions per operation times the timed operations per
+      // second.
+      if (all_ops[i] > 0) {
+        r.evictions_per_s = static_cast<double>(r.evictions) / all_ops[i] * r.ops / r.seconds;
+      }
+    }
+    results.push_back(r);
+  }
+  if (results.size() == 2 && results[0].error.empty() && results[1].error.empty() &&
+      results[0].rows_per_s > 0) {
+    results[1].ratio_to_unbounded = results[1].rows_per_s / results[0].rows_per_s;
+  }
+  return results;
+}
+
 }  // namespace
 
 absl::Status RunConfig(const Options& options, int num_ps, int num_workers,
@@ -242,13 +404,25 @@ absl::Status RunConfig(const Options& options, int num_ps, int num_workers,
   std::fflush(stdout);
   PST_ASSIGN_OR_RETURN(std::unique_ptr<PsCluster> cluster,
                        PsCluster::Start(options, num_ps, num_workers));
-  PST_ASSIGN_OR_RETURN(const proto::PlacementPlan plan, BuildPlan(options, num_ps));
+  PST_ASSIGN_OR_RETURN(proto::PlacementPlan plan, BuildPlan(options, num_ps));
   proto::OptimizerConfig sgd;
   sgd.set_name("sgd");
   sgd.set_learning_rate(1e-6f);
   const absl::Time create_start = absl::Now();
   if (options.ps_replicas == 2 && num_ps < 2) {
     return absl::InvalidArgumentError("--ps_replicas=2 needs --ps of 2 or more");
+  }
+  HashBatches hash_batches;
+  if (options.AnyHash()) {
+    hash_batches = DrawHashBatches(options, num_workers);
+    if (options.Has("hash_push")) {
+      PST_RETURN_IF_ERROR(AddHashTable(kHashTable, options.dim, 0, "", &plan));
+    }
+    if (options.Has("hash_push_evict")) {
+      PST_RETURN_IF_ERROR(AddHashTable(kHashTableEvict, options.dim,
+                                       HashCapacity(options, hash_batches, num_ps),
+                                       options.hash_eviction, &plan));
+    }
   }
   PST_RETURN_IF_ERROR(cluster->CreateVariables(plan, sgd, num_workers, options.ps_replicas));
   std::printf("  created %.1f MB of variables on %d ps in %.1f s (ps rss %.0f MB)\n",
@@ -273,6 +447,13 @@ absl::Status RunConfig(const Options& options, int num_ps, int num_workers,
   }
   if (options.AnySparse()) {
     for (Result& r : RunSparse(options, *cluster, plan, workers)) {
+      r.ps = num_ps;
+      r.workers = num_workers;
+      results->push_back(std::move(r));
+    }
+  }
+  if (options.AnyHash()) {
+    for (Result& r : RunHash(options, *cluster, plan, workers, hash_batches)) {
       r.ps = num_ps;
       r.workers = num_workers;
       results->push_back(std::move(r));

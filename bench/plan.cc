@@ -74,6 +74,26 @@ absl::StatusOr<proto::PlacementPlan> BuildPlan(const Options& options, int num_p
   return plan;
 }
 
+absl::Status AddHashTable(const std::string& name, int dim, int64_t capacity,
+                          const std::string& eviction, proto::PlacementPlan* plan) {
+  proto::VariableSpec table;
+  table.set_name(name);
+  table.set_dtype(proto::DT_FLOAT32);
+  table.add_shape(0);
+  table.add_shape(dim);
+  table.mutable_initializer()->set_kind(proto::Initializer::ZEROS);
+  table.set_capacity(capacity);
+  table.set_eviction(eviction);
+  PST_ASSIGN_OR_RETURN(std::vector<proto::VariableSpec> split,
+                       common::SplitVariable(table, plan->num_ps(), proto::HASH));
+  for (size_t p = 0; p < split.size(); ++p) {
+    proto::PlacementPlan::Entry* entry = plan->add_variables();
+    *entry->mutable_spec() = split[p];
+    entry->set_ps_index(static_cast<int>(p) % plan->num_ps());
+  }
+  return absl::OkStatus();
+}
+
 int64_t PlanBytes(const proto::PlacementPlan& plan) {
   int64_t bytes = 0;
   for (const auto& entry : plan.variables()) {

@@ -15,6 +15,10 @@ namespace pst::bench {
 // The embedding table of the sparse cases.
 inline constexpr char kTable[] = "bench_table";
 
+// The hash embeddings of the hash cases: unbounded, and bounded.
+inline constexpr char kHashTable[] = "bench_hash";
+inline constexpr char kHashTableEvict[] = "bench_hash_evict";
+
 // The dense variable of `size` floats.
 std::string DenseName(int64_t size);
 
@@ -22,6 +26,13 @@ std::string DenseName(int64_t size);
 // runs) of `options`, placed on `num_ps` ps.
 // Errors: those of common::SplitDense, SplitVariable and the placement.
 absl::StatusOr<proto::PlacementPlan> BuildPlan(const Options& options, int num_ps);
+
+// Adds a hash embedding `name` of `dim` floats per row to `plan`, in one
+// partition per ps (partition p on ps p, as the chief places one), each
+// holding at most `capacity` rows under `eviction` (0 and "": unbounded).
+// Errors: those of common::SplitVariable.
+absl::Status AddHashTable(const std::string& name, int dim, int64_t capacity,
+                          const std::string& eviction, proto::PlacementPlan* plan);
 
 // Bytes of all of `plan`'s variables (float32).
 int64_t PlanBytes(const proto::PlacementPlan& plan);

@@ -99,12 +99,14 @@ absl::StatusOr<Options> ParseOptions(const OptionFlags& flags) {
   o.rpc_timeout = absl::Seconds(flags.rpc_timeout_s);
   o.verbose = flags.verbose;
   o.bdp_probe = flags.bdp_probe;
-  const std::set<std::string> known = {"push", "pull", "pushpull", "sparse_pull", "sparse_push"};
+  const std::set<std::string> known = {"push",        "pull",      "pushpull",       "sparse_pull",
+                                       "sparse_push", "hash_push", "hash_push_evict"};
   for (absl::string_view c : absl::StrSplit(flags.cases, ',', absl::SkipWhitespace())) {
     if (known.count(std::string(c)) == 0) {
       return absl::InvalidArgumentError(
           absl::StrCat("--cases: unknown case '", c,
-                       "' (known: push, pull, pushpull, sparse_pull, sparse_push)"));
+                       "' (known: push, pull, pushpull, sparse_pull, sparse_push, hash_push, "
+                       "hash_push_evict)"));
     }
     o.cases.insert(std::string(c));
   }
@@ -117,7 +119,13 @@ absl::StatusOr<Options> ParseOptions(const OptionFlags& flags) {
           absl::StrCat("--sizes: ", s, " floats cannot be split over ", max_ps, " ps"));
     }
   }
-  if (o.AnySparse()) {
+  o.hash_capacity_fraction = flags.hash_capacity_fraction;
+  o.hash_eviction = flags.hash_eviction;
+  if (o.Has("hash_push_evict") &&
+      !(o.hash_capacity_fraction > 0 && o.hash_capacity_fraction < 1)) {
+    return absl::InvalidArgumentError("--hash_capacity_fraction must be in (0, 1)");
+  }
+  if (o.AnySparse() || o.AnyHash()) {
     if (o.rows < 1 || o.dim < 1 || o.table_rows < max_ps) {
       return absl::InvalidArgumentError(
           "--rows and --dim must be >= 1 and --table_rows at least the number of ps");

@@ -43,6 +43,8 @@ struct OptionFlags {
   std::string scaling_size;
   std::string scaling_link_rate;
   bool verbose = false;
+  double hash_capacity_fraction = 0;
+  std::string hash_eviction;
 };
 
 // The settings of a run, as ParseOptions made and checked them.
@@ -71,10 +73,15 @@ struct Options {
   int64_t scaling_size = 0;
   std::string scaling_link_rate;
   bool verbose = false;
+  // hash_push_evict: each partition's capacity as a share of the distinct
+  // ids the workers' batches touch (over the partitions), and its policy.
+  double hash_capacity_fraction = 0.25;
+  std::string hash_eviction = "lru";
 
   bool Has(const std::string& c) const { return cases.count(c) > 0; }
   bool AnyDense() const { return Has("push") || Has("pull") || Has("pushpull"); }
   bool AnySparse() const { return Has("sparse_pull") || Has("sparse_push"); }
+  bool AnyHash() const { return Has("hash_push") || Has("hash_push_evict"); }
   // The clients' gRPC settings: plaintext (the ps run without TLS) and the
   // BDP probe as bdp_probe says.
   rpc::RpcSettings Rpc() const {

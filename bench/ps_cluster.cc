@@ -179,6 +179,24 @@ absl::StatusOr<std::unique_ptr<PsCluster>> PsCluster::Start(const Options& optio
 
 PsCluster::~PsCluster() { Stop(); }
 
+absl::StatusOr<int64_t> PsCluster::TableEvictions() const {
+  int64_t total = 0;
+  for (const auto& p : ps_) {
+    auto stub = proto::ParameterServer::NewStub(rpc::MakeChannel(p->address, rpc::RpcSettings()));
+    grpc::ClientContext context;
+    rpc::SetDeadline(&context, absl::Seconds(30), /*wait_for_ready=*/false);
+    proto::HealthRequest request;
+    proto::HealthResponse response;
+    grpc::Status status = stub->Health(&context, request, &response);
+    if (!status.ok()) {
+      return absl::UnavailableError(
+          absl::StrCat("Health of ps at ", p->address, ": ", status.error_message()));
+    }
+    total += response.table_evictions();
+  }
+  return total;
+}
+
 std::vector<std::string> PsCluster::addresses() const {
   std::vector<std::string> out;
   for (const auto& p : ps_) out.push_back(p->address);

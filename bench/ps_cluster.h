@@ -51,6 +51,10 @@ class PsCluster {
   // The sum over the ps of a /proc/<pid>/status field ("VmRSS", "VmHWM").
   int64_t MemoryBytes(const std::string& field) const;
 
+  // The rows the tables' policies evicted so far, summed over the ps (their
+  // Health's table_evictions). Errors: that of a Health call.
+  absl::StatusOr<int64_t> TableEvictions() const;
+
   // Creates `plan`'s variables, each on its ps, with `optimizer`; with
   // `replicas` 2, each ps's shard backed up on the next ps.
   absl::Status CreateVariables(const proto::PlacementPlan& plan,

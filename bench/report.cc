@@ -62,6 +62,23 @@ void PrintTable(const std::vector<Result>& results, const References& refs,
       "included), distinct rows in parentheses. ps cpu s/GB: CPU seconds of all ps processes "
       "per GB moved; client: this process's.\n",
       refs.tcp_gbps);
+  for (const Result& r : results) {
+    if (!r.error.empty() || r.op.rfind("hash_push", 0) != 0) continue;
+    if (r.capacity == 0) {
+      std::printf("%s (%d ps, %d w): unbounded table, %lld distinct ids; %s rows/s\n",
+                  r.op.c_str(), r.ps, r.workers, static_cast<long long>(r.distinct_ids),
+                  Rate(r.rows_per_s).c_str());
+      continue;
+    }
+    std::printf(
+        "%s (%d ps, %d w): %lld rows per partition (%s), %.0f%% of the %lld distinct ids; %s "
+        "rows/s = %.3fx the unbounded table's (alternate rounds); %lld evictions, %s per "
+        "second\n",
+        r.op.c_str(), r.ps, r.workers, static_cast<long long>(r.capacity), r.eviction.c_str(),
+        r.distinct_ids > 0 ? 100.0 * r.capacity * r.ps / r.distinct_ids : 0.0,
+        static_cast<long long>(r.distinct_ids), Rate(r.rows_per_s).c_str(), r.ratio_to_unbounded,
+        static_cast<long long>(r.evictions), Rate(r.evictions_per_s).c_str());
+  }
   if (!options.link_rate.empty()) {
     std::printf(
         "Each ps sat behind a link shaped to %s each way (its own network namespace): compare "
@@ -128,6 +145,16 @@ nlohmann::json ToJson(const std::vector<Result>& results, const References& refs
     if (r.rows > 0) {
       e["rows_per_s"] = r.rows_per_s;
       e["unique_rows_per_s"] = r.unique_rows_per_s;
+    }
+    if (r.op.rfind("hash_push", 0) == 0) {
+      e["distinct_ids"] = r.distinct_ids;
+      e["capacity_per_partition"] = r.capacity;
+      if (r.capacity > 0) {
+        e["eviction"] = r.eviction;
+        e["evictions"] = r.evictions;
+        e["evictions_per_s"] = r.evictions_per_s;
+        e["ratio_to_unbounded"] = r.ratio_to_unbounded;
+      }
     }
     e["p50_ms"] = r.p50_ms;
     e["p99_ms"] = r.p99_ms;

@@ -32,7 +32,8 @@ ABSL_FLAG(int, rounds, 3,
 ABSL_FLAG(double, reference_seconds, 2.5,
           "Time budget of each TCP reference (shared by its 5 runs) and of memcpy.");
 ABSL_FLAG(std::string, cases, "push,pull,pushpull,sparse_pull,sparse_push",
-          "Cases to run, a comma list of push, pull, pushpull, sparse_pull, sparse_push.");
+          "Cases to run, a comma list of push, pull, pushpull, sparse_pull, sparse_push, "
+          "hash_push, hash_push_evict (the hash cases run in alternate rounds).");
 ABSL_FLAG(std::string, json, "", "Also write the results to this JSON file.");
 ABSL_FLAG(std::string, ps_server, "",
           "Path of the ps_server binary (default: the one next to ps_bench).");
@@ -61,6 +62,12 @@ ABSL_FLAG(std::string, scaling_size, "16M", "Floats per PushPull in the scaling 
 ABSL_FLAG(std::string, scaling_link_rate, "2gbit",
           "Rate of each ps's link in the shaped scaling comparison (tc syntax).");
 ABSL_FLAG(bool, verbose, false, "Echo the ps processes' log lines.");
+ABSL_FLAG(double, hash_capacity_fraction, 0.25,
+          "hash_push_evict: the table's capacity as a share of the distinct ids the workers' "
+          "batches touch (split evenly over its partitions, one per ps).");
+ABSL_FLAG(std::string, hash_eviction, "lru",
+          "hash_push_evict: the table's eviction policy (lru, lfu, lfu:<half-life>, "
+          "ttl:<versions>).");
 
 namespace {
 
@@ -89,6 +96,8 @@ pst::bench::OptionFlags ReadFlags() {
   flags.scaling_size = absl::GetFlag(FLAGS_scaling_size);
   flags.scaling_link_rate = absl::GetFlag(FLAGS_scaling_link_rate);
   flags.verbose = absl::GetFlag(FLAGS_verbose);
+  flags.hash_capacity_fraction = absl::GetFlag(FLAGS_hash_capacity_fraction);
+  flags.hash_eviction = absl::GetFlag(FLAGS_hash_eviction);
   return flags;
 }
 
