@@ -77,6 +77,9 @@ ABSL_FLAG(int32_t, max_restarts, 3, "local: with --restart_failed, restarts allo
 ABSL_FLAG(std::string, out, "", "generate_criteo, generate_libsvm: the file to write.");
 ABSL_FLAG(int64_t, rows, 200000, "generate_criteo, generate_libsvm: rows to write.");
 ABSL_FLAG(int64_t, vocab, 10000, "generate_criteo: raw values per categorical field.");
+ABSL_FLAG(double, churn, 0,
+          "generate_criteo: id churn; each field retires churn * vocab values over the file "
+          "for new ones (0: a fixed vocabulary; data/criteo.h SyntheticCriteoConfig.churn).");
 ABSL_FLAG(int64_t, features, 1000,
           "generate_libsvm: distinct feature ids (spread over the 64-bit id space).");
 ABSL_FLAG(std::string, format, "safetensors", "checkpoint export: the file format (safetensors).");
@@ -141,9 +144,9 @@ const Subcommand kSubcommands[] = {
      {"ps", "model", "data", "data_dir", "epochs", "batch_size", "summary_json"},
      "the other model flags (docs/flags.md; 'pstrain --helpfull')"},
     {"generate_criteo",
-     "  pstrain generate_criteo --out=PATH [--rows=N] [--vocab=V] [--seed=S]\n"
+     "  pstrain generate_criteo --out=PATH [--rows=N] [--vocab=V] [--seed=S] [--churn=F]\n"
      "      Writes synthetic Criteo-format data and prints its best achievable AUC.\n",
-     {"out", "rows", "vocab", "seed"}, nullptr},
+     {"out", "rows", "vocab", "seed", "churn"}, nullptr},
     {"generate_libsvm",
      "  pstrain generate_libsvm --out=PATH [--rows=N] [--features=F] [--seed=S]\n"
      "      Writes synthetic libsvm data from a hidden sparse logistic model and prints its\n"
@@ -406,6 +409,7 @@ int GenerateCriteo() {
   config.rows = absl::GetFlag(FLAGS_rows);
   config.vocab_per_field = absl::GetFlag(FLAGS_vocab);
   config.seed = absl::GetFlag(FLAGS_seed);
+  config.churn = absl::GetFlag(FLAGS_churn);
   if (config.rows < 1 || config.vocab_per_field < 1) {
     return Fail("generate_criteo", absl::InvalidArgumentError("--rows and --vocab must be >= 1"));
   }
@@ -416,6 +420,7 @@ int GenerateCriteo() {
                       {"rows", stats->rows},
                       {"positive_rate", stats->positive_rate},
                       {"best_auc", stats->best_auc}};
+  if (config.churn > 0) j["distinct_values"] = stats->distinct_values;
   std::printf("%s\n", j.dump(2).c_str());
   return 0;
 }

@@ -92,6 +92,10 @@ absl::Status CheckSyntheticConfig(const SyntheticCriteoConfig& config) {
     return absl::InvalidArgumentError(
         absl::StrCat("weight_scale must be finite and >= 0, got ", config.weight_scale));
   }
+  if (!std::isfinite(config.churn) || config.churn < 0 || config.churn > 1000) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("churn must be in [0, 1000], got ", config.churn));
+  }
   if (!std::isfinite(config.bias)) {
     return absl::InvalidArgumentError(absl::StrCat("bias must be finite, got ", config.bias));
   }
@@ -104,6 +108,7 @@ struct HiddenModel {
   std::vector<double> zipf_cdf;          // [vocab], last entry 1
   std::vector<uint32_t> values;          // [fields, vocab]: raw value of each rank
   std::vector<double> weights;           // [fields, vocab]
+  std::vector<double> weight_means;      // [fields]: what centering took off each weight
   std::vector<double> empty_weights;     // [fields]: weight of the empty value
   std::vector<double> dense_log_mean;    // [13]: log-normal location
   std::vector<double> dense_log_stddev;  // [13]: log-normal scale
@@ -151,6 +156,7 @@ HiddenModel MakeHiddenModel(const SyntheticCriteoConfig& config) {
       previous = model.zipf_cdf[k];
     }
     for (int64_t k = 0; k < vocab; ++k) model.weights[f * vocab + k] -= mean;
+    model.weight_means.push_back(mean);
     model.empty_weights[f] -= mean;
   }
 
@@ -292,12 +298,65 @@ void SplitHeldOut(CtrDataset* data, double fraction, CtrDataset* held_out) {
   data->labels.resize(keep);
 }
 
+// SyntheticCriteoConfig.churn: retires values of `model` as the rows go.
+// Draws from its own stream, so that without churn the rows are what they
+// were before churn existed.
+class ValueChurn {
+ public:
+  ValueChurn(const SyntheticCriteoConfig& config, HiddenModel* model)
+      : model_(model),
+        rng_(Mix64(config.seed ^ 0x5eed0003u)),
+        seed_(config.seed),
+        weight_scale_(config.weight_scale),
+        rows_(config.rows),
+        total_(static_cast<int64_t>(std::llround(config.churn * model->vocab))),
+        seen_(kCriteoFields) {
+    if (total_ == 0) return;
+    for (int f = 0; f < kCriteoFields; ++f) {
+      seen_[f].insert(&model->values[f * model->vocab], &model->values[(f + 1) * model->vocab]);
+    }
+  }
+
+  // Replaces, in each field, the values due by row `r` (of rows_).
+  void Advance(int64_t r) {
+    if (total_ == 0 || rows_ == 0) return;
+    const int64_t due = static_cast<int64_t>(static_cast<__int128>(total_) * r / rows_);
+    const int64_t vocab = model_->vocab;
+    for (; done_ < due; ++done_) {
+      for (int f = 0; f < kCriteoFields; ++f) {
+        const int64_t rank = std::uniform_int_distribution<int64_t>(0, vocab - 1)(rng_);
+        uint32_t value = 0;
+        for (int attempt = 0;; ++attempt) {
+          value = static_cast<uint32_t>(
+              FeatureHash(f, absl::StrCat(seed_, ":churn:", done_, "#", attempt)));
+          if (seen_[f].insert(value).second) break;
+        }
+        model_->values[f * vocab + rank] = value;
+        model_->weights[f * vocab + rank] =
+            weight_scale_ * Normal(&rng_) - model_->weight_means[f];
+      }
+    }
+  }
+
+ private:
+  HiddenModel* model_;
+  std::mt19937_64 rng_;
+  const uint64_t seed_;
+  const double weight_scale_;
+  const int64_t rows_;
+  const int64_t total_;  // replacements per field over the file
+  int64_t done_ = 0;
+  std::vector<absl::flat_hash_set<uint32_t>> seen_;  // [fields]: every value so far
+};
+
 absl::StatusOr<SyntheticCriteoStats> WriteSyntheticCriteo(const std::string& path,
                                                           const SyntheticCriteoConfig& config) {
   const absl::Status valid = CheckSyntheticConfig(config);
   if (!valid.ok()) return valid;
-  const HiddenModel model = MakeHiddenModel(config);
+  HiddenModel model = MakeHiddenModel(config);
   const int64_t vocab = model.vocab;
+  ValueChurn churn(config, &model);
+  absl::flat_hash_set<uint64_t> written;  // (field << 32) | value
 
   errno = 0;
   FilePtr file(std::fopen(path.c_str(), "wb"));
@@ -317,6 +376,7 @@ absl::StatusOr<SyntheticCriteoStats> WriteSyntheticCriteo(const std::string& pat
   std::string features;
   std::string line;
   for (int64_t r = 0; r < config.rows; ++r) {
+    churn.Advance(r);
     features.clear();
     double logit = config.bias;
     for (int j = 0; j < kCriteoDense; ++j) {
@@ -337,7 +397,9 @@ absl::StatusOr<SyntheticCriteoStats> WriteSyntheticCriteo(const std::string& pat
         logit += model.empty_weights[f];
       } else {
         const int64_t rank = DrawRank(model.zipf_cdf, &rng);
-        absl::StrAppend(&features, absl::Hex(model.values[f * vocab + rank], absl::kZeroPad8));
+        const uint32_t value = model.values[f * vocab + rank];
+        written.insert(static_cast<uint64_t>(f) << 32 | value);
+        absl::StrAppend(&features, absl::Hex(value, absl::kZeroPad8));
         logit += model.weights[f * vocab + rank];
       }
       features.push_back(f + 1 < kCriteoFields ? '\t' : '\n');
@@ -367,6 +429,7 @@ absl::StatusOr<SyntheticCriteoStats> WriteSyntheticCriteo(const std::string& pat
   stats.positive_rate =
       config.rows > 0 ? static_cast<double>(positives) / static_cast<double>(config.rows) : 0.0;
   stats.best_auc = common::Auc(probs, labels);
+  stats.distinct_values = static_cast<int64_t>(written.size());
   return stats;
 }
 

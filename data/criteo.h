@@ -94,6 +94,14 @@ struct SyntheticCriteoConfig {
   double weight_scale = 0.25;
   double bias = -1.0;  // about 35% positives; best AUC about 0.8, as on real Criteo data
   uint64_t seed = 1;
+  // Id churn (0: none, the file a fixed vocabulary draws). With F > 0 each
+  // field retires F * vocab_per_field values over the file, evenly spread
+  // over the rows: before a row, the values due are replaced, each at a
+  // rank drawn uniformly, by a new value with a new hidden weight (drawn as
+  // the first ones were). At any row a field has vocab_per_field values, as
+  // without churn, but over the file up to (1 + F) times as many appear.
+  // Labels still come from the hidden model of the row's moment.
+  double churn = 0;
 };
 
 struct SyntheticCriteoStats {
@@ -102,6 +110,8 @@ struct SyntheticCriteoStats {
   // AUC of the true probabilities against the drawn labels: the best any
   // model can do on this data (up to sampling noise).
   double best_auc = 0;
+  // Distinct non-empty categorical (field, value) pairs written.
+  int64_t distinct_values = 0;
 };
 
 // Writes the file. Errors: Internal naming the path when it cannot be written.

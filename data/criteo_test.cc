@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -290,6 +291,66 @@ TEST(CriteoTest, Synthetic_DeterministicGivenSeed) {
   EXPECT_NE(bytes_a, ReadFile(c));
   EXPECT_EQ(stats_a->best_auc, stats_b->best_auc);
   EXPECT_EQ(stats_a->positive_rate, stats_b->positive_rate);
+}
+
+TEST(CriteoTest, SyntheticChurn_Zero_KeepsTheFixedVocabularyFile) {
+  // An explicit churn of 0 writes what a config that never names it writes.
+  SyntheticCriteoConfig config = SmallConfig(5);
+  config.rows = 3000;
+  const TempFile a_file("churn0_a.txt");
+  const TempFile b_file("churn0_b.txt");
+  ASSERT_TRUE(WriteSyntheticCriteo(a_file.path(), config).ok());
+  config.churn = 0.0;
+  absl::StatusOr<SyntheticCriteoStats> stats = WriteSyntheticCriteo(b_file.path(), config);
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  EXPECT_EQ(ReadFile(a_file.path()), ReadFile(b_file.path()));
+  EXPECT_LE(stats->distinct_values, kCriteoFields * config.vocab_per_field);
+}
+
+TEST(CriteoTest, SyntheticChurn_Nine_ManyMoreValuesOverTheFileThanAtAnyMoment) {
+  SyntheticCriteoConfig config;
+  config.rows = 40000;
+  config.vocab_per_field = 200;
+  config.seed = 3;
+  config.churn = 9;
+  const TempFile path_file("churn9.txt");
+  absl::StatusOr<SyntheticCriteoStats> stats = WriteSyntheticCriteo(path_file.path(), config);
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  // Labels still follow a hidden model that values predict.
+  EXPECT_GT(stats->positive_rate, 0.15);
+  EXPECT_LT(stats->positive_rate, 0.5);
+  EXPECT_GT(stats->best_auc, 0.6);
+
+  absl::StatusOr<CtrDataset> data = ReadCriteo(path_file.path(), CtrFeatureConfig{0});
+  ASSERT_TRUE(data.ok()) << data.status();
+  // Field 0 over the whole file against field 0 within one tenth of it.
+  absl::flat_hash_set<int64_t> all;
+  size_t window_max = 0;
+  const int64_t window = config.rows / 10;
+  for (int64_t start = 0; start < data->size; start += window) {
+    absl::flat_hash_set<int64_t> in_window;
+    for (int64_t r = start; r < std::min(data->size, start + window); ++r) {
+      in_window.insert(data->ids[r * kCriteoFields]);
+      all.insert(data->ids[r * kCriteoFields]);
+    }
+    window_max = std::max(window_max, in_window.size());
+  }
+  EXPECT_GT(all.size(), 6 * static_cast<size_t>(config.vocab_per_field));
+  EXPECT_GT(all.size(), 3 * window_max);
+  EXPECT_GT(stats->distinct_values, 6 * kCriteoFields * config.vocab_per_field);
+
+  // The same seed and churn write the same file.
+  const TempFile again_file("churn9_again.txt");
+  ASSERT_TRUE(WriteSyntheticCriteo(again_file.path(), config).ok());
+  EXPECT_EQ(ReadFile(path_file.path()), ReadFile(again_file.path()));
+}
+
+TEST(CriteoTest, SyntheticChurn_Negative_IsInvalidArgument) {
+  SyntheticCriteoConfig config = SmallConfig(1);
+  config.churn = -1;
+  const TempFile path_file("churn_bad.txt");
+  EXPECT_EQ(WriteSyntheticCriteo(path_file.path(), config).status().code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 TEST(CriteoTest, Synthetic_StatsAndPowerLaw) {
