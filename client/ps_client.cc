@@ -5,6 +5,7 @@
 #include <deque>
 #include <limits>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/blocking_counter.h"
 #include "common/partition.h"
@@ -611,6 +612,27 @@ absl::Status PsClient::PushRows(int64_t step, std::span<const TableIds> tables,
       const int64_t count = requests[ps].rows(entry_of[p]).ids_size();
       common::PackFloats(payload[ps][entry_of[p]], ToShape({count, int64_t{dim}}),
                          requests[ps].mutable_gradients(entry_of[p]));
+    }
+  }
+  if (sync_) {
+    // Every partition of every table hears of this push, with no ids where
+    // it has none (see PushRows), in name order.
+    std::vector<const Table*> all;
+    for (const auto& [name, table] : tables_) all.push_back(&table);
+    std::sort(all.begin(), all.end(),
+              [](const Table* a, const Table* b) { return a->name < b->name; });
+    std::vector<absl::flat_hash_set<std::string>> listed(n);
+    for (int ps = 0; ps < n; ++ps) {
+      for (const proto::RowIds& ids : requests[ps].rows()) listed[ps].insert(ids.name());
+    }
+    for (const Table* table : all) {
+      for (size_t p = 0; p < table->partition_names.size(); ++p) {
+        const int ps = table->partition_ps[p];
+        if (!listed[ps].insert(table->partition_names[p]).second) continue;
+        requests[ps].add_rows()->set_name(table->partition_names[p]);
+        common::PackFloats(std::vector<float>(), ToShape({0, int64_t{table->dim}}),
+                           requests[ps].add_gradients());
+      }
     }
   }
   std::vector<int> targets;

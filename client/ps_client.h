@@ -111,7 +111,11 @@ class PsClient {
   // floats (InvalidArgument naming the table otherwise).
   absl::Status PullRows(std::span<const TableIds> tables, const ValueSpans& out);
 
-  // Adds gradient rows: grads[k] is [tables[k].ids.size(), dim].
+  // Adds gradient rows: grads[k] is [tables[k].ids.size(), dim]. `step` as
+  // PushPull's (SYNC: the version the gradients were computed from). In
+  // SYNC (set_sync) the push lists every partition of every table in the
+  // plan, with no ids where it has none: each partition sums a step's
+  // pushes and divides by their number, so every push must reach it.
   // Errors: as PullRows, and InvalidArgument for a gradient of the wrong size.
   absl::Status PushRows(int64_t step, std::span<const TableIds> tables, const Values& grads);
   absl::Status PushRows(int64_t step, std::span<const TableIds> tables,
@@ -128,6 +132,8 @@ class PsClient {
   // The restore generation pushes are tagged with (see PushRequest): the
   // ps refuse pushes of another generation. Starts at 0.
   void set_generation(int64_t generation) { generation_ = generation; }
+  // The job trains in SYNC mode (see PushRows). Default false.
+  void set_sync(bool sync) { sync_ = sync; }
 
   // Requests a step's dense push makes (over every ps).
   int num_dense_requests() const { return static_cast<int>(requests_.size()); }
@@ -212,6 +218,7 @@ class PsClient {
   const int worker_index_;
   const uint64_t incarnation_;
   int64_t generation_ = 0;
+  bool sync_ = false;
 };
 
 }  // namespace pst::client

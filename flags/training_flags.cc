@@ -162,14 +162,6 @@ absl::StatusOr<proto::TrainingConfig> TrainingConfigFromFlags() {
     return absl::InvalidArgumentError(
         absl::StrCat("--model=", config.model(), ": ", variables.status().message()));
   }
-  if (sync->mode() == proto::SYNC) {
-    for (const models::ModelVariable& v : *variables) {
-      if (!v.table) continue;
-      return absl::InvalidArgumentError(
-          absl::StrCat("--mode=sync aggregates dense variables only; ", config.model(),
-                       "'s embedding tables need --mode=async or --mode=ssp"));
-    }
-  }
   return config;
 }
 

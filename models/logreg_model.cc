@@ -148,6 +148,7 @@ class Logreg : public Model {
     StepTimes& times = control.times != nullptr ? *control.times : unused_times;
     client::Values params, grads(1, std::vector<float>(1)), row_grads(1);
     PST_ASSIGN_OR_RETURN(int64_t global_step, ps->Pull(&params));
+    const bool sync = training.sync().mode() == proto::SYNC;
     SparseBatch batch;
     std::vector<float> probs;
     std::vector<int64_t> order;
@@ -179,9 +180,13 @@ class Logreg : public Model {
           if (control.step_delay > absl::ZeroDuration()) absl::SleepFor(control.step_delay);
           times.compute += absl::Now() - start;
           start = absl::Now();
-          PST_RETURN_IF_ERROR(ps->PushRows(position, tables, row_grads));
+          // SYNC tags a step's pushes with the version they were computed from
+          // (rows first: once the dense step is applied, so are its rows); the
+          // other modes with the data position.
+          const int64_t tag = sync ? global_step : position;
+          PST_RETURN_IF_ERROR(ps->PushRows(tag, tables, row_grads));
           PST_ASSIGN_OR_RETURN(global_step,
-                               ps->PushPull(position, global_step, grads, &params, position));
+                               ps->PushPull(tag, global_step, grads, &params, position));
           const absl::Duration took = absl::Now() - start + pulled;
           times.communication += took;
           times.waited += took;

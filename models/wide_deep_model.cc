@@ -150,6 +150,7 @@ absl::StatusOr<int64_t> TrainWideDeep(const proto::TrainingConfig& training,
   }
   client::Values params, grads, row_grads(2);
   PST_ASSIGN_OR_RETURN(int64_t global_step, ps->Pull(&params));
+  const bool sync = training.sync().mode() == proto::SYNC;
   CtrBatchData batch;
   std::vector<int64_t> order;
   PST_RETURN_IF_ERROR(ForEachBatch(
@@ -165,9 +166,13 @@ absl::StatusOr<int64_t> TrainWideDeep(const proto::TrainingConfig& training,
                                        : mirrored->LossAndGradients(params, batch.View(n), &grads,
                                                                     &row_grads[0], &row_grads[1]));
         if (control.step_delay > absl::ZeroDuration()) absl::SleepFor(control.step_delay);
-        PST_RETURN_IF_ERROR(ps->PushRows(position, tables, row_grads));
+        // SYNC tags a step's pushes with the version they were computed from
+        // (rows first: once the dense step is applied, so are its rows); the
+        // other modes with the data position.
+        const int64_t tag = sync ? global_step : position;
+        PST_RETURN_IF_ERROR(ps->PushRows(tag, tables, row_grads));
         PST_ASSIGN_OR_RETURN(global_step,
-                             ps->PushPull(position, global_step, grads, &params, position));
+                             ps->PushPull(tag, global_step, grads, &params, position));
         control.on_step(n, loss, epoch, global_step, position + 1);
         return true;
       }));

@@ -5,11 +5,13 @@
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <set>
 
 #include "absl/strings/str_cat.h"
 #include "client/shard_routes.h"
 #include "common/checkpoint_format.h"
 #include "common/status_macros.h"
+#include "data/libsvm.h"
 #include "data/mnist_reader.h"
 #include "device/device_mapping.h"
 #include "models/mlp.h"
@@ -39,6 +41,25 @@ void WriteIdx(const std::string& dir, const std::string& prefix, int n, uint32_t
   be32(labels, 0x801);
   be32(labels, n);
   for (int i = 0; i < n; ++i) labels.put(static_cast<char>(rng() % 10));
+}
+
+// Writes `n` libsvm examples of 3 features among 24 raw ids; returns the
+// table ids they map to (hash table), sorted.
+std::vector<int64_t> WriteLibsvm(const std::string& path, int n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::ofstream out(path);
+  std::set<int64_t> ids;
+  for (int i = 0; i < n; ++i) {
+    out << rng() % 2;
+    std::set<uint64_t> raw;
+    while (raw.size() < 3) raw.insert(1 + rng() % 24);
+    for (uint64_t r : raw) {
+      out << " " << r << ":" << (1 + rng() % 4) * 0.25;
+      ids.insert(data::LibsvmFeatureId(r, /*buckets=*/0));
+    }
+    out << "\n";
+  }
+  return {ids.begin(), ids.end()};
 }
 
 // A worker's PsTransport: the in-process one, through the gate.
@@ -78,6 +99,7 @@ class GatedTransport final : public common::PsTransport {
   }
   void PushRows(int ps, const proto::PushRowsRequest* request, proto::PushRowsResponse* response,
                 Done done) override {
+    if (absl::Status passed = gate_->PassRows(ps, *request); !passed.ok()) return done(passed);
     inner_->PushRows(ps, request, response, std::move(done));
   }
   std::string Describe(int ps) const override { return inner_->Describe(ps); }
@@ -184,6 +206,23 @@ int64_t Gate::FirstPositionOf(int worker, uint64_t incarnation) const {
   return it == first_of_incarnation_.end() ? -1 : it->second;
 }
 
+absl::Status Gate::PassRows(int ps, const proto::PushRowsRequest& push) {
+  (void)ps;
+  const int w = push.worker_index();
+  absl::MutexLock lock(&mu_);
+  // SYNC tags a row push with its step, which is the worker's data position
+  // in these lockstep jobs.
+  auto open = [&]()
+                  ABSL_SHARED_LOCKS_REQUIRED(mu_) { return cut_[w] || push.step() < hold_[w]; };
+  if (!open()) {
+    held_[w] = push.step();
+    mu_.Await(absl::Condition(&open));
+    held_[w] = -1;
+  }
+  if (cut_[w]) return absl::UnavailableError("this worker is cut off (in-process test)");
+  return absl::OkStatus();
+}
+
 absl::Status Gate::Pass(int ps, const proto::PushRequest& push) {
   (void)ps;
   const int w = push.worker_index();
@@ -273,8 +312,18 @@ InProcessCluster::InProcessCluster(Config config) : config_(config), gate_(confi
   }
   options_.tf.cluster.chief.push_back("chief.in-process:1");
   proto::TrainingConfig& training = options_.training;
-  training.set_model("mlp");
-  training.add_hidden_units(8);
+  if (config.model == "logreg") {
+    // A hash table (--buckets=0) and a bias, on libsvm lines of a few
+    // features each, every example a training one.
+    training.set_model("logreg");
+    training.set_buckets(0);
+    training.set_eval_fraction(0);
+    training.set_data(data_dir_ + "/train.svm");
+    table_ids_ = WriteLibsvm(training.data(), config.train_examples, 7);
+  } else {
+    training.set_model("mlp");
+    training.add_hidden_units(8);
+  }
   training.set_batch_size(config.batch_size);
   training.set_epochs(config.epochs);
   training.set_seed(11);
@@ -505,6 +554,18 @@ absl::StatusOr<chief::EvalResult> InProcessCluster::Evaluate(const proto::Cluste
   chief::EvalResult result;
   client::Values params;
   PST_ASSIGN_OR_RETURN(result.global_step, client->Pull(&params));
+  if (config_.model == "logreg") {
+    // The parameters: the bias, then the rows of every id of the data.
+    const client::PsClient::TableIds tables[] = {{"logreg/weights", table_ids_}};
+    client::Values rows;
+    PST_RETURN_IF_ERROR(client->PullRows(tables, &rows));
+    params.push_back(std::move(rows[0]));
+    result.metrics = {{"table_rows", static_cast<double>(table_ids_.size())}};
+    result.line = absl::StrCat(table_ids_.size(), " table rows");
+    absl::MutexLock lock(&mu_);
+    evaluated_.push_back(std::move(params));
+    return result;
+  }
   PST_ASSIGN_OR_RETURN(models::MlpConfig config, models::MlpConfigFor(options_.training));
   PST_ASSIGN_OR_RETURN(data::Dataset test, data::LoadFashionMnist(data_dir_, data::Split::kTest));
   PST_ASSIGN_OR_RETURN(models::Mlp::Eval eval,

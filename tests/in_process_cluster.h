@@ -18,7 +18,9 @@
 //    a new one start over the same ps; a worker can crash and restart.
 //
 // The model is a small MLP on a synthetic Fashion-MNIST-shaped dataset
-// written to a temporary directory, so a job runs in well under a second.
+// written to a temporary directory, so a job runs in well under a second
+// (or logreg, whose hash table's row pushes the gate holds as it holds the
+// dense pushes: see Config::model).
 #ifndef PST_TESTS_IN_PROCESS_CLUSTER_H_
 #define PST_TESTS_IN_PROCESS_CLUSTER_H_
 
@@ -118,6 +120,9 @@ class Gate {
   // For the transport: waits while `push` is held. Errors: Unavailable
   // while the worker is cut off.
   absl::Status Pass(int ps, const proto::PushRequest& push);
+  // For the transport: waits while a row push is held (SYNC: its step is
+  // taken for the data position). Errors: as Pass.
+  absl::Status PassRows(int ps, const proto::PushRowsRequest& push);
   // For the transport: whether this answer is to be lost.
   bool TakeLostAnswer(int ps, const proto::PushRequest& push);
 
@@ -143,6 +148,10 @@ class InProcessCluster {
     int epochs = 2;
     int64_t save_steps = 0;  // 0: only the final checkpoint
     int ps_replicas = 1;     // 2: a backup of every shard (--ps_replicas)
+    // "mlp", or "logreg": a hash table (--buckets=0) and a bias, trained on
+    // generated libsvm lines; its parameters are the bias, then the table's
+    // rows of every id of the data.
+    std::string model = "mlp";
   };
 
   explicit InProcessCluster(Config config);
@@ -209,6 +218,7 @@ class InProcessCluster {
 
   const Config config_;
   std::string dir_, data_dir_, checkpoint_dir_, summary_json_;
+  std::vector<int64_t> table_ids_;  // logreg: the ids of its data
   chief::ChiefOptions options_;
   ManualClock clock_;
   Gate gate_;

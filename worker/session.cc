@@ -46,6 +46,7 @@ absl::Status WorkerSession::Connect(const WorkerConnections& connections) {
                options_.worker_index, options_.incarnation));
   generation_ = state.generation();
   ps_->set_generation(generation_);
+  ps_->set_sync(state.training().sync().mode() == proto::SYNC);
   position_ = std::max<int64_t>(0, link_->start_position());
   shuffle_seed_ = models::WorkerShuffleSeed(state.training(), options_.worker_index);
   spdlog::info(
@@ -255,7 +256,9 @@ absl::StatusOr<bool> WorkerSession::PushRows(std::span<const client::PsClient::T
   for (const client::PsClient::TableIds& t : tables) {
     PST_RETURN_IF_ERROR(ps_->TableDim(t.table).status());  // unknown: not worth a retry
   }
-  absl::Status status = ps_->PushRows(position_, tables, grads);
+  // Tagged as PushPull tags the batch's dense push.
+  const bool sync = link_->training().sync().mode() == proto::SYNC;
+  absl::Status status = ps_->PushRows(sync ? global_step_ : position_, tables, grads);
   if (status.code() == absl::StatusCode::kInvalidArgument) return status;
   rows_pushed_ = true;
   if (status.ok()) return true;

@@ -53,6 +53,7 @@ absl::Status RunWorker(const TrainerOptions& options, const WorkerConnections& c
           client::MakeRoutedTransport(
               connections.ps_transport(link->ps_addresses(), options.rpc_timeout), link->routes()),
           options.worker_index, options.incarnation));
+  ps->set_sync(training.sync().mode() == proto::SYNC);
   Progress& progress = link->progress();
   CoordinatorView& view = link->view();
   const common::StopSignal& lost_coordinator = link->lost();
