@@ -76,6 +76,15 @@ BENCH_PS_FLAGS ?=
 bench-ps: build
 	$(BUILD_DIR)/bin/ps_bench --json=$(BUILD_DIR)/ps_bench.json $(BENCH_PS_FLAGS)
 
+# Bounded hash tables (issue 32): row pushes into a table bounded to a
+# quarter of the distinct ids (lru) against the same table unbounded, in
+# alternate rounds of one run: rows/s ratio and evictions/s (ps Health).
+.PHONY: bench-tables
+BENCH_TABLES_FLAGS ?=
+bench-tables: build
+	$(BUILD_DIR)/bin/ps_bench --cases=hash_push,hash_push_evict --ps=2 --workers=2 \
+	  --scaling=false --json=$(BUILD_DIR)/bench_tables.json $(BENCH_TABLES_FLAGS)
+
 # Training throughput of a 2 ps + 2 worker cluster (with and without
 # --overlap) against one single-threaded process with no network.
 bench-throughput: build
