@@ -33,6 +33,8 @@ ABSL_FLAG(int64_t, reads, 1'000'000, "Zipf-drawn Get lookups.");
 ABSL_FLAG(double, zipf_s, 1.1, "Exponent of the Zipf law of the reads.");
 ABSL_FLAG(int64_t, batch, 1000, "Rows per PutBatch.");
 ABSL_FLAG(int64_t, cache_bytes, int64_t{64} << 20, "DiskTier block cache.");
+ABSL_FLAG(int64_t, write_buffer_bytes, pst::ps::DiskTier::Options().write_buffer_bytes,
+          "DiskTier memtables, all tables together.");
 ABSL_FLAG(bool, compress, false, "LZ4 on SST blocks.");
 ABSL_FLAG(std::string, dir, "/tmp/disk_tier_bench", "The DiskTier's directory (wiped).");
 ABSL_FLAG(uint64_t, seed, 1, "Seed.");
@@ -59,10 +61,11 @@ double Seconds(Clock::time_point since) {
 }
 
 void Report(const char* op, int64_t n, int64_t row_bytes, double disk_s, double mem_s) {
-  std::printf("%-5s %9lld rows  disk %10.0f rows/s %8.1f MB/s  map %11.0f rows/s %8.1f MB/s  "
-              "map/disk %6.1fx\n",
-              op, static_cast<long long>(n), n / disk_s, n * row_bytes / disk_s / 1e6,
-              n / mem_s, n * row_bytes / mem_s / 1e6, disk_s / mem_s);
+  std::printf(
+      "%-5s %9lld rows  disk %10.0f rows/s %8.1f MB/s  map %11.0f rows/s %8.1f MB/s  "
+      "map/disk %6.1fx\n",
+      op, static_cast<long long>(n), n / disk_s, n * row_bytes / disk_s / 1e6, n / mem_s,
+      n * row_bytes / mem_s / 1e6, disk_s / mem_s);
 }
 
 int Run() {
@@ -83,11 +86,13 @@ int Run() {
   // Zipf draws of ranks, by the inverse of the cumulative law.
   std::vector<double> cdf(static_cast<size_t>(rows));
   double sum = 0;
-  for (int64_t r = 0; r < rows; ++r) cdf[r] = sum += std::pow(r + 1.0, -absl::GetFlag(FLAGS_zipf_s));
+  for (int64_t r = 0; r < rows; ++r)
+    cdf[r] = sum += std::pow(r + 1.0, -absl::GetFlag(FLAGS_zipf_s));
   std::uniform_real_distribution<double> uniform(0.0, sum);
   std::vector<int64_t> draws(static_cast<size_t>(reads));
   for (int64_t& d : draws) {
-    d = std::min<int64_t>(rows - 1, std::lower_bound(cdf.begin(), cdf.end(), uniform(rng)) - cdf.begin());
+    d = std::min<int64_t>(rows - 1,
+                          std::lower_bound(cdf.begin(), cdf.end(), uniform(rng)) - cdf.begin());
   }
   std::vector<int64_t> order(static_cast<size_t>(rows));
   for (int64_t r = 0; r < rows; ++r) order[r] = r;
@@ -96,6 +101,7 @@ int Run() {
   pst::ps::DiskTier::Options options;
   options.block_cache_bytes = absl::GetFlag(FLAGS_cache_bytes);
   options.compress = absl::GetFlag(FLAGS_compress);
+  options.write_buffer_bytes = absl::GetFlag(FLAGS_write_buffer_bytes);
   const std::string dir = absl::GetFlag(FLAGS_dir);
   absl::StatusOr<std::unique_ptr<pst::ps::DiskTier>> opened = pst::ps::DiskTier::Open(dir, options);
   if (!opened.ok()) {
@@ -105,13 +111,14 @@ int Run() {
   pst::ps::DiskTier& tier = **opened;
   pst::ps::DiskTier::TableHandle t = tier.Table("bench", width).value();
   absl::flat_hash_map<int64_t, MemRow> map;
-  std::printf("disk_tier_bench: %lld rows of %lld floats (%lld B with the entry), zipf %.2f, "
-              "batch %lld, cache %lld MiB, %s\n",
-              static_cast<long long>(rows), static_cast<long long>(width),
-              static_cast<long long>(row_bytes), absl::GetFlag(FLAGS_zipf_s),
-              static_cast<long long>(batch_rows),
-              static_cast<long long>(options.block_cache_bytes >> 20),
-              options.compress ? "lz4" : "no compression");
+  std::printf(
+      "disk_tier_bench: %lld rows of %lld floats (%lld B with the entry), zipf %.2f, "
+      "batch %lld, cache %lld MiB, memtables %lld MiB, %s\n",
+      static_cast<long long>(rows), static_cast<long long>(width),
+      static_cast<long long>(row_bytes), absl::GetFlag(FLAGS_zipf_s),
+      static_cast<long long>(batch_rows), static_cast<long long>(options.block_cache_bytes >> 20),
+      static_cast<long long>(options.write_buffer_bytes >> 20),
+      options.compress ? "lz4" : "no compression");
 
   // put
   Clock::time_point start = Clock::now();
@@ -178,10 +185,11 @@ int Run() {
   const double take_mem = Seconds(start);
   Report("take", rows, row_bytes, take_disk, take_mem);
   const pst::ps::DiskTier::Figures f = tier.figures();
-  std::printf("disk: %lld reads, %lld writes, %.1f MB written by Put (keys + values); left %lld "
-              "rows; check %g\n",
-              static_cast<long long>(f.reads), static_cast<long long>(f.writes),
-              f.bytes_written / 1e6, static_cast<long long>(tier.Count(t)), check);
+  std::printf(
+      "disk: %lld reads, %lld writes, %.1f MB written by Put (keys + values); left %lld "
+      "rows; check %g\n",
+      static_cast<long long>(f.reads), static_cast<long long>(f.writes), f.bytes_written / 1e6,
+      static_cast<long long>(tier.Count(t)), check);
   opened->reset();
   std::error_code ec;
   std::filesystem::remove_all(dir, ec);

@@ -7,8 +7,8 @@
 #include <utility>
 
 #include "absl/container/flat_hash_set.h"
-#include "absl/strings/escaping.h"
 #include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "rocksdb/cache.h"
@@ -37,7 +37,7 @@ struct DiskTier::Settings {
 namespace {
 
 constexpr size_t kKeyBytes = 8;
-constexpr size_t kHeaderBytes = 8;   // version, width
+constexpr size_t kHeaderBytes = 8;    // version, width
 constexpr size_t kTrailerBytes = 16;  // last, count
 constexpr uint64_t kSignBit = uint64_t{1} << 63;
 
@@ -121,19 +121,17 @@ absl::Status DecodeValue(const rocksdb::Slice& value, const std::string& table, 
                          std::span<float> row_out, int64_t* last, double* count) {
   const size_t width = row_out.size();
   if (value.size() != ValueBytes(static_cast<int64_t>(width))) {
-    return absl::DataLossError(absl::StrCat("disk tier: table '", absl::CHexEscape(table),
-                                            "' id ", id, ": value of ", value.size(),
-                                            " bytes, want ", ValueBytes(width), " (width ",
-                                            width, ")"));
+    return absl::DataLossError(absl::StrCat("disk tier: table '", absl::CHexEscape(table), "' id ",
+                                            id, ": value of ", value.size(), " bytes, want ",
+                                            ValueBytes(width), " (width ", width, ")"));
   }
   const char* p = value.data();
   const uint32_t version = GetLe<uint32_t>(p);
   const uint32_t stored_width = GetLe<uint32_t>(p + 4);
   if (version != DiskTier::kFormatVersion || stored_width != width) {
-    return absl::DataLossError(absl::StrCat("disk tier: table '", absl::CHexEscape(table),
-                                            "' id ", id, ": format version ", version,
-                                            " width ", stored_width, ", want version ",
-                                            DiskTier::kFormatVersion, " width ", width));
+    return absl::DataLossError(absl::StrCat(
+        "disk tier: table '", absl::CHexEscape(table), "' id ", id, ": format version ", version,
+        " width ", stored_width, ", want version ", DiskTier::kFormatVersion, " width ", width));
   }
   p += kHeaderBytes;
   if constexpr (std::endian::native == std::endian::little) {
@@ -151,8 +149,8 @@ absl::Status DecodeValue(const rocksdb::Slice& value, const std::string& table, 
 }
 
 absl::Status Lost(const std::string& table) {
-  return absl::FailedPreconditionError(absl::StrCat(
-      "disk tier: table '", absl::CHexEscape(table), "' was lost by a failed Clear"));
+  return absl::FailedPreconditionError(
+      absl::StrCat("disk tier: table '", absl::CHexEscape(table), "' was lost by a failed Clear"));
 }
 
 absl::Status FromRocks(const rocksdb::Status& s, absl::string_view what) {
@@ -173,14 +171,12 @@ absl::Status FromRocks(const rocksdb::Status& s, absl::string_view what) {
 DiskTier::DiskTier(std::string dir, Options options)
     : dir_(std::move(dir)), options_(options), settings_(std::make_unique<Settings>()) {}
 
-absl::StatusOr<std::unique_ptr<DiskTier>> DiskTier::Open(const std::string& dir,
-                                                         Options options) {
+absl::StatusOr<std::unique_ptr<DiskTier>> DiskTier::Open(const std::string& dir, Options options) {
   if (dir.empty()) return absl::InvalidArgumentError("disk tier: no directory given");
   if (options.block_cache_bytes < 0 || options.write_buffer_bytes < (int64_t{1} << 16)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("disk tier: block_cache_bytes ", options.block_cache_bytes,
-                     " must be >= 0, write_buffer_bytes ", options.write_buffer_bytes,
-                     " >= 64 KiB"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "disk tier: block_cache_bytes ", options.block_cache_bytes,
+        " must be >= 0, write_buffer_bytes ", options.write_buffer_bytes, " >= 64 KiB"));
   }
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
@@ -208,8 +204,7 @@ absl::StatusOr<std::unique_ptr<DiskTier>> DiskTier::Open(const std::string& dir,
   table_options.filter_policy.reset(rocksdb::NewBloomFilterPolicy(10));
   // Point lookups: a hash index inside each data block spares the binary
   // search.
-  table_options.data_block_index_type =
-      rocksdb::BlockBasedTableOptions::kDataBlockBinaryAndHash;
+  table_options.data_block_index_type = rocksdb::BlockBasedTableOptions::kDataBlockBinaryAndHash;
   family.table_factory.reset(rocksdb::NewBlockBasedTableFactory(table_options));
   family.write_buffer_size = static_cast<size_t>(options.write_buffer_bytes / 2);
   // A bloom filter over the memtable too: Put looks each id up first.
@@ -217,8 +212,7 @@ absl::StatusOr<std::unique_ptr<DiskTier>> DiskTier::Open(const std::string& dir,
   family.memtable_prefix_bloom_size_ratio = 0.05;
   // Most lookups of ids never evicted miss: the last level's filters count.
   family.optimize_filters_for_hits = false;
-  family.compression =
-      options.compress ? rocksdb::kLZ4Compression : rocksdb::kNoCompression;
+  family.compression = options.compress ? rocksdb::kLZ4Compression : rocksdb::kNoCompression;
   family.bottommost_compression = family.compression;
   // No WAL: the checkpoint is the durability, and the tier starts empty.
   tier->settings_->write.disableWAL = true;
@@ -238,7 +232,8 @@ absl::StatusOr<std::unique_ptr<DiskTier>> DiskTier::Open(const std::string& dir,
   s = rocksdb::DB::Open(rocksdb::Options(db_options, family), dir, descriptors, &handles, &db);
   if (!s.ok()) {
     const std::string msg = absl::StrCat("disk tier: cannot open ", dir, ": ", s.ToString());
-    if (absl::StrContains(absl::AsciiStrToLower(s.ToString()), "lock")) return absl::UnavailableError(msg);
+    if (absl::StrContains(absl::AsciiStrToLower(s.ToString()), "lock"))
+      return absl::UnavailableError(msg);
     return absl::FailedPreconditionError(msg);
   }
   tier->db_.reset(db);
@@ -300,9 +295,8 @@ absl::StatusOr<DiskTier::TableHandle> DiskTier::Table(const std::string& name, i
     TableState* t = it->second.get();
     if (t->width == 0) t->width = width;  // kept from before Open
     if (t->width != width) {
-      return absl::InvalidArgumentError(absl::StrCat("disk tier: table '",
-                                                     absl::CHexEscape(name), "' has width ",
-                                                     t->width, ", not ", width));
+      return absl::InvalidArgumentError(absl::StrCat("disk tier: table '", absl::CHexEscape(name),
+                                                     "' has width ", t->width, ", not ", width));
     }
     return TableHandle(t);
   }
@@ -310,9 +304,8 @@ absl::StatusOr<DiskTier::TableHandle> DiskTier::Table(const std::string& name, i
   t->name = name;
   t->family = FamilyName(name);
   t->width = width;
-  absl::Status s =
-      FromRocks(db_->CreateColumnFamily(settings_->family, t->family, &t->handle),
-                absl::StrCat(dir_, ": making table '", absl::CHexEscape(name), "'"));
+  absl::Status s = FromRocks(db_->CreateColumnFamily(settings_->family, t->family, &t->handle),
+                             absl::StrCat(dir_, ": making table '", absl::CHexEscape(name), "'"));
   if (!s.ok()) return s;
   TableState* raw = t.get();
   tables_[name] = std::move(t);
@@ -341,9 +334,9 @@ absl::Status DiskTier::PutBatch(TableHandle h, std::span<const Row> rows) {
   }
   for (const Row& r : rows) {
     if (static_cast<int64_t>(r.values.size()) != t->width) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "disk tier: table '", absl::CHexEscape(t->name), "' id ", r.id, ": row of ",
-          r.values.size(), " floats, width ", t->width));
+      return absl::InvalidArgumentError(
+          absl::StrCat("disk tier: table '", absl::CHexEscape(t->name), "' id ", r.id, ": row of ",
+                       r.values.size(), " floats, width ", t->width));
     }
   }
   rocksdb::WriteBatch batch(rows.size() * (kKeyBytes + ValueBytes(t->width) + 8));
@@ -387,9 +380,9 @@ absl::StatusOr<bool> DiskTier::Get(TableHandle h, int64_t id, std::span<float> r
   TableState* t = h.t_;
   if (t->handle == nullptr) return Lost(t->name);
   if (static_cast<int64_t>(row_out.size()) != t->width) {
-    return absl::InvalidArgumentError(absl::StrCat("disk tier: table '",
-                                                   absl::CHexEscape(t->name), "': room for ",
-                                                   row_out.size(), " floats, width ", t->width));
+    return absl::InvalidArgumentError(absl::StrCat("disk tier: table '", absl::CHexEscape(t->name),
+                                                   "': room for ", row_out.size(),
+                                                   " floats, width ", t->width));
   }
   char key[kKeyBytes];
   EncodeKey(id, key);
@@ -437,9 +430,8 @@ absl::Status DiskTier::ForEach(TableHandle h, RowFn fn) {
     for (it->SeekToFirst(); it->Valid() && status.ok(); it->Next()) {
       const rocksdb::Slice k = it->key();
       if (k.size() != kKeyBytes) {
-        status = absl::DataLossError(absl::StrCat("disk tier: table '",
-                                                  absl::CHexEscape(t->name), "': key of ",
-                                                  k.size(), " bytes"));
+        status = absl::DataLossError(absl::StrCat("disk tier: table '", absl::CHexEscape(t->name),
+                                                  "': key of ", k.size(), " bytes"));
         break;
       }
       const int64_t id = DecodeKey(k.data());
@@ -449,8 +441,8 @@ absl::Status DiskTier::ForEach(TableHandle h, RowFn fn) {
       if (status.ok()) status = fn(id, row, last, count);
     }
     if (status.ok()) {
-      status = FromRocks(it->status(), absl::StrCat("reading table '", absl::CHexEscape(t->name),
-                                                    "'"));
+      status =
+          FromRocks(it->status(), absl::StrCat("reading table '", absl::CHexEscape(t->name), "'"));
     }
   }
   db_->ReleaseSnapshot(snapshot);

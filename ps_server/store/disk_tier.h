@@ -138,8 +138,8 @@ class DiskTier {
   // Calls `fn` on every row of `t` in id order, as of the call (a
   // snapshot). Stops at, and returns, the first error of `fn`; DataLoss at
   // a value that does not decode.
-  using RowFn = absl::FunctionRef<absl::Status(int64_t id, std::span<const float> row,
-                                               int64_t last, double count)>;
+  using RowFn = absl::FunctionRef<absl::Status(int64_t id, std::span<const float> row, int64_t last,
+                                               double count)>;
   absl::Status ForEach(TableHandle t, RowFn fn);
 
   // Deletes every row of `t` (drops and remakes its column family).
@@ -156,7 +156,7 @@ class DiskTier {
   const Options options_;
   std::unique_ptr<rocksdb::DB> db_;
   rocksdb::ColumnFamilyHandle* default_family_ = nullptr;  // kept empty
-  struct Settings;  // the column families' rocksdb::Options
+  struct Settings;                                         // the column families' rocksdb::Options
   std::unique_ptr<Settings> settings_;
 
   absl::Mutex mu_;  // guards making tables

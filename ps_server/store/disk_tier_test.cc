@@ -56,9 +56,12 @@ TEST_F(DiskTierTest, PutThenTake_RowComesBackBitIdentical_AndLeavesDisk) {
   std::unique_ptr<DiskTier> tier = OpenTier();
   ASSERT_NE(tier, nullptr);
   // Values then two slots, with the bits a float can hold.
-  std::vector<float> row = {1.5f, -0.0f, std::numeric_limits<float>::quiet_NaN(),
+  std::vector<float> row = {1.5f,
+                            -0.0f,
+                            std::numeric_limits<float>::quiet_NaN(),
                             std::numeric_limits<float>::infinity(),
-                            std::numeric_limits<float>::denorm_min(), 3e38f};
+                            std::numeric_limits<float>::denorm_min(),
+                            3e38f};
   DiskTier::TableHandle t = tier->Table("emb", 6).value();
   ASSERT_TRUE(tier->Put(t, 42, row, int64_t{1} << 40, 2.718281828459045).ok());
   EXPECT_EQ(tier->Count(t), 1);
@@ -153,24 +156,25 @@ TEST_F(DiskTierTest, ForEach_IdOrderOverASnapshot_WhileWritesGoOn) {
 
   std::vector<int64_t> seen;
   bool wrote = false;
-  ASSERT_TRUE(tier->ForEach(t, [&](int64_t id, std::span<const float> row, int64_t last,
-                                   double count) {
-                    if (!wrote) {  // writes while the scan is under way
-                      wrote = true;
-                      std::vector<float> out(3);
-                      int64_t l;
-                      double c;
-                      EXPECT_TRUE(tier->Take(t, 17, out, &l, &c).value());
-                      EXPECT_TRUE(tier->Put(t, 3, RowOf(3, 3), 3, 0).ok());
-                      EXPECT_TRUE(tier->Put(t, 5, RowOf(99, 3), 9, 0).ok());
-                    }
-                    seen.push_back(id);
-                    EXPECT_TRUE(SameBits(row, RowOf(id, 3))) << id;
-                    EXPECT_EQ(last, id);
-                    EXPECT_EQ(count, 0.5);
-                    return absl::OkStatus();
-                  })
-                  .ok());
+  ASSERT_TRUE(
+      tier->ForEach(t,
+                    [&](int64_t id, std::span<const float> row, int64_t last, double count) {
+                      if (!wrote) {  // writes while the scan is under way
+                        wrote = true;
+                        std::vector<float> out(3);
+                        int64_t l;
+                        double c;
+                        EXPECT_TRUE(tier->Take(t, 17, out, &l, &c).value());
+                        EXPECT_TRUE(tier->Put(t, 3, RowOf(3, 3), 3, 0).ok());
+                        EXPECT_TRUE(tier->Put(t, 5, RowOf(99, 3), 9, 0).ok());
+                      }
+                      seen.push_back(id);
+                      EXPECT_TRUE(SameBits(row, RowOf(id, 3))) << id;
+                      EXPECT_EQ(last, id);
+                      EXPECT_EQ(count, 0.5);
+                      return absl::OkStatus();
+                    })
+          .ok());
   std::vector<int64_t> sorted = ids;
   std::sort(sorted.begin(), sorted.end());
   EXPECT_EQ(seen, sorted);
@@ -191,13 +195,14 @@ TEST_F(DiskTierTest, ForEach_IdOrderOverASnapshot_WhileWritesGoOn) {
   for (int scan = 0; scan < 50; ++scan) {
     int64_t rows = 0, writer_rows = 0;
     int64_t previous = std::numeric_limits<int64_t>::min();
-    ASSERT_TRUE(tier->ForEach(t, [&](int64_t id, std::span<const float>, int64_t, double) {
-                      EXPECT_GT(id, previous);
-                      previous = id;
-                      ++rows;
-                      writer_rows += id >= kWriter && id < 2 * kWriter;
-                      return absl::OkStatus();
-                    })
+    ASSERT_TRUE(tier->ForEach(t,
+                              [&](int64_t id, std::span<const float>, int64_t, double) {
+                                EXPECT_GT(id, previous);
+                                previous = id;
+                                ++rows;
+                                writer_rows += id >= kWriter && id < 2 * kWriter;
+                                return absl::OkStatus();
+                              })
                     .ok());
     EXPECT_LE(writer_rows, 1);  // its row of the moment, or none
     EXPECT_EQ(rows - writer_rows, static_cast<int64_t>(ids.size()));
@@ -255,7 +260,8 @@ TEST_F(DiskTierTest, CorruptValue_IsDataLossNamingTableAndId_NotACrash) {
     std::vector<std::string> families;
     ASSERT_TRUE(rocksdb::DB::ListColumnFamilies(rocksdb::DBOptions(), dir_, &families).ok());
     std::vector<rocksdb::ColumnFamilyDescriptor> descriptors;
-    for (const std::string& f : families) descriptors.emplace_back(f, rocksdb::ColumnFamilyOptions());
+    for (const std::string& f : families)
+      descriptors.emplace_back(f, rocksdb::ColumnFamilyOptions());
     std::vector<rocksdb::ColumnFamilyHandle*> handles;
     rocksdb::DB* db = nullptr;
     ASSERT_TRUE(rocksdb::DB::Open(rocksdb::DBOptions(), dir_, descriptors, &handles, &db).ok());
@@ -269,7 +275,8 @@ TEST_F(DiskTierTest, CorruptValue_IsDataLossNamingTableAndId_NotACrash) {
     ASSERT_TRUE(db->Put(rocksdb::WriteOptions(), emb, rocksdb::Slice(key1, 8), "garbage").ok());
     std::string right_size(8 + 4 * 4 + 16, '\0');  // version 0
     ASSERT_TRUE(db->Put(rocksdb::WriteOptions(), emb, rocksdb::Slice(key2, 8), right_size).ok());
-    for (rocksdb::ColumnFamilyHandle* h : handles) ASSERT_TRUE(db->DestroyColumnFamilyHandle(h).ok());
+    for (rocksdb::ColumnFamilyHandle* h : handles)
+      ASSERT_TRUE(db->DestroyColumnFamilyHandle(h).ok());
     ASSERT_TRUE(db->Close().ok());
     delete db;
   }
@@ -285,9 +292,9 @@ TEST_F(DiskTierTest, CorruptValue_IsDataLossNamingTableAndId_NotACrash) {
   EXPECT_EQ(got.status().code(), absl::StatusCode::kDataLoss);
   EXPECT_NE(got.status().message().find("version 0"), std::string::npos) << got.status();
   EXPECT_TRUE(tier->Take(t, 3, out, &last, &count).value());
-  EXPECT_EQ(tier->ForEach(t, [](int64_t, std::span<const float>, int64_t, double) {
-              return absl::OkStatus();
-            }).code(),
+  EXPECT_EQ(tier->ForEach(t, [](int64_t, std::span<const float>, int64_t,
+                                double) { return absl::OkStatus(); })
+                .code(),
             absl::StatusCode::kDataLoss);
 }
 
