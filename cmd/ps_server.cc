@@ -19,6 +19,7 @@
 #include "flags/command_line.h"
 #include "flags/job_flags.h"
 #include "ps_server/run_ps.h"
+#include "ps_server/store/admission_filter.h"
 
 ABSL_FLAG(int64_t, max_ids_per_request, int64_t{1} << 22,
           "Row ids one PullRows or PushRows may list (over all its tables); a request with "
@@ -30,6 +31,10 @@ ABSL_FLAG(int64_t, max_variable_bytes, 0,
 ABSL_FLAG(int64_t, max_table_rows, int64_t{1} << 26,
           "Rows one hash embedding table (per ps) may hold; a row push that would store more is "
           "refused with RESOURCE_EXHAUSTED. Reads store no row.");
+ABSL_FLAG(int64_t, admission_filter_bytes, pst::ps::AdmissionFilter::kDefaultBytes,
+          "Hash embeddings with --admit_after > 1: bytes of each table's counting filter of "
+          "touches (allocated on its first count). Ids may be admitted early (under 1% of "
+          "admissions at the default for 10M ids, docs/tables.md), never late.");
 ABSL_FLAG(int64_t, max_parked_pulls, 4096,
           "Pulls that may wait at once for a version (sync) or a clock (SSP); one more is "
           "refused with RESOURCE_EXHAUSTED.");
@@ -90,6 +95,12 @@ int Run() {
   }
   store.max_hash_rows = absl::GetFlag(FLAGS_max_table_rows);
   store.max_parked_pulls = absl::GetFlag(FLAGS_max_parked_pulls);
+  store.admission_filter_bytes = absl::GetFlag(FLAGS_admission_filter_bytes);
+  if (absl::Status s = pst::ps::AdmissionFilter::Create(store.admission_filter_bytes).status();
+      !s.ok()) {
+    std::fprintf(stderr, "ps_server: %s\n", std::string(s.message()).c_str());
+    return 2;
+  }
   const double max_park_s = absl::GetFlag(FLAGS_max_park_s);
   if (store.max_store_bytes < 0 || store.max_hash_rows < 1 || store.max_parked_pulls < 1 ||
       !(max_park_s > 0)) {

@@ -49,7 +49,8 @@ ABSL_FLAG(int64_t, table_capacity, 0,
 ABSL_FLAG(std::string, table_eviction, "",
           "Hash embeddings: which rows go: lru, lfu, lfu:<half-life in versions>, or "
           "ttl:<versions> (rows not updated for that many versions of their table go, full or "
-          "not). An evicted id starts again from admission, with fresh optimizer slots.");
+          "not). An evicted row is forgotten: it comes back from its initializer, with fresh "
+          "optimizer slots.");
 ABSL_FLAG(std::string, placement, "size_balanced",
           "Placement of variables over the ps: round_robin or size_balanced.");
 ABSL_FLAG(int32_t, ps_replicas, 1,

@@ -42,8 +42,13 @@ class ResyncTest : public testing::Test {
     for (const auto& link : links_[i]) link->Fail();  // its forwards in flight are lost
     links_[i].clear();
     nodes_[i].reset();
-    stores_[i] = std::make_unique<VariableStore>();
+    // The smallest admission filter: the shard's state is then one part
+    // (the default filter, 32 MiB, would take several).
+    VariableStore::Options store_options;
+    store_options.admission_filter_bytes = 8 << 10;
+    stores_[i] = std::make_unique<VariableStore>(store_options);
     PsNode::Options options;
+    options.store_options = store_options;
     options.ps_index = i;
     options.incarnation = static_cast<uint64_t>(++incarnations_);
     options.link_to = [this, i](int to) -> std::unique_ptr<ReplicaLink> {

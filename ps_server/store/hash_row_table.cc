@@ -80,39 +80,16 @@ bool HashRowTable::ContainsAll(std::span<const int64_t> ids) const {
   return std::all_of(ids.begin(), ids.end(), [&](int64_t id) { return rows_.contains(id); });
 }
 
-uint32_t& HashRowTable::SharedCounter(int64_t id) {
-  return overflow_counts_[store_internal::MixId(id) % overflow_counts_.size()];
-}
-
-bool HashRowTable::CountTouch(int64_t id, bool admit) {
+bool HashRowTable::CountTouch(int64_t id) {
   const int32_t admit_after = limits_.admit_after;
   if (admit_after <= 1) return true;
-  int64_t count;
-  auto pending = pending_.find(id);
-  uint32_t* shared = nullptr;
-  if (pending == pending_.end() && !overflow_counts_.empty()) {
-    // An id once counted in the shared counters keeps counting there
-    // (they never decrease), even after the exact map has room again.
-    shared = &SharedCounter(id);
-    if (*shared == 0) shared = nullptr;
+  if (!admission_.has_value()) {
+    // The size was checked where it was given; the default if it was not.
+    absl::StatusOr<AdmissionFilter> made = AdmissionFilter::Create(limits_.admission_filter_bytes);
+    admission_ = made.ok() ? *std::move(made)
+                           : *AdmissionFilter::Create(AdmissionFilter::kDefaultBytes);
   }
-  if (pending != pending_.end()) {
-    count = ++pending->second;
-  } else if (shared == nullptr && static_cast<int64_t>(pending_.size()) < limits_.max_pending) {
-    pending_.emplace(id, 1);
-    count = 1;
-  } else {
-    // The exact map is full: count in shared, saturating counters.
-    if (overflow_counts_.empty()) {
-      overflow_counts_.assign(std::max<int64_t>(1, limits_.overflow_counters), 0);
-    }
-    uint32_t& c = SharedCounter(id);
-    if (c < std::numeric_limits<uint32_t>::max()) ++c;
-    count = c;
-  }
-  if (count < admit_after) return false;
-  if (admit) pending_.erase(id);
-  return true;
+  return admission_->Add(id) >= static_cast<uint32_t>(admit_after);
 }
 
 float* HashRowTable::Touch(int64_t id, int64_t t) {
@@ -120,7 +97,7 @@ float* HashRowTable::Touch(int64_t id, int64_t t) {
     NoteUpdate(id, t);
     return row;
   }
-  if (!CountTouch(id, /*admit=*/true)) {
+  if (!CountTouch(id)) {
     refused_.fetch_add(1, std::memory_order_relaxed);
     return nullptr;
   }
@@ -154,7 +131,7 @@ absl::Status HashRowTable::CheckRoom(std::span<const int64_t> ids, const std::st
 void HashRowTable::Replace(Rows rows, int64_t version) {
   rows_ = std::move(rows);
   size_.store(static_cast<int64_t>(rows_.size()));
-  pending_.clear();
+  admission_.reset();
   if (index_ == nullptr) return;
   index_ = std::make_unique<EvictionIndex>(limits_.policy);
   for (const auto& [id, row] : rows_) index_->Note(StripeOf(id), id, version);

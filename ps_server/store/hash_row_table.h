@@ -1,20 +1,19 @@
 // The rows of one hash embedding (one partition of it) and their admission:
 // id -> the row's values then each optimizer slot's, made on the
-// admit_after-th touch of the id (the first with admit_after <= 1), and the
-// touch counts of ids not admitted yet.
+// admit_after-th touch of the id (the first with admit_after <= 1).
 //
-// Admission counts touches of at most Limits::max_pending exact ids; ids
-// that find that map full count in Limits::overflow_counters shared
-// saturating counters indexed by a hash of the id (allocated on first need),
-// and keep counting there once they did: bounded memory; ids that share a
-// counter may be admitted early, never late.
+// Admission counts touches in an AdmissionFilter of
+// Limits::admission_filter_bytes (allocated on the first count): fixed
+// memory however many ids the table sees; an id may be admitted early (its
+// counters shared with others), never late. An admitted id's counts stay:
+// evicted, it comes back as soon as it is touched again.
 //
 // Bounded (Limits::policy, common/table_policy.h): updates are noted in an
 // EvictionIndex; a row made when the table holds its capacity first makes
 // room, the policy's first rows going; with ttl, rows not updated for
 // `ttl` versions go (Expire, called before a read or an update at a
-// version past ExpiryDue). A row that goes is forgotten, slots and all: its
-// id starts again from admission, and its row from the RowInit. Updates
+// version past ExpiryDue). A row that goes is forgotten, slots and all: it
+// starts again from the RowInit (admission's counts of its id stay). Updates
 // are noted by the callers that apply them (Touch, NoteUpdate), pushes
 // only: a read changes no order, so that a backup, which sees the pushes
 // but not the reads, goes through the same states as its primary.
@@ -31,6 +30,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -38,6 +38,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "common/table_policy.h"
+#include "ps_server/store/admission_filter.h"
 #include "ps_server/store/eviction_index.h"
 
 namespace pst::ps {
@@ -46,8 +47,8 @@ class HashRowTable {
  public:
   struct Limits {
     int32_t admit_after = 1;  // touches that make a row; <= 1: the first
-    int64_t max_pending = int64_t{1} << 20;
-    int64_t overflow_counters = int64_t{1} << 16;
+    // Checked by AdmissionFilter::Create (the ps's --admission_filter_bytes).
+    int64_t admission_filter_bytes = AdmissionFilter::kDefaultBytes;
     int64_t max_rows = int64_t{1} << 26;  // CheckRoom; a bound on capacity too
     common::TablePolicy policy;           // none: rows are never evicted
   };
@@ -84,11 +85,9 @@ class HashRowTable {
   bool Contains(int64_t id) const { return rows_.contains(id); }
   bool ContainsAll(std::span<const int64_t> ids) const;
 
-  // Counts a touch of `id`; whether it is admitted now. With `admit`, the
-  // caller makes the row now and the id leaves the exact counts (a read
-  // leaves an admitted id counted, so that the push that makes its row
-  // finds it admitted). Always true with admit_after <= 1.
-  bool CountTouch(int64_t id, bool admit);
+  // Counts a touch of `id` (a read, or a push of an id with no row); whether
+  // it is admitted now. Always true with admit_after <= 1.
+  bool CountTouch(int64_t id);
   // The row of `id`, to be updated at version `t`: counting a touch and
   // making it (from the RowInit, after making room) once admitted; nullptr
   // while not admitted. Notes the update.
@@ -116,21 +115,22 @@ class HashRowTable {
 
   // The state as it is, for snapshots and state transfer.
   const Rows& rows() const { return rows_; }
-  const absl::flat_hash_map<int64_t, int32_t>& pending() const { return pending_; }
-  const std::vector<uint32_t>& overflow_counts() const { return overflow_counts_; }
+  // The admission counts (null before the first count).
+  const AdmissionFilter* admission() const {
+    return admission_.has_value() ? &*admission_ : nullptr;
+  }
 
   // Loaders (restore, state transfer). Replace swaps in every row, as
   // last updated at `version`, then lets the policy's first rows go past
-  // the capacity, and forgets the touch counts; the others add to what is
+  // the capacity, and forgets the touch counts; LoadRow adds to what is
   // there.
   void Replace(Rows rows, int64_t version);
   // `bytes`: width() little-endian floats; `entry`: the index's (bounded).
   void LoadRow(int64_t id, const char* bytes, const EvictionIndex::Entry& entry);
-  void LoadPending(int64_t id, int32_t count) { pending_[id] = count; }
-  void LoadOverflowCounts(std::vector<uint32_t> counts) { overflow_counts_ = std::move(counts); }
+  // Replaces the touch counts with `filter`'s.
+  void LoadAdmission(AdmissionFilter filter) { admission_ = std::move(filter); }
 
  private:
-  uint32_t& SharedCounter(int64_t id);
   // The rows the table may hold: the capacity (at most max_rows), or
   // max_rows when it has none.
   int64_t Capacity() const;
@@ -150,9 +150,7 @@ class HashRowTable {
   std::atomic<int64_t> admissions_{0};
   std::atomic<int64_t> refused_{0};
   std::unique_ptr<EvictionIndex> index_;  // bounded tables only
-  // Touches of ids not admitted yet.
-  absl::flat_hash_map<int64_t, int32_t> pending_;
-  std::vector<uint32_t> overflow_counts_;
+  std::optional<AdmissionFilter> admission_;  // made on the first count
 };
 
 }  // namespace pst::ps

@@ -1,6 +1,6 @@
 // HashRowTable (hash_row_table.h) on its own: rows made on the
 // admit_after-th touch with their initial values and slots, admission
-// counted exactly and then in shared counters, the row limit, the
+// counted in a filter of fixed size, the row limit, the
 // loaders a restore and a state transfer use, and a bounded table's
 // capacity and eviction.
 #include "ps_server/store/hash_row_table.h"
@@ -49,35 +49,34 @@ TEST(HashRowTableTest, Admission_MakesTheRowOnTheNthTouch_ReadsCountButMakeNone)
   HashRowTable::Limits limits;
   limits.admit_after = 3;
   HashRowTable table = MakeTable(limits);
-  EXPECT_FALSE(table.CountTouch(5, /*admit=*/false));  // a read: 1
-  EXPECT_EQ(table.Touch(5, /*t=*/1), nullptr);                  // a push: 2
-  EXPECT_TRUE(table.CountTouch(5, /*admit=*/false));   // a read: 3, admitted
+  EXPECT_EQ(table.admission(), nullptr) << "nothing counted, nothing allocated";
+  EXPECT_FALSE(table.CountTouch(5));                 // a read: 1
+  EXPECT_EQ(table.Touch(5, /*t=*/1), nullptr);       // a push: 2
+  EXPECT_TRUE(table.CountTouch(5));                  // a read: 3, admitted
   EXPECT_EQ(table.size(), 0);
-  EXPECT_EQ(table.pending().at(5), 3);  // a read leaves it counted
-  ASSERT_NE(table.Touch(5, /*t=*/1), nullptr);   // the push that makes its row
+  ASSERT_NE(table.Touch(5, /*t=*/1), nullptr);       // the push that makes its row
   EXPECT_EQ(table.size(), 1);
-  EXPECT_FALSE(table.pending().contains(5));
+  EXPECT_EQ(table.admissions(), 1);
+  EXPECT_EQ(table.refused(), 1);
   std::vector<float> initial(2);
   table.InitialValues(9, initial);
   EXPECT_EQ(initial, (std::vector<float>{9, 9.5f}));
 }
 
-TEST(HashRowTableTest, Admission_PastThePendingLimit_CountsInSharedCountersNeverLate) {
+TEST(HashRowTableTest, Admission_ManyMoreIdsThanTheFilterHolds_NeverLate) {
   HashRowTable::Limits limits;
   limits.admit_after = 2;
-  limits.max_pending = 1;
-  limits.overflow_counters = 4;
+  limits.admission_filter_bytes = 8 << 10;  // the smallest: 1024 counters a row
   HashRowTable table = MakeTable(limits);
-  EXPECT_FALSE(table.CountTouch(1, false));  // exact
-  EXPECT_TRUE(table.overflow_counts().empty());
-  EXPECT_FALSE(table.CountTouch(2, false));  // the map is full: shared
-  EXPECT_EQ(table.overflow_counts().size(), 4u);
-  ASSERT_NE(table.Touch(1, /*t=*/1), nullptr);  // 1 admitted: the map has room again
-  EXPECT_TRUE(table.pending().empty());
-  // 2 keeps counting in its shared counter, and is admitted on time.
-  EXPECT_NE(table.Touch(2, /*t=*/1), nullptr);
-  EXPECT_TRUE(table.pending().empty());
-  EXPECT_EQ(table.size(), 2);
+  // 20000 ids touched once each: some may be admitted early (sharing bits
+  // and counters), and the filter holds its size however many ids come.
+  int early = 0;
+  for (int64_t id = 0; id < 20000; ++id) early += table.CountTouch(id) ? 1 : 0;
+  ASSERT_NE(table.admission(), nullptr);
+  EXPECT_LE(table.admission()->bytes(), 8 << 10);
+  EXPECT_LT(early, 20000);
+  // Every id touched a second time is admitted: never late.
+  for (int64_t id = 0; id < 20000; ++id) ASSERT_TRUE(table.CountTouch(id)) << id;
 }
 
 TEST(HashRowTableTest, CheckRoom_PastMaxRows_IsResourceExhaustedForNewRowsOnly) {
@@ -96,25 +95,25 @@ TEST(HashRowTableTest, Loaders_ReplaceForgetsTouchCounts_LoadAddsRowsAndCounts) 
   HashRowTable::Limits limits;
   limits.admit_after = 5;
   HashRowTable table = MakeTable(limits);
-  EXPECT_FALSE(table.CountTouch(3, false));
+  EXPECT_FALSE(table.CountTouch(3));
   HashRowTable::Rows rows;
   rows[4] = {1, 2, 3, 4};
   table.Replace(std::move(rows), /*version=*/3);
   EXPECT_EQ(table.size(), 1);
-  EXPECT_TRUE(table.pending().empty());
+  EXPECT_EQ(table.admission(), nullptr) << "the counts are forgotten";
   EXPECT_EQ(RowOf(table, 4), (std::vector<float>{1, 2, 3, 4}));
 
   const std::vector<float> row = {5, 6, 7, 8};
   std::string bytes(sizeof(float) * row.size(), '\0');
   std::memcpy(bytes.data(), row.data(), bytes.size());
   table.LoadRow(9, bytes.data(), {});
-  table.LoadPending(11, 4);
-  table.LoadOverflowCounts({0, 1});
+  absl::StatusOr<AdmissionFilter> counts = AdmissionFilter::Create(8 << 10);
+  ASSERT_TRUE(counts.ok());
+  for (int touch = 0; touch < 4; ++touch) counts->Add(11);
+  table.LoadAdmission(*std::move(counts));
   EXPECT_EQ(table.size(), 2);
   EXPECT_EQ(RowOf(table, 9), row);
-  EXPECT_EQ(table.pending().at(11), 4);
-  EXPECT_EQ(table.overflow_counts(), (std::vector<uint32_t>{0, 1}));
-  EXPECT_TRUE(table.CountTouch(11, true));  // its 5th touch
+  EXPECT_TRUE(table.CountTouch(11));  // its 5th touch
 }
 
 HashRowTable::Limits Bounded(int64_t capacity, const std::string& eviction) {
@@ -153,16 +152,19 @@ TEST(HashRowTableTest, EvictedIdThatComesBack_StartsFromItsInitialValuesAndFresh
   EXPECT_EQ(RowOf(table, 7), (std::vector<float>{7, 7.5f, 0.25f, 0.25f}));
 }
 
-TEST(HashRowTableTest, EvictedId_StartsAgainFromAdmission) {
+TEST(HashRowTableTest, EvictedId_AdmissionRemembersIt_ItsRowStartsAfresh) {
   HashRowTable::Limits limits = Bounded(1, "lru");
   limits.admit_after = 2;
   HashRowTable table = MakeTable(limits);
   EXPECT_EQ(table.Touch(7, 1), nullptr);
-  ASSERT_NE(table.Touch(7, 2), nullptr);
+  float* row = table.Touch(7, 2);
+  ASSERT_NE(row, nullptr);
+  row[0] = 100;
   EXPECT_EQ(table.Touch(8, 3), nullptr);
   ASSERT_NE(table.Touch(8, 4), nullptr);  // 7 goes
-  EXPECT_EQ(table.Touch(7, 5), nullptr) << "counted afresh";
-  ASSERT_NE(table.Touch(7, 6), nullptr);
+  EXPECT_EQ(table.Find(7), nullptr);
+  ASSERT_NE(table.Touch(7, 5), nullptr) << "admitted before: back on its next touch";
+  EXPECT_EQ(RowOf(table, 7), (std::vector<float>{7, 7.5f, 0.25f, 0.25f}));
 }
 
 TEST(HashRowTableTest, Lfu_TheFrequentRowStays) {

@@ -8,6 +8,7 @@
 #include "common/initializer.h"
 #include "common/status_macros.h"
 #include "common/table_policy.h"
+#include "ps_server/store/admission_filter.h"
 #include "common/tensor_util.h"
 
 namespace pst::ps {
@@ -70,6 +71,7 @@ absl::Status ValidateHashSpec(const proto::VariableSpec& spec, int64_t max_eleme
     return absl::InvalidArgumentError(absl::StrCat(
         "hash variable '", name, "': admit_after must be >= 0, got ", spec.admit_after()));
   }
+  PST_RETURN_IF_ERROR(AdmissionFilter::CheckAdmitAfter(spec.admit_after(), name));
   PST_RETURN_IF_ERROR(
       common::ParseTablePolicy(spec.capacity(), spec.eviction(),
                                absl::StrCat("hash variable '", name, "' (capacity, eviction)"))

@@ -121,15 +121,11 @@ std::vector<proto::StoreChunk> VariableStore::ExportState(int64_t part_bytes) co
         c->add_row_count(e->count);
       }
     }
-    for (const auto& [id, count] : var->table.pending()) {
-      proto::VariableChunk* c = data.Room(name, version, 12);
-      c->add_pending_ids(id);
-      c->add_pending_counts(count);
-    }
-    if (const std::vector<uint32_t>& counts = var->table.overflow_counts(); !counts.empty()) {
+    if (const AdmissionFilter* admission = var->table.admission()) {
+      std::string blob = admission->Serialize();
       proto::VariableChunk* c =
-          data.Room(name, version, static_cast<int64_t>(counts.size()) * 4, true);
-      c->mutable_overflow_counts()->Add(counts.begin(), counts.end());
+          data.Room(name, version, static_cast<int64_t>(blob.size()), /*new_chunk=*/true);
+      c->set_admission(std::move(blob));
     }
   }
   std::deque<proto::StoreChunk> filled = data.Take();
@@ -196,7 +192,6 @@ absl::Status VariableStore::LoadState(const proto::StoreChunk& chunk) {
     const int64_t width = dim * (1 + num_slots);
     if (static_cast<int64_t>(c.rows().size()) !=
             c.ids_size() * width * static_cast<int64_t>(sizeof(float)) ||
-        c.pending_ids_size() != c.pending_counts_size() ||
         c.row_last_size() != c.row_count_size() ||
         (c.row_last_size() != 0 && c.row_last_size() != c.ids_size())) {
       return BadChunk(absl::StrCat("hash rows of '", c.name(), "' that do not fit it"));
@@ -213,12 +208,13 @@ absl::Status VariableStore::LoadState(const proto::StoreChunk& chunk) {
       if (c.row_last_size() > 0) entry = {c.row_last(i), c.row_count(i), 0.0};
       var->table.LoadRow(c.ids(i), c.rows().data() + i * width_bytes, entry);
     }
-    for (int i = 0; i < c.pending_ids_size(); ++i) {
-      var->table.LoadPending(c.pending_ids(i), c.pending_counts(i));
-    }
-    if (c.overflow_counts_size() > 0) {
-      var->table.LoadOverflowCounts(
-          std::vector<uint32_t>(c.overflow_counts().begin(), c.overflow_counts().end()));
+    if (!c.admission().empty()) {
+      absl::StatusOr<AdmissionFilter> admission = AdmissionFilter::Deserialize(c.admission());
+      if (!admission.ok()) {
+        return BadChunk(absl::StrCat("the admission counts of '", c.name(),
+                                     "': ", admission.status().message()));
+      }
+      var->table.LoadAdmission(*std::move(admission));
     }
   }
   return absl::OkStatus();

@@ -17,8 +17,7 @@ using namespace testing_util;  // NOLINT: the helpers of every replication test
 
 VariableStore::Options SmallAdmission() {
   VariableStore::Options options;
-  options.max_pending_ids = 4;  // most ids count in the shared counters
-  options.admission_overflow_counters = 8;
+  options.admission_filter_bytes = 8 << 10;  // the smallest filter
   return options;
 }
 
@@ -142,6 +141,21 @@ TEST(StoreStateTest, PartsThatDoNotFitTheStoreAreRefused) {
     if (c.name() == "emb/part_0") c.add_ids(7);  // an id without its row
   }
   EXPECT_EQ(copy.LoadState(ragged).code(), absl::StatusCode::kInvalidArgument);
+
+  proto::StoreChunk bad_counts;
+  bad_counts.set_part(1);
+  proto::VariableChunk* counts = bad_counts.add_variables();
+  counts->set_name("emb/part_0");
+  counts->set_admission("PSAF not a filter");
+  absl::Status refused = copy.LoadState(bad_counts);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument) << refused;
+  EXPECT_NE(refused.message().find("admission"), std::string::npos) << refused;
+
+  proto::StoreChunk bad_entries = parts[1];
+  for (proto::VariableChunk& c : *bad_entries.mutable_variables()) {
+    if (c.name() == "emb/part_0") c.add_row_last(3);  // an index entry without its count
+  }
+  EXPECT_EQ(copy.LoadState(bad_entries).code(), absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace

@@ -299,7 +299,7 @@ int64_t Variable::ReadRows(const std::vector<int64_t>& local, float* out) {
     float* to = out + r * dim;
     if (const float* row = table.Find(local[r])) {
       std::copy_n(row, dim, to);
-    } else if (table.CountTouch(local[r], /*admit=*/false)) {
+    } else if (table.CountTouch(local[r])) {
       table.InitialValues(local[r], std::span<float>(to, dim));
     } else {
       std::fill_n(to, dim, 0.0f);

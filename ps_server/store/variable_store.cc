@@ -108,8 +108,7 @@ absl::StatusOr<int> VariableStore::Create(const proto::CreateVariablesRequest& r
   }
   // Allocate and initialize outside the map, then publish all at once.
   HashRowTable::Limits limits;
-  limits.max_pending = options_.max_pending_ids;
-  limits.overflow_counters = options_.admission_overflow_counters;
+  limits.admission_filter_bytes = options_.admission_filter_bytes;
   limits.max_rows = options_.max_hash_rows;
   std::vector<std::unique_ptr<Variable>> created;
   for (size_t k = 0; k < to_create.size(); ++k) {

@@ -81,6 +81,7 @@
 #include "common/checkpoint_format.h"
 #include "common/tensor_util.h"
 #include "proto/pstrain.pb.h"
+#include "ps_server/store/admission_filter.h"
 #include "ps_server/store/optimizer.h"
 #include "ps_server/store/row_aggregate.h"
 #include "ps_server/store/store_restorer.h"
@@ -96,15 +97,10 @@ class VariableStore {
     // Largest variable accepted, in elements (default 4 Gi floats = 16 GiB).
     // For a hash variable, the limit applies to one row.
     int64_t max_variable_elements = int64_t{1} << 32;
-    // Admission (admit_after > 1): touch counts of at most this many
-    // not-yet-admitted ids are kept exactly, per variable (an id leaves the
-    // map when admitted). Ids that find it full are counted in
-    // `admission_overflow_counters` shared saturating counters indexed by a
-    // hash of the id (allocated on first need), and keep counting there:
-    // bounded memory; ids that share a counter may be admitted early, never
-    // late.
-    int64_t max_pending_ids = int64_t{1} << 20;
-    int64_t admission_overflow_counters = int64_t{1} << 16;
+    // Admission (admit_after > 1): the bytes of each hash table's counting
+    // filter (AdmissionFilter; the ps's --admission_filter_bytes), allocated
+    // on its first count: ids may be admitted early, never late.
+    int64_t admission_filter_bytes = AdmissionFilter::kDefaultBytes;
     // Row ids one PullRows or PushRows may list, over all its variables
     // (ps flag --max_ids_per_request): more is refused with InvalidArgument
     // before any id is looked at.

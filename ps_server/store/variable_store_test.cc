@@ -1063,9 +1063,9 @@ TEST(HashStoreTest, Admission_ZerosAndDroppedGradientsUntilTheNthTouch) {
   EXPECT_EQ(store.GetStats().unadmitted_dropped, 3);
 }
 
-TEST(HashStoreTest, Admission_BeyondThePendingLimit_StillCountsTouches) {
+TEST(HashStoreTest, Admission_InTheSmallestFilter_StillCountsTouches) {
   VariableStore::Options options;
-  options.max_pending_ids = 2;  // ids beyond two pending go to the shared counters
+  options.admission_filter_bytes = 8 << 10;  // 1024 counters a row
   VariableStore store(options);
   ASSERT_TRUE(store.Create(HashRequest(HashSpec("h", 1, 0, 1, /*admit_after=*/3))).ok());
   const std::vector<int64_t> ids = {10, 20, 30, 40, 50};
@@ -1074,8 +1074,7 @@ TEST(HashStoreTest, Admission_BeyondThePendingLimit_StillCountsTouches) {
         << "touch " << touch;
     EXPECT_EQ(store.GetStats().hash_rows, 0);
   }
-  // The 3rd touch admits all five, those counted beyond the limit included
-  // (the first two admitted free the exact map first).
+  // The 3rd touch admits all five (a filter admits early, never late).
   const std::vector<float> third = PullRowsOf(store, "h/part_0", ids).value();
   EXPECT_EQ(store.GetStats().hash_rows, 0) << "a read stores no row";
   for (float v : third) EXPECT_NE(v, 0.0f);
