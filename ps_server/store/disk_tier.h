@@ -63,7 +63,9 @@ class DiskTier {
     // Memtables of every table together, before they flush to SSTs.
     int64_t write_buffer_bytes = int64_t{64} << 20;
     // Drops every table found in the directory: a ps starting or
-    // restoring starts from an empty tier.
+    // restoring starts from an empty tier. Else tables found are kept
+    // (rows counted at Open) and take the width of their first Table()
+    // call; values of another width read as DataLoss.
     bool wipe_on_open = true;
     // LZ4 on SST blocks. Off by default: float rows barely compress, and
     // bench/disk_tier_bench measured none as faster.
@@ -109,14 +111,17 @@ class DiskTier {
 
   const std::string& dir() const { return dir_; }
 
+  // Every call below taking a TableHandle REQUIRES one from this tier's
+  // Table(). Each may also return RocksDB's own errors: ResourceExhausted
+  // (disk full), DataLoss (a corrupt file), Unavailable (other I/O errors).
+
   // The table `name` with rows of `width` floats, made on first call.
   // InvalidArgument: width < 1, or `name` already open with another width.
   // Errors of RocksDB making its column family.
   absl::StatusOr<TableHandle> Table(const std::string& name, int64_t width);
 
   // Writes row `id` (replacing a row of `id` on disk). InvalidArgument: a
-  // row of the wrong width. RocksDB's errors (ResourceExhausted: disk
-  // full; Unavailable: other I/O errors).
+  // row of the wrong width.
   absl::Status Put(TableHandle t, int64_t id, std::span<const float> row, int64_t last,
                    double count);
   // Writes `rows` in one atomic batch; an id may appear once.
@@ -136,8 +141,9 @@ class DiskTier {
   int64_t Count(TableHandle t) const;
 
   // Calls `fn` on every row of `t` in id order, as of the call (a
-  // snapshot). Stops at, and returns, the first error of `fn`; DataLoss at
-  // a value that does not decode.
+  // snapshot); `fn` may call the tier, the scan sees none of its writes.
+  // Stops at, and returns, the first error of `fn`; DataLoss at a value
+  // that does not decode.
   using RowFn = absl::FunctionRef<absl::Status(int64_t id, std::span<const float> row, int64_t last,
                                                double count)>;
   absl::Status ForEach(TableHandle t, RowFn fn);
@@ -156,7 +162,8 @@ class DiskTier {
   const Options options_;
   std::unique_ptr<rocksdb::DB> db_;
   rocksdb::ColumnFamilyHandle* default_family_ = nullptr;  // kept empty
-  struct Settings;                                         // the column families' rocksdb::Options
+  // The column families' options, the write options.
+  struct Settings;
   std::unique_ptr<Settings> settings_;
 
   absl::Mutex mu_;  // guards making tables
