@@ -329,10 +329,11 @@ std::vector<Result> RunHash(const Options& options, PsCluster& cluster,
     cases.push_back(std::move(c));
   }
   // Every batch once into each table, untimed.
-  std::printf("  filling the hash tables (%lld distinct ids; bounded: %lld rows per partition, "
-              "%s) ...\n",
-              static_cast<long long>(batches.distinct), static_cast<long long>(capacity),
-              options.hash_eviction.c_str());
+  std::printf(
+      "  filling the hash tables (%lld distinct ids; bounded: %lld rows per partition, "
+      "%s) ...\n",
+      static_cast<long long>(batches.distinct), static_cast<long long>(capacity),
+      options.hash_eviction.c_str());
   std::fflush(stdout);
   for (Case& c : cases) {
     for (int w = 0; w < num_workers && c.result.error.empty(); ++w) {

@@ -65,8 +65,8 @@ void PrintTable(const std::vector<Result>& results, const References& refs,
   for (const Result& r : results) {
     if (!r.error.empty() || r.op.rfind("hash_push", 0) != 0) continue;
     if (r.capacity == 0) {
-      std::printf("%s (%d ps, %d w): unbounded table, %lld distinct ids; %s rows/s\n",
-                  r.op.c_str(), r.ps, r.workers, static_cast<long long>(r.distinct_ids),
+      std::printf("%s (%d ps, %d w): unbounded table, %lld distinct ids; %s rows/s\n", r.op.c_str(),
+                  r.ps, r.workers, static_cast<long long>(r.distinct_ids),
                   Rate(r.rows_per_s).c_str());
       continue;
     }

@@ -200,7 +200,7 @@ CriteoLineParser::CriteoLineParser(const CtrFeatureConfig& features)
 }
 
 absl::Status CriteoLineParser::Parse(absl::string_view line, const std::string& path,
-                                    int64_t line_number, CtrDataset* data) {
+                                     int64_t line_number, CtrDataset* data) {
   if (!line.empty() && line.back() == '\n') line.remove_suffix(1);
   if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
   // The error for this line; built only when needed.
@@ -231,9 +231,9 @@ absl::Status CriteoLineParser::Parse(absl::string_view line, const std::string& 
     const absl::string_view cell = cols_[1 + kCriteoDense + f];
     value_.assign(cell.data(), cell.size());
     const uint64_t h = FeatureHash(f, value_);
-    const int64_t id = buckets_ > 0
-                           ? f * buckets_ + static_cast<int64_t>(h % static_cast<uint64_t>(buckets_))
-                           : static_cast<int64_t>(h & 0x7fffffffffffffffull);
+    const int64_t id =
+        buckets_ > 0 ? f * buckets_ + static_cast<int64_t>(h % static_cast<uint64_t>(buckets_))
+                     : static_cast<int64_t>(h & 0x7fffffffffffffffull);
     data->ids.push_back(id);
   }
   ++data->size;
@@ -332,8 +332,7 @@ class ValueChurn {
           if (seen_[f].insert(value).second) break;
         }
         model_->values[f * vocab + rank] = value;
-        model_->weights[f * vocab + rank] =
-            weight_scale_ * Normal(&rng_) - model_->weight_means[f];
+        model_->weights[f * vocab + rank] = weight_scale_ * Normal(&rng_) - model_->weight_means[f];
       }
     }
   }

@@ -160,11 +160,17 @@ class TableEvictionTest : public ::testing::Test {
     const std::string summary = absl::StrCat(dir_, "/", name, ".json");
     const int base = ConsecutiveFreePorts(6);
     EXPECT_GT(base, 0);
-    std::vector<std::string> flags = {
-        "--model=wide_deep",  "--buckets_per_field=0", "--epochs=2",
-        "--batch_size=128",   "--learning_rate=0.005", "--seed=3",
-        "--ps=2",             "--workers=2",           absl::StrCat("--metrics_port=", base),
-        "--data=" + data_,    "--summary_json=" + summary};
+    std::vector<std::string> flags = {"--model=wide_deep",
+                                      "--buckets_per_field=0",
+                                      "--epochs=2",
+                                      "--batch_size=128",
+                                      "--learning_rate=0.005",
+                                      "--seed=3",
+                                      "--ps=2",
+                                      "--workers=2",
+                                      absl::StrCat("--metrics_port=", base),
+                                      "--data=" + data_,
+                                      "--summary_json=" + summary};
     flags.insert(flags.end(), extra.begin(), extra.end());
     const absl::Time start = absl::Now();
     std::unique_ptr<TestProcess> launcher = LaunchLocal(flags);
@@ -213,11 +219,11 @@ class TableEvictionTest : public ::testing::Test {
     sampler.join();
     EXPECT_TRUE(exited.has_value()) << launcher->output();
     EXPECT_EQ(exited.has_value() ? ExitCode(*exited) : -1, 0) << launcher->output();
-    std::printf("%s: %.1f s; ps peak rss %.1f / %.1f MB; %d scrapes, evictions seen %.0f, "
-                "refused seen %.0f\n",
-                name.c_str(), absl::ToDoubleSeconds(absl::Now() - start),
-                watched->peak_rss[0] / 1e6, watched->peak_rss[1] / 1e6, watched->scrapes,
-                watched->max_evictions, watched->max_refused);
+    std::printf(
+        "%s: %.1f s; ps peak rss %.1f / %.1f MB; %d scrapes, evictions seen %.0f, "
+        "refused seen %.0f\n",
+        name.c_str(), absl::ToDoubleSeconds(absl::Now() - start), watched->peak_rss[0] / 1e6,
+        watched->peak_rss[1] / 1e6, watched->scrapes, watched->max_evictions, watched->max_refused);
     return ReadJsonFile(summary);
   }
 
@@ -264,11 +270,12 @@ TEST_F(TableEvictionTest, ChurningIds_TenthCapacity_EvictsStaysBoundedAndKeepsAu
 
   // The bound costs at most 0.005 of test AUC on drifting ids.
   const double a = unbounded["test_auc"].get<double>(), b = bounded["test_auc"].get<double>();
-  std::printf("best achievable AUC %.4f; unbounded %.4f (rows per ps %lld, %lld), bounded to "
-              "%lld rows per table per ps %.4f (evictions per ps %lld, %lld)\n",
-              best_auc_, a, static_cast<long long>(all_rows[0]),
-              static_cast<long long>(all_rows[1]), static_cast<long long>(capacity), b,
-              static_cast<long long>(evictions[0]), static_cast<long long>(evictions[1]));
+  std::printf(
+      "best achievable AUC %.4f; unbounded %.4f (rows per ps %lld, %lld), bounded to "
+      "%lld rows per table per ps %.4f (evictions per ps %lld, %lld)\n",
+      best_auc_, a, static_cast<long long>(all_rows[0]), static_cast<long long>(all_rows[1]),
+      static_cast<long long>(capacity), b, static_cast<long long>(evictions[0]),
+      static_cast<long long>(evictions[1]));
   EXPECT_GE(b, a - 0.005);
   EXPECT_GT(b, 0.6);
 
