@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <numeric>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
 
 namespace pst::ps {
 
@@ -49,6 +52,31 @@ RowAggregate::Mean RowAggregate::TakeMean() {
   sums_.clear();
   contributors_.clear();
   return mean;
+}
+
+RowAggregate::Saved RowAggregate::Export() const { return Saved{ids_, sums_, contributors_}; }
+
+absl::Status RowAggregate::Load(Saved saved) {
+  if (saved.sums.size() != saved.ids.size() * static_cast<size_t>(dim_)) {
+    return absl::InvalidArgumentError("row sums: not dim floats per id");
+  }
+  absl::flat_hash_map<int64_t, int64_t> index;
+  for (size_t i = 0; i < saved.ids.size(); ++i) {
+    if (!index.emplace(saved.ids[i], static_cast<int64_t>(i)).second) {
+      return absl::InvalidArgumentError(absl::StrCat("row sums: id ", saved.ids[i], " twice"));
+    }
+  }
+  for (size_t i = 0; i < saved.contributors.size(); ++i) {
+    if (std::count(saved.contributors.begin(), saved.contributors.begin() + i,
+                   saved.contributors[i]) > 0) {
+      return absl::InvalidArgumentError("row sums: a worker twice");
+    }
+  }
+  index_ = std::move(index);
+  ids_ = std::move(saved.ids);
+  sums_ = std::move(saved.sums);
+  contributors_ = std::move(saved.contributors);
+  return absl::OkStatus();
 }
 
 }  // namespace pst::ps

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
 
 namespace pst::ps {
 
@@ -62,6 +63,18 @@ class RowAggregate {
     int pushes = 0;           // the divisor
   };
   Mean TakeMean();
+
+  // The sums as they are (ids in arrival order), for state transfer, and
+  // back: Load(Export()) into an empty aggregate of the same dim makes it
+  // equal to this one. Load's errors: InvalidArgument for sums that are not
+  // dim floats per id, a repeated id or a repeated worker.
+  struct Saved {
+    std::vector<int64_t> ids;
+    std::vector<float> sums;  // [len(ids), dim]
+    std::vector<int32_t> contributors;
+  };
+  Saved Export() const;
+  absl::Status Load(Saved saved);
 
  private:
   const int64_t dim_;

@@ -67,5 +67,26 @@ TEST(RowAggregateTest, SkippedRows_AreLeftOut_ThePushStillCounts) {
   EXPECT_EQ(mean.grad, (std::vector<float>{1}));
 }
 
+TEST(RowAggregateTest, ExportThenLoad_GoesOnTheSame_BadStateRefused) {
+  RowAggregate agg(2), copy(2);
+  ASSERT_EQ(agg.AddPush(0, 0, 1, std::vector<int64_t>{8, 3}, std::vector<float>{1, 2, 3, 4}, {}),
+            Add::kAdded);
+  ASSERT_TRUE(copy.Load(agg.Export()).ok());
+  EXPECT_EQ(copy.AddPush(0, 0, 1, std::vector<int64_t>{3}, std::vector<float>{5, 5}, {}),
+            Add::kDuplicate);
+  for (RowAggregate* a : {&agg, &copy}) {
+    ASSERT_EQ(a->AddPush(0, 0, 0, std::vector<int64_t>{3}, std::vector<float>{1, 0}, {}),
+              Add::kAdded);
+  }
+  const RowAggregate::Mean want = agg.TakeMean(), got = copy.TakeMean();
+  EXPECT_EQ(got.ids, want.ids);
+  EXPECT_EQ(got.grad, want.grad);
+  EXPECT_EQ(got.pushes, 2);
+  RowAggregate bad(2);
+  EXPECT_FALSE(bad.Load({{1}, {1, 2, 3}, {0}}).ok());
+  EXPECT_FALSE(bad.Load({{1, 1}, {1, 2, 3, 4}, {0}}).ok());
+  EXPECT_FALSE(bad.Load({{1}, {1, 2}, {0, 0}}).ok());
+}
+
 }  // namespace
 }  // namespace pst::ps

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <deque>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -81,6 +82,28 @@ std::vector<proto::StoreChunk> VariableStore::ExportState(int64_t part_bytes) co
   ledger_.Export(mode);
 
   for (const Variable* var : vars) {
+    // SYNC: the rows summed for the step in flight, if any (taken before
+    // the variable's lock: a RowSync's mutex comes first).
+    std::optional<RowAggregate::Saved> row_sums;
+    if (RowSync* sync = RowSyncOf(*var, /*make=*/false)) {
+      absl::MutexLock sync_lock(&sync->mu);
+      if (sync->aggregate.pending() && sync->generation == generation_ &&
+          sync->step == var->version.load()) {
+        row_sums = sync->aggregate.Export();
+      }
+    }
+    // In a part of their own, after the variable's others.
+    auto add_row_sums = [&](int64_t version, int64_t dim) {
+      if (!row_sums.has_value()) return;
+      const int64_t bytes =
+          static_cast<int64_t>(row_sums->ids.size()) * (8 + dim * 4) + 4 * 8;
+      proto::VariableChunk* c = data.Room(var->spec.name(), version, bytes, /*new_chunk=*/true);
+      c->mutable_row_sum_ids()->Add(row_sums->ids.begin(), row_sums->ids.end());
+      AppendFloats(row_sums->sums.data(), static_cast<int64_t>(row_sums->sums.size()),
+                   c->mutable_row_sums());
+      c->mutable_row_sum_workers()->Add(row_sums->contributors.begin(),
+                                        row_sums->contributors.end());
+    };
     absl::MutexLock var_lock(&var->mu);  // whole: no striped row push runs
     const std::string& name = var->spec.name();
     const int64_t version = var->version;
@@ -107,6 +130,7 @@ std::vector<proto::StoreChunk> VariableStore::ExportState(int64_t part_bytes) co
         }
         begin += n;
       } while (begin < var->rows);
+      add_row_sums(version, dim);
       continue;
     }
     data.Room(name, version, 0, /*new_chunk=*/true);  // the version, with no row held
@@ -127,6 +151,7 @@ std::vector<proto::StoreChunk> VariableStore::ExportState(int64_t part_bytes) co
           data.Room(name, version, static_cast<int64_t>(blob.size()), /*new_chunk=*/true);
       c->set_admission(std::move(blob));
     }
+    add_row_sums(version, dim);
   }
   std::deque<proto::StoreChunk> filled = data.Take();
   std::vector<proto::StoreChunk> parts;
@@ -157,6 +182,26 @@ absl::Status VariableStore::LoadState(const proto::StoreChunk& chunk) {
   const int num_slots = optimizer_ == nullptr ? 0 : optimizer_->num_slots();
   for (const proto::VariableChunk& c : chunk.variables()) {
     PST_ASSIGN_OR_RETURN(Variable * var, Find(c.name()));
+    if (c.row_sum_workers_size() > 0) {
+      // SYNC: rows summed for the step in flight, in a part of their own
+      // (the variable's version came before).
+      RowSync& sync = *RowSyncOf(*var);
+      absl::MutexLock sync_lock(&sync.mu);
+      RowAggregate::Saved saved;
+      saved.ids.assign(c.row_sum_ids().begin(), c.row_sum_ids().end());
+      saved.sums.resize(c.row_sums().size() / sizeof(float));
+      if (saved.sums.size() * sizeof(float) != c.row_sums().size()) {
+        return BadChunk(absl::StrCat("row sums of '", c.name(), "' that do not fit it"));
+      }
+      std::memcpy(saved.sums.data(), c.row_sums().data(), c.row_sums().size());
+      saved.contributors.assign(c.row_sum_workers().begin(), c.row_sum_workers().end());
+      if (absl::Status s = sync.aggregate.Load(std::move(saved)); !s.ok()) {
+        return BadChunk(absl::StrCat("'", c.name(), "': ", s.message()));
+      }
+      sync.generation = generation_;
+      sync.step = c.version();
+      continue;
+    }
     absl::MutexLock var_lock(&var->mu);
     const int64_t dim = std::max<int64_t>(1, var->dim);
     const int64_t row_bytes = dim * static_cast<int64_t>(sizeof(float));

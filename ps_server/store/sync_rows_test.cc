@@ -220,5 +220,30 @@ TEST(SyncRowsTest, Cut_RowsAheadOfTheDenseVariables_IsPartOfAStep) {
   EXPECT_EQ(cut.max_version, 1);
 }
 
+// A backup sent the store whole (state transfer) while a step's rows are
+// half summed carries them: worker 0's retry is a repeat on both, and
+// worker 1's push completes the step alike.
+TEST(SyncRowsTest, ExportState_CarriesTheRowsSummed) {
+  VariableStore original;
+  ASSERT_TRUE(original.Create(Create(2, 2)).ok());
+  proto::PushRowsResponse response;
+  const proto::PushRowsRequest first = Push(0, 0, {0, 6}, {1, 2, 3, 4}, {11, 12}, {5, 6, 7, 8});
+  ASSERT_TRUE(original.PushRows(first, &response).ok());
+  VariableStore copy;
+  for (const proto::StoreChunk& part : original.ExportState(/*part_bytes=*/1024)) {
+    ASSERT_TRUE(copy.LoadState(part).ok()) << "part " << part.part();
+  }
+  VariableStore::Cut cut;
+  copy.Snapshot(nullptr, &cut);
+  EXPECT_TRUE(cut.sync_pending) << "the copy holds worker 0's rows";
+  for (VariableStore* store : {&original, &copy}) {
+    ASSERT_TRUE(store->PushRows(first, &response).ok());
+    ASSERT_TRUE(store->PushRows(Push(1, 0, {6}, {2, 2}, {12}, {2, 2}), &response).ok());
+  }
+  EXPECT_EQ(Rows(copy, "t/part_0", {0, 6}), (std::vector<float>{-0.5f, -1, -2.5f, -3}));
+  EXPECT_EQ(Rows(copy, "h/part_0", {11, 12}), Rows(original, "h/part_0", {11, 12}));
+  EXPECT_EQ(copy.Digest(), original.Digest());
+}
+
 }  // namespace
 }  // namespace pst::ps
