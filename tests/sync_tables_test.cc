@@ -206,7 +206,8 @@ TEST_P(SyncTableEquivalenceTest, SyncWorkers_MatchOneProcessWithTheCombinedBatch
   const Data data(kSteps * workers * kBatch);
   const std::vector<float> sync = TrainSync(workers, data);
   const std::vector<float> single = TrainSingle(workers, data);
-  const std::vector<float> initial = Cluster(Training(proto::ASYNC, 1), 1).Parameters(data.AllIds());
+  const std::vector<float> initial =
+      Cluster(Training(proto::ASYNC, 1), 1).Parameters(data.AllIds());
   ASSERT_EQ(sync.size(), single.size());
   ASSERT_EQ(sync.size(), initial.size());
   double max_diff = 0, max_change = 0;
@@ -261,7 +262,6 @@ TEST(SyncTableBackupTest, QuorumOneOfTwo_LateWorkersRowsAreDropped) {
   const std::vector<float> want = single.Parameters(data.AllIds());
   ASSERT_EQ(got.size(), want.size());
   for (size_t k = 0; k < got.size(); ++k) EXPECT_NEAR(got[k], want[k], 1e-6) << k;
-
 }
 
 // Each partition divides a step's sum by the pushes it heard of, so every

@@ -9,8 +9,7 @@
 namespace pst::ps {
 
 RowAggregate::Add RowAggregate::AddPush(int64_t version, int64_t step, int32_t worker,
-                                        std::span<const int64_t> ids,
-                                        std::span<const float> grad,
+                                        std::span<const int64_t> ids, std::span<const float> grad,
                                         const std::vector<bool>& skip) {
   if (step < version) return Add::kStale;
   if (step > version) return Add::kAhead;
