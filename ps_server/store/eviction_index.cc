@@ -26,6 +26,7 @@ void EvictionIndex::Note(int stripe, int64_t id, int64_t t) {
   e.last = t;
   e.key = KeyOf(e);
   s.order.insert({e.key, id});
+  UpdateFront(stripe);
   // Only a new row can lower the earliest update (an update raises its
   // row's): a new row is updated at the newest version, so this rarely
   // writes.
@@ -41,6 +42,7 @@ void EvictionIndex::Load(int stripe, int64_t id, Entry entry) {
   entry.key = KeyOf(entry);
   s.entries[id] = entry;
   s.order.insert({entry.key, id});
+  UpdateFront(stripe);
   if (entry.last < earliest_.load(std::memory_order_relaxed)) {
     earliest_.store(entry.last, std::memory_order_relaxed);
   }
@@ -52,6 +54,12 @@ void EvictionIndex::Forget(int stripe, int64_t id) {
   if (it == s.entries.end()) return;
   s.order.erase({it->second.key, id});
   s.entries.erase(it);
+  UpdateFront(stripe);
+}
+
+void EvictionIndex::UpdateFront(int stripe) {
+  const Stripe& s = stripes_[stripe];
+  fronts_[stripe] = s.order.empty() ? kNoKey : *s.order.begin();
 }
 
 const EvictionIndex::Entry* EvictionIndex::Find(int stripe, int64_t id) const {
@@ -61,17 +69,13 @@ const EvictionIndex::Entry* EvictionIndex::Find(int stripe, int64_t id) const {
 }
 
 std::optional<int64_t> EvictionIndex::Victim(int* stripe) const {
-  const std::pair<double, int64_t>* best = nullptr;
-  for (int i = 0; i < kStripes; ++i) {
-    const auto& order = stripes_[i].order;
-    if (order.empty()) continue;
-    if (best == nullptr || *order.begin() < *best) {
-      best = &*order.begin();
-      *stripe = i;
-    }
+  int best = 0;
+  for (int i = 1; i < kStripes; ++i) {
+    if (fronts_[i] < fronts_[best]) best = i;
   }
-  if (best == nullptr) return std::nullopt;
-  return best->second;
+  if (fronts_[best] == kNoKey) return std::nullopt;
+  *stripe = best;
+  return fronts_[best].second;
 }
 
 void EvictionIndex::RecomputeEarliest() {

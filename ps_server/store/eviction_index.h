@@ -23,6 +23,7 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <limits>
 #include <optional>
 #include <utility>
 
@@ -43,7 +44,7 @@ class EvictionIndex {
     double key = 0;
   };
 
-  explicit EvictionIndex(common::TablePolicy policy) : policy_(policy) {}
+  explicit EvictionIndex(common::TablePolicy policy) : policy_(policy) { fronts_.fill(kNoKey); }
   EvictionIndex(const EvictionIndex&) = delete;
   EvictionIndex& operator=(const EvictionIndex&) = delete;
 
@@ -68,15 +69,22 @@ class EvictionIndex {
   void RecomputeEarliest();
 
  private:
+  using Key = std::pair<double, int64_t>;  // (key, id)
   double KeyOf(const Entry& e) const;
+  // Copies stripe `stripe`'s first key into fronts_, after a change to it.
+  void UpdateFront(int stripe);
 
   struct Stripe {
     absl::flat_hash_map<int64_t, Entry> entries;
-    absl::btree_set<std::pair<double, int64_t>> order;  // (key, id)
+    absl::btree_set<Key> order;
   };
 
   const common::TablePolicy policy_;
   std::array<Stripe, kStripes> stripes_;
+  // Each stripe's first key (kNoKey when empty), side by side: Victim reads
+  // 64 of them from a few cache lines instead of 64 trees.
+  static constexpr Key kNoKey = {std::numeric_limits<double>::infinity(), INT64_MAX};
+  std::array<Key, kStripes> fronts_;
   std::atomic<int64_t> earliest_{INT64_MAX};
 };
 
