@@ -98,8 +98,7 @@ def test_deepfm_on_two_ps_and_two_python_workers_is_within_001_auc_of_one_proces
     local = json.loads((tmp_path / "local.json").read_text())
     # Async: each worker's pushes are applied as they come, so the ps take
     # as many Adagrad steps of one batch each as the one process does, at a
-    # staleness of about one step (pstrain refuses sync for a model with
-    # tables: it aggregates dense variables only).
+    # staleness of about one step.
     code, output = run_bounded([PYTHON, script, "--cluster", "--ps=2", "--workers=2",
                                 "--mode=async", *flags, f"--result={tmp_path}/cluster.json",
                                 "--", "--timeout_s=300", "--progress=plain"], timeout=400)
