@@ -169,7 +169,9 @@ void ReplicationTest::MixedChanges(proto::SyncMode mode, const std::string& evic
   // The equal digests above say the backup holds the same rows: the
   // primary's table did evict.
   EXPECT_GT(primary_store_.GetStats().table_evictions, 0);
-  if (capacity > 0) EXPECT_LE(primary_store_.GetStats().hash_rows, capacity);
+  if (capacity > 0) {
+    EXPECT_LE(primary_store_.GetStats().hash_rows, capacity);
+  }
 }
 
 TEST_F(ReplicationTest, AsyncBackupEqualsPrimaryAfterConcurrentChangesDeliveredOutOfOrder) {
