@@ -3,10 +3,7 @@
 // trains; each page holds that daemon's figures and passes
 // `promtool check metrics` (Debian's prometheus package; that check is
 // skipped, and said to be, without it).
-#include <arpa/inet.h>
 #include <gtest/gtest.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -19,56 +16,11 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "tests/metrics_scrape.h"
 #include "tests/test_cluster.h"
 
 namespace pst::testing {
 namespace {
-
-bool PortFree(int port) {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_ANY);
-  a.sin_port = htons(static_cast<uint16_t>(port));
-  const bool ok = bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0;
-  close(fd);
-  return ok;
-}
-
-// The first of `n` consecutive free ports.
-int ConsecutiveFreePorts(int n) {
-  std::mt19937 rng(static_cast<unsigned>(getpid()));
-  for (int attempt = 0; attempt < 200; ++attempt) {
-    const int base = 20000 + static_cast<int>(rng() % 30000);
-    bool all = true;
-    for (int k = 0; k < n && all; ++k) all = PortFree(base + k);
-    if (all) return base;
-  }
-  return -1;
-}
-
-// The body of GET /metrics on 127.0.0.1:port ("" on failure).
-std::string Scrape(int port) {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  timeval timeout{5, 0};
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  a.sin_port = htons(static_cast<uint16_t>(port));
-  std::string response;
-  if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0) {
-    const std::string request = "GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n";
-    if (write(fd, request.data(), request.size()) == static_cast<ssize_t>(request.size())) {
-      char buffer[65536];
-      ssize_t n;
-      while ((n = read(fd, buffer, sizeof(buffer))) > 0) response.append(buffer, n);
-    }
-  }
-  close(fd);
-  const size_t body = response.find("\r\n\r\n");
-  return body == std::string::npos ? "" : response.substr(body + 4);
-}
 
 TEST(MetricsTest, EveryDaemonServesItsFigures_AndPromtoolAcceptsThem) {
   if (!HaveFashionMnist()) GTEST_SKIP() << "Fashion-MNIST is missing";

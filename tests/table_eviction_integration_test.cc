@@ -5,10 +5,7 @@
 // distinct ids each table holds on each ps. The bounded job finishes,
 // evicts, keeps every ps within its capacity and its peak RSS within a
 // budget, and its test AUC is within 0.005 of the unbounded job's.
-#include <arpa/inet.h>
 #include <gtest/gtest.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -29,6 +26,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "nlohmann/json.hpp"
+#include "tests/metrics_scrape.h"
 #include "tests/test_cluster.h"
 
 namespace pst::testing {
@@ -58,51 +56,6 @@ constexpr int64_t kRowOverheadBytes = 128;
 // the unbounded job's at 28-29 MB with 55k rows a ps (the test prints
 // them). 24 MiB is the idle figure plus a few MB of traffic buffers.
 constexpr int64_t kFixedAllowanceBytes = int64_t{24} << 20;
-
-bool PortFree(int port) {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  a.sin_port = htons(static_cast<uint16_t>(port));
-  const bool ok = bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0;
-  close(fd);
-  return ok;
-}
-
-int ConsecutiveFreePorts(int n) {
-  std::mt19937 rng(static_cast<unsigned>(getpid()) ^ 0x7ab1e);
-  for (int attempt = 0; attempt < 200; ++attempt) {
-    const int base = 20000 + static_cast<int>(rng() % 30000);
-    bool all = true;
-    for (int k = 0; k < n && all; ++k) all = PortFree(base + k);
-    if (all) return base;
-  }
-  return -1;
-}
-
-// The body of GET /metrics on 127.0.0.1:port ("" on failure).
-std::string Scrape(int port) {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  timeval timeout{2, 0};
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  a.sin_port = htons(static_cast<uint16_t>(port));
-  std::string response;
-  if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0) {
-    const std::string request = "GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n";
-    if (write(fd, request.data(), request.size()) == static_cast<ssize_t>(request.size())) {
-      char buffer[65536];
-      ssize_t n;
-      while ((n = read(fd, buffer, sizeof(buffer))) > 0) response.append(buffer, n);
-    }
-  }
-  close(fd);
-  const size_t body = response.find("\r\n\r\n");
-  return body == std::string::npos ? "" : response.substr(body + 4);
-}
 
 // The sum of a counter family's samples in a /metrics page; -1 if absent.
 double SumOf(const std::string& page, const std::string& family) {
@@ -158,7 +111,7 @@ class TableEvictionTest : public ::testing::Test {
   nlohmann::json Run(const std::string& name, const std::vector<std::string>& extra,
                      Watched* watched) {
     const std::string summary = absl::StrCat(dir_, "/", name, ".json");
-    const int base = ConsecutiveFreePorts(6);
+    const int base = ConsecutiveFreePorts(6, 0x7ab1e);
     EXPECT_GT(base, 0);
     std::vector<std::string> flags = {"--model=wide_deep",
                                       "--buckets_per_field=0",
@@ -203,7 +156,7 @@ class TableEvictionTest : public ::testing::Test {
         for (size_t i = 0; i < ps.size(); ++i) {
           const int64_t hwm = StatusBytes(ps[i], "VmHWM");
           if (hwm > 0) watched->peak_rss[i] = std::max(watched->peak_rss[i], hwm);
-          const std::string page = Scrape(ports[i]);
+          const std::string page = Scrape(ports[i], 2);
           const double evictions = SumOf(page, "pstrain_ps_table_evictions_total");
           if (evictions < 0) continue;
           ++watched->scrapes;
