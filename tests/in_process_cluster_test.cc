@@ -46,6 +46,22 @@ nlohmann::json Summary(const InProcessCluster& cluster) {
   return nlohmann::json::parse(in);
 }
 
+// Trains to step 6 while ps 1 dies between its snapshot and its write of
+// the save at step 6.
+void LosePs1InTheSaveAt6(InProcessCluster& cluster) {
+  cluster.chief_control().SetInterceptor(
+      [&cluster](int ps, const google::protobuf::Message& request) -> absl::Status {
+        const auto* save = dynamic_cast<const proto::SaveRequest*>(&request);
+        if (ps != 1 || save == nullptr || save->phase() != proto::SaveRequest::WRITE) {
+          return absl::OkStatus();
+        }
+        cluster.ps().Restart(1);
+        return absl::UnavailableError("ps 1 died in the middle of a save");
+      });
+  cluster.SettleAt(6);
+  cluster.chief_control().SetInterceptor(nullptr);
+}
+
 // Every ps of `cluster` holds `generation` at version `step` and was told
 // to shut down.
 void ExpectEveryPsEnded(InProcessCluster& cluster, int64_t generation, int64_t step) {
@@ -190,18 +206,7 @@ TEST(InProcessRecoveryTest, PsLostDuringASave_RestoresThePreviousCheckpoint_Ends
   cluster.SettleAt(3);
   ASSERT_TRUE(cluster.Checkpoint(3).has_value());
 
-  // ps 1 dies between its snapshot and its write of the save at step 6.
-  cluster.chief_control().SetInterceptor(
-      [&cluster](int ps, const google::protobuf::Message& request) -> absl::Status {
-        const auto* save = dynamic_cast<const proto::SaveRequest*>(&request);
-        if (ps != 1 || save == nullptr || save->phase() != proto::SaveRequest::WRITE) {
-          return absl::OkStatus();
-        }
-        cluster.ps().Restart(1);
-        return absl::UnavailableError("ps 1 died in the middle of a save");
-      });
-  cluster.SettleAt(6);
-  cluster.chief_control().SetInterceptor(nullptr);
+  LosePs1InTheSaveAt6(cluster);
   EXPECT_FALSE(std::filesystem::exists(
       absl::StrCat(cluster.checkpoint_dir(), "/", common::CheckpointDirName(6))))
       << "a save that failed leaves nothing behind";
@@ -434,18 +439,7 @@ TEST(InProcessRecoveryTest, SyncTable_PsLostDuringASave_RestoresThePreviousCheck
   cluster.SettleAt(3);
   ASSERT_TRUE(cluster.Checkpoint(3).has_value());
 
-  // ps 1 dies between its snapshot and its write of the save at step 6.
-  cluster.chief_control().SetInterceptor(
-      [&cluster](int ps, const google::protobuf::Message& request) -> absl::Status {
-        const auto* save = dynamic_cast<const proto::SaveRequest*>(&request);
-        if (ps != 1 || save == nullptr || save->phase() != proto::SaveRequest::WRITE) {
-          return absl::OkStatus();
-        }
-        cluster.ps().Restart(1);
-        return absl::UnavailableError("ps 1 died in the middle of a save");
-      });
-  cluster.SettleAt(6);
-  cluster.chief_control().SetInterceptor(nullptr);
+  LosePs1InTheSaveAt6(cluster);
   ASSERT_TRUE(cluster.clock().Tick());
   ASSERT_EQ(cluster.job().recoveries().size(), 1u);
   EXPECT_EQ(cluster.job().recoveries()[0].step_before, 6);
