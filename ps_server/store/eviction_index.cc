@@ -80,13 +80,10 @@ std::optional<int64_t> EvictionIndex::Victim(int* stripe) const {
 
 void EvictionIndex::RecomputeEarliest() {
   int64_t earliest = INT64_MAX;
-  for (const Stripe& s : stripes_) {
-    // lru and ttl order by the last update; lfu's order is not by it.
-    if (policy_.eviction == common::TablePolicy::Eviction::kLfu) {
-      for (const auto& [id, e] : s.entries) earliest = std::min(earliest, e.last);
-    } else if (!s.order.empty()) {
-      earliest = std::min(earliest, s.entries.at(s.order.begin()->second).last);
-    }
+  // Keys are last updates (lru, ttl): each stripe's first row is its
+  // earliest.
+  for (const Key& front : fronts_) {
+    if (front != kNoKey) earliest = std::min(earliest, static_cast<int64_t>(front.first));
   }
   earliest_.store(earliest, std::memory_order_relaxed);
 }

@@ -65,7 +65,8 @@ class EvictionIndex {
   // A lower bound of the last update of every row (none: INT64_MAX), for
   // ttl's check that nothing is due (readable without a lock).
   int64_t earliest_update() const { return earliest_.load(std::memory_order_relaxed); }
-  // Recomputes earliest_update() exactly, after rows went.
+  // Recomputes earliest_update() exactly, after rows went. For lru and ttl,
+  // whose keys are the last updates (lfu's are not: its bound only falls).
   void RecomputeEarliest();
 
  private:
