@@ -24,19 +24,22 @@ absl::StatusOr<std::vector<int64_t>> CutPositions(
   std::optional<int64_t> version;
   for (size_t p = 0; p < snapshots.size(); ++p) {
     const proto::SaveResponse& s = snapshots[p];
-    if (!s.holds_dense()) continue;
-    ++dense_ps;
+    // Every ps, one that holds tables only too: in sync, row variables move
+    // one version per step as the dense ones, and a step summed but not
+    // applied on any ps is no cut.
     if (s.sync_pending()) {
       return absl::AbortedError(
           absl::StrCat("ps ", p, " holds gradients accumulated but not applied yet"));
     }
-    if (sync) {
+    if (sync && s.holds_any()) {
       if (version.has_value() && *version != s.max_version()) {
         return absl::AbortedError(absl::StrCat("ps ", p, " is at version ", s.max_version(),
                                                ", another ps at ", *version));
       }
       version = s.max_version();
     }
+    if (!s.holds_dense()) continue;
+    ++dense_ps;
     for (const proto::WorkerCut& w : s.cut()) {
       const int index = w.worker_index();
       if (index < 0 || index >= num_workers) {

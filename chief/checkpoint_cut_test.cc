@@ -12,6 +12,7 @@ proto::SaveResponse Ps(std::vector<std::array<int64_t, 3>> workers, int64_t vers
                        bool holds_dense = true, bool pending = false) {
   proto::SaveResponse r;
   r.set_holds_dense(holds_dense);
+  r.set_holds_any(true);
   r.set_max_version(version);
   r.set_sync_pending(pending);
   for (size_t w = 0; w < workers.size(); ++w) {
@@ -76,6 +77,25 @@ TEST(CheckpointCutTest, APsWithoutDenseVariables_IsNotCompared) {
       {Ps({{5, 4, 4}}), Ps({{-1, -1, -1}}, 0, /*holds_dense=*/false)}, false, {0});
   ASSERT_TRUE(got.ok()) << got.status();
   EXPECT_EQ(*got, std::vector<int64_t>{5});
+}
+
+// Sync with tables: a ps holding only hash partitions moves one version per
+// step too; rows summed there and not applied, or a version apart from the
+// others', is part of a step.
+TEST(CheckpointCutTest, Sync_APsOfTablesOnly_PendingOrAtAnotherVersion_IsAborted) {
+  const proto::SaveResponse dense = Ps({{5, 4, 4}}, /*version=*/5);
+  EXPECT_TRUE(
+      CutPositions({dense, Ps({{-1, -1, -1}}, 5, /*holds_dense=*/false)}, /*sync=*/true, {0})
+          .ok());
+  EXPECT_EQ(CutPositions({dense, Ps({{-1, -1, -1}}, 5, false, /*pending=*/true)}, true, {0})
+                .status()
+                .code(),
+            absl::StatusCode::kAborted);
+  EXPECT_EQ(CutPositions({dense, Ps({{-1, -1, -1}}, 6, false)}, true, {0}).status().code(),
+            absl::StatusCode::kAborted);
+  proto::SaveResponse empty = Ps({{-1, -1, -1}}, 0, false);
+  empty.set_holds_any(false);
+  EXPECT_TRUE(CutPositions({dense, empty}, true, {0}).ok()) << "a ps holding nothing has no step";
 }
 
 TEST(CheckpointCutTest, AWorkerOutsideTheJob_IsInvalidArgument) {

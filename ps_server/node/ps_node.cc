@@ -220,6 +220,7 @@ std::shared_ptr<const std::vector<common::ShardRecord>> PsNode::TakeSnapshot(
   response->set_sync_pending(cut.sync_pending);
   response->set_max_version(cut.max_version);
   response->set_holds_dense(cut.holds_dense);
+  response->set_holds_any(cut.holds_any);
   return records;
 }
 

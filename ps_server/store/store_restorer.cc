@@ -157,6 +157,19 @@ absl::Status StoreRestorer::Commit(int64_t generation) {
       }
     }
     store_->generation_ = generation;
+    // SYNC rows summed before belong to the replaced state, even when the
+    // generation and the versions come out the same (a RowSync would take
+    // them for current). The map's mutex is never held while taking
+    // another lock.
+    std::vector<VariableStore::RowSync*> row_syncs;
+    {
+      absl::MutexLock map_lock(&store_->row_sync_mu_);
+      for (const auto& [name, sync] : store_->row_sync_) row_syncs.push_back(sync.get());
+    }
+    for (VariableStore::RowSync* sync : row_syncs) {
+      absl::MutexLock sync_lock(&sync->mu);
+      if (sync->aggregate.pending()) sync->aggregate.TakeMean();  // dropped
+    }
     // Clocks and duplicate detection restart; parked pulls waited for
     // versions or clocks of the replaced state.
     parked = store_->ledger_.Reset();

@@ -111,6 +111,7 @@ std::vector<common::ShardRecord> VariableStore::Snapshot(absl::Duration* held, C
     cut->workers = ledger_.Cut();
     cut->sync_pending = sync_pending;
     cut->holds_dense = holds_dense;
+    cut->holds_any = !vars.empty();
     cut->max_version = max_version;
   }
   if (held != nullptr) *held = absl::Now() - locked;

@@ -251,6 +251,7 @@ class VariableStore {
     bool sync_pending = false;
     int64_t max_version = 0;  // highest version of a dense variable (SYNC: of any)
     bool holds_dense = false;   // some variable here is dense
+    bool holds_any = false;     // some variable is here
   };
 
   // A copy of every variable (values, slots, version, hash rows), sorted by
