@@ -173,7 +173,10 @@ TEST(SyncRowsTest, NotAdmittedIds_CountOneTouchPerStep_AppliedOnceAdmitted) {
   EXPECT_EQ(Rows(store, "h/part_0", {9}), (std::vector<float>{-3, -3}));
 }
 
-TEST(SyncRowsTest, Restore_DropsTheRowsSummedBefore) {
+// Worker 0's rows for step 0 are summed, then the store is restored, to
+// `generation`, from a snapshot taken before: the sum is dropped, so
+// worker 1's push alone does not make the quorum of 2.
+void ExpectRestoreDropsTheRowsSummedBefore(int64_t generation) {
   VariableStore store;
   ASSERT_TRUE(store.Create(Create(2, 2)).ok());
   const std::vector<common::ShardRecord> records = store.Snapshot();
@@ -181,35 +184,27 @@ TEST(SyncRowsTest, Restore_DropsTheRowsSummedBefore) {
   ASSERT_TRUE(store.PushRows(Push(0, 0, {0}, {8, 8}, {}, {}), &response).ok());
   std::vector<const common::ShardRecord*> from;
   for (const common::ShardRecord& r : records) from.push_back(&r);
-  ASSERT_TRUE(store.Restore(from, /*generation=*/1).ok());
+  ASSERT_TRUE(store.Restore(from, generation).ok());
   VariableStore::Cut cut;
   store.Snapshot(nullptr, &cut);
   EXPECT_FALSE(cut.sync_pending) << "the restore replaced what the rows were summed for";
   proto::PushRowsRequest push = Push(1, 0, {0}, {2, 2}, {}, {});
-  push.set_generation(1);
+  push.set_generation(generation);
   ASSERT_TRUE(store.PushRows(push, &response).ok());
   EXPECT_EQ(Rows(store, "t/part_0", {0}), (std::vector<float>{0, 0}))
       << "worker 0's push before the restore does not make the quorum";
   push = Push(0, 0, {0}, {4, 4}, {}, {});
-  push.set_generation(1);
+  push.set_generation(generation);
   ASSERT_TRUE(store.PushRows(push, &response).ok());
   EXPECT_EQ(Rows(store, "t/part_0", {0}), (std::vector<float>{-3, -3}));
 }
 
-// A restore to the same generation and version (as a test may do) drops
-// them too: nothing tells the stale sum from a current one but the restore.
+TEST(SyncRowsTest, Restore_DropsTheRowsSummedBefore) { ExpectRestoreDropsTheRowsSummedBefore(1); }
+
+// To the same generation and version (as a test may do) too: nothing but
+// the restore tells the stale sum from a current one.
 TEST(SyncRowsTest, RestoreToTheSameGenerationAndVersion_DropsTheRowsSummedBefore) {
-  VariableStore store;
-  ASSERT_TRUE(store.Create(Create(2, 2)).ok());
-  const std::vector<common::ShardRecord> records = store.Snapshot();
-  proto::PushRowsResponse response;
-  ASSERT_TRUE(store.PushRows(Push(0, 0, {0}, {8, 8}, {}, {}), &response).ok());
-  std::vector<const common::ShardRecord*> from;
-  for (const common::ShardRecord& r : records) from.push_back(&r);
-  ASSERT_TRUE(store.Restore(from, /*generation=*/0).ok());
-  ASSERT_TRUE(store.PushRows(Push(1, 0, {0}, {2, 2}, {}, {}), &response).ok());
-  EXPECT_EQ(Rows(store, "t/part_0", {0}), (std::vector<float>{0, 0}))
-      << "worker 0's push before the restore does not make the quorum";
+  ExpectRestoreDropsTheRowsSummedBefore(0);
 }
 
 TEST(SyncRowsTest, Cut_RowsAheadOfTheDenseVariables_IsPartOfAStep) {
