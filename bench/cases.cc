@@ -148,6 +148,18 @@ std::vector<Result> RunDense(const Options& options, PsCluster& cluster,
   return results;
 }
 
+// One row client per worker of `workers`, over `plan`.
+absl::StatusOr<std::vector<std::unique_ptr<client::PsClient>>> MakeClients(
+    const proto::PlacementPlan& plan, const std::vector<Worker>& workers) {
+  std::vector<std::unique_ptr<client::PsClient>> clients;
+  for (const Worker& w : workers) {
+    PST_ASSIGN_OR_RETURN(std::unique_ptr<client::PsClient> client,
+                         client::PsClient::Create(plan, {}, w.transport, w.index, w.incarnation));
+    clients.push_back(std::move(client));
+  }
+  return clients;
+}
+
 std::vector<Result> RunSparse(const Options& options, PsCluster& cluster,
                               const proto::PlacementPlan& plan, std::vector<Worker>& workers) {
   std::vector<Result> results;
@@ -173,18 +185,14 @@ std::vector<Result> RunSparse(const Options& options, PsCluster& cluster,
   }
   const client::Values grads = {std::vector<float>(static_cast<size_t>(options.rows) * dim, 1e-3f)};
 
-  std::vector<std::unique_ptr<client::PsClient>> clients(num_workers);
-  for (int w = 0; w < num_workers; ++w) {
-    absl::StatusOr<std::unique_ptr<client::PsClient>> client = client::PsClient::Create(
-        plan, {}, workers[w].transport, workers[w].index, workers[w].incarnation);
-    if (!client.ok()) {
-      Result r;
-      r.op = "sparse";
-      r.error = std::string(client.status().message());
-      return {r};
-    }
-    clients[w] = *std::move(client);
+  absl::StatusOr<std::vector<std::unique_ptr<client::PsClient>>> made = MakeClients(plan, workers);
+  if (!made.ok()) {
+    Result r;
+    r.op = "sparse";
+    r.error = std::string(made.status().message());
+    return {r};
   }
+  std::vector<std::unique_ptr<client::PsClient>> clients = *std::move(made);
   std::vector<client::Values> out(num_workers);
   std::vector<int> next(num_workers, 0);
 
@@ -280,18 +288,14 @@ std::vector<Result> RunHash(const Options& options, PsCluster& cluster,
   const int dim = options.dim;
   const int64_t capacity = HashCapacity(options, batches, cluster.size());
   const client::Values grads = {std::vector<float>(static_cast<size_t>(options.rows) * dim, 1e-3f)};
-  std::vector<std::unique_ptr<client::PsClient>> clients(num_workers);
-  for (int w = 0; w < num_workers; ++w) {
-    absl::StatusOr<std::unique_ptr<client::PsClient>> client = client::PsClient::Create(
-        plan, {}, workers[w].transport, workers[w].index, workers[w].incarnation);
-    if (!client.ok()) {
-      Result r;
-      r.op = "hash_push";
-      r.error = std::string(client.status().message());
-      return {r};
-    }
-    clients[w] = *std::move(client);
+  absl::StatusOr<std::vector<std::unique_ptr<client::PsClient>>> made = MakeClients(plan, workers);
+  if (!made.ok()) {
+    Result r;
+    r.op = "hash_push";
+    r.error = std::string(made.status().message());
+    return {r};
   }
+  std::vector<std::unique_ptr<client::PsClient>> clients = *std::move(made);
   struct Case {
     Result result;
     std::string table;
