@@ -75,6 +75,11 @@ absl::Status CheckRecordForWrite(const std::string& path, const ShardRecord& r) 
   if (r.hash_ids.size() != want_ids) {
     return bad(absl::StrCat(r.hash_ids.size(), " hash ids, expected ", want_ids));
   }
+  if (r.row_last.size() != r.row_count.size() ||
+      (!r.row_last.empty() && r.row_last.size() != want_ids)) {
+    return bad(absl::StrCat(r.row_last.size(), " row entries and ", r.row_count.size(),
+                            " counts, expected none or ", want_ids));
+  }
   return absl::OkStatus();
 }
 
@@ -178,7 +183,7 @@ absl::Status WriteShardFile(const std::string& path, const std::vector<ShardReco
   size_t estimate = 64;
   for (const ShardRecord& r : records) {
     estimate += 128 + r.spec.ByteSizeLong() + r.values.size() * sizeof(float) +
-                r.hash_ids.size() * sizeof(int64_t);
+                r.hash_ids.size() * sizeof(int64_t) + r.row_last.size() * 16 + r.admission.size();
     for (const std::vector<float>& slot : r.slots) estimate += 16 + slot.size() * sizeof(float);
   }
   std::string out;
@@ -199,6 +204,14 @@ absl::Status WriteShardFile(const std::string& path, const std::vector<ShardReco
       AppendTensor(slot.data(), slot.size() * sizeof(float), &out);
     }
     if (hash) AppendTensor(r.hash_ids.data(), r.hash_ids.size() * sizeof(int64_t), &out);
+    const uint32_t extras = (r.row_last.empty() ? 0 : kShardRowEntries) |
+                            (r.admission.empty() ? 0 : kShardAdmission);
+    AppendU32(extras, &out);
+    if ((extras & kShardRowEntries) != 0) {
+      AppendTensor(r.row_last.data(), r.row_last.size() * sizeof(int64_t), &out);
+      AppendTensor(r.row_count.data(), r.row_count.size() * sizeof(double), &out);
+    }
+    if ((extras & kShardAdmission) != 0) AppendTensor(r.admission.data(), r.admission.size(), &out);
     AppendU32(ShardCrc32(out.data() + start, out.size() - start), &out);
   }
   out.append(kShardTrailer, kShardTagBytes);

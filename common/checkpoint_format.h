@@ -7,7 +7,7 @@
 // the middle of a save leaves the previous checkpoint the latest one).
 //
 // Shard file, little-endian:
-//   "PSTSHRD1"                       8-byte magic
+//   "PSTSHRD2"                       8-byte magic
 //   uint32 record_count
 //   record_count records, each:
 //     uint32 header_bytes, header    a serialized proto::VariableSpec
@@ -16,9 +16,14 @@
 //     uint32 tensor_count            values, then each slot, then (hash) ids
 //     tensor_count tensors, each:
 //       uint64 payload_bytes, payload, uint32 crc32 of the payload
+//     uint32 extras                  a mask of the table extras that follow
+//                                    (common/checkpoint_layout.h), as tensors:
+//       1: int64 [rows] each row's last update, float64 [rows] its lfu count
+//       2: the admission counts (AdmissionFilter::Serialize's bytes)
 //     uint32 crc32 of the record's bytes before this field
 //   "PSTEND01"                       8-byte trailer
 // Values and slots are float32 [rows, dim]; hash ids are int64 [rows].
+// "PSTSHRD1" files (before the extras) read as records without extras.
 // Every file is written to a new temp file of a unique name, fsync'ed and
 // renamed into place (common/safe_file.h: no symbolic link is followed).
 // A ps names its shard files itself, in its own --checkpoint_dir; requests
@@ -49,6 +54,11 @@ struct ShardRecord {
   std::vector<float> values;              // [rows, dim]
   std::vector<std::vector<float>> slots;  // each [rows, dim]
   std::vector<int64_t> hash_ids;          // hash variables: the id of each row
+  // Bounded hash tables: each row's eviction entry (both empty, or both
+  // [rows]), and the admission counts (empty: none).
+  std::vector<int64_t> row_last;
+  std::vector<double> row_count;
+  std::string admission;
 };
 
 // "ckpt-000000001200" for step 1200.

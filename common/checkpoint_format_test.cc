@@ -151,6 +151,9 @@ void ExpectSameRecords(const std::vector<ShardRecord>& got, const std::vector<Sh
     EXPECT_EQ(got[i].values, want[i].values);
     EXPECT_EQ(got[i].slots, want[i].slots);
     EXPECT_EQ(got[i].hash_ids, want[i].hash_ids);
+    EXPECT_EQ(got[i].row_last, want[i].row_last);
+    EXPECT_EQ(got[i].row_count, want[i].row_count);
+    EXPECT_EQ(got[i].admission, want[i].admission);
   }
 }
 
@@ -174,6 +177,47 @@ TEST_F(CheckpointFormatTest, WriteThenRead_RoundTripsEveryField) {
   ExpectSameRecords(*got, records);
   EXPECT_EQ((*got)[3].spec.routing(), proto::MOD);
   EXPECT_EQ((*got)[3].spec.row_stride(), 3);
+}
+
+TEST_F(CheckpointFormatTest, WriteThenRead_TableExtras_RoundTrip) {
+  std::vector<ShardRecord> records = SampleRecords();
+  ShardRecord& hash = records[2];
+  hash.row_last = {3, 9, -1, 7};
+  hash.row_count = {1.5, 0.25, 2, 1e9};
+  hash.admission = std::string("\x01\x00counts\xff", 9);
+  ShardRecord only_admission = hash;
+  only_admission.spec.set_name("emb/part_1");
+  only_admission.spec.set_partition(1);
+  only_admission.row_last.clear();
+  only_admission.row_count.clear();
+  records.push_back(only_admission);
+  const std::string path = Path("extras.pst");
+  ASSERT_TRUE(WriteShardFile(path, records, nullptr).ok());
+  absl::StatusOr<std::vector<ShardRecord>> got = ReadShardFile(path);
+  ASSERT_TRUE(got.ok()) << got.status();
+  ExpectSameRecords(*got, records);
+
+  // Entries that do not match the rows are refused, nothing written.
+  records[2].row_count.pop_back();
+  EXPECT_EQ(WriteShardFile(Path("bad.pst"), records, nullptr).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_FALSE(fs::exists(Path("bad.pst")));
+}
+
+TEST_F(CheckpointFormatTest, ReadShard_TableExtrasCorrupt_IsDataLoss) {
+  std::vector<ShardRecord> records = SampleRecords();
+  records[2].admission = std::string(64, 'a');
+  records.resize(3);  // the hash record last: its admission ends the file
+  const std::string path = Path("shard-0-of-1.pst");
+  ASSERT_TRUE(WriteShardFile(path, records, nullptr).ok());
+  std::string bytes = ReadBytes(path);
+  // The admission payload's last byte: before its crc, the record's, the
+  // trailer.
+  bytes[bytes.size() - 8 - 4 - 4 - 1] ^= 0x20;
+  WriteBytes(path, bytes);
+  ExpectDataLoss(path, "admission byte flipped");
+  absl::StatusOr<std::vector<ShardRecord>> got = ReadShardFile(path);
+  EXPECT_TRUE(Contains(std::string(got.status().message()), "admission")) << got.status();
 }
 
 TEST_F(CheckpointFormatTest, WriteThenRead_NoRecords) {
@@ -319,7 +363,7 @@ TEST_F(CheckpointFormatTest, ReadShard_BadMagic_IsDataLoss) {
   const std::string path = Path("shard-0-of-1.pst");
   ASSERT_TRUE(WriteShardFile(path, SampleRecords(), nullptr).ok());
   std::string bytes = ReadBytes(path);
-  bytes.replace(0, 8, "PSTSHRD2");
+  bytes.replace(0, 8, "PSTSHRD9");
   WriteBytes(path, bytes);
   ExpectDataLoss(path, "bad magic");
   absl::StatusOr<std::vector<ShardRecord>> got = ReadShardFile(path);
@@ -361,7 +405,8 @@ TEST_F(CheckpointFormatTest, ReadShard_HugeLengths_AreDataLossWithoutHugeAllocat
   const size_t header_bytes_at = 12;
   const size_t tensor_count_at = header_bytes_at + 4 + header.size() + 16;
   const size_t payload_bytes_at = tensor_count_at + 4;
-  ASSERT_EQ(good.size(), payload_bytes_at + 8 + 8 + 4 + 4 + 8);
+  // The tensor, its crc, the table extras mask, the record crc, the trailer.
+  ASSERT_EQ(good.size(), payload_bytes_at + 8 + 8 + 4 + 4 + 4 + 8);
   auto patch = [&](size_t at, const void* v, size_t n) {
     std::string bad = good;
     std::memcpy(bad.data() + at, v, n);
@@ -387,7 +432,10 @@ TEST_F(CheckpointFormatTest, ReadShard_HugeLengths_AreDataLossWithoutHugeAllocat
 // valid checksums.
 class RawShard {
  public:
-  RawShard() : bytes_("PSTSHRD1") {}
+  // Version 2 records carry a table extras mask (0 here) after their
+  // tensors; version 1 records do not.
+  explicit RawShard(int version = 2)
+      : bytes_(version == 1 ? "PSTSHRD1" : "PSTSHRD2"), version_(version) {}
 
   // One record; `payloads` are the tensors' bytes, in order.
   void AddRecord(const proto::VariableSpec& spec, int64_t version, int64_t rows,
@@ -404,6 +452,7 @@ class RawShard {
       r += p;
       U32(Crc(p), &r);
     }
+    if (version_ >= 2) U32(0, &r);  // no table extras
     U32(Crc(r), &r);
     records_ += r;
     ++count_;
@@ -435,6 +484,7 @@ class RawShard {
   }
 
   std::string bytes_;
+  int version_;
   std::string records_;
   uint32_t count_ = 0;
 };
@@ -451,6 +501,22 @@ TEST_F(CheckpointFormatTest, ReadShard_FileBuiltFromTheDocumentedLayout_IsWhatTh
   const std::string path = Path("shard-0-of-1.pst");
   ASSERT_TRUE(WriteShardFile(path, records, nullptr).ok());
   EXPECT_EQ(ReadBytes(path), raw.Bytes());
+}
+
+TEST_F(CheckpointFormatTest, ReadShard_VersionOneFile_ReadsWithoutTableExtras) {
+  const std::vector<ShardRecord> records = SampleRecords();
+  RawShard raw(/*version=*/1);
+  for (const ShardRecord& r : records) {
+    std::vector<std::string> payloads = {RawShard::Floats(r.values)};
+    for (const auto& slot : r.slots) payloads.push_back(RawShard::Floats(slot));
+    if (r.spec.routing() == proto::HASH) payloads.push_back(RawShard::Ids(r.hash_ids));
+    raw.AddRecord(r.spec, r.version, r.rows, payloads);
+  }
+  const std::string path = Path("shard-0-of-1.pst");
+  WriteBytes(path, raw.Bytes());
+  absl::StatusOr<std::vector<ShardRecord>> got = ReadShardFile(path);
+  ASSERT_TRUE(got.ok()) << got.status();
+  ExpectSameRecords(*got, records);
 }
 
 TEST_F(CheckpointFormatTest, ReadShard_SizeNotMatchingSpec_IsDataLossNamingTheVariable) {

@@ -37,7 +37,9 @@ absl::StatusOr<std::unique_ptr<ShardReader>> ShardReader::Open(const std::string
         absl::StrCat("truncated: ", reader->file_bytes_, " bytes, too short for the magic"));
   }
   PST_RETURN_IF_ERROR(reader->Read(magic, kShardTagBytes, "the magic"));
-  if (std::memcmp(magic, kShardMagic, kShardTagBytes) != 0) {
+  if (std::memcmp(magic, kShardMagicV1, kShardTagBytes) == 0) {
+    reader->format_ = 1;
+  } else if (std::memcmp(magic, kShardMagic, kShardTagBytes) != 0) {
     return reader->Loss("bad magic (not a shard file)");
   }
   PST_RETURN_IF_ERROR(
@@ -102,6 +104,35 @@ absl::StatusOr<uint32_t> ShardReader::Skip(uint64_t n, const std::string& what) 
     n -= take;
   }
   return static_cast<uint32_t>(crc);
+}
+
+template <typename T>
+absl::Status ShardReader::ReadTensor(std::vector<T>* out, uint64_t bytes, bool keeping,
+                                     const std::string& what) {
+  // `bytes` 0: any size the file gives (and has).
+  uint64_t payload_bytes = 0;
+  PST_RETURN_IF_ERROR(Read(&payload_bytes, sizeof(payload_bytes), what));
+  if (payload_bytes > remaining() || (bytes != 0 && payload_bytes != bytes) ||
+      payload_bytes % sizeof(T) != 0) {
+    return Loss(absl::StrCat(what, " of ", payload_bytes, " bytes, expected ",
+                             bytes != 0 ? absl::StrCat(bytes) : "what is left", " (",
+                             remaining(), " bytes left)"));
+  }
+  uint32_t actual = 0;
+  if (keeping) {
+    out->resize(static_cast<size_t>(payload_bytes / sizeof(T)));
+    PST_RETURN_IF_ERROR(Read(out->data(), payload_bytes, what));
+    actual = ShardCrc32(reinterpret_cast<const char*>(out->data()), payload_bytes);
+  } else {
+    PST_ASSIGN_OR_RETURN(actual, Skip(payload_bytes, what));
+  }
+  uint32_t stored = 0;
+  PST_RETURN_IF_ERROR(Read(&stored, sizeof(stored), absl::StrCat("the crc32 of ", what)));
+  if (stored != actual) {
+    return Loss(absl::StrCat(what, " checksum mismatch: stored crc32 ", stored, ", computed ",
+                             actual));
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<bool> ShardReader::Next(ShardRecord* record, const KeepTensors& keep) {
@@ -210,6 +241,28 @@ absl::StatusOr<bool> ShardReader::Next(ShardRecord* record, const KeepTensors& k
     if (stored != actual) {
       return loss(absl::StrCat("tensor ", t, " checksum mismatch: stored crc32 ", stored,
                                ", computed ", actual));
+    }
+  }
+  if (format_ >= 2) {
+    uint32_t extras = 0;
+    PST_RETURN_IF_ERROR(read(&extras, sizeof(extras), "the table extras"));
+    if ((extras & ~(kShardRowEntries | kShardAdmission)) != 0) {
+      return loss(absl::StrCat("unknown table extras ", extras));
+    }
+    if ((extras & kShardRowEntries) != 0) {
+      if (!hash) return loss("row entries for a variable that is not a hash table");
+      const uint64_t n = static_cast<uint64_t>(r.rows);
+      if (n > remaining() / 16) {
+        return loss(absl::StrCat(r.rows, " row entries cannot fit in the ", remaining(),
+                                 " bytes left"));
+      }
+      PST_RETURN_IF_ERROR(ReadTensor(&r.row_last, n * sizeof(int64_t), keeping, "row entries"));
+      PST_RETURN_IF_ERROR(ReadTensor(&r.row_count, n * sizeof(double), keeping, "row counts"));
+    }
+    if ((extras & kShardAdmission) != 0) {
+      std::vector<char> admission;
+      PST_RETURN_IF_ERROR(ReadTensor(&admission, 0, keeping, "the admission counts"));
+      r.admission.assign(admission.begin(), admission.end());
     }
   }
   in_record_ = false;

@@ -56,6 +56,11 @@ class ShardReader {
  private:
   ShardReader(int fd, std::string path, int64_t file_bytes);
 
+  // Reads one tensor of exactly `bytes` into `out` (resized), or through
+  // the small buffer when not `keeping`; checks its crc32.
+  template <typename T>
+  absl::Status ReadTensor(std::vector<T>* out, uint64_t bytes, bool keeping,
+                          const std::string& what);
   // Reads exactly `n` bytes into `out`, adding them to the file's (and,
   // while in a record, the record's) checksum.
   absl::Status Read(void* out, uint64_t n, const std::string& what);
@@ -76,6 +81,7 @@ class ShardReader {
   uint32_t record_crc_ = 0;
   bool in_record_ = false;
   uint32_t record_count_ = 0;
+  int format_ = 2;  // the file's version: 1 has no table extras
   uint32_t records_read_ = 0;
   bool finished_ = false;
 };

@@ -58,6 +58,10 @@ int main(int argc, char** argv) {
   records[1].rows = 2;
   records[1].values = {0.5f, -0.5f, 1, -1};
   records[1].hash_ids = {42, 7};
+  // A bounded table's extras (format 2): row entries and admission bytes.
+  records[1].row_last = {3, 5};
+  records[1].row_count = {1.0, 2.5};
+  records[1].admission = "PSAF";
   pst::proto::CheckpointShard shard;
   const absl::Status written =
       pst::common::WriteShardFile(dir + "/checkpoint_shard/seed", records, &shard);
