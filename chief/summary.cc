@@ -201,7 +201,7 @@ absl::Status ReportJob(Job& job, const ChiefOptions& options, const proto::Clust
   // Rows each ps created for hash embeddings (0 without them), and the
   // training-mode figures. Every push reaches each ps holding dense
   // variables, so counts are taken from the ps that saw the most.
-  std::vector<int64_t> hash_rows, table_evictions;
+  std::vector<int64_t> hash_rows, table_evictions, rows_on_disk;
   int64_t applied = 0, staleness_sum = 0, staleness_max = 0, stale_dropped = 0, duplicates = 0,
           max_clock_gap = 0;
   double parked_seconds = 0;
@@ -209,6 +209,7 @@ absl::Status ReportJob(Job& job, const ChiefOptions& options, const proto::Clust
     absl::StatusOr<proto::HealthResponse> health = ProbePs(job.control(), i, absl::Seconds(5));
     hash_rows.push_back(health.ok() ? health->hash_rows() : -1);
     table_evictions.push_back(health.ok() ? health->table_evictions() : -1);
+    rows_on_disk.push_back(health.ok() ? health->table_rows_on_disk() : -1);
     if (!health.ok()) continue;
     if (health->gradients_applied() > applied) {
       applied = health->gradients_applied();
@@ -227,14 +228,16 @@ absl::Status ReportJob(Job& job, const ChiefOptions& options, const proto::Clust
       absl::AsciiStrToLower(proto::SyncMode_Name(initial.training().sync().mode())), mean_staleness,
       staleness_max, stale_dropped, duplicates, parked_seconds);
   if (HasHashTable(initial.plan())) {
-    spdlog::info("hash embedding rows per ps: [{}]; rows evicted per ps: [{}]",
-                 absl::StrJoin(hash_rows, ", "), absl::StrJoin(table_evictions, ", "));
+    spdlog::info("hash embedding rows per ps: [{}] in memory, [{}] on disk; rows evicted per ps: [{}]",
+                 absl::StrJoin(hash_rows, ", "), absl::StrJoin(rows_on_disk, ", "),
+                 absl::StrJoin(table_evictions, ", "));
   }
   if (!options.summary_json.empty()) {
     nlohmann::json summary = eval.metrics;
     if (HasHashTable(initial.plan())) {
       summary["hash_rows_per_ps"] = hash_rows;
       summary["table_evictions_per_ps"] = table_evictions;
+      summary["table_rows_on_disk_per_ps"] = rows_on_disk;
     }
     summary["mode"] = absl::AsciiStrToLower(proto::SyncMode_Name(initial.training().sync().mode()));
     summary["staleness_mean"] = mean_staleness;

@@ -4,6 +4,7 @@
 // draining in-flight requests.
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -11,6 +12,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
 #include "rpc/grpc_channel.h"
 #include "common/logging.h"
 #include "common/metrics.h"
@@ -20,6 +22,7 @@
 #include "flags/job_flags.h"
 #include "ps_server/run_ps.h"
 #include "ps_server/store/admission_filter.h"
+#include "ps_server/store/disk_tier.h"
 
 ABSL_FLAG(int64_t, max_ids_per_request, int64_t{1} << 22,
           "Row ids one PullRows or PushRows may list (over all its tables); a request with "
@@ -110,6 +113,24 @@ int Run() {
     return 2;
   }
   options.max_park = absl::Seconds(max_park_s);
+  if (const std::string dir = absl::GetFlag(FLAGS_table_store_dir); !dir.empty()) {
+    DiskTier::Options disk;
+    disk.block_cache_bytes = absl::GetFlag(FLAGS_table_store_cache_bytes);
+    if (disk.block_cache_bytes < 0) {
+      std::fprintf(stderr, "ps_server: --table_store_cache_bytes must be >= 0\n");
+      return 2;
+    }
+    disk.write_buffer_bytes = std::max<int64_t>(disk.block_cache_bytes, int64_t{4} << 20);
+    // One directory per ps: several may share a machine and a --table_store_dir.
+    absl::StatusOr<std::unique_ptr<DiskTier>> tier =
+        DiskTier::Open(absl::StrCat(dir, "/ps-", tf->task.index), disk);
+    if (!tier.ok()) {
+      std::fprintf(stderr, "ps_server: --table_store_dir: %s\n",
+                   std::string(tier.status().message()).c_str());
+      return 2;
+    }
+    store.disk_tier = *std::move(tier);
+  }
   const double replica_timeout_s = absl::GetFlag(FLAGS_replica_timeout_s);
   if (!(replica_timeout_s > 0)) {
     spdlog::error("--replica_timeout_s must be > 0");

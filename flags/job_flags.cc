@@ -50,7 +50,16 @@ ABSL_FLAG(std::string, table_eviction, "",
           "Hash embeddings: which rows go: lru, lfu, lfu:<half-life in versions>, or "
           "ttl:<versions> (rows not updated for that many versions of their table go, full or "
           "not). An evicted row is forgotten: it comes back from its initializer, with fresh "
-          "optimizer slots.");
+          "optimizer slots; with --table_store_dir, a row evicted for room goes to disk "
+          "instead, and comes back from there.");
+ABSL_FLAG(std::string, table_store_dir, "",
+          "The disk tier of hash embeddings with a --table_capacity: each ps keeps the rows "
+          "past the capacity on local disk, in RocksDB under DIR/ps-<index> (made if missing, "
+          "emptied at start: checkpoints are the durable copy). Empty: rows evicted are "
+          "forgotten. Only the ps reads it.");
+ABSL_FLAG(int64_t, table_store_cache_bytes, int64_t{64} << 20,
+          "With --table_store_dir: bytes of each ps's RocksDB block cache (rows read from "
+          "disk); RocksDB's write buffers take up to as much again.");
 ABSL_FLAG(std::string, placement, "size_balanced",
           "Placement of variables over the ps: round_robin or size_balanced.");
 ABSL_FLAG(int32_t, ps_replicas, 1,

@@ -43,6 +43,8 @@ ABSL_DECLARE_FLAG(int64_t, buckets);
 ABSL_DECLARE_FLAG(int32_t, admit_after);
 ABSL_DECLARE_FLAG(int64_t, table_capacity);
 ABSL_DECLARE_FLAG(std::string, table_eviction);
+ABSL_DECLARE_FLAG(std::string, table_store_dir);
+ABSL_DECLARE_FLAG(int64_t, table_store_cache_bytes);
 ABSL_DECLARE_FLAG(std::string, placement);
 ABSL_DECLARE_FLAG(int32_t, ps_replicas);
 ABSL_DECLARE_FLAG(std::string, partitioner);

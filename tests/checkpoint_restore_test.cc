@@ -1,6 +1,8 @@
 // Checkpoints written by one cluster and restored onto a cluster with a
 // different number of ps (and a different partitioning) hold bit-identical
-// parameters and optimizer state. In-process stores, real shard files.
+// parameters and optimizer state. In-process stores, real shard files; hash
+// tables also bounded with a disk tier (RocksDB) holding most of their rows,
+// on both sides of the restore.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -13,13 +15,16 @@
 #include "models/model_spec.h"
 #include "models/wide_deep_model.h"
 #include "ps_server/in_process_transport.h"
+#include "ps_server/store/disk_tier.h"
 
 namespace pst::models {
 namespace {
 
 constexpr int64_t kBuckets = 20;  // 26 fields x 20 = 520 rows per table
 
-proto::TrainingConfig Training(int shards, proto::Routing routing, int64_t buckets) {
+// `capacity` > 0: hash tables keep at most that many rows a ps in memory.
+proto::TrainingConfig Training(int shards, proto::Routing routing, int64_t buckets,
+                               int64_t capacity = 0) {
   proto::TrainingConfig training;
   training.set_model("wide_deep");
   training.add_hidden_units(8);
@@ -35,6 +40,10 @@ proto::TrainingConfig Training(int shards, proto::Routing routing, int64_t bucke
   training.mutable_partitioner()->set_num_shards(shards);
   training.set_routing(routing);
   training.set_placement("size_balanced");
+  if (capacity > 0) {
+    training.set_table_capacity(capacity);
+    training.set_table_eviction("lru");
+  }
   return training;
 }
 
@@ -42,8 +51,13 @@ struct Cluster {
   std::shared_ptr<ps::InProcessPsTransport> transport;
   std::unique_ptr<client::PsClient> client;
 
-  Cluster(const proto::TrainingConfig& training, int num_ps) {
-    transport = std::make_shared<ps::InProcessPsTransport>(num_ps);
+  // `disk`: the ps's disk tier, or null.
+  Cluster(const proto::TrainingConfig& training, int num_ps,
+          std::shared_ptr<ps::DiskTier> disk = nullptr) {
+    ps::InProcessPs::Options options;
+    options.store.disk_tier = std::move(disk);
+    transport = std::make_shared<ps::InProcessPsTransport>(
+        std::make_shared<ps::InProcessPs>(num_ps, options));
     const proto::PlacementPlan plan = *BuildPlan(training, num_ps);
     for (int p = 0; p < num_ps; ++p) {
       proto::CreateVariablesRequest request;
@@ -79,6 +93,17 @@ struct Cluster {
     ASSERT_TRUE(client->PushRows(step, tables, row_grads).ok());
   }
 
+  // Rows the ps hold of the hash tables in memory, and on disk.
+  std::pair<int64_t, int64_t> HashRows() {
+    int64_t memory = 0, disk = 0;
+    for (int p = 0; p < transport->num_ps(); ++p) {
+      const ps::VariableStore::Stats stats = transport->store(p)->GetStats();
+      memory += stats.hash_rows;
+      disk += stats.table_rows_on_disk;
+    }
+    return {memory, disk};
+  }
+
   // Every parameter, as bytes: the dense variables and the rows of `ids`.
   std::vector<float> All(const std::vector<int64_t>& ids) {
     client::Values dense, rows;
@@ -95,6 +120,7 @@ struct Cluster {
 struct RestoreCase {
   int64_t buckets;  // 0: hash embeddings
   int old_ps, new_ps;
+  int64_t capacity = 0;  // hash: rows a table keeps in memory a ps, the rest on disk
 };
 
 class CheckpointRestoreTest : public ::testing::TestWithParam<RestoreCase> {};
@@ -108,9 +134,29 @@ TEST_P(CheckpointRestoreTest, OntoAnotherNumberOfPs_IsBitIdentical) {
   std::vector<int64_t> ids;
   for (int64_t i = 0; i < 26 * kBuckets; i += 3) ids.push_back(c.buckets > 0 ? i : i * 7919 + 1);
 
+  std::shared_ptr<ps::DiskTier> disk;
+  if (c.capacity > 0) {
+    ps::DiskTier::Options options;
+    options.block_cache_bytes = options.write_buffer_bytes = 4 << 20;
+    absl::StatusOr<std::unique_ptr<ps::DiskTier>> opened =
+        ps::DiskTier::Open(dir + "/tables", options);
+    ASSERT_TRUE(opened.ok()) << opened.status();
+    disk = *std::move(opened);
+  }
+
   // Train a few steps on the old cluster, then save each ps's shard.
-  Cluster old_cluster(Training(c.old_ps, proto::MOD, c.buckets), c.old_ps);
+  Cluster old_cluster(Training(c.old_ps, proto::MOD, c.buckets, c.capacity), c.old_ps, disk);
   for (int step = 0; step < 5; ++step) old_cluster.Step(step, ids, 100 + step);
+  if (c.capacity > 0) {
+    // Most rows are on disk, and the same steps with every row in memory
+    // end with the same parameters: the disk tier loses nothing.
+    const auto [memory, on_disk] = old_cluster.HashRows();
+    EXPECT_LE(memory, 2 * c.capacity * c.old_ps);
+    EXPECT_GT(on_disk, 2 * memory) << "most rows went to disk";
+    Cluster in_memory(Training(c.old_ps, proto::MOD, c.buckets), c.old_ps);
+    for (int step = 0; step < 5; ++step) in_memory.Step(step, ids, 100 + step);
+    EXPECT_EQ(old_cluster.All(ids), in_memory.All(ids));
+  }
   proto::CheckpointManifest manifest;
   for (int p = 0; p < c.old_ps; ++p) {
     proto::CheckpointShard* shard = manifest.add_shards();
@@ -121,7 +167,7 @@ TEST_P(CheckpointRestoreTest, OntoAnotherNumberOfPs_IsBitIdentical) {
   ASSERT_TRUE(common::WriteManifest(dir, manifest).ok());
 
   // A new cluster, another number of ps and 'div' routing, restored.
-  Cluster new_cluster(Training(c.new_ps, proto::DIV, c.buckets), c.new_ps);
+  Cluster new_cluster(Training(c.new_ps, proto::DIV, c.buckets, c.capacity), c.new_ps, disk);
   std::vector<std::vector<common::ShardRecord>> shards;
   for (const auto& shard : manifest.shards()) {
     shards.push_back(*common::ReadShardFile(absl::StrCat(dir, "/", shard.file())));
@@ -135,6 +181,9 @@ TEST_P(CheckpointRestoreTest, OntoAnotherNumberOfPs_IsBitIdentical) {
     ASSERT_TRUE(restored.ok()) << restored;
   }
   EXPECT_EQ(new_cluster.All(ids), old_cluster.All(ids));
+  if (c.capacity > 0) {
+    EXPECT_GT(new_cluster.HashRows().second, 0) << "the restore put rows past the capacity on disk";
+  }
 
   // The optimizer state came along: one more identical step stays identical.
   old_cluster.Step(5, ids, 999);
@@ -146,9 +195,11 @@ TEST_P(CheckpointRestoreTest, OntoAnotherNumberOfPs_IsBitIdentical) {
 
 INSTANTIATE_TEST_SUITE_P(Layouts, CheckpointRestoreTest,
                          ::testing::Values(RestoreCase{kBuckets, 2, 3}, RestoreCase{kBuckets, 3, 1},
-                                           RestoreCase{0, 2, 3}),
+                                           RestoreCase{0, 2, 3}, RestoreCase{0, 2, 1, 20},
+                                           RestoreCase{0, 2, 3, 20}),
                          [](const auto& info) {
                            return absl::StrCat(info.param.buckets > 0 ? "Tables" : "Hash",
+                                               info.param.capacity > 0 ? "OnDisk" : "",
                                                info.param.old_ps, "to", info.param.new_ps);
                          });
 

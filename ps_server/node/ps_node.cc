@@ -170,7 +170,7 @@ void PsNode::Save(const proto::SaveRequest* request, proto::SaveResponse* respon
             }
             records = kept->second;
           } else {
-            records = TakeSnapshot(*store, response);
+            PST_ASSIGN_OR_RETURN(records, TakeSnapshot(*store, response));
             if (phase == proto::SaveRequest::SNAPSHOT) {
               absl::MutexLock lock(&kept_mu_);
               kept_[ps_index] = records;  // replaces an older one never written
@@ -207,13 +207,14 @@ void PsNode::Save(const proto::SaveRequest* request, proto::SaveResponse* respon
   if (!started.ok()) done(started);
 }
 
-std::shared_ptr<const std::vector<common::ShardRecord>> PsNode::TakeSnapshot(
+absl::StatusOr<std::shared_ptr<const std::vector<common::ShardRecord>>> PsNode::TakeSnapshot(
     VariableStore& store, proto::SaveResponse* response) {
   const absl::Time start = absl::Now();
   absl::Duration held;
   VariableStore::Cut cut;
   auto records =
       std::make_shared<const std::vector<common::ShardRecord>>(store.Snapshot(&held, &cut));
+  PST_RETURN_IF_ERROR(cut.error);
   response->set_snapshot_seconds(absl::ToDoubleSeconds(absl::Now() - start));
   response->set_locked_seconds(absl::ToDoubleSeconds(held));
   for (proto::WorkerCut& w : cut.workers) *response->add_cut() = std::move(w);
@@ -324,6 +325,9 @@ void PsNode::Health(const proto::HealthRequest& request, proto::HealthResponse* 
   response->set_pushes_applied(stats.pushes_applied);
   response->set_hash_rows(stats.hash_rows);
   response->set_table_evictions(stats.table_evictions);
+  response->set_table_rows_on_disk(stats.table_rows_on_disk);
+  response->set_table_disk_reads(stats.table_disk_reads);
+  response->set_table_disk_writes(stats.table_disk_writes);
   response->set_nonfinite_skipped(stats.nonfinite_skipped);
   response->set_gradients_applied(stats.gradients_applied);
   response->set_staleness_sum(stats.staleness_sum);

@@ -166,7 +166,7 @@ class PsNode {
   std::vector<std::shared_ptr<Primary>> Primaries() const;
 
   // Takes `store`'s snapshot and fills the response's cut and figures.
-  static std::shared_ptr<const std::vector<common::ShardRecord>> TakeSnapshot(
+  static absl::StatusOr<std::shared_ptr<const std::vector<common::ShardRecord>>> TakeSnapshot(
       VariableStore& store, proto::SaveResponse* response);
 
   VariableStore* const store_;

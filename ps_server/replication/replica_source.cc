@@ -58,7 +58,14 @@ void ReplicaSource::Resync(int backup_ps, std::unique_ptr<ReplicaLink> link,
   {
     absl::MutexLock order(&order_mu_);
     const absl::Time start = absl::Now();
-    std::vector<proto::StoreChunk> parts = export_state();
+    absl::StatusOr<std::vector<proto::StoreChunk>> exported = export_state();
+    if (!exported.ok()) {
+      // The backup stays out of sync (the chief sees it so and tries again).
+      spdlog::error("shard {}: cannot take its state to send to its backup on ps {}: {}", shard_,
+                    backup_ps, exported.status().message());
+      return;
+    }
+    std::vector<proto::StoreChunk> parts = *std::move(exported);
     int64_t bytes = 0;
     {
       absl::MutexLock lock(&mu_);

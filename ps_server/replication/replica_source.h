@@ -44,6 +44,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/functional/function_ref.h"
+#include "absl/status/statusor.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "proto/pstrain.pb.h"
@@ -64,7 +65,7 @@ class ReplicaSource {
  public:
   using Done = std::function<void(absl::Status)>;
   // Fills the shard's whole state, as the changes of a new stream.
-  using ExportFn = absl::FunctionRef<std::vector<proto::StoreChunk>()>;
+  using ExportFn = absl::FunctionRef<absl::StatusOr<std::vector<proto::StoreChunk>>()>;
 
   ReplicaSource(int shard, uint64_t incarnation) : shard_(shard), incarnation_(incarnation) {}
 

@@ -202,6 +202,21 @@ uint32_t AdmissionFilter::Estimate(int64_t id) const {
   return std::min(uint32_t{least} + 1, kMaxCount);
 }
 
+absl::Status AdmissionFilter::MergeMax(const AdmissionFilter& other) {
+  if (other.depth_ != depth_ || other.width_ != width_ || other.door_bytes_ != door_bytes_) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "admission filters of different sizes (", depth_, " x ", width_, " counters and ",
+        other.depth_, " x ", other.width_, ") cannot be merged"));
+  }
+  if (!other.allocated()) return absl::OkStatus();
+  if (!allocated()) Allocate();
+  for (size_t i = 0; i < door_.size(); ++i) door_[i] |= other.door_[i];
+  for (size_t i = 0; i < counters_.size(); ++i) {
+    counters_[i] = std::max(counters_[i], other.counters_[i]);
+  }
+  return absl::OkStatus();
+}
+
 void AdmissionFilter::Clear() {
   Array<uint8_t>().swap(door_);
   Array<Counter>().swap(counters_);

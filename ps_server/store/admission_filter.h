@@ -125,6 +125,12 @@ class AdmissionFilter {
   uint32_t Estimate(int64_t id) const;
   // Forgets every count and frees the memory (the geometry stays).
   void Clear();
+  // Takes `other`'s counts too: each bit set in either, each counter the
+  // larger of the two, so every id's estimate is at least what either
+  // filter says (a restore onto another partitioning merges the old
+  // partitions' filters: never late, only earlier). InvalidArgument, with
+  // nothing changed, for another geometry.
+  absl::Status MergeMax(const AdmissionFilter& other);
 
   int depth() const { return depth_; }
   // Counters per row.

@@ -294,6 +294,27 @@ TEST(AdmissionFilterTest, Deserialize_HeaderClaimingHugeFilter_IsRefusedWithoutA
   EXPECT_EQ(AdmissionFilter::Deserialize(blob).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+TEST(AdmissionFilterTest, MergeMax_EveryEstimateAtLeastEithers_OtherSizesRefused) {
+  AdmissionFilter a = *AdmissionFilter::Create(8 << 10);
+  AdmissionFilter b = *AdmissionFilter::Create(8 << 10);
+  for (int64_t id = 0; id < 300; ++id) {
+    for (int64_t k = 0; k <= id % 4; ++k) (id % 2 == 0 ? a : b).Add(id);
+  }
+  AdmissionFilter merged = a;
+  ASSERT_TRUE(merged.MergeMax(b).ok());
+  for (int64_t id = 0; id < 300; ++id) {
+    EXPECT_GE(merged.Estimate(id), std::max(a.Estimate(id), b.Estimate(id))) << id;
+    EXPECT_GE(merged.Estimate(id), static_cast<uint32_t>(id % 4 + 1)) << "never late: " << id;
+  }
+  AdmissionFilter empty = *AdmissionFilter::Create(8 << 10);
+  ASSERT_TRUE(empty.MergeMax(a).ok());
+  EXPECT_EQ(empty.Serialize(), a.Serialize()) << "merged into nothing: a copy";
+  AdmissionFilter other = *AdmissionFilter::Create(16 << 10);
+  const std::string before = other.Serialize();
+  EXPECT_EQ(other.MergeMax(a).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(other.Serialize(), before);
+}
+
 TEST(AdmissionFilterTest, Deserialize_RandomBytes_AreRefused) {
   std::mt19937_64 rng(21);
   for (int i = 0; i < 2000; ++i) {

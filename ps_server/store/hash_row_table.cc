@@ -6,7 +6,9 @@
 #include <optional>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "ps_server/store/store_internal.h"
+#include "spdlog/spdlog.h"
 
 namespace pst::ps {
 
@@ -20,6 +22,41 @@ HashRowTable::HashRowTable(Limits limits, int64_t dim, std::vector<float> slot_i
       index_(limits_.policy.bounded() ? std::make_unique<EvictionIndex>(limits_.policy)
                                       : nullptr) {}
 
+HashRowTable::~HashRowTable() {
+  if (disk_ == nullptr) return;
+  if (absl::Status s = disk_->Clear(disk_table_); !s.ok()) NoteDiskError(s, "deleting its rows");
+}
+
+absl::Status HashRowTable::UseDisk(DiskTier* disk, const std::string& name) {
+  if (disk == nullptr || index_ == nullptr || limits_.policy.capacity <= 0) {
+    return absl::OkStatus();
+  }
+  // Tables of one name may live side by side (a store being replaced, a
+  // backup's copy of a shard): each its own on disk.
+  static std::atomic<int64_t> next{0};
+  PST_ASSIGN_OR_RETURN(disk_table_,
+                       disk->Table(absl::StrCat(name, "#", next.fetch_add(1)), width_));
+  disk_ = disk;
+  return absl::OkStatus();
+}
+
+int64_t HashRowTable::rows_on_disk() const {
+  return disk_ == nullptr ? 0 : disk_->Count(disk_table_);
+}
+
+void HashRowTable::NoteDiskError(const absl::Status& status, const char* what) const {
+  const int64_t n = disk_errors_.fetch_add(1, std::memory_order_relaxed) + 1;
+  // The first, then one in a thousand: a full disk fails every eviction.
+  if (n == 1 || n % 1000 == 0) {
+    spdlog::error("disk tier, {} ({} errors so far): {}", what, n, std::string(status.message()));
+  }
+}
+
+bool HashRowTable::Stale(int64_t last, int64_t now) const {
+  return limits_.policy.eviction == common::TablePolicy::Eviction::kTtl &&
+         last < now - limits_.policy.ttl;
+}
+
 int HashRowTable::StripeOf(int64_t id) {
   // Hash ids can be anything; mixed, they spread over the stripes evenly.
   return static_cast<int>(store_internal::MixId(id) % kStripes);
@@ -30,19 +67,29 @@ int64_t HashRowTable::Capacity() const {
   return capacity > 0 ? std::min(capacity, limits_.max_rows) : limits_.max_rows;
 }
 
-void HashRowTable::Evict(int stripe, int64_t id) {
+bool HashRowTable::Evict(int stripe, int64_t id, bool to_disk) {
+  auto it = rows_.find(id);
+  if (to_disk && disk_ != nullptr) {
+    const EvictionIndex::Entry* entry = index_->Find(stripe, id);
+    if (absl::Status s = disk_->Put(disk_table_, id, it->second, entry->last, entry->count);
+        !s.ok()) {
+      NoteDiskError(s, "evicting a row to it (kept in memory)");
+      return false;
+    }
+    disk_writes_.fetch_add(1, std::memory_order_relaxed);
+  }
   index_->Forget(stripe, id);
-  rows_.erase(id);
+  rows_.erase(it);
   size_.store(static_cast<int64_t>(rows_.size()), std::memory_order_relaxed);
   evictions_.fetch_add(1, std::memory_order_relaxed);
+  return true;
 }
 
 void HashRowTable::EvictBelow(int64_t room) {
   int stripe = 0;
   while (static_cast<int64_t>(rows_.size()) >= room) {
     std::optional<int64_t> victim = index_->Victim(&stripe);
-    if (!victim.has_value()) return;
-    Evict(stripe, *victim);
+    if (!victim.has_value() || !Evict(stripe, *victim, /*to_disk=*/true)) return;
   }
 }
 
@@ -61,7 +108,7 @@ void HashRowTable::Expire(int64_t now) {
   for (std::optional<int64_t> victim = index_->Victim(&stripe); victim.has_value();
        victim = index_->Victim(&stripe)) {
     if (index_->Find(stripe, *victim)->last >= now - limits_.policy.ttl) break;
-    Evict(stripe, *victim);
+    Evict(stripe, *victim, /*to_disk=*/false);
   }
   index_->RecomputeEarliest();
 }
@@ -80,6 +127,26 @@ bool HashRowTable::ContainsAll(std::span<const int64_t> ids) const {
   return std::all_of(ids.begin(), ids.end(), [&](int64_t id) { return rows_.contains(id); });
 }
 
+bool HashRowTable::ReadStored(int64_t id, int64_t now, std::span<float> out) const {
+  if (const float* row = Find(id)) {
+    std::copy_n(row, out.size(), out.data());
+    return true;
+  }
+  if (disk_ == nullptr) return false;
+  std::vector<float> row(static_cast<size_t>(width_));
+  int64_t last = 0;
+  double count = 0;
+  absl::StatusOr<bool> got = disk_->Get(disk_table_, id, row, &last, &count);
+  if (!got.ok()) {
+    NoteDiskError(got.status(), "reading a row (read as not stored)");
+    return false;
+  }
+  if (!*got || Stale(last, now)) return false;
+  disk_reads_.fetch_add(1, std::memory_order_relaxed);
+  std::copy_n(row.data(), out.size(), out.data());
+  return true;
+}
+
 bool HashRowTable::CountTouch(int64_t id) {
   const int32_t admit_after = limits_.admit_after;
   if (admit_after <= 1) return true;
@@ -96,6 +163,27 @@ float* HashRowTable::Touch(int64_t id, int64_t t) {
   if (float* row = Find(id)) {
     NoteUpdate(id, t);
     return row;
+  }
+  if (disk_ != nullptr) {
+    std::vector<float> row(static_cast<size_t>(width_));
+    EvictionIndex::Entry entry;
+    absl::StatusOr<bool> taken = disk_->Take(disk_table_, id, row, &entry.last, &entry.count);
+    if (!taken.ok()) {
+      // A value that does not decode stays where it is, reported: this
+      // push's gradient for it is dropped rather than a second row made.
+      NoteDiskError(taken.status(), "bringing a row back (its gradient dropped)");
+      refused_.fetch_add(1, std::memory_order_relaxed);
+      return nullptr;
+    }
+    if (*taken && !Stale(entry.last, t)) {
+      disk_reads_.fetch_add(1, std::memory_order_relaxed);
+      EvictBelow(Capacity());
+      float* data = rows_.emplace(id, std::move(row)).first->second.data();
+      size_.fetch_add(1, std::memory_order_relaxed);
+      index_->Load(StripeOf(id), id, entry);
+      NoteUpdate(id, t);
+      return data;
+    }
   }
   if (!CountTouch(id)) {
     refused_.fetch_add(1, std::memory_order_relaxed);
@@ -128,14 +216,27 @@ absl::Status HashRowTable::CheckRoom(std::span<const int64_t> ids, const std::st
   return absl::OkStatus();
 }
 
-void HashRowTable::Replace(Rows rows, int64_t version) {
+absl::Status HashRowTable::Replace(Rows rows, int64_t version, const Entries& entries,
+                                   std::optional<AdmissionFilter> admission) {
   rows_ = std::move(rows);
   size_.store(static_cast<int64_t>(rows_.size()));
-  admission_.reset();
-  if (index_ == nullptr) return;
+  admission_ = std::move(admission);
+  absl::Status cleared = disk_ == nullptr ? absl::OkStatus() : disk_->Clear(disk_table_);
+  if (index_ == nullptr) return cleared;
   index_ = std::make_unique<EvictionIndex>(limits_.policy);
-  for (const auto& [id, row] : rows_) index_->Note(StripeOf(id), id, version);
+  for (const auto& [id, row] : rows_) {
+    auto entry = entries.find(id);
+    if (entry != entries.end()) {
+      index_->Load(StripeOf(id), id, entry->second);
+    } else {
+      index_->Note(StripeOf(id), id, version);
+    }
+  }
+  // Should the tier have failed to empty the table, every write to it fails
+  // too: the rows stay in memory.
+  if (!cleared.ok()) NoteDiskError(cleared, "emptying it for a restore");
   if (limits_.policy.capacity > 0) EvictBelow(Capacity() + 1);
+  return cleared;
 }
 
 void HashRowTable::LoadRow(int64_t id, const char* bytes, const EvictionIndex::Entry& entry) {
@@ -143,7 +244,22 @@ void HashRowTable::LoadRow(int64_t id, const char* bytes, const EvictionIndex::E
   held.resize(static_cast<size_t>(width_));
   std::memcpy(held.data(), bytes, held.size() * sizeof(float));
   size_.store(static_cast<int64_t>(rows_.size()));
-  if (index_ != nullptr) index_->Load(StripeOf(id), id, entry);
+  if (index_ == nullptr) return;
+  index_->Load(StripeOf(id), id, entry);
+  if (disk_ != nullptr) EvictBelow(Capacity() + 1);
+}
+
+absl::Status HashRowTable::ForEachRow(int64_t now, RowFn fn) const {
+  for (const auto& [id, row] : rows_) {
+    PST_RETURN_IF_ERROR(fn(id, row, IndexEntry(id)));
+  }
+  if (disk_ == nullptr) return absl::OkStatus();
+  return disk_->ForEach(disk_table_, [&](int64_t id, std::span<const float> row, int64_t last,
+                                         double count) -> absl::Status {
+    if (Stale(last, now)) return absl::OkStatus();  // gone, as ttl would have taken it
+    const EvictionIndex::Entry entry{last, count, 0.0};
+    return fn(id, row, &entry);
+  });
 }
 
 }  // namespace pst::ps

@@ -18,10 +18,22 @@
 // only: a read changes no order, so that a backup, which sees the pushes
 // but not the reads, goes through the same states as its primary.
 //
+// With a disk tier (UseDisk; bounded tables with a capacity), a row the
+// capacity pushes out of memory goes to disk with its slots and its index
+// entry, and a push of it brings it back exactly as it left: rows are never
+// forgotten for room, only by ttl. A read of a row on disk reads it there
+// (ReadStored) without bringing it back, so that reads change nothing, as
+// above. An id is in one tier at a time. ttl reaches rows on disk lazily:
+// one last updated before `now` - ttl reads, and is brought back, as gone.
+// A disk error (disk full, I/O) loses no row: one that cannot be written
+// stays in memory, past the capacity; one that cannot be read back stays
+// on disk (its push's gradient dropped); each error is counted and logged.
+//
 // Thread-safety: thread-compatible. Its owner (Variable::mu) guards it:
 // const methods under the lock held shared, the others held exclusively,
 // but NoteUpdate, which the owner may call with its lock held shared and
-// the row's stripe (StripeOf) held exclusively. size(), evictions() and
+// the row's stripe (StripeOf) held exclusively, and ReadStored, under the
+// lock held shared and the row's stripe held shared. size(), the figures and
 // ExpiryDue() may be read without the lock.
 #ifndef PST_PS_SERVER_STORE_HASH_ROW_TABLE_H_
 #define PST_PS_SERVER_STORE_HASH_ROW_TABLE_H_
@@ -36,9 +48,11 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "common/table_policy.h"
 #include "ps_server/store/admission_filter.h"
+#include "ps_server/store/disk_tier.h"
 #include "ps_server/store/eviction_index.h"
 
 namespace pst::ps {
@@ -56,12 +70,23 @@ class HashRowTable {
   // Writes the `dim` values a new row of `id` starts with.
   using RowInit = std::function<void(int64_t id, std::span<float> values)>;
   using Rows = absl::flat_hash_map<int64_t, std::vector<float>>;
+  // Index entries by id (restore).
+  using Entries = absl::flat_hash_map<int64_t, EvictionIndex::Entry>;
 
   // Rows of `dim` values, started by `init`, each followed by one slot of
   // `dim` floats per entry of `slot_initial_values`, started at it.
   HashRowTable(Limits limits, int64_t dim, std::vector<float> slot_initial_values, RowInit init);
+  // Deletes the table's rows on disk.
+  ~HashRowTable();
   HashRowTable(const HashRowTable&) = delete;
   HashRowTable& operator=(const HashRowTable&) = delete;
+
+  // Keeps the rows past the capacity in `disk` (which must outlive the
+  // table), as a table of its own named after `name`. Nothing for a table
+  // with no capacity. Call before the first row is stored. Errors: the
+  // tier's, making the table.
+  absl::Status UseDisk(DiskTier* disk, const std::string& name);
+  bool has_disk() const { return disk_ != nullptr; }
 
   const Limits& limits() const { return limits_; }
   int64_t dim() const { return dim_; }
@@ -75,22 +100,36 @@ class HashRowTable {
   // admitted yet (their gradients dropped), since the table was made.
   int64_t admissions() const { return admissions_.load(std::memory_order_relaxed); }
   int64_t refused() const { return refused_.load(std::memory_order_relaxed); }
+  // The disk tier: rows on disk now (ttl's stale ones included until they
+  // are read or saved), rows read there (pulled or brought back) and written
+  // there (evicted to it), and the disk errors (each logged) since the table
+  // was made.
+  int64_t rows_on_disk() const;
+  int64_t disk_reads() const { return disk_reads_.load(std::memory_order_relaxed); }
+  int64_t disk_writes() const { return disk_writes_.load(std::memory_order_relaxed); }
+  int64_t disk_errors() const { return disk_errors_.load(std::memory_order_relaxed); }
   bool bounded() const { return index_ != nullptr; }
   // The row stripe of `id` (Variable's locks, the EvictionIndex's stripes).
   static int StripeOf(int64_t id);
 
-  // The row of `id` (width() floats), or nullptr when none is stored.
+  // The row of `id` (width() floats) in memory, or nullptr when none is.
   const float* Find(int64_t id) const;
   float* Find(int64_t id);
   bool Contains(int64_t id) const { return rows_.contains(id); }
   bool ContainsAll(std::span<const int64_t> ids) const;
 
+  // Copies the dim() values of `id`'s row, in memory or on disk, into
+  // `out`; false (`out` unspecified) when neither tier holds it as of
+  // version `now`. Changes nothing.
+  bool ReadStored(int64_t id, int64_t now, std::span<float> out) const;
+
   // Counts a touch of `id` (a read, or a push of an id with no row); whether
   // it is admitted now. Always true with admit_after <= 1.
   bool CountTouch(int64_t id);
   // The row of `id`, to be updated at version `t`: counting a touch and
-  // making it (from the RowInit, after making room) once admitted; nullptr
-  // while not admitted. Notes the update.
+  // bringing it back from disk, or else making it (from the RowInit) once
+  // admitted, after making room; nullptr while not admitted. Notes the
+  // update.
   float* Touch(int64_t id, int64_t t);
   // Notes an update at version `t` of the stored row `id`.
   void NoteUpdate(int64_t id, int64_t t) {
@@ -113,18 +152,29 @@ class HashRowTable {
   // makes room).
   absl::Status CheckRoom(std::span<const int64_t> ids, const std::string& name) const;
 
-  // The state as it is, for snapshots and state transfer.
+  // The state as it is, for snapshots and state transfer: calls `fn` on
+  // every row held as of version `now`, in memory then on disk, with its
+  // index entry (nullptr for an unbounded table). Stops at, and returns,
+  // `fn`'s first error or the disk tier's.
+  using RowFn = absl::FunctionRef<absl::Status(int64_t id, std::span<const float> row,
+                                               const EvictionIndex::Entry* entry)>;
+  absl::Status ForEachRow(int64_t now, RowFn fn) const;
+  // The rows held in memory.
   const Rows& rows() const { return rows_; }
   // The admission counts (null before the first count).
   const AdmissionFilter* admission() const {
     return admission_.has_value() ? &*admission_ : nullptr;
   }
 
-  // Loaders (restore, state transfer). Replace swaps in every row, as
-  // last updated at `version`, then lets the policy's first rows go past
-  // the capacity, and forgets the touch counts; LoadRow adds to what is
-  // there.
-  void Replace(Rows rows, int64_t version);
+  // Loaders (restore, state transfer). Replace swaps in every row, in
+  // place of both tiers', with its entry in `entries` (bounded tables; last
+  // updated at `version` when it has none), then lets the policy's first
+  // rows go (to disk with one) past the capacity, and takes `admission`'s
+  // touch counts (none: forgets them); errors: the disk tier's, emptying
+  // it (the rows it cannot take stay in memory). LoadRow adds to what is there,
+  // moving the policy's first rows to disk past the capacity.
+  absl::Status Replace(Rows rows, int64_t version, const Entries& entries = {},
+                       std::optional<AdmissionFilter> admission = std::nullopt);
   // `bytes`: width() little-endian floats; `entry`: the index's (bounded).
   void LoadRow(int64_t id, const char* bytes, const EvictionIndex::Entry& entry);
   // Replaces the touch counts with `filter`'s.
@@ -134,10 +184,17 @@ class HashRowTable {
   // The rows the table may hold: the capacity (at most max_rows), or
   // max_rows when it has none.
   int64_t Capacity() const;
-  // Removes row `id` (of stripe `stripe`), counting an eviction.
-  void Evict(int stripe, int64_t id);
-  // Evicts the policy's first rows until fewer than `room` are held.
+  // Removes row `id` (of stripe `stripe`) from memory, counting an
+  // eviction, to disk when `to_disk` and the table has one; false, with
+  // the row kept, when the disk refuses it.
+  bool Evict(int stripe, int64_t id, bool to_disk);
+  // Evicts the policy's first rows until fewer than `room` are held (or
+  // the disk refuses one).
   void EvictBelow(int64_t room);
+  // ttl: whether a row last updated at `last` is gone at version `now`.
+  bool Stale(int64_t last, int64_t now) const;
+  // Counts and logs a disk tier error.
+  void NoteDiskError(const absl::Status& status, const char* what) const;
 
   const Limits limits_;
   const int64_t dim_;
@@ -151,6 +208,11 @@ class HashRowTable {
   std::atomic<int64_t> refused_{0};
   std::unique_ptr<EvictionIndex> index_;  // bounded tables only
   std::optional<AdmissionFilter> admission_;  // made on the first count
+  DiskTier* disk_ = nullptr;  // UseDisk
+  DiskTier::TableHandle disk_table_;
+  mutable std::atomic<int64_t> disk_reads_{0};  // ReadStored is const
+  std::atomic<int64_t> disk_writes_{0};
+  mutable std::atomic<int64_t> disk_errors_{0};
 };
 
 }  // namespace pst::ps

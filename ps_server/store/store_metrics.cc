@@ -60,9 +60,24 @@ void ExportStoreMetrics(const VariableStore* store, common::MetricsExporter* met
       table_counter("pstrain_ps_table_refused_total",
                     "Pushed rows of each hash embedding table whose ids admission has not admitted "
                     "yet (their gradients dropped), by table");
+  // The disk tier (--table_store_dir).
+  prometheus::Family<prometheus::Gauge>& rows_on_disk =
+      prometheus::BuildGauge()
+          .Name("pstrain_ps_table_rows_on_disk")
+          .Help("Rows of each hash embedding table this ps keeps on disk (--table_store_dir), "
+                "by table")
+          .Labels(labels)
+          .Register(r);
+  prometheus::Family<prometheus::Counter>* disk_reads = table_counter(
+      "pstrain_ps_table_disk_reads_total",
+      "Rows of each hash embedding table read from disk: pulled there or brought back by a "
+      "push, by table");
+  prometheus::Family<prometheus::Counter>* disk_writes = table_counter(
+      "pstrain_ps_table_disk_writes_total",
+      "Rows of each hash embedding table written to disk, evicted from memory, by table");
   metrics->AddRefresher([=, &variables, &elements, &hash_rows, &staleness_max, &generation, &pushes,
                          &gradients, &staleness, &dropped, &duplicates, &nonfinite, &apply,
-                         &table_rows] {
+                         &table_rows, &rows_on_disk] {
     const VariableStore::Stats s = store->GetStats();
     variables.Set(s.num_variables);
     elements.Set(static_cast<double>(s.num_elements));
@@ -83,6 +98,10 @@ void ExportStoreMetrics(const VariableStore* store, common::MetricsExporter* met
       common::RaiseCounterTo(evictions->Add({{"table", table}}), figures.evictions);
       common::RaiseCounterTo(admissions->Add({{"table", table}}), figures.admissions);
       common::RaiseCounterTo(refused->Add({{"table", table}}), figures.refused);
+      if (store->options().disk_tier == nullptr) continue;
+      rows_on_disk.Add({{"table", table}}).Set(static_cast<double>(figures.rows_on_disk));
+      common::RaiseCounterTo(disk_reads->Add({{"table", table}}), figures.disk_reads);
+      common::RaiseCounterTo(disk_writes->Add({{"table", table}}), figures.disk_writes);
     }
   });
 }

@@ -2,6 +2,7 @@
 #include "ps_server/store/store_restorer.h"
 
 #include <algorithm>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "common/partition.h"
@@ -44,6 +45,11 @@ struct StoreRestorer::Loaded {
   std::vector<bool> filled;  // dense: rows loaded
   int64_t rows_filled = 0;
   HashRowTable::Rows hash_rows;
+  HashRowTable::Entries entries;  // bounded: the checkpoint's index entries
+  // The admission counts: this partition's own (the same partitioning),
+  // or every old partition's merged (AdmissionFilter::MergeMax).
+  std::optional<AdmissionFilter> admission;
+  bool own_admission = false;
 };
 
 StoreRestorer::StoreRestorer(VariableStore* store) : store_(store) {
@@ -97,7 +103,9 @@ absl::Status StoreRestorer::Absorb(const common::ShardRecord& r) {
           std::copy_n(&r.slots[s][k * dim], dim, row.begin() + (s + 1) * dim);
         }
         l->hash_rows[id] = std::move(row);
+        if (!r.row_last.empty()) l->entries[id] = {r.row_last[k], r.row_count[k], 0.0};
       }
+      PST_RETURN_IF_ERROR(AbsorbAdmission(r, l));
       continue;
     }
     if (l->filled.empty() && var.rows > 0) {
@@ -115,6 +123,28 @@ absl::Status StoreRestorer::Absorb(const common::ShardRecord& r) {
         std::copy_n(&r.slots[s][k * dim], dim, &l->slots[s][local * dim]);
       }
     }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status StoreRestorer::AbsorbAdmission(const common::ShardRecord& r, Loaded* l) {
+  if (r.admission.empty() || l->own_admission) return absl::OkStatus();
+  absl::StatusOr<AdmissionFilter> filter = AdmissionFilter::Deserialize(r.admission);
+  if (!filter.ok()) {
+    return absl::DataLossError(absl::StrCat("the admission counts of '", r.spec.name(),
+                                            "' in the checkpoint: ", filter.status().message()));
+  }
+  const proto::VariableSpec& spec = l->var->spec;
+  if (r.spec.name() == spec.name() && r.spec.num_partitions() == spec.num_partitions()) {
+    // The same partition: its counts exactly.
+    l->admission = *std::move(filter);
+    l->own_admission = true;
+  } else if (!l->admission.has_value()) {
+    l->admission = *std::move(filter);
+  } else {
+    // Filters of another size (--admission_filter_bytes changed) are not
+    // merged: the first one stands.
+    l->admission->MergeMax(*filter).IgnoreError();
   }
   return absl::OkStatus();
 }
@@ -137,6 +167,7 @@ absl::Status StoreRestorer::Commit(int64_t generation) {
   // when the values and the generation change, and every later push is
   // checked against the new generation.
   std::vector<SyncLedger::Waiter> parked;
+  absl::Status disk;  // the first disk tier error, the rows all in memory
   {
     absl::MutexLock lock(&store_->mu_);
     if (store_->variables_.size() != loaded_.size()) {
@@ -150,7 +181,10 @@ absl::Status StoreRestorer::Commit(int64_t generation) {
       var.accum.clear();
       var.contributors.clear();
       if (var.is_hash) {
-        var.table.Replace(std::move(l->hash_rows), l->version);  // and forgets touch counts
+        // And forgets touch counts.
+        absl::Status replaced = var.table.Replace(std::move(l->hash_rows), l->version,
+                                                  l->entries, std::move(l->admission));
+        if (disk.ok()) disk = replaced;
       } else {
         var.values = std::move(l->values);
         var.slots = std::move(l->slots);
@@ -179,7 +213,7 @@ absl::Status StoreRestorer::Commit(int64_t generation) {
     w.done(absl::AbortedError(
         "the ps was restored from a checkpoint while this call waited; pull again"));
   }
-  return absl::OkStatus();
+  return disk;
 }
 
 absl::Status VariableStore::Restore(const std::vector<const common::ShardRecord*>& records,

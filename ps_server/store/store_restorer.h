@@ -43,13 +43,17 @@ class StoreRestorer {
   absl::Status Absorb(const common::ShardRecord& record);
   // Errors: FailedPrecondition naming the variable when no record held it
   // or some of its rows, or when variables were created since
-  // BeginRestore. Otherwise as Restore.
+  // BeginRestore. Otherwise as Restore. A disk tier error emptying a
+  // table's rows on disk is returned after the swap (the rows the tier
+  // cannot take then stay in memory).
   absl::Status Commit(int64_t generation);
 
  private:
   friend class VariableStore;
   struct Loaded;
   explicit StoreRestorer(VariableStore* store);
+  // Takes a hash record's admission counts into `l`'s.
+  absl::Status AbsorbAdmission(const common::ShardRecord& r, Loaded* l);
   VariableStore* const store_;
   int num_slots_ = 0;
   std::vector<std::unique_ptr<Loaded>> loaded_;

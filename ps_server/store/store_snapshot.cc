@@ -90,16 +90,34 @@ std::vector<common::ShardRecord> VariableStore::Snapshot(absl::Duration* held, C
       }
     } else {
       const int64_t dim = var->dim;
-      r.rows = static_cast<int64_t>(var->table.rows().size());
-      r.values.reserve(r.rows * dim);
+      r.values.reserve(var->table.size() * dim);
       r.slots.assign(num_slots, {});
-      for (const auto& [id, row] : var->table.rows()) {
-        r.hash_ids.push_back(id);
-        r.values.insert(r.values.end(), row.begin(), row.begin() + dim);
-        for (int sl = 0; sl < num_slots; ++sl) {
-          r.slots[sl].insert(r.slots[sl].end(), row.begin() + (sl + 1) * dim,
-                             row.begin() + (sl + 2) * dim);
-        }
+      // Both tiers; rows on disk are read through the block cache. A
+      // bounded table's rows with their index entries, so that a restore
+      // evicts in the order this table would have.
+      absl::Status read = var->table.ForEachRow(
+          r.version, [&](int64_t id, std::span<const float> row,
+                         const EvictionIndex::Entry* e) -> absl::Status {
+            r.hash_ids.push_back(id);
+            if (e != nullptr) {
+              r.row_last.push_back(e->last);
+              r.row_count.push_back(e->count);
+            }
+            r.values.insert(r.values.end(), row.begin(), row.begin() + dim);
+            for (int sl = 0; sl < num_slots; ++sl) {
+              r.slots[sl].insert(r.slots[sl].end(), row.begin() + (sl + 1) * dim,
+                                 row.begin() + (sl + 2) * dim);
+            }
+            return absl::OkStatus();
+          });
+      if (!read.ok()) {
+        if (cut != nullptr) cut->error = read;
+        return {};
+      }
+      r.rows = static_cast<int64_t>(r.hash_ids.size());
+      // And which ids were close to admission.
+      if (const AdmissionFilter* admission = var->table.admission()) {
+        r.admission = admission->Serialize();
       }
     }
     records.push_back(std::move(r));

@@ -58,7 +58,8 @@ absl::Status BadChunk(const std::string& what) {
 
 }  // namespace
 
-std::vector<proto::StoreChunk> VariableStore::ExportState(int64_t part_bytes) const {
+absl::StatusOr<std::vector<proto::StoreChunk>> VariableStore::ExportState(
+    int64_t part_bytes) const {
   part_bytes = std::max<int64_t>(part_bytes, 1024);
   proto::StoreChunk first;
   PartFiller data(part_bytes);
@@ -136,15 +137,18 @@ std::vector<proto::StoreChunk> VariableStore::ExportState(int64_t part_bytes) co
     data.Room(name, version, 0, /*new_chunk=*/true);  // the version, with no row held
     const bool bounded = var->table.bounded();
     const int64_t row_bytes = dim * float_bytes * (1 + num_slots) + (bounded ? 24 : 8);
-    for (const auto& [id, row] : var->table.rows()) {
-      proto::VariableChunk* c = data.Room(name, version, row_bytes);
-      c->add_ids(id);
-      AppendFloats(row.data(), static_cast<int64_t>(row.size()), c->mutable_rows());
-      if (const EvictionIndex::Entry* e = var->table.IndexEntry(id)) {
-        c->add_row_last(e->last);
-        c->add_row_count(e->count);
-      }
-    }
+    PST_RETURN_IF_ERROR(var->table.ForEachRow(
+        version, [&](int64_t id, std::span<const float> row,
+                     const EvictionIndex::Entry* e) -> absl::Status {
+          proto::VariableChunk* c = data.Room(name, version, row_bytes);
+          c->add_ids(id);
+          AppendFloats(row.data(), static_cast<int64_t>(row.size()), c->mutable_rows());
+          if (e != nullptr) {
+            c->add_row_last(e->last);
+            c->add_row_count(e->count);
+          }
+          return absl::OkStatus();
+        }));
     if (const AdmissionFilter* admission = var->table.admission()) {
       std::string blob = admission->Serialize();
       proto::VariableChunk* c =

@@ -68,7 +68,7 @@ TEST(StoreStateTest, StoreRebuiltFromItsPartsEqualsItAndGoesOnTheSame) {
   ASSERT_TRUE(original.Push(half, &response).ok());
   ASSERT_EQ(original.GetStats().max_version, 3);
 
-  const std::vector<proto::StoreChunk> parts = original.ExportState(/*part_bytes=*/1024);
+  const std::vector<proto::StoreChunk> parts = original.ExportState(/*part_bytes=*/1024).value();
   ASSERT_GT(parts.size(), 3u);
   VariableStore copy(SmallAdmission());
   for (const proto::StoreChunk& part : parts) {
@@ -99,7 +99,7 @@ TEST(StoreStateTest, StoreRebuiltFromItsPartsEqualsItAndGoesOnTheSame) {
 
 TEST(StoreStateTest, EmptyStoreIsOnePart) {
   VariableStore empty;
-  const std::vector<proto::StoreChunk> parts = empty.ExportState(1 << 20);
+  const std::vector<proto::StoreChunk> parts = empty.ExportState(1 << 20).value();
   ASSERT_EQ(parts.size(), 1u);
   EXPECT_FALSE(parts[0].has_create());
   VariableStore copy;
@@ -110,7 +110,7 @@ TEST(StoreStateTest, EmptyStoreIsOnePart) {
 TEST(StoreStateTest, PartsThatDoNotFitTheStoreAreRefused) {
   VariableStore original;
   ASSERT_TRUE(original.Create(Create()).ok());
-  std::vector<proto::StoreChunk> parts = original.ExportState(1 << 20);
+  std::vector<proto::StoreChunk> parts = original.ExportState(1 << 20).value();
   ASSERT_EQ(parts.size(), 2u);
   VariableStore copy;
   ASSERT_TRUE(copy.LoadState(parts[0]).ok());

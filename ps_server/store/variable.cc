@@ -288,6 +288,30 @@ int64_t Variable::ReadRows(const std::vector<int64_t>& local, float* out) {
       }
       return version;
     }
+    // Rows on disk are read under mu held shared: only a holder of mu held
+    // exclusively moves rows between the tiers. An id stored in neither
+    // reads as its initial values here too, unless admission counts it.
+    if (table.has_disk() && !table.ExpiryDue(version)) {
+      const int64_t now = version;
+      const bool counts = table.limits().admit_after > 1;
+      bool all = true;
+      auto read = [&](size_t r) ABSL_SHARED_LOCKS_REQUIRED(mu) {
+        if (!all) return;
+        std::span<float> to(out + r * dim, dim);
+        if (table.ReadStored(local[r], now, to)) return;
+        if (counts) {
+          all = false;
+        } else {
+          table.InitialValues(local[r], to);
+        }
+      };
+      if (row_pushes_striped) {
+        ForEachRowByStripe(local, /*write=*/false, read);
+      } else {
+        for (size_t r = 0; r < local.size(); ++r) read(r);
+      }
+      if (all) return now;
+    }
   }
   // Some rows are not stored. A read stores none: an unseen id reads as its
   // initial values (zeros while admission has not admitted it, and the read
@@ -297,8 +321,8 @@ int64_t Variable::ReadRows(const std::vector<int64_t>& local, float* out) {
   table.Expire(version);
   for (size_t r = 0; r < local.size(); ++r) {
     float* to = out + r * dim;
-    if (const float* row = table.Find(local[r])) {
-      std::copy_n(row, dim, to);
+    if (table.ReadStored(local[r], version, std::span<float>(to, dim))) {
+      continue;
     } else if (table.CountTouch(local[r])) {
       table.InitialValues(local[r], std::span<float>(to, dim));
     } else {

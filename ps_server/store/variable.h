@@ -86,6 +86,8 @@ class Variable {
   int64_t table_evictions() const ABSL_NO_THREAD_SAFETY_ANALYSIS { return table.evictions(); }
   int64_t table_admissions() const ABSL_NO_THREAD_SAFETY_ANALYSIS { return table.admissions(); }
   int64_t table_refused() const ABSL_NO_THREAD_SAFETY_ANALYSIS { return table.refused(); }
+  // For the figures above and the disk tier's, which are read without mu.
+  const HashRowTable& table_unlocked() const ABSL_NO_THREAD_SAFETY_ANALYSIS { return table; }
 
   // ---- Dense updates. The caller holds the store's mutex (shared), which
   // keeps `optimizer` alive.

@@ -114,6 +114,11 @@ absl::StatusOr<int> VariableStore::Create(const proto::CreateVariablesRequest& r
   for (size_t k = 0; k < to_create.size(); ++k) {
     created.push_back(
         std::make_unique<Variable>(*to_create[k], *optimizer, limits, initial_values[k]));
+    Variable& var = *created.back();
+    if (var.is_hash && options_.disk_tier != nullptr) {
+      absl::MutexLock var_lock(&var.mu);  // not shared yet
+      PST_RETURN_IF_ERROR(var.table.UseDisk(options_.disk_tier.get(), var.spec.name()));
+    }
   }
   for (auto& var : created) {
     std::string name = var->spec.name();
@@ -404,6 +409,13 @@ VariableStore::Stats VariableStore::GetStats() const {
       figures.admissions += var->table_admissions();
       figures.refused += var->table_refused();
       stats.table_evictions += evictions;
+      const HashRowTable& table = var->table_unlocked();
+      figures.rows_on_disk += table.rows_on_disk();
+      figures.disk_reads += table.disk_reads();
+      figures.disk_writes += table.disk_writes();
+      stats.table_rows_on_disk += table.rows_on_disk();
+      stats.table_disk_reads += table.disk_reads();
+      stats.table_disk_writes += table.disk_writes();
     } else {
       stats.num_elements += var->rows * var->dim;
       if (var->spec.routing() == proto::MOD || var->spec.routing() == proto::DIV) {

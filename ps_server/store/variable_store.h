@@ -82,6 +82,7 @@
 #include "common/tensor_util.h"
 #include "proto/pstrain.pb.h"
 #include "ps_server/store/admission_filter.h"
+#include "ps_server/store/disk_tier.h"
 #include "ps_server/store/optimizer.h"
 #include "ps_server/store/row_aggregate.h"
 #include "ps_server/store/store_restorer.h"
@@ -101,6 +102,10 @@ class VariableStore {
     // filter (AdmissionFilter; the ps's --admission_filter_bytes), allocated
     // on its first count: ids may be admitted early, never late.
     int64_t admission_filter_bytes = AdmissionFilter::kDefaultBytes;
+    // The disk tier (--table_store_dir), or null: hash tables with a
+    // capacity keep the rows past it there (HashRowTable::UseDisk). Shared
+    // by every store of the ps (its backup copies too).
+    std::shared_ptr<DiskTier> disk_tier;
     // Row ids one PullRows or PushRows may list, over all its variables
     // (ps flag --max_ids_per_request): more is refused with InvalidArgument
     // before any id is looked at.
@@ -252,6 +257,9 @@ class VariableStore {
     int64_t max_version = 0;  // highest version of a dense variable (SYNC: of any)
     bool holds_dense = false;   // some variable here is dense
     bool holds_any = false;     // some variable is here
+    // Not OK when the disk tier failed to read a table's rows: the copy
+    // is then empty and must not be saved.
+    absl::Status error;
   };
 
   // A copy of every variable (values, slots, version, hash rows), sorted by
@@ -272,8 +280,9 @@ class VariableStore {
   // (generation, quorum, membership, clocks, de-duplication, positions).
   // LoadState of every part in order into an empty store with the same
   // Options makes it equal to this one, so that the same changes after take
-  // both through the same states. Not the Stats counters.
-  std::vector<proto::StoreChunk> ExportState(int64_t part_bytes) const;
+  // both through the same states. Not the Stats counters. Errors: the
+  // disk tier's, reading a table's rows.
+  absl::StatusOr<std::vector<proto::StoreChunk>> ExportState(int64_t part_bytes) const;
   // Takes one part of ExportState, in order (part 0 into an empty store).
   // Errors: InvalidArgument for a part that does not fit the store (rows
   // out of range, sizes that differ from the variable's), or part 0 sent to
@@ -340,12 +349,21 @@ class VariableStore {
     absl::flat_hash_map<std::string, int64_t> table_rows;
     // Hash tables, by the logical variable's name: rows evicted, rows made
     // (ids admitted), pushed rows of ids not admitted yet.
+    // The disk tier: rows there now, rows read there (pulled or brought
+    // back) and written there (evicted to it).
     struct TableFigures {
       int64_t evictions = 0;
       int64_t admissions = 0;
       int64_t refused = 0;
+      int64_t rows_on_disk = 0;
+      int64_t disk_reads = 0;
+      int64_t disk_writes = 0;
     };
     absl::flat_hash_map<std::string, TableFigures> tables;
+    // Over every table.
+    int64_t table_rows_on_disk = 0;
+    int64_t table_disk_reads = 0;
+    int64_t table_disk_writes = 0;
     int64_t table_evictions = 0;  // over every table
   };
   Stats GetStats() const;

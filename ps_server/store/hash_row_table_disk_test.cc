@@ -1,0 +1,256 @@
+// HashRowTable (hash_row_table.h) with a disk tier (UseDisk): rows the
+// capacity pushes out go to disk and come back bit-identical with their
+// slots and index entries; reads read them there without moving them; both
+// tiers are one table to ForEachRow, Replace and LoadRow; and a bounded
+// table with a disk tier holds, after any pushes, what an unbounded one
+// holds.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "ps_server/store/disk_tier.h"
+#include "ps_server/store/hash_row_table.h"
+
+namespace pst::ps {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr int64_t kDim = 2;
+
+// Rows of 2 values (id, id + 0.5) and 1 slot starting at 0.25.
+HashRowTable::RowInit Init() {
+  return [](int64_t id, std::span<float> out) {
+    out[0] = static_cast<float>(id);
+    out[1] = static_cast<float>(id) + 0.5f;
+  };
+}
+
+HashRowTable::Limits Bounded(int64_t capacity, const char* eviction) {
+  HashRowTable::Limits limits;
+  limits.policy = common::ParseTablePolicy(capacity, eviction, "t").value();
+  return limits;
+}
+
+// An update as a push makes it: a row's values and its slot change.
+void Update(float* row, float g) {
+  row[0] -= 0.1f * g;
+  row[1] += 0.01f * g * g;
+  row[2] += g * g;  // the slot
+  row[3] += 1.0f;
+}
+
+// Every row of both tiers, by id, with its entry's last update.
+struct Held {
+  std::vector<float> row;
+  int64_t last = -1;
+  bool operator==(const Held& o) const {
+    return row.size() == o.row.size() &&
+           std::memcmp(row.data(), o.row.data(), row.size() * sizeof(float)) == 0;
+  }
+};
+std::map<int64_t, Held> AllRows(const HashRowTable& table, int64_t now) {
+  std::map<int64_t, Held> all;
+  absl::Status s = table.ForEachRow(
+      now, [&](int64_t id, std::span<const float> row, const EvictionIndex::Entry* e) {
+        EXPECT_FALSE(all.contains(id)) << "id " << id << " in both tiers";
+        all[id] = {std::vector<float>(row.begin(), row.end()), e == nullptr ? -1 : e->last};
+        return absl::OkStatus();
+      });
+  EXPECT_TRUE(s.ok()) << s;
+  return all;
+}
+
+class HashRowTableDiskTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = absl::StrCat(::testing::TempDir(), "/hash_row_table_disk_test_", getpid(), "_",
+                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    DiskTier::Options options;
+    options.block_cache_bytes = 4 << 20;
+    options.write_buffer_bytes = 4 << 20;
+    absl::StatusOr<std::unique_ptr<DiskTier>> tier = DiskTier::Open(dir_, options);
+    ASSERT_TRUE(tier.ok()) << tier.status();
+    tier_ = *std::move(tier);
+  }
+  void TearDown() override {
+    tier_.reset();
+    fs::remove_all(dir_);
+  }
+
+  std::unique_ptr<HashRowTable> MakeTable(HashRowTable::Limits limits, bool disk = true) {
+    auto table = std::make_unique<HashRowTable>(limits, kDim, std::vector<float>{0.25f}, Init());
+    if (disk) {
+      absl::Status s = table->UseDisk(tier_.get(), "emb");
+      EXPECT_TRUE(s.ok()) << s;
+    }
+    return table;
+  }
+
+  std::string dir_;
+  std::unique_ptr<DiskTier> tier_;
+};
+
+TEST_F(HashRowTableDiskTest, EvictedRow_GoesToDisk_AndAPushBringsItBackBitIdentical) {
+  std::unique_ptr<HashRowTable> table = MakeTable(Bounded(2, "lfu:8"));
+  ASSERT_TRUE(table->has_disk());
+  float* row = table->Touch(1, 1);
+  Update(row, 0.3f);
+  Update(table->Touch(1, 2), -1.7f);  // row 1: two updates, lfu's count 2-ish
+  const std::vector<float> before(row, row + table->width());
+  const EvictionIndex::Entry entry_before = *table->IndexEntry(1);
+  table->Touch(2, 3);
+  table->Touch(2, 4);
+  table->Touch(2, 5);
+  table->Touch(3, 6);  // full: the least valued row, 1, goes to disk
+  ASSERT_EQ(table->Find(1), nullptr);
+  EXPECT_EQ(table->size(), 2);
+  EXPECT_EQ(table->rows_on_disk(), 1);
+  EXPECT_EQ(table->disk_writes(), 1);
+  EXPECT_EQ(table->evictions(), 1);
+  // A read reads it there and leaves it there.
+  std::vector<float> read(kDim);
+  ASSERT_TRUE(table->ReadStored(1, 6, read));
+  EXPECT_EQ(read, std::vector<float>(before.begin(), before.begin() + kDim));
+  EXPECT_EQ(table->Find(1), nullptr);
+  EXPECT_EQ(table->rows_on_disk(), 1);
+  // A push brings it back exactly as it left, and its count goes on.
+  row = table->Touch(1, 7);
+  ASSERT_NE(row, nullptr);
+  EXPECT_EQ(std::memcmp(row, before.data(), before.size() * sizeof(float)), 0);
+  EXPECT_EQ(table->admissions(), 3) << "a row back from disk is not a new admission";
+  const EvictionIndex::Entry* entry = table->IndexEntry(1);
+  ASSERT_NE(entry, nullptr);
+  EXPECT_EQ(entry->last, 7);
+  EXPECT_GT(entry->count, entry_before.count) << "its decayed count went on from disk's";
+  EXPECT_EQ(table->size(), 2);  // made room: another row went down
+  EXPECT_EQ(table->rows_on_disk(), 1);
+  EXPECT_EQ(table->disk_reads(), 2);
+}
+
+TEST_F(HashRowTableDiskTest, ReadStored_IdInNeitherTier_IsFalse_AndNothingMoves) {
+  std::unique_ptr<HashRowTable> table = MakeTable(Bounded(1, "lru"));
+  table->Touch(1, 1);
+  std::vector<float> out(kDim);
+  EXPECT_FALSE(table->ReadStored(99, 1, out));
+  EXPECT_EQ(table->size(), 1);
+  EXPECT_EQ(table->rows_on_disk(), 0);
+}
+
+TEST_F(HashRowTableDiskTest, NoCapacity_UsesNoDisk) {
+  std::unique_ptr<HashRowTable> table = MakeTable(Bounded(0, "ttl:5"));
+  EXPECT_FALSE(table->has_disk());
+  std::unique_ptr<HashRowTable> unbounded = MakeTable({});
+  EXPECT_FALSE(unbounded->has_disk());
+}
+
+TEST_F(HashRowTableDiskTest, TwoTablesOfOneName_KeepTheirRowsApart) {
+  std::unique_ptr<HashRowTable> a = MakeTable(Bounded(1, "lru"));
+  std::unique_ptr<HashRowTable> b = MakeTable(Bounded(1, "lru"));
+  Update(a->Touch(5, 1), 2.0f);
+  a->Touch(6, 2);  // 5 to a's disk
+  b->Touch(5, 1);
+  b->Touch(6, 2);  // 5, not updated, to b's
+  std::vector<float> from_a(kDim), from_b(kDim);
+  ASSERT_TRUE(a->ReadStored(5, 2, from_a));
+  ASSERT_TRUE(b->ReadStored(5, 2, from_b));
+  EXPECT_NE(from_a, from_b);
+  EXPECT_EQ(from_b, (std::vector<float>{5, 5.5f}));
+}
+
+TEST_F(HashRowTableDiskTest, Ttl_StaleRowsOnDisk_AreGoneToReadsSavesAndPushes) {
+  std::unique_ptr<HashRowTable> table = MakeTable(Bounded(1, "ttl:3"));
+  Update(table->Touch(1, 1), 1.0f);
+  table->Touch(2, 2);  // 1 to disk, last updated at 1
+  std::vector<float> out(kDim);
+  EXPECT_TRUE(table->ReadStored(1, 4, out)) << "1 >= 4 - 3: not stale yet";
+  EXPECT_FALSE(table->ReadStored(1, 5, out)) << "stale at 5";
+  EXPECT_EQ(AllRows(*table, 4).count(1), 1u);
+  EXPECT_EQ(AllRows(*table, 5).count(1), 0u);
+  // A push at 5 finds it stale: the row starts again from its initializer.
+  float* row = table->Touch(1, 5);
+  ASSERT_NE(row, nullptr);
+  EXPECT_EQ(std::vector<float>(row, row + table->width()),
+            (std::vector<float>{1, 1.5f, 0.25f, 0.25f}));
+}
+
+TEST_F(HashRowTableDiskTest, Replace_EmptiesTheDisk_ThenMovesThePolicysFirstRowsThere) {
+  std::unique_ptr<HashRowTable> table = MakeTable(Bounded(2, "lru"));
+  for (int64_t id = 100; id < 110; ++id) table->Touch(id, id);
+  ASSERT_EQ(table->rows_on_disk(), 8);
+  HashRowTable::Rows rows;
+  for (int64_t id = 0; id < 5; ++id) rows[id] = {static_cast<float>(id), 0, 1, 2};
+  ASSERT_TRUE(table->Replace(std::move(rows), /*version=*/3).ok());
+  EXPECT_EQ(table->size(), 2);
+  EXPECT_EQ(table->rows_on_disk(), 3);
+  std::map<int64_t, Held> all = AllRows(*table, 3);
+  ASSERT_EQ(all.size(), 5u) << "the old rows on disk are gone, the new all held";
+  for (int64_t id = 0; id < 5; ++id) {
+    EXPECT_EQ(all[id].row, (std::vector<float>{static_cast<float>(id), 0, 1, 2}));
+    EXPECT_EQ(all[id].last, 3);
+  }
+}
+
+TEST_F(HashRowTableDiskTest, LoadRow_PastTheCapacity_MovesRowsToDisk_WithTheirEntries) {
+  std::unique_ptr<HashRowTable> table = MakeTable(Bounded(2, "lru"));
+  for (int64_t id = 0; id < 6; ++id) {
+    const std::vector<float> row = {static_cast<float>(id), 1, 2, 3};
+    table->LoadRow(id, reinterpret_cast<const char*>(row.data()), {10 + id, 1.0, 0.0});
+  }
+  EXPECT_EQ(table->size(), 2);
+  EXPECT_EQ(table->rows_on_disk(), 4);
+  std::map<int64_t, Held> all = AllRows(*table, 20);
+  ASSERT_EQ(all.size(), 6u);
+  for (int64_t id = 0; id < 6; ++id) EXPECT_EQ(all[id].last, 10 + id) << id;
+  EXPECT_NE(table->Find(4), nullptr) << "the latest updated stay in memory";
+  EXPECT_NE(table->Find(5), nullptr);
+}
+
+// The "nothing is lost": the same pushes, over a skewed id stream,
+// into a table with a quarter of the rows in memory and the rest on disk,
+// and into an unbounded one, leave both with the same rows, bit for bit.
+TEST_F(HashRowTableDiskTest, SamePushes_QuarterInMemory_EqualsUnbounded) {
+  for (const char* eviction : {"lru", "lfu:50", "ttl:400"}) {
+    SCOPED_TRACE(eviction);
+    HashRowTable::Limits unbounded_limits;
+    if (std::string(eviction).rfind("ttl", 0) == 0) unbounded_limits = Bounded(0, eviction);
+    std::unique_ptr<HashRowTable> memory = MakeTable(unbounded_limits, /*disk=*/false);
+    std::unique_ptr<HashRowTable> tiered = MakeTable(Bounded(50, eviction));
+    std::mt19937_64 rng(7);
+    std::geometric_distribution<int64_t> ids(0.01);  // ~200 distinct, skewed
+    std::normal_distribution<float> grads;
+    int64_t t = 0;
+    for (int push = 0; push < 600; ++push) {
+      ++t;
+      memory->Expire(t);
+      tiered->Expire(t);
+      for (int k = 0; k < 4; ++k) {
+        const int64_t id = ids(rng);
+        const float g = grads(rng);
+        Update(memory->Touch(id, t), g);
+        Update(tiered->Touch(id, t), g);
+      }
+    }
+    EXPECT_LE(tiered->size(), 50);
+    EXPECT_GT(tiered->rows_on_disk(), 50);
+    EXPECT_GT(tiered->disk_reads(), 0);
+    std::map<int64_t, Held> in_memory = AllRows(*memory, t);
+    std::map<int64_t, Held> in_tiers = AllRows(*tiered, t);
+    ASSERT_EQ(in_memory.size(), in_tiers.size());
+    for (const auto& [id, held] : in_memory) {
+      ASSERT_TRUE(in_tiers.contains(id)) << id;
+      EXPECT_TRUE(in_tiers[id] == held) << "row " << id << " differs";
+    }
+  }
+}
+
+}  // namespace
+}  // namespace pst::ps
