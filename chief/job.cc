@@ -435,8 +435,13 @@ std::optional<std::string> Job::FindLostPs(absl::Time now, bool* every_ps_answer
   // others with no version to show until its shards have failed over).
   if (std::all_of(health.begin(), health.end(), [](const auto& h) { return h.ok(); })) {
     int64_t max_version = 0;
-    for (const auto& h : health) max_version = std::max(max_version, h->max_version());
+    std::vector<proto::HealthResponse> answers;
+    for (const auto& h : health) {
+      max_version = std::max(max_version, h->max_version());
+      answers.push_back(*h);
+    }
     coordinator_->SetVersionCeiling(max_version);
+    tables_.Update(answers, now);
   }
   if (after_save_pushes_ < 0) {  // the first look: where "between saves" starts
     after_save_pushes_ = probed_pushes_;

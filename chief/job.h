@@ -43,6 +43,7 @@
 #include "chief/ps_peers.h"
 #include "chief/replica_view.h"
 #include "chief/summary.h"
+#include "chief/table_view.h"
 #include "common/clock.h"
 #include "common/process.h"
 #include "common/progress.h"
@@ -265,6 +266,7 @@ class Job {
   int64_t probed_applied_ = 0;
   int64_t probed_staleness_sum_ = 0;
   ReplicaView replicas_;
+  TableView tables_;  // the hash tables' figures, for the progress line
   // The plan with each shard's copies where they are now (the plan's own
   // until a failover), and the version of the layout last told to the ps.
   proto::PlacementPlan layout_;

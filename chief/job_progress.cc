@@ -55,6 +55,7 @@ void Job::ShowProgress(const Coordinator::Snapshot& snap, absl::Time now, Progre
   p.eta = progress->eta.Update(snap.global_step, progress->total_steps, now);
   p.workers_done = snap.done;
   p.workers = static_cast<int>(options_.tf.cluster.worker.size());
+  p.tables = tables_.ProgressText();
   p.replicas = replicas_.ProgressText();
   if (final) {
     progress->line->Finish(common::FormatProgress(p));

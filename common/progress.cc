@@ -142,6 +142,7 @@ std::string FormatProgress(const Progress& p) {
     absl::StrAppend(&line, " | ETA ", p.eta.has_value() ? FormatEta(*p.eta) : "?");
   }
   absl::StrAppend(&line, " | workers ", p.workers_done, "/", p.workers, " done");
+  if (!p.tables.empty()) absl::StrAppend(&line, " | ", p.tables);
   if (!p.replicas.empty()) absl::StrAppend(&line, " | ", p.replicas);
   return line;
 }
@@ -154,6 +155,10 @@ std::optional<Progress> ParseProgress(absl::string_view line) {
   Progress p;
   if (!fields.empty() && absl::StartsWith(fields.back(), "backups ")) {
     p.replicas = std::string(fields.back());
+    fields.pop_back();
+  }
+  if (!fields.empty() && absl::StartsWith(fields.back(), "tables ")) {
+    p.tables = std::string(fields.back());
     fields.pop_back();
   }
   if (fields.size() != 5 && fields.size() != 6) return std::nullopt;

@@ -109,6 +109,25 @@ TEST(FormatProgressTest, Format_Replicated_EndsWithTheBackups) {
   EXPECT_EQ(parsed->workers, 2);
 }
 
+TEST(FormatProgressTest, Format_Tables_BeforeTheBackups_AndParsesBack) {
+  Progress p = Sample();
+  p.tables = "tables 2.00k rows, 500 evicted/s, 12.0k on disk, 125 reads/s, 500 writes/s";
+  p.replicas = "backups 2/2 in sync";
+  const std::string line = FormatProgress(p);
+  EXPECT_EQ(line,
+            "step 1789/5625 | epoch 2/3 | loss 0.3919 | 7545 examples/s | ETA 1m23s | "
+            "workers 0/2 done | tables 2.00k rows, 500 evicted/s, 12.0k on disk, 125 reads/s, "
+            "500 writes/s | backups 2/2 in sync");
+  const std::optional<Progress> parsed = ParseProgress(line);
+  ASSERT_TRUE(parsed.has_value());
+  EXPECT_EQ(parsed->tables, p.tables);
+  EXPECT_EQ(parsed->replicas, p.replicas);
+  p.replicas.clear();
+  const std::optional<Progress> alone = ParseProgress(FormatProgress(p));
+  ASSERT_TRUE(alone.has_value());
+  EXPECT_EQ(alone->tables, p.tables);
+}
+
 TEST(ParseProgressTest, Parse_LogLine_RoundTrips) {
   const Progress want = Sample();
   std::optional<Progress> got = ParseProgress("20:06:46.123 I chief:0] " + FormatProgress(want));
