@@ -26,6 +26,7 @@
 #include <limits>
 #include <optional>
 #include <utility>
+#include <vector>
 
 #include "absl/container/btree_set.h"
 #include "absl/container/flat_hash_map.h"
@@ -44,7 +45,10 @@ class EvictionIndex {
     double key = 0;
   };
 
-  explicit EvictionIndex(common::TablePolicy policy) : policy_(policy) { fronts_.fill(kNoKey); }
+  explicit EvictionIndex(common::TablePolicy policy) : policy_(policy) {
+    front_keys_.fill(kNoKey.first);
+    front_ids_.fill(kNoKey.second);
+  }
   EvictionIndex(const EvictionIndex&) = delete;
   EvictionIndex& operator=(const EvictionIndex&) = delete;
 
@@ -71,21 +75,56 @@ class EvictionIndex {
 
  private:
   using Key = std::pair<double, int64_t>;  // (key, id)
-  double KeyOf(const Entry& e) const;
-  // Copies stripe `stripe`'s first key into fronts_, after a change to it.
-  void UpdateFront(int stripe);
+  static constexpr int32_t kNil = -1;
 
-  struct Stripe {
-    absl::flat_hash_map<int64_t, Entry> entries;
-    absl::btree_set<Key> order;
+  // One row's entry and its links in its stripe's list (lru, ttl).
+  struct Node {
+    Entry entry;
+    int64_t id = 0;
+    int32_t prev = kNil;
+    int32_t next = kNil;
   };
+  // One stripe's rows: `slots` maps an id to its node, once (one hash per
+  // Note). lru and ttl keep the nodes in a doubly linked list sorted by
+  // (key, id): an update moves its row to the back in O(1), but for the
+  // rows of the same version with higher ids, which it steps back over
+  // (a push updates its rows at one version). lfu, whose keys do not only
+  // grow, keeps them in `order` instead.
+  struct Stripe {
+    absl::flat_hash_map<int64_t, int32_t> slots;
+    std::vector<Node> nodes;  // indexed by slot; free ones chained by next
+    int32_t free = kNil;
+    int32_t head = kNil, tail = kNil;  // lru, ttl
+    absl::btree_set<Key> order;        // lfu
+  };
+
+  bool lfu() const { return policy_.eviction == common::TablePolicy::Eviction::kLfu; }
+  double KeyOf(const Entry& e) const;
+  // A node for `id` in `s` (unlinked; its entry zero).
+  static int32_t Alloc(Stripe& s, int64_t id);
+  // Puts node `n` of stripe `stripe` in its place by (entry.key, id), in
+  // the list or the tree, and into the stripe's front when it goes first.
+  void Place(int stripe, int32_t n);
+  // Takes node `n` of stripe `stripe` out of its place, and the stripe's
+  // front from the next node when it went first.
+  void Unplace(int stripe, int32_t n);
+  // Copies stripe `stripe`'s first key into the fronts.
+  void UpdateFront(int stripe);
+  void SetFront(int stripe, Key key) {
+    front_keys_[stripe] = key.first;
+    front_ids_[stripe] = key.second;
+  }
+  Key Front(int stripe) const { return {front_keys_[stripe], front_ids_[stripe]}; }
 
   const common::TablePolicy policy_;
   std::array<Stripe, kStripes> stripes_;
   // Each stripe's first key (kNoKey when empty), side by side: Victim reads
-  // 64 of them from a few cache lines instead of 64 trees.
+  // 64 of them from a few cache lines instead of 64 stripes, the keys apart
+  // from the ids so that it finds the lowest key in one pass without
+  // branches, then the lowest id of that key.
   static constexpr Key kNoKey = {std::numeric_limits<double>::infinity(), INT64_MAX};
-  std::array<Key, kStripes> fronts_;
+  alignas(64) std::array<double, kStripes> front_keys_;
+  alignas(64) std::array<int64_t, kStripes> front_ids_;
   std::atomic<int64_t> earliest_{INT64_MAX};
 };
 

@@ -2,7 +2,11 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <map>
 #include <random>
+#include <set>
+#include <string>
 #include <vector>
 
 #include "ps_server/store/hash_row_table.h"
@@ -36,6 +40,62 @@ TEST(EvictionIndexTest, Lru_LeastRecentlyUpdatedGoesFirst_TiesById) {
   Note(index, 10, 60);  // 10 is now the most recent
   Note(index, 99, 20);  // as old as 20: the lower id goes first
   EXPECT_EQ(Drain(index), (std::vector<int64_t>{20, 99, 30, 40, 50, 10}));
+}
+
+TEST(EvictionIndexTest, Lru_RowsOfOneVersion_GoByIdWhateverOrderTheyWereNotedIn) {
+  EvictionIndex index(Policy("lru"));
+  std::vector<int64_t> ids;
+  for (int64_t id = 1; id <= 2000; ++id) ids.push_back(id * 7);
+  std::shuffle(ids.begin(), ids.end(), std::mt19937_64(3));
+  for (int64_t id : ids) Note(index, id, 5);  // one push: every row at version 5
+  Note(index, 7, 6);
+  std::vector<int64_t> expected;
+  for (int64_t id = 2; id <= 2000; ++id) expected.push_back(id * 7);
+  expected.push_back(7);
+  EXPECT_EQ(Drain(index), expected);
+}
+
+// lru and ttl keep each stripe's rows in a list: every victim is still the
+// lowest (last update, id), also when updates come a version late (striped
+// pushes racing), rows are loaded or forgotten.
+TEST(EvictionIndexTest, LruAndTtl_VictimIsTheLowestLastUpdateThenId_UnderRandomChanges) {
+  for (const std::string policy : {"lru", "ttl:5"}) {
+    EvictionIndex index(Policy(policy));
+    std::map<int64_t, int64_t> last;              // id -> version of its last update
+    std::set<std::pair<int64_t, int64_t>> order;  // (last, id)
+    std::mt19937_64 rng(11);
+    for (int64_t step = 0; step < 20000; ++step) {
+      const int64_t id = static_cast<int64_t>(rng() % 500);
+      const int64_t t = step / 8 - static_cast<int64_t>(rng() % 3);  // some a little late
+      const int stripe = HashRowTable::StripeOf(id);
+      if (auto it = last.find(id); it != last.end()) order.erase({it->second, id});
+      switch (rng() % 8) {
+        case 0:
+          index.Forget(stripe, id);
+          last.erase(id);
+          break;
+        case 1:
+          index.Load(stripe, id, {t, 1.0, 0.0});
+          last[id] = t;
+          break;
+        default:
+          index.Note(stripe, id, t);
+          last[id] = t;
+      }
+      if (auto it = last.find(id); it != last.end()) order.insert({it->second, id});
+      int victim_stripe = -1;
+      const std::optional<int64_t> victim = index.Victim(&victim_stripe);
+      ASSERT_EQ(victim.has_value(), !order.empty()) << policy << " step " << step;
+      if (victim.has_value()) {
+        ASSERT_EQ(*victim, order.begin()->second) << policy << " step " << step;
+        EXPECT_EQ(victim_stripe, HashRowTable::StripeOf(*victim));
+        EXPECT_EQ(index.Find(victim_stripe, *victim)->last, order.begin()->first);
+      }
+    }
+    std::vector<int64_t> rest;
+    for (const auto& [t, id] : order) rest.push_back(id);
+    EXPECT_EQ(Drain(index), rest) << policy;
+  }
 }
 
 TEST(EvictionIndexTest, Lfu_FrequentRowsStay_UntilTheirCountsDecay) {
