@@ -24,6 +24,15 @@ int32_t EvictionIndex::Alloc(Stripe& s, int64_t id) {
   return n;
 }
 
+void EvictionIndex::LinkAfter(Stripe& s, int32_t before, int32_t n) {
+  Node& node = s.nodes[n];
+  const int32_t after = before == kNil ? s.head : s.nodes[before].next;
+  node.prev = before;
+  node.next = after;
+  (before == kNil ? s.head : s.nodes[before].next) = n;
+  (after == kNil ? s.tail : s.nodes[after].prev) = n;
+}
+
 void EvictionIndex::Place(int stripe, int32_t n) {
   Stripe& s = stripes_[stripe];
   Node& node = s.nodes[n];
@@ -31,17 +40,32 @@ void EvictionIndex::Place(int stripe, int32_t n) {
   if (lfu()) {
     s.order.insert(key);
   } else {
-    // From the back, past the nodes that order after it: none when it is
-    // the newest update, but for its push's other rows of higher ids.
-    int32_t before = s.tail;
-    while (before != kNil && key < Key{s.nodes[before].entry.key, s.nodes[before].id}) {
-      before = s.nodes[before].prev;
+    // The last run of a key not above this one: the last run, but for an
+    // update that came late (striped pushes racing) or a load.
+    int32_t r = s.tail == kNil ? kNil : s.nodes[s.tail].run;
+    while (r != kNil && s.runs[r].key > key.first) {
+      const int32_t before = s.nodes[s.runs[r].first].prev;
+      r = before == kNil ? kNil : s.nodes[before].run;
     }
-    const int32_t after = before == kNil ? s.head : s.nodes[before].next;
-    node.prev = before;
-    node.next = after;
-    (before == kNil ? s.head : s.nodes[before].next) = n;
-    (after == kNil ? s.tail : s.nodes[after].prev) = n;
+    if (r != kNil && s.runs[r].key == key.first) {
+      Run& run = s.runs[r];
+      if (run.sorted && s.nodes[run.last].id > node.id) run.sorted = false;
+      LinkAfter(s, run.last, n);
+      run.last = n;
+      node.run = r;
+    } else {
+      const int32_t before = r == kNil ? kNil : s.runs[r].last;
+      int32_t fresh = s.free_run;
+      if (fresh != kNil) {
+        s.free_run = s.runs[fresh].first;
+      } else {
+        fresh = static_cast<int32_t>(s.runs.size());
+        s.runs.emplace_back();
+      }
+      s.runs[fresh] = Run{key.first, n, n, true};
+      LinkAfter(s, before, n);
+      node.run = fresh;
+    }
   }
   if (key < Front(stripe)) SetFront(stripe, key);
 }
@@ -53,11 +77,44 @@ void EvictionIndex::Unplace(int stripe, int32_t n) {
   if (lfu()) {
     s.order.erase(key);
   } else {
+    Run& run = s.runs[node.run];
+    if (run.first == n && run.last == n) {
+      run.first = s.free_run;
+      s.free_run = node.run;
+    } else if (run.first == n) {
+      run.first = node.next;
+    } else if (run.last == n) {
+      run.last = node.prev;
+    }
     (node.prev == kNil ? s.head : s.nodes[node.prev].next) = node.next;
     (node.next == kNil ? s.tail : s.nodes[node.next].prev) = node.prev;
-    node.prev = node.next = kNil;
+    node.prev = node.next = node.run = kNil;
   }
   if (key == Front(stripe)) UpdateFront(stripe);
+}
+
+void EvictionIndex::SortRun(Stripe& s, int32_t r) {
+  Run& run = s.runs[r];
+  std::vector<int32_t> members;
+  for (int32_t n = run.first;; n = s.nodes[n].next) {
+    members.push_back(n);
+    if (n == run.last) break;
+  }
+  std::sort(members.begin(), members.end(),
+            [&](int32_t a, int32_t b) { return s.nodes[a].id < s.nodes[b].id; });
+  // Relinks the run's nodes in that order between its neighbours.
+  int32_t before = s.nodes[run.first].prev;
+  const int32_t after = s.nodes[run.last].next;
+  for (int32_t n : members) {
+    s.nodes[n].prev = before;
+    (before == kNil ? s.head : s.nodes[before].next) = n;
+    before = n;
+  }
+  s.nodes[before].next = after;
+  (after == kNil ? s.tail : s.nodes[after].prev) = before;
+  run.first = members.front();
+  run.last = members.back();
+  run.sorted = true;
 }
 
 void EvictionIndex::Note(int stripe, int64_t id, int64_t t) {
@@ -116,12 +173,18 @@ void EvictionIndex::Forget(int stripe, int64_t id) {
 }
 
 void EvictionIndex::UpdateFront(int stripe) {
-  const Stripe& s = stripes_[stripe];
+  Stripe& s = stripes_[stripe];
   if (lfu()) {
     SetFront(stripe, s.order.empty() ? kNoKey : *s.order.begin());
-  } else {
-    SetFront(stripe, s.head == kNil ? kNoKey : Key{s.nodes[s.head].entry.key, s.nodes[s.head].id});
+    return;
   }
+  if (s.head == kNil) {
+    SetFront(stripe, kNoKey);
+    return;
+  }
+  const int32_t r = s.nodes[s.head].run;
+  if (!s.runs[r].sorted) SortRun(s, r);
+  SetFront(stripe, {s.runs[r].key, s.nodes[s.runs[r].first].id});
 }
 
 const EvictionIndex::Entry* EvictionIndex::Find(int stripe, int64_t id) const {
@@ -131,33 +194,24 @@ const EvictionIndex::Entry* EvictionIndex::Find(int stripe, int64_t id) const {
 }
 
 std::optional<int64_t> EvictionIndex::Victim(int* stripe) const {
-  // The lowest key, in four independent chains (no branch, no dependence
-  // on the index of the best so far)...
-  double low[4] = {kNoKey.first, kNoKey.first, kNoKey.first, kNoKey.first};
-  for (int i = 0; i < kStripes; i += 4) {
-    for (int j = 0; j < 4; ++j) low[j] = front_keys_[i + j] < low[j] ? front_keys_[i + j] : low[j];
-  }
-  const double key = std::min(std::min(low[0], low[1]), std::min(low[2], low[3]));
-  if (key == kNoKey.first) return std::nullopt;
-  // ...then the lowest id of that key, the same way (lru's keys tie
-  // often: a push updates rows of every stripe at one version). Keys are
-  // compared by their bits (never NaN, never -0), which compiles to
-  // conditional moves where == on doubles branches.
-  const auto bits = std::bit_cast<uint64_t>(key);
-  int64_t id[4] = {INT64_MAX, INT64_MAX, INT64_MAX, INT64_MAX};
-  for (int i = 0; i < kStripes; i += 4) {
-    for (int j = 0; j < 4; ++j) {
-      const bool tie = std::bit_cast<uint64_t>(front_keys_[i + j]) == bits;
-      const int64_t candidate = tie ? front_ids_[i + j] : INT64_MAX;
-      id[j] = candidate < id[j] ? candidate : id[j];
+  // The stripe of node n's winner (n >= kStripes: the leaf of a stripe).
+  auto winner = [&](int n) { return n >= kStripes ? n - kStripes : int{winners_[n]}; };
+  auto play = [&](int n) {
+    const int a = winner(2 * n), b = winner(2 * n + 1);
+    winners_[n] = static_cast<uint8_t>(Front(b) < Front(a) ? b : a);
+  };
+  uint64_t changed = changed_.exchange(0, std::memory_order_relaxed);
+  if (std::popcount(changed) > kStripes / 8) {
+    for (int n = kStripes - 1; n >= 1; --n) play(n);
+  } else {
+    for (; changed != 0; changed &= changed - 1) {
+      for (int n = (kStripes + std::countr_zero(changed)) / 2; n >= 1; n /= 2) play(n);
     }
   }
-  const int64_t victim = std::min(std::min(id[0], id[1]), std::min(id[2], id[3]));
-  // ...and its stripe (an id is in one stripe only).
-  int best = 0;
-  while (front_ids_[best] != victim || std::bit_cast<uint64_t>(front_keys_[best]) != bits) ++best;
+  const int best = winners_[1];
+  if (Front(best) == kNoKey) return std::nullopt;
   *stripe = best;
-  return victim;
+  return front_ids_[best];
 }
 
 void EvictionIndex::RecomputeEarliest() {

@@ -64,7 +64,8 @@ class EvictionIndex {
   const Entry* Find(int stripe, int64_t id) const;
 
   // The row to go first, over every stripe; nullopt when none is held.
-  // Its stripe into `*stripe`.
+  // Its stripe into `*stripe`. REQUIRES: the owner's lock held
+  // exclusively, const as it is (it brings a cache up to date).
   std::optional<int64_t> Victim(int* stripe) const;
   // A lower bound of the last update of every row (none: INT64_MAX), for
   // ttl's check that nothing is due (readable without a lock).
@@ -83,19 +84,32 @@ class EvictionIndex {
     int64_t id = 0;
     int32_t prev = kNil;
     int32_t next = kNil;
+    int32_t run = kNil;  // its run (lru, ttl)
+  };
+  // The nodes of one key in a stripe's list (lru, ttl), first to last;
+  // `sorted` when they are in order of id.
+  struct Run {
+    double key = 0;
+    int32_t first = kNil;
+    int32_t last = kNil;
+    bool sorted = true;
   };
   // One stripe's rows: `slots` maps an id to its node, once (one hash per
-  // Note). lru and ttl keep the nodes in a doubly linked list sorted by
-  // (key, id): an update moves its row to the back in O(1), but for the
-  // rows of the same version with higher ids, which it steps back over
-  // (a push updates its rows at one version). lfu, whose keys do not only
-  // grow, keeps them in `order` instead.
+  // Note). lru and ttl keep the nodes in a doubly linked list in order of
+  // key, in runs of one key each: a node goes to the end of its key's run,
+  // found from the back run by run (a push updates its rows at one version:
+  // nearly always the last run, or a new one after it), in O(1). A run is
+  // put in order of id, the ties' order, only once it is first (its first
+  // node the stripe's front); its nodes come out of it in O(1) meanwhile.
+  // lfu, whose keys do not only grow, keeps them in `order` instead.
   struct Stripe {
     absl::flat_hash_map<int64_t, int32_t> slots;
     std::vector<Node> nodes;  // indexed by slot; free ones chained by next
     int32_t free = kNil;
     int32_t head = kNil, tail = kNil;  // lru, ttl
-    absl::btree_set<Key> order;        // lfu
+    std::vector<Run> runs;             // indexed by run; free ones chained by first
+    int32_t free_run = kNil;
+    absl::btree_set<Key> order;  // lfu
   };
 
   bool lfu() const { return policy_.eviction == common::TablePolicy::Eviction::kLfu; }
@@ -108,23 +122,38 @@ class EvictionIndex {
   // Takes node `n` of stripe `stripe` out of its place, and the stripe's
   // front from the next node when it went first.
   void Unplace(int stripe, int32_t n);
-  // Copies stripe `stripe`'s first key into the fronts.
+  // Copies stripe `stripe`'s first key into the fronts (lru, ttl: putting
+  // the first run in order).
   void UpdateFront(int stripe);
+  // Links node `n` of `s` into the list after node `before` (kNil: first).
+  static void LinkAfter(Stripe& s, int32_t before, int32_t n);
+  // Puts run `r` of `s` in order of id.
+  static void SortRun(Stripe& s, int32_t r);
   void SetFront(int stripe, Key key) {
     front_keys_[stripe] = key.first;
     front_ids_[stripe] = key.second;
+    changed_.fetch_or(uint64_t{1} << stripe, std::memory_order_relaxed);
   }
   Key Front(int stripe) const { return {front_keys_[stripe], front_ids_[stripe]}; }
 
   const common::TablePolicy policy_;
   std::array<Stripe, kStripes> stripes_;
-  // Each stripe's first key (kNoKey when empty), side by side: Victim reads
-  // 64 of them from a few cache lines instead of 64 stripes, the keys apart
-  // from the ids so that it finds the lowest key in one pass without
-  // branches, then the lowest id of that key.
+  // Each stripe's first key (kNoKey when empty), side by side.
   static constexpr Key kNoKey = {std::numeric_limits<double>::infinity(), INT64_MAX};
   alignas(64) std::array<double, kStripes> front_keys_;
   alignas(64) std::array<int64_t, kStripes> front_ids_;
+  // Victim's tournament over the fronts: winners_[n] (n in 1..kStripes-1)
+  // is the stripe whose front goes first of those under node n, whose
+  // children are 2n and 2n+1, node kStripes + s standing for stripe s;
+  // winners_[1] goes first of all. Victim replays the matches on the paths
+  // of the stripes whose fronts changed since (changed_, one bit each; set
+  // by SetFront, under a stripe's lock only, hence atomic): a victim costs
+  // log2(kStripes) matches, not kStripes. Victim runs under the owner's
+  // lock held exclusively, so its own writes need none.
+  static_assert(kStripes <= 64 && (kStripes & (kStripes - 1)) == 0,
+                "one bit per stripe, a full tree");
+  mutable std::array<uint8_t, kStripes> winners_{};
+  mutable std::atomic<uint64_t> changed_{~uint64_t{0}};
   std::atomic<int64_t> earliest_{INT64_MAX};
 };
 
