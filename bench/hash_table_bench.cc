@@ -1,0 +1,128 @@
+// hash_table_bench: what a bounded hash table costs a ps per push, without
+// the network: row pushes (Variable::ApplyRows, SGD) of the same batches
+// into an unbounded table and into one bounded to --capacity_fraction of
+// the distinct ids (--eviction), in alternate rounds on one thread. The
+// batches are what one of two ps gets in make bench-tables: --rows ids
+// drawn from a Zipf(1.1) law over 1M ranks, the even ones, each once.
+// Both tables take every batch once first, untimed. Prints CPU ns per
+// push of each and their ratio (unbounded over bounded: the rows/s ratio
+// the ps alone would give), and the evictions per push. Seeded: the same
+// batches each run.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <ctime>
+#include <memory>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "ps_server/store/optimizer.h"
+#include "ps_server/store/variable.h"
+
+ABSL_FLAG(int, rows, 4096, "Ids drawn per push (before the odd ones and repeats go).");
+ABSL_FLAG(int, dim, 64, "Floats per row.");
+ABSL_FLAG(int, batches, 64, "Distinct batches, pushed in turn.");
+ABSL_FLAG(double, capacity_fraction, 0.25, "The bounded table's capacity, of the distinct ids.");
+ABSL_FLAG(std::string, eviction, "lru", "The bounded table's policy (lru, lfu[:H], ttl:N).");
+ABSL_FLAG(int, rounds, 5, "Rounds; each pushes every batch into each table.");
+ABSL_FLAG(int, passes, 4, "Passes over the batches per round and table.");
+
+namespace {
+
+double CpuSeconds() {
+  timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+}
+
+pst::proto::VariableSpec HashSpec(const std::string& name, int dim, int64_t capacity,
+                                  const std::string& eviction) {
+  pst::proto::VariableSpec spec;
+  spec.set_name(name + "/part_0");
+  spec.set_variable(name);
+  spec.set_dtype(pst::proto::DT_FLOAT32);
+  spec.add_shape(0);
+  spec.add_shape(dim);
+  spec.mutable_initializer()->set_kind(pst::proto::Initializer::UNIFORM);
+  spec.mutable_initializer()->set_scale(0.5f);
+  spec.mutable_initializer()->set_seed(7);
+  spec.set_routing(pst::proto::HASH);
+  spec.set_partition(0);
+  spec.set_num_partitions(1);
+  spec.set_admit_after(1);
+  spec.set_capacity(capacity);
+  spec.set_eviction(eviction);
+  return spec;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  const int dim = absl::GetFlag(FLAGS_dim);
+  // Zipf(1.1) over 1M ranks by inverse CDF; rank r is id r.
+  const int ranks = 1 << 20;
+  std::vector<double> cdf(ranks);
+  double sum = 0;
+  for (int r = 0; r < ranks; ++r) cdf[r] = (sum += 1.0 / std::pow(r + 1, 1.1));
+  std::mt19937_64 rng(2000);
+  std::vector<std::vector<int64_t>> batches(absl::GetFlag(FLAGS_batches));
+  std::set<int64_t> all;
+  size_t ids_pushed = 0;
+  for (std::vector<int64_t>& batch : batches) {
+    std::set<int64_t> ids;
+    for (int i = 0; i < absl::GetFlag(FLAGS_rows); ++i) {
+      const double u = std::uniform_real_distribution<double>(0, sum)(rng);
+      const int64_t id = std::lower_bound(cdf.begin(), cdf.end(), u) - cdf.begin();
+      if (id % 2 == 0) ids.insert(id);
+    }
+    batch.assign(ids.begin(), ids.end());
+    std::shuffle(batch.begin(), batch.end(), rng);
+    all.insert(ids.begin(), ids.end());
+    ids_pushed += batch.size();
+  }
+  const auto capacity = static_cast<int64_t>(absl::GetFlag(FLAGS_capacity_fraction) *
+                                             static_cast<double>(all.size()));
+  pst::proto::OptimizerConfig config;
+  config.set_name("sgd");
+  config.set_learning_rate(1e-6f);
+  std::unique_ptr<pst::ps::Optimizer> sgd = *pst::ps::CreateOptimizer(config);
+  pst::ps::Variable unbounded(HashSpec("bench_hash", dim, 0, ""), *sgd, {});
+  pst::ps::Variable bounded(
+      HashSpec("bench_hash_evict", dim, capacity, absl::GetFlag(FLAGS_eviction)), *sgd, {});
+  std::vector<float> grad(static_cast<size_t>(absl::GetFlag(FLAGS_rows)) * dim, 1e-3f);
+  auto push_all = [&](pst::ps::Variable& var, int passes) {
+    int64_t dropped = 0;
+    for (int p = 0; p < passes; ++p) {
+      for (const std::vector<int64_t>& batch : batches) {
+        var.ApplyRows(*sgd, batch, grad, std::vector<bool>(batch.size(), false), &dropped);
+      }
+    }
+  };
+  push_all(unbounded, 1);
+  push_all(bounded, 1);
+  std::printf("%zu distinct ids, %.0f per push; bounded: %lld rows (%s)\n", all.size(),
+              static_cast<double>(ids_pushed) / batches.size(), static_cast<long long>(capacity),
+              absl::GetFlag(FLAGS_eviction).c_str());
+  double seconds[2] = {0, 0};
+  const int64_t evictions_before = bounded.table_evictions();
+  const int passes = absl::GetFlag(FLAGS_passes);
+  for (int round = 0; round < absl::GetFlag(FLAGS_rounds); ++round) {
+    double start = CpuSeconds();
+    push_all(unbounded, passes);
+    seconds[0] += CpuSeconds() - start;
+    start = CpuSeconds();
+    push_all(bounded, passes);
+    seconds[1] += CpuSeconds() - start;
+  }
+  const double pushes = static_cast<double>(absl::GetFlag(FLAGS_rounds)) * passes * batches.size();
+  std::printf("unbounded %.1f us/push, bounded %.1f us/push: ratio %.3fx; %.1f evictions/push\n",
+              seconds[0] / pushes * 1e6, seconds[1] / pushes * 1e6, seconds[0] / seconds[1],
+              static_cast<double>(bounded.table_evictions() - evictions_before) / pushes);
+  return 0;
+}
