@@ -95,25 +95,26 @@ void EvictionIndex::Unplace(int stripe, int32_t n) {
 
 void EvictionIndex::SortRun(Stripe& s, int32_t r) {
   Run& run = s.runs[r];
-  std::vector<int32_t> members;
+  // (id, node) side by side, so that sorting reads no node.
+  std::vector<std::pair<int64_t, int32_t>>& members = s.scratch;
+  members.clear();
   for (int32_t n = run.first;; n = s.nodes[n].next) {
-    members.push_back(n);
+    members.emplace_back(s.nodes[n].id, n);
     if (n == run.last) break;
   }
-  std::sort(members.begin(), members.end(),
-            [&](int32_t a, int32_t b) { return s.nodes[a].id < s.nodes[b].id; });
+  std::sort(members.begin(), members.end());
   // Relinks the run's nodes in that order between its neighbours.
   int32_t before = s.nodes[run.first].prev;
   const int32_t after = s.nodes[run.last].next;
-  for (int32_t n : members) {
+  for (const auto& [id, n] : members) {
     s.nodes[n].prev = before;
     (before == kNil ? s.head : s.nodes[before].next) = n;
     before = n;
   }
   s.nodes[before].next = after;
   (after == kNil ? s.tail : s.nodes[after].prev) = before;
-  run.first = members.front();
-  run.last = members.back();
+  run.first = members.front().second;
+  run.last = members.back().second;
   run.sorted = true;
 }
 

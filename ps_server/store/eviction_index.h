@@ -109,7 +109,8 @@ class EvictionIndex {
     int32_t head = kNil, tail = kNil;  // lru, ttl
     std::vector<Run> runs;             // indexed by run; free ones chained by first
     int32_t free_run = kNil;
-    absl::btree_set<Key> order;  // lfu
+    std::vector<std::pair<int64_t, int32_t>> scratch;  // SortRun's
+    absl::btree_set<Key> order;                        // lfu
   };
 
   bool lfu() const { return policy_.eviction == common::TablePolicy::Eviction::kLfu; }
