@@ -78,12 +78,18 @@ bench-ps: build
 
 # Bounded hash tables (issue 32): row pushes into a table bounded to a
 # quarter of the distinct ids (lru) against the same table unbounded, in
-# alternate rounds of one run: rows/s ratio and evictions/s (ps Health).
+# alternate rounds of one run: rows/s ratio and evictions/s (ps Health);
+# then the same bounded table with the disk tier (hash_table_bench, no
+# network, Zipf 1.1 ids): wall time per push and per pull against the table
+# with every row in memory.
 .PHONY: bench-tables
 BENCH_TABLES_FLAGS ?=
 bench-tables: build
 	$(BUILD_DIR)/bin/ps_bench --cases=hash_push,hash_push_evict --ps=2 --workers=2 \
 	  --scaling=false --json=$(BUILD_DIR)/bench_tables.json $(BENCH_TABLES_FLAGS)
+	rm -rf $(BUILD_DIR)/bench_table_store
+	$(BUILD_DIR)/bin/hash_table_bench --table_store_dir=$(BUILD_DIR)/bench_table_store --rounds=3
+	rm -rf $(BUILD_DIR)/bench_table_store
 
 # Training throughput of a 2 ps + 2 worker cluster (with and without
 # --overlap) against one single-threaded process with no network.

@@ -8,7 +8,15 @@
 // push of each and their ratio (unbounded over bounded: the rows/s ratio
 // the ps alone would give), and the evictions per push. Seeded: the same
 // batches each run.
+//
+// With --table_store_dir, the bounded table keeps the rows past its
+// capacity on disk (the disk tier, RocksDB there), and the bench also pulls
+// each batch (Variable::ReadRows) from both tables: it prints the wall time
+// per push and per pull of each (a row on disk costs I/O waits, not only
+// CPU) and the bounded table's rows per second as a share of the
+// unbounded one's, for pushes and for pulls.
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -21,6 +29,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "ps_server/store/disk_tier.h"
 #include "ps_server/store/optimizer.h"
 #include "ps_server/store/variable.h"
 
@@ -31,8 +40,18 @@ ABSL_FLAG(double, capacity_fraction, 0.25, "The bounded table's capacity, of the
 ABSL_FLAG(std::string, eviction, "lru", "The bounded table's policy (lru, lfu[:H], ttl:N).");
 ABSL_FLAG(int, rounds, 5, "Rounds; each pushes every batch into each table.");
 ABSL_FLAG(int, passes, 4, "Passes over the batches per round and table.");
+ABSL_FLAG(std::string, table_store_dir, "",
+          "The bounded table's disk tier (emptied first); empty: rows evicted are forgotten.");
+ABSL_FLAG(int64_t, table_store_cache_bytes, int64_t{64} << 20, "The disk tier's block cache.");
+ABSL_FLAG(int64_t, table_store_write_buffer_bytes, int64_t{64} << 20,
+          "The disk tier's memtables, all tables together.");
 
 namespace {
+
+double WallSeconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
 
 double CpuSeconds() {
   timespec ts;
@@ -92,9 +111,27 @@ int main(int argc, char** argv) {
   config.set_name("sgd");
   config.set_learning_rate(1e-6f);
   std::unique_ptr<pst::ps::Optimizer> sgd = *pst::ps::CreateOptimizer(config);
+  std::unique_ptr<pst::ps::DiskTier> disk;  // outlives the tables
   pst::ps::Variable unbounded(HashSpec("bench_hash", dim, 0, ""), *sgd, {});
   pst::ps::Variable bounded(
       HashSpec("bench_hash_evict", dim, capacity, absl::GetFlag(FLAGS_eviction)), *sgd, {});
+  if (const std::string dir = absl::GetFlag(FLAGS_table_store_dir); !dir.empty()) {
+    pst::ps::DiskTier::Options options;
+    options.block_cache_bytes = absl::GetFlag(FLAGS_table_store_cache_bytes);
+    options.write_buffer_bytes = absl::GetFlag(FLAGS_table_store_write_buffer_bytes);
+    absl::StatusOr<std::unique_ptr<pst::ps::DiskTier>> opened =
+        pst::ps::DiskTier::Open(dir, options);
+    if (!opened.ok()) {
+      std::fprintf(stderr, "hash_table_bench: %s\n", std::string(opened.status().message()).c_str());
+      return 2;
+    }
+    disk = *std::move(opened);
+    absl::MutexLock lock(&bounded.mu);
+    if (absl::Status s = bounded.table.UseDisk(disk.get(), "bench_hash_evict"); !s.ok()) {
+      std::fprintf(stderr, "hash_table_bench: %s\n", std::string(s.message()).c_str());
+      return 2;
+    }
+  }
   std::vector<float> grad(static_cast<size_t>(absl::GetFlag(FLAGS_rows)) * dim, 1e-3f);
   auto push_all = [&](pst::ps::Variable& var, int passes) {
     int64_t dropped = 0;
@@ -124,5 +161,33 @@ int main(int argc, char** argv) {
   std::printf("unbounded %.1f us/push, bounded %.1f us/push: ratio %.3fx; %.1f evictions/push\n",
               seconds[0] / pushes * 1e6, seconds[1] / pushes * 1e6, seconds[0] / seconds[1],
               static_cast<double>(bounded.table_evictions() - evictions_before) / pushes);
+  if (disk == nullptr) return 0;
+  // The disk tier: wall time, pushes then pulls, in alternate rounds.
+  std::vector<float> out(grad.size());
+  auto pull_all = [&](pst::ps::Variable& var, int passes) {
+    for (int p = 0; p < passes; ++p) {
+      for (const std::vector<int64_t>& batch : batches) var.ReadRows(batch, out.data());
+    }
+  };
+  double push_wall[2] = {0, 0}, pull_wall[2] = {0, 0};
+  const int64_t reads_before = bounded.table_unlocked().disk_reads();
+  for (int round = 0; round < absl::GetFlag(FLAGS_rounds); ++round) {
+    pst::ps::Variable* vars[2] = {&unbounded, &bounded};
+    for (int v = 0; v < 2; ++v) {
+      double start = WallSeconds();
+      push_all(*vars[v], passes);
+      push_wall[v] += WallSeconds() - start;
+      start = WallSeconds();
+      pull_all(*vars[v], passes);
+      pull_wall[v] += WallSeconds() - start;
+    }
+  }
+  std::printf(
+      "disk tier: %lld rows on disk; wall us/push %.1f unbounded, %.1f bounded (%.3fx); "
+      "us/pull %.1f, %.1f (%.3fx); %.1f disk reads/op\n",
+      static_cast<long long>(bounded.table_unlocked().rows_on_disk()), push_wall[0] / pushes * 1e6,
+      push_wall[1] / pushes * 1e6, push_wall[0] / push_wall[1], pull_wall[0] / pushes * 1e6,
+      pull_wall[1] / pushes * 1e6, pull_wall[0] / pull_wall[1],
+      static_cast<double>(bounded.table_unlocked().disk_reads() - reads_before) / (2 * pushes));
   return 0;
 }

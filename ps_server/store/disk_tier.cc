@@ -313,12 +313,12 @@ absl::StatusOr<DiskTier::TableHandle> DiskTier::Table(const std::string& name, i
 }
 
 absl::Status DiskTier::Put(TableHandle t, int64_t id, std::span<const float> row, int64_t last,
-                           double count) {
+                           double count, bool fresh) {
   Row r{id, row, last, count};
-  return PutBatch(t, std::span<const Row>(&r, 1));
+  return PutBatch(t, std::span<const Row>(&r, 1), fresh);
 }
 
-absl::Status DiskTier::PutBatch(TableHandle h, std::span<const Row> rows) {
+absl::Status DiskTier::PutBatch(TableHandle h, std::span<const Row> rows, bool fresh) {
   TableState* t = h.t_;
   if (t->handle == nullptr) return Lost(t->name);
   if (rows.empty()) return absl::OkStatus();
@@ -349,7 +349,8 @@ absl::Status DiskTier::PutBatch(TableHandle h, std::span<const Row> rows) {
     const rocksdb::Slice k(key, kKeyBytes);
     // Count stays exact when a row replaces one on disk.
     bool value_found = false;
-    bool exists = db_->KeyMayExist(rocksdb::ReadOptions(), t->handle, k, &found, &value_found);
+    bool exists =
+        !fresh && db_->KeyMayExist(rocksdb::ReadOptions(), t->handle, k, &found, &value_found);
     if (exists && !value_found) {
       rocksdb::PinnableSlice v;
       rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), t->handle, k, &v);

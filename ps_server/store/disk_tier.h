@@ -121,12 +121,14 @@ class DiskTier {
   absl::StatusOr<TableHandle> Table(const std::string& name, int64_t width);
 
   // Writes row `id` (replacing a row of `id` on disk). InvalidArgument: a
-  // row of the wrong width.
+  // row of the wrong width. `fresh`: write without the lookup that keeps
+  // Count exact, for a caller that keeps its own count of what is on disk
+  // (Count then takes each such row as a new one).
   absl::Status Put(TableHandle t, int64_t id, std::span<const float> row, int64_t last,
-                   double count);
+                   double count, bool fresh = false);
   // Writes `rows` in one atomic batch; an id may appear once.
   // InvalidArgument: a row of the wrong width, an id twice; nothing written.
-  absl::Status PutBatch(TableHandle t, std::span<const Row> rows);
+  absl::Status PutBatch(TableHandle t, std::span<const Row> rows, bool fresh = false);
 
   // Reads row `id` into `row_out` (the table's width), its entry into
   // `*last`, `*count`, and deletes it. false: no row of `id` on disk.

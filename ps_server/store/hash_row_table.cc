@@ -41,7 +41,16 @@ absl::Status HashRowTable::UseDisk(DiskTier* disk, const std::string& name) {
 }
 
 int64_t HashRowTable::rows_on_disk() const {
-  return disk_ == nullptr ? 0 : disk_->Count(disk_table_);
+  return rows_on_disk_.load(std::memory_order_relaxed);
+}
+
+void HashRowTable::SetOnDisk(int64_t id, bool on_disk) {
+  if (on_disk) {
+    on_disk_.insert(id);
+  } else {
+    on_disk_.erase(id);
+  }
+  rows_on_disk_.store(static_cast<int64_t>(on_disk_.size()), std::memory_order_relaxed);
 }
 
 void HashRowTable::NoteDiskError(const absl::Status& status, const char* what) const {
@@ -71,11 +80,13 @@ bool HashRowTable::Evict(int stripe, int64_t id, bool to_disk) {
   auto it = rows_.find(id);
   if (to_disk && disk_ != nullptr) {
     const EvictionIndex::Entry* entry = index_->Find(stripe, id);
-    if (absl::Status s = disk_->Put(disk_table_, id, it->second, entry->last, entry->count);
+    if (absl::Status s = disk_->Put(disk_table_, id, it->second, entry->last, entry->count,
+                                    /*fresh=*/true);
         !s.ok()) {
       NoteDiskError(s, "evicting a row to it (kept in memory)");
       return false;
     }
+    SetOnDisk(id, true);
     disk_writes_.fetch_add(1, std::memory_order_relaxed);
   }
   index_->Forget(stripe, id);
@@ -132,7 +143,7 @@ bool HashRowTable::ReadStored(int64_t id, int64_t now, std::span<float> out) con
     std::copy_n(row, out.size(), out.data());
     return true;
   }
-  if (disk_ == nullptr) return false;
+  if (disk_ == nullptr || !on_disk_.contains(id)) return false;
   std::vector<float> row(static_cast<size_t>(width_));
   int64_t last = 0;
   double count = 0;
@@ -164,10 +175,13 @@ float* HashRowTable::Touch(int64_t id, int64_t t) {
     NoteUpdate(id, t);
     return row;
   }
-  if (disk_ != nullptr) {
+  if (disk_ != nullptr && on_disk_.contains(id)) {
     std::vector<float> row(static_cast<size_t>(width_));
     EvictionIndex::Entry entry;
-    absl::StatusOr<bool> taken = disk_->Take(disk_table_, id, row, &entry.last, &entry.count);
+    // Read, not taken: the bytes stay on disk, stale, until the row's next
+    // eviction overwrites them (a delete would cost a write now and slow
+    // every later lookup); on_disk_ says they are not the row any more.
+    absl::StatusOr<bool> taken = disk_->Get(disk_table_, id, row, &entry.last, &entry.count);
     if (!taken.ok()) {
       // A value that does not decode stays where it is, reported: this
       // push's gradient for it is dropped rather than a second row made.
@@ -175,6 +189,7 @@ float* HashRowTable::Touch(int64_t id, int64_t t) {
       refused_.fetch_add(1, std::memory_order_relaxed);
       return nullptr;
     }
+    SetOnDisk(id, false);
     if (*taken && !Stale(entry.last, t)) {
       disk_reads_.fetch_add(1, std::memory_order_relaxed);
       EvictBelow(Capacity());
@@ -222,6 +237,8 @@ absl::Status HashRowTable::Replace(Rows rows, int64_t version, const Entries& en
   size_.store(static_cast<int64_t>(rows_.size()));
   admission_ = std::move(admission);
   absl::Status cleared = disk_ == nullptr ? absl::OkStatus() : disk_->Clear(disk_table_);
+  on_disk_.clear();
+  rows_on_disk_.store(0, std::memory_order_relaxed);
   if (index_ == nullptr) return cleared;
   index_ = std::make_unique<EvictionIndex>(limits_.policy);
   for (const auto& [id, row] : rows_) {
@@ -256,7 +273,8 @@ absl::Status HashRowTable::ForEachRow(int64_t now, RowFn fn) const {
   if (disk_ == nullptr) return absl::OkStatus();
   return disk_->ForEach(disk_table_, [&](int64_t id, std::span<const float> row, int64_t last,
                                          double count) -> absl::Status {
-    if (Stale(last, now)) return absl::OkStatus();  // gone, as ttl would have taken it
+    // Stale bytes of a row brought back, or gone as ttl would have taken it.
+    if (!on_disk_.contains(id) || Stale(last, now)) return absl::OkStatus();
     const EvictionIndex::Entry entry{last, count, 0.0};
     return fn(id, row, &entry);
   });

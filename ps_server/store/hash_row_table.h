@@ -23,7 +23,10 @@
 // entry, and a push of it brings it back exactly as it left: rows are never
 // forgotten for room, only by ttl. A read of a row on disk reads it there
 // (ReadStored) without bringing it back, so that reads change nothing, as
-// above. An id is in one tier at a time. ttl reaches rows on disk lazily:
+// above. An id is in one tier at a time: the table keeps the set of its ids
+// on disk, so that no other id's lookup reaches the disk, and a row brought
+// back leaves stale bytes there, skipped, until its next eviction
+// overwrites them. ttl reaches rows on disk lazily:
 // one last updated before `now` - ttl reads, and is brought back, as gone.
 // A disk error (disk full, I/O) loses no row: one that cannot be written
 // stays in memory, past the capacity; one that cannot be read back stays
@@ -48,6 +51,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "common/table_policy.h"
@@ -193,6 +197,8 @@ class HashRowTable {
   void EvictBelow(int64_t room);
   // ttl: whether a row last updated at `last` is gone at version `now`.
   bool Stale(int64_t last, int64_t now) const;
+  // Notes that `id`'s row is on disk now, or not.
+  void SetOnDisk(int64_t id, bool on_disk);
   // Counts and logs a disk tier error.
   void NoteDiskError(const absl::Status& status, const char* what) const;
 
@@ -210,6 +216,11 @@ class HashRowTable {
   std::optional<AdmissionFilter> admission_;  // made on the first count
   DiskTier* disk_ = nullptr;  // UseDisk
   DiskTier::TableHandle disk_table_;
+  // The ids whose rows are on disk: a lookup of any other id (new, or in
+  // memory) never reaches RocksDB, and a row written there is known to be
+  // fresh. About 16 bytes an id, against the row's width() * 4 and more.
+  absl::flat_hash_set<int64_t> on_disk_;
+  std::atomic<int64_t> rows_on_disk_{0};  // on_disk_.size(), read without the lock
   mutable std::atomic<int64_t> disk_reads_{0};  // ReadStored is const
   std::atomic<int64_t> disk_writes_{0};
   mutable std::atomic<int64_t> disk_errors_{0};
