@@ -489,31 +489,29 @@ class RawShard {
   uint32_t count_ = 0;
 };
 
-TEST_F(CheckpointFormatTest, ReadShard_FileBuiltFromTheDocumentedLayout_IsWhatTheWriterWrites) {
-  const std::vector<ShardRecord> records = SampleRecords();
-  RawShard raw;
+// `records` (without table extras) encoded by RawShard, as format `version`.
+RawShard RawOf(const std::vector<ShardRecord>& records, int version) {
+  RawShard raw(version);
   for (const ShardRecord& r : records) {
     std::vector<std::string> payloads = {RawShard::Floats(r.values)};
     for (const auto& slot : r.slots) payloads.push_back(RawShard::Floats(slot));
     if (r.spec.routing() == proto::HASH) payloads.push_back(RawShard::Ids(r.hash_ids));
     raw.AddRecord(r.spec, r.version, r.rows, payloads);
   }
+  return raw;
+}
+
+TEST_F(CheckpointFormatTest, ReadShard_FileBuiltFromTheDocumentedLayout_IsWhatTheWriterWrites) {
+  const std::vector<ShardRecord> records = SampleRecords();
   const std::string path = Path("shard-0-of-1.pst");
   ASSERT_TRUE(WriteShardFile(path, records, nullptr).ok());
-  EXPECT_EQ(ReadBytes(path), raw.Bytes());
+  EXPECT_EQ(ReadBytes(path), RawOf(records, /*version=*/2).Bytes());
 }
 
 TEST_F(CheckpointFormatTest, ReadShard_VersionOneFile_ReadsWithoutTableExtras) {
   const std::vector<ShardRecord> records = SampleRecords();
-  RawShard raw(/*version=*/1);
-  for (const ShardRecord& r : records) {
-    std::vector<std::string> payloads = {RawShard::Floats(r.values)};
-    for (const auto& slot : r.slots) payloads.push_back(RawShard::Floats(slot));
-    if (r.spec.routing() == proto::HASH) payloads.push_back(RawShard::Ids(r.hash_ids));
-    raw.AddRecord(r.spec, r.version, r.rows, payloads);
-  }
   const std::string path = Path("shard-0-of-1.pst");
-  WriteBytes(path, raw.Bytes());
+  WriteBytes(path, RawOf(records, /*version=*/1).Bytes());
   absl::StatusOr<std::vector<ShardRecord>> got = ReadShardFile(path);
   ASSERT_TRUE(got.ok()) << got.status();
   ExpectSameRecords(*got, records);
