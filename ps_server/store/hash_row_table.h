@@ -104,8 +104,8 @@ class HashRowTable {
   // admitted yet (their gradients dropped), since the table was made.
   int64_t admissions() const { return admissions_.load(std::memory_order_relaxed); }
   int64_t refused() const { return refused_.load(std::memory_order_relaxed); }
-  // The disk tier: rows on disk now (ttl's stale ones included until they
-  // are read or saved), rows read there (pulled or brought back) and written
+  // The disk tier: rows on disk now (ttl's stale ones included until their
+  // id is pushed again, or a restore), rows read there (pulled or brought back) and written
   // there (evicted to it), and the disk errors (each logged) since the table
   // was made.
   int64_t rows_on_disk() const;
