@@ -147,7 +147,7 @@ int main(int argc, char** argv) {
               static_cast<double>(ids_pushed) / batches.size(), static_cast<long long>(capacity),
               absl::GetFlag(FLAGS_eviction).c_str());
   double seconds[2] = {0, 0};
-  const int64_t evictions_before = bounded.table_evictions();
+  const int64_t evictions_before = bounded.table_unlocked().evictions();
   const int passes = absl::GetFlag(FLAGS_passes);
   for (int round = 0; round < absl::GetFlag(FLAGS_rounds); ++round) {
     double start = CpuSeconds();
@@ -160,7 +160,7 @@ int main(int argc, char** argv) {
   const double pushes = static_cast<double>(absl::GetFlag(FLAGS_rounds)) * passes * batches.size();
   std::printf("unbounded %.1f us/push, bounded %.1f us/push: ratio %.3fx; %.1f evictions/push\n",
               seconds[0] / pushes * 1e6, seconds[1] / pushes * 1e6, seconds[0] / seconds[1],
-              static_cast<double>(bounded.table_evictions() - evictions_before) / pushes);
+              static_cast<double>(bounded.table_unlocked().evictions() - evictions_before) / pushes);
   if (disk == nullptr) return 0;
   // The disk tier: wall time, pushes then pulls, in alternate rounds.
   std::vector<float> out(grad.size());

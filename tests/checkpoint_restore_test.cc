@@ -99,7 +99,7 @@ struct Cluster {
     for (int p = 0; p < transport->num_ps(); ++p) {
       const ps::VariableStore::Stats stats = transport->store(p)->GetStats();
       memory += stats.hash_rows;
-      disk += stats.table_rows_on_disk;
+      disk += stats.AllTables().rows_on_disk;
     }
     return {memory, disk};
   }

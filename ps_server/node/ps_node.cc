@@ -324,10 +324,11 @@ void PsNode::Health(const proto::HealthRequest& request, proto::HealthResponse* 
   response->set_num_elements(stats.num_elements);
   response->set_pushes_applied(stats.pushes_applied);
   response->set_hash_rows(stats.hash_rows);
-  response->set_table_evictions(stats.table_evictions);
-  response->set_table_rows_on_disk(stats.table_rows_on_disk);
-  response->set_table_disk_reads(stats.table_disk_reads);
-  response->set_table_disk_writes(stats.table_disk_writes);
+  const VariableStore::Stats::TableFigures tables = stats.AllTables();
+  response->set_table_evictions(tables.evictions);
+  response->set_table_rows_on_disk(tables.rows_on_disk);
+  response->set_table_disk_reads(tables.disk_reads);
+  response->set_table_disk_writes(tables.disk_writes);
   response->set_nonfinite_skipped(stats.nonfinite_skipped);
   response->set_gradients_applied(stats.gradients_applied);
   response->set_staleness_sum(stats.staleness_sum);

@@ -168,7 +168,7 @@ void ReplicationTest::MixedChanges(proto::SyncMode mode, const std::string& evic
   if (eviction.empty()) return;
   // The equal digests above say the backup holds the same rows: the
   // primary's table did evict.
-  EXPECT_GT(primary_store_.GetStats().table_evictions, 0);
+  EXPECT_GT(primary_store_.GetStats().AllTables().evictions, 0);
   if (capacity > 0) {
     EXPECT_LE(primary_store_.GetStats().hash_rows, capacity);
   }

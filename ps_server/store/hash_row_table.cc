@@ -181,20 +181,19 @@ float* HashRowTable::Touch(int64_t id, int64_t t) {
     // Read, not taken: the bytes stay on disk, stale, until the row's next
     // eviction overwrites them (a delete would cost a write now and slow
     // every later lookup); on_disk_ says they are not the row any more.
-    absl::StatusOr<bool> taken = disk_->Get(disk_table_, id, row, &entry.last, &entry.count);
-    if (!taken.ok()) {
+    absl::StatusOr<bool> read = disk_->Get(disk_table_, id, row, &entry.last, &entry.count);
+    if (!read.ok()) {
       // A value that does not decode stays where it is, reported: this
       // push's gradient for it is dropped rather than a second row made.
-      NoteDiskError(taken.status(), "bringing a row back (its gradient dropped)");
+      NoteDiskError(read.status(), "bringing a row back (its gradient dropped)");
       refused_.fetch_add(1, std::memory_order_relaxed);
       return nullptr;
     }
     SetOnDisk(id, false);
-    if (*taken && !Stale(entry.last, t)) {
+    if (*read && !Stale(entry.last, t)) {
       disk_reads_.fetch_add(1, std::memory_order_relaxed);
       EvictBelow(Capacity());
-      float* data = rows_.emplace(id, std::move(row)).first->second.data();
-      size_.fetch_add(1, std::memory_order_relaxed);
+      float* data = Store(id, std::move(row));
       index_->Load(StripeOf(id), id, entry);
       NoteUpdate(id, t);
       return data;
@@ -211,9 +210,14 @@ float* HashRowTable::Touch(int64_t id, int64_t t) {
   for (size_t s = 0; s < slot_initial_values_.size(); ++s) {
     std::fill_n(row.data() + (s + 1) * dim_, dim_, slot_initial_values_[s]);
   }
+  float* data = Store(id, std::move(row));
+  NoteUpdate(id, t);
+  return data;
+}
+
+float* HashRowTable::Store(int64_t id, std::vector<float> row) {
   float* data = rows_.emplace(id, std::move(row)).first->second.data();
   size_.fetch_add(1, std::memory_order_relaxed);
-  NoteUpdate(id, t);
   return data;
 }
 

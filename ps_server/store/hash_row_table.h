@@ -192,6 +192,8 @@ class HashRowTable {
   // eviction, to disk when `to_disk` and the table has one; false, with
   // the row kept, when the disk refuses it.
   bool Evict(int stripe, int64_t id, bool to_disk);
+  // Puts `row` in memory as `id`'s (not held yet); its data.
+  float* Store(int64_t id, std::vector<float> row);
   // Evicts the policy's first rows until fewer than `room` are held (or
   // the disk refuses one).
   void EvictBelow(int64_t room);

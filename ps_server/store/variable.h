@@ -82,11 +82,8 @@ class Variable {
 
   // Rows a hash variable holds; read without mu (relaxed).
   int64_t hash_rows() const ABSL_NO_THREAD_SAFETY_ANALYSIS { return table.size(); }
-  // The table's figures (hash_row_table.h); read without mu (relaxed).
-  int64_t table_evictions() const ABSL_NO_THREAD_SAFETY_ANALYSIS { return table.evictions(); }
-  int64_t table_admissions() const ABSL_NO_THREAD_SAFETY_ANALYSIS { return table.admissions(); }
-  int64_t table_refused() const ABSL_NO_THREAD_SAFETY_ANALYSIS { return table.refused(); }
-  // For the figures above and the disk tier's, which are read without mu.
+  // The table, for its figures (hash_row_table.h: evictions(), ...,
+  // disk_writes()), which are read without mu (relaxed).
   const HashRowTable& table_unlocked() const ABSL_NO_THREAD_SAFETY_ANALYSIS { return table; }
 
   // ---- Dense updates. The caller holds the store's mutex (shared), which

@@ -393,6 +393,23 @@ absl::Status VariableStore::SetMembership(const proto::MembershipRequest& reques
   return absl::OkStatus();
 }
 
+VariableStore::Stats::TableFigures& VariableStore::Stats::TableFigures::operator+=(
+    const TableFigures& o) {
+  evictions += o.evictions;
+  admissions += o.admissions;
+  refused += o.refused;
+  rows_on_disk += o.rows_on_disk;
+  disk_reads += o.disk_reads;
+  disk_writes += o.disk_writes;
+  return *this;
+}
+
+VariableStore::Stats::TableFigures VariableStore::Stats::AllTables() const {
+  TableFigures all;
+  for (const auto& [name, figures] : tables) all += figures;
+  return all;
+}
+
 VariableStore::Stats VariableStore::GetStats() const {
   absl::ReaderMutexLock lock(&mu_);
   Stats stats;
@@ -403,19 +420,10 @@ VariableStore::Stats VariableStore::GetStats() const {
       stats.hash_rows += rows;
       stats.num_elements += rows * var->dim;
       stats.table_rows[LogicalName(var->spec)] += rows;
-      Stats::TableFigures& figures = stats.tables[LogicalName(var->spec)];
-      const int64_t evictions = var->table_evictions();
-      figures.evictions += evictions;
-      figures.admissions += var->table_admissions();
-      figures.refused += var->table_refused();
-      stats.table_evictions += evictions;
       const HashRowTable& table = var->table_unlocked();
-      figures.rows_on_disk += table.rows_on_disk();
-      figures.disk_reads += table.disk_reads();
-      figures.disk_writes += table.disk_writes();
-      stats.table_rows_on_disk += table.rows_on_disk();
-      stats.table_disk_reads += table.disk_reads();
-      stats.table_disk_writes += table.disk_writes();
+      stats.tables[LogicalName(var->spec)] +=
+          Stats::TableFigures{table.evictions(),    table.admissions(), table.refused(),
+                              table.rows_on_disk(), table.disk_reads(), table.disk_writes()};
     } else {
       stats.num_elements += var->rows * var->dim;
       if (var->spec.routing() == proto::MOD || var->spec.routing() == proto::DIV) {

@@ -358,13 +358,11 @@ class VariableStore {
       int64_t rows_on_disk = 0;
       int64_t disk_reads = 0;
       int64_t disk_writes = 0;
+      TableFigures& operator+=(const TableFigures& o);
     };
     absl::flat_hash_map<std::string, TableFigures> tables;
-    // Over every table.
-    int64_t table_rows_on_disk = 0;
-    int64_t table_disk_reads = 0;
-    int64_t table_disk_writes = 0;
-    int64_t table_evictions = 0;  // over every table
+    // `tables`' figures summed over every table.
+    TableFigures AllTables() const;
   };
   Stats GetStats() const;
 

@@ -163,8 +163,8 @@ TEST(VariableTest, BoundedHashTable_ConcurrentPushes_StayWithinTheCapacity) {
   }
   for (std::thread& t : threads) t.join();
   EXPECT_EQ(var.hash_rows(), 64);
-  EXPECT_GT(var.table_evictions(), 0);
-  EXPECT_EQ(var.table_admissions() - var.table_evictions(), 64);
+  EXPECT_GT(var.table_unlocked().evictions(), 0);
+  EXPECT_EQ(var.table_unlocked().admissions() - var.table_unlocked().evictions(), 64);
   // The hot ids, updated all along, were never the least recent for long:
   // most of them are held, each moved from its initial values.
   int held = 0;
