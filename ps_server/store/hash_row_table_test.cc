@@ -98,7 +98,7 @@ TEST(HashRowTableTest, Loaders_ReplaceForgetsTouchCounts_LoadAddsRowsAndCounts) 
   EXPECT_FALSE(table.CountTouch(3));
   HashRowTable::Rows rows;
   rows[4] = {1, 2, 3, 4};
-  table.Replace(std::move(rows), /*version=*/3);
+  ASSERT_TRUE(table.Replace(std::move(rows), /*version=*/3).ok());
   EXPECT_EQ(table.size(), 1);
   EXPECT_EQ(table.admission(), nullptr) << "the counts are forgotten";
   EXPECT_EQ(RowOf(table, 4), (std::vector<float>{1, 2, 3, 4}));
@@ -199,7 +199,7 @@ TEST(HashRowTableTest, Replace_PastTheCapacity_KeepsTheCapacity) {
   HashRowTable table = MakeTable(Bounded(2, "lru"));
   HashRowTable::Rows rows;
   for (int64_t id : {5, 3, 9}) rows[id] = {1, 2, 3, 4};
-  table.Replace(std::move(rows), /*version=*/10);
+  ASSERT_TRUE(table.Replace(std::move(rows), /*version=*/10).ok());
   EXPECT_EQ(table.size(), 2);
   EXPECT_EQ(table.Find(3), nullptr) << "equal keys: the lowest id goes first";
   const EvictionIndex::Entry* e = table.IndexEntry(9);
