@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cinttypes>
 #include <cstdio>
 #include <filesystem>
 #include <random>
@@ -370,7 +371,19 @@ TEST_F(FaultInjectionTest, PsKilledDuringTheFinalSave_WorkersRedoTheirLastSteps_
   std::optional<size_t> end =
       launcher->WaitForOutputAfter("every worker has finished", 0, kTimeout);
   ASSERT_TRUE(end.has_value()) << launcher->output();
-  ASSERT_TRUE(launcher->WaitForOutputAfter("ps:1] writing", *end, kTimeout).has_value())
+  // The final save's file on ps:1, named by the final step. Each daemon's
+  // output reaches the launcher's by its own thread, so ps:1's line may
+  // come before the chief's: it is looked for from the start.
+  int64_t final_step = -1;
+  const std::string output = launcher->output();
+  ASSERT_EQ(std::sscanf(output.c_str() + *end, "every worker has finished at global step %" SCNd64,
+                        &final_step),
+            1)
+      << output.substr(*end, 200);
+  const std::string final_write = absl::StrCat(
+      "/ckpt/", common::CheckpointDirName(final_step), "/shard-1-of-2.pst after a delay");
+  ASSERT_TRUE(launcher->WaitForOutputAfter(final_write, 0, kTimeout).has_value())
+      << final_write << " not seen\n"
       << launcher->output();
   absl::SleepFor(RandomDelay(absl::Seconds(1)));  // within the 1.5 s delay
   const absl::Time killed = Kill(launcher.get(), "ps:1");
