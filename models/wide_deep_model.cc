@@ -153,19 +153,30 @@ absl::StatusOr<int64_t> TrainWideDeep(const proto::TrainingConfig& training,
   const bool sync = training.sync().mode() == proto::SYNC;
   CtrBatchData batch;
   std::vector<int64_t> order;
+  // The step's times, as the other models keep them: the batch's gather
+  // and the math are compute, the three calls to the ps communication.
+  StepTimes unused_times;
+  StepTimes& times = control.times != nullptr ? *control.times : unused_times;
   PST_RETURN_IF_ERROR(ForEachBatch(
       training, data.size, shuffle_seed, control.start_position, &order,
       [&](int64_t first, int64_t n, int epoch, int64_t position) -> absl::StatusOr<bool> {
         if (control.should_stop(position) || ReachedMaxSteps(training, global_step)) return false;
+        absl::Time start = absl::Now();
         batch.Gather(data, &order[first], n);
         const std::vector<client::PsClient::TableIds> tables = batch.Tables();
+        const absl::Time gathered = absl::Now();
         PST_RETURN_IF_ERROR(ps->PullRows(tables, &batch.rows));
+        const absl::Duration pulled = absl::Now() - gathered;
+        times.compute += gathered - start;
+        start = absl::Now();
         PST_ASSIGN_OR_RETURN(const float loss,
                              host_only ? host_model->LossAndGradients(params, batch.View(n), &grads,
                                                                       &row_grads[0], &row_grads[1])
                                        : mirrored->LossAndGradients(params, batch.View(n), &grads,
                                                                     &row_grads[0], &row_grads[1]));
         if (control.step_delay > absl::ZeroDuration()) absl::SleepFor(control.step_delay);
+        times.compute += absl::Now() - start;
+        start = absl::Now();
         // SYNC tags a step's pushes with the version they were computed from
         // (rows first: once the dense step is applied, so are its rows); the
         // other modes with the data position.
@@ -173,6 +184,10 @@ absl::StatusOr<int64_t> TrainWideDeep(const proto::TrainingConfig& training,
         PST_RETURN_IF_ERROR(ps->PushRows(tag, tables, row_grads));
         PST_ASSIGN_OR_RETURN(global_step,
                              ps->PushPull(tag, global_step, grads, &params, position));
+        const absl::Duration took = absl::Now() - start + pulled;
+        times.communication += took;
+        times.waited += took;
+        ++times.steps;
         control.on_step(n, loss, epoch, global_step, position + 1);
         return true;
       }));
