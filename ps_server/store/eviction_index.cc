@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <iterator>
 
 namespace pst::ps {
 
@@ -43,9 +44,10 @@ void EvictionIndex::Place(int stripe, int32_t n) {
     // The last run of a key not above this one: the last run, but for an
     // update that came late (striped pushes racing) or a load.
     int32_t r = s.tail == kNil ? kNil : s.nodes[s.tail].run;
-    while (r != kNil && s.runs[r].key > key.first) {
-      const int32_t before = s.nodes[s.runs[r].first].prev;
-      r = before == kNil ? kNil : s.nodes[before].run;
+    const bool at_end = r == kNil || s.runs[r].key <= key.first;
+    if (!at_end) {
+      auto above = s.run_at.upper_bound(key.first);
+      r = above == s.run_at.begin() ? kNil : std::prev(above)->second;
     }
     if (r != kNil && s.runs[r].key == key.first) {
       Run& run = s.runs[r];
@@ -63,6 +65,11 @@ void EvictionIndex::Place(int stripe, int32_t n) {
         s.runs.emplace_back();
       }
       s.runs[fresh] = Run{key.first, n, n, true};
+      if (at_end) {
+        s.run_at.emplace_hint(s.run_at.end(), key.first, fresh);
+      } else {
+        s.run_at.emplace(key.first, fresh);
+      }
       LinkAfter(s, before, n);
       node.run = fresh;
     }
@@ -79,6 +86,7 @@ void EvictionIndex::Unplace(int stripe, int32_t n) {
   } else {
     Run& run = s.runs[node.run];
     if (run.first == n && run.last == n) {
+      s.run_at.erase(run.key);
       run.first = s.free_run;
       s.free_run = node.run;
     } else if (run.first == n) {
@@ -128,11 +136,14 @@ void EvictionIndex::Note(int stripe, int64_t id, int64_t t) {
     if (e.last == t && !lfu()) return;
     Unplace(stripe, it->second);
   }
-  const int32_t n = it->second;
-  Entry& e = s.nodes[n].entry;
+  Update(stripe, it->second, made, t);
+}
+
+void EvictionIndex::Update(int stripe, int32_t n, bool fresh, int64_t t) {
+  Entry& e = stripes_[stripe].nodes[n].entry;
   if (lfu()) {
-    const double age = made ? 0.0 : static_cast<double>(t - e.last);
-    e.count = (made ? 0.0 : e.count * std::exp2(-age / policy_.lfu_half_life)) + 1.0;
+    const double age = fresh ? 0.0 : static_cast<double>(t - e.last);
+    e.count = (fresh ? 0.0 : e.count * std::exp2(-age / policy_.lfu_half_life)) + 1.0;
   }
   e.last = t;
   e.key = KeyOf(e);
@@ -140,9 +151,27 @@ void EvictionIndex::Note(int stripe, int64_t id, int64_t t) {
   // Only a new row can lower the earliest update (an update raises its
   // row's): a new row is updated at the newest version, so this rarely
   // writes.
-  if (made && t < earliest_.load(std::memory_order_relaxed)) {
+  if (t < earliest_.load(std::memory_order_relaxed)) {
     earliest_.store(t, std::memory_order_relaxed);
   }
+}
+
+void EvictionIndex::NoteReturn(int stripe, int64_t id, Entry before, int64_t t) {
+  Stripe& s = stripes_[stripe];
+  auto [it, made] = s.slots.try_emplace(id, kNil);
+  if (made) {
+    it->second = Alloc(s, id);
+  } else {
+    Unplace(stripe, it->second);
+  }
+  if (!(before.count > 0)) before.count = 1.0;
+  s.nodes[it->second].entry = before;
+  if (before.last == t && !lfu()) {  // as Note: no change of key
+    s.nodes[it->second].entry.key = KeyOf(before);
+    Place(stripe, it->second);
+    return;
+  }
+  Update(stripe, it->second, /*fresh=*/false, t);
 }
 
 void EvictionIndex::Load(int stripe, int64_t id, Entry entry) {

@@ -28,6 +28,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/container/btree_map.h"
 #include "absl/container/btree_set.h"
 #include "absl/container/flat_hash_map.h"
 #include "common/table_policy.h"
@@ -56,6 +57,11 @@ class EvictionIndex {
 
   // Notes an update of row `id` (of stripe `stripe`) at version `t`.
   void Note(int stripe, int64_t id, int64_t t);
+  // Notes an update at version `t` of a row that comes back (from disk)
+  // with `before`, what was known of it when it left: Load(before) then
+  // Note(t), in one move, so the row is placed once, at its new key (not
+  // first where its old key would go, a walk through the runs since).
+  void NoteReturn(int stripe, int64_t id, Entry before, int64_t t);
   // Sets what is known of `id` (state transfer); `entry.key` is recomputed.
   void Load(int stripe, int64_t id, Entry entry);
   // Forgets `id` (its row is gone).
@@ -97,8 +103,10 @@ class EvictionIndex {
   // One stripe's rows: `slots` maps an id to its node, once (one hash per
   // Note). lru and ttl keep the nodes in a doubly linked list in order of
   // key, in runs of one key each: a node goes to the end of its key's run,
-  // found from the back run by run (a push updates its rows at one version:
-  // nearly always the last run, or a new one after it), in O(1). A run is
+  // nearly always the last run or a new one after it (a push updates its
+  // rows at one version), in O(1); a key below the last run's (a load, in
+  // any order, or a row back from disk) finds its run in `run_at`, in
+  // O(log runs), not by a walk through the runs after it. A run is
   // put in order of id, the ties' order, only once it is first (its first
   // node the stripe's front); its nodes come out of it in O(1) meanwhile.
   // lfu, whose keys do not only grow, keeps them in `order` instead.
@@ -109,11 +117,15 @@ class EvictionIndex {
     int32_t head = kNil, tail = kNil;  // lru, ttl
     std::vector<Run> runs;             // indexed by run; free ones chained by first
     int32_t free_run = kNil;
+    absl::btree_map<double, int32_t> run_at;  // each live run by its key
     std::vector<std::pair<int64_t, int32_t>> scratch;  // SortRun's
     absl::btree_set<Key> order;                        // lfu
   };
 
   bool lfu() const { return policy_.eviction == common::TablePolicy::Eviction::kLfu; }
+  // Node `n`'s entry `e` updated at version `t` (`fresh`: its first update),
+  // placed at its key. REQUIRES: `n` unplaced.
+  void Update(int stripe, int32_t n, bool fresh, int64_t t);
   double KeyOf(const Entry& e) const;
   // A node for `id` in `s` (unlinked; its entry zero).
   static int32_t Alloc(Stripe& s, int64_t id);

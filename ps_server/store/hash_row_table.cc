@@ -194,8 +194,7 @@ float* HashRowTable::Touch(int64_t id, int64_t t) {
       disk_reads_.fetch_add(1, std::memory_order_relaxed);
       EvictBelow(Capacity());
       float* data = Store(id, std::move(row));
-      index_->Load(StripeOf(id), id, entry);
-      NoteUpdate(id, t);
+      index_->NoteReturn(StripeOf(id), id, entry, t);
       return data;
     }
   }
