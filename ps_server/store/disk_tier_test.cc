@@ -181,11 +181,12 @@ TEST_F(DiskTierTest, ForEach_IdOrderOverASnapshot_WhileWritesGoOn) {
   EXPECT_EQ(tier->Count(t), static_cast<int64_t>(ids.size()));  // -17, +3
 
   // A concurrent writer: each scan sees the rows of one moment.
-  constexpr int64_t kWriter = 1'000'000;  // its ids, from here up
+  constexpr int64_t kWriter = 1'000'000;  // its ids, from here up (below 2^62)
   std::atomic<bool> stop{false};
   std::thread writer([&] {
     std::vector<float> out(3);
-    for (int64_t i = 0; !stop.load(); ++i) {
+    // Bounded: a scan of the hash memtable sorts every entry in it.
+    for (int64_t i = 0; !stop.load() && i < 20'000; ++i) {
       int64_t l;
       double c;
       ASSERT_TRUE(tier->Put(t, kWriter + i, RowOf(kWriter + i, 3), 0, 0.5).ok());
@@ -200,7 +201,7 @@ TEST_F(DiskTierTest, ForEach_IdOrderOverASnapshot_WhileWritesGoOn) {
                                 EXPECT_GT(id, previous);
                                 previous = id;
                                 ++rows;
-                                writer_rows += id >= kWriter && id < 2 * kWriter;
+                                writer_rows += id >= kWriter && id < (int64_t{1} << 62);
                                 return absl::OkStatus();
                               })
                     .ok());
