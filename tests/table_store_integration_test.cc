@@ -5,7 +5,8 @@
 // optimizer slots, bit for bit (their exported checkpoints hold the same
 // tensors). A ps killed with kill -9 mid-job, with most of its rows on
 // disk, is restored from the checkpoint, and the job still ends bit for bit
-// as the one without the fault.
+// as the one without the fault; with --ps_replicas=2, its backup takes
+// over instead, and the job ends bit for bit too.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <unistd.h>
@@ -123,14 +124,19 @@ class TableStoreTest : public ::testing::Test {
             "--table_store_dir=" + dir_ + "/tables"};
   }
 
+  // Every ps serving a shard (a ps left with backups only counts none).
   void ExpectMostRowsOnDisk(const nlohmann::json& summary) {
     ASSERT_TRUE(summary.contains("table_rows_on_disk_per_ps")) << summary.dump();
+    int serving = 0;
     for (size_t ps = 0; ps < summary["hash_rows_per_ps"].size(); ++ps) {
       const int64_t memory = summary["hash_rows_per_ps"][ps].get<int64_t>();
       const int64_t disk = summary["table_rows_on_disk_per_ps"][ps].get<int64_t>();
+      if (memory == 0 && disk == 0) continue;
+      ++serving;
       EXPECT_LE(memory, 2 * capacity_) << "ps " << ps;
       EXPECT_GT(disk, 2 * memory) << "ps " << ps << ": most rows on disk";
     }
+    EXPECT_GE(serving, 1) << summary.dump();
   }
 
   std::string dir_, data_, output_;
@@ -172,6 +178,44 @@ TEST_F(TableStoreTest, PsKilledWithRowsOnDisk_IsRestored_AndTheJobEndsBitForBitA
   ExpectMostRowsOnDisk(summary);
 
   const Tensors a = Exported("memory"), b = Exported("killed");
+  ASSERT_TRUE(a.header.is_object());
+  EXPECT_EQ(a.header, b.header);
+  EXPECT_TRUE(a.data == b.data) << "the parameters or slots differ";
+}
+
+// With --ps_replicas=2 each ps also holds the backup of the other's shard,
+// its rows past the capacity on disk too (one tier per ps for both copies).
+// The primary of shard 1 is killed with kill -9: its backup on ps 0 takes
+// over with no restore, the restarted ps 1 is sent its shard again (rows
+// from disk included) and becomes its backup, and the job ends bit for bit
+// as the one with every row in memory and no replication.
+TEST_F(TableStoreTest, PrimaryKilledWithRowsOnDisk_BackupTakesOver_EndsBitForBit) {
+  const nlohmann::json in_memory = Run("memory", {});
+  ASSERT_TRUE(in_memory.contains("hash_rows_per_ps")) << output_;
+  std::vector<std::string> flags = Flags("failover");
+  const std::vector<std::string> disk = DiskFlags(in_memory);
+  flags.insert(flags.end(), disk.begin(), disk.end());
+  flags.insert(flags.end(), {"--ps_replicas=2", "--peer_timeout_s=5"});
+  std::unique_ptr<TestProcess> launcher = LaunchLocal(flags);
+  ASSERT_NE(launcher, nullptr);
+  // Training, every backup in sync, and rows already evicted to disk.
+  ASSERT_TRUE(launcher->WaitForOutput("backups 2/2 in sync", kTimeout)) << launcher->output();
+  ASSERT_TRUE(launcher->WaitForOutput("saved checkpoint", kTimeout)) << launcher->output();
+  const std::map<std::string, pid_t> pids = DaemonPids(launcher->output());
+  ASSERT_EQ(pids.count("ps:1"), 1u) << launcher->output();
+  ASSERT_EQ(kill(pids.at("ps:1"), SIGKILL), 0);
+  const nlohmann::json summary = Finish(launcher.get(), "failover");
+  ASSERT_TRUE(summary.contains("failovers")) << output_;
+  EXPECT_EQ(summary["failovers"].size(), 1u) << summary.dump();
+  EXPECT_EQ(summary["recoveries"].size(), 0u) << "no restore: " << summary.dump();
+  EXPECT_EQ(summary["global_step"], in_memory["global_step"]);
+  ExpectMostRowsOnDisk(summary);
+  for (const nlohmann::json& shard : summary["replication"]["shards"]) {
+    EXPECT_EQ(shard["in_sync"], true) << shard.dump();
+    EXPECT_EQ(shard["digests_match"], true) << shard.dump();
+  }
+
+  const Tensors a = Exported("memory"), b = Exported("failover");
   ASSERT_TRUE(a.header.is_object());
   EXPECT_EQ(a.header, b.header);
   EXPECT_TRUE(a.data == b.data) << "the parameters or slots differ";
