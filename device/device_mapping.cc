@@ -1,7 +1,5 @@
 #include "device/device_mapping.h"
 
-#include <dlfcn.h>
-
 #include <algorithm>
 #include <cstdlib>
 #include <set>
@@ -17,120 +15,10 @@
 #include "common/status_macros.h"
 #include "device/cpu_device.h"
 #include "device/cuda_device.h"
+#include "device/nvml.h"
 
 namespace pst::device {
 namespace {
-
-// ---- NVML, declared here (no nvml.h needed) and loaded with dlopen. These
-// entry points and structs are part of NVML's stable ABI.
-using NvmlReturn = int;
-constexpr NvmlReturn kNvmlSuccess = 0;
-struct NvmlDeviceOpaque;
-using NvmlDevice = NvmlDeviceOpaque*;
-struct NvmlPciInfo {  // nvmlPciInfo_t, for nvmlDeviceGetPciInfo_v3
-  char bus_id_legacy[16];
-  unsigned domain;
-  unsigned bus;
-  unsigned device;
-  unsigned pci_device_id;
-  unsigned pci_sub_system_id;
-  char bus_id[32];
-};
-struct NvmlMemory {  // nvmlMemory_t
-  unsigned long long total;
-  unsigned long long free;
-  unsigned long long used;
-};
-
-class Nvml {
- public:
-  // Loads and initializes NVML; on failure, ok() is false and note() says why.
-  Nvml() {
-    lib_ = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
-    if (lib_ == nullptr) {
-      note_ = "libnvidia-ml.so.1 not found (no NVIDIA driver)";
-      return;
-    }
-    bool all =
-        Sym("nvmlInit_v2", &init_) && Sym("nvmlShutdown", &shutdown_) &&
-        Sym("nvmlDeviceGetCount_v2", &count_) && Sym("nvmlDeviceGetHandleByIndex_v2", &handle_) &&
-        Sym("nvmlDeviceGetName", &name_) && Sym("nvmlDeviceGetUUID", &uuid_) &&
-        Sym("nvmlDeviceGetPciInfo_v3", &pci_) && Sym("nvmlDeviceGetMemoryInfo", &memory_) &&
-        Sym("nvmlDeviceGetCudaComputeCapability", &cc_) && Sym("nvmlErrorString", &error_string_);
-    if (!all) return;
-    const NvmlReturn r = init_();
-    if (r != kNvmlSuccess) {
-      note_ = absl::StrCat("nvmlInit failed: ", error_string_(r));
-      return;
-    }
-    initialized_ = true;
-  }
-  ~Nvml() {
-    if (initialized_) shutdown_();
-    if (lib_ != nullptr) dlclose(lib_);
-  }
-  bool ok() const { return initialized_; }
-  const std::string& note() const { return note_; }
-
-  absl::StatusOr<std::vector<GpuInfo>> List() {
-    unsigned count = 0;
-    NvmlReturn r = count_(&count);
-    if (r != kNvmlSuccess) return absl::UnavailableError(Error("nvmlDeviceGetCount", r));
-    std::vector<GpuInfo> gpus;
-    for (unsigned i = 0; i < count; ++i) {
-      NvmlDevice dev = nullptr;
-      r = handle_(i, &dev);
-      if (r != kNvmlSuccess) return absl::UnavailableError(Error("nvmlDeviceGetHandleByIndex", r));
-      GpuInfo gpu;
-      gpu.index = static_cast<int>(i);
-      char buf[128] = {};
-      if (name_(dev, buf, sizeof(buf)) == kNvmlSuccess) gpu.name = buf;
-      char uuid[128] = {};
-      if (uuid_(dev, uuid, sizeof(uuid)) == kNvmlSuccess) gpu.uuid = uuid;
-      NvmlPciInfo pci = {};
-      if (pci_(dev, &pci) == kNvmlSuccess) {
-        gpu.pci_bus_id = absl::StrFormat("%04x:%02x:%02x.0", pci.domain, pci.bus, pci.device);
-      }
-      NvmlMemory mem = {};
-      if (memory_(dev, &mem) == kNvmlSuccess) {
-        gpu.total_bytes = static_cast<int64_t>(mem.total);
-        gpu.free_bytes = static_cast<int64_t>(mem.free);
-      }
-      int major = 0, minor = 0;
-      if (cc_(dev, &major, &minor) == kNvmlSuccess) {
-        gpu.cc_major = major;
-        gpu.cc_minor = minor;
-      }
-      gpus.push_back(std::move(gpu));
-    }
-    return gpus;
-  }
-
- private:
-  template <typename Fn>
-  bool Sym(const char* name, Fn* fn) {
-    *fn = reinterpret_cast<Fn>(dlsym(lib_, name));
-    if (*fn == nullptr) note_ = absl::StrCat("libnvidia-ml.so.1 has no ", name);
-    return *fn != nullptr;
-  }
-  std::string Error(const char* what, NvmlReturn r) const {
-    return absl::StrCat(what, ": ", error_string_(r));
-  }
-
-  void* lib_ = nullptr;
-  bool initialized_ = false;
-  std::string note_;
-  NvmlReturn (*init_)() = nullptr;
-  NvmlReturn (*shutdown_)() = nullptr;
-  NvmlReturn (*count_)(unsigned*) = nullptr;
-  NvmlReturn (*handle_)(unsigned, NvmlDevice*) = nullptr;
-  NvmlReturn (*name_)(NvmlDevice, char*, unsigned) = nullptr;
-  NvmlReturn (*uuid_)(NvmlDevice, char*, unsigned) = nullptr;
-  NvmlReturn (*pci_)(NvmlDevice, NvmlPciInfo*) = nullptr;
-  NvmlReturn (*memory_)(NvmlDevice, NvmlMemory*) = nullptr;
-  NvmlReturn (*cc_)(NvmlDevice, int*, int*) = nullptr;
-  const char* (*error_string_)(NvmlReturn) = nullptr;
-};
 
 std::string IndexList(const std::vector<int>& v) {
   return v.empty() ? "none" : absl::StrJoin(v, ", ");
