@@ -22,6 +22,7 @@
 #include "common/status_macros.h"
 #include "models/train_loop.h"
 #include "worker/cluster_link.h"
+#include "worker/device_metrics.h"
 
 namespace pst::worker {
 
@@ -113,6 +114,20 @@ absl::Status RunWorker(const TrainerOptions& options, const WorkerConnections& c
   };
   control.step_delay = options.step_delay;
   if (devices != nullptr) control.devices = devices->devices();
+  // The devices' figures in /metrics, read at each scrape (gone before the
+  // devices are).
+  std::unique_ptr<DeviceMetrics> device_metrics;
+  if (options.metrics != nullptr && devices != nullptr) {
+    std::vector<int> gpus;
+    for (const device::LogicalDeviceSpec& spec : devices->specs()) {
+      if (spec.type == device::DeviceType::kGpu &&
+          std::find(gpus.begin(), gpus.end(), spec.gpu.index) == gpus.end()) {
+        gpus.push_back(spec.gpu.index);
+      }
+    }
+    device_metrics =
+        std::make_unique<DeviceMetrics>(options.metrics, devices->devices(), std::move(gpus));
+  }
   control.log_device_placement = options.log_device_placement;
   control.job_prefix = job_prefix;
   models::StepTimes times;
