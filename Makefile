@@ -156,7 +156,7 @@ sanitize: deps test-deps
 # work over in code TSan cannot see. Not part of `make test`.
 TSAN_DIR ?= build-tsan
 TSAN_FLAGS := -fsanitize=thread -fno-omit-frame-pointer
-TSAN_TARGETS := variable_store_test variable_test sync_ledger_test ps_client_test sync_mode_test \
+TSAN_TARGETS := variable_store_test variable_store_rows_test variable_test sync_ledger_test ps_client_test sync_mode_test \
   coordinator_test wire_codec_test progress_test ps_server_integration_test cluster_integration_test
 TSAN_ABSL = $(abspath $(TSAN_DIR))/absl
 ABSL_DEB_VERSION = $(shell dpkg-query -W -f='$${Version}' libabsl-dev)
