@@ -179,6 +179,13 @@ class CudaDevice final : public Device {
     return Check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
   }
 
+  absl::Status CopyToHostAsync(void* host, const void* device, size_t bytes) override {
+    if (bytes == 0) return absl::OkStatus();
+    PST_RETURN_IF_ERROR(Enter());
+    return Check(cudaMemcpyAsync(host, device, bytes, cudaMemcpyDeviceToHost, stream_),
+                 "cudaMemcpyAsync(device to host, queued)");
+  }
+
   absl::Status Synchronize() override {
     PST_RETURN_IF_ERROR(Enter());
     return Check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");

@@ -61,6 +61,10 @@ absl::StatusOr<HostBuffer> Device::AllocateHost(size_t bytes) {
   return HostBuffer(p, bytes, &std::free);
 }
 
+absl::Status Device::CopyToHostAsync(void* host, const void* device, size_t bytes) {
+  return CopyToHost(host, device, bytes);
+}
+
 absl::Status Device::CopyToDeviceAsync(void* device, const void* host, size_t bytes) {
   return CopyToDevice(device, host, bytes);
 }

@@ -114,6 +114,11 @@ class Device {
   virtual absl::Status CopyToDevice(void* device, const void* host, size_t bytes) = 0;
   // Waits for all queued work, then copies; `host` is ready on return.
   virtual absl::Status CopyToHost(void* host, const void* device, size_t bytes) = 0;
+  // Queues a copy to the host behind the work queued before it, without
+  // waiting: `host` holds the data once Synchronize (or CopyToHost) has
+  // returned, and must not be read before. Fastest into AllocateHost
+  // memory; on the CPU (the default here) it copies at once.
+  virtual absl::Status CopyToHostAsync(void* host, const void* device, size_t bytes);
   // Waits for all queued work.
   virtual absl::Status Synchronize() = 0;
 

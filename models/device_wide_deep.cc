@@ -190,19 +190,44 @@ absl::StatusOr<double> DeviceWideDeep::ScaledLossSumAndGradients(
     }
   }
 
+  // Every gradient and the losses come back in one trip: the copies queued
+  // into one page-locked buffer, one wait, then spread out on the host
+  // (one wait each cost more than the math at small batches).
   dense_grads->resize(dense.size());
-  for (size_t i = 0; i < dense.size(); ++i) {
-    (*dense_grads)[i].resize(dense[i].size());
-    PST_RETURN_IF_ERROR(d.CopyToHost((*dense_grads)[i].data(), grads_[i].data(),
-                                     Floats(static_cast<int64_t>(dense[i].size()))));
-  }
   deep_row_grads->resize(static_cast<size_t>(unique) * dim);
   wide_row_grads->resize(static_cast<size_t>(unique));
-  PST_RETURN_IF_ERROR(
-      d.CopyToHost(deep_row_grads->data(), deep_row_grads_.data(), Floats(unique * dim)));
-  PST_RETURN_IF_ERROR(d.CopyToHost(wide_row_grads->data(), wide_row_grads_.data(), Floats(unique)));
   host_row_loss_.resize(size);
-  PST_RETURN_IF_ERROR(d.CopyToHost(host_row_loss_.data(), row_loss_.data(), Floats(size)));
+  std::vector<std::pair<float*, const float*>> parts;  // (host, device)
+  std::vector<size_t> counts;
+  for (size_t i = 0; i < dense.size(); ++i) {
+    (*dense_grads)[i].resize(dense[i].size());
+    parts.emplace_back((*dense_grads)[i].data(), grads_[i].f32());
+    counts.push_back(dense[i].size());
+  }
+  parts.emplace_back(deep_row_grads->data(), deep_row_grads_.f32());
+  counts.push_back(deep_row_grads->size());
+  parts.emplace_back(wide_row_grads->data(), wide_row_grads_.f32());
+  counts.push_back(wide_row_grads->size());
+  parts.emplace_back(host_row_loss_.data(), row_loss_.f32());
+  counts.push_back(host_row_loss_.size());
+  size_t floats = 0;
+  for (size_t n : counts) floats += n;
+  if (download_.bytes() < Floats(static_cast<int64_t>(floats))) {
+    // With room to spare: a batch with more unique ids does not reallocate.
+    PST_ASSIGN_OR_RETURN(download_, d.AllocateHost(Floats(static_cast<int64_t>(floats * 5 / 4))));
+  }
+  size_t at = 0;
+  for (size_t p = 0; p < parts.size(); ++p) {
+    PST_RETURN_IF_ERROR(d.CopyToHostAsync(download_.f32() + at, parts[p].second,
+                                          Floats(static_cast<int64_t>(counts[p]))));
+    at += counts[p];
+  }
+  PST_RETURN_IF_ERROR(d.Synchronize());
+  at = 0;
+  for (size_t p = 0; p < parts.size(); ++p) {
+    std::copy_n(download_.f32() + at, counts[p], parts[p].first);
+    at += counts[p];
+  }
   double total = 0;
   for (float v : host_row_loss_) total += v;
   return total;

@@ -80,6 +80,7 @@ class DeviceWideDeep {
   device::DeviceBuffer deep_rows_, deep_row_grads_;  // [U, D]
   device::DeviceBuffer wide_rows_, wide_row_grads_;  // [U]
   std::vector<float> host_row_loss_;
+  device::HostBuffer download_;  // page-locked: the gradients' way back
 };
 
 class MirroredWideDeep {
