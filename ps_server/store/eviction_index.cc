@@ -156,25 +156,7 @@ void EvictionIndex::Update(int stripe, int32_t n, bool fresh, int64_t t) {
   }
 }
 
-void EvictionIndex::NoteReturn(int stripe, int64_t id, Entry before, int64_t t) {
-  Stripe& s = stripes_[stripe];
-  auto [it, made] = s.slots.try_emplace(id, kNil);
-  if (made) {
-    it->second = Alloc(s, id);
-  } else {
-    Unplace(stripe, it->second);
-  }
-  if (!(before.count > 0)) before.count = 1.0;
-  s.nodes[it->second].entry = before;
-  if (before.last == t && !lfu()) {  // as Note: no change of key
-    s.nodes[it->second].entry.key = KeyOf(before);
-    Place(stripe, it->second);
-    return;
-  }
-  Update(stripe, it->second, /*fresh=*/false, t);
-}
-
-void EvictionIndex::Load(int stripe, int64_t id, Entry entry) {
+int32_t EvictionIndex::SetUnplaced(int stripe, int64_t id, Entry entry) {
   Stripe& s = stripes_[stripe];
   auto [it, made] = s.slots.try_emplace(id, kNil);
   if (made) {
@@ -185,7 +167,20 @@ void EvictionIndex::Load(int stripe, int64_t id, Entry entry) {
   if (!(entry.count > 0)) entry.count = 1.0;
   entry.key = KeyOf(entry);
   s.nodes[it->second].entry = entry;
-  Place(stripe, it->second);
+  return it->second;
+}
+
+void EvictionIndex::NoteReturn(int stripe, int64_t id, Entry before, int64_t t) {
+  const int32_t n = SetUnplaced(stripe, id, before);
+  if (before.last == t && !lfu()) {  // as Note: no change of key
+    Place(stripe, n);
+    return;
+  }
+  Update(stripe, n, /*fresh=*/false, t);
+}
+
+void EvictionIndex::Load(int stripe, int64_t id, Entry entry) {
+  Place(stripe, SetUnplaced(stripe, id, entry));
   if (entry.last < earliest_.load(std::memory_order_relaxed)) {
     earliest_.store(entry.last, std::memory_order_relaxed);
   }

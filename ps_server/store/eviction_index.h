@@ -123,9 +123,12 @@ class EvictionIndex {
   };
 
   bool lfu() const { return policy_.eviction == common::TablePolicy::Eviction::kLfu; }
-  // Node `n`'s entry `e` updated at version `t` (`fresh`: its first update),
+  // Node `n`'s entry updated at version `t` (`fresh`: its first update),
   // placed at its key. REQUIRES: `n` unplaced.
   void Update(int stripe, int32_t n, bool fresh, int64_t t);
+  // `id`'s node (made if new, else taken out of its place) holding `entry`
+  // (a count <= 0 made 1, the key recomputed), not placed yet.
+  int32_t SetUnplaced(int stripe, int64_t id, Entry entry);
   double KeyOf(const Entry& e) const;
   // A node for `id` in `s` (unlinked; its entry zero).
   static int32_t Alloc(Stripe& s, int64_t id);
