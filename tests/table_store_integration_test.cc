@@ -124,6 +124,35 @@ class TableStoreTest : public ::testing::Test {
             "--table_store_dir=" + dir_ + "/tables"};
   }
 
+  // Starts the job `name` with the disk tier sized from `in_memory` and
+  // `extra` flags.
+  std::unique_ptr<TestProcess> LaunchTiered(const std::string& name,
+                                            const nlohmann::json& in_memory,
+                                            const std::vector<std::string>& extra) {
+    std::vector<std::string> flags = Flags(name);
+    const std::vector<std::string> disk = DiskFlags(in_memory);
+    flags.insert(flags.end(), disk.begin(), disk.end());
+    flags.insert(flags.end(), extra.begin(), extra.end());
+    return LaunchLocal(flags);
+  }
+
+  // Kills ps:1 of the job `launcher` runs with SIGKILL.
+  static void KillPs1(TestProcess* launcher) {
+    const std::map<std::string, pid_t> pids = DaemonPids(launcher->output());
+    ASSERT_EQ(pids.count("ps:1"), 1u) << launcher->output();
+    ASSERT_EQ(kill(pids.at("ps:1"), SIGKILL), 0);
+  }
+
+  // The final checkpoints of jobs `a` and `b` hold the same tensors and
+  // slots, bit for bit.
+  void ExpectSameParameters(const std::string& a_name, const std::string& b_name) {
+    const Tensors a = Exported(a_name), b = Exported(b_name);
+    ASSERT_TRUE(a.header.is_object());
+    EXPECT_EQ(a.header, b.header);
+    EXPECT_GT(a.data.size(), 0u);
+    EXPECT_TRUE(a.data == b.data) << "the parameters or slots differ";
+  }
+
   // Every ps serving a shard (a ps left with backups only counts none).
   void ExpectMostRowsOnDisk(const nlohmann::json& summary) {
     ASSERT_TRUE(summary.contains("table_rows_on_disk_per_ps")) << summary.dump();
@@ -152,35 +181,22 @@ TEST_F(TableStoreTest, QuarterOfTheRowsInMemory_EndsBitForBitAsEveryRowInMemory)
   ExpectMostRowsOnDisk(tiered);
   EXPECT_NE(output_.find("on disk; rows evicted per ps"), std::string::npos) << output_;
 
-  const Tensors a = Exported("memory"), b = Exported("tiered");
-  ASSERT_TRUE(a.header.is_object());
-  EXPECT_EQ(a.header, b.header);
-  EXPECT_GT(a.data.size(), 0u);
-  EXPECT_TRUE(a.data == b.data) << "the parameters or slots differ";
+  ExpectSameParameters("memory", "tiered");
 }
 
 TEST_F(TableStoreTest, PsKilledWithRowsOnDisk_IsRestored_AndTheJobEndsBitForBitAsWithoutIt) {
   const nlohmann::json in_memory = Run("memory", {});
   ASSERT_TRUE(in_memory.contains("hash_rows_per_ps")) << output_;
-  std::vector<std::string> flags = Flags("killed");
-  const std::vector<std::string> disk = DiskFlags(in_memory);
-  flags.insert(flags.end(), disk.begin(), disk.end());
-  std::unique_ptr<TestProcess> launcher = LaunchLocal(flags);
+  std::unique_ptr<TestProcess> launcher = LaunchTiered("killed", in_memory, {});
   ASSERT_NE(launcher, nullptr);
   ASSERT_TRUE(launcher->WaitForOutput("saved checkpoint", kTimeout)) << launcher->output();
-  const std::map<std::string, pid_t> pids = DaemonPids(launcher->output());
-  ASSERT_EQ(pids.count("ps:1"), 1u) << launcher->output();
-  ASSERT_EQ(kill(pids.at("ps:1"), SIGKILL), 0);
+  ASSERT_NO_FATAL_FAILURE(KillPs1(launcher.get()));
   const nlohmann::json summary = Finish(launcher.get(), "killed");
   ASSERT_TRUE(summary.contains("recoveries")) << output_;
   ASSERT_GE(summary["recoveries"].size(), 1u) << output_;
   EXPECT_EQ(summary["global_step"], in_memory["global_step"]);
   ExpectMostRowsOnDisk(summary);
-
-  const Tensors a = Exported("memory"), b = Exported("killed");
-  ASSERT_TRUE(a.header.is_object());
-  EXPECT_EQ(a.header, b.header);
-  EXPECT_TRUE(a.data == b.data) << "the parameters or slots differ";
+  ExpectSameParameters("memory", "killed");
 }
 
 // With --ps_replicas=2 each ps also holds the backup of the other's shard,
@@ -192,18 +208,13 @@ TEST_F(TableStoreTest, PsKilledWithRowsOnDisk_IsRestored_AndTheJobEndsBitForBitA
 TEST_F(TableStoreTest, PrimaryKilledWithRowsOnDisk_BackupTakesOver_EndsBitForBit) {
   const nlohmann::json in_memory = Run("memory", {});
   ASSERT_TRUE(in_memory.contains("hash_rows_per_ps")) << output_;
-  std::vector<std::string> flags = Flags("failover");
-  const std::vector<std::string> disk = DiskFlags(in_memory);
-  flags.insert(flags.end(), disk.begin(), disk.end());
-  flags.insert(flags.end(), {"--ps_replicas=2", "--peer_timeout_s=5"});
-  std::unique_ptr<TestProcess> launcher = LaunchLocal(flags);
+  std::unique_ptr<TestProcess> launcher =
+      LaunchTiered("failover", in_memory, {"--ps_replicas=2", "--peer_timeout_s=5"});
   ASSERT_NE(launcher, nullptr);
   // Training, every backup in sync, and rows already evicted to disk.
   ASSERT_TRUE(launcher->WaitForOutput("backups 2/2 in sync", kTimeout)) << launcher->output();
   ASSERT_TRUE(launcher->WaitForOutput("saved checkpoint", kTimeout)) << launcher->output();
-  const std::map<std::string, pid_t> pids = DaemonPids(launcher->output());
-  ASSERT_EQ(pids.count("ps:1"), 1u) << launcher->output();
-  ASSERT_EQ(kill(pids.at("ps:1"), SIGKILL), 0);
+  ASSERT_NO_FATAL_FAILURE(KillPs1(launcher.get()));
   const nlohmann::json summary = Finish(launcher.get(), "failover");
   ASSERT_TRUE(summary.contains("failovers")) << output_;
   EXPECT_EQ(summary["failovers"].size(), 1u) << summary.dump();
@@ -214,11 +225,7 @@ TEST_F(TableStoreTest, PrimaryKilledWithRowsOnDisk_BackupTakesOver_EndsBitForBit
     EXPECT_EQ(shard["in_sync"], true) << shard.dump();
     EXPECT_EQ(shard["digests_match"], true) << shard.dump();
   }
-
-  const Tensors a = Exported("memory"), b = Exported("failover");
-  ASSERT_TRUE(a.header.is_object());
-  EXPECT_EQ(a.header, b.header);
-  EXPECT_TRUE(a.data == b.data) << "the parameters or slots differ";
+  ExpectSameParameters("memory", "failover");
 }
 
 TEST_F(TableStoreTest, UnwritableStoreDir_ThePsExitsNamingIt) {
