@@ -197,36 +197,32 @@ absl::StatusOr<double> DeviceWideDeep::ScaledLossSumAndGradients(
   deep_row_grads->resize(static_cast<size_t>(unique) * dim);
   wide_row_grads->resize(static_cast<size_t>(unique));
   host_row_loss_.resize(size);
-  std::vector<std::pair<float*, const float*>> parts;  // (host, device)
-  std::vector<size_t> counts;
+  // Each part: a host vector, sized, and the device buffer it comes from.
+  std::vector<std::pair<std::vector<float>*, const float*>> parts;
   for (size_t i = 0; i < dense.size(); ++i) {
     (*dense_grads)[i].resize(dense[i].size());
-    parts.emplace_back((*dense_grads)[i].data(), grads_[i].f32());
-    counts.push_back(dense[i].size());
+    parts.emplace_back(&(*dense_grads)[i], grads_[i].f32());
   }
-  parts.emplace_back(deep_row_grads->data(), deep_row_grads_.f32());
-  counts.push_back(deep_row_grads->size());
-  parts.emplace_back(wide_row_grads->data(), wide_row_grads_.f32());
-  counts.push_back(wide_row_grads->size());
-  parts.emplace_back(host_row_loss_.data(), row_loss_.f32());
-  counts.push_back(host_row_loss_.size());
+  parts.emplace_back(deep_row_grads, deep_row_grads_.f32());
+  parts.emplace_back(wide_row_grads, wide_row_grads_.f32());
+  parts.emplace_back(&host_row_loss_, row_loss_.f32());
   size_t floats = 0;
-  for (size_t n : counts) floats += n;
+  for (const auto& [host, device] : parts) floats += host->size();
   if (download_.bytes() < Floats(static_cast<int64_t>(floats))) {
     // With room to spare: a batch with more unique ids does not reallocate.
     PST_ASSIGN_OR_RETURN(download_, d.AllocateHost(Floats(static_cast<int64_t>(floats * 5 / 4))));
   }
   size_t at = 0;
-  for (size_t p = 0; p < parts.size(); ++p) {
-    PST_RETURN_IF_ERROR(d.CopyToHostAsync(download_.f32() + at, parts[p].second,
-                                          Floats(static_cast<int64_t>(counts[p]))));
-    at += counts[p];
+  for (const auto& [host, device] : parts) {
+    PST_RETURN_IF_ERROR(d.CopyToHostAsync(download_.f32() + at, device,
+                                          Floats(static_cast<int64_t>(host->size()))));
+    at += host->size();
   }
   PST_RETURN_IF_ERROR(d.Synchronize());
   at = 0;
-  for (size_t p = 0; p < parts.size(); ++p) {
-    std::copy_n(download_.f32() + at, counts[p], parts[p].first);
-    at += counts[p];
+  for (const auto& [host, device] : parts) {
+    std::copy_n(download_.f32() + at, host->size(), host->data());
+    at += host->size();
   }
   double total = 0;
   for (float v : host_row_loss_) total += v;
