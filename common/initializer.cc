@@ -25,11 +25,19 @@ void Fans(const proto::VariableSpec& spec, double* fan_in, double* fan_out) {
   *fan_out = static_cast<double>(spec.shape(rank - 1)) * receptive;
 }
 
+// CounterUniform with its seed already mixed (SplitMix64(seed)), which a
+// fill mixes once for all its elements: the same values, a third of the
+// work less per element (rows made by pushes into bounded tables fill
+// often).
+inline double MixedUniform(uint64_t mixed_seed, uint64_t counter) {
+  const uint64_t bits = SplitMix64(mixed_seed ^ counter);
+  return static_cast<double>(bits >> 11) * 0x1.0p-53;
+}
+
 }  // namespace
 
 double CounterUniform(uint64_t seed, uint64_t counter) {
-  const uint64_t bits = SplitMix64(SplitMix64(seed) ^ counter);
-  return static_cast<double>(bits >> 11) * 0x1.0p-53;
+  return MixedUniform(SplitMix64(seed), counter);
 }
 
 absl::Status ValidateInitializer(const proto::VariableSpec& spec) {
@@ -67,7 +75,7 @@ absl::Status ValidateInitializer(const proto::VariableSpec& spec) {
 
 void FillInitialValues(const proto::VariableSpec& spec, int64_t first, std::span<float> out) {
   const proto::Initializer& init = spec.initializer();
-  const uint64_t seed = init.seed();
+  const uint64_t mixed = SplitMix64(init.seed());
   switch (init.kind()) {
     case proto::Initializer::ZEROS:
     case proto::Initializer::CONSTANT: {
@@ -84,7 +92,7 @@ void FillInitialValues(const proto::VariableSpec& spec, int64_t first, std::span
         limit = std::sqrt(6.0 / (fan_in + fan_out));
       }
       for (size_t i = 0; i < out.size(); ++i) {
-        const double u = CounterUniform(seed, static_cast<uint64_t>(first) + i);
+        const double u = MixedUniform(mixed, static_cast<uint64_t>(first) + i);
         out[i] = static_cast<float>((2.0 * u - 1.0) * limit);
       }
       return;
@@ -93,8 +101,8 @@ void FillInitialValues(const proto::VariableSpec& spec, int64_t first, std::span
       // Box-Muller on two independent counter streams.
       for (size_t i = 0; i < out.size(); ++i) {
         const uint64_t k = static_cast<uint64_t>(first) + i;
-        const double u1 = 1.0 - CounterUniform(seed, 2 * k);  // (0, 1]
-        const double u2 = CounterUniform(seed, 2 * k + 1);
+        const double u1 = 1.0 - MixedUniform(mixed, 2 * k);  // (0, 1]
+        const double u2 = MixedUniform(mixed, 2 * k + 1);
         const double z = std::sqrt(-2.0 * std::log(u1)) * std::cos(2 * std::numbers::pi * u2);
         out[i] = static_cast<float>(z * init.scale());
       }

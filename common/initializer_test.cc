@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <numbers>
 #include <vector>
 
 namespace pst::common {
@@ -31,6 +32,28 @@ TEST(InitializerTest, Fill_AnyPartitioning_GivesSameValues) {
     FillInitialValues(spec, 0, std::span<float>(pieces).subspan(0, 33));
     FillInitialValues(spec, 33, std::span<float>(pieces).subspan(33));
     EXPECT_EQ(whole, pieces) << proto::Initializer::Kind_Name(kind);
+  }
+}
+
+// Element k is defined by CounterUniform(seed, k) (uniform) and the pair
+// 2k, 2k + 1 (normal, Box-Muller): a fill must give exactly those values,
+// however it computes them, as checkpoints and re-made rows rely on it.
+TEST(InitializerTest, Fill_GivesExactlyTheCounterDefinition) {
+  const int64_t first = (int64_t{1} << 40) + 12345;  // far in, as hash rows are
+  const proto::VariableSpec uniform = Spec(proto::Initializer::UNIFORM, {1 << 20, 64}, 99);
+  std::vector<float> got(64);
+  FillInitialValues(uniform, first, got);
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double u = CounterUniform(99, static_cast<uint64_t>(first) + i);
+    EXPECT_EQ(got[i], static_cast<float>((2.0 * u - 1.0) * 0.5f)) << i;
+  }
+  const proto::VariableSpec normal = Spec(proto::Initializer::NORMAL, {1 << 20, 64}, 99);
+  FillInitialValues(normal, first, got);
+  for (size_t i = 0; i < got.size(); ++i) {
+    const uint64_t k = static_cast<uint64_t>(first) + i;
+    const double z = std::sqrt(-2.0 * std::log(1.0 - CounterUniform(99, 2 * k))) *
+                     std::cos(2 * std::numbers::pi * CounterUniform(99, 2 * k + 1));
+    EXPECT_EQ(got[i], static_cast<float>(z * 0.5f)) << i;
   }
 }
 
