@@ -90,6 +90,8 @@ bool HashRowTable::Evict(int stripe, int64_t id, bool to_disk) {
     disk_writes_.fetch_add(1, std::memory_order_relaxed);
   }
   index_->Forget(stripe, id);
+  // The next row made takes its memory (rows are all width() floats).
+  if (spare_.capacity() == 0) spare_ = std::move(it->second);
   rows_.erase(it);
   size_.store(static_cast<int64_t>(rows_.size()), std::memory_order_relaxed);
   evictions_.fetch_add(1, std::memory_order_relaxed);
@@ -204,7 +206,9 @@ float* HashRowTable::Touch(int64_t id, int64_t t) {
   }
   admissions_.fetch_add(1, std::memory_order_relaxed);
   if (index_ != nullptr && limits_.policy.capacity > 0) EvictBelow(Capacity());
-  std::vector<float> row(static_cast<size_t>(width_));
+  std::vector<float> row = std::move(spare_);
+  spare_ = {};
+  row.resize(static_cast<size_t>(width_));
   init_(id, std::span<float>(row.data(), static_cast<size_t>(dim_)));
   for (size_t s = 0; s < slot_initial_values_.size(); ++s) {
     std::fill_n(row.data() + (s + 1) * dim_, dim_, slot_initial_values_[s]);

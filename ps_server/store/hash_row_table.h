@@ -210,6 +210,10 @@ class HashRowTable {
   const int64_t width_;
   const RowInit init_;
   Rows rows_;
+  // An evicted row's memory, for the next row made (every value written
+  // there before use): a full bounded table makes as many rows as it
+  // evicts, without a free and an allocation each.
+  std::vector<float> spare_;
   std::atomic<int64_t> size_{0};
   std::atomic<int64_t> evictions_{0};
   std::atomic<int64_t> admissions_{0};

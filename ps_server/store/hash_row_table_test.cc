@@ -148,6 +148,8 @@ TEST(HashRowTableTest, EvictedIdThatComesBack_StartsFromItsInitialValuesAndFresh
   row[2] = 9;    // its slot
   ASSERT_NE(table.Touch(8, 2), nullptr);  // 7 goes
   EXPECT_EQ(table.Find(7), nullptr);
+  // 8 may be made in 7's memory: none of 7's values or slot shows through.
+  EXPECT_EQ(RowOf(table, 8), (std::vector<float>{8, 8.5f, 0.25f, 0.25f}));
   ASSERT_NE(table.Touch(7, 3), nullptr);  // 8 goes, 7 is made afresh
   EXPECT_EQ(RowOf(table, 7), (std::vector<float>{7, 7.5f, 0.25f, 0.25f}));
 }
