@@ -143,8 +143,8 @@ sanitize: deps test-deps
 # store (concurrent pushes and pulls, striped row locks), the ps client, sync
 # mode, the coordinator, the wire codec, progress, and the ps and cluster
 # integration tests with their daemons built with TSan too. Only those
-# targets are built; ctest runs every test they hold, but python_tests (see
-# TSAN_EXCLUDE). Our locks are
+# targets are built, the Python package among them; ctest runs every test
+# they hold, python_tests included. Our locks are
 # absl::Mutex, which TSan sees only in an instrumented Abseil: Debian's own
 # abseil source package (same version, patches and options, so the same
 # ABI) is fetched with `apt-get source` and its libraries built with TSan
@@ -157,7 +157,8 @@ sanitize: deps test-deps
 TSAN_DIR ?= build-tsan
 TSAN_FLAGS := -fsanitize=thread -fno-omit-frame-pointer
 TSAN_TARGETS := variable_store_test variable_store_rows_test variable_test sync_ledger_test ps_client_test sync_mode_test \
-  coordinator_test wire_codec_test progress_test ps_server_integration_test cluster_integration_test
+  coordinator_test wire_codec_test progress_test ps_server_integration_test cluster_integration_test \
+  pstrain_python
 TSAN_ABSL = $(abspath $(TSAN_DIR))/absl
 ABSL_DEB_VERSION = $(shell dpkg-query -W -f='$${Version}' libabsl-dev)
 DEBIAN_CODENAME = $(shell . /etc/os-release && echo $$VERSION_CODENAME)
@@ -177,13 +178,10 @@ TSAN_DEADLOCKS ?= 0
 # so under TSan Ctrl-C never reaches its handler (nothing printed, no signal
 # left pending). SIGTERM to a ps (PsServerTest.Sigterm_*) and SIGKILL to
 # the launcher are still run.
-# python_tests is left out too (its extension is not among TSAN_TARGETS):
-# the interpreter would need TSan's runtime preloaded, and the preload is
-# inherited by /bin/sh, through which pstrain local starts every Python
-# worker; dash and bash (and so every worker) die at start under a
-# preloaded libtsan (GCC 12: their first _setjmp calls a null pointer).
-# make sanitize runs python_tests under ASan and UBSan.
-TSAN_EXCLUDE ?= ^ClusterTest\.CtrlC_StopsEveryDaemon_AndExits130$$|^python_tests$$
+# python_tests runs, its extension TSan-built (pstrain_python): each Python
+# process starts itself again with TSan's runtime preloaded, and keeps the
+# preload from the shells it starts (python/tsan/sitecustomize.py).
+TSAN_EXCLUDE ?= ^ClusterTest\.CtrlC_StopsEveryDaemon_AndExits130$$
 tsan: deps $(TSAN_DIR)/absl/lib/done
 	cmake -S . -B $(TSAN_DIR) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPST_CUDA=OFF \
 	  -DCMAKE_CXX_FLAGS="$(TSAN_FLAGS)" -DCMAKE_C_FLAGS="$(TSAN_FLAGS)" \
