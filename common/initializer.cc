@@ -26,8 +26,8 @@ void Fans(const proto::VariableSpec& spec, double* fan_in, double* fan_out) {
 }
 
 // CounterUniform with its seed already mixed (SplitMix64(seed)), which a
-// fill mixes once for all its elements: the same values, a third of the
-// work less per element (rows made by pushes into bounded tables fill
+// fill mixes once for all its elements: the same values, one SplitMix64
+// per draw instead of two (rows made by pushes into bounded tables fill
 // often).
 inline double MixedUniform(uint64_t mixed_seed, uint64_t counter) {
   const uint64_t bits = SplitMix64(mixed_seed ^ counter);
