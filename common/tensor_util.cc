@@ -91,6 +91,9 @@ void PackFloats(std::span<const float> values, const Shape& shape, proto::Tensor
 }
 
 void UnpackFloats(const proto::Tensor& tensor, std::span<float> out) {
+  // An empty span's data() may be null, which memcpy may not take even for
+  // 0 bytes (a SYNC row push names every partition, most with no ids).
+  if (out.empty()) return;
   std::memcpy(out.data(), tensor.data().data(), out.size() * sizeof(float));
 }
 
