@@ -93,7 +93,8 @@ TEST_F(DiskTierTest, Put_ReplacingARow_CountStaysExact) {
   DiskTier::TableHandle t = tier->Table("emb", 2).value();
   ASSERT_TRUE(tier->Put(t, 1, RowOf(1, 2), 1, 1).ok());
   ASSERT_TRUE(tier->Put(t, 1, RowOf(7, 2), 2, 2).ok());
-  std::vector<DiskTier::Row> rows = {{1, RowOf(1, 2), 3, 3}};
+  const std::vector<float> first = RowOf(1, 2);  // a Row only points at its values
+  std::vector<DiskTier::Row> rows = {{1, first, 3, 3}};
   std::vector<std::vector<float>> values;
   for (int64_t id = 2; id <= 5; ++id) values.push_back(RowOf(id, 2));
   for (int64_t id = 2; id <= 5; ++id) rows.push_back({id, values[id - 2], id, 0});
