@@ -29,61 +29,6 @@ namespace fs = std::filesystem;
 
 constexpr char kCheckpointPrefix[] = "ckpt-";
 
-// ---------------------------------------------------------------------------
-// Encoding.
-
-void AppendU32(uint32_t v, std::string* out) {
-  char b[4];
-  std::memcpy(b, &v, sizeof(b));  // Little-endian host (see tensor_util.h).
-  out->append(b, sizeof(b));
-}
-void AppendU64(uint64_t v, std::string* out) {
-  char b[8];
-  std::memcpy(b, &v, sizeof(b));
-  out->append(b, sizeof(b));
-}
-void AppendI64(int64_t v, std::string* out) { AppendU64(static_cast<uint64_t>(v), out); }
-
-void AppendTensor(const void* data, size_t bytes, std::string* out) {
-  AppendU64(bytes, out);
-  const size_t start = out->size();
-  out->append(static_cast<const char*>(data), bytes);
-  AppendU32(ShardCrc32(out->data() + start, bytes), out);
-}
-
-absl::Status CheckRecordForWrite(const std::string& path, const ShardRecord& r) {
-  auto bad = [&](absl::string_view why) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("cannot write ", path, ": variable '", r.spec.name(), "': ", why));
-  };
-  absl::StatusOr<uint64_t> bytes = ShardFloatPayloadBytes(r.spec, r.rows);
-  if (!bytes.ok()) return bad(bytes.status().message());
-  const uint64_t elements = *bytes / sizeof(float);
-  if (!ShardSpecIsHash(r.spec) && r.spec.shape_size() > 0 && r.rows != r.spec.shape(0)) {
-    return bad(absl::StrCat(r.rows, " rows, but the shape is ", ShapeString(r.spec.shape())));
-  }
-  if (r.values.size() != elements) {
-    return bad(absl::StrCat(r.values.size(), " values, expected ", elements));
-  }
-  for (size_t i = 0; i < r.slots.size(); ++i) {
-    if (r.slots[i].size() != elements) {
-      return bad(
-          absl::StrCat("slot ", i, " has ", r.slots[i].size(), " values, expected ", elements));
-    }
-  }
-  const size_t want_ids = ShardSpecIsHash(r.spec) ? static_cast<size_t>(r.rows) : 0;
-  if (r.hash_ids.size() != want_ids) {
-    return bad(absl::StrCat(r.hash_ids.size(), " hash ids, expected ", want_ids));
-  }
-  if (r.row_last.size() != r.row_count.size() ||
-      (!r.row_last.empty() && r.row_last.size() != want_ids)) {
-    return bad(absl::StrCat(r.row_last.size(), " row entries and ", r.row_count.size(),
-                            " counts, expected none or ", want_ids));
-  }
-  return absl::OkStatus();
-}
-
-
 struct CheckpointDir {
   enum class State {
     kCommitted,   // its manifest reads and parses
@@ -168,61 +113,6 @@ std::string ShardFileName(int ps_index, int num_ps) {
   char buf[64];
   std::snprintf(buf, sizeof(buf), "shard-%d-of-%d.pst", ps_index, num_ps);
   return buf;
-}
-
-absl::Status WriteShardFile(const std::string& path, const std::vector<ShardRecord>& records,
-                            proto::CheckpointShard* shard) {
-  if (records.size() > UINT32_MAX) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("cannot write ", path, ": ", records.size(), " records is too many"));
-  }
-  for (const ShardRecord& r : records) PST_RETURN_IF_ERROR(CheckRecordForWrite(path, r));
-
-  // The file is built in memory, once: reserve it all, so no append copies
-  // what is there already.
-  size_t estimate = 64;
-  for (const ShardRecord& r : records) {
-    estimate += 128 + r.spec.ByteSizeLong() + r.values.size() * sizeof(float) +
-                r.hash_ids.size() * sizeof(int64_t) + r.row_last.size() * 16 + r.admission.size();
-    for (const std::vector<float>& slot : r.slots) estimate += 16 + slot.size() * sizeof(float);
-  }
-  std::string out;
-  out.reserve(estimate);
-  out.append(kShardMagic, kShardTagBytes);
-  AppendU32(static_cast<uint32_t>(records.size()), &out);
-  for (const ShardRecord& r : records) {
-    const size_t start = out.size();
-    const std::string header = r.spec.SerializeAsString();
-    AppendU32(static_cast<uint32_t>(header.size()), &out);
-    out.append(header);
-    AppendI64(r.version, &out);
-    AppendI64(r.rows, &out);
-    const bool hash = ShardSpecIsHash(r.spec);
-    AppendU32(static_cast<uint32_t>(1 + r.slots.size() + (hash ? 1 : 0)), &out);
-    AppendTensor(r.values.data(), r.values.size() * sizeof(float), &out);
-    for (const std::vector<float>& slot : r.slots) {
-      AppendTensor(slot.data(), slot.size() * sizeof(float), &out);
-    }
-    if (hash) AppendTensor(r.hash_ids.data(), r.hash_ids.size() * sizeof(int64_t), &out);
-    const uint32_t extras = (r.row_last.empty() ? 0 : kShardRowEntries) |
-                            (r.admission.empty() ? 0 : kShardAdmission);
-    AppendU32(extras, &out);
-    if ((extras & kShardRowEntries) != 0) {
-      AppendTensor(r.row_last.data(), r.row_last.size() * sizeof(int64_t), &out);
-      AppendTensor(r.row_count.data(), r.row_count.size() * sizeof(double), &out);
-    }
-    if ((extras & kShardAdmission) != 0) AppendTensor(r.admission.data(), r.admission.size(), &out);
-    AppendU32(ShardCrc32(out.data() + start, out.size() - start), &out);
-  }
-  out.append(kShardTrailer, kShardTagBytes);
-
-  PST_RETURN_IF_ERROR(WriteFileAtomically(path, out));
-  if (shard != nullptr) {
-    shard->set_file(fs::path(path).filename().string());
-    shard->set_bytes(static_cast<int64_t>(out.size()));
-    shard->set_crc32(ShardCrc32(out.data(), out.size()));
-  }
-  return absl::OkStatus();
 }
 
 absl::StatusOr<std::vector<ShardRecord>> ReadShardFile(const std::string& path) {

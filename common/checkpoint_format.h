@@ -34,9 +34,12 @@
 #define PST_COMMON_CHECKPOINT_FORMAT_H_
 
 #include <cstdint>
+#include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "proto/pstrain.pb.h"
@@ -45,6 +48,24 @@ namespace pst::common {
 
 inline constexpr char kManifestFile[] = "MANIFEST.json";
 inline constexpr int kManifestFormatVersion = 1;
+
+// Rows of a hash record given on demand rather than held in its vectors (a
+// table's rows on disk, read from a snapshot of them): WriteShardFile
+// streams them into the file, so that a save never holds them all. Each
+// call sees the same rows, in any order; each row comes with its eviction
+// entry.
+class ShardRowStream {
+ public:
+  virtual ~ShardRowStream() = default;
+  // The rows ForEach gives (it may scan them).
+  virtual absl::StatusOr<int64_t> Count() const = 0;
+  // `row`: the values, then each slot's (dim floats each), as a table
+  // stores them; `row` is valid during the call only.
+  using RowFn = absl::FunctionRef<absl::Status(int64_t id, std::span<const float> row,
+                                               int64_t last, double count)>;
+  // Stops at, and returns, `fn`'s first error, or the stream's own.
+  virtual absl::Status ForEach(RowFn fn) const = 0;
+};
 
 // One variable (or partition) as saved by a ps.
 struct ShardRecord {
@@ -59,6 +80,13 @@ struct ShardRecord {
   std::vector<int64_t> row_last;
   std::vector<double> row_count;
   std::string admission;
+  // A hash record's rows as a stream instead (the vectors above then empty
+  // and `rows` 0; WriteShardFile writes the stream's rows, with their
+  // entries, and the reader reads them back into the vectors). Only
+  // WriteShardFile reads it.
+  std::shared_ptr<const ShardRowStream> stream;
+  // The slots a streamed row carries (its width is dim * (1 + this)).
+  int stream_slots = 0;
 };
 
 // "ckpt-000000001200" for step 1200.
@@ -71,8 +99,13 @@ int64_t CheckpointStep(const std::string& name);
 std::string ShardFileName(int ps_index, int num_ps);
 
 // Writes `records` to `path` atomically (tmp, fsync, rename, fsync of the
-// directory). Fills `shard` (file name, bytes, crc32 of the whole file).
-// Errors: Internal naming the path and the OS error.
+// directory; common/shard_writer.cc). The file is streamed: it is never
+// held whole in memory, and a record's stream is read once to count and
+// once to write. Fills `shard` (file name, bytes, crc32 of the whole file).
+// Errors: InvalidArgument for a record whose sizes do not fit its spec;
+// Internal naming the path and the OS error (ResourceExhausted for a full
+// disk); a stream's errors, and Internal when it gives another number of
+// rows than it counted. On error no file is left.
 absl::Status WriteShardFile(const std::string& path, const std::vector<ShardRecord>& records,
                             proto::CheckpointShard* shard);
 

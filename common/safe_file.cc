@@ -95,7 +95,7 @@ absl::Status FsyncDirectory(const std::string& dir) {
   return absl::OkStatus();
 }
 
-absl::Status WriteFileAtomically(const std::string& path, absl::string_view contents) {
+absl::StatusOr<std::unique_ptr<AtomicFile>> AtomicFile::Create(const std::string& path) {
   const std::string dir = DirectoryOf(path);
   const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
   if (dfd < 0) {
@@ -106,48 +106,69 @@ absl::Status WriteFileAtomically(const std::string& path, absl::string_view cont
     }
     return OsError(absl::StrCat("open the directory ", dir, " to write"), path, err);
   }
-  const std::string tmp = UniqueTempName(path);
-  const std::string tmp_path = absl::StrCat(dir, "/", tmp);
+  std::string tmp = UniqueTempName(path);
   const int fd =
       ::openat(dfd, tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
   if (fd < 0) {
     const int err = errno;
     ::close(dfd);
-    return OsError("create", tmp_path, err);
+    return OsError("create", absl::StrCat(dir, "/", tmp), err);
   }
-  auto fail = [&](absl::string_view what, int err) {
-    ::unlinkat(dfd, tmp.c_str(), 0);
-    ::close(dfd);
-    return OsError(what, tmp_path, err);
-  };
-  size_t done = 0;
-  while (done < contents.size()) {
-    const ssize_t n = ::write(fd, contents.data() + done, contents.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      const int err = errno;
-      ::close(fd);
-      return fail("write", err);
-    }
-    done += static_cast<size_t>(n);
+  return std::unique_ptr<AtomicFile>(new AtomicFile(path, dir, std::move(tmp), dfd, fd));
+}
+
+AtomicFile::AtomicFile(std::string path, std::string dir, std::string tmp, int dfd, int fd)
+    : path_(std::move(path)), dir_(std::move(dir)), tmp_(std::move(tmp)), dfd_(dfd), fd_(fd) {}
+
+AtomicFile::~AtomicFile() {
+  if (fd_ >= 0) ::close(fd_);
+  if (!committed_) ::unlinkat(dfd_, tmp_.c_str(), 0);
+  ::close(dfd_);
+}
+
+std::string AtomicFile::temp_path() const { return absl::StrCat(dir_, "/", tmp_); }
+
+absl::Status AtomicFile::WriteAt(uint64_t offset, const void* data, size_t n) {
+  if (fd_ < 0 || committed_) {
+    return absl::FailedPreconditionError(absl::StrCat("cannot write ", path_, ": already closed"));
   }
-  if (::fsync(fd) != 0) {
-    const int err = errno;
-    ::close(fd);
-    return fail("fsync", err);
+  const char* p = static_cast<const char*>(data);
+  while (n > 0) {
+    const ssize_t w = ::pwrite(fd_, p, n, static_cast<off_t>(offset));
+    if (w < 0 && errno == EINTR) continue;
+    if (w < 0) return OsError("write", temp_path(), errno);
+    p += w;
+    n -= static_cast<size_t>(w);
+    offset += static_cast<uint64_t>(w);
   }
-  if (::close(fd) != 0) return fail("close", errno);
+  return absl::OkStatus();
+}
+
+absl::Status AtomicFile::Commit() {
+  if (fd_ < 0 || committed_) {
+    return absl::FailedPreconditionError(absl::StrCat("cannot commit ", path_, ": already closed"));
+  }
+  if (::fsync(fd_) != 0) return OsError("fsync", temp_path(), errno);
+  const int fd = fd_;
+  fd_ = -1;
+  if (::close(fd) != 0) return OsError("close", temp_path(), errno);
   // rename replaces whatever `path` names, a link included, without
   // following it.
-  const std::string name = fs::path(path).filename().string();
-  if (::renameat(dfd, tmp.c_str(), dfd, name.c_str()) != 0) return fail("rename", errno);
-  if (::fsync(dfd) != 0) {
-    const int err = errno;
-    ::close(dfd);
-    return OsError("fsync directory", dir, err);
+  const std::string name = fs::path(path_).filename().string();
+  if (::renameat(dfd_, tmp_.c_str(), dfd_, name.c_str()) != 0) {
+    return OsError("rename", temp_path(), errno);
   }
-  ::close(dfd);
+  committed_ = true;
+  if (::fsync(dfd_) != 0) return OsError("fsync directory", dir_, errno);
   return absl::OkStatus();
+}
+
+absl::Status WriteFileAtomically(const std::string& path, absl::string_view contents) {
+  absl::StatusOr<std::unique_ptr<AtomicFile>> file = AtomicFile::Create(path);
+  if (!file.ok()) return file.status();
+  absl::Status s = (*file)->WriteAt(0, contents.data(), contents.size());
+  if (!s.ok()) return s;
+  return (*file)->Commit();
 }
 
 absl::Status MakeDirectory(const std::string& dir) {

@@ -12,6 +12,9 @@
 #ifndef PST_COMMON_SAFE_FILE_H_
 #define PST_COMMON_SAFE_FILE_H_
 
+#include <cstddef>
+#include <cstdint>
+#include <memory>
 #include <string>
 
 #include "absl/status/status.h"
@@ -35,6 +38,38 @@ absl::StatusOr<std::string> ReadWholeFile(const std::string& path);
 // must not be a symbolic link. Errors: Internal (ResourceExhausted when the
 // disk is full) naming the path and the OS error; the temp file is removed.
 absl::Status WriteFileAtomically(const std::string& path, absl::string_view contents);
+
+// A file written piece by piece, at any offsets, into a new, uniquely named
+// temp file beside `path`, then put in place by Commit as
+// WriteFileAtomically does: a writer streams a file of any size without
+// holding it. Destroyed before Commit succeeds, it removes the temp file.
+// Thread-compatible.
+class AtomicFile {
+ public:
+  // Creates the temp file. Errors: as WriteFileAtomically's.
+  static absl::StatusOr<std::unique_ptr<AtomicFile>> Create(const std::string& path);
+  ~AtomicFile();
+  AtomicFile(const AtomicFile&) = delete;
+  AtomicFile& operator=(const AtomicFile&) = delete;
+
+  // Writes `n` bytes at `offset` (a hole before it reads as zeros).
+  // Errors: Internal or ResourceExhausted (disk full) naming the temp file.
+  absl::Status WriteAt(uint64_t offset, const void* data, size_t n);
+  // fsyncs the temp file, renames it onto the path and fsyncs the
+  // directory. Errors: as WriteAt's; nothing can be written after.
+  absl::Status Commit();
+
+ private:
+  AtomicFile(std::string path, std::string dir, std::string tmp, int dfd, int fd);
+  std::string temp_path() const;
+
+  const std::string path_;
+  const std::string dir_;
+  const std::string tmp_;  // its name in dir_
+  const int dfd_;          // dir_, opened
+  int fd_;                 // the temp file; -1 once closed
+  bool committed_ = false;
+};
 
 // Creates directory `dir` (its parent must exist) unless it exists; an
 // existing one must be a real directory, not a symbolic link. Errors:
