@@ -307,7 +307,12 @@ void PsNode::Health(const proto::HealthRequest& request, proto::HealthResponse* 
     if (request.digest()) {
       p->source->Quiesced([&](int64_t seq) {
         state->set_seq(seq);
-        state->set_digest(p->store->Digest());
+        absl::StatusOr<uint64_t> digest = p->store->Digest();
+        if (digest.ok()) {
+          state->set_digest(*digest);
+        } else {
+          state->set_digest_error(std::string(digest.status().ToString()));
+        }
       });
     }
   }

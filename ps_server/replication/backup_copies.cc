@@ -278,7 +278,13 @@ void BackupCopies::States(bool digest,
     state->set_resyncing(!slot->copy->broken && !slot->copy->whole);
     state->set_seq(slot->copy->applied);
     state->set_acked(slot->copy->applied);
-    if (digest) state->set_digest(slot->copy->store->Digest());
+    if (!digest) continue;
+    absl::StatusOr<uint64_t> d = slot->copy->store->Digest();
+    if (d.ok()) {
+      state->set_digest(*d);
+    } else {
+      state->set_digest_error(std::string(d.status().ToString()));
+    }
   }
 }
 

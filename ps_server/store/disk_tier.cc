@@ -11,6 +11,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "rocksdb/cache.h"
 #include "rocksdb/db.h"
 #include "rocksdb/filter_policy.h"
@@ -27,12 +28,15 @@ struct DiskTier::TableState {
   std::string name;
   std::string family;  // the column family's name
   int64_t width = 0;
-  rocksdb::ColumnFamilyHandle* handle = nullptr;  // owned; remade by Clear
+  // Remade by Clear; a View keeps its own reference, so that a family
+  // Clear dropped stays readable through it.
+  std::shared_ptr<rocksdb::ColumnFamilyHandle> handle;
   std::atomic<int64_t> count{0};
 };
 
 struct DiskTier::Settings {
   rocksdb::ColumnFamilyOptions family;
+  rocksdb::ColumnFamilyOptions scratch;
   rocksdb::WriteOptions write;
 };
 
@@ -225,6 +229,12 @@ absl::StatusOr<std::unique_ptr<DiskTier>> DiskTier::Open(const std::string& dir,
   family.bottommost_compression = family.compression;
   // No WAL: the checkpoint is the durability, and the tier starts empty.
   tier->settings_->write.disableWAL = true;
+  // Scratch tables are written once, in bulk, then scanned in order: a
+  // vector memtable appends, and is sorted once.
+  tier->settings_->scratch = family;
+  tier->settings_->scratch.memtable_factory.reset(new rocksdb::VectorRepFactory());
+  tier->settings_->scratch.memtable_whole_key_filtering = false;
+  tier->settings_->scratch.memtable_prefix_bloom_size_ratio = 0;
 
   // Every family already there must be opened.
   std::vector<std::string> families;
@@ -266,7 +276,7 @@ absl::StatusOr<std::unique_ptr<DiskTier>> DiskTier::Open(const std::string& dir,
     auto t = std::make_unique<TableState>();
     t->name = name;
     t->family = families[i];
-    t->handle = h;
+    t->handle = tier->Own(h, /*drop=*/false);
     rocksdb::ReadOptions read;
     read.fill_cache = false;
     read.total_order_seek = true;
@@ -286,8 +296,7 @@ DiskTier::~DiskTier() {
   if (db_ == nullptr) return;
   {
     absl::MutexLock lock(&mu_);
-    for (auto& [name, t] : tables_) db_->DestroyColumnFamilyHandle(t->handle);
-    tables_.clear();
+    tables_.clear();  // destroys their handles
   }
   if (default_family_ != nullptr) db_->DestroyColumnFamilyHandle(default_family_);
   db_->Close().PermitUncheckedError();
@@ -314,9 +323,11 @@ absl::StatusOr<DiskTier::TableHandle> DiskTier::Table(const std::string& name, i
   t->name = name;
   t->family = FamilyName(name);
   t->width = width;
-  absl::Status s = FromRocks(db_->CreateColumnFamily(settings_->family, t->family, &t->handle),
+  rocksdb::ColumnFamilyHandle* handle = nullptr;
+  absl::Status s = FromRocks(db_->CreateColumnFamily(settings_->family, t->family, &handle),
                              absl::StrCat(dir_, ": making table '", absl::CHexEscape(name), "'"));
   if (!s.ok()) return s;
+  t->handle = Own(handle, /*drop=*/false);
   TableState* raw = t.get();
   tables_[name] = std::move(t);
   return TableHandle(raw);
@@ -360,10 +371,11 @@ absl::Status DiskTier::PutBatch(TableHandle h, std::span<const Row> rows, bool f
     // Count stays exact when a row replaces one on disk.
     bool value_found = false;
     bool exists =
-        !fresh && db_->KeyMayExist(rocksdb::ReadOptions(), t->handle, k, &found, &value_found);
+        !fresh &&
+        db_->KeyMayExist(rocksdb::ReadOptions(), t->handle.get(), k, &found, &value_found);
     if (exists && !value_found) {
       rocksdb::PinnableSlice v;
-      rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), t->handle, k, &v);
+      rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), t->handle.get(), k, &v);
       if (!s.ok() && !s.IsNotFound()) {
         return FromRocks(s, absl::StrCat("table '", absl::CHexEscape(t->name), "' id ", r.id));
       }
@@ -371,7 +383,7 @@ absl::Status DiskTier::PutBatch(TableHandle h, std::span<const Row> rows, bool f
     }
     if (!exists) ++added;
     EncodeValue(r.values, r.last, r.count, &value);
-    rocksdb::Status s = batch.Put(t->handle, k, value);
+    rocksdb::Status s = batch.Put(t->handle.get(), k, value);
     if (!s.ok()) return FromRocks(s, absl::StrCat("table '", absl::CHexEscape(t->name), "'"));
   }
   const int64_t bytes = static_cast<int64_t>(batch.GetDataSize());
@@ -400,7 +412,7 @@ absl::StatusOr<bool> DiskTier::Get(TableHandle h, int64_t id, std::span<float> r
   rocksdb::PinnableSlice v;
   reads_.fetch_add(1, std::memory_order_relaxed);
   rocksdb::Status s =
-      db_->Get(rocksdb::ReadOptions(), t->handle, rocksdb::Slice(key, kKeyBytes), &v);
+      db_->Get(rocksdb::ReadOptions(), t->handle.get(), rocksdb::Slice(key, kKeyBytes), &v);
   if (s.IsNotFound()) return false;
   if (!s.ok()) {
     return FromRocks(s, absl::StrCat("table '", absl::CHexEscape(t->name), "' id ", id));
@@ -417,7 +429,8 @@ absl::StatusOr<bool> DiskTier::Take(TableHandle h, int64_t id, std::span<float> 
   TableState* t = h.t_;
   char key[kKeyBytes];
   EncodeKey(id, key);
-  rocksdb::Status s = db_->Delete(settings_->write, t->handle, rocksdb::Slice(key, kKeyBytes));
+  rocksdb::Status s =
+      db_->Delete(settings_->write, t->handle.get(), rocksdb::Slice(key, kKeyBytes));
   if (!s.ok()) {
     return FromRocks(s, absl::StrCat("deleting table '", absl::CHexEscape(t->name), "' id ", id));
   }
@@ -428,50 +441,162 @@ absl::StatusOr<bool> DiskTier::Take(TableHandle h, int64_t id, std::span<float> 
 int64_t DiskTier::Count(TableHandle h) const { return h.t_->count.load(std::memory_order_relaxed); }
 
 absl::Status DiskTier::ForEach(TableHandle h, RowFn fn) {
-  TableState* t = h.t_;
-  if (t->handle == nullptr) return Lost(t->name);
-  const rocksdb::Snapshot* snapshot = db_->GetSnapshot();
-  rocksdb::ReadOptions read;
-  read.snapshot = snapshot;
-  read.fill_cache = false;  // a scan would push the hot rows' blocks out
-  read.total_order_seek = true;
-  absl::Status status;
-  {
-    std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(read, t->handle));
-    std::vector<float> row(static_cast<size_t>(t->width));
-    for (it->SeekToFirst(); it->Valid() && status.ok(); it->Next()) {
-      const rocksdb::Slice k = it->key();
-      if (k.size() != kKeyBytes) {
-        status = absl::DataLossError(absl::StrCat("disk tier: table '", absl::CHexEscape(t->name),
-                                                  "': key of ", k.size(), " bytes"));
-        break;
-      }
-      const int64_t id = DecodeKey(k.data());
-      int64_t last = 0;
-      double count = 0;
-      status = DecodeValue(it->value(), t->name, id, row, &last, &count);
-      if (status.ok()) status = fn(id, row, last, count);
-    }
-    if (status.ok()) {
-      status =
-          FromRocks(it->status(), absl::StrCat("reading table '", absl::CHexEscape(t->name), "'"));
-    }
-  }
-  db_->ReleaseSnapshot(snapshot);
-  return status;
+  PST_ASSIGN_OR_RETURN(std::unique_ptr<View> view, Pin(h));
+  std::unique_ptr<Cursor> c = view->Scan();
+  for (; c->Valid(); c->Next()) PST_RETURN_IF_ERROR(fn(c->id(), c->row(), c->last(), c->count()));
+  return c->status();
 }
 
 absl::Status DiskTier::Clear(TableHandle h) {
   TableState* t = h.t_;
   const std::string what = absl::StrCat(dir_, ": clearing table '", absl::CHexEscape(t->name), "'");
   if (t->handle != nullptr) {  // else a failed Clear's retry
-    absl::Status s = FromRocks(db_->DropColumnFamily(t->handle), what);
+    absl::Status s = FromRocks(db_->DropColumnFamily(t->handle.get()), what);
     if (!s.ok()) return s;
-    db_->DestroyColumnFamilyHandle(t->handle).PermitUncheckedError();
-    t->handle = nullptr;
+    t->handle.reset();  // destroyed once no View reads it
   }
   t->count.store(0, std::memory_order_relaxed);
-  return FromRocks(db_->CreateColumnFamily(settings_->family, t->family, &t->handle), what);
+  rocksdb::ColumnFamilyHandle* handle = nullptr;
+  PST_RETURN_IF_ERROR(
+      FromRocks(db_->CreateColumnFamily(settings_->family, t->family, &handle), what));
+  t->handle = Own(handle, /*drop=*/false);
+  return absl::OkStatus();
+}
+
+std::shared_ptr<rocksdb::ColumnFamilyHandle> DiskTier::Own(rocksdb::ColumnFamilyHandle* handle,
+                                                            bool drop) {
+  rocksdb::DB* db = db_.get();
+  return std::shared_ptr<rocksdb::ColumnFamilyHandle>(handle, [db, drop](auto* h) {
+    if (drop) db->DropColumnFamily(h).PermitUncheckedError();
+    db->DestroyColumnFamilyHandle(h).PermitUncheckedError();
+  });
+}
+
+// ---------------------------------------------------------------------------
+// Views, cursors and scratch tables.
+
+class DiskTier::Cursor::Impl {
+ public:
+  Impl(std::unique_ptr<rocksdb::Iterator> it, std::string table, int64_t width)
+      : it_(std::move(it)), table_(std::move(table)), row_(static_cast<size_t>(width)) {}
+  std::unique_ptr<rocksdb::Iterator> it_;
+  std::string table_;
+  std::vector<float> row_;
+  int64_t id_ = 0;
+  int64_t last_ = 0;
+  double count_ = 0;
+  absl::Status status_;
+  bool valid_ = false;
+
+  // Decodes the row the iterator is at, or ends with its status.
+  void Load() {
+    valid_ = false;
+    if (!status_.ok()) return;
+    if (!it_->Valid()) {
+      status_ = FromRocks(it_->status(), absl::StrCat("reading table '", absl::CHexEscape(table_),
+                                                      "'"));
+      return;
+    }
+    const rocksdb::Slice k = it_->key();
+    if (k.size() != kKeyBytes) {
+      status_ = absl::DataLossError(absl::StrCat("disk tier: table '", absl::CHexEscape(table_),
+                                                 "': key of ", k.size(), " bytes"));
+      return;
+    }
+    id_ = DecodeKey(k.data());
+    status_ = DecodeValue(it_->value(), table_, id_, std::span<float>(row_), &last_, &count_);
+    valid_ = status_.ok();
+  }
+};
+
+DiskTier::Cursor::Cursor(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+DiskTier::Cursor::~Cursor() = default;
+bool DiskTier::Cursor::Valid() const { return impl_->valid_; }
+void DiskTier::Cursor::Next() {
+  if (!impl_->valid_) return;
+  impl_->it_->Next();
+  impl_->Load();
+}
+int64_t DiskTier::Cursor::id() const { return impl_->id_; }
+std::span<const float> DiskTier::Cursor::row() const { return impl_->row_; }
+int64_t DiskTier::Cursor::last() const { return impl_->last_; }
+double DiskTier::Cursor::count() const { return impl_->count_; }
+const absl::Status& DiskTier::Cursor::status() const { return impl_->status_; }
+
+DiskTier::View::View(DiskTier* tier, std::shared_ptr<rocksdb::ColumnFamilyHandle> handle,
+                     std::string name, int64_t width)
+    : tier_(tier),
+      handle_(std::move(handle)),
+      snapshot_(tier->db_->GetSnapshot()),
+      name_(std::move(name)),
+      width_(width) {}
+
+DiskTier::View::~View() { tier_->db_->ReleaseSnapshot(snapshot_); }
+
+std::unique_ptr<DiskTier::Cursor> DiskTier::View::Scan() const {
+  rocksdb::ReadOptions read;
+  read.snapshot = snapshot_;
+  read.fill_cache = false;  // a scan would push the hot rows' blocks out
+  read.total_order_seek = true;
+  auto impl = std::make_unique<Cursor::Impl>(
+      std::unique_ptr<rocksdb::Iterator>(tier_->db_->NewIterator(read, handle_.get())), name_,
+      width_);
+  impl->it_->SeekToFirst();
+  impl->Load();
+  return std::unique_ptr<Cursor>(new Cursor(std::move(impl)));
+}
+
+absl::StatusOr<std::unique_ptr<DiskTier::View>> DiskTier::Pin(TableHandle h) {
+  TableState* t = h.t_;
+  if (t->handle == nullptr) return Lost(t->name);
+  return std::unique_ptr<View>(new View(this, t->handle, t->name, t->width));
+}
+
+DiskTier::Scratch::Scratch(DiskTier* tier, std::shared_ptr<rocksdb::ColumnFamilyHandle> handle,
+                           std::string name, int64_t width)
+    : tier_(tier), handle_(std::move(handle)), name_(std::move(name)), width_(width) {}
+
+DiskTier::Scratch::~Scratch() = default;
+
+absl::Status DiskTier::Scratch::Put(std::span<const Row> rows) {
+  if (handle_ == nullptr) return absl::FailedPreconditionError("disk tier: scratch table sealed");
+  rocksdb::WriteBatch batch(rows.size() * (kKeyBytes + ValueBytes(width_) + 8));
+  std::string value;
+  char key[kKeyBytes];
+  for (const Row& r : rows) {
+    if (static_cast<int64_t>(r.values.size()) != width_) {
+      return absl::InvalidArgumentError(absl::StrCat("disk tier: ", name_, " id ", r.id,
+                                                     ": row of ", r.values.size(),
+                                                     " floats, width ", width_));
+    }
+    EncodeKey(r.id, key);
+    EncodeValue(r.values, r.last, r.count, &value);
+    rocksdb::Status s = batch.Put(handle_.get(), rocksdb::Slice(key, kKeyBytes), value);
+    if (!s.ok()) return FromRocks(s, name_);
+  }
+  return FromRocks(tier_->db_->Write(tier_->settings_->write, &batch),
+                   absl::StrCat("writing ", rows.size(), " rows of ", name_));
+}
+
+std::unique_ptr<DiskTier::View> DiskTier::Scratch::Seal() {
+  auto view = std::unique_ptr<View>(new View(tier_, std::move(handle_), name_, width_));
+  handle_ = nullptr;
+  return view;
+}
+
+absl::StatusOr<std::unique_ptr<DiskTier::Scratch>> DiskTier::NewScratch(int64_t width) {
+  if (width < 1 || width > (int64_t{1} << 28)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("disk tier: scratch table width ", width, " out of [1, 2^28]"));
+  }
+  // Not a table's name ("t..."): Open drops it, should a crash leave it.
+  const std::string family = absl::StrCat("s", scratch_counter_.fetch_add(1));
+  rocksdb::ColumnFamilyHandle* handle = nullptr;
+  PST_RETURN_IF_ERROR(
+      FromRocks(db_->CreateColumnFamily(settings_->scratch, family, &handle),
+                absl::StrCat(dir_, ": making scratch table ", family)));
+  return std::unique_ptr<Scratch>(new Scratch(this, Own(handle, /*drop=*/true),
+                                              absl::StrCat("scratch table ", family), width));
 }
 
 DiskTier::Figures DiskTier::figures() const {

@@ -29,14 +29,21 @@
 // and a hash index in each data block. The price is paid by ForEach, the
 // scan of a save: it sorts the entries of each memtable first.
 //
+// A save reads a table as of one instant while training goes on: Pin gives
+// a View of it (a RocksDB snapshot, which even Clear leaves readable), and
+// a Scratch table holds what the save copies out of memory at that instant
+// (the rows a bounded table holds in memory), on disk rather than in RAM.
+//
 // Thread-safety: a DiskTier is safe for concurrent access from many threads
 // without external synchronization, with two caller duties:
 //   * calls on the same id of one table must not overlap (the owner's row
 //     stripe lock serializes them): Put and Take read, then write, to keep
 //     Count exact;
-//   * Clear(t) must not overlap any other call on table t.
+//   * Clear(t) must not overlap any other call on table t (Pin included).
 // ForEach reads a snapshot: writes may go on while it runs.
-// TableHandles stay valid for the DiskTier's life.
+// TableHandles stay valid for the DiskTier's life. Views and Scratch tables
+// must not outlive their DiskTier; each is thread-compatible, and reads
+// from a View may overlap any call on the tier.
 #ifndef PST_PS_SERVER_STORE_DISK_TIER_H_
 #define PST_PS_SERVER_STORE_DISK_TIER_H_
 
@@ -57,6 +64,7 @@
 namespace rocksdb {
 class DB;
 class ColumnFamilyHandle;
+class Snapshot;
 }  // namespace rocksdb
 
 namespace pst::ps {
@@ -165,8 +173,81 @@ class DiskTier {
 
   Figures figures() const;
 
+  // Reads a table's rows in id order, as of the View's making.
+  class Cursor {
+   public:
+    ~Cursor();
+    // At a row; false at the end or at an error (status()).
+    bool Valid() const;
+    void Next();
+    int64_t id() const;
+    std::span<const float> row() const;  // valid until Next
+    int64_t last() const;
+    double count() const;
+    // DataLoss at a value that does not decode; RocksDB's read errors.
+    const absl::Status& status() const;
+
+    class Impl;
+
+   private:
+    friend class DiskTier;
+    explicit Cursor(std::unique_ptr<Impl> impl);
+    std::unique_ptr<Impl> impl_;
+  };
+
+  // One table as of one instant.
+  class View {
+   public:
+    ~View();
+    View(const View&) = delete;
+    View& operator=(const View&) = delete;
+    std::unique_ptr<Cursor> Scan() const;
+    int64_t width() const { return width_; }
+
+   private:
+    friend class DiskTier;
+    View(DiskTier* tier, std::shared_ptr<rocksdb::ColumnFamilyHandle> handle, std::string name,
+         int64_t width);
+    DiskTier* const tier_;
+    const std::shared_ptr<rocksdb::ColumnFamilyHandle> handle_;
+    const rocksdb::Snapshot* const snapshot_;
+    const std::string name_;
+    const int64_t width_;
+  };
+  // `t` as it is now; later writes, and Clear, leave the View as it was.
+  absl::StatusOr<std::unique_ptr<View>> Pin(TableHandle t);
+
+  // A table of the tier's own, written in bulk, then read through the View
+  // Seal makes; dropped when that View (or, unsealed, the Scratch) goes.
+  class Scratch {
+   public:
+    ~Scratch();
+    Scratch(const Scratch&) = delete;
+    Scratch& operator=(const Scratch&) = delete;
+    // Writes `rows` (each of the width; each id once over all calls).
+    // InvalidArgument: a row of another width; FailedPrecondition after
+    // Seal; RocksDB's errors.
+    absl::Status Put(std::span<const Row> rows);
+    std::unique_ptr<View> Seal();
+
+   private:
+    friend class DiskTier;
+    Scratch(DiskTier* tier, std::shared_ptr<rocksdb::ColumnFamilyHandle> handle, std::string name,
+            int64_t width);
+    DiskTier* const tier_;
+    std::shared_ptr<rocksdb::ColumnFamilyHandle> handle_;
+    const std::string name_;
+    const int64_t width_;
+  };
+  // A new scratch table of rows of `width` floats. Errors: InvalidArgument
+  // for a width out of [1, 2^28]; RocksDB's, making its column family.
+  absl::StatusOr<std::unique_ptr<Scratch>> NewScratch(int64_t width);
+
  private:
   DiskTier(std::string dir, Options options);
+  // Shares `handle`, destroying it (dropping its family first when `drop`)
+  // when the last holder lets go.
+  std::shared_ptr<rocksdb::ColumnFamilyHandle> Own(rocksdb::ColumnFamilyHandle* handle, bool drop);
 
   const std::string dir_;
   const Options options_;
@@ -182,6 +263,7 @@ class DiskTier {
   std::atomic<int64_t> reads_{0};
   std::atomic<int64_t> writes_{0};
   std::atomic<int64_t> bytes_written_{0};
+  std::atomic<int64_t> scratch_counter_{0};  // names scratch tables
 };
 
 }  // namespace pst::ps

@@ -213,6 +213,84 @@ TEST_F(DiskTierTest, ForEach_IdOrderOverASnapshot_WhileWritesGoOn) {
   writer.join();
 }
 
+// Every row a cursor gives, in its order, with its entry.
+struct Scanned {
+  std::vector<int64_t> ids;
+  std::vector<std::vector<float>> rows;
+  std::vector<int64_t> lasts;
+};
+Scanned ScanAll(const DiskTier::View& view) {
+  Scanned out;
+  std::unique_ptr<DiskTier::Cursor> c = view.Scan();
+  for (; c->Valid(); c->Next()) {
+    out.ids.push_back(c->id());
+    out.rows.emplace_back(c->row().begin(), c->row().end());
+    out.lasts.push_back(c->last());
+  }
+  EXPECT_TRUE(c->status().ok()) << c->status();
+  return out;
+}
+
+TEST_F(DiskTierTest, Pin_ViewKeepsItsInstant_ThroughWritesAndClear) {
+  std::unique_ptr<DiskTier> tier = OpenTier();
+  DiskTier::TableHandle t = tier->Table("emb", 2).value();
+  for (int64_t id : {4, -9, 7}) ASSERT_TRUE(tier->Put(t, id, RowOf(id, 2), id, 1).ok());
+  absl::StatusOr<std::unique_ptr<DiskTier::View>> view = tier->Pin(t);
+  ASSERT_TRUE(view.ok()) << view.status();
+  ASSERT_TRUE(tier->Put(t, 4, RowOf(40, 2), 0, 0).ok());
+  ASSERT_TRUE(tier->Put(t, 5, RowOf(5, 2), 0, 0).ok());
+  // Scanned twice, once after the table was cleared and written again.
+  for (int pass = 0; pass < 2; ++pass) {
+    SCOPED_TRACE(pass);
+    const Scanned got = ScanAll(**view);
+    EXPECT_EQ(got.ids, (std::vector<int64_t>{-9, 4, 7}));
+    EXPECT_EQ(got.lasts, (std::vector<int64_t>{-9, 4, 7}));
+    ASSERT_EQ(got.rows.size(), 3u);
+    EXPECT_TRUE(SameBits(got.rows[1], RowOf(4, 2)));
+    ASSERT_TRUE(tier->Clear(t).ok());
+    ASSERT_TRUE(tier->Put(t, 1, RowOf(1, 2), 0, 0).ok());
+  }
+  EXPECT_EQ(tier->Count(t), 1);
+  absl::StatusOr<std::unique_ptr<DiskTier::View>> now = tier->Pin(t);
+  ASSERT_TRUE(now.ok());
+  EXPECT_EQ(ScanAll(**now).ids, (std::vector<int64_t>{1}));
+}
+
+TEST_F(DiskTierTest, Scratch_SealedViewReadsWhatWasPut_InIdOrder_AndGoesWithIt) {
+  std::unique_ptr<DiskTier> tier = OpenTier();
+  absl::StatusOr<std::unique_ptr<DiskTier::Scratch>> scratch = tier->NewScratch(3);
+  ASSERT_TRUE(scratch.ok()) << scratch.status();
+  std::vector<std::vector<float>> values;
+  std::vector<DiskTier::Row> rows;
+  for (int64_t id : {30, -2, 11}) values.push_back(RowOf(id, 3));
+  rows.push_back({30, values[0], 300, 0.5});
+  rows.push_back({-2, values[1], -20, 0.5});
+  rows.push_back({11, values[2], 110, 0.5});
+  ASSERT_TRUE((*scratch)->Put(rows).ok());
+  const std::vector<float> narrow(2);
+  DiskTier::Row bad{99, narrow, 0, 0};
+  EXPECT_EQ((*scratch)->Put(std::span<const DiskTier::Row>(&bad, 1)).code(),
+            absl::StatusCode::kInvalidArgument);
+  std::unique_ptr<DiskTier::View> view = (*scratch)->Seal();
+  EXPECT_EQ((*scratch)->Put(rows).code(), absl::StatusCode::kFailedPrecondition);
+  scratch->reset();
+  const Scanned got = ScanAll(*view);
+  EXPECT_EQ(got.ids, (std::vector<int64_t>{-2, 11, 30}));
+  EXPECT_EQ(got.lasts, (std::vector<int64_t>{-20, 110, 300}));
+  ASSERT_EQ(got.rows.size(), 3u);
+  EXPECT_TRUE(SameBits(got.rows[0], RowOf(-2, 3)));
+
+  // Its column family goes with the view: none is left behind.
+  auto families = [&] {
+    std::vector<std::string> names;
+    EXPECT_TRUE(rocksdb::DB::ListColumnFamilies(rocksdb::DBOptions(), dir_, &names).ok());
+    return names.size();
+  };
+  const size_t with = families();
+  view.reset();
+  EXPECT_EQ(families(), with - 1);
+}
+
 TEST_F(DiskTierTest, ForEach_ErrorOfFn_StopsAndReturnsIt) {
   std::unique_ptr<DiskTier> tier = OpenTier();
   DiskTier::TableHandle t = tier->Table("emb", 1).value();

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "ps_server/store/store_internal.h"
+#include "ps_server/store/table_cut.h"
 #include "spdlog/spdlog.h"
 
 namespace pst::ps {
@@ -285,6 +286,33 @@ absl::Status HashRowTable::ForEachRow(int64_t now, RowFn fn) const {
     const EvictionIndex::Entry entry{last, count, 0.0};
     return fn(id, row, &entry);
   });
+}
+
+absl::StatusOr<std::unique_ptr<common::ShardRowStream>> HashRowTable::Cut(
+    int64_t now, std::shared_ptr<DiskTier> tier) const {
+  if (disk_ == nullptr || tier.get() != disk_) {
+    return absl::FailedPreconditionError("a cut of a table without its disk tier");
+  }
+  PST_ASSIGN_OR_RETURN(std::unique_ptr<DiskTier::Scratch> scratch, disk_->NewScratch(width_));
+  // The owner's lock keeps the table still from here until the scratch
+  // table is sealed: both views are of one instant.
+  PST_ASSIGN_OR_RETURN(std::unique_ptr<DiskTier::View> on_disk, disk_->Pin(disk_table_));
+  constexpr size_t kBatch = 1024;
+  std::vector<DiskTier::Row> batch;
+  batch.reserve(kBatch);
+  for (const auto& [id, row] : rows_) {
+    const EvictionIndex::Entry* e = IndexEntry(id);
+    batch.push_back({id, row, e == nullptr ? now : e->last, e == nullptr ? 0.0 : e->count});
+    if (batch.size() == kBatch) {
+      PST_RETURN_IF_ERROR(scratch->Put(batch));
+      batch.clear();
+    }
+  }
+  PST_RETURN_IF_ERROR(scratch->Put(batch));
+  const int64_t stale_before = limits_.policy.eviction == common::TablePolicy::Eviction::kTtl
+                                   ? now - limits_.policy.ttl
+                                   : std::numeric_limits<int64_t>::min();
+  return MakeTableCut(std::move(tier), scratch->Seal(), std::move(on_disk), stale_before);
 }
 
 }  // namespace pst::ps

@@ -54,6 +54,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
+#include "common/checkpoint_format.h"
 #include "common/table_policy.h"
 #include "ps_server/store/admission_filter.h"
 #include "ps_server/store/disk_tier.h"
@@ -163,6 +164,14 @@ class HashRowTable {
   using RowFn = absl::FunctionRef<absl::Status(int64_t id, std::span<const float> row,
                                                const EvictionIndex::Entry* entry)>;
   absl::Status ForEachRow(int64_t now, RowFn fn) const;
+  // A save's cut of a table with a disk tier (has_disk()), as of version
+  // `now` (table_cut.h): the rows in memory are written to a scratch table
+  // of the tier, and both tiers pinned, so that the rows are streamed
+  // later, without the owner's lock and without a copy in RAM. `tier` is
+  // the DiskTier UseDisk was given, which the stream keeps alive. Errors:
+  // the tier's.
+  absl::StatusOr<std::unique_ptr<common::ShardRowStream>> Cut(
+      int64_t now, std::shared_ptr<DiskTier> tier) const;
   // The rows held in memory.
   const Rows& rows() const { return rows_; }
   // The admission counts (null before the first count).

@@ -9,6 +9,7 @@
 
 #include <cstring>
 #include <filesystem>
+#include <algorithm>
 #include <map>
 #include <random>
 #include <string>
@@ -47,10 +48,11 @@ void Update(float* row, float g) {
   row[3] += 1.0f;
 }
 
-// Every row of both tiers, by id, with its entry's last update.
+// Every row of both tiers, by id, with its entry's last update and count.
 struct Held {
   std::vector<float> row;
   int64_t last = -1;
+  double count = -1;
   bool operator==(const Held& o) const {
     return row.size() == o.row.size() &&
            std::memcmp(row.data(), o.row.data(), row.size() * sizeof(float)) == 0;
@@ -61,7 +63,8 @@ std::map<int64_t, Held> AllRows(const HashRowTable& table, int64_t now) {
   absl::Status s = table.ForEachRow(
       now, [&](int64_t id, std::span<const float> row, const EvictionIndex::Entry* e) {
         EXPECT_FALSE(all.contains(id)) << "id " << id << " in both tiers";
-        all[id] = {std::vector<float>(row.begin(), row.end()), e == nullptr ? -1 : e->last};
+        all[id] = {std::vector<float>(row.begin(), row.end()), e == nullptr ? -1 : e->last,
+                   e == nullptr ? -1 : e->count};
         return absl::OkStatus();
       });
   EXPECT_TRUE(s.ok()) << s;
@@ -96,7 +99,7 @@ class HashRowTableDiskTest : public ::testing::Test {
   }
 
   std::string dir_;
-  std::unique_ptr<DiskTier> tier_;
+  std::shared_ptr<DiskTier> tier_;
 };
 
 TEST_F(HashRowTableDiskTest, EvictedRow_GoesToDisk_AndAPushBringsItBackBitIdentical) {
@@ -250,6 +253,66 @@ TEST_F(HashRowTableDiskTest, SamePushes_QuarterInMemory_EqualsUnbounded) {
       EXPECT_TRUE(in_tiers[id] == held) << "row " << id << " differs";
     }
   }
+}
+
+// Rows a save's stream gives, by id, in the order it gives them.
+std::map<int64_t, Held> StreamRows(const common::ShardRowStream& stream,
+                                   std::vector<int64_t>* order) {
+  std::map<int64_t, Held> all;
+  absl::Status s = stream.ForEach(
+      [&](int64_t id, std::span<const float> row, int64_t last, double count) {
+        EXPECT_FALSE(all.contains(id)) << "id " << id << " twice";
+        all[id] = {std::vector<float>(row.begin(), row.end()), last, count};
+        order->push_back(id);
+        return absl::OkStatus();
+      });
+  EXPECT_TRUE(s.ok()) << s;
+  return all;
+}
+
+TEST_F(HashRowTableDiskTest, Cut_GivesTheRowsOfBothTiers_InIdOrder_AsOfItsInstant) {
+  for (const char* eviction : {"lru", "lfu:50", "ttl:40"}) {
+    SCOPED_TRACE(eviction);
+    std::unique_ptr<HashRowTable> table = MakeTable(Bounded(50, eviction));
+    std::mt19937_64 rng(11);
+    std::geometric_distribution<int64_t> ids(0.01);
+    int64_t t = 0;
+    auto pushes = [&](int n) {
+      for (int push = 0; push < n; ++push) {
+        table->Expire(++t);
+        for (int k = 0; k < 4; ++k) {
+          if (float* row = table->Touch(ids(rng) - 20, t)) Update(row, 0.5f);
+        }
+      }
+    };
+    pushes(400);
+    ASSERT_GT(table->rows_on_disk(), 50);
+    const std::map<int64_t, Held> before = AllRows(*table, t);
+    absl::StatusOr<std::unique_ptr<common::ShardRowStream>> cut = table->Cut(t, tier_);
+    ASSERT_TRUE(cut.ok()) << cut.status();
+    // Training goes on: rows move between the tiers and change.
+    pushes(200);
+    ASSERT_NE(AllRows(*table, t), before);
+    for (int pass = 0; pass < 2; ++pass) {
+      std::vector<int64_t> order;
+      const std::map<int64_t, Held> got = StreamRows(**cut, &order);
+      EXPECT_TRUE(std::is_sorted(order.begin(), order.end()));
+      EXPECT_EQ((*cut)->Count().value(), static_cast<int64_t>(before.size()));
+      ASSERT_EQ(got.size(), before.size());
+      for (const auto& [id, held] : before) {
+        ASSERT_TRUE(got.contains(id)) << id;
+        const Held& g = got.at(id);
+        EXPECT_TRUE(g == held) << "row " << id << " differs";
+        EXPECT_EQ(g.last, held.last) << id;
+        EXPECT_EQ(g.count, held.count) << id;
+      }
+    }
+  }
+}
+
+TEST_F(HashRowTableDiskTest, Cut_OfATableWithoutItsTier_IsRefused) {
+  std::unique_ptr<HashRowTable> table = MakeTable(Bounded(5, "lru"), /*disk=*/false);
+  EXPECT_EQ(table->Cut(1, tier_).status().code(), absl::StatusCode::kFailedPrecondition);
 }
 
 }  // namespace

@@ -88,6 +88,21 @@ std::vector<common::ShardRecord> VariableStore::Snapshot(absl::Duration* held, C
         r.values = var->values;
         r.slots = var->slots;
       }
+    } else if (var->table.has_disk()) {
+      // Streamed (table_cut.h): the rows in memory go to a scratch table
+      // on disk, so that neither tier is copied into RAM.
+      absl::StatusOr<std::unique_ptr<common::ShardRowStream>> stream =
+          var->table.Cut(r.version, options_.disk_tier);
+      if (!stream.ok()) {
+        if (cut != nullptr) cut->error = stream.status();
+        return {};
+      }
+      r.stream = *std::move(stream);
+      r.stream_slots = num_slots;
+      r.slots.clear();
+      if (const AdmissionFilter* admission = var->table.admission()) {
+        r.admission = admission->Serialize();
+      }
     } else {
       const int64_t dim = var->dim;
       r.values.reserve(var->table.size() * dim);
@@ -157,12 +172,28 @@ class Fnv {
 
 }  // namespace
 
-uint64_t VariableStore::Digest() const {
-  std::vector<common::ShardRecord> records = Snapshot();
+absl::StatusOr<uint64_t> VariableStore::Digest() const {
+  Cut cut;
+  std::vector<common::ShardRecord> records = Snapshot(nullptr, &cut);
+  if (!cut.error.ok()) return cut.error;
   Fnv fnv;
   for (const common::ShardRecord& r : records) {  // sorted by name
     fnv.Add(r.spec.name().data(), r.spec.name().size());
     fnv.AddValue(r.version);
+    if (r.stream != nullptr) {
+      // In id order already; a row's values and slots are contiguous.
+      absl::StatusOr<int64_t> rows = r.stream->Count();
+      if (!rows.ok()) return rows.status();
+      fnv.AddValue(*rows);
+      absl::Status s = r.stream->ForEach(
+          [&](int64_t id, std::span<const float> row, int64_t, double) -> absl::Status {
+            fnv.AddValue(id);
+            fnv.Add(row.data(), row.size() * sizeof(float));
+            return absl::OkStatus();
+          });
+      if (!s.ok()) return s;
+      continue;
+    }
     fnv.AddValue(r.rows);
     const size_t dim = r.rows > 0 ? r.values.size() / static_cast<size_t>(r.rows) : 0;
     std::vector<size_t> order(static_cast<size_t>(r.rows));

@@ -254,7 +254,7 @@ TEST(SyncRowsTest, ExportState_CarriesTheRowsSummed) {
   }
   EXPECT_EQ(Rows(copy, "t/part_0", {0, 6}), (std::vector<float>{-0.5f, -1, -2.5f, -3}));
   EXPECT_EQ(Rows(copy, "h/part_0", {11, 12}), Rows(original, "h/part_0", {11, 12}));
-  EXPECT_EQ(copy.Digest(), original.Digest());
+  EXPECT_EQ(copy.Digest().value(), original.Digest().value());
 }
 
 }  // namespace

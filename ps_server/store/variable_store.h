@@ -293,8 +293,10 @@ class VariableStore {
   // A 64-bit hash (FNV-1a) of every variable's name, version, values and
   // slots, and of each hash row with its id, in id order: equal for two
   // stores that went through the same changes, whatever the order their
-  // hash tables were filled in. Takes a Snapshot (a copy of the store).
-  uint64_t Digest() const;
+  // hash tables were filled in, and whichever tier holds a row. Takes a
+  // Snapshot (a copy of the store; tables with a disk tier streamed).
+  // Errors: the disk tier's, reading a table's rows.
+  absl::StatusOr<uint64_t> Digest() const;
 
   // Loads the variables this store holds from `records`, the shards of a
   // checkpoint written by any number of ps: each variable or partition takes
