@@ -108,7 +108,7 @@ absl::StatusOr<uint32_t> ShardReader::Skip(uint64_t n, const std::string& what) 
 
 template <typename T>
 absl::Status ShardReader::ReadTensor(std::vector<T>* out, uint64_t bytes, bool keeping,
-                                     const std::string& what) {
+                                     const std::string& what, ShardRowsLayout* layout) {
   // `bytes` 0: any size the file gives (and has).
   uint64_t payload_bytes = 0;
   PST_RETURN_IF_ERROR(Read(&payload_bytes, sizeof(payload_bytes), what));
@@ -118,6 +118,7 @@ absl::Status ShardReader::ReadTensor(std::vector<T>* out, uint64_t bytes, bool k
                              bytes != 0 ? absl::StrCat(bytes) : "what is left", " (",
                              remaining(), " bytes left)"));
   }
+  if (layout != nullptr) layout->offsets.push_back(offset_);
   uint32_t actual = 0;
   if (keeping) {
     out->resize(static_cast<size_t>(payload_bytes / sizeof(T)));
@@ -132,10 +133,13 @@ absl::Status ShardReader::ReadTensor(std::vector<T>* out, uint64_t bytes, bool k
     return Loss(absl::StrCat(what, " checksum mismatch: stored crc32 ", stored, ", computed ",
                              actual));
   }
+  if (layout != nullptr) layout->crcs.push_back(stored);
   return absl::OkStatus();
 }
 
-absl::StatusOr<bool> ShardReader::Next(ShardRecord* record, const KeepTensors& keep) {
+absl::StatusOr<bool> ShardReader::Next(ShardRecord* record, const KeepTensors& keep,
+                                       ShardRowsLayout* layout) {
+  if (layout != nullptr) *layout = ShardRowsLayout();
   if (finished_) return false;
   if (records_read_ == record_count_) {
     char trailer[kShardTagBytes];
@@ -199,6 +203,13 @@ absl::StatusOr<bool> ShardReader::Next(ShardRecord* record, const KeepTensors& k
   const uint32_t num_slots = tensor_count - fixed;
   r.slots.resize(num_slots);
   const bool keeping = keep == nullptr || keep(r.spec);
+  // Laid out for ReadRows: a hash record not kept.
+  ShardRowsLayout* rows_layout = hash && !keeping ? layout : nullptr;
+  if (rows_layout != nullptr) {
+    rows_layout->rows = r.rows;
+    rows_layout->slots = static_cast<int>(num_slots);
+    rows_layout->dim = r.rows > 0 ? static_cast<int64_t>(*float_bytes / sizeof(float)) / r.rows : 0;
+  }
   for (uint32_t t = 0; t < tensor_count; ++t) {
     uint64_t payload_bytes = 0;
     PST_RETURN_IF_ERROR(read(&payload_bytes, sizeof(payload_bytes), absl::StrCat("tensor ", t)));
@@ -234,6 +245,7 @@ absl::StatusOr<bool> ShardReader::Next(ShardRecord* record, const KeepTensors& k
       PST_RETURN_IF_ERROR(read(data, payload_bytes, absl::StrCat("tensor ", t)));
       actual = ShardCrc32(static_cast<const char*>(data), payload_bytes);
     } else {
+      if (rows_layout != nullptr) rows_layout->offsets.push_back(offset_);
       PST_ASSIGN_OR_RETURN(actual, Skip(payload_bytes, absl::StrCat("tensor ", t)));
     }
     uint32_t stored = 0;
@@ -242,6 +254,7 @@ absl::StatusOr<bool> ShardReader::Next(ShardRecord* record, const KeepTensors& k
       return loss(absl::StrCat("tensor ", t, " checksum mismatch: stored crc32 ", stored,
                                ", computed ", actual));
     }
+    if (rows_layout != nullptr) rows_layout->crcs.push_back(stored);
   }
   if (format_ >= 2) {
     uint32_t extras = 0;
@@ -256,12 +269,18 @@ absl::StatusOr<bool> ShardReader::Next(ShardRecord* record, const KeepTensors& k
         return loss(absl::StrCat(r.rows, " row entries cannot fit in the ", remaining(),
                                  " bytes left"));
       }
-      PST_RETURN_IF_ERROR(ReadTensor(&r.row_last, n * sizeof(int64_t), keeping, "row entries"));
-      PST_RETURN_IF_ERROR(ReadTensor(&r.row_count, n * sizeof(double), keeping, "row counts"));
+      PST_RETURN_IF_ERROR(
+          ReadTensor(&r.row_last, n * sizeof(int64_t), keeping, "row entries", rows_layout));
+      PST_RETURN_IF_ERROR(
+          ReadTensor(&r.row_count, n * sizeof(double), keeping, "row counts", rows_layout));
+      if (rows_layout != nullptr) rows_layout->entries = true;
     }
     if ((extras & kShardAdmission) != 0) {
       std::vector<char> admission;
-      PST_RETURN_IF_ERROR(ReadTensor(&admission, 0, keeping, "the admission counts"));
+      // Kept whatever `keep` says: small (a fixed size), and a streamed
+      // table's restore needs it.
+      PST_RETURN_IF_ERROR(
+          ReadTensor(&admission, 0, keeping || rows_layout != nullptr, "the admission counts"));
       r.admission.assign(admission.begin(), admission.end());
     }
   }
@@ -274,6 +293,68 @@ absl::StatusOr<bool> ShardReader::Next(ShardRecord* record, const KeepTensors& k
                              actual_crc));
   }
   return true;
+}
+
+absl::Status ShardReader::ReadRows(const ShardRowsLayout& layout,
+                                   absl::FunctionRef<absl::Status(const ShardRowChunk&)> fn) {
+  const size_t floats = static_cast<size_t>(1 + layout.slots);
+  const size_t tensors = floats + 1 + (layout.entries ? 2 : 0);
+  if (layout.offsets.size() != tensors || layout.crcs.size() != tensors || layout.dim < 0 ||
+      layout.rows < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("checkpoint shard ", path_, ": a row layout Next did not make"));
+  }
+  const uint64_t dim = static_cast<uint64_t>(layout.dim);
+  // Each tensor's element size, and the rows of a chunk: about 1 MiB of
+  // the widest tensor.
+  std::vector<uint64_t> element(tensors, sizeof(int64_t));
+  for (size_t t = 0; t < floats; ++t) element[t] = dim * sizeof(float);
+  const uint64_t widest = std::max<uint64_t>(dim * sizeof(float), sizeof(int64_t));
+  const int64_t chunk_rows = static_cast<int64_t>(std::max<uint64_t>(1, kBufferBytes / widest));
+  std::vector<std::vector<char>> data(tensors);
+  std::vector<uint32_t> crcs(tensors, static_cast<uint32_t>(crc32(0L, Z_NULL, 0)));
+  ShardRowChunk chunk;
+  chunk.dim = layout.dim;
+  chunk.slots.resize(static_cast<size_t>(layout.slots));
+  for (int64_t first = 0; first < layout.rows; first += chunk_rows) {
+    const int64_t n = std::min(chunk_rows, layout.rows - first);
+    for (size_t t = 0; t < tensors; ++t) {
+      const uint64_t bytes = static_cast<uint64_t>(n) * element[t];
+      data[t].resize(static_cast<size_t>(bytes));
+      uint64_t at = layout.offsets[t] + static_cast<uint64_t>(first) * element[t];
+      if (at + bytes > static_cast<uint64_t>(file_bytes_)) {
+        return Loss("cut short since it was checked");
+      }
+      for (uint64_t done = 0; done < bytes;) {
+        const ssize_t got = ::pread(fd_, data[t].data() + done, bytes - done,
+                                    static_cast<off_t>(at + done));
+        if (got < 0 && errno == EINTR) continue;
+        if (got < 0) return OsError("read", path_, errno);
+        if (got == 0) return Loss("cut short since it was checked");
+        done += static_cast<uint64_t>(got);
+      }
+      crcs[t] = static_cast<uint32_t>(
+          crc32_combine(crcs[t], ShardCrc32(data[t].data(), bytes), static_cast<z_off_t>(bytes)));
+    }
+    chunk.first = first;
+    chunk.n = n;
+    chunk.values = reinterpret_cast<const float*>(data[0].data());
+    for (int s = 0; s < layout.slots; ++s) {
+      chunk.slots[s] = reinterpret_cast<const float*>(data[1 + s].data());
+    }
+    chunk.ids = reinterpret_cast<const int64_t*>(data[floats].data());
+    chunk.last = layout.entries ? reinterpret_cast<const int64_t*>(data[floats + 1].data()) : nullptr;
+    chunk.count = layout.entries ? reinterpret_cast<const double*>(data[floats + 2].data()) : nullptr;
+    PST_RETURN_IF_ERROR(fn(chunk));
+  }
+  for (size_t t = 0; t < tensors; ++t) {
+    if (crcs[t] != layout.crcs[t]) {
+      return Loss(absl::StrCat("a tensor's checksum no longer matches (stored crc32 ",
+                               layout.crcs[t], ", computed ", crcs[t],
+                               "): the file changed since it was checked"));
+    }
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace pst::common

@@ -16,10 +16,35 @@
 #include <string>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "common/checkpoint_format.h"
 
 namespace pst::common {
+
+// Where a hash record's row tensors lie in its file, for ShardReader::
+// ReadRows: the payload offset and stored crc32 of the values, each slot,
+// the ids, and (with row entries) each row's last update and count.
+struct ShardRowsLayout {
+  int64_t rows = 0;
+  int64_t dim = 0;
+  int slots = 0;
+  bool entries = false;
+  std::vector<uint64_t> offsets;  // values, slots..., ids[, last, count]
+  std::vector<uint32_t> crcs;     // each one's stored crc32
+};
+
+// Rows [first, first + n) of a record, each tensor's part of them.
+struct ShardRowChunk {
+  int64_t first = 0;
+  int64_t n = 0;
+  int64_t dim = 0;
+  const int64_t* ids = nullptr;
+  const float* values = nullptr;             // [n, dim]
+  std::vector<const float*> slots;           // each [n, dim]
+  const int64_t* last = nullptr;             // [n], or null without entries
+  const double* count = nullptr;             // [n], or null without entries
+};
 
 class ShardReader {
  public:
@@ -48,7 +73,23 @@ class ShardReader {
   // Errors: DataLoss naming the file and the record (and its variable when
   // known) for a truncated file, a checksum mismatch, sizes that do not
   // match the spec, or bytes after the trailer.
-  absl::StatusOr<bool> Next(ShardRecord* record, const KeepTensors& keep = nullptr);
+  //
+  // `layout`, when given, is filled for a hash record `keep` refuses (and
+  // cleared for any other), so that its rows can be read after all with
+  // ReadRows: a record too big to hold is checked whole by Next first, then
+  // read in chunks.
+  absl::StatusOr<bool> Next(ShardRecord* record, const KeepTensors& keep = nullptr,
+                            ShardRowsLayout* layout = nullptr);
+
+  // Reads the rows of a record Next laid out, in chunks of about 1 MiB a
+  // tensor, in order, and calls `fn` on each (its pointers valid during the
+  // call). Every tensor's crc32 is checked again at its end; `fn` may have
+  // been given rows before a mismatch is found, so a caller keeps nothing
+  // until ReadRows returned OK. Stops at `fn`'s first error.
+  // Errors: DataLoss naming the file when a checksum no longer matches (the
+  // file changed since Next) or it was cut short; Internal for a read error.
+  absl::Status ReadRows(const ShardRowsLayout& layout,
+                        absl::FunctionRef<absl::Status(const ShardRowChunk&)> fn);
 
   // After Next returned false: the crc32 of the whole file.
   uint32_t file_crc32() const { return file_crc_; }
@@ -58,9 +99,10 @@ class ShardReader {
 
   // Reads one tensor of exactly `bytes` into `out` (resized), or through
   // the small buffer when not `keeping`; checks its crc32.
+  // With `layout`, notes the payload's offset and stored crc32 there.
   template <typename T>
   absl::Status ReadTensor(std::vector<T>* out, uint64_t bytes, bool keeping,
-                          const std::string& what);
+                          const std::string& what, ShardRowsLayout* layout = nullptr);
   // Reads exactly `n` bytes into `out`, adding them to the file's (and,
   // while in a record, the record's) checksum.
   absl::Status Read(void* out, uint64_t n, const std::string& what);

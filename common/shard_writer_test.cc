@@ -1,6 +1,8 @@
-// WriteShardFile's streaming (common/shard_writer.cc): a record whose rows
-// come from a ShardRowStream is written to the same bytes as the same rows
-// held in the record, and a stream that breaks its word leaves no file.
+// Streaming shard files both ways: WriteShardFile (common/shard_writer.cc)
+// writes a record whose rows come from a ShardRowStream to the same bytes
+// as the same rows held, and a stream that breaks its word leaves no file;
+// ShardReader::ReadRows reads a record Next did not keep in chunks, every
+// checksum checked again.
 #include <unistd.h>
 
 #include <filesystem>
@@ -259,6 +261,75 @@ TEST_F(ShardWriterTest, RecordBothStreamedAndHeld_IsRefused) {
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
   EXPECT_NE(s.message().find("not hashed"), std::string::npos) << s;
   EXPECT_EQ(Files(), 0);
+}
+
+TEST_F(ShardWriterTest, ReadRows_GivesARecordNotKept_InChunks_AsWritten) {
+  constexpr int64_t kDim = 8;
+  const std::vector<Row> rows = MakeRows(70000, kDim, 2);  // several chunks
+  ASSERT_TRUE(WriteShardFile(Path("shard"),
+                             {Dense(), Streamed(HashSpec(kDim), std::make_shared<VectorStream>(rows),
+                                                2)},
+                             nullptr)
+                  .ok());
+  absl::StatusOr<std::unique_ptr<ShardReader>> reader = ShardReader::Open(Path("shard"));
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  auto not_hash = [](const proto::VariableSpec& spec) { return spec.routing() != proto::HASH; };
+  ShardRecord dense, table;
+  ShardRowsLayout layout;
+  ASSERT_TRUE((*reader)->Next(&dense, not_hash, &layout).value());
+  EXPECT_EQ(dense.values.size(), 6u);
+  EXPECT_TRUE(layout.offsets.empty()) << "a record kept is not laid out";
+  ASSERT_TRUE((*reader)->Next(&table, not_hash, &layout).value());
+  EXPECT_TRUE(table.values.empty() && table.hash_ids.empty());
+  EXPECT_EQ(table.rows, 70000);
+  EXPECT_EQ(table.admission, "admission bytes") << "kept: a restore needs it";
+  EXPECT_EQ(layout.dim, kDim);
+  EXPECT_TRUE(layout.entries);
+  ShardRecord end;
+  ASSERT_FALSE((*reader)->Next(&end, not_hash).value());
+
+  int64_t next = 0;
+  int chunks = 0;
+  absl::Status s = (*reader)->ReadRows(layout, [&](const ShardRowChunk& c) {
+    ++chunks;
+    EXPECT_EQ(c.first, next);
+    for (int64_t k = 0; k < c.n; ++k) {
+      const Row& want = rows[c.first + k];
+      EXPECT_EQ(c.ids[k], want.id);
+      EXPECT_EQ(c.last[k], want.last);
+      EXPECT_EQ(c.count[k], want.count);
+      EXPECT_EQ(c.values[k * kDim + 3], want.floats[3]);
+      EXPECT_EQ(c.slots[1][k * kDim + 7], want.floats[2 * kDim + 7]);
+    }
+    next += c.n;
+    return absl::OkStatus();
+  });
+  ASSERT_TRUE(s.ok()) << s;
+  EXPECT_EQ(next, 70000);
+  EXPECT_GT(chunks, 1);
+}
+
+TEST_F(ShardWriterTest, ReadRows_FileChangedSinceNext_IsDataLoss) {
+  const std::vector<Row> rows = MakeRows(1000, 4, 1);
+  ASSERT_TRUE(WriteShardFile(Path("shard"),
+                             {Streamed(HashSpec(4), std::make_shared<VectorStream>(rows), 1)},
+                             nullptr)
+                  .ok());
+  absl::StatusOr<std::unique_ptr<ShardReader>> reader = ShardReader::Open(Path("shard"));
+  ASSERT_TRUE(reader.ok());
+  ShardRecord table;
+  ShardRowsLayout layout;
+  auto none = [](const proto::VariableSpec&) { return false; };
+  ASSERT_TRUE((*reader)->Next(&table, none, &layout).value());
+  // A byte of the ids flipped after Next checked them.
+  {
+    std::fstream f(Path("shard"), std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(static_cast<std::streamoff>(layout.offsets[2] + 100));
+    f.put('\x5a');
+  }
+  absl::Status s = (*reader)->ReadRows(layout, [](const ShardRowChunk&) { return absl::OkStatus(); });
+  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << s;
+  EXPECT_NE(s.message().find(Path("shard")), std::string::npos) << s;
 }
 
 }  // namespace

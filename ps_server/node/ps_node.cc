@@ -238,12 +238,8 @@ absl::Status PsNode::RestoreFrom(const std::string& dir, const proto::RestoreReq
   std::vector<std::unique_ptr<VariableStore::Restorer>> restorers;
   restorers.push_back(store_->BeginRestore());
   for (const BackupCopies::Held& copy : copies) restorers.push_back(copy.store->BeginRestore());
-  auto holds = [&](const proto::VariableSpec& spec) {
-    for (const auto& restorer : restorers) {
-      if (restorer->Holds(spec)) return true;
-    }
-    return false;
-  };
+  std::vector<VariableStore::Restorer*> all;
+  for (const auto& restorer : restorers) all.push_back(restorer.get());
   int64_t bytes = 0;
   for (const proto::CheckpointShard& shard : request.manifest().shards()) {
     const std::string path = absl::StrCat(dir, "/", shard.file());
@@ -254,15 +250,7 @@ absl::Status PsNode::RestoreFrom(const std::string& dir, const proto::RestoreReq
                                               reader->file_bytes(), " bytes, the manifest says ",
                                               shard.bytes()));
     }
-    while (true) {
-      common::ShardRecord record;
-      // Records of variables this ps does not hold are checked, not kept.
-      PST_ASSIGN_OR_RETURN(const bool more, reader->Next(&record, holds));
-      if (!more) break;
-      for (const auto& restorer : restorers) {
-        if (restorer->Holds(record.spec)) PST_RETURN_IF_ERROR(restorer->Absorb(record));
-      }
-    }
+    PST_RETURN_IF_ERROR(AbsorbShard(*reader, all));
     if (reader->file_crc32() != shard.crc32()) {
       return absl::DataLossError(absl::StrCat("checkpoint shard ", path, " has crc32 ",
                                               reader->file_crc32(), ", the manifest says ",

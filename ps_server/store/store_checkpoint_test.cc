@@ -12,6 +12,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/checkpoint_format.h"
+#include "common/shard_reader.h"
+#include "ps_server/store/store_restorer.h"
 #include "ps_server/store/store_test_util.h"
 #include "ps_server/store/variable_store.h"
 
@@ -158,6 +160,51 @@ TEST(StoreCheckpointTest, RestoreOntoAnotherPartitioning_MergesTheOldCounts_Neve
   for (int64_t id = 0; id < 40; ++id) all.push_back(id);
   ASSERT_TRUE(Push(whole, 2, all).ok());
   EXPECT_EQ(IdsHeld(whole), all) << "every id's third touch admits it";
+}
+
+// A restore as a ps does it (AbsorbShard): a table with a disk tier read
+// row by row into a scratch table. Rows of another width are refused before
+// anything changes, and the scratch table goes with the restorer.
+TEST(StoreCheckpointTest, StreamedRestore_OfAnotherWidth_IsRefused_AndChangesNothing) {
+  const std::string dir = absl::StrCat(::testing::TempDir(), "/store_checkpoint_test_tier_",
+                                       getpid());
+  std::filesystem::remove_all(dir);
+  std::shared_ptr<DiskTier> tier = DiskTier::Open(dir, {}).value();
+  VariableStore::Options options;
+  options.disk_tier = tier;
+  VariableStore saved(options);
+  ASSERT_TRUE(saved.Create(Create(/*capacity=*/3, 1)).ok());
+  for (int64_t step = 0; step < 4; ++step) ASSERT_TRUE(Push(saved, step, {step, step + 10}).ok());
+  const std::string path = dir + "/shard.pst";
+  ASSERT_TRUE(common::WriteShardFile(path, saved.Snapshot(), nullptr).ok());
+
+  proto::CreateVariablesRequest wide = Create(3, 1);
+  wide.mutable_variables(0)->set_shape(1, kDim + 1);
+  VariableStore other(options);
+  ASSERT_TRUE(other.Create(wide).ok());
+  const uint64_t before = other.Digest().value();
+  {
+    std::unique_ptr<StoreRestorer> restorer = other.BeginRestore();
+    StoreRestorer* restorers[] = {restorer.get()};
+    std::unique_ptr<common::ShardReader> reader = common::ShardReader::Open(path).value();
+    absl::Status s = AbsorbShard(*reader, restorers);
+    EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+    EXPECT_NE(s.message().find("'emb' has rows of 2"), std::string::npos) << s;
+  }
+  EXPECT_EQ(other.Digest().value(), before);
+
+  // The same width restores, row by row, to the saved rows.
+  VariableStore same(options);
+  ASSERT_TRUE(same.Create(Create(3, 1)).ok());
+  std::unique_ptr<StoreRestorer> restorer = same.BeginRestore();
+  StoreRestorer* restorers[] = {restorer.get()};
+  std::unique_ptr<common::ShardReader> reader = common::ShardReader::Open(path).value();
+  ASSERT_TRUE(AbsorbShard(*reader, restorers).ok());
+  ASSERT_TRUE(restorer->Commit(1).ok());
+  EXPECT_EQ(same.Digest().value(), saved.Digest().value());
+  EXPECT_GT(same.GetStats().AllTables().rows_on_disk, 0);
+  tier.reset();
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 #include "ps_server/store/store_restorer.h"
 
 #include <algorithm>
+#include <limits>
 #include <optional>
 
 #include "absl/strings/str_cat.h"
@@ -15,6 +16,9 @@ namespace pst::ps {
 namespace {
 
 using store_internal::LogicalName;
+
+// The `last` of a staged row the checkpoint gave no entry.
+constexpr int64_t kNoEntry = std::numeric_limits<int64_t>::min();
 
 // The global row of local row r of `spec` (whole variables: r itself).
 int64_t GlobalRow(const proto::VariableSpec& spec, int64_t r) {
@@ -50,6 +54,9 @@ struct StoreRestorer::Loaded {
   // or every old partition's merged (AdmissionFilter::MergeMax).
   std::optional<AdmissionFilter> admission;
   bool own_admission = false;
+  // A table with a disk tier takes its rows into a scratch table of the
+  // tier instead of hash_rows (AbsorbRows): none of it held in RAM.
+  std::unique_ptr<DiskTier::Scratch> staged;
 };
 
 StoreRestorer::StoreRestorer(VariableStore* store) : store_(store) {
@@ -73,6 +80,70 @@ bool StoreRestorer::Holds(const proto::VariableSpec& spec) const {
   return by_logical_.contains(LogicalName(spec));
 }
 
+bool StoreRestorer::Streams(const proto::VariableSpec& spec) const {
+  auto it = by_logical_.find(LogicalName(spec));
+  if (it == by_logical_.end()) return false;
+  for (const Loaded* l : it->second) {
+    if (l->var->is_hash && l->var->table.has_disk()) return true;
+  }
+  return false;
+}
+
+absl::Status StoreRestorer::AbsorbRows(const common::ShardRecord& r,
+                                       const common::ShardRowChunk& chunk) {
+  auto it = by_logical_.find(LogicalName(r.spec));
+  if (it == by_logical_.end()) return absl::OkStatus();
+  const int64_t width = chunk.dim * (1 + num_slots_);
+  std::vector<float> rows;
+  std::vector<DiskTier::Row> batch;
+  for (Loaded* l : it->second) {
+    const Variable& var = *l->var;
+    if (!var.is_hash) continue;
+    if (chunk.dim != var.dim || static_cast<int>(chunk.slots.size()) != num_slots_) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "variable '", LogicalName(r.spec), "' has rows of ", chunk.dim, " with ",
+          chunk.slots.size(), " slot(s) in the checkpoint but ", var.dim, " with ", num_slots_,
+          " here"));
+    }
+    const bool disk = var.table.has_disk();
+    if (disk && l->staged == nullptr) {
+      PST_ASSIGN_OR_RETURN(l->staged, store_->options_.disk_tier->NewScratch(width));
+    }
+    rows.clear();
+    batch.clear();
+    std::vector<int64_t> taken;
+    for (int64_t k = 0; k < chunk.n; ++k) {
+      const int64_t id = chunk.ids[k];
+      if (common::HashPartition(id, var.spec.num_partitions()) != var.spec.partition()) continue;
+      taken.push_back(k);
+    }
+    rows.resize(taken.size() * static_cast<size_t>(width));
+    for (size_t j = 0; j < taken.size(); ++j) {
+      const int64_t k = taken[j];
+      float* row = rows.data() + j * width;
+      std::copy_n(chunk.values + k * chunk.dim, chunk.dim, row);
+      for (int s = 0; s < num_slots_; ++s) {
+        std::copy_n(chunk.slots[s] + k * chunk.dim, chunk.dim, row + (s + 1) * chunk.dim);
+      }
+    }
+    for (size_t j = 0; j < taken.size(); ++j) {
+      const int64_t k = taken[j];
+      const int64_t id = chunk.ids[k];
+      std::span<const float> row(rows.data() + j * width, static_cast<size_t>(width));
+      if (disk) {
+        // No entry: "updated at the restored version" (Commit), as Replace.
+        batch.push_back({id, row, chunk.last != nullptr ? chunk.last[k] : kNoEntry,
+                         chunk.count != nullptr ? chunk.count[k] : 0.0});
+        continue;
+      }
+      l->hash_rows[id].assign(row.begin(), row.end());
+      if (chunk.last != nullptr) l->entries[id] = {chunk.last[k], chunk.count[k], 0.0};
+    }
+    if (disk) PST_RETURN_IF_ERROR(l->staged->Put(batch));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status StoreRestorer::Absorb(const common::ShardRecord& r) {
   auto it = by_logical_.find(LogicalName(r.spec));
   if (it == by_logical_.end()) return absl::OkStatus();  // none of it is held here
@@ -80,8 +151,10 @@ absl::Status StoreRestorer::Absorb(const common::ShardRecord& r) {
     // Only the const parts of a Variable are read here (spec, rows, dim).
     const Variable& var = *l->var;
     const int64_t dim = var.dim;
-    const int64_t rdim = r.rows > 0 ? static_cast<int64_t>(r.values.size()) / r.rows : dim;
-    if (r.rows > 0 && rdim != dim) {
+    // A record not kept (its rows read by AbsorbRows) has no values.
+    const bool held = !r.values.empty();
+    const int64_t rdim = held ? static_cast<int64_t>(r.values.size()) / r.rows : dim;
+    if (held && rdim != dim) {
       return absl::FailedPreconditionError(absl::StrCat("variable '", LogicalName(r.spec),
                                                         "' has rows of ", rdim,
                                                         " in the checkpoint but ", dim, " here"));
@@ -184,6 +257,7 @@ absl::Status StoreRestorer::Commit(int64_t generation) {
         // And forgets touch counts.
         absl::Status replaced = var.table.Replace(std::move(l->hash_rows), l->version,
                                                   l->entries, std::move(l->admission));
+        if (replaced.ok() && l->staged != nullptr) replaced = LoadStaged(*l);
         if (disk.ok()) disk = replaced;
       } else {
         var.values = std::move(l->values);
@@ -214,6 +288,58 @@ absl::Status StoreRestorer::Commit(int64_t generation) {
         "the ps was restored from a checkpoint while this call waited; pull again"));
   }
   return disk;
+}
+
+absl::Status StoreRestorer::LoadStaged(Loaded& l) {
+  HashRowTable& table = l.var->table;
+  const bool lfu = table.limits().policy.eviction == common::TablePolicy::Eviction::kLfu;
+  std::unique_ptr<DiskTier::View> view = l.staged->Seal();
+  l.staged.reset();
+  // Row by row: past the capacity, the policy's first rows go to disk, so
+  // memory holds the rows the policy keeps, as Replace would leave it.
+  std::unique_ptr<DiskTier::Cursor> c = view->Scan();
+  for (; c->Valid(); c->Next()) {
+    EvictionIndex::Entry entry{c->last(), c->count(), 0.0};
+    if (entry.last == kNoEntry) entry = {l.version, lfu ? 1.0 : 0.0, 0.0};  // as a fresh Note
+    table.LoadRow(c->id(), reinterpret_cast<const char*>(c->row().data()), entry);
+  }
+  return c->status();
+}
+
+absl::Status AbsorbShard(common::ShardReader& reader,
+                         std::span<StoreRestorer* const> restorers) {
+  auto holds = [&](const proto::VariableSpec& spec) {
+    for (const StoreRestorer* r : restorers) {
+      if (r->Holds(spec)) return true;
+    }
+    return false;
+  };
+  auto streams = [&](const proto::VariableSpec& spec) {
+    for (const StoreRestorer* r : restorers) {
+      if (r->Streams(spec)) return true;
+    }
+    return false;
+  };
+  // Records of variables no restorer holds are checked, not kept; those of
+  // tables with rows on disk are read row by row, never whole.
+  auto keep = [&](const proto::VariableSpec& spec) { return holds(spec) && !streams(spec); };
+  while (true) {
+    common::ShardRecord record;
+    common::ShardRowsLayout layout;
+    PST_ASSIGN_OR_RETURN(const bool more, reader.Next(&record, keep, &layout));
+    if (!more) return absl::OkStatus();
+    if (!holds(record.spec)) continue;
+    for (StoreRestorer* r : restorers) {
+      if (r->Holds(record.spec)) PST_RETURN_IF_ERROR(r->Absorb(record));
+    }
+    if (layout.offsets.empty()) continue;  // kept whole
+    PST_RETURN_IF_ERROR(reader.ReadRows(layout, [&](const common::ShardRowChunk& chunk) {
+      for (StoreRestorer* r : restorers) {
+        if (r->Holds(record.spec)) PST_RETURN_IF_ERROR(r->AbsorbRows(record, chunk));
+      }
+      return absl::OkStatus();
+    }));
+  }
 }
 
 absl::Status VariableStore::Restore(const std::vector<const common::ShardRecord*>& records,

@@ -4,7 +4,11 @@
 // (a variable takes its rows by global row, or by hash id, from every
 // record of the same logical variable, with its slots, and the highest
 // version among them), so the memory a restore needs is a copy of the
-// store's variables plus one record, whatever the checkpoint's size.
+// store's variables plus one record, whatever the checkpoint's size. A
+// table with a disk tier needs not even that: its records are read row by
+// row (Streams, AbsorbRows) into a scratch table of the tier, and Commit
+// loads them from there, the policy's first rows past the capacity going
+// to disk as they come.
 // Nothing in the store changes before Commit; a restorer dropped
 // uncommitted changes nothing. VariableStore::BeginRestore makes one
 // (VariableStore::Restorer), for the variables the store holds then.
@@ -20,12 +24,14 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "common/checkpoint_format.h"
+#include "common/shard_reader.h"
 #include "proto/pstrain.pb.h"
 
 namespace pst::ps {
@@ -38,9 +44,19 @@ class StoreRestorer {
   // Whether some variable here takes rows of `spec`'s logical variable: a
   // record it does not hold need not be read into memory.
   bool Holds(const proto::VariableSpec& spec) const;
+  // Whether some table here that takes rows of `spec`'s logical variable
+  // keeps rows on disk: its records are best not read into memory, but
+  // absorbed without their rows, then row by row with AbsorbRows.
+  bool Streams(const proto::VariableSpec& spec) const;
   // Errors: FailedPrecondition naming the variable when its row width or
-  // its number of optimizer slots differs from this store's.
+  // its number of optimizer slots differs from this store's. A hash record
+  // read without its rows (common::ShardReader::Next's layout) gives its
+  // version and admission counts here, its rows to AbsorbRows.
   absl::Status Absorb(const common::ShardRecord& record);
+  // Takes rows of `record` (as ShardReader::ReadRows gives them): a table
+  // with a disk tier into a scratch table of the tier, any other into
+  // memory. Errors: as Absorb's; the disk tier's.
+  absl::Status AbsorbRows(const common::ShardRecord& record, const common::ShardRowChunk& chunk);
   // Errors: FailedPrecondition naming the variable when no record held it
   // or some of its rows, or when variables were created since
   // BeginRestore. Otherwise as Restore. A disk tier error emptying a
@@ -54,12 +70,22 @@ class StoreRestorer {
   explicit StoreRestorer(VariableStore* store);
   // Takes a hash record's admission counts into `l`'s.
   absl::Status AbsorbAdmission(const common::ShardRecord& r, Loaded* l);
+  // Commit: loads the rows `l` staged on disk into its table, just
+  // emptied by Replace. Errors: the disk tier's.
+  absl::Status LoadStaged(Loaded& l);
   VariableStore* const store_;
   int num_slots_ = 0;
   std::vector<std::unique_ptr<Loaded>> loaded_;
   absl::flat_hash_map<std::string, std::vector<Loaded*>> by_logical_;
   bool committed_ = false;
 };
+
+// Absorbs every record of `reader`'s shard into each of `restorers` that
+// holds it (a ps restores its own store and the backup copies it keeps),
+// reading the records of tables that keep rows on disk row by row. The
+// caller then checks reader.file_crc32() against the manifest, and
+// commits. Errors: the reader's and the restorers'.
+absl::Status AbsorbShard(common::ShardReader& reader, std::span<StoreRestorer* const> restorers);
 
 }  // namespace pst::ps
 
