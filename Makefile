@@ -90,6 +90,7 @@ bench-tables: build
 	rm -rf $(BUILD_DIR)/bench_table_store
 	$(BUILD_DIR)/bin/hash_table_bench --table_store_dir=$(BUILD_DIR)/bench_table_store --rounds=3
 	rm -rf $(BUILD_DIR)/bench_table_store
+	$(BUILD_DIR)/bin/table_save_bench --dir=$(BUILD_DIR)/bench_table_save --rounds=2
 
 # Training throughput of a 2 ps + 2 worker cluster (with and without
 # --overlap) against one single-threaded process with no network.
