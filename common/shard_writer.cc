@@ -73,7 +73,9 @@ class FileBuilder {
     }
 
    private:
-    static constexpr size_t kBufferBytes = size_t{1} << 20;
+    // Each tensor of a streamed record has one: a save of a table with
+    // two slots and entries holds six.
+    static constexpr size_t kBufferBytes = size_t{256} << 10;
 
     absl::Status Flush() {
       if (buffer_.empty()) return absl::OkStatus();

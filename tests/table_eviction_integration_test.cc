@@ -250,5 +250,66 @@ TEST_F(TableEvictionTest, ChurningIds_TenthCapacity_EvictsStaysBoundedAndKeepsAu
   }
 }
 
+// The same churning job with a disk tier: a twelfth of each table's ids
+// in memory, the rest on disk, and a checkpoint every 100 steps as well as
+// the final one. Saves stream a table with rows on disk (table_cut.h)
+// instead of copying it, so each ps's peak RSS stays within 1.3x of its
+// rows at capacity, its dense variables and the fixed allowance, plus
+// RocksDB's memory: its block cache and write buffers (as much again,
+// --table_store_cache_bytes), and what it keeps besides (threads, files).
+TEST_F(TableEvictionTest, ChurningIds_TwelfthInMemoryRestOnDisk_SavesStayWithinTheRssBound) {
+  const int64_t capacity = distinct_ / 2 / 12;
+  ASSERT_GT(capacity, 1000) << distinct_;
+  constexpr int64_t kCacheBytes = int64_t{4} << 20;
+  // What RocksDB holds beyond its cache and write buffers (measured here:
+  // the line the test prints; without checkpoints the ps peak about 6 MB
+  // lower).
+  constexpr int64_t kRocksDbAllowanceBytes = int64_t{24} << 20;
+  Watched watch;
+  const nlohmann::json job =
+      Run("on_disk",
+          {absl::StrCat("--table_capacity=", capacity), "--table_eviction=lru",
+           "--table_store_dir=" + dir_ + "/tables",
+           absl::StrCat("--table_store_cache_bytes=", kCacheBytes),
+           "--checkpoint_dir=" + dir_ + "/ckpt", "--save_checkpoints_steps=100"},
+          &watch);
+  ASSERT_TRUE(job.contains("test_auc")) << job.dump();
+  const std::vector<int64_t> rows = job["hash_rows_per_ps"].get<std::vector<int64_t>>();
+  ASSERT_TRUE(job.contains("table_rows_on_disk_per_ps")) << job.dump();
+  const std::vector<int64_t> on_disk = job["table_rows_on_disk_per_ps"].get<std::vector<int64_t>>();
+  ASSERT_EQ(rows.size(), 2u);
+  ASSERT_EQ(on_disk.size(), 2u);
+  for (size_t i = 0; i < rows.size(); ++i) {
+    EXPECT_LE(rows[i], kTablesPerPs * capacity);
+    EXPECT_GT(on_disk[i], 8 * kTablesPerPs * capacity) << "most rows went to disk";
+  }
+  EXPECT_EQ(watch.max_refused, 0);
+  EXPECT_GT(job["test_auc"].get<double>(), 0.6);
+
+  const int64_t row_bytes =
+      (kDeepDim + kWideDim) * 4 * kCopiesPerRow + kTablesPerPs * kRowOverheadBytes;
+  const int64_t dense_bytes = 65288 * kCopiesPerRow;
+  // And the set of ids on disk each table keeps in memory: about 16 bytes
+  // an id.
+  const double budget =
+      1.3 * static_cast<double>(capacity * row_bytes + dense_bytes + kFixedAllowanceBytes) +
+      static_cast<double>(2 * kCacheBytes + kRocksDbAllowanceBytes) +
+      16.0 * static_cast<double>(std::max(on_disk[0], on_disk[1]));
+  std::printf("on disk: rows in memory %lld, %lld; on disk %lld, %lld; ps peak rss %.1f, %.1f MB "
+              "against a budget of %.1f MB\n",
+              static_cast<long long>(rows[0]), static_cast<long long>(rows[1]),
+              static_cast<long long>(on_disk[0]), static_cast<long long>(on_disk[1]),
+              watch.peak_rss[0] / 1e6, watch.peak_rss[1] / 1e6, budget / 1e6);
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  GTEST_SKIP() << "RSS budget not checked under a sanitizer (shadow memory)";
+#endif
+  for (size_t i = 0; i < watch.peak_rss.size(); ++i) {
+    EXPECT_GT(watch.peak_rss[i], 0);
+    EXPECT_LE(static_cast<double>(watch.peak_rss[i]), budget)
+        << "ps " << i << " peaked at " << watch.peak_rss[i] / 1e6 << " MB, budget "
+        << budget / 1e6 << " MB";
+  }
+}
+
 }  // namespace
 }  // namespace pst::testing

@@ -208,6 +208,11 @@ absl::StatusOr<std::unique_ptr<DiskTier>> DiskTier::Open(const std::string& dir,
           : nullptr;
   table_options.no_block_cache = options.block_cache_bytes == 0;
   table_options.filter_policy.reset(rocksdb::NewBloomFilterPolicy(10));
+  // Index and filter blocks count against the block cache too, so that
+  // the tier's memory is the cache's and the write buffers', whatever the
+  // rows on disk (the first level's stay in it: every lookup reads them).
+  table_options.cache_index_and_filter_blocks = options.block_cache_bytes > 0;
+  table_options.pin_l0_filter_and_index_blocks_in_cache = true;
   // Point lookups: a hash index inside each data block spares the binary
   // search.
   table_options.data_block_index_type = rocksdb::BlockBasedTableOptions::kDataBlockBinaryAndHash;
