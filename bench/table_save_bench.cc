@@ -8,8 +8,9 @@
 // whole before the restore, as a save and a restore held them before the
 // streaming. Prints the peak RSS each adds over the RSS before it (VmHWM,
 // reset through /proc/self/clear_refs), in MiB and as a share of the bytes
-// of the rows held in memory (the capacity's) and of all rows. Rounds
-// alternate the two, so that both see the same machine.
+// of the rows held in memory (the capacity's) and of all rows, and how
+// long the streamed save held pushes. Rounds alternate the two, so that
+// both see the same machine.
 #include <malloc.h>
 #include <unistd.h>
 
@@ -25,6 +26,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
 #include "common/checkpoint_format.h"
 #include "common/shard_reader.h"
 #include "common/tensor_util.h"
@@ -195,15 +197,16 @@ int main(int argc, char** argv) {
     for (const ShardRecord& r : *records) pointers.push_back(&r);
     Check(restored.Restore(pointers, 1), "restoring");
   };
-  std::printf("%-10s %-8s %12s %16s %14s %8s\n", "round", "way", "peak MiB", "x memory rows",
-              "x all rows", "s");
+  std::printf("%-10s %-8s %12s %16s %14s %8s %9s\n", "round", "way", "peak MiB", "x memory rows",
+              "x all rows", "s", "locked s");
   for (int round = 0; round < absl::GetFlag(FLAGS_rounds); ++round) {
     for (const bool streamed : {true, false}) {
       for (const bool save : {true, false}) {
         const auto start = std::chrono::steady_clock::now();
+        absl::Duration held = absl::ZeroDuration();
         const int64_t added = PeakAdded([&] {
           if (save && streamed) {
-            Check(pst::common::WriteShardFile(path, store.Snapshot(), nullptr), "saving");
+            Check(pst::common::WriteShardFile(path, store.Snapshot(&held), nullptr), "saving");
           } else if (save) {
             Check(pst::common::WriteShardFile(path, HeldRecords(store), nullptr), "saving");
           } else if (streamed) {
@@ -214,13 +217,16 @@ int main(int argc, char** argv) {
         });
         const double s =
             std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-        std::printf("%-10d %-8s %12.1f %16.2f %14.2f %8.1f\n", round,
+        std::printf("%-10d %-8s %12.1f %16.2f %14.2f %8.1f %9s\n", round,
                     absl::StrCat(save ? "save" : "restore", streamed ? "" : "*").c_str(),
-                    added / double(1 << 20), added / memory_bytes, added / all_bytes, s);
+                    added / double(1 << 20), added / memory_bytes, added / all_bytes, s,
+                    save && streamed ? absl::StrCat(absl::ToDoubleSeconds(held)).c_str() : "-");
       }
     }
   }
-  std::printf("* held: the reference (rows copied into memory, as before the streaming)\n");
+  std::printf("* held: the reference (rows copied into memory, as before the streaming)\n"
+              "locked s: how long the streamed save held pushes (its rows in memory written to\n"
+              "the scratch table); the held save read every row, on disk too, with pushes held\n");
   owned.reset();
   tier.reset();
   std::filesystem::remove_all(dir);
