@@ -185,6 +185,29 @@ class TableEvictionTest : public ::testing::Test {
   int64_t distinct_ = 0;  // distinct (field, value) pairs in the file
 };
 
+// 1.3x a ps's rows at `capacity` per table, its dense variables (with
+// adam's slots) and the fixed allowance.
+double BudgetAtCapacity(int64_t capacity) {
+  const int64_t row_bytes =
+      (kDeepDim + kWideDim) * 4 * kCopiesPerRow + kTablesPerPs * kRowOverheadBytes;
+  const int64_t dense_bytes = 65288 * kCopiesPerRow;  // all of them, `pstrain plan`
+  return 1.3 * static_cast<double>(capacity * row_bytes + dense_bytes + kFixedAllowanceBytes);
+}
+
+// Each ps's peak RSS at most `budget` (not under a sanitizer: its shadow
+// memory).
+void ExpectPeaksWithin(const Watched& watch, double budget) {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  GTEST_SKIP() << "RSS budget not checked under a sanitizer (shadow memory)";
+#endif
+  for (size_t i = 0; i < watch.peak_rss.size(); ++i) {
+    EXPECT_GT(watch.peak_rss[i], 0);
+    EXPECT_LE(static_cast<double>(watch.peak_rss[i]), budget)
+        << "ps " << i << " peaked at " << watch.peak_rss[i] / 1e6 << " MB, budget "
+        << budget / 1e6 << " MB";
+  }
+}
+
 TEST_F(TableEvictionTest, ChurningIds_TenthCapacity_EvictsStaysBoundedAndKeepsAuc) {
   // Each table holds every id on one of the 2 ps (by hash): about
   // distinct / 2 ids per table per ps; the capacity is at most a tenth of
@@ -234,20 +257,7 @@ TEST_F(TableEvictionTest, ChurningIds_TenthCapacity_EvictsStaysBoundedAndKeepsAu
 
   // Peak RSS of each bounded ps: within 1.3x of its rows at capacity, its
   // dense variables (with adam's slots) and the fixed allowance.
-  const int64_t row_bytes =
-      (kDeepDim + kWideDim) * 4 * kCopiesPerRow + kTablesPerPs * kRowOverheadBytes;
-  const int64_t dense_bytes = 65288 * kCopiesPerRow;  // all of them, `pstrain plan`
-  const double budget =
-      1.3 * static_cast<double>(capacity * row_bytes + dense_bytes + kFixedAllowanceBytes);
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-  GTEST_SKIP() << "RSS budget not checked under a sanitizer (shadow memory)";
-#endif
-  for (size_t i = 0; i < bounded_watch.peak_rss.size(); ++i) {
-    EXPECT_GT(bounded_watch.peak_rss[i], 0);
-    EXPECT_LE(static_cast<double>(bounded_watch.peak_rss[i]), budget)
-        << "ps " << i << " peaked at " << bounded_watch.peak_rss[i] / 1e6 << " MB, budget "
-        << budget / 1e6 << " MB";
-  }
+  ExpectPeaksWithin(bounded_watch, BudgetAtCapacity(capacity));
 }
 
 // The same churning job with a disk tier: a twelfth of each table's ids
@@ -286,29 +296,17 @@ TEST_F(TableEvictionTest, ChurningIds_TwelfthInMemoryRestOnDisk_SavesStayWithinT
   EXPECT_EQ(watch.max_refused, 0);
   EXPECT_GT(job["test_auc"].get<double>(), 0.6);
 
-  const int64_t row_bytes =
-      (kDeepDim + kWideDim) * 4 * kCopiesPerRow + kTablesPerPs * kRowOverheadBytes;
-  const int64_t dense_bytes = 65288 * kCopiesPerRow;
   // And the set of ids on disk each table keeps in memory: about 16 bytes
   // an id.
   const double budget =
-      1.3 * static_cast<double>(capacity * row_bytes + dense_bytes + kFixedAllowanceBytes) +
-      static_cast<double>(2 * kCacheBytes + kRocksDbAllowanceBytes) +
+      BudgetAtCapacity(capacity) + static_cast<double>(2 * kCacheBytes + kRocksDbAllowanceBytes) +
       16.0 * static_cast<double>(std::max(on_disk[0], on_disk[1]));
   std::printf("on disk: rows in memory %lld, %lld; on disk %lld, %lld; ps peak rss %.1f, %.1f MB "
               "against a budget of %.1f MB\n",
               static_cast<long long>(rows[0]), static_cast<long long>(rows[1]),
               static_cast<long long>(on_disk[0]), static_cast<long long>(on_disk[1]),
               watch.peak_rss[0] / 1e6, watch.peak_rss[1] / 1e6, budget / 1e6);
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-  GTEST_SKIP() << "RSS budget not checked under a sanitizer (shadow memory)";
-#endif
-  for (size_t i = 0; i < watch.peak_rss.size(); ++i) {
-    EXPECT_GT(watch.peak_rss[i], 0);
-    EXPECT_LE(static_cast<double>(watch.peak_rss[i]), budget)
-        << "ps " << i << " peaked at " << watch.peak_rss[i] / 1e6 << " MB, budget "
-        << budget / 1e6 << " MB";
-  }
+  ExpectPeaksWithin(watch, budget);
 }
 
 }  // namespace
