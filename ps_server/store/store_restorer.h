@@ -61,7 +61,9 @@ class StoreRestorer {
   // or some of its rows, or when variables were created since
   // BeginRestore. Otherwise as Restore. A disk tier error emptying a
   // table's rows on disk is returned after the swap (the rows the tier
-  // cannot take then stay in memory).
+  // cannot take then stay in memory), and so is one reading back the rows
+  // a table staged on disk (the rows not read back are then missing: the
+  // caller must restore again).
   absl::Status Commit(int64_t generation);
 
  private:
