@@ -300,6 +300,7 @@ void PsNode::Health(const proto::HealthRequest& request, proto::HealthResponse* 
           state->set_digest(*digest);
         } else {
           state->set_digest_error(std::string(digest.status().ToString()));
+          spdlog::warn("shard {}: no digest: {}", p->shard, state->digest_error());
         }
       });
     }

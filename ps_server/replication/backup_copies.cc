@@ -284,6 +284,7 @@ void BackupCopies::States(bool digest,
       state->set_digest(*d);
     } else {
       state->set_digest_error(std::string(d.status().ToString()));
+      spdlog::warn("backup copy of shard {}: no digest: {}", shard, state->digest_error());
     }
   }
 }
