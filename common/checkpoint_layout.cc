@@ -9,8 +9,8 @@
 
 namespace pst::common {
 
-uint32_t ShardCrc32(const char* data, size_t size) {
-  uLong crc = crc32(0L, Z_NULL, 0);
+uint32_t ShardCrc32(const char* data, size_t size, uint32_t seed) {
+  uLong crc = seed;
   // zlib takes uInt lengths: feed large buffers in chunks.
   constexpr size_t kChunk = size_t{1} << 30;
   while (size > 0) {

@@ -27,8 +27,9 @@ inline constexpr size_t kShardTagBytes = 8;
 // The smallest tensor: payload_bytes and crc.
 inline constexpr size_t kShardMinTensorBytes = 8 + 4;
 
-// zlib's crc32 of `size` bytes (any size).
-uint32_t ShardCrc32(const char* data, size_t size);
+// zlib's crc32 of `size` bytes (any size), continuing `crc`, the crc32 of
+// the bytes before them (0: none).
+uint32_t ShardCrc32(const char* data, size_t size, uint32_t crc = 0);
 
 // Whether `spec` is a hash variable's (its record also stores row ids).
 bool ShardSpecIsHash(const proto::VariableSpec& spec);

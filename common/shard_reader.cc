@@ -312,7 +312,7 @@ absl::Status ShardReader::ReadRows(const ShardRowsLayout& layout,
   const uint64_t widest = std::max<uint64_t>(dim * sizeof(float), sizeof(int64_t));
   const int64_t chunk_rows = static_cast<int64_t>(std::max<uint64_t>(1, kBufferBytes / widest));
   std::vector<std::vector<char>> data(tensors);
-  std::vector<uint32_t> crcs(tensors, static_cast<uint32_t>(crc32(0L, Z_NULL, 0)));
+  std::vector<uint32_t> crcs(tensors, 0);  // of no bytes
   ShardRowChunk chunk;
   chunk.dim = layout.dim;
   chunk.slots.resize(static_cast<size_t>(layout.slots));
@@ -333,8 +333,7 @@ absl::Status ShardReader::ReadRows(const ShardRowsLayout& layout,
         if (got == 0) return Loss("cut short since it was checked");
         done += static_cast<uint64_t>(got);
       }
-      crcs[t] = static_cast<uint32_t>(
-          crc32_combine(crcs[t], ShardCrc32(data[t].data(), bytes), static_cast<z_off_t>(bytes)));
+      crcs[t] = ShardCrc32(data[t].data(), bytes, crcs[t]);
     }
     chunk.first = first;
     chunk.n = n;

@@ -85,7 +85,7 @@ class FileBuilder {
     }
     absl::Status WriteThrough(const char* p, size_t n) {
       PST_RETURN_IF_ERROR(file_->file_->WriteAt(offset_ + written_, p, n));
-      crc_ = Combine(crc_, ShardCrc32(p, n), n);
+      crc_ = ShardCrc32(p, n, crc_);
       written_ += n;
       return absl::OkStatus();
     }
