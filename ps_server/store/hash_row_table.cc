@@ -62,10 +62,13 @@ void HashRowTable::NoteDiskError(const absl::Status& status, const char* what) c
   }
 }
 
-bool HashRowTable::Stale(int64_t last, int64_t now) const {
-  return limits_.policy.eviction == common::TablePolicy::Eviction::kTtl &&
-         last < now - limits_.policy.ttl;
+int64_t HashRowTable::StaleBefore(int64_t now) const {
+  return limits_.policy.eviction == common::TablePolicy::Eviction::kTtl
+             ? now - limits_.policy.ttl
+             : std::numeric_limits<int64_t>::min();
 }
+
+bool HashRowTable::Stale(int64_t last, int64_t now) const { return last < StaleBefore(now); }
 
 int HashRowTable::StripeOf(int64_t id) {
   // Hash ids can be anything; mixed, they spread over the stripes evenly.
@@ -309,10 +312,14 @@ absl::StatusOr<std::unique_ptr<common::ShardRowStream>> HashRowTable::Cut(
     }
   }
   PST_RETURN_IF_ERROR(scratch->Put(batch));
-  const int64_t stale_before = limits_.policy.eviction == common::TablePolicy::Eviction::kTtl
-                                   ? now - limits_.policy.ttl
-                                   : std::numeric_limits<int64_t>::min();
-  return MakeTableCut(std::move(tier), scratch->Seal(), std::move(on_disk), stale_before);
+  // Without ttl every id on disk is a row held, and the count is known
+  // now; with it, rows on disk may have gone since, and the stream counts.
+  std::optional<int64_t> rows;
+  if (limits_.policy.eviction != common::TablePolicy::Eviction::kTtl) {
+    rows = static_cast<int64_t>(rows_.size() + on_disk_.size());
+  }
+  return MakeTableCut(std::move(tier), scratch->Seal(), std::move(on_disk), StaleBefore(now),
+                      rows);
 }
 
 }  // namespace pst::ps

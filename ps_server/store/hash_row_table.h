@@ -206,8 +206,10 @@ class HashRowTable {
   // Evicts the policy's first rows until fewer than `room` are held (or
   // the disk refuses one).
   void EvictBelow(int64_t room);
-  // ttl: whether a row last updated at `last` is gone at version `now`.
+  // ttl: whether a row last updated at `last` is gone at version `now`:
+  // whether `last` < StaleBefore(now) (the lowest int64 without ttl).
   bool Stale(int64_t last, int64_t now) const;
+  int64_t StaleBefore(int64_t now) const;
   // Notes that `id`'s row is on disk now, or not.
   void SetOnDisk(int64_t id, bool on_disk);
   // Counts and logs a disk tier error.

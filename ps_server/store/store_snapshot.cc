@@ -99,17 +99,13 @@ std::vector<common::ShardRecord> VariableStore::Snapshot(absl::Duration* held, C
       }
       r.stream = *std::move(stream);
       r.stream_slots = num_slots;
-      r.slots.clear();
-      if (const AdmissionFilter* admission = var->table.admission()) {
-        r.admission = admission->Serialize();
-      }
     } else {
       const int64_t dim = var->dim;
       r.values.reserve(var->table.size() * dim);
       r.slots.assign(num_slots, {});
-      // Both tiers; rows on disk are read through the block cache. A
-      // bounded table's rows with their index entries, so that a restore
-      // evicts in the order this table would have.
+      // Every row is in memory. A bounded table's rows with their index
+      // entries, so that a restore evicts in the order this table would
+      // have.
       absl::Status read = var->table.ForEachRow(
           r.version, [&](int64_t id, std::span<const float> row,
                          const EvictionIndex::Entry* e) -> absl::Status {
@@ -130,10 +126,10 @@ std::vector<common::ShardRecord> VariableStore::Snapshot(absl::Duration* held, C
         return {};
       }
       r.rows = static_cast<int64_t>(r.hash_ids.size());
-      // And which ids were close to admission.
-      if (const AdmissionFilter* admission = var->table.admission()) {
-        r.admission = admission->Serialize();
-      }
+    }
+    // And which ids were close to admission.
+    if (const AdmissionFilter* admission = var->is_hash ? var->table.admission() : nullptr) {
+      r.admission = admission->Serialize();
     }
     records.push_back(std::move(r));
   }

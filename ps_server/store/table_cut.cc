@@ -10,13 +10,16 @@ namespace {
 class TableCut : public common::ShardRowStream {
  public:
   TableCut(std::shared_ptr<DiskTier> tier, std::unique_ptr<DiskTier::View> memory,
-           std::unique_ptr<DiskTier::View> disk, int64_t stale_before)
+           std::unique_ptr<DiskTier::View> disk, int64_t stale_before,
+           std::optional<int64_t> rows)
       : tier_(std::move(tier)),
         memory_(std::move(memory)),
         disk_(std::move(disk)),
-        stale_before_(stale_before) {}
+        stale_before_(stale_before),
+        rows_(rows) {}
 
   absl::StatusOr<int64_t> Count() const override {
+    if (rows_.has_value()) return *rows_;
     int64_t n = 0;
     absl::Status s = ForEach([&](int64_t, std::span<const float>, int64_t, double) {
       ++n;
@@ -53,6 +56,7 @@ class TableCut : public common::ShardRowStream {
   const std::unique_ptr<DiskTier::View> memory_;
   const std::unique_ptr<DiskTier::View> disk_;
   const int64_t stale_before_;
+  const std::optional<int64_t> rows_;
 };
 
 }  // namespace
@@ -60,9 +64,10 @@ class TableCut : public common::ShardRowStream {
 std::unique_ptr<common::ShardRowStream> MakeTableCut(std::shared_ptr<DiskTier> tier,
                                                      std::unique_ptr<DiskTier::View> memory,
                                                      std::unique_ptr<DiskTier::View> disk,
-                                                     int64_t stale_before) {
+                                                     int64_t stale_before,
+                                                     std::optional<int64_t> rows) {
   return std::make_unique<TableCut>(std::move(tier), std::move(memory), std::move(disk),
-                                    stale_before);
+                                    stale_before, rows);
 }
 
 }  // namespace pst::ps

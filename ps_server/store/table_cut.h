@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <limits>
 #include <memory>
+#include <optional>
 
 #include "common/checkpoint_format.h"
 #include "ps_server/store/disk_tier.h"
@@ -22,11 +23,13 @@ namespace pst::ps {
 
 // `memory`: the rows in memory at the cut; `disk`: the table on disk at the
 // cut; disk rows last updated before `stale_before` are gone. `tier` keeps
-// the views' tier alive (it must be theirs).
+// the views' tier alive (it must be theirs). `rows`, when known, is what
+// Count gives without a scan (the writer checks the stream against it).
 std::unique_ptr<common::ShardRowStream> MakeTableCut(
     std::shared_ptr<DiskTier> tier, std::unique_ptr<DiskTier::View> memory,
     std::unique_ptr<DiskTier::View> disk,
-    int64_t stale_before = std::numeric_limits<int64_t>::min());
+    int64_t stale_before = std::numeric_limits<int64_t>::min(),
+    std::optional<int64_t> rows = std::nullopt);
 
 }  // namespace pst::ps
 
