@@ -295,13 +295,7 @@ void PsNode::Health(const proto::HealthRequest& request, proto::HealthResponse* 
     if (request.digest()) {
       p->source->Quiesced([&](int64_t seq) {
         state->set_seq(seq);
-        absl::StatusOr<uint64_t> digest = p->store->Digest();
-        if (digest.ok()) {
-          state->set_digest(*digest);
-        } else {
-          state->set_digest_error(std::string(digest.status().ToString()));
-          spdlog::warn("shard {}: no digest: {}", p->shard, state->digest_error());
-        }
+        FillDigest(*p->store, absl::StrCat("shard ", p->shard), state);
       });
     }
   }

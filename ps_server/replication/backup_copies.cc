@@ -258,6 +258,16 @@ std::vector<BackupCopies::Held> BackupCopies::Copies() const {
   return held;
 }
 
+void FillDigest(const VariableStore& store, const std::string& copy, proto::ReplicaState* state) {
+  absl::StatusOr<uint64_t> digest = store.Digest();
+  if (digest.ok()) {
+    state->set_digest(*digest);
+    return;
+  }
+  state->set_digest_error(digest.status().ToString());
+  spdlog::warn("{}: no digest: {}", copy, state->digest_error());
+}
+
 void BackupCopies::States(bool digest,
                           google::protobuf::RepeatedPtrField<proto::ReplicaState>* out) const {
   std::vector<std::pair<int, std::shared_ptr<Slot>>> slots;
@@ -278,13 +288,8 @@ void BackupCopies::States(bool digest,
     state->set_resyncing(!slot->copy->broken && !slot->copy->whole);
     state->set_seq(slot->copy->applied);
     state->set_acked(slot->copy->applied);
-    if (!digest) continue;
-    absl::StatusOr<uint64_t> d = slot->copy->store->Digest();
-    if (d.ok()) {
-      state->set_digest(*d);
-    } else {
-      state->set_digest_error(std::string(d.status().ToString()));
-      spdlog::warn("backup copy of shard {}: no digest: {}", shard, state->digest_error());
+    if (digest) {
+      FillDigest(*slot->copy->store, absl::StrCat("backup copy of shard ", shard), state);
     }
   }
 }

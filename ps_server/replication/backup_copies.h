@@ -25,6 +25,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -36,6 +37,10 @@
 #include "ps_server/store/variable_store.h"
 
 namespace pst::ps {
+
+// Sets `state`'s digest to `store`'s, or, when the store cannot take one
+// (its disk tier failed), its digest_error, logged naming `copy`.
+void FillDigest(const VariableStore& store, const std::string& copy, proto::ReplicaState* state);
 
 class BackupCopies {
  public:

@@ -110,26 +110,18 @@ absl::Status StoreRestorer::AbsorbRows(const common::ShardRecord& r,
       PST_ASSIGN_OR_RETURN(l->staged, store_->options_.disk_tier->NewScratch(width));
     }
     rows.clear();
+    rows.reserve(static_cast<size_t>(chunk.n * width));  // the batch points into it
     batch.clear();
-    std::vector<int64_t> taken;
     for (int64_t k = 0; k < chunk.n; ++k) {
       const int64_t id = chunk.ids[k];
       if (common::HashPartition(id, var.spec.num_partitions()) != var.spec.partition()) continue;
-      taken.push_back(k);
-    }
-    rows.resize(taken.size() * static_cast<size_t>(width));
-    for (size_t j = 0; j < taken.size(); ++j) {
-      const int64_t k = taken[j];
-      float* row = rows.data() + j * width;
-      std::copy_n(chunk.values + k * chunk.dim, chunk.dim, row);
+      const size_t at = rows.size();
+      rows.insert(rows.end(), chunk.values + k * chunk.dim, chunk.values + (k + 1) * chunk.dim);
       for (int s = 0; s < num_slots_; ++s) {
-        std::copy_n(chunk.slots[s] + k * chunk.dim, chunk.dim, row + (s + 1) * chunk.dim);
+        rows.insert(rows.end(), chunk.slots[s] + k * chunk.dim,
+                    chunk.slots[s] + (k + 1) * chunk.dim);
       }
-    }
-    for (size_t j = 0; j < taken.size(); ++j) {
-      const int64_t k = taken[j];
-      const int64_t id = chunk.ids[k];
-      std::span<const float> row(rows.data() + j * width, static_cast<size_t>(width));
+      std::span<const float> row(rows.data() + at, static_cast<size_t>(width));
       if (disk) {
         // No entry: "updated at the restored version" (Commit), as Replace.
         batch.push_back({id, row, chunk.last != nullptr ? chunk.last[k] : kNoEntry,
