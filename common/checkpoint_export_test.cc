@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/checkpoint_format.h"
 #include "common/partition.h"
+#include "common/temp_dir_test.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "proto/pstrain.pb.h"
@@ -229,24 +230,9 @@ void ParseSafetensors(const std::string& path, Parsed* out) {
   EXPECT_EQ(end, out->data.size());
 }
 
-class CheckpointExportTest : public ::testing::Test {
+class CheckpointExportTest : public TempDirTest {
  protected:
-  void SetUp() override {
-    const ::testing::TestInfo* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = (fs::path(::testing::TempDir()) /
-            absl::StrCat("checkpoint_export_test-", getpid(), "-", info->name()))
-               .string();
-    std::error_code ec;
-    fs::remove_all(dir_, ec);
-    fs::create_directories(dir_, ec);
-    ASSERT_FALSE(ec) << ec.message();
-  }
-  void TearDown() override {
-    std::error_code ec;
-    fs::remove_all(dir_, ec);
-  }
-
-  std::string Path(const std::string& name) const { return (fs::path(dir_) / name).string(); }
+  CheckpointExportTest() : TempDirTest("checkpoint_export_test") {}
 
   // Writes `ckpt` as <root>/ckpt-<step> with a manifest whose plan lists
   // every record; returns the checkpoint directory.
@@ -285,7 +271,6 @@ class CheckpointExportTest : public ::testing::Test {
     out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
   }
 
-  std::string dir_;
 };
 
 TEST_F(CheckpointExportTest, Export_EveryKindOfVariable_MatchesTheOriginalTensors) {

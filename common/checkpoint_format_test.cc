@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/shard_reader.h"
 #include "common/status_macros.h"
+#include "common/temp_dir_test.h"
 #include "gtest/gtest.h"
 
 namespace pst::common {
@@ -30,24 +31,9 @@ namespace fs = std::filesystem;
   return ::testing::AssertionFailure() << "'" << text << "' does not contain '" << part << "'";
 }
 
-class CheckpointFormatTest : public ::testing::Test {
+class CheckpointFormatTest : public TempDirTest {
  protected:
-  void SetUp() override {
-    const ::testing::TestInfo* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = (fs::path(::testing::TempDir()) /
-            absl::StrCat("checkpoint_format_test-", getpid(), "-", info->name()))
-               .string();
-    std::error_code ec;
-    fs::remove_all(dir_, ec);
-    fs::create_directories(dir_, ec);
-    ASSERT_FALSE(ec) << ec.message();
-  }
-  void TearDown() override {
-    std::error_code ec;
-    fs::remove_all(dir_, ec);
-  }
-
-  std::string Path(const std::string& name) const { return (fs::path(dir_) / name).string(); }
+  CheckpointFormatTest() : TempDirTest("checkpoint_format_test") {}
 
   static std::string ReadBytes(const std::string& path) {
     std::ifstream in(path, std::ios::binary);
@@ -65,8 +51,6 @@ class CheckpointFormatTest : public ::testing::Test {
     EXPECT_EQ(got.status().code(), absl::StatusCode::kDataLoss) << context << ": " << got.status();
     EXPECT_TRUE(Contains(std::string(got.status().message()), path)) << context;
   }
-
-  std::string dir_;
 };
 
 proto::VariableSpec DenseSpec(const std::string& name, std::vector<int64_t> shape) {

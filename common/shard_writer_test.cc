@@ -17,6 +17,7 @@
 #include "common/checkpoint_format.h"
 #include "common/checkpoint_layout.h"
 #include "common/shard_reader.h"
+#include "common/temp_dir_test.h"
 #include "gtest/gtest.h"
 
 namespace pst::common {
@@ -135,23 +136,10 @@ ShardRecord Dense() {
   return r;
 }
 
-class ShardWriterTest : public ::testing::Test {
+class ShardWriterTest : public TempDirTest {
  protected:
-  void SetUp() override {
-    dir_ = (fs::path(::testing::TempDir()) /
-            absl::StrCat("shard_writer_test-", getpid(), "-",
-                         ::testing::UnitTest::GetInstance()->current_test_info()->name()))
-               .string();
-    std::error_code ec;
-    fs::remove_all(dir_, ec);
-    fs::create_directories(dir_, ec);
-    ASSERT_FALSE(ec) << ec.message();
-  }
-  void TearDown() override {
-    std::error_code ec;
-    fs::remove_all(dir_, ec);
-  }
-  std::string Path(const std::string& name) const { return (fs::path(dir_) / name).string(); }
+  ShardWriterTest() : TempDirTest("shard_writer_test") {}
+
   static std::string Bytes(const std::string& path) {
     std::ifstream in(path, std::ios::binary);
     return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
@@ -161,8 +149,6 @@ class ShardWriterTest : public ::testing::Test {
     for ([[maybe_unused]] const auto& e : fs::directory_iterator(dir_)) ++n;
     return n;
   }
-
-  std::string dir_;
 };
 
 // Rows many times the writer's 1 MiB buffers, so that buffered appends,
