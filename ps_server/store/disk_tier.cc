@@ -1,10 +1,11 @@
 #include "ps_server/store/disk_tier.h"
 
-#include <bit>
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <system_error>
 #include <utility>
+#include <vector>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/ascii.h"
@@ -12,6 +13,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "ps_server/store/disk_tier_format.h"
 #include "rocksdb/cache.h"
 #include "rocksdb/db.h"
 #include "rocksdb/filter_policy.h"
@@ -24,155 +26,15 @@
 
 namespace pst::ps {
 
-struct DiskTier::TableState {
-  std::string name;
-  std::string family;  // the column family's name
-  int64_t width = 0;
-  // Remade by Clear; a View keeps its own reference, so that a family
-  // Clear dropped stays readable through it.
-  std::shared_ptr<rocksdb::ColumnFamilyHandle> handle;
-  std::atomic<int64_t> count{0};
-};
-
-struct DiskTier::Settings {
-  rocksdb::ColumnFamilyOptions family;
-  rocksdb::ColumnFamilyOptions scratch;
-  rocksdb::WriteOptions write;
-};
-
-namespace {
-
-constexpr size_t kKeyBytes = 8;
-constexpr size_t kHeaderBytes = 8;    // version, width
-constexpr size_t kTrailerBytes = 16;  // last, count
-constexpr uint64_t kSignBit = uint64_t{1} << 63;
-
-size_t ValueBytes(int64_t width) {
-  return kHeaderBytes + static_cast<size_t>(width) * sizeof(float) + kTrailerBytes;
-}
-
-std::string FamilyName(const std::string& name) { return "t" + absl::BytesToHexString(name); }
-
-// The table name of a family FamilyName made; false for another family.
-bool TableName(const std::string& family, std::string* name) {
-  if (family.empty() || family[0] != 't' || family.size() % 2 != 1) return false;
-  const std::string hex = family.substr(1);
-  for (char c : hex) {
-    if (!absl::ascii_isxdigit(static_cast<unsigned char>(c))) return false;
-  }
-  *name = absl::HexStringToBytes(hex);
-  return true;
-}
-
-// Key: the id's bits with the sign flipped, big-endian (int64 order).
-void EncodeKey(int64_t id, char* out) {
-  uint64_t v = static_cast<uint64_t>(id) ^ kSignBit;
-  for (int i = 7; i >= 0; --i) {
-    out[i] = static_cast<char>(v & 0xff);
-    v >>= 8;
-  }
-}
-
-int64_t DecodeKey(const char* in) {
-  uint64_t v = 0;
-  for (int i = 0; i < 8; ++i) v = (v << 8) | static_cast<unsigned char>(in[i]);
-  return static_cast<int64_t>(v ^ kSignBit);
-}
-
-template <typename T>
-void PutLe(T v, char* out) {
-  static_assert(sizeof(T) == 4 || sizeof(T) == 8);
-  if constexpr (std::endian::native == std::endian::little) {
-    std::memcpy(out, &v, sizeof(T));
-  } else {
-    unsigned char b[sizeof(T)];
-    std::memcpy(b, &v, sizeof(T));
-    for (size_t i = 0; i < sizeof(T); ++i) out[i] = static_cast<char>(b[sizeof(T) - 1 - i]);
-  }
-}
-
-template <typename T>
-T GetLe(const char* in) {
-  T v;
-  if constexpr (std::endian::native == std::endian::little) {
-    std::memcpy(&v, in, sizeof(T));
-  } else {
-    unsigned char b[sizeof(T)];
-    for (size_t i = 0; i < sizeof(T); ++i) b[i] = static_cast<unsigned char>(in[sizeof(T) - 1 - i]);
-    std::memcpy(&v, b, sizeof(T));
-  }
-  return v;
-}
-
-void EncodeValue(std::span<const float> row, int64_t last, double count, std::string* out) {
-  out->resize(ValueBytes(static_cast<int64_t>(row.size())));
-  char* p = out->data();
-  PutLe<uint32_t>(DiskTier::kFormatVersion, p);
-  PutLe<uint32_t>(static_cast<uint32_t>(row.size()), p + 4);
-  p += kHeaderBytes;
-  if constexpr (std::endian::native == std::endian::little) {
-    std::memcpy(p, row.data(), row.size() * sizeof(float));
-    p += row.size() * sizeof(float);
-  } else {
-    for (float f : row) {
-      PutLe<float>(f, p);
-      p += sizeof(float);
-    }
-  }
-  PutLe<int64_t>(last, p);
-  PutLe<double>(count, p + 8);
-}
-
-absl::Status DecodeValue(const rocksdb::Slice& value, const std::string& table, int64_t id,
-                         std::span<float> row_out, int64_t* last, double* count) {
-  const size_t width = row_out.size();
-  if (value.size() != ValueBytes(static_cast<int64_t>(width))) {
-    return absl::DataLossError(absl::StrCat("disk tier: table '", absl::CHexEscape(table), "' id ",
-                                            id, ": value of ", value.size(), " bytes, want ",
-                                            ValueBytes(width), " (width ", width, ")"));
-  }
-  const char* p = value.data();
-  const uint32_t version = GetLe<uint32_t>(p);
-  const uint32_t stored_width = GetLe<uint32_t>(p + 4);
-  if (version != DiskTier::kFormatVersion || stored_width != width) {
-    return absl::DataLossError(absl::StrCat(
-        "disk tier: table '", absl::CHexEscape(table), "' id ", id, ": format version ", version,
-        " width ", stored_width, ", want version ", DiskTier::kFormatVersion, " width ", width));
-  }
-  p += kHeaderBytes;
-  if constexpr (std::endian::native == std::endian::little) {
-    std::memcpy(row_out.data(), p, width * sizeof(float));
-    p += width * sizeof(float);
-  } else {
-    for (float& f : row_out) {
-      f = GetLe<float>(p);
-      p += sizeof(float);
-    }
-  }
-  *last = GetLe<int64_t>(p);
-  *count = GetLe<double>(p + 8);
-  return absl::OkStatus();
-}
-
-absl::Status Lost(const std::string& table) {
-  return absl::FailedPreconditionError(
-      absl::StrCat("disk tier: table '", absl::CHexEscape(table), "' was lost by a failed Clear"));
-}
-
-absl::Status FromRocks(const rocksdb::Status& s, absl::string_view what) {
-  if (s.ok()) return absl::OkStatus();
-  const std::string msg = absl::StrCat("disk tier: ", what, ": ", s.ToString());
-  if (s.IsNoSpace()) return absl::ResourceExhaustedError(msg);
-  if (s.IsCorruption()) return absl::DataLossError(msg);
-  if (s.IsInvalidArgument()) return absl::InvalidArgumentError(msg);
-  if (s.IsNotFound()) return absl::NotFoundError(msg);
-  if (s.IsIOError() || s.IsBusy() || s.IsTryAgain() || s.IsTimedOut()) {
-    return absl::UnavailableError(msg);
-  }
-  return absl::InternalError(msg);
-}
-
-}  // namespace
+using disk_tier_format::DecodeValue;
+using disk_tier_format::EncodeKey;
+using disk_tier_format::EncodeValue;
+using disk_tier_format::FamilyName;
+using disk_tier_format::FromRocks;
+using disk_tier_format::kKeyBytes;
+using disk_tier_format::Lost;
+using disk_tier_format::TableName;
+using disk_tier_format::ValueBytes;
 
 DiskTier::DiskTier(std::string dir, Options options)
     : dir_(std::move(dir)), options_(options), settings_(std::make_unique<Settings>()) {}
@@ -225,8 +87,12 @@ absl::StatusOr<std::unique_ptr<DiskTier>> DiskTier::Open(const std::string& dir,
   // point lookup or write costs a hash and a short list, not a descent
   // through one skip list of every entry. Scans must then ask for total
   // order (ForEach, Open's count), and writes to a memtable are serial.
+  // The buckets (8 bytes each) are counted in the memtable: at most 1/64
+  // of it (RocksDB aborts making a memtable that is full from the start).
   family.prefix_extractor.reset(rocksdb::NewFixedPrefixTransform(kKeyBytes));
-  family.memtable_factory.reset(rocksdb::NewHashSkipListRepFactory(1 << 16));
+  const size_t buckets =
+      std::clamp<size_t>(family.write_buffer_size / 512, 64, size_t{1} << 16);
+  family.memtable_factory.reset(rocksdb::NewHashSkipListRepFactory(buckets));
   db_options.allow_concurrent_memtable_write = false;
   // Most lookups of ids never evicted miss: the last level's filters count.
   family.optimize_filters_for_hits = false;
@@ -427,6 +293,44 @@ absl::StatusOr<bool> DiskTier::Get(TableHandle h, int64_t id, std::span<float> r
   return true;
 }
 
+absl::Status DiskTier::GetBatch(TableHandle h, std::span<const int64_t> ids,
+                                std::span<float> rows_out, std::span<Got> got) {
+  TableState* t = h.t_;
+  if (t->handle == nullptr) return Lost(t->name);
+  const size_t width = static_cast<size_t>(t->width);
+  if (rows_out.size() != ids.size() * width || got.size() != ids.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "disk tier: table '", absl::CHexEscape(t->name), "': ", ids.size(), " ids, room for ",
+        rows_out.size(), " floats and ", got.size(), " outcomes, width ", t->width));
+  }
+  if (ids.empty()) return absl::OkStatus();
+  std::vector<char> keys(ids.size() * kKeyBytes);
+  std::vector<rocksdb::Slice> slices(ids.size());
+  for (size_t i = 0; i < ids.size(); ++i) {
+    EncodeKey(ids[i], keys.data() + i * kKeyBytes);
+    slices[i] = rocksdb::Slice(keys.data() + i * kKeyBytes, kKeyBytes);
+  }
+  std::vector<rocksdb::PinnableSlice> values(ids.size());
+  std::vector<rocksdb::Status> statuses(ids.size());
+  reads_.fetch_add(static_cast<int64_t>(ids.size()), std::memory_order_relaxed);
+  db_->MultiGet(rocksdb::ReadOptions(), t->handle.get(), ids.size(), slices.data(), values.data(),
+                statuses.data());
+  for (size_t i = 0; i < ids.size(); ++i) {
+    Got& g = got[i];
+    g = Got{};
+    if (statuses[i].IsNotFound()) continue;
+    if (!statuses[i].ok()) {
+      g.status = FromRocks(statuses[i],
+                           absl::StrCat("table '", absl::CHexEscape(t->name), "' id ", ids[i]));
+      continue;
+    }
+    g.status = DecodeValue(values[i], t->name, ids[i], rows_out.subspan(i * width, width),
+                           &g.last, &g.count);
+    g.found = g.status.ok();
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<bool> DiskTier::Take(TableHandle h, int64_t id, std::span<float> row_out,
                                     int64_t* last, double* count) {
   absl::StatusOr<bool> found = Get(h, id, row_out, last, count);
@@ -477,132 +381,6 @@ std::shared_ptr<rocksdb::ColumnFamilyHandle> DiskTier::Own(rocksdb::ColumnFamily
   });
 }
 
-// ---------------------------------------------------------------------------
-// Views, cursors and scratch tables.
-
-class DiskTier::Cursor::Impl {
- public:
-  Impl(std::unique_ptr<rocksdb::Iterator> it, std::string table, int64_t width)
-      : it_(std::move(it)), table_(std::move(table)), row_(static_cast<size_t>(width)) {}
-  std::unique_ptr<rocksdb::Iterator> it_;
-  std::string table_;
-  std::vector<float> row_;
-  int64_t id_ = 0;
-  int64_t last_ = 0;
-  double count_ = 0;
-  absl::Status status_;
-  bool valid_ = false;
-
-  // Decodes the row the iterator is at, or ends with its status.
-  void Load() {
-    valid_ = false;
-    if (!status_.ok()) return;
-    if (!it_->Valid()) {
-      status_ = FromRocks(it_->status(), absl::StrCat("reading table '", absl::CHexEscape(table_),
-                                                      "'"));
-      return;
-    }
-    const rocksdb::Slice k = it_->key();
-    if (k.size() != kKeyBytes) {
-      status_ = absl::DataLossError(absl::StrCat("disk tier: table '", absl::CHexEscape(table_),
-                                                 "': key of ", k.size(), " bytes"));
-      return;
-    }
-    id_ = DecodeKey(k.data());
-    status_ = DecodeValue(it_->value(), table_, id_, std::span<float>(row_), &last_, &count_);
-    valid_ = status_.ok();
-  }
-};
-
-DiskTier::Cursor::Cursor(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
-DiskTier::Cursor::~Cursor() = default;
-bool DiskTier::Cursor::Valid() const { return impl_->valid_; }
-void DiskTier::Cursor::Next() {
-  if (!impl_->valid_) return;
-  impl_->it_->Next();
-  impl_->Load();
-}
-int64_t DiskTier::Cursor::id() const { return impl_->id_; }
-std::span<const float> DiskTier::Cursor::row() const { return impl_->row_; }
-int64_t DiskTier::Cursor::last() const { return impl_->last_; }
-double DiskTier::Cursor::count() const { return impl_->count_; }
-const absl::Status& DiskTier::Cursor::status() const { return impl_->status_; }
-
-DiskTier::View::View(DiskTier* tier, std::shared_ptr<rocksdb::ColumnFamilyHandle> handle,
-                     std::string name, int64_t width)
-    : tier_(tier),
-      handle_(std::move(handle)),
-      snapshot_(tier->db_->GetSnapshot()),
-      name_(std::move(name)),
-      width_(width) {}
-
-DiskTier::View::~View() { tier_->db_->ReleaseSnapshot(snapshot_); }
-
-std::unique_ptr<DiskTier::Cursor> DiskTier::View::Scan() const {
-  rocksdb::ReadOptions read;
-  read.snapshot = snapshot_;
-  read.fill_cache = false;  // a scan would push the hot rows' blocks out
-  read.total_order_seek = true;
-  auto impl = std::make_unique<Cursor::Impl>(
-      std::unique_ptr<rocksdb::Iterator>(tier_->db_->NewIterator(read, handle_.get())), name_,
-      width_);
-  impl->it_->SeekToFirst();
-  impl->Load();
-  return std::unique_ptr<Cursor>(new Cursor(std::move(impl)));
-}
-
-absl::StatusOr<std::unique_ptr<DiskTier::View>> DiskTier::Pin(TableHandle h) {
-  TableState* t = h.t_;
-  if (t->handle == nullptr) return Lost(t->name);
-  return std::unique_ptr<View>(new View(this, t->handle, t->name, t->width));
-}
-
-DiskTier::Scratch::Scratch(DiskTier* tier, std::shared_ptr<rocksdb::ColumnFamilyHandle> handle,
-                           std::string name, int64_t width)
-    : tier_(tier), handle_(std::move(handle)), name_(std::move(name)), width_(width) {}
-
-DiskTier::Scratch::~Scratch() = default;
-
-absl::Status DiskTier::Scratch::Put(std::span<const Row> rows) {
-  if (handle_ == nullptr) return absl::FailedPreconditionError("disk tier: scratch table sealed");
-  rocksdb::WriteBatch batch(rows.size() * (kKeyBytes + ValueBytes(width_) + 8));
-  std::string value;
-  char key[kKeyBytes];
-  for (const Row& r : rows) {
-    if (static_cast<int64_t>(r.values.size()) != width_) {
-      return absl::InvalidArgumentError(absl::StrCat("disk tier: ", name_, " id ", r.id,
-                                                     ": row of ", r.values.size(),
-                                                     " floats, width ", width_));
-    }
-    EncodeKey(r.id, key);
-    EncodeValue(r.values, r.last, r.count, &value);
-    rocksdb::Status s = batch.Put(handle_.get(), rocksdb::Slice(key, kKeyBytes), value);
-    if (!s.ok()) return FromRocks(s, name_);
-  }
-  return FromRocks(tier_->db_->Write(tier_->settings_->write, &batch),
-                   absl::StrCat("writing ", rows.size(), " rows of ", name_));
-}
-
-std::unique_ptr<DiskTier::View> DiskTier::Scratch::Seal() {
-  auto view = std::unique_ptr<View>(new View(tier_, std::move(handle_), name_, width_));
-  handle_ = nullptr;
-  return view;
-}
-
-absl::StatusOr<std::unique_ptr<DiskTier::Scratch>> DiskTier::NewScratch(int64_t width) {
-  if (width < 1 || width > (int64_t{1} << 28)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("disk tier: scratch table width ", width, " out of [1, 2^28]"));
-  }
-  // Not a table's name ("t..."): Open drops it, should a crash leave it.
-  const std::string family = absl::StrCat("s", scratch_counter_.fetch_add(1));
-  rocksdb::ColumnFamilyHandle* handle = nullptr;
-  PST_RETURN_IF_ERROR(
-      FromRocks(db_->CreateColumnFamily(settings_->scratch, family, &handle),
-                absl::StrCat(dir_, ": making scratch table ", family)));
-  return std::unique_ptr<Scratch>(new Scratch(this, Own(handle, /*drop=*/true),
-                                              absl::StrCat("scratch table ", family), width));
-}
 
 DiskTier::Figures DiskTier::figures() const {
   return Figures{reads_.load(std::memory_order_relaxed), writes_.load(std::memory_order_relaxed),

@@ -22,12 +22,13 @@
 // naming the table and the id.
 //
 // Tuned for point lookups, what a push or pull of a row on disk does:
-// memtables are hash tables of skip lists (2^16 buckets, 512 KiB each)
+// memtables are hash tables of skip lists (up to 2^16 buckets)
 // keyed by the whole key, not one skip list, so a lookup or a write there
 // costs a hash and a short list (2-2.5x the rows/s of the default in
 // bench/hash_table_bench's first workload); SST files carry bloom filters
 // and a hash index in each data block. The price is paid by ForEach, the
 // scan of a save: it sorts the entries of each memtable first.
+// GetBatch reads many rows in one MultiGet.
 //
 // A save reads a table as of one instant while training goes on: Pin gives
 // a View of it (a RocksDB snapshot, which even Clear leaves readable), and
@@ -111,7 +112,7 @@ class DiskTier {
 
   // What the tier did since it opened, for metrics.
   struct Figures {
-    int64_t reads = 0;          // point lookups (Get, Take)
+    int64_t reads = 0;          // rows looked up (Get, GetBatch, Take)
     int64_t writes = 0;         // rows written (Put, PutBatch)
     int64_t bytes_written = 0;  // their keys and values
   };
@@ -154,6 +155,21 @@ class DiskTier {
   // Take, without deleting.
   absl::StatusOr<bool> Get(TableHandle t, int64_t id, std::span<float> row_out, int64_t* last,
                            double* count);
+  // One row's outcome in GetBatch: whether it was found, its entry, and
+  // its own error (DataLoss for a value that does not decode; RocksDB's).
+  struct Got {
+    absl::Status status;
+    bool found = false;
+    int64_t last = 0;
+    double count = 0;
+  };
+  // Get of every id of `ids` in one batched lookup (RocksDB's MultiGet: one
+  // pass down the memtables and levels for all): row i into
+  // rows_out[i * width, (i + 1) * width), its outcome into got[i].
+  // InvalidArgument, nothing read: `rows_out` or `got` of the wrong size.
+  // FailedPrecondition: the table was lost by a failed Clear.
+  absl::Status GetBatch(TableHandle t, std::span<const int64_t> ids, std::span<float> rows_out,
+                        std::span<Got> got);
 
   // Rows of `t` on disk (exact).
   int64_t Count(TableHandle t) const;
