@@ -80,31 +80,148 @@ int64_t HashRowTable::Capacity() const {
   return capacity > 0 ? std::min(capacity, limits_.max_rows) : limits_.max_rows;
 }
 
+absl::Status HashRowTable::NoEvictionsPending() const {
+  if (leaving_.empty()) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      leaving_.size(), " evictions pending: FlushEvictions was not called after a push"));
+}
+
+int64_t HashRowTable::Held() const {
+  return static_cast<int64_t>(rows_.size() - leaving_.size());
+}
+
 bool HashRowTable::Evict(int stripe, int64_t id, bool to_disk) {
-  auto it = rows_.find(id);
+  evictions_.fetch_add(1, std::memory_order_relaxed);
   if (to_disk && disk_ != nullptr) {
-    const EvictionIndex::Entry* entry = index_->Find(stripe, id);
-    if (absl::Status s = disk_->Put(disk_table_, id, it->second, entry->last, entry->count,
-                                    /*fresh=*/true);
-        !s.ok()) {
-      NoteDiskError(s, "evicting a row to it (kept in memory)");
-      return false;
-    }
-    SetOnDisk(id, true);
-    disk_writes_.fetch_add(1, std::memory_order_relaxed);
+    // Written with the others at the flush; until then the row stays in
+    // rows_ (its data where it was), out of the index.
+    leaving_.emplace(id, *index_->Find(stripe, id));
+    index_->Forget(stripe, id);
+    size_.store(Held(), std::memory_order_relaxed);
+    return static_cast<int64_t>(leaving_.size()) < FlushRows() || WriteLeaving();
   }
   index_->Forget(stripe, id);
+  auto it = rows_.find(id);
   // The next row made takes its memory (rows are all width() floats).
-  if (spare_.capacity() == 0) spare_ = std::move(it->second);
+  Recycle(std::move(it->second));
   rows_.erase(it);
-  size_.store(static_cast<int64_t>(rows_.size()), std::memory_order_relaxed);
-  evictions_.fetch_add(1, std::memory_order_relaxed);
+  size_.store(Held(), std::memory_order_relaxed);
   return true;
+}
+
+int64_t HashRowTable::FlushRows() const {
+  return std::clamp<int64_t>(limits_.policy.capacity / 16, 1, kMaxFlushRows);
+}
+
+void HashRowTable::Recycle(std::vector<float> row) {
+  if (static_cast<int64_t>(spares_.size()) < FlushRows()) spares_.push_back(std::move(row));
+}
+
+std::vector<float> HashRowTable::NewRow() {
+  std::vector<float> row;
+  if (!spares_.empty()) {
+    row = std::move(spares_.back());
+    spares_.pop_back();
+  }
+  row.resize(static_cast<size_t>(width_));
+  return row;
+}
+
+bool HashRowTable::FlushEvictions() {
+  fetched_.clear();
+  return WriteLeaving();
+}
+
+bool HashRowTable::WriteLeaving() {
+  if (leaving_.empty()) return true;
+  std::vector<DiskTier::Row> batch;
+  batch.reserve(leaving_.size());
+  for (const auto& [id, entry] : leaving_) {
+    batch.push_back({id, rows_.find(id)->second, entry.last, entry.count});
+  }
+  // fresh: on_disk_ says none of these ids is on disk (its bytes, if any,
+  // are a stale copy).
+  if (absl::Status s = disk_->PutBatch(disk_table_, batch, /*fresh=*/true); !s.ok()) {
+    NoteDiskError(s, "evicting rows to it (kept in memory)");
+    for (const auto& [id, entry] : leaving_) index_->Load(StripeOf(id), id, entry);
+    evictions_.fetch_sub(static_cast<int64_t>(leaving_.size()), std::memory_order_relaxed);
+    leaving_.clear();
+    size_.store(Held(), std::memory_order_relaxed);
+    return false;
+  }
+  on_disk_.reserve(on_disk_.size() + leaving_.size());
+  for (const auto& [id, entry] : leaving_) {
+    on_disk_.insert(id);
+    auto it = rows_.find(id);
+    Recycle(std::move(it->second));
+    rows_.erase(it);
+  }
+  rows_on_disk_.store(static_cast<int64_t>(on_disk_.size()), std::memory_order_relaxed);
+  disk_writes_.fetch_add(static_cast<int64_t>(leaving_.size()), std::memory_order_relaxed);
+  leaving_.clear();
+  return true;
+}
+
+void HashRowTable::Prefetch(std::span<const int64_t> ids) {
+  if (disk_ == nullptr) return;
+  std::vector<int64_t> wanted;
+  for (int64_t id : ids) {
+    if (!rows_.contains(id) && on_disk_.contains(id) && !fetched_.contains(id)) {
+      wanted.push_back(id);
+    }
+  }
+  if (wanted.empty()) return;
+  std::sort(wanted.begin(), wanted.end());
+  wanted.erase(std::unique(wanted.begin(), wanted.end()), wanted.end());
+  std::vector<float> rows(wanted.size() * static_cast<size_t>(width_));
+  std::vector<DiskTier::Got> got(wanted.size());
+  // A batch that fails as a whole leaves every row to Touch's own read.
+  if (!disk_->GetBatch(disk_table_, wanted, rows, got).ok()) return;
+  fetched_.reserve(wanted.size());
+  for (size_t i = 0; i < wanted.size(); ++i) {
+    Fetched& f = fetched_[wanted[i]];
+    f.got = std::move(got[i]);
+    if (f.got.found) {
+      f.row.assign(rows.begin() + static_cast<ptrdiff_t>(i * width_),
+                   rows.begin() + static_cast<ptrdiff_t>((i + 1) * width_));
+    }
+  }
+}
+
+void HashRowTable::ReadFromDisk(std::span<const int64_t> ids, int64_t now, float* out,
+                                std::vector<char>* read) const {
+  read->assign(ids.size(), 0);
+  if (disk_ == nullptr) return;
+  std::vector<size_t> at;
+  std::vector<int64_t> wanted;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (!rows_.contains(ids[i]) && on_disk_.contains(ids[i])) {
+      at.push_back(i);
+      wanted.push_back(ids[i]);
+    }
+  }
+  if (wanted.empty()) return;
+  std::vector<float> rows(wanted.size() * static_cast<size_t>(width_));
+  std::vector<DiskTier::Got> got(wanted.size());
+  if (absl::Status s = disk_->GetBatch(disk_table_, wanted, rows, got); !s.ok()) {
+    NoteDiskError(s, "reading rows (read as not stored)");
+    return;
+  }
+  for (size_t k = 0; k < wanted.size(); ++k) {
+    if (!got[k].status.ok()) {
+      NoteDiskError(got[k].status, "reading a row (read as not stored)");
+      continue;
+    }
+    if (!got[k].found || Stale(got[k].last, now)) continue;
+    disk_reads_.fetch_add(1, std::memory_order_relaxed);
+    std::copy_n(rows.data() + k * width_, dim_, out + at[k] * dim_);
+    (*read)[at[k]] = 1;
+  }
 }
 
 void HashRowTable::EvictBelow(int64_t room) {
   int stripe = 0;
-  while (static_cast<int64_t>(rows_.size()) >= room) {
+  while (Held() >= room) {
     std::optional<int64_t> victim = index_->Victim(&stripe);
     if (!victim.has_value() || !Evict(stripe, *victim, /*to_disk=*/true)) return;
   }
@@ -178,16 +295,39 @@ bool HashRowTable::CountTouch(int64_t id) {
 
 float* HashRowTable::Touch(int64_t id, int64_t t) {
   if (float* row = Find(id)) {
+    if (auto leaving = leaving_.find(id); leaving != leaving_.end()) {
+      // Evicted by this batch and not written yet: back as from disk.
+      const EvictionIndex::Entry entry = leaving->second;
+      leaving_.erase(leaving);
+      EvictBelow(Capacity());
+      size_.store(Held(), std::memory_order_relaxed);
+      index_->NoteReturn(StripeOf(id), id, entry, t);
+      return row;
+    }
     NoteUpdate(id, t);
     return row;
   }
   if (disk_ != nullptr && on_disk_.contains(id)) {
-    std::vector<float> row(static_cast<size_t>(width_));
+    std::vector<float> row;
     EvictionIndex::Entry entry;
     // Read, not taken: the bytes stay on disk, stale, until the row's next
     // eviction overwrites them (a delete would cost a write now and slow
     // every later lookup); on_disk_ says they are not the row any more.
-    absl::StatusOr<bool> read = disk_->Get(disk_table_, id, row, &entry.last, &entry.count);
+    absl::StatusOr<bool> read = false;
+    if (auto f = fetched_.find(id); f != fetched_.end()) {
+      if (f->second.got.status.ok()) {
+        read = f->second.got.found;
+        row = std::move(f->second.row);
+        entry.last = f->second.got.last;
+        entry.count = f->second.got.count;
+      } else {
+        read = f->second.got.status;
+      }
+      fetched_.erase(f);
+    } else {
+      row = NewRow();
+      read = disk_->Get(disk_table_, id, row, &entry.last, &entry.count);
+    }
     if (!read.ok()) {
       // A value that does not decode stays where it is, reported: this
       // push's gradient for it is dropped rather than a second row made.
@@ -210,9 +350,7 @@ float* HashRowTable::Touch(int64_t id, int64_t t) {
   }
   admissions_.fetch_add(1, std::memory_order_relaxed);
   if (index_ != nullptr && limits_.policy.capacity > 0) EvictBelow(Capacity());
-  std::vector<float> row = std::move(spare_);
-  spare_ = {};
-  row.resize(static_cast<size_t>(width_));
+  std::vector<float> row = NewRow();
   init_(id, std::span<float>(row.data(), static_cast<size_t>(dim_)));
   for (size_t s = 0; s < slot_initial_values_.size(); ++s) {
     std::fill_n(row.data() + (s + 1) * dim_, dim_, slot_initial_values_[s]);
@@ -224,7 +362,7 @@ float* HashRowTable::Touch(int64_t id, int64_t t) {
 
 float* HashRowTable::Store(int64_t id, std::vector<float> row) {
   float* data = rows_.emplace(id, std::move(row)).first->second.data();
-  size_.fetch_add(1, std::memory_order_relaxed);
+  size_.store(Held(), std::memory_order_relaxed);
   return data;
 }
 
@@ -245,6 +383,8 @@ absl::Status HashRowTable::CheckRoom(std::span<const int64_t> ids, const std::st
 absl::Status HashRowTable::Replace(Rows rows, int64_t version, const Entries& entries,
                                    std::optional<AdmissionFilter> admission) {
   rows_ = std::move(rows);
+  leaving_.clear();
+  fetched_.clear();
   size_.store(static_cast<int64_t>(rows_.size()));
   admission_ = std::move(admission);
   absl::Status cleared = disk_ == nullptr ? absl::OkStatus() : disk_->Clear(disk_table_);
@@ -264,20 +404,23 @@ absl::Status HashRowTable::Replace(Rows rows, int64_t version, const Entries& en
   // too: the rows stay in memory.
   if (!cleared.ok()) NoteDiskError(cleared, "emptying it for a restore");
   if (limits_.policy.capacity > 0) EvictBelow(Capacity() + 1);
+  if (disk_ != nullptr) FlushEvictions();
   return cleared;
 }
 
 void HashRowTable::LoadRow(int64_t id, const char* bytes, const EvictionIndex::Entry& entry) {
+  leaving_.erase(id);  // loaded in place of what was evicted
   std::vector<float>& held = rows_[id];
   held.resize(static_cast<size_t>(width_));
   std::memcpy(held.data(), bytes, held.size() * sizeof(float));
-  size_.store(static_cast<int64_t>(rows_.size()));
+  size_.store(Held());
   if (index_ == nullptr) return;
   index_->Load(StripeOf(id), id, entry);
   if (disk_ != nullptr) EvictBelow(Capacity() + 1);
 }
 
 absl::Status HashRowTable::ForEachRow(int64_t now, RowFn fn) const {
+  PST_RETURN_IF_ERROR(NoEvictionsPending());
   for (const auto& [id, row] : rows_) {
     PST_RETURN_IF_ERROR(fn(id, row, IndexEntry(id)));
   }
@@ -296,6 +439,7 @@ absl::StatusOr<std::unique_ptr<common::ShardRowStream>> HashRowTable::Cut(
   if (disk_ == nullptr || tier.get() != disk_) {
     return absl::FailedPreconditionError("a cut of a table without its disk tier");
   }
+  PST_RETURN_IF_ERROR(NoEvictionsPending());
   PST_ASSIGN_OR_RETURN(std::unique_ptr<DiskTier::Scratch> scratch, disk_->NewScratch(width_));
   // The owner's lock keeps the table still from here until the scratch
   // table is sealed: both views are of one instant.

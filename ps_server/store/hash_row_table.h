@@ -26,7 +26,12 @@
 // above. An id is in one tier at a time: the table keeps the set of its ids
 // on disk, so that no other id's lookup reaches the disk, and a row brought
 // back leaves stale bytes there, skipped, until its next eviction
-// overwrites them. ttl reaches rows on disk lazily:
+// overwrites them. The disk I/O of a push is batched: Prefetch reads the
+// push's rows on disk in one lookup before its Touches, and the rows its
+// Touches evict are written together (at most FlushRows() wait, still in
+// memory but out of the index) by FlushEvictions, which the owner calls
+// before it lets go of its exclusive lock; a row evicted and touched again
+// before that comes back without the disk. ttl reaches rows on disk lazily:
 // one last updated before `now` - ttl reads, and is brought back, as gone.
 // A disk error (disk full, I/O) loses no row: one that cannot be written
 // stays in memory, past the capacity; one that cannot be read back stays
@@ -127,6 +132,12 @@ class HashRowTable {
   // `out`; false (`out` unspecified) when neither tier holds it as of
   // version `now`. Changes nothing.
   bool ReadStored(int64_t id, int64_t now, std::span<float> out) const;
+  // ReadStored of the `ids` on disk, in one batched read: (*read)[i] is
+  // true, with out[i * dim(), (i + 1) * dim()) written, for each id read
+  // there as held at `now`; false for the others (in memory, in neither
+  // tier, or a disk error, counted). Same locks as ReadStored.
+  void ReadFromDisk(std::span<const int64_t> ids, int64_t now, float* out,
+                    std::vector<char>* read) const;
 
   // Counts a touch of `id` (a read, or a push of an id with no row); whether
   // it is admitted now. Always true with admit_after <= 1.
@@ -136,6 +147,17 @@ class HashRowTable {
   // admitted, after making room; nullptr while not admitted. Notes the
   // update.
   float* Touch(int64_t id, int64_t t);
+  // Reads the rows of `ids` on disk in one batched lookup, for the Touches
+  // that follow (a push's); FlushEvictions drops what was not used. A
+  // failed read leaves each row to Touch's own.
+  void Prefetch(std::span<const int64_t> ids);
+  // Writes the rows evicted since the last flush to disk, in one batch,
+  // and drops what Prefetch read. The owner calls it after a run of Touch
+  // or LoadRow, before it lets go of its exclusive lock: until then those
+  // rows are still in memory, out of the index, and ForEachRow and Cut
+  // refuse (FailedPrecondition). false: the disk refused them (counted and
+  // logged); they stay in memory, past the capacity.
+  bool FlushEvictions();
   // Notes an update at version `t` of the stored row `id`.
   void NoteUpdate(int64_t id, int64_t t) {
     if (index_ != nullptr) index_->Note(StripeOf(id), id, t);
@@ -197,10 +219,24 @@ class HashRowTable {
   // The rows the table may hold: the capacity (at most max_rows), or
   // max_rows when it has none.
   int64_t Capacity() const;
-  // Removes row `id` (of stripe `stripe`) from memory, counting an
-  // eviction, to disk when `to_disk` and the table has one; false, with
-  // the row kept, when the disk refuses it.
+  // Rows held: in memory, less those leaving.
+  int64_t Held() const;
+  // Evictions that wait for one write, at most (1/16 of the capacity, so
+  // that memory exceeds it by little).
+  int64_t FlushRows() const;
+  static constexpr int64_t kMaxFlushRows = 512;
+  // Removes row `id` (of stripe `stripe`), counting an eviction: from
+  // memory now, or else (to disk, when `to_disk` and the table has one)
+  // from the index now and from memory once written (WriteLeaving, done
+  // here when FlushRows() wait); false when that write fails.
   bool Evict(int stripe, int64_t id, bool to_disk);
+  // Writes the leaving rows (FlushEvictions' part).
+  bool WriteLeaving();
+  // FailedPrecondition while rows are leaving.
+  absl::Status NoEvictionsPending() const;
+  // A row's memory: one an eviction freed, or new; width() floats.
+  std::vector<float> NewRow();
+  void Recycle(std::vector<float> row);
   // Puts `row` in memory as `id`'s (not held yet); its data.
   float* Store(int64_t id, std::vector<float> row);
   // Evicts the policy's first rows until fewer than `room` are held (or
@@ -221,10 +257,19 @@ class HashRowTable {
   const int64_t width_;
   const RowInit init_;
   Rows rows_;
-  // An evicted row's memory, for the next row made (every value written
+  // Evicted rows' memory, for the next rows made (every value written
   // there before use): a full bounded table makes as many rows as it
-  // evicts, without a free and an allocation each.
-  std::vector<float> spare_;
+  // evicts, without a free and an allocation each. At most FlushRows().
+  std::vector<std::vector<float>> spares_;
+  // Rows evicted to disk and not written yet (in rows_, not in the index),
+  // with their index entries.
+  absl::flat_hash_map<int64_t, EvictionIndex::Entry> leaving_;
+  // Rows on disk read by Prefetch, until Touch takes them.
+  struct Fetched {
+    std::vector<float> row;
+    DiskTier::Got got;
+  };
+  absl::flat_hash_map<int64_t, Fetched> fetched_;
   std::atomic<int64_t> size_{0};
   std::atomic<int64_t> evictions_{0};
   std::atomic<int64_t> admissions_{0};

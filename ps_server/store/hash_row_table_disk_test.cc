@@ -48,6 +48,18 @@ void Update(float* row, float g) {
   row[3] += 1.0f;
 }
 
+// One push as Variable::ApplyRows makes it: the rows on disk read at once,
+// each row touched and updated by its gradient, then the evictions written.
+void Push(HashRowTable& table, int64_t t, const std::vector<int64_t>& ids,
+          const std::vector<float>& grads) {
+  table.Expire(t);
+  table.Prefetch(ids);
+  for (size_t k = 0; k < ids.size(); ++k) {
+    if (float* row = table.Touch(ids[k], t)) Update(row, grads[k]);
+  }
+  EXPECT_TRUE(table.FlushEvictions());
+}
+
 // Every row of both tiers, by id, with its entry's last update and count.
 struct Held {
   std::vector<float> row;
@@ -233,14 +245,19 @@ TEST_F(HashRowTableDiskTest, SamePushes_QuarterInMemory_EqualsUnbounded) {
     int64_t t = 0;
     for (int push = 0; push < 600; ++push) {
       ++t;
-      memory->Expire(t);
-      tiered->Expire(t);
-      for (int k = 0; k < 4; ++k) {
+      // Pushes of 8 distinct ids: with a capacity of 50, 3 evictions wait
+      // for each write, and a row may leave and come back in one push.
+      std::vector<int64_t> push_ids;
+      while (push_ids.size() < 8) {
         const int64_t id = ids(rng);
-        const float g = grads(rng);
-        Update(memory->Touch(id, t), g);
-        Update(tiered->Touch(id, t), g);
+        if (std::find(push_ids.begin(), push_ids.end(), id) == push_ids.end()) {
+          push_ids.push_back(id);
+        }
       }
+      std::vector<float> push_grads;
+      for (size_t k = 0; k < push_ids.size(); ++k) push_grads.push_back(grads(rng));
+      Push(*memory, t, push_ids, push_grads);
+      Push(*tiered, t, push_ids, push_grads);
     }
     EXPECT_LE(tiered->size(), 50);
     EXPECT_GT(tiered->rows_on_disk(), 50);
@@ -279,10 +296,9 @@ TEST_F(HashRowTableDiskTest, Cut_GivesTheRowsOfBothTiers_InIdOrder_AsOfItsInstan
     int64_t t = 0;
     auto pushes = [&](int n) {
       for (int push = 0; push < n; ++push) {
-        table->Expire(++t);
-        for (int k = 0; k < 4; ++k) {
-          if (float* row = table->Touch(ids(rng) - 20, t)) Update(row, 0.5f);
-        }
+        std::vector<int64_t> push_ids;
+        for (int k = 0; k < 4; ++k) push_ids.push_back(ids(rng) - 20);
+        Push(*table, ++t, push_ids, std::vector<float>(push_ids.size(), 0.5f));
       }
     };
     pushes(400);
@@ -313,6 +329,82 @@ TEST_F(HashRowTableDiskTest, Cut_GivesTheRowsOfBothTiers_InIdOrder_AsOfItsInstan
 TEST_F(HashRowTableDiskTest, Cut_OfATableWithoutItsTier_IsRefused) {
   std::unique_ptr<HashRowTable> table = MakeTable(Bounded(5, "lru"), /*disk=*/false);
   EXPECT_EQ(table->Cut(1, tier_).status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
+// A push's evictions wait in memory and go to disk in one write; a row
+// evicted and touched again in the same push comes back without the disk.
+TEST_F(HashRowTableDiskTest, Push_EvictionsWaitForOneWrite_ARowTouchedAgainComesBackWithoutTheDisk) {
+  std::unique_ptr<HashRowTable> table = MakeTable(Bounded(64, "lru"));  // 4 wait at most
+  for (int64_t id = 0; id < 64; ++id) Push(*table, id + 1, {id}, {1.0f});
+  ASSERT_EQ(table->rows_on_disk(), 0);
+  const std::map<int64_t, Held> before = AllRows(*table, 64);
+  const DiskTier::Figures tier_before = tier_->figures();
+  table->Prefetch(std::vector<int64_t>{100, 0, 101});
+  table->Touch(100, 65);  // row 0, the least recent, leaves
+  EXPECT_EQ(table->size(), 64);
+  // Out of the index, not written yet: a save would miss it, and is refused.
+  EXPECT_EQ(table->IndexEntry(0), nullptr);
+  EXPECT_EQ(table->ForEachRow(65, [](int64_t, std::span<const float>,
+                                     const EvictionIndex::Entry*) { return absl::OkStatus(); })
+                .code(),
+            absl::StatusCode::kFailedPrecondition);
+  float* row = table->Touch(0, 65);  // back from among the leaving; row 1 leaves
+  ASSERT_NE(row, nullptr);
+  EXPECT_EQ(std::vector<float>(row, row + 4), before.at(0).row);
+  table->Touch(101, 65);  // row 2 leaves
+  EXPECT_EQ(tier_->figures().writes, tier_before.writes) << "nothing written before the flush";
+  EXPECT_EQ(tier_->figures().reads, tier_before.reads) << "no row of this push was on disk";
+  ASSERT_TRUE(table->FlushEvictions());
+  EXPECT_EQ(tier_->figures().writes - tier_before.writes, 2) << "rows 1 and 2, in one batch";
+  EXPECT_EQ(table->rows_on_disk(), 2);
+  EXPECT_EQ(table->evictions(), 3);
+  EXPECT_EQ(table->size(), 64);
+  const std::map<int64_t, Held> after = AllRows(*table, 65);
+  ASSERT_EQ(after.size(), 66u);
+  for (int64_t id : {1, 2}) EXPECT_TRUE(after.at(id) == before.at(id)) << id;
+  EXPECT_EQ(after.at(1).last, 2);
+  EXPECT_EQ(after.at(0).last, 65);
+}
+
+// Prefetch reads a push's rows on disk in one lookup; the Touches that
+// follow take them from there, bit-identical, and read nothing more.
+TEST_F(HashRowTableDiskTest, Prefetch_ReadsThePushsRowsOnDiskOnce_TouchesTakeThemBitIdentical) {
+  std::unique_ptr<HashRowTable> table = MakeTable(Bounded(32, "lru"));  // 2 wait at most
+  for (int64_t id = 0; id < 48; ++id) Push(*table, id + 1, {id}, {static_cast<float>(id)});
+  ASSERT_EQ(table->rows_on_disk(), 16);  // 0..15
+  const std::map<int64_t, Held> before = AllRows(*table, 48);
+  const std::vector<int64_t> ids = {3, 40, 7, 500, 11};  // 3 on disk, 1 in memory, 1 new
+  const int64_t reads_before = tier_->figures().reads;
+  table->Prefetch(ids);
+  EXPECT_EQ(tier_->figures().reads - reads_before, 3);
+  for (int64_t id : {3, 7, 11}) {
+    float* row = table->Touch(id, 49);
+    ASSERT_NE(row, nullptr);
+    EXPECT_EQ(std::vector<float>(row, row + 4), before.at(id).row) << id;
+  }
+  EXPECT_EQ(tier_->figures().reads - reads_before, 3) << "taken from the prefetch";
+  EXPECT_EQ(table->disk_reads(), 3);
+  ASSERT_TRUE(table->FlushEvictions());
+  EXPECT_EQ(AllRows(*table, 49).size(), 48u);
+}
+
+// ReadFromDisk reads the rows on disk among many ids in one lookup, and
+// leaves the others to the caller.
+TEST_F(HashRowTableDiskTest, ReadFromDisk_ReadsOnlyTheRowsOnDisk_AsReadStoredDoes) {
+  std::unique_ptr<HashRowTable> table = MakeTable(Bounded(32, "lru"));
+  for (int64_t id = 0; id < 40; ++id) Push(*table, id + 1, {id}, {0.5f});
+  const std::vector<int64_t> ids = {39, 2, 900, 5, 20};  // memory, disk, neither, disk, memory
+  std::vector<float> out(ids.size() * kDim, -1.0f);
+  std::vector<char> read;
+  table->ReadFromDisk(ids, 40, out.data(), &read);
+  EXPECT_EQ(read, (std::vector<char>{0, 1, 0, 1, 0}));
+  for (size_t i : {1, 3}) {
+    std::vector<float> want(kDim);
+    ASSERT_TRUE(table->ReadStored(ids[i], 40, want));
+    EXPECT_EQ(std::vector<float>(out.begin() + i * kDim, out.begin() + (i + 1) * kDim), want);
+  }
+  EXPECT_EQ(out[0], -1.0f) << "rows in memory are the caller's";
+  EXPECT_EQ(table->rows_on_disk(), 8) << "reads move nothing";
 }
 
 }  // namespace

@@ -295,6 +295,7 @@ absl::Status StoreRestorer::LoadStaged(Loaded& l) {
     if (entry.last == kNoEntry) entry = {l.version, lfu ? 1.0 : 0.0, 0.0};  // as a fresh Note
     table.LoadRow(c->id(), reinterpret_cast<const char*>(c->row().data()), entry);
   }
+  table.FlushEvictions();
   return c->status();
 }
 

@@ -257,6 +257,7 @@ absl::Status VariableStore::LoadState(const proto::StoreChunk& chunk) {
       if (c.row_last_size() > 0) entry = {c.row_last(i), c.row_count(i), 0.0};
       var->table.LoadRow(c.ids(i), c.rows().data() + i * width_bytes, entry);
     }
+    var->table.FlushEvictions();
     if (!c.admission().empty()) {
       absl::StatusOr<AdmissionFilter> admission = AdmissionFilter::Deserialize(c.admission());
       if (!admission.ok()) {

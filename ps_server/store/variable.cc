@@ -295,10 +295,17 @@ int64_t Variable::ReadRows(const std::vector<int64_t>& local, float* out) {
       const int64_t now = version;
       const bool counts = table.limits().admit_after > 1;
       bool all = true;
+      // The rows on disk in one batched read first; those in memory under
+      // their stripes' locks, as above.
+      std::vector<char> on_disk;
+      table.ReadFromDisk(local, now, out, &on_disk);
       auto read = [&](size_t r) ABSL_SHARED_LOCKS_REQUIRED(mu) {
-        if (!all) return;
+        if (!all || on_disk[r]) return;
         std::span<float> to(out + r * dim, dim);
-        if (table.ReadStored(local[r], now, to)) return;
+        if (const float* row = table.Find(local[r])) {
+          std::copy_n(row, dim, to.data());
+          return;
+        }
         if (counts) {
           all = false;
         } else {
@@ -342,7 +349,10 @@ int64_t Variable::ApplyRows(Optimizer& optimizer, const std::vector<int64_t>& lo
   absl::MutexLock lock(&mu);
   row_pushes_striped = true;
   t = version + 1;
-  if (is_hash) table.Expire(t);
+  if (is_hash) {
+    table.Expire(t);
+    table.Prefetch(local);  // the push's rows on disk, in one read
+  }
   for (size_t r = 0; r < local.size(); ++r) {
     if (skip[r]) continue;
     float* hash_row = nullptr;
@@ -355,6 +365,8 @@ int64_t Variable::ApplyRows(Optimizer& optimizer, const std::vector<int64_t>& lo
     }
     ApplyToRow(optimizer, hash_row, local[r], grad.subspan(r * dim, dim), t, &row_slots);
   }
+  // The rows this push evicted, to disk in one write (before the lock goes).
+  if (is_hash) table.FlushEvictions();
   version = t;
   return t;
 }
