@@ -83,16 +83,18 @@ absl::StatusOr<std::unique_ptr<DiskTier>> DiskTier::Open(const std::string& dir,
   // A bloom filter over the memtable too: Put looks each id up first.
   family.memtable_whole_key_filtering = true;
   family.memtable_prefix_bloom_size_ratio = 0.05;
-  // Memtables hashed by the whole key (the "prefix" is all 8 bytes): a
-  // point lookup or write costs a hash and a short list, not a descent
-  // through one skip list of every entry. Scans must then ask for total
-  // order (ForEach, Open's count), and writes to a memtable are serial.
-  // The buckets (8 bytes each) are counted in the memtable: at most 1/64
-  // of it (RocksDB aborts making a memtable that is full from the start).
+  // Memtables hashed by the whole key (the "prefix" is all 8 bytes), each
+  // bucket a linked list of its keys' versions, newest first: a point
+  // lookup or write costs a hash and a step or two, not a descent through
+  // one skip list of every entry. Scans must then ask for total order
+  // (ForEach, Open's count), and writes to a memtable are serial. The
+  // buckets (8 bytes each, counted in the memtable) take at most 1/64 of it.
   family.prefix_extractor.reset(rocksdb::NewFixedPrefixTransform(kKeyBytes));
   const size_t buckets =
       std::clamp<size_t>(family.write_buffer_size / 512, 64, size_t{1} << 16);
-  family.memtable_factory.reset(rocksdb::NewHashSkipListRepFactory(buckets));
+  family.memtable_factory.reset(rocksdb::NewHashLinkListRepFactory(
+      buckets, /*huge_page_tlb_size=*/0, /*bucket_entries_logging_threshold=*/4096,
+      /*if_log_bucket_dist_when_flash=*/false));
   db_options.allow_concurrent_memtable_write = false;
   // Most lookups of ids never evicted miss: the last level's filters count.
   family.optimize_filters_for_hits = false;

@@ -22,12 +22,13 @@
 // naming the table and the id.
 //
 // Tuned for point lookups, what a push or pull of a row on disk does:
-// memtables are hash tables of skip lists (up to 2^16 buckets)
-// keyed by the whole key, not one skip list, so a lookup or a write there
-// costs a hash and a short list (2-2.5x the rows/s of the default in
-// bench/hash_table_bench's first workload); SST files carry bloom filters
+// memtables are hash tables of linked lists (up to 2^16 buckets) keyed by
+// the whole key, not one skip list, so a lookup or a write there costs a
+// hash and a short list (in bench/hash_table_bench's first workload, about
+// twice the rows/s of the default skip list, and 1.15-1.25x those of hash
+// tables of skip lists, used before); SST files carry bloom filters
 // and a hash index in each data block. The price is paid by ForEach, the
-// scan of a save: it sorts the entries of each memtable first.
+// scan of a save, and by the flush: each sorts a memtable's entries first.
 // GetBatch reads many rows in one MultiGet.
 //
 // A save reads a table as of one instant while training goes on: Pin gives
