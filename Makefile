@@ -79,14 +79,19 @@ bench-ps: build
 # Bounded hash tables (issue 32): row pushes into a table bounded to a
 # quarter of the distinct ids (lru) against the same table unbounded, in
 # alternate rounds of one run: rows/s ratio and evictions/s (ps Health);
-# then the same bounded table with the disk tier (hash_table_bench, no
-# network, Zipf 1.1 ids): wall time per push and per pull against the table
-# with every row in memory.
+# the same with the rows past the capacity on disk (the disk tier), through
+# the ps processes; then the disk tier alone (hash_table_bench, no network,
+# Zipf 1.1 ids): wall time per push and per pull against the table with
+# every row in memory.
 .PHONY: bench-tables
 BENCH_TABLES_FLAGS ?=
 bench-tables: build
 	$(BUILD_DIR)/bin/ps_bench --cases=hash_push,hash_push_evict --ps=2 --workers=2 \
 	  --scaling=false --json=$(BUILD_DIR)/bench_tables.json $(BENCH_TABLES_FLAGS)
+	rm -rf $(BUILD_DIR)/bench_table_store
+	$(BUILD_DIR)/bin/ps_bench --cases=hash_push,hash_push_evict --ps=2 --workers=2 \
+	  --scaling=false --table_store_dir=$(BUILD_DIR)/bench_table_store \
+	  --json=$(BUILD_DIR)/bench_tables_disk.json $(BENCH_TABLES_FLAGS)
 	rm -rf $(BUILD_DIR)/bench_table_store
 	$(BUILD_DIR)/bin/hash_table_bench --table_store_dir=$(BUILD_DIR)/bench_table_store --rounds=3
 	rm -rf $(BUILD_DIR)/bench_table_store

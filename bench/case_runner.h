@@ -39,6 +39,7 @@ struct Result {
   int64_t distinct_ids = 0;
   int64_t capacity = 0;
   std::string eviction;
+  bool disk_tier = false;  // the rows past the capacity on disk (--table_store_dir)
   int64_t evictions = 0;
   double evictions_per_s = 0;
   double ratio_to_unbounded = 0;

@@ -315,6 +315,7 @@ std::vector<Result> RunHash(const Options& options, PsCluster& cluster,
     c.result.distinct_ids = batches.distinct;
     c.result.capacity = evict ? capacity : 0;
     c.result.eviction = evict ? options.hash_eviction : "";
+    c.result.disk_tier = evict && !options.table_store_dir.empty();
     for (int w = 0; w < num_workers; ++w) {
       client::PsClient* client = clients[w].get();
       Worker* me = &workers[w];

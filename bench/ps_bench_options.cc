@@ -121,6 +121,7 @@ absl::StatusOr<Options> ParseOptions(const OptionFlags& flags) {
   }
   o.hash_capacity_fraction = flags.hash_capacity_fraction;
   o.hash_eviction = flags.hash_eviction;
+  o.table_store_dir = flags.table_store_dir;
   if (o.Has("hash_push_evict") && !(o.hash_capacity_fraction > 0 && o.hash_capacity_fraction < 1)) {
     return absl::InvalidArgumentError("--hash_capacity_fraction must be in (0, 1)");
   }

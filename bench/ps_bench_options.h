@@ -45,6 +45,7 @@ struct OptionFlags {
   bool verbose = false;
   double hash_capacity_fraction = 0;
   std::string hash_eviction;
+  std::string table_store_dir;
 };
 
 // The settings of a run, as ParseOptions made and checked them.
@@ -77,6 +78,9 @@ struct Options {
   // ids the workers' batches touch (over the partitions), and its policy.
   double hash_capacity_fraction = 0.25;
   std::string hash_eviction = "lru";
+  // Non-empty: each ps keeps the bounded table's rows past its capacity
+  // on disk, under table_store_dir/ps<i> (ps_server --table_store_dir).
+  std::string table_store_dir;
 
   bool Has(const std::string& c) const { return cases.count(c) > 0; }
   bool AnyDense() const { return Has("push") || Has("pull") || Has("pushpull"); }

@@ -140,6 +140,9 @@ absl::StatusOr<std::unique_ptr<PsCluster>> PsCluster::Start(const Options& optio
     // No chief watches this ps: the benchmark plays its part.
     spawn.argv = {options.ps_server, "--chief_timeout_s=0",
                   absl::StrCat("--bdp_probe=", options.bdp_probe)};
+    if (!options.table_store_dir.empty()) {
+      spawn.argv.push_back(absl::StrCat("--table_store_dir=", options.table_store_dir, "/ps", i));
+    }
     if (!cluster->links_.empty()) spawn.argv = cluster->links_[i]->Wrap(spawn.argv);
     spawn.env = {"TF_CONFIG=" + common::TfConfigToJson(tf)};
     int fd = -1;

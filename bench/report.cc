@@ -71,10 +71,11 @@ void PrintTable(const std::vector<Result>& results, const References& refs,
       continue;
     }
     std::printf(
-        "%s (%d ps, %d w): %lld rows per partition (%s), %.0f%% of the %lld distinct ids; %s "
+        "%s (%d ps, %d w): %lld rows per partition (%s%s), %.0f%% of the %lld distinct ids; %s "
         "rows/s = %.3fx the unbounded table's (alternate rounds); %lld evictions, %s per "
         "second\n",
         r.op.c_str(), r.ps, r.workers, static_cast<long long>(r.capacity), r.eviction.c_str(),
+        r.disk_tier ? ", the rest on disk" : "",
         r.distinct_ids > 0 ? 100.0 * r.capacity * r.ps / r.distinct_ids : 0.0,
         static_cast<long long>(r.distinct_ids), Rate(r.rows_per_s).c_str(), r.ratio_to_unbounded,
         static_cast<long long>(r.evictions), Rate(r.evictions_per_s).c_str());
@@ -151,6 +152,7 @@ nlohmann::json ToJson(const std::vector<Result>& results, const References& refs
       e["capacity_per_partition"] = r.capacity;
       if (r.capacity > 0) {
         e["eviction"] = r.eviction;
+        e["disk_tier"] = r.disk_tier;
         e["evictions"] = r.evictions;
         e["evictions_per_s"] = r.evictions_per_s;
         e["ratio_to_unbounded"] = r.ratio_to_unbounded;

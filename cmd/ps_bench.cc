@@ -68,6 +68,10 @@ ABSL_FLAG(double, hash_capacity_fraction, 0.25,
 ABSL_FLAG(std::string, hash_eviction, "lru",
           "hash_push_evict: the table's eviction policy (lru, lfu, lfu:<half-life>, "
           "ttl:<versions>).");
+ABSL_FLAG(std::string, table_store_dir, "",
+          "hash_push_evict: each ps keeps the bounded table's rows past its capacity on disk, "
+          "under this directory's ps<i> (ps_server --table_store_dir; emptied as the ps "
+          "starts). Empty: evicted rows are forgotten.");
 
 namespace {
 
@@ -98,6 +102,7 @@ pst::bench::OptionFlags ReadFlags() {
   flags.verbose = absl::GetFlag(FLAGS_verbose);
   flags.hash_capacity_fraction = absl::GetFlag(FLAGS_hash_capacity_fraction);
   flags.hash_eviction = absl::GetFlag(FLAGS_hash_eviction);
+  flags.table_store_dir = absl::GetFlag(FLAGS_table_store_dir);
   return flags;
 }
 
