@@ -106,9 +106,12 @@ TEST_F(ClusterTest, BdpProbeOff_ReachesTheDaemons_AndTheJobTrains) {
 TEST_F(ClusterTest, SummaryDir_EventFileHoldsTheTrainingCurvesAndTheTestMetrics) {
   const std::string summary = dir_ + "/summary.json";
   const std::string events_dir = dir_ + "/tensorboard";
+  // The chief writes scalars at its heartbeats (at most one each): 50 ms
+  // ones, so that a job done in a second on a fast machine still gives
+  // several points.
   auto launcher = Launch({"--ps=1", "--workers=2", "--epochs=1", "--max_steps=600",
-                          "--summary_steps=50", "--summary_dir=" + events_dir,
-                          "--summary_json=" + summary});
+                          "--summary_steps=50", "--heartbeat_ms=50",
+                          "--summary_dir=" + events_dir, "--summary_json=" + summary});
   ASSERT_NE(launcher, nullptr);
   std::optional<int> exited = launcher->WaitForExit(kJobTimeout);
   ASSERT_TRUE(exited.has_value()) << launcher->output();
