@@ -67,14 +67,14 @@ class PsNode {
     std::function<std::unique_ptr<ReplicaLink>(int index)> link_to;
     // The limits of the backup copies' stores (this ps's own store's).
     VariableStore::Options store_options;
+    // A shard sent whole to a backup (a resync) goes in parts of about this
+    // many bytes (ReplicaSource::kStateWindow of them in flight at most).
+    int64_t resync_part_bytes = int64_t{4} << 20;
   };
 
   // Saves and restores running at once at most; more are refused with
   // RESOURCE_EXHAUSTED.
   static constexpr int kMaxBackgroundJobs = 2;
-  // A shard sent whole to a backup (a resync) goes in parts of about this
-  // many bytes.
-  static constexpr int64_t kResyncPartBytes = int64_t{4} << 20;
 
   PsNode(VariableStore* store, Options options);
 

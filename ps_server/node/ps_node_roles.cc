@@ -147,7 +147,7 @@ void PsNode::SetRoles(const proto::RolesRequest* request, proto::RolesResponse* 
       continue;
     }
     p->source->Resync(backup, std::move(link),
-                      [&] { return p->store->ExportState(kResyncPartBytes); });
+                      [&] { return p->store->ExportState(options_.resync_part_bytes); });
   }
   done(status);
 }

@@ -5,14 +5,18 @@
 // promoted back to serve its own shard from its copy. Two PsNodes in this
 // process, each the primary of its own shard and the backup of the other's,
 // with the chief's calls made by hand.
+#include <unistd.h>
+
 #include <array>
 #include <atomic>
+#include <filesystem>
 #include <memory>
 #include <random>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "common/status_macros.h"
 #include "gtest/gtest.h"
@@ -35,6 +39,22 @@ class ResyncTest : public testing::Test {
     for (auto& links : links_) {
       for (const auto& link : links) link->Fail();
     }
+    for (int i = 0; i < 2; ++i) {
+      nodes_[i].reset();
+      stores_[i].reset();
+      tiers_[i].reset();
+      if (!tier_dirs_[i].empty()) std::filesystem::remove_all(tier_dirs_[i]);
+    }
+  }
+
+  // From the next Start: each ps keeps the rows past a table's capacity in
+  // a disk tier of its own.
+  void UseDiskTiers() {
+    for (int i = 0; i < 2; ++i) {
+      tier_dirs_[i] = absl::StrCat(::testing::TempDir(), "/resync_test_tier_", getpid(), "_", i);
+      std::filesystem::remove_all(tier_dirs_[i]);
+      tiers_[i] = DiskTier::Open(tier_dirs_[i], {}).value();
+    }
   }
 
   // ps `i` (re)starts: a new store and incarnation, holding nothing.
@@ -46,9 +66,11 @@ class ResyncTest : public testing::Test {
     // (the default filter, 32 MiB, would take several).
     VariableStore::Options store_options;
     store_options.admission_filter_bytes = 8 << 10;
+    store_options.disk_tier = tiers_[i];
     stores_[i] = std::make_unique<VariableStore>(store_options);
     PsNode::Options options;
     options.store_options = store_options;
+    options.resync_part_bytes = resync_part_bytes_;
     options.ps_index = i;
     options.incarnation = static_cast<uint64_t>(++incarnations_);
     options.link_to = [this, i](int to) -> std::unique_ptr<ReplicaLink> {
@@ -63,14 +85,20 @@ class ResyncTest : public testing::Test {
     nodes_[i] = std::make_unique<PsNode>(stores_[i].get(), options);
   }
 
-  // Shard 0: a dense "w0" and a hash embedding with admission; shard 1: a
-  // dense "w1". Each shard's backup is on the other ps.
-  void CreateBoth(proto::SyncMode mode, int workers) {
+  // Shard 0: a dense "w0" and a hash embedding with admission (or, with
+  // `emb_capacity`, without, and bounded to that many rows, lru); shard 1:
+  // a dense "w1". Each shard's backup is on the other ps.
+  void CreateBoth(proto::SyncMode mode, int workers, int64_t emb_capacity = 0) {
     for (int i = 0; i < 2; ++i) {
       proto::CreateVariablesRequest request;
       if (i == 0) {
         *request.add_variables() = Dense("w0", {16, 8});
-        *request.add_variables() = Hash("emb0", 4, /*admit_after=*/2);
+        proto::VariableSpec emb = Hash("emb0", 4, /*admit_after=*/emb_capacity > 0 ? 1 : 2);
+        if (emb_capacity > 0) {
+          emb.set_capacity(emb_capacity);
+          emb.set_eviction("lru");
+        }
+        *request.add_variables() = emb;
       } else {
         *request.add_variables() = Dense("w1", {8, 4});
       }
@@ -149,6 +177,10 @@ class ResyncTest : public testing::Test {
     hold_new_links_ = false;
   }
 
+  // Declared first: they go after the stores that keep rows there.
+  std::array<std::shared_ptr<DiskTier>, 2> tiers_;
+  std::array<std::string, 2> tier_dirs_;
+  int64_t resync_part_bytes_ = int64_t{4} << 20;
   std::array<std::unique_ptr<VariableStore>, 2> stores_;
   std::array<std::unique_ptr<PsNode>, 2> nodes_;
   // Every link each ps made, kept after its source lets go of it.
@@ -183,12 +215,15 @@ TEST_F(ResyncTest, PsThatCameBackIsSentItsShardsWholeWhileTrainingGoesOn) {
   EXPECT_TRUE(sending.resyncing());
   EXPECT_FALSE(sending.backup_in_sync());
   ASSERT_TRUE(shard0_link->Deliver(0));  // ps 1 starts its copy
-  EXPECT_EQ(shard0_link->pending(), 3) << "the values, then the dense push and the row push";
+  EXPECT_EQ(shard0_link->pending(), 1)
+      << "the values; the pushes wait until the backup has taken the whole state";
   const proto::ReplicaState partial = State(1, 0, false);
   EXPECT_FALSE(partial.backup_in_sync());
   EXPECT_TRUE(partial.resyncing());
   // A copy not yet whole cannot be promoted.
   EXPECT_EQ(Roles(1, {{{1, -1}, {0, 1}}}, false).code(), absl::StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(shard0_link->Deliver(0));  // the values
+  EXPECT_EQ(shard0_link->pending(), 2) << "then the dense push and the row push";
 
   for (const auto& link : links_[0]) link->DeliverAll();
   for (const auto& link : links_[0]) link->Hold(false);
@@ -208,6 +243,41 @@ TEST_F(ResyncTest, PsThatCameBackIsSentItsShardsWholeWhileTrainingGoesOn) {
   shard0_link->DeliverAll();
   EXPECT_TRUE(answered);
   ExpectBackupEqualsPrimary(0, 0, 1);
+}
+
+// A shard whose table keeps rows on disk is sent whole in many small parts,
+// made as the backup takes them: never more than kStateWindow on the way;
+// the pushes made meanwhile are answered at once and sent after the whole
+// state; the copy then equals its primary.
+TEST_F(ResyncTest, TableWithRowsOnDisk_IsSentInPartsMadeAsTheBackupTakesThem) {
+  UseDiskTiers();
+  resync_part_bytes_ = 1024;
+  Start(0);
+  Start(1);
+  CreateBoth(proto::ASYNC, 2, /*emb_capacity=*/8);
+  std::mt19937 rng(1);
+  for (int step = 1; step <= 20; ++step) ASSERT_TRUE(PushShard0(0, 0, step, rng).ok());
+  ASSERT_GT(stores_[0]->GetStats().AllTables().rows_on_disk, 8);
+  LoseAndResyncPs1();
+  ASSERT_EQ(links_[0].size(), 3u);
+  HeldLink* shard0_link = links_[0][2].get();
+  const int64_t parts = State(0, 0, true).seq();  // every part's seq was taken at the start
+  ASSERT_GT(parts, ReplicaSource::kStateWindow + 1);
+  EXPECT_EQ(shard0_link->pending(), 1);
+  ASSERT_TRUE(PushShard0(0, 0, 21, rng).ok());  // answered, and kept back
+  EXPECT_EQ(shard0_link->pending(), 1);
+  for (int64_t delivered = 0; delivered < parts; ++delivered) {
+    ASSERT_GT(shard0_link->pending(), 0) << "after " << delivered << " of " << parts << " parts";
+    EXPECT_LE(shard0_link->pending(), ReplicaSource::kStateWindow);
+    EXPECT_TRUE(State(0, 0, true).resyncing());
+    ASSERT_TRUE(shard0_link->Deliver(0));
+    if (delivered == 2) ASSERT_TRUE(PushShard0(0, 1, 22, rng).ok());
+  }
+  EXPECT_EQ(shard0_link->pending(), 4) << "the two pushes' dense and row changes, after the state";
+  for (const auto& link : links_[0]) link->DeliverAll();
+  for (const auto& link : links_[0]) link->Hold(false);
+  ExpectBackupEqualsPrimary(0, 0, 1);
+  ExpectBackupEqualsPrimary(0, 1, 1);
 }
 
 // A step half aggregated when the backup is sent the shard, then the

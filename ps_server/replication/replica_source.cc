@@ -26,6 +26,10 @@ void ReplicaSource::NewStream(int backup_ps, std::unique_ptr<ReplicaLink> link,
   acked_ahead_.clear();
   start_taken_ = false;
   queued_.clear();
+  state_.reset();
+  state_next_seq_ = 1;
+  state_in_flight_ = 0;
+  state_bytes_ = 0;
 }
 
 void ReplicaSource::Send(ReplicaLink& link, int64_t stream,
@@ -52,52 +56,110 @@ void ReplicaSource::Resync(int backup_ps, std::unique_ptr<ReplicaLink> link,
                            ExportFn export_state) {
   if (link == nullptr) return;
   std::multimap<int64_t, Done> answered;
-  std::vector<std::shared_ptr<proto::ReplicateRequest>> sends;
-  std::shared_ptr<ReplicaLink> sender;
-  int64_t stream;
   {
     absl::MutexLock order(&order_mu_);
     const absl::Time start = absl::Now();
-    absl::StatusOr<std::vector<proto::StoreChunk>> exported = export_state();
-    if (!exported.ok()) {
+    absl::StatusOr<std::unique_ptr<StateExport>> exported = export_state();
+    absl::StatusOr<proto::StoreChunk> first =
+        exported.ok() ? (*exported)->Next() : absl::StatusOr<proto::StoreChunk>(exported.status());
+    if (!first.ok()) {
       // The backup stays out of sync (the chief sees it so and tries again).
       spdlog::error("shard {}: cannot take its state to send to its backup on ps {}: {}", shard_,
-                    backup_ps, exported.status().message());
+                    backup_ps, first.status().message());
       return;
     }
-    std::vector<proto::StoreChunk> parts = *std::move(exported);
-    int64_t bytes = 0;
+    std::shared_ptr<StateExport> state = *std::move(exported);
+    auto request = std::make_shared<proto::ReplicateRequest>();
+    std::shared_ptr<ReplicaLink> sender;
+    int64_t stream;
+    const int64_t parts = state->parts();
     {
       absl::MutexLock lock(&mu_);
       NewStream(backup_ps, std::move(link), &answered);
       was_whole_ = false;
       stream = stream_;
-      for (proto::StoreChunk& part : parts) {
-        auto request = std::make_shared<proto::ReplicateRequest>();
-        request->set_shard(shard_);
-        request->set_source_incarnation(incarnation_);
-        request->set_stream(stream_);
-        request->set_seq(next_seq_++);
-        *request->mutable_state() = std::move(part);
-        bytes += static_cast<int64_t>(request->ByteSizeLong());
-        // Part 0 starts the copy; the rest wait until it is taken.
-        if (sends.empty()) {
-          sends.push_back(std::move(request));
-        } else {
-          queued_.push_back(std::move(request));
-        }
-      }
+      request->set_shard(shard_);
+      request->set_source_incarnation(incarnation_);
+      request->set_stream(stream_);
+      request->set_seq(next_seq_);
+      *request->mutable_state() = *std::move(first);
+      // Every part's seq is taken now; the changes after them follow.
+      next_seq_ += parts;
       sequenced_ = state_end_ = whole_at_ = next_seq_ - 1;
+      state_next_seq_ = 2;  // part 0 starts the copy; the rest once it is taken
+      state_in_flight_ = 1;
+      state_bytes_ = static_cast<int64_t>(request->ByteSizeLong());
+      if (parts > 1) state_ = std::move(state);
       sender = link_;
     }
     spdlog::info(
-        "shard {}: sending it whole to its backup on ps {} (stream {}: {} part(s), {} bytes, "
-        "taken in {:.3f} s); training goes on",
-        shard_, backup_ps, stream, parts.size(), bytes, absl::ToDoubleSeconds(absl::Now() - start));
+        "shard {}: sending it whole to its backup on ps {} (stream {}: {} part(s), taken in "
+        "{:.3f} s, made as they go); training goes on",
+        shard_, backup_ps, stream, parts, absl::ToDoubleSeconds(absl::Now() - start));
     // Sent under the order lock (not mu_: an answer may come at once).
-    for (auto& request : sends) Send(*sender, stream, std::move(request));
+    Send(*sender, stream, std::move(request));
   }
   for (auto& [unused, done] : answered) done(absl::OkStatus());
+  SendStateParts();
+}
+
+void ReplicaSource::SendStateParts() {
+  {
+    absl::MutexLock lock(&mu_);
+    // Another thread sends (or this one, an answer having come back inside
+    // its Send): it goes on while there is room, seen under mu_.
+    if (state_sending_) return;
+    state_sending_ = true;
+  }
+  for (;;) {
+    std::shared_ptr<StateExport> state;
+    std::shared_ptr<ReplicaLink> link;
+    int64_t stream, seq;
+    {
+      absl::MutexLock lock(&mu_);
+      if (state_ == nullptr || !forwarding_ || !start_taken_ ||
+          state_in_flight_ >= kStateWindow) {
+        state_sending_ = false;
+        return;
+      }
+      state = state_;
+      link = link_;
+      stream = acked_stream_;
+      seq = state_next_seq_;
+    }
+    absl::StatusOr<proto::StoreChunk> part = state->Next();  // reads rows on disk
+    auto request = std::make_shared<proto::ReplicateRequest>();
+    {
+      absl::MutexLock lock(&mu_);
+      if (stream != acked_stream_ || state_ != state) continue;  // a new stream: its parts
+      if (!part.ok()) {
+        spdlog::error(
+            "shard {}: cannot make part {} of its state for its backup on ps {} ({}): the "
+            "backup is out of sync; going on without it",
+            shard_, seq - 1, backup_ps_, part.status().ToString());
+        forwarding_ = false;
+        state_.reset();
+        queued_.clear();
+        state_sending_ = false;
+        return;
+      }
+      request->set_shard(shard_);
+      request->set_source_incarnation(incarnation_);
+      request->set_stream(stream);
+      request->set_seq(seq);
+      *request->mutable_state() = *std::move(part);
+      ++state_next_seq_;
+      ++state_in_flight_;
+      state_bytes_ += static_cast<int64_t>(request->ByteSizeLong());
+      if (state_next_seq_ > state_end_) {
+        state_.reset();  // every part made: the export (and its cuts) goes
+        spdlog::info("shard {}: the {} parts of its state are made for its backup on ps {} "
+                     "({} bytes)",
+                     shard_, state_end_, backup_ps_, state_bytes_);
+      }
+    }
+    Send(*link, stream, std::move(request));
+  }
 }
 
 bool ReplicaSource::in_sync() const {
@@ -188,10 +250,10 @@ void ReplicaSource::Change(absl::FunctionRef<absl::Status(proto::ReplicateReques
             request->set_source_incarnation(incarnation_);
             request->set_stream(stream_);
             request->set_seq(seq);
-            if (start_taken_ || seq == 1) {
+            if (ChangesFlowLocked() || seq == 1) {
               link = link_;
             } else {
-              queued_.push_back(std::move(request));  // sent once the first is taken
+              queued_.push_back(std::move(request));  // sent once the state is taken
             }
           }
         }
@@ -220,10 +282,10 @@ void ReplicaSource::Acked(int64_t stream, int64_t seq, const absl::Status& statu
     if (stream != acked_stream_) return;
     if (!status.ok()) {
       queued_.clear();
-    } else if (seq == 1 && !start_taken_) {
-      start_taken_ = true;
-      now_sent.swap(queued_);
-      link = link_;
+      state_.reset();
+    } else {
+      if (seq == 1) start_taken_ = true;
+      if (seq <= state_end_) --state_in_flight_;  // a part of a resync's state
     }
     if (status.code() == absl::StatusCode::kAborted) {
       if (!fenced_) {
@@ -258,11 +320,16 @@ void ReplicaSource::Acked(int64_t stream, int64_t seq, const absl::Status& statu
         spdlog::info("shard {}: its backup on ps {} holds it whole again ({} changes)", shard_,
                      backup_ps_, acked_);
       }
+      if (forwarding_ && ChangesFlowLocked() && !queued_.empty()) {
+        now_sent.swap(queued_);
+        link = link_;
+      }
     }
     if (!fenced) Release(&ready);
   }
   for (auto& request : now_sent) Send(*link, stream, std::move(request));
   for (auto& [unused, done] : ready) done(fenced ? FencedError() : absl::OkStatus());
+  if (status.ok()) SendStateParts();
 }
 
 void ReplicaSource::Release(std::multimap<int64_t, Done>* ready) {
@@ -285,6 +352,7 @@ void ReplicaSource::DropBackup() {
     was_whole_ = false;
     link_ = nullptr;
     queued_.clear();
+    state_.reset();
     Release(&ready);
   }
   for (auto& [unused, done] : ready) done(absl::OkStatus());
@@ -298,6 +366,7 @@ void ReplicaSource::Moved() {
     forwarding_ = false;
     link_ = nullptr;
     queued_.clear();
+    state_.reset();
     refused.swap(waiting_);
   }
   for (auto& [unused, done] : refused) done(FencedError());

@@ -13,8 +13,12 @@
 // answered. A stream that starts with a create (SetBackup) is whole from
 // the start. A resync (Resync) starts a stream with the shard's whole state
 // (VariableStore::ExportState), taken between two changes, while training
-// goes on: until the backup has taken all of it, changes are forwarded but
-// answered at once, and the backup is whole once it also holds those.
+// goes on: until the backup has taken all of it, changes are answered at
+// once and forwarded after it, and the backup is whole once it also holds
+// those. The state's parts are made as they go (a table with rows on disk
+// is read from a cut of it, state_export.h), at most kStateWindow of them
+// sent and not yet answered, so that the state is never whole in memory;
+// the changes made meanwhile wait here until the backup took it all.
 //
 // When a forward fails (the backup is gone, or refused it), the backup is
 // out of sync and the primary stops forwarding. If the backup was whole (the
@@ -48,6 +52,7 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "proto/pstrain.pb.h"
+#include "ps_server/store/state_export.h"
 
 namespace pst::ps {
 
@@ -65,7 +70,9 @@ class ReplicaSource {
  public:
   using Done = std::function<void(absl::Status)>;
   // Fills the shard's whole state, as the changes of a new stream.
-  using ExportFn = absl::FunctionRef<absl::StatusOr<std::vector<proto::StoreChunk>>()>;
+  using ExportFn = absl::FunctionRef<absl::StatusOr<std::unique_ptr<StateExport>>()>;
+  // A resync's parts sent and not yet answered, at most.
+  static constexpr int kStateWindow = 4;
 
   ReplicaSource(int shard, uint64_t incarnation) : shard_(shard), incarnation_(incarnation) {}
 
@@ -80,7 +87,9 @@ class ReplicaSource {
   // Starts a new stream to `link`, the backup on ps `backup_ps`, with the
   // shard's whole state (`export_state`, called between two changes) as its
   // first changes, and forwards every change after it. Callers waiting on
-  // the old stream are answered: the state sent holds their changes.
+  // the old stream are answered: the state sent holds their changes. Parts
+  // after the first are made (StateExport::Next) on the thread that brings
+  // the answer to an earlier one.
   void Resync(int backup_ps, std::unique_ptr<ReplicaLink> link, ExportFn export_state);
 
   // Whether a backup is set and in sync: whole, and taking every change.
@@ -128,6 +137,14 @@ class ReplicaSource {
   // Sends `request` (of `stream`) on `link`, its answer to Acked.
   void Send(ReplicaLink& link, int64_t stream, std::shared_ptr<proto::ReplicateRequest> request);
   absl::Status FencedError() const;
+  // Makes and sends the resync's next parts while fewer than kStateWindow
+  // are in flight (one thread at a time; the parts are made outside mu_).
+  void SendStateParts();
+  // Whether the changes after the stream's start may be sent now: its
+  // first change was taken and, in a resync, every part of the state.
+  bool ChangesFlowLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return start_taken_ && acked_ >= state_end_;
+  }
   // Starts stream stream_ + 1 to `link` (both locks held): the callers
   // waiting go to `answered`.
   void NewStream(int backup_ps, std::unique_ptr<ReplicaLink> link,
@@ -173,7 +190,20 @@ class ReplicaSource {
   // here, not sent: they could overtake it, and be refused by a backup
   // with no copy of this stream to keep them for.
   bool start_taken_ ABSL_GUARDED_BY(mu_) = false;
+  // Changes waiting for ChangesFlowLocked(): a resync's wait until the
+  // backup took every part of the state (sent sooner, they could pile up
+  // there past what it keeps waiting, BackupCopies::kMaxAhead).
   std::vector<std::shared_ptr<proto::ReplicateRequest>> queued_ ABSL_GUARDED_BY(mu_);
+  // A resync's state, its parts after the first made as the backup takes
+  // them (null once every part was made, or the stream ended); the seq of
+  // the next part to make, the parts in flight, whether a thread is in
+  // SendStateParts' loop (one at a time: the parts are made in order,
+  // outside mu_), and the bytes sent so far.
+  std::shared_ptr<StateExport> state_ ABSL_GUARDED_BY(mu_);
+  int64_t state_next_seq_ ABSL_GUARDED_BY(mu_) = 1;
+  int state_in_flight_ ABSL_GUARDED_BY(mu_) = 0;
+  bool state_sending_ ABSL_GUARDED_BY(mu_) = false;
+  int64_t state_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   // Callers waiting for the backup to hold seq.
   std::multimap<int64_t, Done> waiting_ ABSL_GUARDED_BY(mu_);
   // Promoted: when the first change was applied (0: none yet; -1: not

@@ -434,7 +434,7 @@ absl::Status HashRowTable::ForEachRow(int64_t now, RowFn fn) const {
   });
 }
 
-absl::StatusOr<std::unique_ptr<common::ShardRowStream>> HashRowTable::Cut(
+absl::StatusOr<std::unique_ptr<TableCut>> HashRowTable::Cut(
     int64_t now, std::shared_ptr<DiskTier> tier) const {
   if (disk_ == nullptr || tier.get() != disk_) {
     return absl::FailedPreconditionError("a cut of a table without its disk tier");
@@ -462,8 +462,8 @@ absl::StatusOr<std::unique_ptr<common::ShardRowStream>> HashRowTable::Cut(
   if (limits_.policy.eviction != common::TablePolicy::Eviction::kTtl) {
     rows = static_cast<int64_t>(rows_.size() + on_disk_.size());
   }
-  return MakeTableCut(std::move(tier), scratch->Seal(), std::move(on_disk), StaleBefore(now),
-                      rows);
+  return std::make_unique<TableCut>(std::move(tier), scratch->Seal(), std::move(on_disk),
+                                    StaleBefore(now), rows);
 }
 
 }  // namespace pst::ps

@@ -64,6 +64,7 @@
 #include "ps_server/store/admission_filter.h"
 #include "ps_server/store/disk_tier.h"
 #include "ps_server/store/eviction_index.h"
+#include "ps_server/store/table_cut.h"
 
 namespace pst::ps {
 
@@ -192,8 +193,8 @@ class HashRowTable {
   // later, without the owner's lock and without a copy in RAM. `tier` is
   // the DiskTier UseDisk was given, which the stream keeps alive. Errors:
   // the tier's.
-  absl::StatusOr<std::unique_ptr<common::ShardRowStream>> Cut(
-      int64_t now, std::shared_ptr<DiskTier> tier) const;
+  absl::StatusOr<std::unique_ptr<TableCut>> Cut(int64_t now,
+                                                 std::shared_ptr<DiskTier> tier) const;
   // The rows held in memory.
   const Rows& rows() const { return rows_; }
   // The admission counts (null before the first count).

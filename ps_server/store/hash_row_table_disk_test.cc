@@ -304,7 +304,7 @@ TEST_F(HashRowTableDiskTest, Cut_GivesTheRowsOfBothTiers_InIdOrder_AsOfItsInstan
     pushes(400);
     ASSERT_GT(table->rows_on_disk(), 50);
     const std::map<int64_t, Held> before = AllRows(*table, t);
-    absl::StatusOr<std::unique_ptr<common::ShardRowStream>> cut = table->Cut(t, tier_);
+    absl::StatusOr<std::unique_ptr<TableCut>> cut = table->Cut(t, tier_);
     ASSERT_TRUE(cut.ok()) << cut.status();
     // Training goes on: rows move between the tiers and change.
     pushes(200);
@@ -323,6 +323,20 @@ TEST_F(HashRowTableDiskTest, Cut_GivesTheRowsOfBothTiers_InIdOrder_AsOfItsInstan
         EXPECT_EQ(g.count, held.count) << id;
       }
     }
+    // A Reader gives the same rows, in the same order, one at a time.
+    std::vector<int64_t> read_order;
+    std::unique_ptr<TableCut::Reader> r = (*cut)->Read();
+    for (; r->Valid(); r->Next()) {
+      read_order.push_back(r->id());
+      const Held& held = before.at(r->id());
+      EXPECT_TRUE((Held{std::vector<float>(r->row().begin(), r->row().end()), 0, 0}) == held);
+      EXPECT_EQ(r->last(), held.last);
+      EXPECT_EQ(r->count(), held.count);
+    }
+    EXPECT_TRUE(r->status().ok()) << r->status();
+    std::vector<int64_t> order;
+    StreamRows(**cut, &order);
+    EXPECT_EQ(read_order, order);
   }
 }
 

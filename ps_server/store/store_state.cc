@@ -9,6 +9,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "ps_server/store/state_export.h"
+#include "ps_server/store/table_cut.h"
 #include "ps_server/store/variable.h"
 #include "ps_server/store/variable_store.h"
 
@@ -58,11 +60,12 @@ absl::Status BadChunk(const std::string& what) {
 
 }  // namespace
 
-absl::StatusOr<std::vector<proto::StoreChunk>> VariableStore::ExportState(
+absl::StatusOr<std::unique_ptr<StateExport>> VariableStore::ExportState(
     int64_t part_bytes) const {
   part_bytes = std::max<int64_t>(part_bytes, 1024);
   proto::StoreChunk first;
   PartFiller data(part_bytes);
+  std::vector<StateExport::Table> tables;  // read as the parts are taken
   // Everything at one instant: no change is half-way through.
   absl::MutexLock lock(&mu_);
   std::vector<const Variable*> vars;
@@ -137,18 +140,27 @@ absl::StatusOr<std::vector<proto::StoreChunk>> VariableStore::ExportState(
     data.Room(name, version, 0, /*new_chunk=*/true);  // the version, with no row held
     const bool bounded = var->table.bounded();
     const int64_t row_bytes = dim * float_bytes * (1 + num_slots) + (bounded ? 24 : 8);
-    PST_RETURN_IF_ERROR(var->table.ForEachRow(
-        version, [&](int64_t id, std::span<const float> row,
-                     const EvictionIndex::Entry* e) -> absl::Status {
-          proto::VariableChunk* c = data.Room(name, version, row_bytes);
-          c->add_ids(id);
-          AppendFloats(row.data(), static_cast<int64_t>(row.size()), c->mutable_rows());
-          if (e != nullptr) {
-            c->add_row_last(e->last);
-            c->add_row_count(e->count);
-          }
-          return absl::OkStatus();
-        }));
+    if (var->table.has_disk() && options_.disk_tier != nullptr) {
+      // Rows on disk too: a cut of both tiers, read in parts of its own
+      // as the parts are taken (state_export.h), never whole in memory.
+      PST_ASSIGN_OR_RETURN(std::unique_ptr<TableCut> cut,
+                           var->table.Cut(version, options_.disk_tier));
+      PST_ASSIGN_OR_RETURN(const int64_t rows, cut->Count());
+      tables.push_back({name, version, std::move(cut), rows, part_bytes / row_bytes});
+    } else {
+      PST_RETURN_IF_ERROR(var->table.ForEachRow(
+          version, [&](int64_t id, std::span<const float> row,
+                       const EvictionIndex::Entry* e) -> absl::Status {
+            proto::VariableChunk* c = data.Room(name, version, row_bytes);
+            c->add_ids(id);
+            AppendFloats(row.data(), static_cast<int64_t>(row.size()), c->mutable_rows());
+            if (e != nullptr) {
+              c->add_row_last(e->last);
+              c->add_row_count(e->count);
+            }
+            return absl::OkStatus();
+          }));
+    }
     if (const AdmissionFilter* admission = var->table.admission()) {
       std::string blob = admission->Serialize();
       proto::VariableChunk* c =
@@ -157,16 +169,9 @@ absl::StatusOr<std::vector<proto::StoreChunk>> VariableStore::ExportState(
     }
     add_row_sums(version, dim);
   }
-  std::deque<proto::StoreChunk> filled = data.Take();
-  std::vector<proto::StoreChunk> parts;
-  parts.reserve(filled.size() + 1);
-  parts.push_back(std::move(first));
-  for (proto::StoreChunk& part : filled) parts.push_back(std::move(part));
-  for (size_t i = 0; i < parts.size(); ++i) {
-    parts[i].set_part(static_cast<int>(i));
-    parts[i].set_parts(static_cast<int>(parts.size()));
-  }
-  return parts;
+  std::deque<proto::StoreChunk> parts = data.Take();
+  parts.push_front(std::move(first));
+  return std::make_unique<StateExport>(std::move(parts), std::move(tables));
 }
 
 absl::Status VariableStore::LoadState(const proto::StoreChunk& chunk) {

@@ -3,9 +3,13 @@
 // same states under the same changes: SYNC's half-aggregated step,
 // de-duplication, hash rows and admission counts (exact and shared) are
 // carried.
+#include <unistd.h>
+
+#include <filesystem>
 #include <random>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "ps_server/store/store_test_util.h"
 #include "ps_server/store/variable_store.h"
@@ -14,6 +18,16 @@ namespace pst::ps {
 namespace {
 
 using namespace testing_util;  // NOLINT: the helpers of every replication test
+
+// Every part of `store`'s state, in order.
+std::vector<proto::StoreChunk> AllParts(const VariableStore& store, int64_t part_bytes) {
+  absl::StatusOr<std::unique_ptr<StateExport>> state = store.ExportState(part_bytes);
+  EXPECT_TRUE(state.ok()) << state.status();
+  if (!state.ok()) return {};
+  absl::StatusOr<std::vector<proto::StoreChunk>> parts = TakeAllParts(**state);
+  EXPECT_TRUE(parts.ok()) << parts.status();
+  return parts.ok() ? *std::move(parts) : std::vector<proto::StoreChunk>{};
+}
 
 VariableStore::Options SmallAdmission() {
   VariableStore::Options options;
@@ -68,7 +82,7 @@ TEST(StoreStateTest, StoreRebuiltFromItsPartsEqualsItAndGoesOnTheSame) {
   ASSERT_TRUE(original.Push(half, &response).ok());
   ASSERT_EQ(original.GetStats().max_version, 3);
 
-  const std::vector<proto::StoreChunk> parts = original.ExportState(/*part_bytes=*/1024).value();
+  const std::vector<proto::StoreChunk> parts = AllParts(original, /*part_bytes=*/1024);
   ASSERT_GT(parts.size(), 3u);
   VariableStore copy(SmallAdmission());
   for (const proto::StoreChunk& part : parts) {
@@ -99,7 +113,7 @@ TEST(StoreStateTest, StoreRebuiltFromItsPartsEqualsItAndGoesOnTheSame) {
 
 TEST(StoreStateTest, EmptyStoreIsOnePart) {
   VariableStore empty;
-  const std::vector<proto::StoreChunk> parts = empty.ExportState(1 << 20).value();
+  const std::vector<proto::StoreChunk> parts = AllParts(empty, 1 << 20);
   ASSERT_EQ(parts.size(), 1u);
   EXPECT_FALSE(parts[0].has_create());
   VariableStore copy;
@@ -110,7 +124,7 @@ TEST(StoreStateTest, EmptyStoreIsOnePart) {
 TEST(StoreStateTest, PartsThatDoNotFitTheStoreAreRefused) {
   VariableStore original;
   ASSERT_TRUE(original.Create(Create()).ok());
-  std::vector<proto::StoreChunk> parts = original.ExportState(1 << 20).value();
+  std::vector<proto::StoreChunk> parts = AllParts(original, 1 << 20);
   ASSERT_EQ(parts.size(), 2u);
   VariableStore copy;
   ASSERT_TRUE(copy.LoadState(parts[0]).ok());
@@ -156,6 +170,64 @@ TEST(StoreStateTest, PartsThatDoNotFitTheStoreAreRefused) {
     if (c.name() == "emb/part_0") c.add_row_last(3);  // an index entry without its count
   }
   EXPECT_EQ(copy.LoadState(bad_entries).code(), absl::StatusCode::kInvalidArgument);
+}
+
+// A table with rows on disk is exported from a cut of both tiers, read as
+// the parts are taken: the copy loaded from them is the table as it was at
+// the export, whatever the pushes since, and the other parts come first.
+TEST(StoreStateTest, TableWithRowsOnDisk_IsSentAsItWasAtTheExport_ReadAsThePartsAreTaken) {
+  const std::string dir =
+      absl::StrCat(::testing::TempDir(), "/store_state_test_tier_", getpid());
+  std::filesystem::remove_all(dir);
+  VariableStore::Options options = SmallAdmission();
+  options.disk_tier = DiskTier::Open(dir, {}).value();
+  proto::CreateVariablesRequest create;
+  *create.add_variables() = Dense("w", {16, 8});
+  proto::VariableSpec emb = Hash("emb", 4, /*admit_after=*/1);
+  emb.set_capacity(10);
+  emb.set_eviction("lru");
+  *create.add_variables() = emb;
+  *create.mutable_optimizer() = Adam();
+  {
+    VariableStore original(options);
+    ASSERT_TRUE(original.Create(create).ok());
+    std::mt19937 rng(5);
+    for (int64_t step = 0; step < 12; ++step) RowTraffic(original, 0, step, 40 + step);
+    ASSERT_GT(original.GetStats().AllTables().rows_on_disk, 10);
+    const uint64_t at_export = original.Digest().value();
+
+    std::unique_ptr<StateExport> state = original.ExportState(/*part_bytes=*/1024).value();
+    // Pushes after the export move rows between the tiers and change them.
+    for (int64_t step = 12; step < 20; ++step) RowTraffic(original, 1, step, 90 + step);
+    ASSERT_NE(original.Digest().value(), at_export);
+
+    VariableStore copy(options);
+    int64_t rows_seen = 0;
+    bool table_parts_began = false;
+    while (state->taken() < state->parts()) {
+      absl::StatusOr<proto::StoreChunk> part = state->Next();
+      ASSERT_TRUE(part.ok()) << part.status();
+      EXPECT_EQ(part->part(), state->taken() - 1);
+      EXPECT_EQ(part->parts(), state->parts());
+      for (const proto::VariableChunk& c : part->variables()) {
+        if (c.ids_size() == 0) {
+          EXPECT_FALSE(table_parts_began) << "the table's rows come after every other part";
+          continue;
+        }
+        table_parts_began = true;
+        EXPECT_EQ(c.name(), "emb/part_0");
+        EXPECT_EQ(c.row_last_size(), c.ids_size());
+        rows_seen += c.ids_size();
+      }
+      ASSERT_TRUE(copy.LoadState(*part).ok()) << "part " << part->part();
+    }
+    EXPECT_EQ(state->Next().status().code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_TRUE(table_parts_began);
+    EXPECT_GT(rows_seen, 20);
+    EXPECT_EQ(copy.Digest().value(), at_export);
+    EXPECT_GT(copy.GetStats().AllTables().rows_on_disk, 0) << "the copy's rows past 10 on disk";
+  }
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

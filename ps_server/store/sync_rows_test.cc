@@ -241,7 +241,8 @@ TEST(SyncRowsTest, ExportState_CarriesTheRowsSummed) {
   const proto::PushRowsRequest first = Push(0, 0, {0, 6}, {1, 2, 3, 4}, {11, 12}, {5, 6, 7, 8});
   ASSERT_TRUE(original.PushRows(first, &response).ok());
   VariableStore copy;
-  const std::vector<proto::StoreChunk> parts = original.ExportState(/*part_bytes=*/1024).value();
+  const std::vector<proto::StoreChunk> parts =
+      TakeAllParts(*original.ExportState(/*part_bytes=*/1024).value()).value();
   for (const proto::StoreChunk& part : parts) {
     ASSERT_TRUE(copy.LoadState(part).ok()) << "part " << part.part();
   }

@@ -2,72 +2,72 @@
 
 #include <utility>
 
-#include "absl/status/status.h"
-
 namespace pst::ps {
-namespace {
 
-class TableCut : public common::ShardRowStream {
- public:
-  TableCut(std::shared_ptr<DiskTier> tier, std::unique_ptr<DiskTier::View> memory,
-           std::unique_ptr<DiskTier::View> disk, int64_t stale_before,
-           std::optional<int64_t> rows)
-      : tier_(std::move(tier)),
-        memory_(std::move(memory)),
-        disk_(std::move(disk)),
-        stale_before_(stale_before),
-        rows_(rows) {}
+TableCut::TableCut(std::shared_ptr<DiskTier> tier, std::unique_ptr<DiskTier::View> memory,
+                   std::unique_ptr<DiskTier::View> disk, int64_t stale_before,
+                   std::optional<int64_t> rows)
+    : tier_(std::move(tier)),
+      memory_(std::move(memory)),
+      disk_(std::move(disk)),
+      stale_before_(stale_before),
+      rows_(rows) {}
 
-  absl::StatusOr<int64_t> Count() const override {
-    if (rows_.has_value()) return *rows_;
-    int64_t n = 0;
-    absl::Status s = ForEach([&](int64_t, std::span<const float>, int64_t, double) {
-      ++n;
-      return absl::OkStatus();
-    });
-    if (!s.ok()) return s;
-    return n;
+absl::StatusOr<int64_t> TableCut::Count() const {
+  if (rows_.has_value()) return *rows_;
+  int64_t n = 0;
+  std::unique_ptr<Reader> r = Read();
+  for (; r->Valid(); r->Next()) ++n;
+  if (absl::Status s = r->status(); !s.ok()) return s;
+  return n;
+}
+
+absl::Status TableCut::ForEach(RowFn fn) const {
+  std::unique_ptr<Reader> r = Read();
+  for (; r->Valid(); r->Next()) {
+    if (absl::Status s = fn(r->id(), r->row(), r->last(), r->count()); !s.ok()) return s;
   }
+  return r->status();
+}
 
-  absl::Status ForEach(RowFn fn) const override {
-    std::unique_ptr<DiskTier::Cursor> m = memory_->Scan();
-    std::unique_ptr<DiskTier::Cursor> d = disk_->Scan();
-    while (m->Valid() || d->Valid()) {
-      if (d->Valid() && (!m->Valid() || d->id() < m->id())) {
-        if (d->last() >= stale_before_) {
-          absl::Status s = fn(d->id(), d->row(), d->last(), d->count());
-          if (!s.ok()) return s;
-        }
-        d->Next();
-        continue;
+std::unique_ptr<TableCut::Reader> TableCut::Read() const {
+  return std::unique_ptr<Reader>(new Reader(*this));
+}
+
+TableCut::Reader::Reader(const TableCut& cut)
+    : memory_(cut.memory_->Scan()), disk_(cut.disk_->Scan()), stale_before_(cut.stale_before_) {
+  Settle();
+}
+
+void TableCut::Reader::Settle() {
+  DiskTier::Cursor* m = memory_.get();
+  DiskTier::Cursor* d = disk_.get();
+  for (;;) {
+    if (d->Valid() && (!m->Valid() || d->id() < m->id())) {
+      if (d->last() >= stale_before_) {
+        at_ = d;
+        return;
       }
-      if (d->Valid() && d->id() == m->id()) d->Next();  // the stale copy
-      absl::Status s = fn(m->id(), m->row(), m->last(), m->count());
-      if (!s.ok()) return s;
-      m->Next();
+      d->Next();  // gone by ttl
+      continue;
     }
-    if (!m->status().ok()) return m->status();
-    return d->status();
+    if (d->Valid() && d->id() == m->id()) {
+      d->Next();  // the stale copy of a row in memory
+      continue;
+    }
+    at_ = m->Valid() ? m : nullptr;
+    return;
   }
+}
 
- private:
-  // Declared first: the views go before their tier.
-  const std::shared_ptr<DiskTier> tier_;
-  const std::unique_ptr<DiskTier::View> memory_;
-  const std::unique_ptr<DiskTier::View> disk_;
-  const int64_t stale_before_;
-  const std::optional<int64_t> rows_;
-};
+void TableCut::Reader::Next() {
+  at_->Next();
+  Settle();
+}
 
-}  // namespace
-
-std::unique_ptr<common::ShardRowStream> MakeTableCut(std::shared_ptr<DiskTier> tier,
-                                                     std::unique_ptr<DiskTier::View> memory,
-                                                     std::unique_ptr<DiskTier::View> disk,
-                                                     int64_t stale_before,
-                                                     std::optional<int64_t> rows) {
-  return std::make_unique<TableCut>(std::move(tier), std::move(memory), std::move(disk),
-                                    stale_before, rows);
+absl::Status TableCut::Reader::status() const {
+  if (!memory_->status().ok()) return memory_->status();
+  return disk_->status();
 }
 
 }  // namespace pst::ps

@@ -85,6 +85,7 @@
 #include "ps_server/store/disk_tier.h"
 #include "ps_server/store/optimizer.h"
 #include "ps_server/store/row_aggregate.h"
+#include "ps_server/store/state_export.h"
 #include "ps_server/store/store_restorer.h"
 #include "ps_server/store/sync_ledger.h"
 
@@ -280,9 +281,11 @@ class VariableStore {
   // (generation, quorum, membership, clocks, de-duplication, positions).
   // LoadState of every part in order into an empty store with the same
   // Options makes it equal to this one, so that the same changes after take
-  // both through the same states. Not the Stats counters. Errors: the
-  // disk tier's, reading a table's rows.
-  absl::StatusOr<std::vector<proto::StoreChunk>> ExportState(int64_t part_bytes) const;
+  // both through the same states. Not the Stats counters. The rows of a
+  // table with a disk tier are read from a cut of it as the parts are taken
+  // (state_export.h); the rest is copied now. Errors: the disk tier's,
+  // cutting a table (and, for a ttl table, counting its rows).
+  absl::StatusOr<std::unique_ptr<StateExport>> ExportState(int64_t part_bytes) const;
   // Takes one part of ExportState, in order (part 0 into an empty store).
   // Errors: InvalidArgument for a part that does not fit the store (rows
   // out of range, sizes that differ from the variable's), or part 0 sent to
