@@ -34,6 +34,45 @@ inline double MixedUniform(uint64_t mixed_seed, uint64_t counter) {
   return static_cast<double>(bits >> 11) * 0x1.0p-53;
 }
 
+// The uniform fill's loop: `n` values from counters first, first + 1, ...
+// in [-limit, limit).
+inline void UniformLoop(uint64_t mixed_seed, uint64_t first, double limit, float* out,
+                        size_t n) {
+  for (size_t i = 0; i < n; ++i) {
+    const double u = MixedUniform(mixed_seed, first + i);
+    out[i] = static_cast<float>((2.0 * u - 1.0) * limit);
+  }
+}
+
+// On x86-64 the loop is compiled twice: for the baseline, where it runs
+// one value at a time, and for x86-64-v4, whose AVX-512 has the 64-bit
+// multiplies and conversions to double that SplitMix64 needs to run 8
+// lanes at once; the CPU picks, once. Both give the same bits: every step
+// is exact but the multiply by `limit` and the cast to float, which round
+// alike in a lane and alone (no fused multiply-add: the product is not
+// added to). Picked by a test of the CPU rather than an ifunc, whose
+// resolver runs before a sanitizer's runtime is up.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+__attribute__((target("arch=x86-64-v4"))) void UniformLoopV4(uint64_t mixed_seed, uint64_t first,
+                                                              double limit, float* out,
+                                                              size_t n) {
+  UniformLoop(mixed_seed, first, limit, out, n);
+}
+
+void FillUniform(uint64_t mixed_seed, uint64_t first, double limit, float* out, size_t n) {
+  static const bool v4 = __builtin_cpu_supports("x86-64-v4");
+  if (v4) {
+    UniformLoopV4(mixed_seed, first, limit, out, n);
+  } else {
+    UniformLoop(mixed_seed, first, limit, out, n);
+  }
+}
+#else
+void FillUniform(uint64_t mixed_seed, uint64_t first, double limit, float* out, size_t n) {
+  UniformLoop(mixed_seed, first, limit, out, n);
+}
+#endif
+
 }  // namespace
 
 double CounterUniform(uint64_t seed, uint64_t counter) {
@@ -91,10 +130,7 @@ void FillInitialValues(const proto::VariableSpec& spec, int64_t first, std::span
         Fans(spec, &fan_in, &fan_out);
         limit = std::sqrt(6.0 / (fan_in + fan_out));
       }
-      for (size_t i = 0; i < out.size(); ++i) {
-        const double u = MixedUniform(mixed, static_cast<uint64_t>(first) + i);
-        out[i] = static_cast<float>((2.0 * u - 1.0) * limit);
-      }
+      FillUniform(mixed, static_cast<uint64_t>(first), limit, out.data(), out.size());
       return;
     }
     case proto::Initializer::NORMAL: {

@@ -41,12 +41,17 @@ TEST(InitializerTest, Fill_AnyPartitioning_GivesSameValues) {
 TEST(InitializerTest, Fill_GivesExactlyTheCounterDefinition) {
   const int64_t first = (int64_t{1} << 40) + 12345;  // far in, as hash rows are
   const proto::VariableSpec uniform = Spec(proto::Initializer::UNIFORM, {1 << 20, 64}, 99);
-  std::vector<float> got(64);
-  FillInitialValues(uniform, first, got);
-  for (size_t i = 0; i < got.size(); ++i) {
-    const double u = CounterUniform(99, static_cast<uint64_t>(first) + i);
-    EXPECT_EQ(got[i], static_cast<float>((2.0 * u - 1.0) * 0.5f)) << i;
+  // Lengths that fill whole vector lanes and that leave a tail (the uniform
+  // fill runs 8 lanes at once on CPUs with AVX-512).
+  for (size_t n : {1, 7, 64, 1003}) {
+    std::vector<float> got(n);
+    FillInitialValues(uniform, first, got);
+    for (size_t i = 0; i < got.size(); ++i) {
+      const double u = CounterUniform(99, static_cast<uint64_t>(first) + i);
+      ASSERT_EQ(got[i], static_cast<float>((2.0 * u - 1.0) * 0.5f)) << i << " of " << n;
+    }
   }
+  std::vector<float> got(64);
   const proto::VariableSpec normal = Spec(proto::Initializer::NORMAL, {1 << 20, 64}, 99);
   FillInitialValues(normal, first, got);
   for (size_t i = 0; i < got.size(); ++i) {
