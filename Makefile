@@ -164,6 +164,7 @@ TSAN_DIR ?= build-tsan
 TSAN_FLAGS := -fsanitize=thread -fno-omit-frame-pointer
 TSAN_TARGETS := variable_store_test variable_store_rows_test variable_test sync_ledger_test ps_client_test sync_mode_test \
   coordinator_test wire_codec_test progress_test ps_server_integration_test cluster_integration_test \
+  replication_test resync_test store_state_test disk_tier_test hash_row_table_disk_test \
   pstrain_python
 TSAN_ABSL = $(abspath $(TSAN_DIR))/absl
 ABSL_DEB_VERSION = $(shell dpkg-query -W -f='$${Version}' libabsl-dev)
