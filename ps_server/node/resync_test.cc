@@ -271,7 +271,9 @@ TEST_F(ResyncTest, TableWithRowsOnDisk_IsSentInPartsMadeAsTheBackupTakesThem) {
     EXPECT_LE(shard0_link->pending(), ReplicaSource::kStateWindow);
     EXPECT_TRUE(State(0, 0, true).resyncing());
     ASSERT_TRUE(shard0_link->Deliver(0));
-    if (delivered == 2) ASSERT_TRUE(PushShard0(0, 1, 22, rng).ok());
+    if (delivered == 2) {
+      ASSERT_TRUE(PushShard0(0, 1, 22, rng).ok());
+    }
   }
   EXPECT_EQ(shard0_link->pending(), 4) << "the two pushes' dense and row changes, after the state";
   for (const auto& link : links_[0]) link->DeliverAll();
