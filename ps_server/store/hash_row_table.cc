@@ -457,13 +457,13 @@ absl::StatusOr<std::unique_ptr<TableCut>> HashRowTable::Cut(
   }
   PST_RETURN_IF_ERROR(scratch->Put(batch));
   // Without ttl every id on disk is a row held, and the count is known
-  // now; with it, rows on disk may have gone since, and the stream counts.
+  // now; with it, rows on disk may have gone since, and the stream counts
+  // (this is then a bound).
+  const auto held = static_cast<int64_t>(rows_.size() + on_disk_.size());
   std::optional<int64_t> rows;
-  if (limits_.policy.eviction != common::TablePolicy::Eviction::kTtl) {
-    rows = static_cast<int64_t>(rows_.size() + on_disk_.size());
-  }
+  if (limits_.policy.eviction != common::TablePolicy::Eviction::kTtl) rows = held;
   return std::make_unique<TableCut>(std::move(tier), scratch->Seal(), std::move(on_disk),
-                                    StaleBefore(now), rows);
+                                    StaleBefore(now), rows, held);
 }
 
 }  // namespace pst::ps

@@ -27,14 +27,18 @@ namespace pst::ps {
 
 class StateExport {
  public:
-  // A table whose rows are read from `cut` as the parts are taken: `rows`
-  // of them (the cut's Count), `rows_per_part` a part.
+  // A table whose rows are read from `cut` as the parts are taken,
+  // `rows_per_part` a part: `rows` of them when `exact`, else at most
+  // `rows` (a ttl table's rows on disk may be gone, which only a scan
+  // would tell: the parts are planned for `rows`, and those past the last
+  // row are sent empty).
   struct Table {
     std::string name;
     int64_t version = 0;
     std::unique_ptr<TableCut> cut;
     int64_t rows = 0;
     int64_t rows_per_part = 1;
+    bool exact = true;
   };
 
   // `made`: the parts copied at the instant, part 0 (the store's variables
@@ -47,8 +51,9 @@ class StateExport {
 
   // The next part, in order, with its part() and parts() set. Errors:
   // FailedPrecondition once every part was taken; the cut's read errors
-  // (DataLoss, Unavailable), or DataLoss when a cut gives another number
-  // of rows than it counted; after an error, every call returns it.
+  // (DataLoss, Unavailable), or DataLoss when a cut gives more rows than
+  // planned, or fewer than an exact count; after an error, every call
+  // returns it.
   absl::StatusOr<proto::StoreChunk> Next();
 
  private:

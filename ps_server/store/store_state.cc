@@ -142,11 +142,15 @@ absl::StatusOr<std::unique_ptr<StateExport>> VariableStore::ExportState(
     const int64_t row_bytes = dim * float_bytes * (1 + num_slots) + (bounded ? 24 : 8);
     if (var->table.has_disk() && options_.disk_tier != nullptr) {
       // Rows on disk too: a cut of both tiers, read in parts of its own
-      // as the parts are taken (state_export.h), never whole in memory.
+      // as the parts are taken (state_export.h), never whole in memory. A
+      // ttl table's count would be a scan (with the store, and a resync's
+      // order, locked): its bound plans the parts.
       PST_ASSIGN_OR_RETURN(std::unique_ptr<TableCut> cut,
                            var->table.Cut(version, options_.disk_tier));
-      PST_ASSIGN_OR_RETURN(const int64_t rows, cut->Count());
-      tables.push_back({name, version, std::move(cut), rows, part_bytes / row_bytes});
+      const std::optional<int64_t> known = cut->KnownCount();
+      const int64_t rows = known.value_or(cut->max_rows());
+      tables.push_back(
+          {name, version, std::move(cut), rows, part_bytes / row_bytes, known.has_value()});
     } else {
       PST_RETURN_IF_ERROR(var->table.ForEachRow(
           version, [&](int64_t id, std::span<const float> row,

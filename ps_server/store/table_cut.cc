@@ -6,12 +6,13 @@ namespace pst::ps {
 
 TableCut::TableCut(std::shared_ptr<DiskTier> tier, std::unique_ptr<DiskTier::View> memory,
                    std::unique_ptr<DiskTier::View> disk, int64_t stale_before,
-                   std::optional<int64_t> rows)
+                   std::optional<int64_t> rows, int64_t max_rows)
     : tier_(std::move(tier)),
       memory_(std::move(memory)),
       disk_(std::move(disk)),
       stale_before_(stale_before),
-      rows_(rows) {}
+      rows_(rows),
+      max_rows_(max_rows) {}
 
 absl::StatusOr<int64_t> TableCut::Count() const {
   if (rows_.has_value()) return *rows_;

@@ -33,13 +33,18 @@ class TableCut : public common::ShardRowStream {
   // the cut; disk rows last updated before `stale_before` are gone. `tier`
   // keeps the views' tier alive (it must be theirs). `rows`, when known, is
   // what Count gives without a scan (the writer checks the stream against
-  // it).
+  // it); `max_rows` bounds it (rows in memory and ids on disk at the cut,
+  // gone ones included), or is -1 when not known.
   TableCut(std::shared_ptr<DiskTier> tier, std::unique_ptr<DiskTier::View> memory,
            std::unique_ptr<DiskTier::View> disk,
            int64_t stale_before = std::numeric_limits<int64_t>::min(),
-           std::optional<int64_t> rows = std::nullopt);
+           std::optional<int64_t> rows = std::nullopt, int64_t max_rows = -1);
 
   absl::StatusOr<int64_t> Count() const override;
+  // Count without a scan, when the cut knows it.
+  std::optional<int64_t> KnownCount() const { return rows_; }
+  // At least Count, known without a scan (-1: not given).
+  int64_t max_rows() const { return rows_.has_value() ? *rows_ : max_rows_; }
   absl::Status ForEach(RowFn fn) const override;
 
   // The rows ForEach gives, one at a time.
@@ -75,6 +80,7 @@ class TableCut : public common::ShardRowStream {
   const std::unique_ptr<DiskTier::View> disk_;
   const int64_t stale_before_;
   const std::optional<int64_t> rows_;
+  const int64_t max_rows_;
 };
 
 }  // namespace pst::ps

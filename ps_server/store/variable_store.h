@@ -284,7 +284,7 @@ class VariableStore {
   // both through the same states. Not the Stats counters. The rows of a
   // table with a disk tier are read from a cut of it as the parts are taken
   // (state_export.h); the rest is copied now. Errors: the disk tier's,
-  // cutting a table (and, for a ttl table, counting its rows).
+  // cutting a table.
   absl::StatusOr<std::unique_ptr<StateExport>> ExportState(int64_t part_bytes) const;
   // Takes one part of ExportState, in order (part 0 into an empty store).
   // Errors: InvalidArgument for a part that does not fit the store (rows
