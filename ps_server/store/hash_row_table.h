@@ -136,7 +136,8 @@ class HashRowTable {
   // ReadStored of the `ids` on disk, in one batched read: (*read)[i] is
   // true, with out[i * dim(), (i + 1) * dim()) written, for each id read
   // there as held at `now`; false for the others (in memory, in neither
-  // tier, or a disk error, counted). Same locks as ReadStored.
+  // tier, or a disk error, counted). Under the owner's lock held shared;
+  // no stripe's: it reads no row in memory.
   void ReadFromDisk(std::span<const int64_t> ids, int64_t now, float* out,
                     std::vector<char>* read) const;
 
