@@ -1,550 +1,26 @@
 // pstrain: the user-facing launcher.
 //
-//   pstrain local | plan | reference | ... (see kSubcommands)
-#include <unistd.h>
-
+//   pstrain local | plan | reference | ... (pstrain_help.cc lists them)
+//
+// This file dispatches a command line to its subcommand
+// (pstrain_commands.h); pstrain_help.h holds the usage text.
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
-#include <filesystem>
-#include <fstream>
+#include <exception>
 #include <string>
 #include <vector>
 
-#include "absl/flags/flag.h"
-#include "absl/flags/reflection.h"
 #include "absl/flags/usage.h"
-#include "absl/strings/match.h"
-#include "absl/strings/numbers.h"
-#include "absl/strings/str_cat.h"
-#include "absl/strings/str_split.h"
-#include "common/checkpoint_format.h"
-#include "common/process.h"
-#include "common/tf_config.h"
-#include "data/criteo.h"
-#include "data/libsvm.h"
-#include "device/device_mapping.h"
+#include "absl/status/statusor.h"
+#include "cmd/pstrain_commands.h"
+#include "cmd/pstrain_help.h"
 #include "flags/command_line.h"
-#include "flags/device_options_from_flags.h"
 #include "flags/job_flags.h"
-#include "flags/start_checks.h"
-#include "models/model_spec.h"
-#include "models/registry.h"
-#include "common/checkpoint_export.h"
-#include "tools/deploy_tools.h"
-#include "tools/local_cluster.h"
-#include "tools/reference.h"
-#include "tools/subprocess.h"
+#include "rpc/grpc_channel.h"
 
-ABSL_FLAG(int32_t, ps, 2, "local, plan, reference: number of ps tasks.");
-ABSL_FLAG(int32_t, workers, 2, "local: number of worker tasks.");
-ABSL_FLAG(bool, chief, true, "local: run a separate chief (false: worker 0 acts as chief).");
-ABSL_FLAG(std::string, host, "127.0.0.1", "local: address every task listens on.");
-ABSL_FLAG(double, timeout_s, 0,
-          "local: stop the whole job after this many seconds (0: never). health: how long to "
-          "wait for an answer (0: 5 s).");
-ABSL_FLAG(std::string, chief_hosts, "",
-          "tfconfig: the chief's host[:port] (none: worker 0 leads).");
-ABSL_FLAG(std::string, ps_hosts, "", "tfconfig: comma-separated ps host[:port] list.");
-ABSL_FLAG(std::string, worker_hosts, "", "tfconfig: comma-separated worker host[:port] list.");
-ABSL_FLAG(std::string, evaluator_hosts, "", "tfconfig: evaluator host[:port] list.");
-ABSL_FLAG(std::string, task_type, "worker", "tfconfig: this task's type.");
-ABSL_FLAG(int32_t, task_index, 0, "tfconfig: this task's index among its type.");
-ABSL_FLAG(int32_t, port, 2222, "tfconfig: the port of a host given without one.");
-ABSL_FLAG(double, wait_s, 0,
-          "check: also wait up to this long for every ps and the chief to answer health.");
-ABSL_FLAG(double, grace_s, 10, "local: seconds between SIGTERM and SIGKILL when stopping.");
-ABSL_FLAG(int32_t, slow_worker, -1,
-          "local: make this worker slow (it sleeps --slow_worker_delay_ms every step).");
-ABSL_FLAG(int32_t, slow_worker_delay_ms, 0, "local: the slow worker's extra time per step.");
-ABSL_FLAG(bool, restart_failed, false,
-          "local: restart a daemon killed by a signal (kill -9, a crash) with the same task, "
-          "like Docker Compose's restart: on-failure.");
-ABSL_FLAG(std::string, worker_command, "",
-          "local: run every worker as this shell command instead of the C++ worker, e.g. "
-          "'/usr/bin/python3 examples/torch_cnn_fashion_mnist.py' (a Python worker; it gets "
-          "TF_CONFIG, and PYTHONPATH with the build tree's pstrain package). Needs --chief.");
-ABSL_FLAG(bool, evaluator, false,
-          "local: add an evaluator task (the evaluator binary, for the built-in models): it "
-          "evaluates every checkpoint, writes eval/ scalars and keeps the best in "
-          "<checkpoint_dir>/best. Needs --checkpoint_dir.");
-ABSL_FLAG(std::string, evaluator_command, "",
-          "local: add an evaluator task run as this shell command, e.g. '/usr/bin/python3 "
-          "examples/torch_cnn_fashion_mnist.py --evaluate' (pstrain.Evaluator.from_env(); it "
-          "gets TF_CONFIG, PYTHONPATH and PSTRAIN_CHECKPOINT_DIR, _SUMMARY_DIR, _DATA_DIR, "
-          "_BEST_METRIC, _BEST_MODE). Needs --chief and --checkpoint_dir.");
-ABSL_FLAG(int32_t, max_restarts, 3, "local: with --restart_failed, restarts allowed per task.");
-ABSL_FLAG(std::string, out, "", "generate_criteo, generate_libsvm: the file to write.");
-ABSL_FLAG(int64_t, rows, 200000, "generate_criteo, generate_libsvm: rows to write.");
-ABSL_FLAG(int64_t, vocab, 10000, "generate_criteo: raw values per categorical field.");
-ABSL_FLAG(double, churn, 0,
-          "generate_criteo: id churn; each field retires churn * vocab values over the file "
-          "for new ones (0: a fixed vocabulary; data/criteo.h SyntheticCriteoConfig.churn).");
-ABSL_FLAG(int64_t, features, 1000,
-          "generate_libsvm: distinct feature ids (spread over the 64-bit id space).");
-ABSL_FLAG(std::string, format, "safetensors", "checkpoint export: the file format (safetensors).");
-ABSL_FLAG(bool, include_slots, false,
-          "checkpoint export: also export the optimizer slots, as <variable>/<slot>.");
-
-namespace {
-
-// Job flags the launcher forwards, with their current values, to every daemon.
-// clang-format off
-constexpr const char* kForwardedFlags[] = {
-    "data_dir", "model", "hidden", "epochs", "max_steps", "batch_size", "learning_rate",
-    "optimizer", "momentum", "nesterov", "beta1", "beta2", "epsilon", "initial_accumulator", "l1",
-    "l2", "lr_power", "skip_nonfinite", "seed", "log_every_s", "heartbeat_ms", "peer_timeout_s",
-    "startup_timeout_s", "rpc_timeout_s", "recovery_timeout_s", "data", "eval_fraction",
-    "embedding_dim", "buckets_per_field", "buckets", "admit_after", "table_capacity",
-    "table_eviction", "table_store_dir", "table_store_cache_bytes", "placement", "ps_replicas",
-    "partitioner",
-    "num_shards",
-    "min_slice_bytes", "max_partitions", "max_shard_bytes", "dense_piece_bytes", "overlap",
-    "routing", "mode", "staleness",
-    "replicas_to_aggregate", "summary_dir", "summary_steps", "checkpoint_dir",
-    "save_checkpoints_steps", "save_checkpoints_secs",
-    "keep_checkpoints", "checkpoint_every_epochs", "eval_every_epochs", "evaluator_wait_s",
-    "best_metric", "best_mode", "device", "gpus", "gpu_memory", "virtual_devices", "cpu_devices",
-    "log_device_placement", "tls_cert", "tls_key", "tls_ca", "tls_server_name", "auth_token_file",
-    "role_tokens_file",
-    "bdp_probe", "grpc_max_concurrent_streams", "grpc_memory_quota_mb", "grpc_max_threads",
-    "grpc_max_control_message_mb", "test_save_delay_ms",
-};
-// clang-format on
-
-// Each subcommand: its usage lines (the general usage is all of them) and
-// the flags it reads, for `pstrain SUBCOMMAND --help`.
-struct Subcommand {
-  const char* name;
-  const char* usage;
-  std::vector<const char*> flags;
-  const char* more_flags;  // flags too many to list, or nullptr
-};
-
-// clang-format off
-const Subcommand kSubcommands[] = {
-    {"local",
-     "  pstrain local [--ps=2] [--workers=2] [--chief=true] [--model=mlp|wide_deep|logreg]\n"
-     "                [--epochs=3] [--batch_size=64] [--optimizer=adam] [--learning_rate=0.001]\n"
-     "                [--data=FILE|generate[:rows=N,vocab=V,seed=S]] [--summary_json=PATH]\n"
-     "                [--worker_command=CMD] [--evaluator | --evaluator_command=CMD] ...\n"
-     "      Runs a whole cluster on this machine and trains the model.\n",
-     {"ps", "workers", "chief", "host", "timeout_s", "grace_s", "slow_worker",
-      "slow_worker_delay_ms", "restart_failed", "max_restarts", "worker_command", "evaluator",
-      "evaluator_command", "metrics_port", "summary_json", "progress"},
-     "every job flag, forwarded to the daemons (docs/flags.md; 'pstrain --helpfull')"},
-    {"plan",
-     "  pstrain plan [--tf_config=JSON|@FILE | --ps=N] [model flags]\n"
-     "      Prints the placement plan: every variable and partition, its ps, bytes per ps.\n",
-     {"tf_config", "ps", "model", "hidden", "placement", "ps_replicas", "partitioner",
-      "num_shards", "min_slice_bytes", "max_partitions", "max_shard_bytes", "dense_piece_bytes"},
-     "the other model flags (docs/flags.md; 'pstrain --helpfull')"},
-    {"reference",
-     "  pstrain reference [model flags]\n"
-     "      Trains the same model in one process (in-process ps) and prints its metrics.\n",
-     {"ps", "model", "data", "data_dir", "epochs", "batch_size", "summary_json"},
-     "the other model flags (docs/flags.md; 'pstrain --helpfull')"},
-    {"generate_criteo",
-     "  pstrain generate_criteo --out=PATH [--rows=N] [--vocab=V] [--seed=S] [--churn=F]\n"
-     "      Writes synthetic Criteo-format data and prints its best achievable AUC.\n",
-     {"out", "rows", "vocab", "seed", "churn"}, nullptr},
-    {"generate_libsvm",
-     "  pstrain generate_libsvm --out=PATH [--rows=N] [--features=F] [--seed=S]\n"
-     "      Writes synthetic libsvm data from a hidden sparse logistic model and prints its\n"
-     "      best achievable AUC (over all rows and over the held-out last 10%).\n",
-     {"out", "rows", "features", "seed"}, nullptr},
-    {"checkpoint",
-     "  pstrain checkpoint inspect DIR\n"
-     "      Lists a checkpoint's (or every checkpoint's in a root) step, variables and sizes,\n"
-     "      and verifies every checksum; exits 1 if any is corrupt.\n"
-     "  pstrain checkpoint export [--format=safetensors] [--include_slots] DIR OUT\n"
-     "      Writes a checkpoint (DIR, or the newest valid one in a root) as one file with\n"
-     "      partitions merged into whole tensors, for use outside pstrain.\n",
-     {"format", "include_slots"}, nullptr},
-    {"tfconfig",
-     "  pstrain tfconfig --ps_hosts=H1,H2 --worker_hosts=H3,H4 [--chief_hosts=H0]\n"
-     "                   [--task_type=worker] [--task_index=0] [--port=2222]\n"
-     "      Prints the TF_CONFIG of one task (hosts without a port get --port), validated as\n"
-     "      the daemons validate it.\n",
-     {"chief_hosts", "ps_hosts", "worker_hosts", "evaluator_hosts", "task_type", "task_index",
-      "port"}, nullptr},
-    {"check",
-     "  pstrain check [--tf_config=JSON|@FILE] [--wait_s=0]\n"
-     "      Preflight for this machine's task: TF_CONFIG valid, its host is this machine,\n"
-     "      its port free, every host resolves; with --wait_s, the ps and chief answer.\n",
-     {"tf_config", "wait_s", "tls_cert", "tls_key", "tls_ca", "tls_server_name",
-      "auth_token_file"}, nullptr},
-    {"health",
-     "  pstrain health HOST:PORT [--timeout_s=5]\n"
-     "      Asks a ps or chief's grpc.health.v1 service; exits 0 when it is SERVING.\n",
-     {"timeout_s", "tls_cert", "tls_key", "tls_ca", "tls_server_name", "auth_token_file"},
-     nullptr},
-    {"devices",
-     "  pstrain devices [--device=auto] [--gpus=1,2] [--virtual_devices=N] [--gpu_memory=...]\n"
-     "      Lists the physical GPUs (allocating no GPU memory) and the logical devices a\n"
-     "      worker would use with these flags.\n",
-     {"device", "gpus", "gpu_memory", "virtual_devices", "cpu_devices"}, nullptr},
-};
-// clang-format on
-
-std::string Usage() {
-  std::string usage = "pstrain: parameter-server training.\n\n";
-  for (const Subcommand& sub : kSubcommands) usage += sub.usage;
-  usage +=
-      "\n"
-      "Run 'pstrain SUBCOMMAND --help' for a subcommand's flags, 'pstrain --helpfull' for "
-      "every flag.";
-  return usage;
-}
-
-// `pstrain SUBCOMMAND --help`: its usage and its flags, each with its
-// default and help. False for no subcommand or an unknown one (Abseil's
-// --help, with the general usage, then).
-bool PrintSubcommandHelp(const std::vector<std::string>& positional) {
-  if (positional.size() < 2) return false;
-  for (const Subcommand& sub : kSubcommands) {
-    if (positional[1] != sub.name) continue;
-    std::printf("usage:\n%s\nflags:\n", sub.usage);
-    for (const char* name : sub.flags) {
-      const absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
-      if (flag == nullptr) continue;
-      std::printf("  --%s (default: %s)\n      %s\n", name,
-                  flag->DefaultValue().empty() ? "\"\"" : flag->DefaultValue().c_str(),
-                  flag->Help().c_str());
-    }
-    if (sub.more_flags != nullptr) std::printf("  and %s\n", sub.more_flags);
-    return true;
-  }
-  return false;
-}
-
-int TfConfigCommand() {
-  pst::tools::TfConfigHosts hosts;
-  hosts.chief = absl::GetFlag(FLAGS_chief_hosts);
-  hosts.ps = absl::GetFlag(FLAGS_ps_hosts);
-  hosts.worker = absl::GetFlag(FLAGS_worker_hosts);
-  hosts.evaluator = absl::GetFlag(FLAGS_evaluator_hosts);
-  hosts.task_type = absl::GetFlag(FLAGS_task_type);
-  hosts.task_index = absl::GetFlag(FLAGS_task_index);
-  hosts.default_port = absl::GetFlag(FLAGS_port);
-  absl::StatusOr<std::string> json = pst::tools::BuildTfConfig(hosts);
-  if (!json.ok()) {
-    std::fprintf(stderr, "pstrain tfconfig: %s\n", std::string(json.status().message()).c_str());
-    return 2;
-  }
-  std::printf("%s\n", json->c_str());
-  return 0;
-}
-
-int HealthCommand(const std::string& address, const pst::rpc::RpcSettings& rpc) {
-  // A malformed address (no port: "localhost") is refused at once, not
-  // after waiting for an answer from nowhere.
-  std::string host;
-  int port = 0;
-  if (absl::Status s = pst::common::ParseHostPort(address, &host, &port); !s.ok()) {
-    std::fprintf(stderr, "pstrain health: %s\n", std::string(s.message()).c_str());
-    return 2;
-  }
-  const double seconds = absl::GetFlag(FLAGS_timeout_s);
-  absl::StatusOr<std::string> health = pst::tools::CheckHealth(
-      address, rpc, seconds > 0 ? absl::Seconds(seconds) : absl::Seconds(5));
-  if (!health.ok()) {
-    std::fprintf(stderr, "pstrain health: %s\n", std::string(health.status().message()).c_str());
-    return 1;
-  }
-  std::printf("%s %s\n", address.c_str(), health->c_str());
-  return *health == "SERVING" ? 0 : 1;
-}
-
-int CheckCommand(const pst::rpc::RpcSettings& rpc) {
-  absl::StatusOr<pst::common::TfConfig> config =
-      pst::common::LoadTfConfig(absl::GetFlag(FLAGS_tf_config), std::nullopt);
-  if (!config.ok()) {
-    std::fprintf(stderr, "pstrain check: %s\n", std::string(config.status().message()).c_str());
-    return 2;
-  }
-  const pst::tools::Preflight result =
-      pst::tools::CheckTask(*config, rpc, absl::Seconds(absl::GetFlag(FLAGS_wait_s)));
-  std::printf("TF_CONFIG is valid: this is %s at %s\n",
-              pst::common::TaskIdString(config->task).c_str(), config->SelfAddress().c_str());
-  for (const std::string& note : result.notes) std::printf("ok: %s\n", note.c_str());
-  for (const std::string& problem : result.problems) {
-    std::printf("PROBLEM: %s\n", problem.c_str());
-  }
-  return result.problems.empty() ? 0 : 1;
-}
-
-int Fail(const std::string& command, const absl::Status& status) {
-  std::fprintf(stderr, "pstrain %s: %s\n", command.c_str(), std::string(status.message()).c_str());
-  return 2;
-}
-
-// For a model that reads --data: "generate[:...]" written and replaced by
-// the file's path.
-absl::Status ResolveData(pst::proto::TrainingConfig* training) {
-  absl::StatusOr<const pst::models::Model*> model = pst::models::ModelFor(*training);
-  if (!model.ok()) return model.status();
-  if (!(*model)->reads_data_file()) return absl::OkStatus();
-  absl::StatusOr<std::string> data = (*model)->PrepareData(training->data());
-  if (!data.ok()) return data.status();
-  training->set_data(*data);
-  return absl::OkStatus();
-}
-
-// The job flags as a TrainingConfig, with --data resolved.
-absl::StatusOr<pst::proto::TrainingConfig> JobConfig() {
-  absl::StatusOr<pst::proto::TrainingConfig> training = pst::flags::TrainingConfigFromFlags();
-  if (!training.ok()) return training.status();
-  if (absl::Status s = ResolveData(&*training); !s.ok()) return s;
-  return training;
-}
-
-int Local() {
-  absl::StatusOr<pst::proto::TrainingConfig> training = pst::flags::TrainingConfigFromFlags();
-  if (!training.ok()) return Fail("local", training.status());
-  if (absl::GetFlag(FLAGS_worker_command).empty() &&
-      (*pst::models::ModelFor(*training))->computed_by_workers()) {
-    return Fail("local", absl::FailedPreconditionError(absl::StrCat(
-                             "--model=", training->model(),
-                             " cannot be computed by pstrain's C++ workers: give the workers "
-                             "that compute it with --worker_command")));
-  }
-  if (absl::GetFlag(FLAGS_evaluator) && absl::GetFlag(FLAGS_evaluator_command).empty() &&
-      (*pst::models::ModelFor(*training))->computed_by_workers()) {
-    return Fail("local", absl::FailedPreconditionError(absl::StrCat(
-                             "--evaluator: the evaluator binary cannot compute --model=",
-                             training->model(), "; give your Python evaluation with "
-                             "--evaluator_command (pstrain.Evaluator)")));
-  }
-  absl::StatusOr<pst::common::Timing> timing = pst::flags::TimingFromFlags();
-  if (!timing.ok()) return Fail("local", timing.status());
-  pst::tools::LocalClusterOptions options;
-  options.num_ps = absl::GetFlag(FLAGS_ps);
-  options.num_workers = absl::GetFlag(FLAGS_workers);
-  options.with_chief = absl::GetFlag(FLAGS_chief);
-  options.host = absl::GetFlag(FLAGS_host);
-  options.bin_dir = pst::tools::ExecutableDir();
-  options.summary_json = absl::GetFlag(FLAGS_summary_json);
-  options.metrics_port = absl::GetFlag(FLAGS_metrics_port);
-  options.timeout = absl::Seconds(absl::GetFlag(FLAGS_timeout_s));
-  options.grace = absl::Seconds(absl::GetFlag(FLAGS_grace_s));
-  options.slow_worker = absl::GetFlag(FLAGS_slow_worker);
-  options.slow_worker_delay_ms = absl::GetFlag(FLAGS_slow_worker_delay_ms);
-  options.restart_failed = absl::GetFlag(FLAGS_restart_failed);
-  options.worker_command = absl::GetFlag(FLAGS_worker_command);
-  options.with_evaluator = absl::GetFlag(FLAGS_evaluator);
-  options.evaluator_command = absl::GetFlag(FLAGS_evaluator_command);
-  options.max_restarts = absl::GetFlag(FLAGS_max_restarts);
-  options.progress = absl::GetFlag(FLAGS_progress);
-  if (absl::Status s = pst::tools::CheckLocalClusterOptions(options); !s.ok()) {
-    return Fail("local", s);
-  }
-  // What every daemon would refuse at start-up, refused here before any
-  // starts (or any data set is generated).
-  pst::flags::StartCheck check;
-  check.tf = pst::tools::LocalClusterShape(options);
-  check.training = *training;
-  check.timing = *timing;
-  check.whole_job = true;
-  check.cpp_workers = options.worker_command.empty();
-  if (absl::Status s = pst::flags::CheckBeforeStart(check); !s.ok()) return Fail("local", s);
-  if (absl::Status s = ResolveData(&*training); !s.ok()) return Fail("local", s);
-  for (const char* name : kForwardedFlags) {
-    if (std::string(name) == "data") continue;
-    const absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
-    if (flag != nullptr) {
-      options.daemon_flags.push_back(absl::StrCat("--", name, "=", flag->CurrentValue()));
-    }
-  }
-  options.daemon_flags.push_back(absl::StrCat("--data=", training->data()));
-  // A live line should move every second; a --log_every_s set to anything
-  // but its default still wins. (This Abseil keeps "given on the command
-  // line" private.)
-  const absl::CommandLineFlag* log_every = absl::FindCommandLineFlag("log_every_s");
-  if (log_every != nullptr && log_every->CurrentValue() == log_every->DefaultValue()) {
-    options.live_log_every_s = 1;
-  }
-  pst::common::StopSignal& stop = pst::common::ProcessStopSignal();
-  pst::common::StopOnTerminationSignals("interrupted by signal");
-  return pst::tools::RunLocalCluster(options, &stop);
-}
-
-int Plan() {
-  absl::StatusOr<pst::proto::TrainingConfig> training = pst::flags::TrainingConfigFromFlags();
-  if (!training.ok()) return Fail("plan", training.status());
-  int num_ps = absl::GetFlag(FLAGS_ps);
-  const std::string tf_flag = absl::GetFlag(FLAGS_tf_config);
-  if (!tf_flag.empty() || std::getenv("TF_CONFIG") != nullptr) {
-    absl::StatusOr<pst::common::TfConfig> tf = pst::common::LoadTfConfig(tf_flag, std::nullopt);
-    if (!tf.ok()) return Fail("plan", tf.status());
-    num_ps = static_cast<int>(tf->cluster.ps.size());
-  }
-  absl::StatusOr<pst::proto::PlacementPlan> plan = pst::models::BuildPlan(*training, num_ps);
-  if (!plan.ok()) return Fail("plan", plan.status());
-  std::printf("%s", pst::tools::FormatPlan(*plan).c_str());
-  return 0;
-}
-
-int Reference() {
-  // The process the cluster's daemons are measured against is tuned as they are.
-  pst::common::TuneForServing();
-  absl::StatusOr<pst::proto::TrainingConfig> training = JobConfig();
-  if (!training.ok()) return Fail("reference", training.status());
-  absl::StatusOr<nlohmann::json> result =
-      pst::tools::TrainReference(*training, absl::GetFlag(FLAGS_ps), absl::GetFlag(FLAGS_data_dir));
-  if (!result.ok()) return Fail("reference", result.status());
-  const std::string path = absl::GetFlag(FLAGS_summary_json);
-  if (!path.empty()) {
-    std::ofstream out(path);
-    out << result->dump(2) << "\n";
-    if (!out) return Fail("reference", absl::InternalError("cannot write " + path));
-  }
-  std::printf("%s\n", result->dump(2).c_str());
-  return 0;
-}
-
-int GenerateCriteo() {
-  const std::string out = absl::GetFlag(FLAGS_out);
-  if (out.empty()) return Fail("generate_criteo", absl::InvalidArgumentError("--out is required"));
-  pst::data::SyntheticCriteoConfig config;
-  config.rows = absl::GetFlag(FLAGS_rows);
-  config.vocab_per_field = absl::GetFlag(FLAGS_vocab);
-  config.seed = absl::GetFlag(FLAGS_seed);
-  config.churn = absl::GetFlag(FLAGS_churn);
-  if (config.rows < 1 || config.vocab_per_field < 1) {
-    return Fail("generate_criteo", absl::InvalidArgumentError("--rows and --vocab must be >= 1"));
-  }
-  absl::StatusOr<pst::data::SyntheticCriteoStats> stats =
-      pst::data::WriteSyntheticCriteo(out, config);
-  if (!stats.ok()) return Fail("generate_criteo", stats.status());
-  nlohmann::json j = {{"path", out},
-                      {"rows", stats->rows},
-                      {"positive_rate", stats->positive_rate},
-                      {"best_auc", stats->best_auc}};
-  if (config.churn > 0) j["distinct_values"] = stats->distinct_values;
-  std::printf("%s\n", j.dump(2).c_str());
-  return 0;
-}
-
-int GenerateLibsvm() {
-  const std::string out = absl::GetFlag(FLAGS_out);
-  if (out.empty()) return Fail("generate_libsvm", absl::InvalidArgumentError("--out is required"));
-  pst::data::SyntheticLibsvmConfig config;
-  config.rows = absl::GetFlag(FLAGS_rows);
-  config.features = absl::GetFlag(FLAGS_features);
-  config.seed = absl::GetFlag(FLAGS_seed);
-  if (config.rows < 1 || config.features < 1) {
-    return Fail("generate_libsvm",
-                absl::InvalidArgumentError("--rows and --features must be >= 1"));
-  }
-  absl::StatusOr<pst::data::SyntheticLibsvmStats> stats =
-      pst::data::WriteSyntheticLibsvm(out, config);
-  if (!stats.ok()) return Fail("generate_libsvm", stats.status());
-  nlohmann::json j = {{"path", out},
-                      {"rows", stats->rows},
-                      {"positive_rate", stats->positive_rate},
-                      {"best_auc", stats->best_auc},
-                      {"best_auc_held_out", stats->best_auc_tail}};
-  std::printf("%s\n", j.dump(2).c_str());
-  return 0;
-}
-
-// DIR is one checkpoint or a checkpoint root (then every checkpoint in
-// it, and any directory that looks like an unfinished one, is reported).
-int InspectCheckpoints(const std::string& dir) {
-  std::error_code ec;
-  if (!std::filesystem::exists(dir, ec)) {
-    std::fprintf(stderr, "pstrain checkpoint inspect: %s does not exist\n", dir.c_str());
-    return 1;
-  }
-  std::vector<std::string> dirs;
-  if (std::filesystem::exists(std::filesystem::path(dir) / pst::common::kManifestFile)) {
-    dirs.push_back(dir);
-  } else {
-    dirs = pst::common::ListCheckpoints(dir);
-    if (dirs.empty()) {
-      std::fprintf(stderr, "pstrain checkpoint inspect: no checkpoint in %s\n", dir.c_str());
-      return 1;
-    }
-  }
-  int bad = 0;
-  for (const std::string& d : dirs) {
-    absl::StatusOr<pst::common::CheckpointReport> report = pst::common::InspectCheckpoint(d);
-    if (!report.ok()) {
-      ++bad;
-      std::printf("%s: CORRUPT: %s\n", d.c_str(), std::string(report.status().message()).c_str());
-      continue;
-    }
-    std::printf("%s: step %lld, %d shard(s), %lld bytes, checksums OK\n", d.c_str(),
-                static_cast<long long>(report->global_step), report->num_ps,
-                static_cast<long long>(report->total_bytes));
-    for (const auto& v : report->variables) {
-      std::printf("  %-34s %-20s rows %-10lld version %-8lld slots %d  ps %d\n", v.name.c_str(),
-                  v.shape.c_str(), static_cast<long long>(v.rows),
-                  static_cast<long long>(v.version), v.slots, v.ps_index);
-    }
-  }
-  return bad == 0 ? 0 : 1;
-}
-
-// Exports checkpoint DIR (or the newest valid one in a root) to OUT.
-int ExportCheckpoint(const std::string& dir, const std::string& out) {
-  const std::string format = absl::GetFlag(FLAGS_format);
-  if (format != "safetensors") {
-    std::fprintf(stderr,
-                 "pstrain checkpoint export: unknown --format=%s (supported: safetensors)\n",
-                 format.c_str());
-    return 2;
-  }
-  pst::common::ExportOptions options;
-  options.include_slots = absl::GetFlag(FLAGS_include_slots);
-  absl::StatusOr<pst::common::ExportResult> result =
-      pst::common::ExportSafetensors(dir, out, options);
-  if (!result.ok()) {
-    std::fprintf(stderr, "pstrain checkpoint export: %s\n",
-                 std::string(result.status().message()).c_str());
-    return 1;
-  }
-  for (const std::string& skipped : result->skipped) {
-    std::fprintf(stderr, "pstrain checkpoint export: skipped %s\n", skipped.c_str());
-  }
-  std::printf("%s: %d tensors, %lld bytes, step %lld (from %s)\n", out.c_str(), result->tensors,
-              static_cast<long long>(result->bytes), static_cast<long long>(result->global_step),
-              result->checkpoint.c_str());
-  return 0;
-}
-
-// Lists the physical GPUs and the logical devices the device flags give.
-// Exit 0 also when no GPU is visible; 2 for a bad flag; 1 for --device=gpu
-// without a GPU.
-int Devices() {
-  const pst::device::DeviceOptions options = pst::flags::DeviceOptionsFromFlags();
-  const pst::device::GpuInventory inventory = pst::device::DiscoverGpus();
-  std::printf("%s", pst::device::DescribeDevices(inventory, options).c_str());
-  if (options.device == "cpu" && !inventory.gpus.empty()) {
-    std::printf(
-        "(workers compute on the CPU unless --device=gpu or --device=auto; "
-        "'pstrain devices --device=auto' shows the GPU view)\n");
-  }
-  const absl::Status status = pst::device::PlanDevices(options, inventory).status();
-  if (status.ok()) return 0;
-  return status.code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
-}
-
-// Whether a security flag holds "{task}": pstrain local gives each daemon
-// its own certificate or token.
-bool NamesEachTasksFiles() {
-  for (const char* name : {"tls_cert", "tls_key", "auth_token_file"}) {
-    const absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
-    if (flag != nullptr && absl::StrContains(flag->CurrentValue(), "{task}")) return true;
-  }
-  return false;
-}
-
-}  // namespace
+using pst::cli::PrintSubcommandHelp;
 
 int main(int argc, char** argv) {
-  const std::string usage = Usage();
+  const std::string usage = pst::cli::Usage();
   absl::SetProgramUsageMessage(usage);
   std::vector<char*> args = pst::flags::ParseCommandLineOrExit(argc, argv, PrintSubcommandHelp);
   if (args.size() < 2) {
@@ -556,7 +32,9 @@ int main(int argc, char** argv) {
   // checks them here first unless they name each daemon's own files
   // ("{task}"), which only the daemons can load.
   absl::StatusOr<pst::rpc::RpcSettings> rpc = pst::rpc::RpcSettings();
-  if (command != "local" || !NamesEachTasksFiles()) rpc = pst::flags::RpcSettingsFromFlags();
+  if (command != "local" || !pst::cli::NamesEachTasksFiles()) {
+    rpc = pst::flags::RpcSettingsFromFlags();
+  }
   if (!rpc.ok()) {
     std::fprintf(stderr, "pstrain %s: %s\n", command.c_str(),
                  std::string(rpc.status().message()).c_str());
@@ -564,8 +42,8 @@ int main(int argc, char** argv) {
   }
   if (command == "checkpoint") {
     const std::string sub = args.size() > 2 ? args[2] : "";
-    if (sub == "inspect" && args.size() == 4) return InspectCheckpoints(args[3]);
-    if (sub == "export" && args.size() == 5) return ExportCheckpoint(args[3], args[4]);
+    if (sub == "inspect" && args.size() == 4) return pst::cli::InspectCheckpoints(args[3]);
+    if (sub == "export" && args.size() == 5) return pst::cli::ExportCheckpoint(args[3], args[4]);
     std::fprintf(stderr,
                  "usage: pstrain checkpoint inspect DIR\n"
                  "       pstrain checkpoint export [--format=safetensors] [--include_slots] DIR "
@@ -577,21 +55,21 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "usage: pstrain health HOST:PORT [--timeout_s=5]\n");
       return 2;
     }
-    return HealthCommand(args[2], *rpc);
+    return pst::cli::HealthCommand(args[2], *rpc);
   }
   if (args.size() > 2) {
     std::fprintf(stderr, "pstrain %s: unexpected argument '%s'\n", command.c_str(), args[2]);
     return 2;
   }
   try {
-    if (command == "local") return Local();
-    if (command == "plan") return Plan();
-    if (command == "reference") return Reference();
-    if (command == "generate_criteo") return GenerateCriteo();
-    if (command == "generate_libsvm") return GenerateLibsvm();
-    if (command == "devices") return Devices();
-    if (command == "tfconfig") return TfConfigCommand();
-    if (command == "check") return CheckCommand(*rpc);
+    if (command == "local") return pst::cli::Local();
+    if (command == "plan") return pst::cli::Plan();
+    if (command == "reference") return pst::cli::Reference();
+    if (command == "generate_criteo") return pst::cli::GenerateCriteo();
+    if (command == "generate_libsvm") return pst::cli::GenerateLibsvm();
+    if (command == "devices") return pst::cli::Devices();
+    if (command == "tfconfig") return pst::cli::TfConfigCommand();
+    if (command == "check") return pst::cli::CheckCommand(*rpc);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "pstrain %s: fatal: %s\n", command.c_str(), e.what());
     return 1;
@@ -604,3 +82,4 @@ int main(int argc, char** argv) {
   std::fprintf(stderr, "pstrain: unknown command '%s'\n\n%s\n", command.c_str(), usage.c_str());
   return 2;
 }
+
