@@ -57,6 +57,12 @@ int main(int argc, char** argv) {
     }
     return pst::cli::HealthCommand(args[2], *rpc);
   }
+  // `pstrain help SUBCOMMAND` is `pstrain SUBCOMMAND --help`.
+  if (command == "help") {
+    if (args.size() == 3 && PrintSubcommandHelp({args[0], args[2]})) return 0;
+    std::printf("%s\n", usage.c_str());
+    return args.size() <= 2 ? 0 : 2;
+  }
   if (args.size() > 2) {
     std::fprintf(stderr, "pstrain %s: unexpected argument '%s'\n", command.c_str(), args[2]);
     return 2;
@@ -73,11 +79,6 @@ int main(int argc, char** argv) {
   } catch (const std::exception& e) {
     std::fprintf(stderr, "pstrain %s: fatal: %s\n", command.c_str(), e.what());
     return 1;
-  }
-  if (command == "help") {
-    if (args.size() == 3 && PrintSubcommandHelp({args[0], args[2]})) return 0;
-    std::printf("%s\n", usage.c_str());
-    return 0;
   }
   std::fprintf(stderr, "pstrain: unknown command '%s'\n\n%s\n", command.c_str(), usage.c_str());
   return 2;

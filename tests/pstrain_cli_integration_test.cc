@@ -64,12 +64,21 @@ TEST(PstrainCliTest, EverySubcommandsHelp_IsItsOwn) {
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.subcommand);
-    const Outcome run = Pstrain({c.subcommand, "--help"});
-    EXPECT_EQ(run.exit_code, 0) << run.output;
-    EXPECT_NE(run.output.find(c.usage), std::string::npos) << run.output;
-    EXPECT_NE(run.output.find(c.flag), std::string::npos) << run.output;
-    EXPECT_EQ(run.output.find(c.not_its), std::string::npos) << run.output;
+    // `pstrain help SUBCOMMAND` says the same.
+    for (const std::vector<std::string>& args :
+         {std::vector<std::string>{c.subcommand, "--help"},
+          std::vector<std::string>{"help", c.subcommand}}) {
+      const Outcome run = Pstrain(args);
+      EXPECT_EQ(run.exit_code, 0) << args[0] << " " << args[1] << ":\n" << run.output;
+      EXPECT_NE(run.output.find(c.usage), std::string::npos) << run.output;
+      EXPECT_NE(run.output.find(c.flag), std::string::npos) << run.output;
+      EXPECT_EQ(run.output.find(c.not_its), std::string::npos) << run.output;
+    }
   }
+  // Help for a subcommand there is not: the general usage, and exit 2.
+  const Outcome unknown = Pstrain({"help", "nope"});
+  EXPECT_EQ(unknown.exit_code, 2) << unknown.output;
+  EXPECT_NE(unknown.output.find("pstrain tfconfig --"), std::string::npos) << unknown.output;
   // And without a subcommand, the general usage lists them all.
   const Outcome run = Pstrain({"help"});
   EXPECT_EQ(run.exit_code, 0) << run.output;
