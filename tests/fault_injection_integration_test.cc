@@ -138,6 +138,53 @@ class FaultInjectionTest : public ::testing::Test {
     return launcher;
   }
 
+  // A job whose saves wait 1.5 s, up to its final save: returns once the
+  // final step's save has begun on ps 1 and is not over, `*end` at the
+  // chief's "every worker has finished". When the chief's periodic save
+  // lands on the final step before it sees every worker finished, that
+  // save is the final one and is over before the end: the job is run
+  // again then (the timing of a whole job decides it, seldom twice in a
+  // row). Null, with a failure recorded, on an error.
+  std::unique_ptr<TestProcess> LaunchToTheFinalSave(std::optional<size_t>* end) {
+    for (int attempt = 1; attempt <= 3; ++attempt) {
+      std::unique_ptr<TestProcess> launcher = Launch({"--test_save_delay_ms=1500"});
+      if (launcher == nullptr) return nullptr;
+      *end = launcher->WaitForOutputAfter("every worker has finished", 0, kTimeout);
+      if (!end->has_value()) {
+        ADD_FAILURE() << launcher->output();
+        return nullptr;
+      }
+      // The final save's file on ps:1, named by the final step. Each
+      // daemon's output reaches the launcher's by its own thread, so ps:1's
+      // line may come before the chief's: it is looked for from the start.
+      int64_t final_step = -1;
+      const std::string output = launcher->output();
+      if (std::sscanf(output.c_str() + **end, "every worker has finished at global step %" SCNd64,
+                      &final_step) != 1) {
+        ADD_FAILURE() << output.substr(**end, 200);
+        return nullptr;
+      }
+      const std::string final_file =
+          absl::StrCat("/ckpt/", common::CheckpointDirName(final_step), "/shard-1-of-2.pst");
+      if (!launcher->WaitForOutputAfter(final_file + " after a delay", 0, kTimeout).has_value()) {
+        ADD_FAILURE() << final_file << " not seen\n" << launcher->output();
+        return nullptr;
+      }
+      const size_t saved_at = launcher->output().find(final_file + " (");  // "saved ... (N bytes)"
+      if (saved_at == std::string::npos || saved_at > **end) return launcher;
+      std::printf("attempt %d: the final step's save was a periodic one, over before the end; "
+                  "again\n", attempt);
+      if (!launcher->WaitForExit(kTimeout).has_value()) {
+        ADD_FAILURE() << launcher->output();
+        return nullptr;
+      }
+      std::filesystem::remove_all(dir_ + "/ckpt");
+      std::filesystem::remove(dir_ + "/summary.json");
+    }
+    ADD_FAILURE() << "the final step's save was over before the job's end, 3 times";
+    return nullptr;
+  }
+
   // Kills `task` of `launcher`'s cluster with SIGKILL; returns when.
   absl::Time Kill(TestProcess* launcher, const std::string& task) {
     const std::map<std::string, pid_t> pids = DaemonPids(launcher->output());
@@ -365,42 +412,9 @@ TEST_F(FaultInjectionTest, PsKilledDuringASave_LeavesThePreviousCheckpointTheLat
 }
 
 TEST_F(FaultInjectionTest, PsKilledDuringTheFinalSave_WorkersRedoTheirLastSteps_JobFinishes) {
-  std::unique_ptr<TestProcess> launcher;
   std::optional<size_t> end;
-  // When the chief's periodic save lands on the final step before it sees
-  // every worker finished, that save is the final one and is over before
-  // the end: no save is left to kill a ps in. The job is run again then
-  // (the timing of a whole job decides it, seldom twice in a row).
-  for (int attempt = 1;; ++attempt) {
-    launcher = Launch({"--test_save_delay_ms=1500"});
-    ASSERT_NE(launcher, nullptr);
-    // Every worker has finished; kill ps:1 in the middle of the final save.
-    end = launcher->WaitForOutputAfter("every worker has finished", 0, kTimeout);
-    ASSERT_TRUE(end.has_value()) << launcher->output();
-    // The final save's file on ps:1, named by the final step. Each daemon's
-    // output reaches the launcher's by its own thread, so ps:1's line may
-    // come before the chief's: it is looked for from the start.
-    int64_t final_step = -1;
-    const std::string output = launcher->output();
-    ASSERT_EQ(std::sscanf(output.c_str() + *end,
-                          "every worker has finished at global step %" SCNd64, &final_step),
-              1)
-        << output.substr(*end, 200);
-    const std::string final_file =
-        absl::StrCat("/ckpt/", common::CheckpointDirName(final_step), "/shard-1-of-2.pst");
-    ASSERT_TRUE(
-        launcher->WaitForOutputAfter(final_file + " after a delay", 0, kTimeout).has_value())
-        << final_file << " not seen\n"
-        << launcher->output();
-    const size_t saved_at = launcher->output().find(final_file + " (");  // "saved ... (N bytes)"
-    if (saved_at == std::string::npos || saved_at > *end) break;
-    ASSERT_LT(attempt, 3) << "the final step's save was over before the job's end, 3 times";
-    std::printf("attempt %d: the final step's save was a periodic one, over before the end; "
-                "again\n", attempt);
-    ASSERT_TRUE(launcher->WaitForExit(kTimeout).has_value()) << launcher->output();
-    std::filesystem::remove_all(dir_ + "/ckpt");
-    std::filesystem::remove(dir_ + "/summary.json");
-  }
+  std::unique_ptr<TestProcess> launcher = LaunchToTheFinalSave(&end);
+  ASSERT_NE(launcher, nullptr);
   absl::SleepFor(RandomDelay(absl::Seconds(1)));  // within the 1.5 s delay
   const absl::Time killed = Kill(launcher.get(), "ps:1");
   const nlohmann::json summary = Finish(launcher.get(), "ps:1");
@@ -424,14 +438,12 @@ TEST_F(FaultInjectionTest, PsKilledDuringTheFinalSave_WorkersRedoTheirLastSteps_
 }
 
 TEST_F(FaultInjectionTest, ChiefKilledAfterTheWorkersFinished_TheRestartedOneEndsTheJob) {
-  // The final save waits 1.5 s, so the chief is killed while it evaluates
-  // or saves, after every worker has finished.
-  std::unique_ptr<TestProcess> launcher = Launch({"--test_save_delay_ms=1500"});
+  // The final save waits 1.5 s, so the chief is killed while it saves,
+  // after every worker has finished.
+  std::optional<size_t> end;
+  std::unique_ptr<TestProcess> launcher = LaunchToTheFinalSave(&end);
   ASSERT_NE(launcher, nullptr);
-  std::optional<size_t> end =
-      launcher->WaitForOutputAfter("every worker has finished", 0, kTimeout);
-  ASSERT_TRUE(end.has_value()) << launcher->output();
-  absl::SleepFor(RandomDelay(absl::Seconds(1)));
+  absl::SleepFor(RandomDelay(absl::Seconds(1)));  // within the 1.5 s delay
   Kill(launcher.get(), "chief:0");
   const nlohmann::json summary = Finish(launcher.get(), "chief:0");
   // The workers told the new chief they had finished; nothing was redone.
