@@ -93,10 +93,22 @@ absl::StatusOr<SaveFigures> SaveCheckpoint(common::PsControl& control,
 
   const std::string name = common::CheckpointDirName(step);
   const std::string dir = absl::StrCat(options.checkpoint_dir, "/", name);
-  if (common::ReadManifest(dir).ok()) {
+  if (absl::StatusOr<proto::CheckpointManifest> existing = common::ReadManifest(dir);
+      existing.ok()) {
     if (common::InspectCheckpoint(dir).ok()) {  // saved already
       std::vector<proto::SaveResponse> ignored(ps.size());
       each_ps(proto::SaveRequest::DISCARD, "", &ignored).IgnoreError();  // frees the copies
+      // The same cut, but what it says of the epochs may be behind: a
+      // periodic save that landed on the final step before the workers'
+      // last epoch ends were heard. The manifest is rewritten (atomically)
+      // to say what is known now; no row differs.
+      if (epochs_completed > existing->epochs_completed()) {
+        existing->set_epochs_completed(epochs_completed);
+        PST_RETURN_IF_ERROR(common::WriteManifest(dir, *existing));
+        spdlog::info("checkpoint {} was saved already; its manifest now says {} epoch(s) "
+                     "completed",
+                     dir, epochs_completed);
+      }
       return figures;
     }
     // A checkpoint of this step that fails its checks (the job fell back
