@@ -32,6 +32,14 @@ void ReplicaSource::NewStream(int backup_ps, std::unique_ptr<ReplicaLink> link,
   state_bytes_ = 0;
 }
 
+void ReplicaSource::Address(proto::ReplicateRequest* request, int64_t stream,
+                            int64_t seq) const {
+  request->set_shard(shard_);
+  request->set_source_incarnation(incarnation_);
+  request->set_stream(stream);
+  request->set_seq(seq);
+}
+
 void ReplicaSource::Send(ReplicaLink& link, int64_t stream,
                          std::shared_ptr<proto::ReplicateRequest> request) {
   const int64_t seq = request->seq();
@@ -78,10 +86,7 @@ void ReplicaSource::Resync(int backup_ps, std::unique_ptr<ReplicaLink> link,
       NewStream(backup_ps, std::move(link), &answered);
       was_whole_ = false;
       stream = stream_;
-      request->set_shard(shard_);
-      request->set_source_incarnation(incarnation_);
-      request->set_stream(stream_);
-      request->set_seq(next_seq_);
+      Address(request.get(), stream_, next_seq_);
       *request->mutable_state() = *std::move(first);
       // Every part's seq is taken now; the changes after them follow.
       next_seq_ += parts;
@@ -143,10 +148,7 @@ void ReplicaSource::SendStateParts() {
         state_sending_ = false;
         return;
       }
-      request->set_shard(shard_);
-      request->set_source_incarnation(incarnation_);
-      request->set_stream(stream);
-      request->set_seq(seq);
+      Address(request.get(), stream, seq);
       *request->mutable_state() = *std::move(part);
       ++state_next_seq_;
       ++state_in_flight_;
@@ -246,10 +248,7 @@ void ReplicaSource::Change(absl::FunctionRef<absl::Status(proto::ReplicateReques
             now = std::move(done);
           }
           if (changed) {
-            request->set_shard(shard_);
-            request->set_source_incarnation(incarnation_);
-            request->set_stream(stream_);
-            request->set_seq(seq);
+            Address(request.get(), stream_, seq);
             if (ChangesFlowLocked() || seq == 1) {
               link = link_;
             } else {

@@ -134,6 +134,9 @@ class ReplicaSource {
 
  private:
   void Acked(int64_t stream, int64_t seq, const absl::Status& status);
+  // Names `request` change `seq` of stream `stream` of this shard, from
+  // this incarnation.
+  void Address(proto::ReplicateRequest* request, int64_t stream, int64_t seq) const;
   // Sends `request` (of `stream`) on `link`, its answer to Acked.
   void Send(ReplicaLink& link, int64_t stream, std::shared_ptr<proto::ReplicateRequest> request);
   absl::Status FencedError() const;
