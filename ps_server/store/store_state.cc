@@ -147,10 +147,9 @@ absl::StatusOr<std::unique_ptr<StateExport>> VariableStore::ExportState(
       // order, locked): its bound plans the parts.
       PST_ASSIGN_OR_RETURN(std::unique_ptr<TableCut> cut,
                            var->table.Cut(version, options_.disk_tier));
-      const std::optional<int64_t> known = cut->KnownCount();
-      const int64_t rows = known.value_or(cut->max_rows());
-      tables.push_back(
-          {name, version, std::move(cut), rows, part_bytes / row_bytes, known.has_value()});
+      const int64_t rows = cut->max_rows();  // the count itself when known
+      const bool exact = cut->KnownCount().has_value();
+      tables.push_back({name, version, std::move(cut), rows, part_bytes / row_bytes, exact});
     } else {
       PST_RETURN_IF_ERROR(var->table.ForEachRow(
           version, [&](int64_t id, std::span<const float> row,
