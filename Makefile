@@ -79,6 +79,7 @@ bench-ps: build
 # Bounded hash tables (issue 32): row pushes into a table bounded to a
 # quarter of the distinct ids (lru) against the same table unbounded, in
 # alternate rounds of one run: rows/s ratio and evictions/s (ps Health);
+# the same over 16x the batches (a 7x larger table, out of the CPU caches);
 # the same with the rows past the capacity on disk (the disk tier), through
 # the ps processes; then the disk tier alone (hash_table_bench, no network,
 # Zipf 1.1 ids): wall time per push and per pull against the table with
@@ -88,6 +89,9 @@ BENCH_TABLES_FLAGS ?=
 bench-tables: build
 	$(BUILD_DIR)/bin/ps_bench --cases=hash_push,hash_push_evict --ps=2 --workers=2 \
 	  --scaling=false --json=$(BUILD_DIR)/bench_tables.json $(BENCH_TABLES_FLAGS)
+	$(BUILD_DIR)/bin/ps_bench --cases=hash_push,hash_push_evict --ps=2 --workers=2 \
+	  --scaling=false --hash_batches=512 --json=$(BUILD_DIR)/bench_tables_large.json \
+	  $(BENCH_TABLES_FLAGS)
 	rm -rf $(BUILD_DIR)/bench_table_store
 	$(BUILD_DIR)/bin/ps_bench --cases=hash_push,hash_push_evict --ps=2 --workers=2 \
 	  --scaling=false --table_store_dir=$(BUILD_DIR)/bench_table_store \

@@ -32,10 +32,12 @@ struct Result {
   double ps_cpu_s_per_gb = 0;
   double client_cpu_s_per_gb = 0;
   int64_t ps_rss_bytes = 0;
-  // hash cases: the distinct ids the batches touch, each partition's
+  // hash cases: the id batches per worker (pushed in turn), the distinct
+  // ids they touch, each partition's
   // capacity (0: unbounded), the rows the ps evicted during the timed
   // operations and per second of them, and (hash_push_evict) rows/s as a
   // ratio of hash_push's, measured in alternate rounds.
+  int hash_batches = 0;
   int64_t distinct_ids = 0;
   int64_t capacity = 0;
   std::string eviction;

@@ -238,10 +238,10 @@ std::vector<Result> RunSparse(const Options& options, PsCluster& cluster,
   return results;
 }
 
-// The hash cases' id batches: kHashBatches per worker from the Zipf law of
-// the sparse cases, drawn up front (not timed), and the distinct ids of all.
+// The hash cases' id batches: --hash_batches per worker from the Zipf law
+// of the sparse cases, drawn up front (not timed), and the distinct ids of
+// all.
 struct HashBatches {
-  static constexpr int kHashBatches = 32;
   std::vector<std::vector<std::vector<int64_t>>> ids;  // [worker][batch]
   std::vector<std::vector<int64_t>> unique;            // [worker][batch]
   int64_t distinct = 0;
@@ -255,7 +255,7 @@ HashBatches DrawHashBatches(const Options& options, int num_workers) {
   out.unique.resize(num_workers);
   for (int w = 0; w < num_workers; ++w) {
     std::mt19937_64 rng(2000 + w);
-    for (int b = 0; b < HashBatches::kHashBatches; ++b) {
+    for (int b = 0; b < options.hash_batches; ++b) {
       std::vector<int64_t> ids;
       for (int i = 0; i < options.rows; ++i) ids.push_back(zipf.Draw(rng));
       const std::set<int64_t> unique(ids.begin(), ids.end());
@@ -316,6 +316,8 @@ std::vector<Result> RunHash(const Options& options, PsCluster& cluster,
     c.result.capacity = evict ? capacity : 0;
     c.result.eviction = evict ? options.hash_eviction : "";
     c.result.disk_tier = evict && !options.table_store_dir.empty();
+    c.result.hash_batches = options.hash_batches;
+    const int num_batches = options.hash_batches;
     for (int w = 0; w < num_workers; ++w) {
       client::PsClient* client = clients[w].get();
       Worker* me = &workers[w];
@@ -324,7 +326,7 @@ std::vector<Result> RunHash(const Options& options, PsCluster& cluster,
       int* cursor = &next[evict ? 1 : 0][w];
       const std::string table = c.table;
       c.ops.push_back([=, &grads]() -> absl::StatusOr<double> {
-        const int b = (*cursor)++ % HashBatches::kHashBatches;
+        const int b = (*cursor)++ % num_batches;
         const client::PsClient::TableIds tables[] = {{table, (*mine)[b]}};
         ++me->step;
         PST_RETURN_IF_ERROR(client->PushRows(me->step, tables, grads));
@@ -342,7 +344,7 @@ std::vector<Result> RunHash(const Options& options, PsCluster& cluster,
   std::fflush(stdout);
   for (Case& c : cases) {
     for (int w = 0; w < num_workers && c.result.error.empty(); ++w) {
-      for (int b = 0; b < HashBatches::kHashBatches; ++b) {
+      for (int b = 0; b < options.hash_batches; ++b) {
         absl::StatusOr<double> moved = c.ops[w]();
         if (!moved.ok()) {
           c.result.error = absl::StrCat("filling ", c.table, ": ", moved.status().message());

@@ -121,6 +121,11 @@ absl::StatusOr<Options> ParseOptions(const OptionFlags& flags) {
   }
   o.hash_capacity_fraction = flags.hash_capacity_fraction;
   o.hash_eviction = flags.hash_eviction;
+  o.hash_batches = flags.hash_batches;
+  if (o.AnyHash() && (o.hash_batches < 1 || o.hash_batches > 65536)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--hash_batches must be in [1, 65536], got ", o.hash_batches));
+  }
   o.table_store_dir = flags.table_store_dir;
   if (o.Has("hash_push_evict") && !(o.hash_capacity_fraction > 0 && o.hash_capacity_fraction < 1)) {
     return absl::InvalidArgumentError("--hash_capacity_fraction must be in (0, 1)");

@@ -45,6 +45,7 @@ struct OptionFlags {
   bool verbose = false;
   double hash_capacity_fraction = 0;
   std::string hash_eviction;
+  int hash_batches = 0;
   std::string table_store_dir;
 };
 
@@ -78,6 +79,8 @@ struct Options {
   // ids the workers' batches touch (over the partitions), and its policy.
   double hash_capacity_fraction = 0.25;
   std::string hash_eviction = "lru";
+  // The hash cases' id batches per worker, pushed in turn.
+  int hash_batches = 32;
   // Non-empty: each ps keeps the bounded table's rows past its capacity
   // on disk, under table_store_dir/ps<i> (ps_server --table_store_dir).
   std::string table_store_dir;

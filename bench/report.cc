@@ -65,9 +65,10 @@ void PrintTable(const std::vector<Result>& results, const References& refs,
   for (const Result& r : results) {
     if (!r.error.empty() || r.op.rfind("hash_push", 0) != 0) continue;
     if (r.capacity == 0) {
-      std::printf("%s (%d ps, %d w): unbounded table, %lld distinct ids; %s rows/s\n", r.op.c_str(),
-                  r.ps, r.workers, static_cast<long long>(r.distinct_ids),
-                  Rate(r.rows_per_s).c_str());
+      std::printf("%s (%d ps, %d w): unbounded table, %lld distinct ids in %d batches per worker; "
+                  "%s rows/s\n",
+                  r.op.c_str(), r.ps, r.workers, static_cast<long long>(r.distinct_ids),
+                  r.hash_batches, Rate(r.rows_per_s).c_str());
       continue;
     }
     std::printf(
@@ -148,6 +149,7 @@ nlohmann::json ToJson(const std::vector<Result>& results, const References& refs
       e["unique_rows_per_s"] = r.unique_rows_per_s;
     }
     if (r.op.rfind("hash_push", 0) == 0) {
+      e["hash_batches"] = r.hash_batches;
       e["distinct_ids"] = r.distinct_ids;
       e["capacity_per_partition"] = r.capacity;
       if (r.capacity > 0) {

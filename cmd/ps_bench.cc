@@ -65,6 +65,10 @@ ABSL_FLAG(bool, verbose, false, "Echo the ps processes' log lines.");
 ABSL_FLAG(double, hash_capacity_fraction, 0.25,
           "hash_push_evict: the table's capacity as a share of the distinct ids the workers' "
           "batches touch (split evenly over its partitions, one per ps).");
+ABSL_FLAG(int, hash_batches, 32,
+          "hash cases: id batches drawn per worker (--rows ids each) and pushed in turn; the "
+          "bounded table's capacity is a share of their distinct ids, so more batches make "
+          "larger tables (whose rows no longer fit the CPU caches).");
 ABSL_FLAG(std::string, hash_eviction, "lru",
           "hash_push_evict: the table's eviction policy (lru, lfu, lfu:<half-life>, "
           "ttl:<versions>).");
@@ -102,6 +106,7 @@ pst::bench::OptionFlags ReadFlags() {
   flags.verbose = absl::GetFlag(FLAGS_verbose);
   flags.hash_capacity_fraction = absl::GetFlag(FLAGS_hash_capacity_fraction);
   flags.hash_eviction = absl::GetFlag(FLAGS_hash_eviction);
+  flags.hash_batches = absl::GetFlag(FLAGS_hash_batches);
   flags.table_store_dir = absl::GetFlag(FLAGS_table_store_dir);
   return flags;
 }

@@ -87,10 +87,47 @@ TEST(PsBenchTest, SmallRun_ReportsEveryCaseInTheJson) {
   EXPECT_EQ(j["scaling"][1]["link_rate"], "1gbit");
 }
 
+TEST(PsBenchTest, HashCases_BoundedTableEvictsAndReportsItsShape) {
+  const std::string json = TestDir() + "/hash.json";
+  absl::StatusOr<std::unique_ptr<TestProcess>> bench = TestProcess::Start(
+      {BinaryPath("ps_bench"), "--cases=hash_push,hash_push_evict", "--ps=2", "--workers=2",
+       "--seconds_per_case=0.4", "--rounds=2", "--min_iters=2", "--rows=256",
+       "--table_rows=20000", "--hash_batches=6", "--scaling=false", "--json=" + json});
+  ASSERT_TRUE(bench.ok()) << bench.status();
+  std::optional<int> exited = (*bench)->WaitForExit(kTimeout);
+  ASSERT_TRUE(exited.has_value()) << (*bench)->output();
+  ASSERT_EQ(ExitCode(*exited), 0) << (*bench)->output();
+
+  const nlohmann::json j = ReadJsonFile(json);
+  ASSERT_TRUE(j.is_object()) << (*bench)->output();
+  ASSERT_EQ(j["results"].size(), 2u) << j.dump(2);
+  const nlohmann::json& unbounded = j["results"][0];
+  const nlohmann::json& bounded = j["results"][1];
+  EXPECT_EQ(unbounded["op"], "hash_push");
+  EXPECT_EQ(bounded["op"], "hash_push_evict");
+  for (const nlohmann::json* r : {&unbounded, &bounded}) {
+    SCOPED_TRACE(r->dump());
+    ASSERT_FALSE(r->contains("error"));
+    EXPECT_EQ((*r)["hash_batches"], 6);
+    EXPECT_GT((*r)["rows_per_s"].get<double>(), 0);
+  }
+  // 6 batches of 256 draws per worker: more distinct ids than one batch
+  // has, fewer than all the draws.
+  const int64_t distinct = bounded["distinct_ids"];
+  EXPECT_GT(distinct, 256);
+  EXPECT_LT(distinct, 2 * 6 * 256);
+  EXPECT_EQ(unbounded["capacity_per_partition"], 0);
+  EXPECT_EQ(bounded["capacity_per_partition"].get<int64_t>(), distinct / 4 / 2);
+  EXPECT_GT(bounded["evictions"].get<int64_t>(), 0);
+  EXPECT_NEAR(bounded["ratio_to_unbounded"].get<double>(),
+              bounded["rows_per_s"].get<double>() / unbounded["rows_per_s"].get<double>(), 1e-9);
+}
+
 TEST(PsBenchTest, BadFlags_ExitWithCodeTwoNamingThem) {
-  for (const std::string flag : {"--rounds=0", "--scaling_size=3x", "--scaling_link_rate=fast"}) {
+  for (const std::string flag : {"--rounds=0", "--scaling_size=3x", "--scaling_link_rate=fast",
+                                 "--hash_batches=0"}) {
     absl::StatusOr<std::unique_ptr<TestProcess>> bench =
-        TestProcess::Start({BinaryPath("ps_bench"), flag});
+        TestProcess::Start({BinaryPath("ps_bench"), "--cases=hash_push", flag});
     ASSERT_TRUE(bench.ok()) << bench.status();
     std::optional<int> exited = (*bench)->WaitForExit(kTimeout);
     ASSERT_TRUE(exited.has_value());
