@@ -6,12 +6,16 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <fstream>
 #include <random>
 #include <string>
 #include <thread>
 #include <utility>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "absl/synchronization/mutex.h"
 
 namespace pst::common {
@@ -59,6 +63,19 @@ void StopOnTerminationSignals(std::string why) {
       }
     }
   }).detach();
+}
+
+int64_t PeakResidentBytes() {
+  std::ifstream in("/proc/self/status");
+  for (std::string line; std::getline(in, line);) {
+    absl::string_view rest = line;
+    if (!absl::ConsumePrefix(&rest, "VmHWM:")) continue;
+    rest = absl::StripLeadingAsciiWhitespace(rest);
+    int64_t kb = 0;
+    if (!absl::ConsumeSuffix(&rest, " kB") || !absl::SimpleAtoi(rest, &kb)) return -1;
+    return kb * 1024;
+  }
+  return -1;
 }
 
 uint64_t NewIncarnation() {

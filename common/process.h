@@ -1,4 +1,5 @@
-// Process lifecycle helpers: shutdown on SIGINT/SIGTERM, incarnation ids.
+// Process lifecycle helpers: shutdown on SIGINT/SIGTERM, incarnation ids,
+// peak memory.
 #ifndef PST_COMMON_PROCESS_H_
 #define PST_COMMON_PROCESS_H_
 
@@ -24,6 +25,10 @@ void StopOnTerminationSignals(std::string why);
 // A random, nonzero id for this process's life. A restarted process gets a
 // new one, which is how peers tell a restart (state lost) from a slow peer.
 uint64_t NewIncarnation();
+
+// This process's peak resident memory (VmHWM of /proc/self/status) in
+// bytes, or -1 where it cannot be read.
+int64_t PeakResidentBytes();
 
 // Tunes a daemon (or a benchmark standing for one) for serving:
 //  - glibc's malloc, for large tensors:

@@ -1,9 +1,11 @@
-// TuneForServing: what a daemon changes about its own process at start-up.
+// TuneForServing: what a daemon changes about its own process at start-up;
+// PeakResidentBytes.
 #include "common/process.h"
 
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <vector>
 
 #include "absl/synchronization/mutex.h"
 
@@ -42,6 +44,19 @@ TEST(TuneForServingDeathTest, Tuned_LockOrderInversion_IsNoCrash) {
         std::exit(0);
       },
       ::testing::ExitedWithCode(0), "");
+}
+
+// The peak follows memory the process touches, and stays after it is
+// freed.
+TEST(PeakResidentBytesTest, GrowsByWhatWasTouched_AndKeepsItAfterAFree) {
+  const int64_t before = PeakResidentBytes();
+  ASSERT_GT(before, 0);
+  constexpr size_t kBytes = size_t{64} << 20;
+  {
+    std::vector<char> touched(kBytes, 1);  // every page written
+    EXPECT_GE(PeakResidentBytes(), before + static_cast<int64_t>(kBytes) * 9 / 10);
+  }
+  EXPECT_GE(PeakResidentBytes(), before + static_cast<int64_t>(kBytes) * 9 / 10);
 }
 
 }  // namespace

@@ -18,6 +18,7 @@
 #include "prometheus/counter.h"
 #include "prometheus/gauge.h"
 #include "common/logging.h"
+#include "common/process.h"
 #include "common/ps_control.h"
 #include "common/status_macros.h"
 #include "models/train_loop.h"
@@ -276,8 +277,11 @@ absl::Status RunWorker(const TrainerOptions& options, const WorkerConnections& c
     link->ReportDone(false, status.ok() ? stop.reason() : std::string(status.message()))
         .IgnoreError();
   }
-  spdlog::info("worker finished: {} step(s), global step {}, data position {}", progress.steps(),
-               global_step, progress.position());
+  spdlog::info(
+      "worker finished: {} step(s), global step {}, data position {}; peak resident memory "
+      "{:.1f} MB",
+      progress.steps(), global_step, progress.position(),
+      static_cast<double>(common::PeakResidentBytes()) / 1e6);
   if (times.steps > 0) {
     const double per_step = 1e3 / static_cast<double>(times.steps);
     const double compute = absl::ToDoubleSeconds(times.compute);
