@@ -95,6 +95,7 @@ constexpr const char* kForwardedFlags[] = {
     "optimizer", "momentum", "nesterov", "beta1", "beta2", "epsilon", "initial_accumulator", "l1",
     "l2", "lr_power", "skip_nonfinite", "seed", "log_every_s", "heartbeat_ms", "peer_timeout_s",
     "startup_timeout_s", "rpc_timeout_s", "recovery_timeout_s", "data", "eval_fraction",
+    "stream_data", "shuffle_buffer", "eval_data",
     "embedding_dim", "buckets_per_field", "buckets", "admit_after", "table_capacity",
     "table_eviction", "table_store_dir", "table_store_cache_bytes", "placement", "ps_replicas",
     "partitioner",

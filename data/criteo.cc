@@ -441,7 +441,8 @@ absl::StatusOr<CtrDataset> LoadCtrSplit(const proto::TrainingConfig& training, b
   features.buckets_per_field = training.buckets_per_field();
   PST_ASSIGN_OR_RETURN(CtrDataset all, ReadCriteo(training.data(), features));
   CtrDataset tail;
-  SplitHeldOut(&all, training.eval_fraction(), &tail);
+  // --eval_data names a held-out set of its own: nothing of --data is.
+  if (training.eval_data().empty()) SplitHeldOut(&all, training.eval_fraction(), &tail);
   if (held_out) return tail;
   if (num_shards <= 1) return all;
   CtrDataset mine;

@@ -78,7 +78,8 @@ void SplitHeldOut(CtrDataset* data, double fraction, CtrDataset* held_out);
 
 // Reads training.data(): the held-out tail (the last eval_fraction of the
 // rows) or shard `shard` of `num_shards` of the rest (rows i with
-// i % num_shards == shard).
+// i % num_shards == shard). With training.eval_data() set (a held-out set
+// of its own, streamed by the model) nothing is held out: the tail is empty.
 absl::StatusOr<CtrDataset> LoadCtrSplit(const proto::TrainingConfig& training, bool held_out,
                                         int shard, int num_shards);
 

@@ -450,7 +450,8 @@ absl::StatusOr<LibsvmDataset> LoadLibsvmSplit(const proto::TrainingConfig& train
   features.buckets = buckets;
   PST_ASSIGN_OR_RETURN(LibsvmDataset all, ReadLibsvm(training.data(), features));
   LibsvmDataset tail;
-  SplitLibsvmHeldOut(&all, training.eval_fraction(), &tail);
+  // --eval_data names a held-out set of its own: nothing of --data is.
+  if (training.eval_data().empty()) SplitLibsvmHeldOut(&all, training.eval_fraction(), &tail);
   if (held_out) return tail;
   if (num_shards <= 1) return all;
   LibsvmDataset mine;

@@ -102,6 +102,7 @@ void SplitLibsvmHeldOut(LibsvmDataset* data, double fraction, LibsvmDataset* hel
 // training.eval_fraction() of the examples) or shard `shard` of `num_shards`
 // of the rest (examples i with i % num_shards == shard; all of them when
 // num_shards <= 1): the same split rules as LoadCtrSplit in data/criteo.h.
+// With training.eval_data() set nothing is held out (the tail is empty).
 // Errors: those of ReadLibsvm; InvalidArgument when training.data() is
 // empty, or when num_shards > 1 and shard is not in [0, num_shards).
 absl::StatusOr<LibsvmDataset> LoadLibsvmSplit(const proto::TrainingConfig& training,

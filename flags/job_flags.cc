@@ -32,7 +32,19 @@ ABSL_FLAG(std::string, data, "",
           "'generate' or 'generate:rows=N,vocab=V,seed=S'). logreg: a libsvm file, or "
           "'generate' or 'generate:rows=N,features=F,seed=S'.");
 ABSL_FLAG(double, eval_fraction, 0.1,
-          "wide_deep, logreg: the last fraction of --data held out for evaluation.");
+          "wide_deep, logreg: the last fraction of --data held out for evaluation (unless "
+          "--eval_data names a held-out set of its own).");
+ABSL_FLAG(bool, stream_data, false,
+          "wide_deep, logreg: read --data as a stream instead of loading it whole: a file, a "
+          "directory, a glob or a comma list of them, plain or .gz; each worker reads only its "
+          "share (every W-th file, or its byte range of a single file), shuffled in blocks of "
+          "--shuffle_buffer examples. Needs --eval_data for the held-out set.");
+ABSL_FLAG(int64_t, shuffle_buffer, 10000,
+          "--stream_data: examples per shuffled block (1: the input's order).");
+ABSL_FLAG(std::string, eval_data, "",
+          "wide_deep, logreg: the held-out set's own input (a file, directory, glob or comma "
+          "list; plain or .gz), streamed by the chief and the evaluator; nothing of --data is "
+          "then held out.");
 ABSL_FLAG(int32_t, embedding_dim, 8, "wide_deep: width of the deep embedding rows.");
 ABSL_FLAG(int64_t, buckets_per_field, 100000,
           "wide_deep: embedding rows per categorical field; 0 for hash embeddings (unbounded ids, "

@@ -7,6 +7,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "chief/job.h"
+#include "data/input_files.h"
 #include "device/device_mapping.h"
 #include "flags/chief_options_from_flags.h"
 #include "flags/daemon_main.h"
@@ -45,6 +46,19 @@ absl::Status CheckData(const proto::TrainingConfig& training, bool whole_job) {
                      ": only pstrain local generates data sets; give a daemon the file (pstrain "
                      "generate_criteo and pstrain generate_libsvm write one)"));
   }
+  if (!training.eval_data().empty()) {
+    if (absl::Status s = data::ListInputFiles(data::SplitInputSpec(training.eval_data())).status();
+        !s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("--eval_data: ", s.message()));
+    }
+  }
+  if (training.stream_data()) {
+    // A file, directory, glob or list of them, every task reading its share.
+    if (absl::Status s = data::ListInputFiles(data::SplitInputSpec(data)).status(); !s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("--data: ", s.message()));
+    }
+    return absl::OkStatus();
+  }
   std::error_code ec;
   const std::filesystem::file_status status = std::filesystem::status(data, ec);
   if (!std::filesystem::exists(status)) {
@@ -59,7 +73,9 @@ absl::Status CheckData(const proto::TrainingConfig& training, bool whole_job) {
   }
   if (std::filesystem::is_directory(status)) {
     return absl::InvalidArgumentError(
-        absl::StrCat("--data=", data, " is a directory; --data names one file"));
+        absl::StrCat("--data=", data,
+                     " is a directory; --data names one file (--stream_data reads a directory, "
+                     "a glob or a list of files)"));
   }
   return absl::OkStatus();
 }

@@ -77,6 +77,16 @@ absl::StatusOr<proto::TrainingConfig> TrainingConfigFromFlags() {
   if (!(config.eval_fraction() > 0 && config.eval_fraction() < 1)) {
     return absl::InvalidArgumentError("--eval_fraction must be in (0, 1)");
   }
+  config.set_stream_data(absl::GetFlag(FLAGS_stream_data));
+  config.set_shuffle_buffer(absl::GetFlag(FLAGS_shuffle_buffer));
+  config.set_eval_data(absl::GetFlag(FLAGS_eval_data));
+  if (config.shuffle_buffer() < 1 || config.shuffle_buffer() > (int64_t{1} << 30)) {
+    return absl::InvalidArgumentError("--shuffle_buffer must be in [1, 2^30]");
+  }
+  if (config.stream_data() && config.eval_data().empty()) {
+    return absl::InvalidArgumentError(
+        "--stream_data needs --eval_data: a stream has no tail to hold out for evaluation");
+  }
   config.set_embedding_dim(absl::GetFlag(FLAGS_embedding_dim));
   if (config.embedding_dim() < 1 || config.embedding_dim() > 4096) {
     return absl::InvalidArgumentError("--embedding_dim must be in 1..4096");

@@ -26,6 +26,7 @@
 #include "data/libsvm.h"
 #include "models/model.h"
 #include "models/model_spec.h"
+#include "models/streamed_data.h"
 
 namespace pst::models {
 namespace {
@@ -134,6 +135,13 @@ class Logreg : public Model {
   absl::StatusOr<std::unique_ptr<ModelData>> Load(const proto::TrainingConfig& training,
                                                   const std::string& data_dir, bool held_out,
                                                   int shard, int num_shards) const override {
+    if (LoadsStreamed(training, held_out)) {
+      if (training.data().empty() && !held_out) {
+        return absl::InvalidArgumentError("the logreg model needs --data=<libsvm input>");
+      }
+      return LoadStreamed(training, held_out, shard, num_shards, data::ExampleFormat::kLibsvm,
+                          training.buckets());
+    }
     auto loaded = std::make_unique<LibsvmData>();
     PST_ASSIGN_OR_RETURN(loaded->data, data::LoadLibsvmSplit(training, training.buckets(), held_out,
                                                              shard, num_shards));
@@ -143,7 +151,11 @@ class Logreg : public Model {
   absl::StatusOr<int64_t> Train(const proto::TrainingConfig& training, const ModelData& data,
                                 uint64_t shuffle_seed, client::PsClient* ps,
                                 const LoopControl& control) const override {
-    PST_ASSIGN_OR_RETURN(const LibsvmData* svm, DataAs<LibsvmData>(data, name()));
+    const auto* streamed = dynamic_cast<const StreamedData*>(&data);
+    const auto* loaded = dynamic_cast<const LibsvmData*>(&data);
+    if (streamed == nullptr && loaded == nullptr) {
+      return absl::InvalidArgumentError("data of another model given to 'logreg'");
+    }
     StepTimes unused_times;
     StepTimes& times = control.times != nullptr ? *control.times : unused_times;
     client::Values params, grads(1, std::vector<float>(1)), row_grads(1);
@@ -152,12 +164,11 @@ class Logreg : public Model {
     SparseBatch batch;
     std::vector<float> probs;
     std::vector<int64_t> order;
-    PST_RETURN_IF_ERROR(ForEachBatch(
-        training, svm->data.size, shuffle_seed, control.start_position, &order,
-        [&](int64_t first, int64_t n, int epoch, int64_t position) -> absl::StatusOr<bool> {
+    auto step = [&](const data::LibsvmDataset& source, const int64_t* examples, int64_t n,
+                    int epoch, int64_t position) -> absl::StatusOr<bool> {
           if (control.should_stop(position) || ReachedMaxSteps(training, global_step)) return false;
           absl::Time start = absl::Now();
-          batch.Gather(svm->data, &order[first], n);
+          batch.Gather(source, examples, n);
           const std::vector<client::PsClient::TableIds> tables = batch.Tables();
           PST_RETURN_IF_ERROR(ps->PullRows(tables, &batch.rows));
           const absl::Duration pulled = absl::Now() - start;
@@ -193,30 +204,59 @@ class Logreg : public Model {
           ++times.steps;
           control.on_step(n, static_cast<float>(loss / n), epoch, global_step, position + 1);
           return true;
-        }));
+    };
+    if (streamed != nullptr) {
+      const data::StreamInput input = Seeded(streamed->input, shuffle_seed);
+      PST_RETURN_IF_ERROR(ForEachStreamBatch<data::LibsvmDataset>(
+          training, input.examples, control.start_position,
+          [&](int64_t epoch, int64_t skip) { return data::OpenLibsvmAt(input, epoch, skip); },
+          step));
+    } else {
+      PST_RETURN_IF_ERROR(ForEachBatch(
+          training, loaded->data.size, shuffle_seed, control.start_position, &order,
+          [&](int64_t first, int64_t n, int epoch, int64_t position) {
+            return step(loaded->data, &order[first], n, epoch, position);
+          }));
+    }
     return global_step;
   }
 
   absl::StatusOr<ModelEvaluation> Evaluate(const proto::TrainingConfig& training,
                                            const ModelData& held_out,
                                            client::PsClient* ps) const override {
-    PST_ASSIGN_OR_RETURN(const LibsvmData* svm, DataAs<LibsvmData>(held_out, name()));
+    const auto* streamed = dynamic_cast<const StreamedData*>(&held_out);
+    const auto* loaded = dynamic_cast<const LibsvmData*>(&held_out);
+    if (streamed == nullptr && loaded == nullptr) {
+      return absl::InvalidArgumentError("data of another model given to 'logreg'");
+    }
     client::Values params;
     PST_ASSIGN_OR_RETURN(const int64_t global_step, ps->Pull(&params));
     SparseBatch batch;
-    std::vector<float> probs, all_probs;
-    std::vector<int64_t> examples;
-    constexpr int64_t kChunk = 4096;
-    for (int64_t first = 0; first < svm->data.size; first += kChunk) {
-      const int64_t n = std::min(kChunk, svm->data.size - first);
-      examples.resize(n);
-      std::iota(examples.begin(), examples.end(), first);
-      batch.Gather(svm->data, examples.data(), n);
+    std::vector<float> probs, all_probs, all_labels;
+    auto score = [&](const data::LibsvmDataset& source, const int64_t* examples,
+                     int64_t n) -> absl::Status {
+      batch.Gather(source, examples, n);
       PST_RETURN_IF_ERROR(ps->PullRows(batch.Tables(), &batch.rows));
       batch.Predict(params[0][0], &probs);
       all_probs.insert(all_probs.end(), probs.begin(), probs.end());
+      for (int64_t i = 0; i < n; ++i) all_labels.push_back(source.labels[examples[i]]);
+      return absl::OkStatus();
+    };
+    constexpr int64_t kChunk = 4096;
+    if (streamed != nullptr) {
+      PST_ASSIGN_OR_RETURN(std::unique_ptr<data::LibsvmExampleStream> stream,
+                           data::OpenLibsvmAt(streamed->input, 0, 0));
+      PST_RETURN_IF_ERROR(ForEachStreamChunk<data::LibsvmDataset>(*stream, kChunk, score));
+    } else {
+      std::vector<int64_t> examples;
+      for (int64_t first = 0; first < loaded->data.size; first += kChunk) {
+        const int64_t n = std::min(kChunk, loaded->data.size - first);
+        examples.resize(n);
+        std::iota(examples.begin(), examples.end(), first);
+        PST_RETURN_IF_ERROR(score(loaded->data, examples.data(), n));
+      }
     }
-    return ClassifierEvaluation(all_probs, svm->data.labels, global_step);
+    return ClassifierEvaluation(all_probs, all_labels, global_step);
   }
 };
 

@@ -14,6 +14,7 @@
 #include "models/ctr_batch.h"
 #include "models/device_wide_deep.h"
 #include "models/model_spec.h"
+#include "models/streamed_data.h"
 
 namespace pst::models {
 namespace {
@@ -88,6 +89,13 @@ class WideDeepCtr : public Model {
   absl::StatusOr<std::unique_ptr<ModelData>> Load(const proto::TrainingConfig& training,
                                                   const std::string& data_dir, bool held_out,
                                                   int shard, int num_shards) const override {
+    if (LoadsStreamed(training, held_out)) {
+      if (training.data().empty() && !held_out) {
+        return absl::InvalidArgumentError("the wide_deep model needs --data=<Criteo-format input>");
+      }
+      return LoadStreamed(training, held_out, shard, num_shards, data::ExampleFormat::kCriteo,
+                          training.buckets_per_field());
+    }
     auto loaded = std::make_unique<CtrData>();
     PST_ASSIGN_OR_RETURN(loaded->data, data::LoadCtrSplit(training, held_out, shard, num_shards));
     return loaded;
@@ -96,15 +104,13 @@ class WideDeepCtr : public Model {
   absl::StatusOr<int64_t> Train(const proto::TrainingConfig& training, const ModelData& data,
                                 uint64_t shuffle_seed, client::PsClient* ps,
                                 const LoopControl& control) const override {
-    PST_ASSIGN_OR_RETURN(const CtrData* ctr, DataAs<CtrData>(data, name()));
-    return TrainWideDeep(training, ctr->data, shuffle_seed, ps, control);
+    return TrainWideDeep(training, data, shuffle_seed, ps, control);
   }
 
   absl::StatusOr<ModelEvaluation> Evaluate(const proto::TrainingConfig& training,
                                            const ModelData& held_out,
                                            client::PsClient* ps) const override {
-    PST_ASSIGN_OR_RETURN(const CtrData* ctr, DataAs<CtrData>(held_out, name()));
-    return EvaluateWideDeep(training, ctr->data, ps);
+    return EvaluateWideDeep(training, held_out, ps);
   }
 };
 
@@ -129,8 +135,13 @@ absl::StatusOr<WideDeepConfig> WideDeepConfigFor(const proto::TrainingConfig& tr
 }
 
 absl::StatusOr<int64_t> TrainWideDeep(const proto::TrainingConfig& training,
-                                      const data::CtrDataset& data, uint64_t shuffle_seed,
+                                      const ModelData& data, uint64_t shuffle_seed,
                                       client::PsClient* ps, const LoopControl& control) {
+  const auto* streamed = dynamic_cast<const StreamedData*>(&data);
+  const auto* loaded = dynamic_cast<const CtrData*>(&data);
+  if (streamed == nullptr && loaded == nullptr) {
+    return absl::InvalidArgumentError("data of another model given to 'wide_deep'");
+  }
   PST_ASSIGN_OR_RETURN(WideDeepConfig config, WideDeepConfigFor(training));
   // As TrainMlp: the reference model on one CPU device, MirroredWideDeep
   // on any other set of devices.
@@ -157,12 +168,11 @@ absl::StatusOr<int64_t> TrainWideDeep(const proto::TrainingConfig& training,
   // and the math are compute, the three calls to the ps communication.
   StepTimes unused_times;
   StepTimes& times = control.times != nullptr ? *control.times : unused_times;
-  PST_RETURN_IF_ERROR(ForEachBatch(
-      training, data.size, shuffle_seed, control.start_position, &order,
-      [&](int64_t first, int64_t n, int epoch, int64_t position) -> absl::StatusOr<bool> {
+  auto step = [&](const data::CtrDataset& source, const int64_t* examples, int64_t n, int epoch,
+                  int64_t position) -> absl::StatusOr<bool> {
         if (control.should_stop(position) || ReachedMaxSteps(training, global_step)) return false;
         absl::Time start = absl::Now();
-        batch.Gather(data, &order[first], n);
+        batch.Gather(source, examples, n);
         const std::vector<client::PsClient::TableIds> tables = batch.Tables();
         const absl::Time gathered = absl::Now();
         PST_RETURN_IF_ERROR(ps->PullRows(tables, &batch.rows));
@@ -190,31 +200,60 @@ absl::StatusOr<int64_t> TrainWideDeep(const proto::TrainingConfig& training,
         ++times.steps;
         control.on_step(n, loss, epoch, global_step, position + 1);
         return true;
-      }));
+  };
+  if (streamed != nullptr) {
+    const data::StreamInput input = Seeded(streamed->input, shuffle_seed);
+    PST_RETURN_IF_ERROR(ForEachStreamBatch<data::CtrDataset>(
+        training, input.examples, control.start_position,
+        [&](int64_t epoch, int64_t skip) { return data::OpenCtrAt(input, epoch, skip); }, step));
+  } else {
+    PST_RETURN_IF_ERROR(ForEachBatch(
+        training, loaded->data.size, shuffle_seed, control.start_position, &order,
+        [&](int64_t first, int64_t n, int epoch, int64_t position) {
+          return step(loaded->data, &order[first], n, epoch, position);
+        }));
+  }
   return global_step;
 }
 
 absl::StatusOr<ModelEvaluation> EvaluateWideDeep(const proto::TrainingConfig& training,
-                                                 const data::CtrDataset& data,
+                                                 const ModelData& data,
                                                  client::PsClient* ps) {
+  const auto* streamed = dynamic_cast<const StreamedData*>(&data);
+  const auto* loaded = dynamic_cast<const CtrData*>(&data);
+  if (streamed == nullptr && loaded == nullptr) {
+    return absl::InvalidArgumentError("data of another model given to 'wide_deep'");
+  }
   PST_ASSIGN_OR_RETURN(WideDeepConfig config, WideDeepConfigFor(training));
   WideDeep model(config);
   client::Values params;
   PST_ASSIGN_OR_RETURN(const int64_t version, ps->Pull(&params));
   CtrBatchData batch;
-  std::vector<float> probs, all_probs;
-  std::vector<int64_t> examples;
-  constexpr int64_t kChunk = 4096;
-  for (int64_t first = 0; first < data.size; first += kChunk) {
-    const int64_t n = std::min(kChunk, data.size - first);
-    examples.resize(n);
-    std::iota(examples.begin(), examples.end(), first);
-    batch.Gather(data, examples.data(), n);
+  std::vector<float> probs, all_probs, all_labels;
+  auto score = [&](const data::CtrDataset& source, const int64_t* examples,
+                   int64_t n) -> absl::Status {
+    batch.Gather(source, examples, n);
     PST_RETURN_IF_ERROR(ps->PullRows(batch.Tables(), &batch.rows));
     PST_RETURN_IF_ERROR(model.Predict(params, batch.View(n), &probs));
     all_probs.insert(all_probs.end(), probs.begin(), probs.end());
+    for (int64_t i = 0; i < n; ++i) all_labels.push_back(source.labels[examples[i]]);
+    return absl::OkStatus();
+  };
+  constexpr int64_t kChunk = 4096;
+  if (streamed != nullptr) {
+    PST_ASSIGN_OR_RETURN(std::unique_ptr<data::CtrExampleStream> stream,
+                         data::OpenCtrAt(streamed->input, 0, 0));
+    PST_RETURN_IF_ERROR(ForEachStreamChunk<data::CtrDataset>(*stream, kChunk, score));
+  } else {
+    std::vector<int64_t> examples;
+    for (int64_t first = 0; first < loaded->data.size; first += kChunk) {
+      const int64_t n = std::min(kChunk, loaded->data.size - first);
+      examples.resize(n);
+      std::iota(examples.begin(), examples.end(), first);
+      PST_RETURN_IF_ERROR(score(loaded->data, examples.data(), n));
+    }
   }
-  return ClassifierEvaluation(all_probs, data.labels, version);
+  return ClassifierEvaluation(all_probs, all_labels, version);
 }
 
 }  // namespace pst::models

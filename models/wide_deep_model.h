@@ -26,18 +26,20 @@ inline constexpr char kWideEmbedding[] = "wide/embedding";
 // below 1.
 absl::StatusOr<WideDeepConfig> WideDeepConfigFor(const proto::TrainingConfig& training);
 
-// The training loop over `data` (see Model::Train): per batch, pull the
+// The training loop over `data` (see Model::Train; the model's data, loaded
+// or streamed, from its Load): per batch, pull the
 // rows of its unique ids, compute, push the row gradients, then the fused
 // dense push+pull.
 absl::StatusOr<int64_t> TrainWideDeep(const proto::TrainingConfig& training,
-                                      const data::CtrDataset& data, uint64_t shuffle_seed,
+                                      const ModelData& data, uint64_t shuffle_seed,
                                       client::PsClient* ps, const LoopControl& control);
 
 // The model of `training`, with the dense variables and the embedding rows
-// pulled from `ps`, scored on every example of `data` (ClassifierEvaluation).
+// pulled from `ps`, scored on every example of `data` (the held-out set from
+// the model's Load, loaded or streamed; ClassifierEvaluation).
 // Errors: those of the pulls and of the model's checks of its inputs.
 absl::StatusOr<ModelEvaluation> EvaluateWideDeep(const proto::TrainingConfig& training,
-                                                 const data::CtrDataset& data,
+                                                 const ModelData& data,
                                                  client::PsClient* ps);
 
 }  // namespace pst::models

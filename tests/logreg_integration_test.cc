@@ -3,6 +3,7 @@
 // pstrain reference (one process) on the same file.
 #include <gtest/gtest.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include <cstdio>
 #include <filesystem>
@@ -132,6 +133,65 @@ TEST_F(LogregClusterTest, SyncModeWithAHashTable_TrainsNearTheBestAuc) {
               0.06)
       << cluster.summary.dump();
   EXPECT_GT(cluster.summary["test_auc"].get<double>(), 0.68) << cluster.summary.dump();
+}
+
+// --stream_data: a directory of plain and gzip files, every worker reading
+// its share (here every other file) as a shuffled stream, and the held-out
+// set streamed from --eval_data by the chief.
+TEST_F(LogregClusterTest, StreamedDirectory_TwoWorkersTrainNearTheBestAuc) {
+  const std::string all = dir_ + "/all.svm";
+  const Result gen = Run({"generate_libsvm", "--out=" + all, "--rows=40000", "--seed=6"}, "gen");
+  ASSERT_EQ(gen.exit_code, 0) << gen.output;
+  const nlohmann::json stats = nlohmann::json::parse(gen.output.substr(gen.output.find('{')));
+  std::vector<std::string> lines;
+  {
+    std::ifstream in(all);
+    for (std::string line; std::getline(in, line);) lines.push_back(line);
+  }
+  ASSERT_EQ(lines.size(), 40000u);
+  std::filesystem::create_directories(dir_ + "/train");
+  auto write = [&](const std::string& path, size_t begin, size_t end) {
+    std::string text;
+    for (size_t i = begin; i < end; ++i) absl::StrAppend(&text, lines[i], "\n");
+    if (path.ends_with(".gz")) {
+      gzFile gz = gzopen(path.c_str(), "wb");
+      ASSERT_NE(gz, nullptr);
+      ASSERT_EQ(gzwrite(gz, text.data(), static_cast<unsigned>(text.size())),
+                static_cast<int>(text.size()));
+      ASSERT_EQ(gzclose(gz), Z_OK);
+    } else {
+      std::ofstream(path) << text;
+    }
+  };
+  // Files 0 and 2 for worker 0, 1 and 3 for worker 1; the generator's
+  // held-out tail (its last 10%) in a file of its own.
+  write(dir_ + "/train/part-0.svm.gz", 0, 9000);
+  write(dir_ + "/train/part-1.svm", 9000, 18000);
+  write(dir_ + "/train/part-2.svm", 18000, 27000);
+  write(dir_ + "/train/part-3.svm.gz", 27000, 36000);
+  write(dir_ + "/eval.svm", 36000, 40000);
+  const Result cluster =
+      Run({"local", "--model=logreg", "--stream_data", "--data=" + dir_ + "/train",
+           "--eval_data=" + dir_ + "/eval.svm", "--shuffle_buffer=2000", "--ps=2", "--workers=2",
+           "--heartbeat_ms=200", "--log_every_s=1", "--timeout_s=240"},
+          "cluster");
+  ASSERT_EQ(cluster.exit_code, 0) << cluster.output;
+  EXPECT_NE(cluster.output.find("worker:0] training on 18000 example(s)"), std::string::npos)
+      << cluster.output;
+  EXPECT_NE(cluster.output.find("worker:1] training on 18000 example(s)"), std::string::npos)
+      << cluster.output;
+  EXPECT_EQ(cluster.summary["test_examples"].get<int64_t>(), 4000) << cluster.summary.dump();
+  EXPECT_NEAR(cluster.summary["test_auc"].get<double>(), stats["best_auc_held_out"].get<double>(),
+              0.015)
+      << cluster.summary.dump();
+
+  // A stream has no tail to hold out: --eval_data is required.
+  const Result no_eval = Run({"local", "--model=logreg", "--stream_data",
+                              "--data=" + dir_ + "/train", "--timeout_s=60"},
+                             "no_eval");
+  EXPECT_NE(no_eval.exit_code, 0);
+  EXPECT_NE(no_eval.output.find("--stream_data needs --eval_data"), std::string::npos)
+      << no_eval.output;
 }
 
 TEST_F(LogregClusterTest, MalformedData_ExitsNonzeroNamingTheLine) {

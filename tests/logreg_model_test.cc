@@ -13,7 +13,7 @@
 #include "data/libsvm.h"
 #include "models/model_spec.h"
 #include "models/registry.h"
-#include "ps_server/in_process_transport.h"
+#include "tests/in_process_ps.h"
 
 namespace pst::models {
 namespace {
@@ -42,21 +42,7 @@ class LogregModelTest : public ::testing::Test {
 
   // P in-process ps holding the model's variables, and a client to them.
   std::unique_ptr<client::PsClient> Cluster(int num_ps) {
-    absl::StatusOr<proto::PlacementPlan> plan = BuildPlan(training_, num_ps);
-    EXPECT_TRUE(plan.ok()) << plan.status();
-    auto transport = std::make_shared<ps::InProcessPsTransport>(num_ps);
-    for (int p = 0; p < num_ps; ++p) {
-      proto::CreateVariablesRequest request;
-      *request.mutable_optimizer() = training_.optimizer();
-      for (const auto& entry : plan->variables()) {
-        if (entry.ps_index() == p) *request.add_variables() = entry.spec();
-      }
-      EXPECT_TRUE(transport->store(p)->Create(request).ok());
-    }
-    absl::StatusOr<std::unique_ptr<client::PsClient>> client = client::PsClient::Create(
-        *plan, DenseNames(*ModelVariables(training_)), transport, /*worker_index=*/0, 1);
-    EXPECT_TRUE(client.ok()) << client.status();
-    return *std::move(client);
+    return testing::InProcessModelCluster(training_, num_ps);
   }
 
   std::string dir_;

@@ -58,6 +58,20 @@ TEST(LocalStartChecksTest, DataFileThatDoesNotExist_IsRefused) {
                            "--data=" + missing + ": no such file");
 }
 
+TEST(LocalStartChecksTest, StreamedDataOrEvalDataThatDoesNotExist_IsRefusedNamingIt) {
+  const std::string dir = TestDir();
+  std::ofstream(dir + "/eval.svm") << "1 3:1\n";
+  ExpectRefusedBeforeStart(Local({"--model=logreg", "--stream_data", "--data=" + dir + "/parts-*",
+                                  "--eval_data=" + dir + "/eval.svm"}),
+                           "--data: no input file matches " + dir + "/parts-*");
+  ExpectRefusedBeforeStart(Local({"--model=logreg", "--data=" + dir + "/eval.svm",
+                                  "--eval_data=" + dir + "/no_such.svm"}),
+                           "--eval_data: ");
+  // A directory is an input only for a stream.
+  ExpectRefusedBeforeStart(Local({"--model=logreg", "--data=" + dir}),
+                           "is a directory; --data names one file (--stream_data reads");
+}
+
 TEST(LocalStartChecksTest, EvaluatorWithoutCheckpointDir_IsRefused) {
   ExpectRefusedBeforeStart(Local({"--ps=1", "--workers=1", "--evaluator"}),
                            "an evaluator needs --checkpoint_dir");

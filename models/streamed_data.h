@@ -1,0 +1,128 @@
+// What the models that read --data (wide_deep, logreg) share to read it as
+// a stream (--stream_data) and their held-out set from --eval_data:
+// - StreamedData: the ModelData of a streamed input (its share and its
+//   examples per epoch, counted once; data/stream_input.h);
+// - LoadStreamed: a worker's share of --data, or the held-out set;
+// - ForEachStreamBatch: ForEachBatch's batches, read from the stream;
+// - ForEachStreamChunk: a held-out stream in chunks, for evaluation.
+#ifndef PST_MODELS_STREAMED_DATA_H_
+#define PST_MODELS_STREAMED_DATA_H_
+
+#include <algorithm>
+#include <cstdint>
+#include <memory>
+#include <numeric>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "data/stream_input.h"
+#include "models/model.h"
+#include "proto/pstrain.pb.h"
+
+namespace pst::models {
+
+struct StreamedData : ModelData {
+  data::StreamInput input;
+  int64_t size() const override { return input.examples; }
+};
+
+// Whether Load streams: the training data with --stream_data, the held-out
+// set whenever --eval_data names one.
+inline bool LoadsStreamed(const proto::TrainingConfig& training, bool held_out) {
+  return held_out ? !training.eval_data().empty() : training.stream_data();
+}
+
+// Shard `shard` of `num_shards` of --data, shuffled in blocks of
+// --shuffle_buffer with `shuffle_seed`, over training.epochs(); or (held_out)
+// all of --eval_data, in order, once. Errors: those of PrepareStreamInput.
+inline absl::StatusOr<std::unique_ptr<ModelData>> LoadStreamed(
+    const proto::TrainingConfig& training, bool held_out, int shard, int num_shards,
+    data::ExampleFormat format, int64_t buckets) {
+  data::StreamOptions options;
+  if (held_out) {
+    options.buffer_size = 4096;
+    options.num_epochs = 1;
+  } else {
+    options.buffer_size = std::max<int64_t>(1, training.shuffle_buffer());
+    options.shuffle = options.buffer_size > 1;
+    options.num_epochs = std::max(1, training.epochs());
+  }
+  auto loaded = std::make_unique<StreamedData>();
+  PST_ASSIGN_OR_RETURN(
+      loaded->input,
+      data::PrepareStreamInput(held_out ? training.eval_data() : training.data(),
+                               held_out ? 0 : shard, held_out ? 1 : num_shards, format, buckets,
+                               options));
+  return loaded;
+}
+
+// The stream's shuffle seed is the worker's (models/train_loop.h), set
+// where the stream is opened.
+inline data::StreamInput Seeded(const data::StreamInput& input, uint64_t shuffle_seed) {
+  data::StreamInput seeded = input;
+  seeded.options.seed = shuffle_seed;
+  return seeded;
+}
+
+// As ForEachBatch (models/train_loop.h), from a stream of input.examples
+// examples per epoch: calls step(source, examples, count, epoch, position)
+// for every batch from data position `start_position` on, the batch being
+// source's examples examples[0 .. count). Batch b of an epoch is the
+// epoch's examples [b * batch, ...), so positions mean what they mean for
+// loaded data. `open_at(epoch, skip)` opens the stream (OpenCtrAt,
+// OpenLibsvmAt). Errors: those of the stream and step; DataLoss when an
+// epoch holds fewer examples than were counted (the input changed).
+template <typename Dataset, typename OpenAt, typename Step>
+absl::Status ForEachStreamBatch(const proto::TrainingConfig& training, int64_t num_examples,
+                                int64_t start_position, OpenAt open_at, Step&& step) {
+  const int64_t batch = training.batch_size();
+  const int64_t per_epoch = (num_examples + batch - 1) / batch;
+  if (per_epoch == 0) return absl::OkStatus();
+  int64_t position = std::max<int64_t>(0, start_position);
+  int epoch = static_cast<int>(position / per_epoch);
+  if (epoch >= training.epochs()) return absl::OkStatus();
+  int64_t b = position - epoch * per_epoch;
+  PST_ASSIGN_OR_RETURN(auto stream, open_at(epoch, b * batch));
+  Dataset chunk;
+  std::vector<int64_t> examples;
+  for (; epoch < training.epochs(); ++epoch, b = 0) {
+    for (; b < per_epoch; ++b, ++position) {
+      const int64_t n = std::min(batch, num_examples - b * batch);
+      chunk = Dataset();
+      PST_ASSIGN_OR_RETURN(const int64_t got, stream->NextBatch(n, &chunk));
+      if (got != n) {
+        return absl::DataLossError(absl::StrCat(
+            "the input changed while training: epoch ", epoch, " ended ", n - got,
+            " example(s) short of the ", num_examples, " counted at the start"));
+      }
+      examples.resize(static_cast<size_t>(n));
+      std::iota(examples.begin(), examples.end(), int64_t{0});
+      absl::StatusOr<bool> go_on = step(chunk, examples.data(), n, epoch, position);
+      if (!go_on.ok()) return go_on.status();
+      if (!*go_on) return absl::OkStatus();
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Calls chunk_fn(chunk, examples, count) for the held-out stream `stream`
+// in chunks of up to `chunk_size` examples (examples[i] == i), in order.
+template <typename Dataset, typename Stream, typename ChunkFn>
+absl::Status ForEachStreamChunk(Stream& stream, int64_t chunk_size, ChunkFn&& chunk_fn) {
+  Dataset chunk;
+  std::vector<int64_t> examples;
+  for (;;) {
+    chunk = Dataset();
+    PST_ASSIGN_OR_RETURN(const int64_t n, stream.NextBatch(chunk_size, &chunk));
+    if (n == 0) return absl::OkStatus();
+    examples.resize(static_cast<size_t>(n));
+    std::iota(examples.begin(), examples.end(), int64_t{0});
+    PST_RETURN_IF_ERROR(chunk_fn(chunk, examples.data(), n));
+  }
+}
+
+}  // namespace pst::models
+
+#endif  // PST_MODELS_STREAMED_DATA_H_
