@@ -8,14 +8,19 @@ which writes the model spec (the module's own initial values; two hash
 tables) and runs
     pstrain local --model=spec:SPEC --optimizer=adagrad --checkpoint_dir=CKPT \\
         --worker_command='/usr/bin/python3 THIS --data=...'
-then exports the final checkpoint, scores it on the held-out tail of the
-file and prints its AUC (`test AUC 0.7944, log loss 0.5155 on the held-out
+with the file's lines but its held-out tail (--eval_fraction) as the
+workers' --data: each worker streams its share of them (pstrain.Stream,
+through worker.stream: its byte range of the file, shuffled in blocks,
+parsed by pstrain's C++ reader; its memory does not grow with the file).
+It then exports the final checkpoint, scores it on the held-out tail and
+prints its AUC (`test AUC 0.7944, log loss 0.5155 on the held-out
 8000 rows (final checkpoint ckpt-..., step N)`). Under TF_CONFIG (what
 pstrain local, Docker or Kubernetes give a worker) it is one worker.
 --local trains the same model in this one process, with no pstrain: the
 same initial values (the ps's initializer for the tables' rows), the same
 update rule (--optimizer, the ps's Adagrad or SGD, for the dense
-parameters and the rows), the reference.
+parameters and the rows), the same reader over the whole training part:
+the reference.
 
 The model (Guo et al., 2017): a first-order term (a 1-wide hash table over
 the 26 categorical fields, plus a linear layer over the 13 integer ones),
@@ -25,7 +30,6 @@ features, summed into one logit.
 """
 
 import argparse
-import hashlib
 import json
 import os
 import re
@@ -44,44 +48,32 @@ import pstrain.torch
 
 NUM_DENSE = 13
 NUM_FIELDS = 26
-FIELD_SHIFT = 48  # id = field << 48 | a 48-bit hash of the value: fields never collide
+SHUFFLE_BUFFER = 10000  # examples per shuffled block, in the cluster and in --local
 
 
-def load(path):
-    """(dense [n, 13] float32, ids [n, 26] int64, labels [n] float32) of a
-    Criteo-format file (label, 13 integer features, 26 categorical ones,
-    tab-separated; any cell but the label may be empty). The integer
-    features become log(1 + max(0, x)), as pstrain's own reader makes them;
-    each categorical value is hashed into an id of its field's (an empty
-    value is a value too). ValueError naming the line for a malformed one."""
+def split_file(path, eval_fraction, work):
+    """(train, held-out): paths in `work` of the file's lines but its last
+    eval_fraction, and of those last lines. Two passes over the file, a line
+    at a time: nothing of it is held in memory."""
     with open(path) as f:
-        rows = [line.rstrip("\r\n").split("\t") for line in f]
-    for number, row in enumerate(rows, 1):
-        if len(row) != 1 + NUM_DENSE + NUM_FIELDS or row[0] not in ("0", "1"):
-            raise ValueError(f"{path}:{number}: expected a 0/1 label and {NUM_DENSE} integer and "
-                             f"{NUM_FIELDS} categorical features, tab-separated")
-    cells = np.array(rows, dtype=str).reshape(len(rows), 1 + NUM_DENSE + NUM_FIELDS)
-    labels = cells[:, 0].astype(np.float32)
-    ints = cells[:, 1:1 + NUM_DENSE]
-    try:
-        counts = np.where(ints == "", "0", ints).astype(np.int64)
-    except ValueError as e:
-        raise ValueError(f"{path}: an integer feature does not parse: {e}") from None
-    dense = np.log1p(np.maximum(counts, 0)).astype(np.float32)
-    ids = np.empty((len(rows), NUM_FIELDS), np.int64)
-    for field in range(NUM_FIELDS):
-        values, inverse = np.unique(cells[:, 1 + NUM_DENSE + field], return_inverse=True)
-        hashed = np.array([int.from_bytes(hashlib.blake2b(v.encode(), digest_size=6).digest(),
-                                          "little") for v in values], np.int64)
-        ids[:, field] = (field << FIELD_SHIFT) | hashed[inverse]
-    return dense, ids, labels
+        lines = sum(1 for _ in f)
+    keep = lines - int(round(lines * eval_fraction))
+    train, held_out = os.path.join(work, "train.tsv"), os.path.join(work, "held_out.tsv")
+    with open(path) as f, open(train, "w") as t, open(held_out, "w") as h:
+        for number, line in enumerate(f):
+            (t if number < keep else h).write(line)
+    return train, held_out
 
 
-def split(data, eval_fraction):
-    """(train, held-out): the held-out set is the last eval_fraction of the rows."""
-    n = len(data[2])
-    keep = n - int(round(n * eval_fraction))
-    return tuple(a[:keep] for a in data), tuple(a[keep:] for a in data)
+def stream(path, args, shuffle_buffer=1, epochs=1, batch_size=4096):
+    """A Criteo-format file read by pstrain's streaming reader, all of it
+    in one process: batches of (dense [n, 13] float32, the integer features
+    as log(1 + max(0, x)); ids [n, 26] int64, each categorical value hashed
+    into an id of its field; labels [n] float32). The workers read their
+    shares with the same reader (worker.stream), so ids are the same
+    everywhere. ValueError naming file:line for a malformed line."""
+    return pstrain.Stream(path, "criteo", shuffle_buffer=shuffle_buffer, seed=args.seed,
+                          epochs=epochs, batch_size=batch_size)
 
 
 class DeepFM(torch.nn.Module):
@@ -123,23 +115,24 @@ def auc(scores, labels):
     return float((ranks[labels].sum() - positives * (positives + 1) / 2) / (positives * negatives))
 
 
-def evaluate(model, data):
-    """(AUC, mean log loss) of the model on (dense, ids, labels)."""
-    dense, ids, labels = data
+def evaluate(model, path, args):
+    """(AUC, mean log loss, examples) of the model on a Criteo-format file,
+    read as a stream in chunks."""
     model.eval()
+    logits, labels = [], []
     with torch.no_grad():
-        logits = torch.cat([model(torch.from_numpy(ids[i:i + 4096]),
-                                  torch.from_numpy(dense[i:i + 4096]))
-                            for i in range(0, len(labels), 4096)])
+        for _, chunk in stream(path, args):
+            logits.append(model(torch.from_numpy(chunk.ids), torch.from_numpy(chunk.dense)))
+            labels.append(torch.from_numpy(chunk.labels))
     model.train()
-    loss = F.binary_cross_entropy_with_logits(logits, torch.from_numpy(labels))
-    return auc(logits.numpy(), labels), float(loss)
+    logits, labels = torch.cat(logits), torch.cat(labels)
+    loss = F.binary_cross_entropy_with_logits(logits, labels)
+    return auc(logits.numpy(), labels.numpy()), float(loss), len(labels)
 
 
-def batch_loss(model, data, examples):
-    dense, ids, labels = data
-    logits = model(torch.from_numpy(ids[examples]), torch.from_numpy(dense[examples]))
-    return F.binary_cross_entropy_with_logits(logits, torch.from_numpy(labels[examples]))
+def batch_loss(model, batch):
+    logits = model(torch.from_numpy(batch.ids), torch.from_numpy(batch.dense))
+    return F.binary_cross_entropy_with_logits(logits, torch.from_numpy(batch.labels))
 
 
 def report(result_path, **figures):
@@ -153,14 +146,17 @@ def report(result_path, **figures):
 def train_worker(args):
     import pstrain
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
-    train, _ = split(load(args.data), args.eval_fraction)
     worker = pstrain.Worker.from_env()
     model = build_model(args)
     trainer = pstrain.torch.Trainer(worker, model)  # checks the module against the job
+    # This worker's share of the file (its byte range), streamed: the
+    # batches of the job's data positions, shuffled in blocks of the job's
+    # --shuffle_buffer.
+    data = worker.stream(args.data, "criteo")
     start, end, seen = None, None, 0
-    for batch in trainer.batches(len(train[2])):
+    for batch in trainer.batches(data):
         start = start or time.time()
-        loss = batch_loss(model, train, batch.examples)
+        loss = batch_loss(model, batch.data)
         loss.backward()
         trainer.step(loss)
         seen += len(batch.examples)
@@ -178,7 +174,15 @@ def train_worker(args):
 def train_local(args):
     torch.manual_seed(args.seed)
     torch.set_num_threads(args.threads)
-    train, held_out = split(load(args.data), args.eval_fraction)
+    work = tempfile.mkdtemp(prefix="pstrain-deepfm-local-")
+    try:
+        train, held_out = split_file(args.data, args.eval_fraction, work)
+        train_local_on(args, train, held_out)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def train_local_on(args, train, held_out):
     model = build_model(args)
     # The ps's update rules (ps_server/store/optimizer.h), for the dense
     # parameters here and for the tables' rows in apply_local.
@@ -188,20 +192,18 @@ def train_local(args):
     else:
         optimizer = torch.optim.SGD(model.parameters(), lr=args.learning_rate)
     tables = [model.first_order, model.embedding]
-    rng = np.random.default_rng(args.seed)
     start, seen = time.time(), 0
-    for _ in range(args.epochs):
-        order = rng.permutation(len(train[2]))
-        for first in range(0, len(order), args.batch_size):
-            examples = order[first:first + args.batch_size]
-            optimizer.zero_grad()
-            batch_loss(model, train, examples).backward()
-            optimizer.step()
-            for table in tables:
-                table.apply_local(args.learning_rate, args.optimizer, args.initial_accumulator)
-            seen += len(examples)
+    # The same reader and block shuffle as the workers', over the whole file.
+    for _, batch in stream(train, args, shuffle_buffer=SHUFFLE_BUFFER, epochs=args.epochs,
+                           batch_size=args.batch_size):
+        optimizer.zero_grad()
+        batch_loss(model, batch).backward()
+        optimizer.step()
+        for table in tables:
+            table.apply_local(args.learning_rate, args.optimizer, args.initial_accumulator)
+        seen += len(batch.labels)
     elapsed = time.time() - start
-    test_auc, test_loss = evaluate(model, held_out)
+    test_auc, test_loss, _ = evaluate(model, held_out, args)
     report(args.result, mode="local", examples=seen, seconds=elapsed,
            examples_per_sec=seen / elapsed, test_auc=test_auc, test_log_loss=test_loss)
 
@@ -211,16 +213,17 @@ def run_cluster(args):
     work = tempfile.mkdtemp(prefix="pstrain-deepfm-")
     try:
         spec = pstrain.torch.export_spec(build_model(args), os.path.join(work, "deepfm.json"))
+        train, held_out = split_file(args.data, args.eval_fraction, work)
         ckpt = args.checkpoint_dir or os.path.join(work, "ckpt")
         pstrain_bin = os.environ.get("PSTRAIN_BIN", "build/bin")
-        worker = [sys.executable, os.path.abspath(__file__), f"--data={os.path.abspath(args.data)}",
-                  f"--eval_fraction={args.eval_fraction}", f"--dim={args.dim}",
+        worker = [sys.executable, os.path.abspath(__file__), f"--data={train}", f"--dim={args.dim}",
                   f"--hidden={args.hidden}", f"--result={work}/worker-{{worker}}.json"]
         command = [os.path.join(pstrain_bin, "pstrain"), "local", f"--ps={args.ps}",
                    f"--workers={args.workers}", f"--model=spec:{spec}", f"--mode={args.mode}",
                    f"--epochs={args.epochs}", f"--batch_size={args.batch_size}",
                    f"--optimizer={args.optimizer}", f"--learning_rate={args.learning_rate}",
                    f"--initial_accumulator={args.initial_accumulator}", f"--seed={args.seed}",
+                   f"--shuffle_buffer={SHUFFLE_BUFFER}",
                    f"--checkpoint_dir={ckpt}",
                    "--worker_command=" + " ".join(shlex.quote(a) for a in worker)]
         command += args.pstrain_flags
@@ -244,8 +247,7 @@ def run_cluster(args):
         checkpoint = os.path.basename(found.group(2)) if found else None
         model = build_model(args)
         pstrain.torch.load_safetensors(model, exported)
-        _, held_out = split(load(args.data), args.eval_fraction)
-        test_auc, test_loss = evaluate(model, held_out)
+        test_auc, test_loss, held_out_rows = evaluate(model, held_out, args)
         workers = []
         for w in range(args.workers):
             with open(os.path.join(work, f"worker-{w}.json")) as f:
@@ -254,7 +256,7 @@ def run_cluster(args):
         hash_rows = {e.table_name: len(tensors[e.table_name + ".ids"])
                      for e in (model.first_order, model.embedding)}
         print(f"test AUC {test_auc:.4f}, log loss {test_loss:.4f} on the held-out "
-              f"{len(held_out[2])} rows (final checkpoint {checkpoint}, step {step})", flush=True)
+              f"{held_out_rows} rows (final checkpoint {checkpoint}, step {step})", flush=True)
         report(args.result, mode="cluster", seconds=elapsed,
                examples=sum(w["examples"] for w in workers), test_auc=test_auc,
                test_log_loss=test_loss, global_step=step, checkpoint=checkpoint,
@@ -269,7 +271,8 @@ def main():
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--cluster", action="store_true", help="train on a local pstrain cluster")
     parser.add_argument("--local", action="store_true", help="train in this process, no pstrain")
-    parser.add_argument("--data", required=True, help="a Criteo-format file")
+    parser.add_argument("--data", required=True,
+                        help="a Criteo-format file (a worker: its training part, streamed)")
     parser.add_argument("--eval_fraction", type=float, default=0.2,
                         help="the held-out tail of the file, scored at the end")
     parser.add_argument("--dim", type=int, default=8, help="embedding width")

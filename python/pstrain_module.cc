@@ -154,17 +154,20 @@ class Session {
     out["optimizer"] = t.optimizer().name();
     out["learning_rate"] = t.optimizer().learning_rate();
     out["data"] = t.data();
+    out["stream_data"] = t.stream_data();
+    out["shuffle_buffer"] = t.shuffle_buffer();
+    out["eval_data"] = t.eval_data();
     out["num_workers"] = get().state().num_workers();
     out["num_ps"] = get().state().ps_addresses_size();
     return out;
   }
 
   // (position, epoch, refresh, examples), or None at the end.
-  py::object Next(int64_t num_examples) {
+  py::object Next(int64_t num_examples, bool own_share) {
     absl::StatusOr<worker::WorkerSession::Batch> batch;
     {
       py::gil_scoped_release release;
-      batch = get().Next(num_examples);
+      batch = get().Next(num_examples, own_share);
     }
     worker::WorkerSession::Batch b = ValueOrRaise(std::move(batch));
     if (b.done) return py::none();
@@ -305,6 +308,7 @@ PYBIND11_MODULE(_pstrain, m) {
   using pst::python::Session;
   m.doc() = "pstrain's worker and evaluator sessions (see pstrain.Worker, pstrain.Evaluator)";
   pst::python::RegisterEvaluator(m);
+  pst::python::RegisterStream(m);
   m.def(
       "set_security",
       [](const std::string& tls_cert, const std::string& tls_key, const std::string& tls_ca,
@@ -333,7 +337,7 @@ PYBIND11_MODULE(_pstrain, m) {
       .def_property_readonly("dense_variables", &Session::DenseVariables)
       .def_property_readonly("tables", &Session::Tables)
       .def_property_readonly("training", &Session::Training)
-      .def("next", &Session::Next, py::arg("num_examples"))
+      .def("next", &Session::Next, py::arg("num_examples"), py::arg("own_share") = false)
       .def("pull", &Session::Pull, py::arg("values"))
       .def("push_pull", &Session::PushPull, py::arg("grads"), py::arg("values"),
            py::arg("examples"), py::arg("loss"))

@@ -43,6 +43,8 @@ T ValueOrRaise(absl::StatusOr<T> value) {
 
 // evaluator_module.cc: _pstrain.EvaluatorSession and _pstrain.export_checkpoint.
 void RegisterEvaluator(pybind11::module_& m);
+// Adds Stream (python/stream_module.cc) to the module.
+void RegisterStream(pybind11::module_& m);
 
 }  // namespace pst::python
 

@@ -1,6 +1,7 @@
 #include "worker/session.h"
 
 #include <algorithm>
+#include <numeric>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -67,10 +68,13 @@ WorkerSession::~WorkerSession() {
   }
 }
 
-absl::StatusOr<WorkerSession::Batch> WorkerSession::Next(int64_t num_examples) {
+absl::StatusOr<WorkerSession::Batch> WorkerSession::Next(int64_t num_examples, bool own_share) {
   const proto::TrainingConfig& training = link_->training();
   const int workers = std::max(1, state().num_workers());
-  if (num_examples < workers) {
+  if (own_share && num_examples < 1) {
+    return absl::InvalidArgumentError("this worker's share of the data holds no example");
+  }
+  if (!own_share && num_examples < workers) {
     return absl::InvalidArgumentError(absl::StrCat("a data set of ", num_examples,
                                                    " example(s) cannot be shared by ", workers,
                                                    " worker(s)"));
@@ -81,8 +85,9 @@ absl::StatusOr<WorkerSession::Batch> WorkerSession::Next(int64_t num_examples) {
                                                    " before: a position names other batches"));
   }
   num_examples_ = num_examples;
-  // This worker's examples: i % workers == worker_index.
-  const int64_t shard = (num_examples - options_.worker_index + workers - 1) / workers;
+  // This worker's examples: i % workers == worker_index, or its own share.
+  const int64_t shard =
+      own_share ? num_examples : (num_examples - options_.worker_index + workers - 1) / workers;
   const int64_t batch = training.batch_size();
   const int64_t per_epoch = (shard + batch - 1) / batch;
   if (handed_out_ && !step_failed_) ++position_;
@@ -117,15 +122,19 @@ absl::StatusOr<WorkerSession::Batch> WorkerSession::Next(int64_t num_examples) {
     break;
   }
   epoch_ = static_cast<int>(position_ / per_epoch);
-  if (order_epoch_ != epoch_) {
-    models::ShuffledOrder(shard, shuffle_seed_, epoch_, &order_);
-    order_epoch_ = epoch_;
-  }
   const int64_t first = (position_ - epoch_ * per_epoch) * batch;
   const int64_t count = std::min(batch, shard - first);
   out.examples.resize(count);
-  for (int64_t k = 0; k < count; ++k) {
-    out.examples[k] = order_[first + k] * workers + options_.worker_index;
+  if (own_share) {
+    std::iota(out.examples.begin(), out.examples.end(), first);
+  } else {
+    if (order_epoch_ != epoch_) {
+      models::ShuffledOrder(shard, shuffle_seed_, epoch_, &order_);
+      order_epoch_ = epoch_;
+    }
+    for (int64_t k = 0; k < count; ++k) {
+      out.examples[k] = order_[first + k] * workers + options_.worker_index;
+    }
   }
   out.position = position_;
   out.epoch = epoch_;

@@ -68,17 +68,22 @@ class WorkerSession {
     // The examples of the batch, as indices into the whole data set of
     // `num_examples`: this worker trains those with i % num_workers ==
     // worker_index, in a shuffled order that depends only on the job's
-    // seed, the worker and the epoch (as the C++ worker's).
+    // seed, the worker and the epoch (as the C++ worker's). With
+    // `own_share`: indices into the epoch's order of this worker's own
+    // share (a stream, which shuffles itself), first to last.
     std::vector<int64_t> examples;
   };
   // The next batch. Waits while the cluster recovers; reports this worker
   // done when its epochs (or --max_steps) are over and waits for the end of
   // the job, going on from a rewound position if the ps are restored
-  // meanwhile. Errors: InvalidArgument for num_examples < num_workers or a
-  // size other than the first call's; Unavailable when the cluster did not
-  // recover within options.recovery_timeout or the coordinator was lost;
-  // Cancelled after Stop().
-  absl::StatusOr<Batch> Next(int64_t num_examples);
+  // meanwhile. `num_examples` counts the whole data set, which the workers
+  // share, or (own_share) this worker's own share of it, which it alone
+  // reads (a stream's, data/stream_input.h). Errors: InvalidArgument for
+  // num_examples < num_workers (own_share: < 1) or a size other than the
+  // first call's; Unavailable when the cluster did not recover within
+  // options.recovery_timeout or the coordinator was lost; Cancelled after
+  // Stop().
+  absl::StatusOr<Batch> Next(int64_t num_examples, bool own_share = false);
 
   // The ps calls of the current batch, into and from caller memory. Each
   // returns false when the step failed on a ps in a way worth retrying (then

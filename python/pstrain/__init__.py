@@ -34,7 +34,25 @@ from . import security
 from .evaluator import Checkpoint, Evaluator
 from .security import set_security
 
-__all__ = ["Batch", "Checkpoint", "Evaluator", "Worker", "set_security"]
+__all__ = ["Batch", "Checkpoint", "CriteoBatch", "Evaluator", "LibsvmBatch", "Stream", "Worker",
+           "set_security"]
+
+
+class CriteoBatch(NamedTuple):
+    """Criteo examples as pstrain's C++ reader makes them."""
+
+    dense: np.ndarray   # float32 [n, 13], log(1 + max(0, x)); empty cells 0
+    ids: np.ndarray     # int64 [n, 26]: field-bucketed rows, or hash ids with buckets=0
+    labels: np.ndarray  # float32 [n], 0 or 1
+
+
+class LibsvmBatch(NamedTuple):
+    """libsvm examples: example i's features are ids/values[offsets[i]:offsets[i + 1]]."""
+
+    offsets: np.ndarray  # int64 [n + 1]
+    ids: np.ndarray      # int64: feature ids (folded into `buckets` rows when given)
+    values: np.ndarray   # float32
+    labels: np.ndarray   # float32 [n], 0 or 1
 
 
 class Batch(NamedTuple):
@@ -43,7 +61,62 @@ class Batch(NamedTuple):
     position: int  # batches this worker trained since the job began
     epoch: int
     refresh: bool  # the values held are stale: pull() before computing
-    examples: np.ndarray  # int64 indices into the whole data set
+    # int64 indices into the whole data set; for a Stream, into the epoch's
+    # order of this worker's share
+    examples: np.ndarray
+    data: Optional[tuple] = None  # for a Stream: the batch's examples, read
+
+
+class Stream:
+    """An input read as a stream, whatever its size: a file, a directory, a
+    glob or a comma list of them, plain or .gz, in Criteo TSV ("criteo") or
+    libsvm ("libsvm") format. Worker `worker` of `num_workers` reads only its
+    share (every num_workers-th file, or its byte range of a single plain
+    file), shuffled in blocks of `shuffle_buffer` examples (1: in order)
+    with `seed`, for `epochs` epochs, in batches of `batch_size`; memory is
+    one block and one batch.
+
+    The share's examples are counted, every line parsed, once, here: a bad
+    line raises ValueError naming file:line now rather than mid-epoch. Batch
+    b of epoch e is the examples [b * batch_size, ...) of the epoch's order,
+    so data position p = e * batches_per_epoch + b names the same examples
+    in every run, and read(p) returns them: a worker restarted at a position
+    resumes at the exact example (C++ workers' --stream_data reads the same
+    batches). Reading on from the last position read costs only its
+    examples; another position reopens the stream at its epoch's start.
+    Iterating yields (position, batch) for every position in order.
+    """
+
+    def __init__(self, data: str, format: str = "criteo", *, worker: int = 0,
+                 num_workers: int = 1, shuffle_buffer: int = 1, seed: int = 0, epochs: int = 1,
+                 batch_size: int = 4096, buckets: int = 0):
+        if isinstance(data, (list, tuple)):
+            data = ",".join(data)
+        self.format = format
+        self._stream = _pstrain.Stream(str(data), format, int(worker), int(num_workers),
+                                       int(shuffle_buffer), int(seed) & (2**64 - 1), int(epochs),
+                                       int(batch_size), int(buckets))
+        self.epochs = int(epochs)
+        self.batch_size = int(batch_size)
+
+    @property
+    def examples(self) -> int:
+        """This share's examples in one epoch."""
+        return self._stream.examples
+
+    @property
+    def batches_per_epoch(self) -> int:
+        return self._stream.batches_per_epoch
+
+    def read(self, position: int):
+        """The examples of data position `position`: a CriteoBatch or a
+        LibsvmBatch. IndexError past the last epoch."""
+        arrays = self._stream.read(int(position))
+        return CriteoBatch(*arrays) if self.format == "criteo" else LibsvmBatch(*arrays)
+
+    def __iter__(self):
+        for position in range(self.epochs * self.batches_per_epoch):
+            yield position, self.read(position)
 
 
 def _as_array(x, what: str, dtype, writable: bool) -> np.ndarray:
@@ -133,16 +206,36 @@ class Worker:
             raise ValueError(f"the job's dense variable '{missing[0]}' is not a parameter here")
 
     # -- the loop -----------------------------------------------------
-    def batches(self, num_examples: int):
-        """Yields the batches this worker trains over a data set of
-        `num_examples`, until its epochs are over and the chief ends the
-        job. Waits (without the GIL) while the cluster recovers."""
+    def stream(self, data: Optional[str] = None, format: str = "criteo", *,
+               shuffle_buffer: Optional[int] = None, buckets: int = 0) -> Stream:
+        """This worker's share of `data` (default: the job's --data) read as
+        a Stream, with the job's seed (and this worker's index), epochs and
+        batch size, and the job's --shuffle_buffer unless given. Give it to
+        batches()."""
+        config = self.config
+        if shuffle_buffer is None:
+            shuffle_buffer = config.get("shuffle_buffer") or 10000
+        return Stream(config["data"] if data is None else data, format, worker=self.index,
+                      num_workers=config["num_workers"], shuffle_buffer=shuffle_buffer,
+                      seed=config["seed"] ^ (self.index << 32), epochs=config["epochs"],
+                      batch_size=config["batch_size"], buckets=buckets)
+
+    def batches(self, data):
+        """Yields the batches this worker trains, until its epochs are over
+        and the chief ends the job; waits (without the GIL) while the
+        cluster recovers. `data` is the number of examples of the whole data
+        set, which the workers share (each batch's `examples` index it), or
+        this worker's Stream (each batch's `data` holds its examples)."""
+        stream = data if isinstance(data, Stream) else None
         while True:
-            b = self._session.next(int(num_examples))
+            if stream is not None:
+                b = self._session.next(stream.examples, True)
+            else:
+                b = self._session.next(int(data))
             if b is None:
                 self._batch = None
                 return
-            self._batch = Batch(*b)
+            self._batch = Batch(*b) if stream is None else Batch(*b, data=stream.read(b[0]))
             yield self._batch
 
     def _dense_arrays(self, arrays, what: str, writable: bool) -> List[np.ndarray]:

@@ -261,10 +261,11 @@ class Trainer:
             e.attach(worker)
         self._zero_grads = [torch.zeros_like(p) for p in self._params]
 
-    def batches(self, num_examples: int) -> Iterator["pstrain.Batch"]:
-        """The worker's batches; pulls the parameters whenever they are stale
-        (the first batch, and after a failed step)."""
-        for batch in self.worker.batches(num_examples):
+    def batches(self, data) -> Iterator["pstrain.Batch"]:
+        """The worker's batches (worker.batches: `data` is the whole data
+        set's size, or this worker's pstrain.Stream); pulls the parameters
+        whenever they are stale (the first batch, and after a failed step)."""
+        for batch in self.worker.batches(data):
             self.module.zero_grad(set_to_none=True)
             if batch.refresh:
                 with torch.no_grad():
