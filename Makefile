@@ -101,6 +101,12 @@ bench-tables: build
 	rm -rf $(BUILD_DIR)/bench_table_store
 	$(BUILD_DIR)/bin/table_save_bench --dir=$(BUILD_DIR)/bench_table_save --rounds=2
 
+# Streamed input (--stream_data) against the same file loaded whole:
+# examples/s of a wide_deep cluster in alternate runs, and the workers'
+# peak memory.
+bench-stream: build
+	bench/stream_throughput.sh $(BUILD_DIR)
+
 # Training throughput of a 2 ps + 2 worker cluster (with and without
 # --overlap) against one single-threaded process with no network.
 bench-throughput: build
