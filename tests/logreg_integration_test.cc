@@ -2,6 +2,7 @@
 // libsvm data, against the generator's best achievable AUC and against
 // pstrain reference (one process) on the same file.
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -48,6 +49,30 @@ class LogregClusterTest : public ::testing::Test {
     std::ifstream in(summary);
     result.summary = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
     return result;
+  }
+
+  // The lines of a file, without their '\n'.
+  static std::vector<std::string> ReadLines(const std::string& path) {
+    std::vector<std::string> lines;
+    std::ifstream in(path);
+    for (std::string line; std::getline(in, line);) lines.push_back(line);
+    return lines;
+  }
+
+  // Writes lines [begin, end) to `path`, gzip-compressed when it ends in .gz.
+  static void WriteLines(const std::string& path, const std::vector<std::string>& lines,
+                         size_t begin, size_t end) {
+    std::string text;
+    for (size_t i = begin; i < end; ++i) absl::StrAppend(&text, lines[i], "\n");
+    if (path.ends_with(".gz")) {
+      gzFile gz = gzopen(path.c_str(), "wb");
+      ASSERT_NE(gz, nullptr);
+      ASSERT_EQ(gzwrite(gz, text.data(), static_cast<unsigned>(text.size())),
+                static_cast<int>(text.size()));
+      ASSERT_EQ(gzclose(gz), Z_OK);
+    } else {
+      std::ofstream(path) << text;
+    }
   }
 
   std::string dir_;
@@ -143,25 +168,11 @@ TEST_F(LogregClusterTest, StreamedDirectory_TwoWorkersTrainNearTheBestAuc) {
   const Result gen = Run({"generate_libsvm", "--out=" + all, "--rows=40000", "--seed=6"}, "gen");
   ASSERT_EQ(gen.exit_code, 0) << gen.output;
   const nlohmann::json stats = nlohmann::json::parse(gen.output.substr(gen.output.find('{')));
-  std::vector<std::string> lines;
-  {
-    std::ifstream in(all);
-    for (std::string line; std::getline(in, line);) lines.push_back(line);
-  }
+  const std::vector<std::string> lines = ReadLines(all);
   ASSERT_EQ(lines.size(), 40000u);
   std::filesystem::create_directories(dir_ + "/train");
   auto write = [&](const std::string& path, size_t begin, size_t end) {
-    std::string text;
-    for (size_t i = begin; i < end; ++i) absl::StrAppend(&text, lines[i], "\n");
-    if (path.ends_with(".gz")) {
-      gzFile gz = gzopen(path.c_str(), "wb");
-      ASSERT_NE(gz, nullptr);
-      ASSERT_EQ(gzwrite(gz, text.data(), static_cast<unsigned>(text.size())),
-                static_cast<int>(text.size()));
-      ASSERT_EQ(gzclose(gz), Z_OK);
-    } else {
-      std::ofstream(path) << text;
-    }
+    WriteLines(path, lines, begin, end);
   };
   // Files 0 and 2 for worker 0, 1 and 3 for worker 1; the generator's
   // held-out tail (its last 10%) in a file of its own.
@@ -192,6 +203,71 @@ TEST_F(LogregClusterTest, StreamedDirectory_TwoWorkersTrainNearTheBestAuc) {
   EXPECT_NE(no_eval.exit_code, 0);
   EXPECT_NE(no_eval.output.find("--stream_data needs --eval_data"), std::string::npos)
       << no_eval.output;
+}
+
+// Exact positions through a restore: a streamed sync job (a directory of
+// plain and gzip files, two workers, their shares shuffled in blocks) whose
+// ps:1 is killed after a checkpoint. The ps are restored from it, the
+// workers rewind to its data positions and reopen their streams there: the
+// job ends bit for bit as the same job without the fault. A worker that
+// resumed one example off would change every later step.
+TEST_F(LogregClusterTest, StreamedSyncJob_PsKilledAndRestored_EndsBitForBitAsWithoutTheFault) {
+  const std::string all = dir_ + "/all.svm";
+  const Result gen = Run({"generate_libsvm", "--out=" + all, "--rows=24000", "--seed=8"}, "gen");
+  ASSERT_EQ(gen.exit_code, 0) << gen.output;
+  const std::vector<std::string> lines = ReadLines(all);
+  ASSERT_EQ(lines.size(), 24000u);
+  std::filesystem::create_directories(dir_ + "/train");
+  auto write = [&](const std::string& path, size_t begin, size_t end) {
+    WriteLines(path, lines, begin, end);
+  };
+  write(dir_ + "/train/part-0.svm.gz", 0, 5000);
+  write(dir_ + "/train/part-1.svm", 5000, 10000);
+  write(dir_ + "/train/part-2.svm", 10000, 15000);
+  write(dir_ + "/train/part-3.svm.gz", 15000, 20000);
+  write(dir_ + "/eval.svm", 20000, 24000);
+  // 10,000 examples a worker, 40 batches of 250 an epoch, 2 epochs: 80
+  // steps, a checkpoint every 20; worker 0 sleeps 40 ms a step (the other
+  // waits for it: sync), so the kill lands mid-job.
+  auto flags = [&](const std::string& name) {
+    return std::vector<std::string>{
+        "--model=logreg", "--stream_data", "--data=" + dir_ + "/train",
+        "--eval_data=" + dir_ + "/eval.svm", "--shuffle_buffer=700", "--mode=sync",
+        "--ps=2", "--workers=2", "--epochs=2", "--batch_size=250", "--seed=5",
+        "--checkpoint_dir=" + dir_ + "/" + name, "--save_checkpoints_steps=20",
+        "--slow_worker=0", "--slow_worker_delay_ms=40", "--restart_failed",
+        "--peer_timeout_s=5", "--recovery_timeout_s=60", "--heartbeat_ms=200"};
+  };
+  std::vector<std::string> local = flags("clean");
+  local.insert(local.begin(), "local");
+  const Result clean = Run(local, "clean");
+  ASSERT_EQ(clean.exit_code, 0) << clean.output;
+  const nlohmann::json& baseline = clean.summary;
+  ASSERT_TRUE(baseline.is_object()) << clean.output;
+  EXPECT_EQ(baseline["global_step"], 80) << baseline.dump();
+
+  std::vector<std::string> faulted_flags = flags("faulted");
+  faulted_flags.push_back("--summary_json=" + dir_ + "/faulted.json");
+  std::unique_ptr<TestProcess> launcher = LaunchLocal(faulted_flags);
+  ASSERT_NE(launcher, nullptr);
+  ASSERT_TRUE(launcher->WaitForOutput("saved checkpoint", absl::Seconds(120)))
+      << launcher->output();
+  const std::map<std::string, pid_t> pids = DaemonPids(launcher->output());
+  ASSERT_EQ(pids.count("ps:1"), 1u) << launcher->output();
+  ASSERT_EQ(kill(pids.at("ps:1"), SIGKILL), 0);
+  const std::optional<int> exited = launcher->WaitForExit(absl::Seconds(240));
+  ASSERT_TRUE(exited.has_value()) << launcher->output();
+  ASSERT_EQ(ExitCode(*exited), 0) << launcher->output();
+  const nlohmann::json faulted = ReadJsonFile(dir_ + "/faulted.json");
+  ASSERT_TRUE(faulted.is_object()) << launcher->output();
+  // The kill cost a restore (not nothing), and the job still ends as the
+  // fault-free one, to the last bit of its held-out figures.
+  ASSERT_EQ(faulted["recoveries"].size(), 1u) << faulted.dump();
+  EXPECT_EQ(faulted["global_step"], baseline["global_step"]) << faulted.dump();
+  EXPECT_EQ(faulted["test_examples"], 4000) << faulted.dump();
+  EXPECT_EQ(faulted["test_logloss"].get<double>(), baseline["test_logloss"].get<double>())
+      << faulted.dump() << "\nfault-free: " << baseline.dump();
+  EXPECT_EQ(faulted["test_auc"].get<double>(), baseline["test_auc"].get<double>());
 }
 
 TEST_F(LogregClusterTest, MalformedData_ExitsNonzeroNamingTheLine) {
