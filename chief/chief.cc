@@ -17,6 +17,7 @@
 #include "rpc/grpc_channel.h"
 #include "common/logging.h"
 #include "common/metrics.h"
+#include "common/process.h"
 #include "common/ps_control.h"
 #include "common/status_macros.h"
 #include "common/transport_security.h"
@@ -123,6 +124,8 @@ absl::Status RunChief(const ChiefOptions& options, const common::StopSignal& sto
   Job job(options, plan, std::move(with), stop);
   const absl::Status status = job.Run();
   server->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(2)));
+  spdlog::info("chief finished; peak resident memory {:.1f} MB",
+               static_cast<double>(common::PeakResidentBytes()) / 1e6);
   return status;
 }
 
