@@ -67,6 +67,20 @@ class ShardRowStream {
   virtual absl::Status ForEach(RowFn fn) const = 0;
 };
 
+// A dense record's values and slots, read when the record is written
+// rather than copied when it was made (a ps's copy-on-write snapshot,
+// ps_server/store/dense_snapshot.h).
+class ShardDenseSource {
+ public:
+  virtual ~ShardDenseSource() = default;
+  using TensorsFn = absl::FunctionRef<absl::Status(
+      std::span<const float> values, const std::vector<std::span<const float>>& slots)>;
+  // Calls `fn` once with the values and each slot as of the record's
+  // instant, unchanged for the call's length, and returns its status. A
+  // source may be read once: a second Read is FailedPrecondition.
+  virtual absl::Status Read(TensorsFn fn) const = 0;
+};
+
 // One variable (or partition) as saved by a ps.
 struct ShardRecord {
   proto::VariableSpec spec;
@@ -87,7 +101,17 @@ struct ShardRecord {
   std::shared_ptr<const ShardRowStream> stream;
   // The slots a streamed row carries (its width is dim * (1 + this)).
   int stream_slots = 0;
+  // A dense record's values and slots read from a source instead (`rows`
+  // set, `values` and `slots` empty; `dense_slots` slots). Only
+  // WriteShardFile and MaterializeDense read it.
+  std::shared_ptr<const ShardDenseSource> dense;
+  int dense_slots = 0;
 };
+
+// Reads the dense source of each record that has one into its values and
+// slots (and drops the source): the records as a snapshot that copies
+// would have made them. Errors: the sources'.
+absl::Status MaterializeDense(std::vector<ShardRecord>* records);
 
 // "ckpt-000000001200" for step 1200.
 std::string CheckpointDirName(int64_t step);

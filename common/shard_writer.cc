@@ -173,6 +173,15 @@ absl::Status CheckRecordForWrite(const std::string& path, const ShardRecord& r) 
     if (r.stream_slots < 0) return bad("a negative number of slots");
     return absl::OkStatus();
   }
+  if (r.dense != nullptr) {
+    if (ShardSpecIsHash(r.spec)) return bad("a dense source for a hashed variable");
+    if (!r.values.empty() || !r.slots.empty()) return bad("values both held and from a source");
+    if (r.dense_slots < 0) return bad("a negative number of slots");
+    if (r.spec.shape_size() > 0 && r.rows != r.spec.shape(0)) {
+      return bad(absl::StrCat(r.rows, " rows, but the shape is ", ShapeString(r.spec.shape())));
+    }
+    return absl::OkStatus();
+  }
   if (!ShardSpecIsHash(r.spec) && r.spec.shape_size() > 0 && r.rows != r.spec.shape(0)) {
     return bad(absl::StrCat(r.rows, " rows, but the shape is ", ShapeString(r.spec.shape())));
   }
@@ -221,6 +230,33 @@ absl::Status WriteHeldRows(const ShardRecord& r, FileBuilder* out) {
     PST_RETURN_IF_ERROR(out->WholeTensor(r.admission.data(), r.admission.size()));
   }
   return absl::OkStatus();
+}
+
+// The tensors and extras of a dense record read from its source: the
+// values and each slot, with the sizes its spec says.
+absl::Status WriteSourcedRows(const std::string& path, const ShardRecord& r, FileBuilder* out) {
+  PST_ASSIGN_OR_RETURN(const uint64_t bytes, ShardFloatPayloadBytes(r.spec, r.rows));
+  PST_RETURN_IF_ERROR(r.dense->Read(
+      [&](std::span<const float> values,
+          const std::vector<std::span<const float>>& slots) -> absl::Status {
+        if (values.size_bytes() != bytes || slots.size() != static_cast<size_t>(r.dense_slots)) {
+          return absl::InternalError(absl::StrCat(
+              "cannot write ", path, ": variable '", r.spec.name(), "': its source gave ",
+              values.size(), " values and ", slots.size(), " slots, expected ",
+              bytes / sizeof(float), " and ", r.dense_slots));
+        }
+        PST_RETURN_IF_ERROR(out->WholeTensor(values.data(), values.size_bytes()));
+        for (const std::span<const float>& slot : slots) {
+          if (slot.size_bytes() != bytes) {
+            return absl::InternalError(absl::StrCat("cannot write ", path, ": variable '",
+                                                    r.spec.name(), "': a slot of ", slot.size(),
+                                                    " values from its source"));
+          }
+          PST_RETURN_IF_ERROR(out->WholeTensor(slot.data(), slot.size_bytes()));
+        }
+        return absl::OkStatus();
+      }));
+  return out->U32(0);  // no extras
 }
 
 // The tensors and extras of a record whose rows are streamed: every
@@ -305,10 +341,14 @@ absl::Status WriteShardFile(const std::string& path, const std::vector<ShardReco
     PST_RETURN_IF_ERROR(out.I64(r.version));
     PST_RETURN_IF_ERROR(out.I64(rows));
     const bool hash = ShardSpecIsHash(r.spec);
-    const size_t slots = r.stream != nullptr ? static_cast<size_t>(r.stream_slots) : r.slots.size();
+    const size_t slots = r.stream != nullptr  ? static_cast<size_t>(r.stream_slots)
+                         : r.dense != nullptr ? static_cast<size_t>(r.dense_slots)
+                                              : r.slots.size();
     PST_RETURN_IF_ERROR(out.U32(static_cast<uint32_t>(1 + slots + (hash ? 1 : 0))));
     if (r.stream != nullptr) {
       PST_RETURN_IF_ERROR(WriteStreamedRows(path, r, rows, &out));
+    } else if (r.dense != nullptr) {
+      PST_RETURN_IF_ERROR(WriteSourcedRows(path, r, &out));
     } else {
       PST_RETURN_IF_ERROR(WriteHeldRows(r, &out));
     }
@@ -323,6 +363,23 @@ absl::Status WriteShardFile(const std::string& path, const std::vector<ShardReco
     shard->set_file(fs::path(path).filename().string());
     shard->set_bytes(bytes);
     shard->set_crc32(file_crc);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status MaterializeDense(std::vector<ShardRecord>* records) {
+  for (ShardRecord& r : *records) {
+    if (r.dense == nullptr) continue;
+    PST_RETURN_IF_ERROR(r.dense->Read(
+        [&](std::span<const float> values,
+            const std::vector<std::span<const float>>& slots) -> absl::Status {
+          r.values.assign(values.begin(), values.end());
+          r.slots.clear();
+          for (const std::span<const float>& slot : slots) r.slots.emplace_back(slot.begin(), slot.end());
+          return absl::OkStatus();
+        }));
+    r.dense.reset();
+    r.dense_slots = 0;
   }
   return absl::OkStatus();
 }

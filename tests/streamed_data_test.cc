@@ -245,7 +245,7 @@ TEST_F(StreamedDataTest, HeldOutStreamed_ScoresAsTheSameExamplesLoaded) {
 
 TEST_F(StreamedDataTest, Shares_OfADirectoryAndOfOneFile_AddUpToEveryExample) {
   MakeLibsvm();
-  for (const std::string input : {dir_ + "/train", dir_ + "/all.svm", dir_ + "/train/part-*"}) {
+  for (const std::string& input : {dir_ + "/train", dir_ + "/all.svm", dir_ + "/train/part-*"}) {
     training_.set_data(input);
     const int64_t total = input.ends_with("all.svm") ? 900 : 600;
     for (int workers = 1; workers <= 3; ++workers) {

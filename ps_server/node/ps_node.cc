@@ -170,7 +170,17 @@ void PsNode::Save(const proto::SaveRequest* request, proto::SaveResponse* respon
             }
             records = kept->second;
           } else {
-            PST_ASSIGN_OR_RETURN(records, TakeSnapshot(*store, response));
+            if (phase == proto::SaveRequest::SNAPSHOT) {
+              // A snapshot kept and not written is replaced by this one:
+              // dropped first, so that no push waits on it for its copy.
+              absl::MutexLock lock(&kept_mu_);
+              kept_.erase(ps_index);
+            }
+            // The dense variables are not copied: the records read them as
+            // they are written, and a push before that copies within a
+            // budget (dense_snapshot.h).
+            PST_ASSIGN_OR_RETURN(records,
+                                 TakeSnapshot(*store, response, options_.snapshot_copy_budget));
             if (phase == proto::SaveRequest::SNAPSHOT) {
               absl::MutexLock lock(&kept_mu_);
               kept_[ps_index] = records;  // replaces an older one never written
@@ -179,9 +189,13 @@ void PsNode::Save(const proto::SaveRequest* request, proto::SaveResponse* respon
           }
           PST_RETURN_IF_ERROR(common::MakeDirectory(dir));
           PST_RETURN_IF_ERROR(common::FsyncDirectory(options_.checkpoint_dir));
-          // Training comes first: on a busy machine the write takes the CPU
-          // time training leaves (Linux applies a nice value to one thread).
-          setpriority(PRIO_PROCESS, static_cast<id_t>(gettid()), 10);
+          // Training comes first: on a busy machine the write of a copied
+          // snapshot takes the CPU time training leaves (Linux applies a
+          // nice value to one thread). Not that of a copy-on-write one,
+          // which pushes may wait for.
+          if (options_.snapshot_copy_budget <= 0) {
+            setpriority(PRIO_PROCESS, static_cast<id_t>(gettid()), 10);
+          }
           if (options_.save_delay > absl::ZeroDuration()) {
             // Fault injection for tests: a save slow enough to be killed during.
             spdlog::info("writing {} after a delay of {} (fault injection for tests)", path,
@@ -208,12 +222,12 @@ void PsNode::Save(const proto::SaveRequest* request, proto::SaveResponse* respon
 }
 
 absl::StatusOr<std::shared_ptr<const std::vector<common::ShardRecord>>> PsNode::TakeSnapshot(
-    VariableStore& store, proto::SaveResponse* response) {
+    VariableStore& store, proto::SaveResponse* response, double copy_budget) {
   const absl::Time start = absl::Now();
   absl::Duration held;
   VariableStore::Cut cut;
-  auto records =
-      std::make_shared<const std::vector<common::ShardRecord>>(store.Snapshot(&held, &cut));
+  auto records = std::make_shared<const std::vector<common::ShardRecord>>(
+      store.Snapshot(&held, &cut, copy_budget));
   PST_RETURN_IF_ERROR(cut.error);
   response->set_snapshot_seconds(absl::ToDoubleSeconds(absl::Now() - start));
   response->set_locked_seconds(absl::ToDoubleSeconds(held));

@@ -70,6 +70,13 @@ class PsNode {
     // A shard sent whole to a backup (a resync) goes in parts of about this
     // many bytes (ReplicaSource::kStateWindow of them in flight at most).
     int64_t resync_part_bytes = int64_t{4} << 20;
+    // A save copies no dense variable at its instant: it writes each from
+    // the variable itself, and a push that comes first copies that
+    // variable, while the copies stay within this fraction of the dense
+    // variables' bytes (values and slots), and otherwise waits for the
+    // writer to reach it (dense_snapshot.h). 0: every dense variable copied
+    // at the instant.
+    double snapshot_copy_budget = 0.25;
   };
 
   // Saves and restores running at once at most; more are refused with
@@ -165,9 +172,11 @@ class PsNode {
   // Every primary here: own_ while it serves, then the promoted ones.
   std::vector<std::shared_ptr<Primary>> Primaries() const;
 
-  // Takes `store`'s snapshot and fills the response's cut and figures.
+  // Takes `store`'s snapshot (copy-on-write for the dense variables with a
+  // copy_budget > 0: VariableStore::Snapshot) and fills the response's cut
+  // and figures.
   static absl::StatusOr<std::shared_ptr<const std::vector<common::ShardRecord>>> TakeSnapshot(
-      VariableStore& store, proto::SaveResponse* response);
+      VariableStore& store, proto::SaveResponse* response, double copy_budget);
 
   VariableStore* const store_;
   const Options options_;

@@ -252,6 +252,7 @@ absl::Status StoreRestorer::Commit(int64_t generation) {
         if (replaced.ok() && l->staged != nullptr) replaced = LoadStaged(*l);
         if (disk.ok()) disk = replaced;
       } else {
+        var.PreserveForSnapshotLocked(/*force=*/true);  // a restore waits for no writer
         var.values = std::move(l->values);
         var.slots = std::move(l->slots);
       }

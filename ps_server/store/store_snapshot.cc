@@ -10,17 +10,27 @@
 
 namespace pst::ps {
 
-std::vector<common::ShardRecord> VariableStore::Snapshot(absl::Duration* held, Cut* cut) const {
+std::vector<common::ShardRecord> VariableStore::Snapshot(absl::Duration* held, Cut* cut,
+                                                        double copy_budget) const {
   if (held != nullptr) *held = absl::ZeroDuration();
+  const bool copy_on_write = copy_budget > 0;
   // Allocate (and fault in) the copies of the dense variables first, while
   // training goes on: pushes are held only for the copy itself.
   absl::flat_hash_map<std::string, common::ShardRecord> ready;
   int num_slots = 0;
+  std::shared_ptr<CopyBudget> budget;
   {
     absl::ReaderMutexLock lock(&mu_);
     num_slots = optimizer_ == nullptr ? 0 : optimizer_->num_slots();
+    if (copy_on_write) {
+      double dense_bytes = 0;
+      for (const auto& [name, var] : variables_) {
+        if (!var->is_hash) dense_bytes += static_cast<double>(var->rows * var->dim) * 4 * (1 + num_slots);
+      }
+      budget = std::make_shared<CopyBudget>(static_cast<int64_t>(dense_bytes * copy_budget));
+    }
     for (const auto& [name, var] : variables_) {
-      if (var->is_hash) continue;
+      if (var->is_hash || copy_on_write) continue;
       common::ShardRecord& r = ready[name];
       const size_t n = static_cast<size_t>(var->rows * var->dim);
       r.values.resize(n);
@@ -38,6 +48,7 @@ std::vector<common::ShardRecord> VariableStore::Snapshot(absl::Duration* held, C
             [](const Variable* a, const Variable* b) { return a->spec.name() < b->spec.name(); });
   std::vector<common::ShardRecord> records;
   records.reserve(vars.size());
+  std::vector<std::pair<const Variable*, size_t>> held_dense;  // copy-on-write: record index
   bool sync_pending = false, holds_dense = false;
   int64_t max_version = 0;
   // SYNC moves row variables one version per step too (their pushes summed
@@ -70,7 +81,13 @@ std::vector<common::ShardRecord> VariableStore::Snapshot(absl::Duration* held, C
     if (auto it = ready.find(var->spec.name()); it != ready.end()) r = std::move(it->second);
     r.spec = var->spec;
     r.version = var->version;
-    if (!var->is_hash) {
+    if (!var->is_hash && copy_on_write) {
+      // The record will read the variable itself (its hold is made below,
+      // once this variable's read lock is gone).
+      max_version = std::max(max_version, r.version);
+      r.rows = var->rows;
+      held_dense.emplace_back(var, records.size());
+    } else if (!var->is_hash) {
       max_version = std::max(max_version, r.version);
       const size_t n = static_cast<size_t>(var->rows * var->dim);
       r.rows = var->rows;
@@ -132,6 +149,17 @@ std::vector<common::ShardRecord> VariableStore::Snapshot(absl::Duration* held, C
       r.admission = admission->Serialize();
     }
     records.push_back(std::move(r));
+  }
+  // Still at the instant (the store held exclusively): each dense record
+  // of a copy-on-write snapshot reads its variable when written, and a
+  // change before that lets the hold copy it first.
+  for (const auto& [var, index] : held_dense) {
+    absl::MutexLock var_lock(&var->mu);
+    var->PreserveForSnapshotLocked(/*force=*/true);  // an older snapshot's, never written
+    auto hold = std::make_shared<DenseSnapshotHold>(&var->values, &var->slots, budget);
+    var->snapshot_hold = hold;
+    records[index].dense = std::make_shared<DenseSnapshotSource>(std::move(hold));
+    records[index].dense_slots = static_cast<int>(var->slots.size());
   }
   if (rows_min != rows_max || (rows_max >= 0 && others_max >= 0 && rows_max != others_max)) {
     sync_pending = true;

@@ -234,6 +234,7 @@ absl::Status VariableStore::LoadState(const proto::StoreChunk& chunk) {
         }
       }
       const size_t at = static_cast<size_t>(c.row_begin() * dim);
+      var->PreserveForSnapshotLocked(/*force=*/true);  // a state transfer waits for no writer
       std::memcpy(var->values.data() + at, c.values().data(), c.values().size());
       for (int s = 0; s < num_slots; ++s) {
         std::memcpy(var->slots[s].data() + at, c.slots(s).data(), c.slots(s).size());

@@ -118,8 +118,19 @@ void Variable::ForEachRowByStripe(const std::vector<int64_t>& local, bool write,
   }
 }
 
+Variable::~Variable() {
+  absl::MutexLock lock(&mu);
+  PreserveForSnapshotLocked(/*force=*/true);
+}
+
+void Variable::PreserveForSnapshotLocked(bool force) const {
+  if (std::shared_ptr<DenseSnapshotHold> hold = snapshot_hold.lock()) hold->Preserve(force);
+  snapshot_hold.reset();
+}
+
 void Variable::ApplyLocked(Optimizer& optimizer, std::span<const float> grad,
                            const std::vector<bool>& skip) {
+  PreserveForSnapshotLocked();
   std::vector<std::span<float>> slot_spans(slots.begin(), slots.end());
   const int64_t t = version + 1;
   if (skip.empty()) {
@@ -140,6 +151,7 @@ void Variable::ApplyLocked(Optimizer& optimizer, std::span<const float> grad,
 
 void Variable::ApplyPayloadLocked(Optimizer& optimizer, common::PayloadParts payload,
                                   proto::Tensor* value) {
+  PreserveForSnapshotLocked();
   const int64_t t = version + 1;
   std::string* out = nullptr;
   if (value != nullptr) {
@@ -352,6 +364,8 @@ int64_t Variable::ApplyRows(Optimizer& optimizer, const std::vector<int64_t>& lo
   if (is_hash) {
     table.Expire(t);
     table.Prefetch(local);  // the push's rows on disk, in one read
+  } else {
+    PreserveForSnapshotLocked();
   }
   for (size_t r = 0; r < local.size(); ++r) {
     if (skip[r]) continue;
@@ -397,6 +411,8 @@ bool Variable::TryApplyRowsShared(Optimizer& optimizer, const std::vector<int64_
   absl::ReaderMutexLock lock(&mu);
   if (!row_pushes_striped) return false;
   if (is_hash && (!table.ContainsAll(local) || table.ExpiryDue(version + 1))) return false;
+  // A snapshot still holds the values: it must see them whole, first.
+  if (!is_hash && !snapshot_hold.expired()) return false;
   const int num_slots = optimizer.num_slots();
   // Adam's t: every push gets its own count, whatever order rows land in.
   const int64_t t = version.fetch_add(1) + 1;

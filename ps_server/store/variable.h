@@ -23,14 +23,17 @@
 // pushes are striped (holding all the stripes would be 65 locks at once).
 //
 // Lock order: VariableStore's mu_, then SyncLedger's mutex, then a
-// Variable's mu, then one of its stripes at a time. A Variable takes no
-// other lock, and no path holds two Variables' mu at once.
+// Variable's mu, then one of its stripes at a time, or (to preserve its
+// values for a snapshot) the snapshot's hold and then its copy budget
+// (dense_snapshot.h). A Variable takes no other lock, and no path holds two
+// Variables' mu at once.
 #ifndef PST_PS_SERVER_STORE_VARIABLE_H_
 #define PST_PS_SERVER_STORE_VARIABLE_H_
 
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -40,6 +43,7 @@
 #include "absl/synchronization/mutex.h"
 #include "common/tensor_util.h"
 #include "proto/pstrain.pb.h"
+#include "ps_server/store/dense_snapshot.h"
 #include "ps_server/store/hash_row_table.h"
 #include "ps_server/store/optimizer.h"
 
@@ -57,6 +61,8 @@ class Variable {
            const std::string* initial_values = nullptr);
   Variable(const Variable&) = delete;
   Variable& operator=(const Variable&) = delete;
+  // A snapshot still holding the values (dense_snapshot.h) copies them.
+  ~Variable();
 
   const proto::VariableSpec spec;
   const bool is_hash;
@@ -79,6 +85,14 @@ class Variable {
   std::vector<int32_t> contributors ABSL_GUARDED_BY(mu);
   // Hash variables: their rows and admission (empty for the others).
   HashRowTable table ABSL_GUARDED_BY(mu);
+  // Dense variables: the hold of the snapshot that has not read the values
+  // and slots yet (dense_snapshot.h), if any. Every change of the values or
+  // slots calls PreserveForSnapshotLocked() first.
+  // (Bookkeeping, not state: a const snapshot sets it.)
+  mutable std::weak_ptr<DenseSnapshotHold> snapshot_hold ABSL_GUARDED_BY(mu);
+  // Lets the snapshot holding the values and slots (if any) copy them, or
+  // read them first, before they change; `force`: copy whatever its budget.
+  void PreserveForSnapshotLocked(bool force = false) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
 
   // Rows a hash variable holds; read without mu (relaxed).
   int64_t hash_rows() const ABSL_NO_THREAD_SAFETY_ANALYSIS { return table.size(); }

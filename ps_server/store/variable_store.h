@@ -272,8 +272,15 @@ class VariableStore {
   // highest step of its last push over every dense part (equal when no
   // dense step of it is half applied here; SYNC tracks no steps, see
   // Cut::sync_pending), and its last row push.
-  std::vector<common::ShardRecord> Snapshot(absl::Duration* held = nullptr,
-                                            Cut* cut = nullptr) const;
+  //
+  // With `copy_budget` (a fraction of the dense variables' bytes, > 0), the
+  // dense variables are not copied: each record reads its variable when
+  // written (ShardRecord::dense), and a change before that copies the
+  // variable first while the copies fit the budget, or waits until the
+  // record is read (dense_snapshot.h), for at most a second, then copies
+  // past the budget. Records should be written (or dropped) promptly.
+  std::vector<common::ShardRecord> Snapshot(absl::Duration* held = nullptr, Cut* cut = nullptr,
+                                            double copy_budget = 0) const;
 
   // The whole store as parts of about `part_bytes` each (store_state.cc),
   // taken at one instant: every variable's spec, values, slots, version,
