@@ -14,6 +14,7 @@
 // reset through /proc/self/clear_refs) as a share of the variables' bytes.
 // The two kinds alternate, --rounds times.
 #include <malloc.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -30,6 +31,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "bench/proc_stats.h"
 #include "common/checkpoint_format.h"
 #include "common/tensor_util.h"
 #include "ps_server/store/variable_store.h"
@@ -47,12 +49,7 @@ using pst::common::ShardRecord;
 using pst::ps::VariableStore;
 
 int64_t StatusBytes(const std::string& field) {
-  std::ifstream in("/proc/self/status");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind(field + ":", 0) == 0) return std::stoll(line.substr(field.size() + 1)) * 1024;
-  }
-  return 0;
+  return pst::bench::ProcessMemoryBytes(getpid(), field);
 }
 
 void Check(const absl::Status& s, const char* what) {

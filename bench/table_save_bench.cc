@@ -27,6 +27,7 @@
 #include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "bench/proc_stats.h"
 #include "common/checkpoint_format.h"
 #include "common/shard_reader.h"
 #include "common/tensor_util.h"
@@ -47,12 +48,7 @@ using pst::ps::DiskTier;
 using pst::ps::VariableStore;
 
 int64_t StatusBytes(const std::string& field) {
-  std::ifstream in("/proc/self/status");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind(field + ":", 0) == 0) return std::stoll(line.substr(field.size() + 1)) * 1024;
-  }
-  return 0;
+  return pst::bench::ProcessMemoryBytes(getpid(), field);
 }
 
 // The peak RSS `fn` adds over the RSS before it.

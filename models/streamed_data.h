@@ -4,7 +4,7 @@
 //   examples per epoch, counted once; data/stream_input.h);
 // - LoadStreamed: a worker's share of --data, or the held-out set;
 // - ForEachStreamBatch: ForEachBatch's batches, read from the stream;
-// - ForEachStreamChunk: a held-out stream in chunks, for evaluation.
+// - ForEachHeldOutChunk: a held-out set, loaded or streamed, in chunks.
 #ifndef PST_MODELS_STREAMED_DATA_H_
 #define PST_MODELS_STREAMED_DATA_H_
 
@@ -107,15 +107,27 @@ absl::Status ForEachStreamBatch(const proto::TrainingConfig& training, int64_t n
   return absl::OkStatus();
 }
 
-// Calls chunk_fn(chunk, examples, count) for the held-out stream `stream`
-// in chunks of up to `chunk_size` examples (examples[i] == i), in order.
-template <typename Dataset, typename Stream, typename ChunkFn>
-absl::Status ForEachStreamChunk(Stream& stream, int64_t chunk_size, ChunkFn&& chunk_fn) {
-  Dataset chunk;
+// Calls chunk_fn(source, examples, count) for every example of a held-out
+// set in order, in chunks of up to 4096: `loaded` (source is it, examples
+// index it), or else the stream `open()` opens (source is the chunk read).
+template <typename Dataset, typename Open, typename ChunkFn>
+absl::Status ForEachHeldOutChunk(const Dataset* loaded, Open open, ChunkFn&& chunk_fn) {
+  constexpr int64_t kChunk = 4096;
   std::vector<int64_t> examples;
+  if (loaded != nullptr) {
+    for (int64_t first = 0; first < loaded->size; first += kChunk) {
+      const int64_t n = std::min(kChunk, loaded->size - first);
+      examples.resize(static_cast<size_t>(n));
+      std::iota(examples.begin(), examples.end(), first);
+      PST_RETURN_IF_ERROR(chunk_fn(*loaded, examples.data(), n));
+    }
+    return absl::OkStatus();
+  }
+  PST_ASSIGN_OR_RETURN(auto stream, open());
+  Dataset chunk;
   for (;;) {
     chunk = Dataset();
-    PST_ASSIGN_OR_RETURN(const int64_t n, stream.NextBatch(chunk_size, &chunk));
+    PST_ASSIGN_OR_RETURN(const int64_t n, stream->NextBatch(kChunk, &chunk));
     if (n == 0) return absl::OkStatus();
     examples.resize(static_cast<size_t>(n));
     std::iota(examples.begin(), examples.end(), int64_t{0});

@@ -239,20 +239,9 @@ absl::StatusOr<ModelEvaluation> EvaluateWideDeep(const proto::TrainingConfig& tr
     for (int64_t i = 0; i < n; ++i) all_labels.push_back(source.labels[examples[i]]);
     return absl::OkStatus();
   };
-  constexpr int64_t kChunk = 4096;
-  if (streamed != nullptr) {
-    PST_ASSIGN_OR_RETURN(std::unique_ptr<data::CtrExampleStream> stream,
-                         data::OpenCtrAt(streamed->input, 0, 0));
-    PST_RETURN_IF_ERROR(ForEachStreamChunk<data::CtrDataset>(*stream, kChunk, score));
-  } else {
-    std::vector<int64_t> examples;
-    for (int64_t first = 0; first < loaded->data.size; first += kChunk) {
-      const int64_t n = std::min(kChunk, loaded->data.size - first);
-      examples.resize(n);
-      std::iota(examples.begin(), examples.end(), first);
-      PST_RETURN_IF_ERROR(score(loaded->data, examples.data(), n));
-    }
-  }
+  PST_RETURN_IF_ERROR(ForEachHeldOutChunk(
+      loaded != nullptr ? &loaded->data : nullptr,
+      [&] { return data::OpenCtrAt(streamed->input, 0, 0); }, score));
   return ClassifierEvaluation(all_probs, all_labels, version);
 }
 
