@@ -87,8 +87,8 @@ class Latencies {
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
   const int64_t piece_floats = absl::GetFlag(FLAGS_piece_kb) * 1024 / 4;
-  const int64_t pieces = std::max<int64_t>(1, absl::GetFlag(FLAGS_values_mb) * 1000000 / 4 /
-                                                  piece_floats);
+  const int64_t pieces =
+      std::max<int64_t>(1, absl::GetFlag(FLAGS_values_mb) * 1000000 / 4 / piece_floats);
   VariableStore store;
   {
     proto::CreateVariablesRequest create;
@@ -143,8 +143,8 @@ int main(int argc, char** argv) {
     }
   });
 
-  const std::string path = absl::StrCat(absl::GetFlag(FLAGS_dir), "/snapshot_bench_", getpid(),
-                                        ".pst");
+  const std::string path =
+      absl::StrCat(absl::GetFlag(FLAGS_dir), "/snapshot_bench_", getpid(), ".pst");
   std::printf("%-14s %10s %12s %12s %8s %8s %12s\n", "save", "held ms", "max push ms",
               "p99 push ms", "pushes", "save s", "peak added");
   for (int round = 0; round < absl::GetFlag(FLAGS_rounds); ++round) {

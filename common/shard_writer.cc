@@ -375,7 +375,9 @@ absl::Status MaterializeDense(std::vector<ShardRecord>* records) {
             const std::vector<std::span<const float>>& slots) -> absl::Status {
           r.values.assign(values.begin(), values.end());
           r.slots.clear();
-          for (const std::span<const float>& slot : slots) r.slots.emplace_back(slot.begin(), slot.end());
+          for (const std::span<const float>& slot : slots) {
+            r.slots.emplace_back(slot.begin(), slot.end());
+          }
           return absl::OkStatus();
         }));
     r.dense.reset();

@@ -64,8 +64,8 @@ absl::Status CheckOpen(const StreamInput& input, ExampleFormat format, int64_t e
     return absl::InvalidArgumentError("a stream opened as another format than it was prepared");
   }
   if (epoch < 0 || skip < 0 || skip > input.examples) {
-    return absl::InvalidArgumentError(absl::StrCat("no example ", skip, " in epoch ", epoch,
-                                                   " of a stream of ", input.examples));
+    return absl::InvalidArgumentError(
+        absl::StrCat("no example ", skip, " in epoch ", epoch, " of a stream of ", input.examples));
   }
   return absl::OkStatus();
 }
@@ -83,15 +83,14 @@ absl::StatusOr<StreamInput> PrepareStreamInput(absl::string_view spec, int shard
                                                ExampleFormat format, int64_t buckets,
                                                const StreamOptions& options) {
   StreamInput input;
-  PST_ASSIGN_OR_RETURN(const std::vector<std::string> files,
-                       ListInputFiles(SplitInputSpec(spec)));
+  PST_ASSIGN_OR_RETURN(const std::vector<std::string> files, ListInputFiles(SplitInputSpec(spec)));
   PST_ASSIGN_OR_RETURN(input.share, InputShareOf(files, shard, num_shards));
   input.options = options;
   input.format = format;
   if (format == ExampleFormat::kCriteo) {
     input.ctr_buckets_per_field = buckets;
-    PST_ASSIGN_OR_RETURN(input.examples, (Count<CtrExampleStream, CtrDataset>(
-                                             input.share, CtrFeatures(input))));
+    PST_ASSIGN_OR_RETURN(input.examples,
+                         (Count<CtrExampleStream, CtrDataset>(input.share, CtrFeatures(input))));
   } else {
     input.libsvm_buckets = buckets;
     PST_ASSIGN_OR_RETURN(input.examples, (Count<LibsvmExampleStream, LibsvmDataset>(
@@ -100,12 +99,12 @@ absl::StatusOr<StreamInput> PrepareStreamInput(absl::string_view spec, int shard
   return input;
 }
 
-absl::StatusOr<std::unique_ptr<CtrExampleStream>> OpenCtrAt(const StreamInput& input,
-                                                            int64_t epoch, int64_t skip) {
+absl::StatusOr<std::unique_ptr<CtrExampleStream>> OpenCtrAt(const StreamInput& input, int64_t epoch,
+                                                            int64_t skip) {
   PST_RETURN_IF_ERROR(CheckOpen(input, ExampleFormat::kCriteo, epoch, skip));
-  PST_ASSIGN_OR_RETURN(
-      std::unique_ptr<CtrExampleStream> stream,
-      CtrExampleStream::Open(input.share, input.options, CtrFeatures(input), EpochStart(input, epoch)));
+  PST_ASSIGN_OR_RETURN(std::unique_ptr<CtrExampleStream> stream,
+                       CtrExampleStream::Open(input.share, input.options, CtrFeatures(input),
+                                              EpochStart(input, epoch)));
   PST_RETURN_IF_ERROR((Skip<CtrExampleStream, CtrDataset>(*stream, skip)));
   return stream;
 }
@@ -114,8 +113,8 @@ absl::StatusOr<std::unique_ptr<LibsvmExampleStream>> OpenLibsvmAt(const StreamIn
                                                                   int64_t epoch, int64_t skip) {
   PST_RETURN_IF_ERROR(CheckOpen(input, ExampleFormat::kLibsvm, epoch, skip));
   PST_ASSIGN_OR_RETURN(std::unique_ptr<LibsvmExampleStream> stream,
-                       LibsvmExampleStream::Open(input.share, input.options,
-                                                 LibsvmFeatures(input), EpochStart(input, epoch)));
+                       LibsvmExampleStream::Open(input.share, input.options, LibsvmFeatures(input),
+                                                 EpochStart(input, epoch)));
   PST_RETURN_IF_ERROR((Skip<LibsvmExampleStream, LibsvmDataset>(*stream, skip)));
   return stream;
 }

@@ -52,8 +52,8 @@ absl::StatusOr<StreamInput> PrepareStreamInput(absl::string_view spec, int shard
 // The stream of `input` from the start of epoch `epoch`, past its first
 // `skip` examples. Errors: InvalidArgument for the wrong format, or a skip
 // past the epoch's examples; those of the stream.
-absl::StatusOr<std::unique_ptr<CtrExampleStream>> OpenCtrAt(const StreamInput& input,
-                                                            int64_t epoch, int64_t skip);
+absl::StatusOr<std::unique_ptr<CtrExampleStream>> OpenCtrAt(const StreamInput& input, int64_t epoch,
+                                                            int64_t skip);
 absl::StatusOr<std::unique_ptr<LibsvmExampleStream>> OpenLibsvmAt(const StreamInput& input,
                                                                   int64_t epoch, int64_t skip);
 

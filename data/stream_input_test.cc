@@ -84,8 +84,8 @@ TEST_F(StreamInputTest, OpenAt_BadArguments_InvalidArgument) {
 }
 
 TEST_F(StreamInputTest, Prepare_MissingInput_NotFoundNamingIt) {
-  absl::StatusOr<StreamInput> input = PrepareStreamInput(
-      dir_ + "/none-*", 0, 1, ExampleFormat::kCriteo, 0, StreamOptions());
+  absl::StatusOr<StreamInput> input =
+      PrepareStreamInput(dir_ + "/none-*", 0, 1, ExampleFormat::kCriteo, 0, StreamOptions());
   ASSERT_EQ(input.status().code(), absl::StatusCode::kNotFound);
   EXPECT_NE(input.status().message().find("none-*"), std::string::npos);
 }

@@ -50,11 +50,10 @@ inline absl::StatusOr<std::unique_ptr<ModelData>> LoadStreamed(
     options.num_epochs = std::max(1, training.epochs());
   }
   auto loaded = std::make_unique<StreamedData>();
-  PST_ASSIGN_OR_RETURN(
-      loaded->input,
-      data::PrepareStreamInput(held_out ? training.eval_data() : training.data(),
-                               held_out ? 0 : shard, held_out ? 1 : num_shards, format, buckets,
-                               options));
+  PST_ASSIGN_OR_RETURN(loaded->input,
+                       data::PrepareStreamInput(held_out ? training.eval_data() : training.data(),
+                                                held_out ? 0 : shard, held_out ? 1 : num_shards,
+                                                format, buckets, options));
   return loaded;
 }
 
@@ -93,9 +92,9 @@ absl::Status ForEachStreamBatch(const proto::TrainingConfig& training, int64_t n
       chunk = Dataset();
       PST_ASSIGN_OR_RETURN(const int64_t got, stream->NextBatch(n, &chunk));
       if (got != n) {
-        return absl::DataLossError(absl::StrCat(
-            "the input changed while training: epoch ", epoch, " ended ", n - got,
-            " example(s) short of the ", num_examples, " counted at the start"));
+        return absl::DataLossError(absl::StrCat("the input changed while training: epoch ", epoch,
+                                                " ended ", n - got, " example(s) short of the ",
+                                                num_examples, " counted at the start"));
       }
       examples.resize(static_cast<size_t>(n));
       std::iota(examples.begin(), examples.end(), int64_t{0});

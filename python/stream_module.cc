@@ -42,9 +42,9 @@ class Stream {
           absl::StrCat("format must be 'criteo' or 'libsvm', got '", format, "'"));
     }
     if (batch_size < 1 || epochs < 1 || shuffle_buffer < 1 || buckets < 0) {
-      throw py::value_error(absl::StrCat(
-          "batch_size, epochs and shuffle_buffer must be >= 1 and buckets >= 0, got ",
-          batch_size, ", ", epochs, ", ", shuffle_buffer, " and ", buckets));
+      throw py::value_error(
+          absl::StrCat("batch_size, epochs and shuffle_buffer must be >= 1 and buckets >= 0, got ",
+                       batch_size, ", ", epochs, ", ", shuffle_buffer, " and ", buckets));
     }
     criteo_ = format == "criteo";
     batch_size_ = batch_size;
@@ -58,8 +58,8 @@ class Stream {
     {
       py::gil_scoped_release release;
       input = data::PrepareStreamInput(
-          spec, shard, num_shards, criteo_ ? data::ExampleFormat::kCriteo : data::ExampleFormat::kLibsvm,
-          buckets, options);
+          spec, shard, num_shards,
+          criteo_ ? data::ExampleFormat::kCriteo : data::ExampleFormat::kLibsvm, buckets, options);
     }
     input_ = ValueOrRaise(std::move(input));
   }

@@ -42,9 +42,9 @@ struct PeakMb {
 // and of the chief that scored `eval` at the end; -1 if the job failed or
 // did not say.
 PeakMb JobPeakMb(const std::string& data, const std::string& eval, bool stream) {
-  std::vector<std::string> flags = {"--model=wide_deep", "--data=" + data, "--eval_data=" + eval,
-                                    "--ps=1",           "--workers=1",     "--epochs=1",
-                                    "--batch_size=256"};
+  std::vector<std::string> flags = {
+      "--model=wide_deep", "--data=" + data, "--eval_data=" + eval, "--ps=1",
+      "--workers=1",       "--epochs=1",     "--batch_size=256"};
   if (stream) flags.push_back("--stream_data");
   std::unique_ptr<TestProcess> launcher = LaunchLocal(flags);
   EXPECT_NE(launcher, nullptr);
@@ -55,7 +55,8 @@ PeakMb JobPeakMb(const std::string& data, const std::string& eval, bool stream) 
   const std::string output = launcher->output();
   auto peak = [&](const std::string& line) {
     std::smatch m;
-    if (!std::regex_search(output, m, std::regex(line + R"(.*peak resident memory ([0-9.]+) MB)"))) {
+    if (!std::regex_search(output, m,
+                           std::regex(line + R"(.*peak resident memory ([0-9.]+) MB)"))) {
       ADD_FAILURE() << "no peak memory line '" << line << "' in\n" << output;
       return -1.0;
     }

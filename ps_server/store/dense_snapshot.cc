@@ -1,6 +1,5 @@
 #include "ps_server/store/dense_snapshot.h"
 
-#include <algorithm>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -11,20 +10,12 @@ bool CopyBudget::TryTake(int64_t bytes) {
   absl::MutexLock lock(&mu_);
   if (bytes > left_) return false;
   left_ -= bytes;
-  used_ += bytes;
-  peak_ = std::max(peak_, used_);
   return true;
 }
 
 void CopyBudget::Give(int64_t bytes) {
   absl::MutexLock lock(&mu_);
   left_ += bytes;
-  used_ -= bytes;
-}
-
-int64_t CopyBudget::peak() const {
-  absl::MutexLock lock(&mu_);
-  return peak_;
 }
 
 DenseSnapshotHold::DenseSnapshotHold(const std::vector<float>* values,
@@ -96,11 +87,6 @@ void DenseSnapshotHold::Abandon() {
   absl::MutexLock lock(&mu_);
   read_ = true;
   ReleaseLocked();
-}
-
-bool DenseSnapshotHold::released() const {
-  absl::MutexLock lock(&mu_);
-  return values_ == nullptr || read_;
 }
 
 }  // namespace pst::ps

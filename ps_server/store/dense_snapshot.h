@@ -43,15 +43,12 @@ class CopyBudget {
   explicit CopyBudget(int64_t bytes) : left_(bytes) {}
   // Takes `bytes` if there is room for them.
   bool TryTake(int64_t bytes) ABSL_LOCKS_EXCLUDED(mu_);
-  // The most the holds have held at once.
-  int64_t peak() const ABSL_LOCKS_EXCLUDED(mu_);
+  // Gives back bytes taken.
   void Give(int64_t bytes) ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
-  mutable absl::Mutex mu_;
+  absl::Mutex mu_;
   int64_t left_ ABSL_GUARDED_BY(mu_);
-  int64_t used_ ABSL_GUARDED_BY(mu_) = 0;
-  int64_t peak_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 // What a variable and its record share: the variable's tensors until it
@@ -83,9 +80,6 @@ class DenseSnapshotHold {
   // copies whatever the budget. Then returns, and the hold no longer looks
   // at the variable.
   void Preserve(bool force = false) ABSL_LOCKS_EXCLUDED(mu_);
-
-  // Whether the hold no longer looks at the variable (preserved or read).
-  bool released() const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   // Drops the copies (and gives their bytes back) and the variable.

@@ -25,7 +25,8 @@ std::vector<common::ShardRecord> VariableStore::Snapshot(absl::Duration* held, C
     if (copy_on_write) {
       double dense_bytes = 0;
       for (const auto& [name, var] : variables_) {
-        if (!var->is_hash) dense_bytes += static_cast<double>(var->rows * var->dim) * 4 * (1 + num_slots);
+        if (var->is_hash) continue;
+        dense_bytes += static_cast<double>(var->rows * var->dim) * sizeof(float) * (1 + num_slots);
       }
       budget = std::make_shared<CopyBudget>(static_cast<int64_t>(dense_bytes * copy_budget));
     }
