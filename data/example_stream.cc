@@ -117,4 +117,24 @@ absl::StatusOr<int64_t> LibsvmExampleStream::NextBatch(int64_t max_examples, Lib
   return ReadBatch(*records_, record_, max_examples, parse, undo, batch);
 }
 
+absl::StatusOr<int64_t> CtrExampleStream::SkipExamples(int64_t count) {
+  int64_t passed = 0;
+  while (passed < count) {
+    PST_ASSIGN_OR_RETURN(const bool got, records_->Next(&record_));
+    if (!got) break;
+    ++passed;
+  }
+  return passed;
+}
+
+absl::StatusOr<int64_t> LibsvmExampleStream::SkipExamples(int64_t count) {
+  int64_t passed = 0;
+  while (passed < count) {
+    PST_ASSIGN_OR_RETURN(const bool got, records_->Next(&record_));
+    if (!got) break;
+    if (LibsvmLineHasExample(record_.text)) ++passed;
+  }
+  return passed;
+}
+
 }  // namespace pst::data

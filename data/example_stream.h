@@ -38,6 +38,11 @@ class CtrExampleStream {
   // RecordStream::Next, InvalidArgument for a bad line; on error *batch is
   // as it was before the call. REQUIRES: max_examples >= 1.
   absl::StatusOr<int64_t> NextBatch(int64_t max_examples, CtrDataset* batch);
+  // Passes over the next `count` examples without parsing them (every line
+  // is one; a bad one fails when it is read as an example): a reader
+  // resuming inside an epoch. Returns how many were passed: fewer only at
+  // the end of the last epoch. Errors: those of RecordStream::Next.
+  absl::StatusOr<int64_t> SkipExamples(int64_t count);
 
   // The position of the next example (see data/record_stream.h).
   Position position() const { return records_->position(); }
@@ -63,6 +68,9 @@ class LibsvmExampleStream {
   // it has none. Also returns 0 when a whole epoch held no example (only
   // blank and comment lines), even with num_epochs 0.
   absl::StatusOr<int64_t> NextBatch(int64_t max_examples, LibsvmDataset* batch);
+  // As CtrExampleStream::SkipExamples: blank and comment lines are passed
+  // over and not counted (LibsvmLineHasExample), as NextBatch does.
+  absl::StatusOr<int64_t> SkipExamples(int64_t count);
 
   Position position() const { return records_->position(); }
   const RecordStream& records() const { return *records_; }

@@ -328,6 +328,14 @@ absl::Status ParseLibsvmLine(absl::string_view line, const std::string& path, in
   return ParseLine(line, path, line_number, buckets, data);
 }
 
+bool LibsvmLineHasExample(absl::string_view line) {
+  // As ParseLine: the text before a '#', if any blank-separated token.
+  if (const size_t hash = line.find('#'); hash != absl::string_view::npos) {
+    line = line.substr(0, hash);
+  }
+  return std::any_of(line.begin(), line.end(), [](char c) { return !IsBlank(c); });
+}
+
 absl::StatusOr<LibsvmDataset> ReadLibsvm(const std::string& path,
                                          const LibsvmFeatureConfig& features, int64_t max_rows) {
   if (max_rows < 0) {

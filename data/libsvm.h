@@ -90,6 +90,9 @@ absl::StatusOr<LibsvmDataset> ReadLibsvm(const std::string& path,
 // REQUIRES: data->offsets is not empty (it starts with 0).
 absl::Status ParseLibsvmLine(absl::string_view line, const std::string& path, int64_t line_number,
                              int64_t buckets, LibsvmDataset* data);
+// Whether ParseLibsvmLine makes an example of `line` (or fails on it):
+// false for a blank or comment line, which it passes over.
+bool LibsvmLineHasExample(absl::string_view line);
 
 // Moves the last `fraction` of the examples (llround(size * fraction), with
 // fraction clamped to [0, 1] and NaN read as 0) from `data` into `held_out`,

@@ -12,19 +12,14 @@ namespace {
 
 constexpr int64_t kChunk = 4096;
 
-// Reads `count` examples of `stream` into a scratch batch and drops them.
-// Errors: those of NextBatch; InvalidArgument when the stream ends first.
-template <typename Stream, typename Dataset>
+// Passes over `count` examples of `stream` without parsing them. Errors:
+// those of the stream; InvalidArgument when it ends first.
+template <typename Stream>
 absl::Status Skip(Stream& stream, int64_t count) {
-  Dataset scratch;
-  for (int64_t left = count; left > 0;) {
-    scratch = Dataset();
-    PST_ASSIGN_OR_RETURN(const int64_t got, stream.NextBatch(std::min(kChunk, left), &scratch));
-    if (got == 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("the stream ended ", left, " example(s) short of ", count));
-    }
-    left -= got;
+  PST_ASSIGN_OR_RETURN(const int64_t passed, stream.SkipExamples(count));
+  if (passed < count) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the stream ended ", count - passed, " example(s) short of ", count));
   }
   return absl::OkStatus();
 }
@@ -105,7 +100,7 @@ absl::StatusOr<std::unique_ptr<CtrExampleStream>> OpenCtrAt(const StreamInput& i
   PST_ASSIGN_OR_RETURN(std::unique_ptr<CtrExampleStream> stream,
                        CtrExampleStream::Open(input.share, input.options, CtrFeatures(input),
                                               EpochStart(input, epoch)));
-  PST_RETURN_IF_ERROR((Skip<CtrExampleStream, CtrDataset>(*stream, skip)));
+  PST_RETURN_IF_ERROR((Skip(*stream, skip)));
   return stream;
 }
 
@@ -115,7 +110,7 @@ absl::StatusOr<std::unique_ptr<LibsvmExampleStream>> OpenLibsvmAt(const StreamIn
   PST_ASSIGN_OR_RETURN(std::unique_ptr<LibsvmExampleStream> stream,
                        LibsvmExampleStream::Open(input.share, input.options, LibsvmFeatures(input),
                                                  EpochStart(input, epoch)));
-  PST_RETURN_IF_ERROR((Skip<LibsvmExampleStream, LibsvmDataset>(*stream, skip)));
+  PST_RETURN_IF_ERROR((Skip(*stream, skip)));
   return stream;
 }
 

@@ -8,8 +8,8 @@
 // of epoch e is the examples [b * batch, (b + 1) * batch) of the epoch's
 // order (the last one partial), so a data position (batches since the
 // job's start) names the same examples in every run, and resuming at one
-// means opening the stream at its epoch's start and reading past the
-// batches before it (OpenCtrAt / OpenLibsvmAt). Memory: the stream's
+// means opening the stream at its epoch's start and passing over the
+// examples before it, unparsed (OpenCtrAt / OpenLibsvmAt). Memory: the stream's
 // buffer, whatever the input's size.
 //
 // Functions only; safe from any thread.

@@ -1,5 +1,7 @@
 // stream_input: a model's share with its examples counted, opened at an
-// epoch and an example.
+// epoch and an example (past the examples before it without parsing them;
+// the input here has comment lines, which count in positions but are no
+// examples).
 #include "data/stream_input.h"
 
 #include <unistd.h>
@@ -73,6 +75,15 @@ TEST_F(StreamInputTest, OpenAt_EpochAndSkip_ReadsOnAsAStreamFromTheStart) {
       EXPECT_EQ(rest, std::vector<int64_t>(run.begin() + from, run.end()))
           << "epoch " << epoch << " skip " << skip;
     }
+  }
+}
+
+TEST(LibsvmLineHasExampleTest, BlankAndCommentLinesHaveNone) {
+  for (const char* none : {"", "  ", "\t\r", "# a comment", "  # 1 3:1"}) {
+    EXPECT_FALSE(LibsvmLineHasExample(none)) << "'" << none << "'";
+  }
+  for (const char* some : {"1 3:1", "0", " -1 7:0.5 # why", "oops"}) {
+    EXPECT_TRUE(LibsvmLineHasExample(some)) << "'" << some << "'";
   }
 }
 

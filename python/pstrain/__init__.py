@@ -83,7 +83,8 @@ class Stream:
     in every run, and read(p) returns them: a worker restarted at a position
     resumes at the exact example (C++ workers' --stream_data reads the same
     batches). Reading on from the last position read costs only its
-    examples; another position reopens the stream at its epoch's start.
+    examples; another position reopens the stream at its epoch's start and
+    passes over the examples before it without parsing them.
     Iterating yields (position, batch) for every position in order.
     """
 
