@@ -4,6 +4,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "common/status_macros.h"
 #include "data/line_source.h"
 
@@ -56,6 +57,20 @@ absl::StatusOr<int64_t> ReadBatch(RecordStream& records, Record& record, int64_t
     }
   }
   return batch->size - size;
+}
+
+// SkipExamples for either stream: passes over the stream's lines, unparsed,
+// until `count` of them held an example (`has_example`) or the stream ends.
+template <typename HasExample>
+absl::StatusOr<int64_t> SkipRecords(RecordStream& records, Record& record, int64_t count,
+                                    HasExample has_example) {
+  int64_t passed = 0;
+  while (passed < count) {
+    PST_ASSIGN_OR_RETURN(const bool got, records.Next(&record));
+    if (!got) break;
+    if (has_example(record.text)) ++passed;
+  }
+  return passed;
 }
 
 }  // namespace
@@ -118,23 +133,11 @@ absl::StatusOr<int64_t> LibsvmExampleStream::NextBatch(int64_t max_examples, Lib
 }
 
 absl::StatusOr<int64_t> CtrExampleStream::SkipExamples(int64_t count) {
-  int64_t passed = 0;
-  while (passed < count) {
-    PST_ASSIGN_OR_RETURN(const bool got, records_->Next(&record_));
-    if (!got) break;
-    ++passed;
-  }
-  return passed;
+  return SkipRecords(*records_, record_, count, [](absl::string_view) { return true; });
 }
 
 absl::StatusOr<int64_t> LibsvmExampleStream::SkipExamples(int64_t count) {
-  int64_t passed = 0;
-  while (passed < count) {
-    PST_ASSIGN_OR_RETURN(const bool got, records_->Next(&record_));
-    if (!got) break;
-    if (LibsvmLineHasExample(record_.text)) ++passed;
-  }
-  return passed;
+  return SkipRecords(*records_, record_, count, LibsvmLineHasExample);
 }
 
 }  // namespace pst::data

@@ -46,19 +46,16 @@ absl::Status CheckData(const proto::TrainingConfig& training, bool whole_job) {
                      ": only pstrain local generates data sets; give a daemon the file (pstrain "
                      "generate_criteo and pstrain generate_libsvm write one)"));
   }
+  // A streamed input: a file, directory, glob or list of them.
+  auto check_input = [](const char* flag, const std::string& spec) -> absl::Status {
+    absl::Status s = data::ListInputFiles(data::SplitInputSpec(spec)).status();
+    if (s.ok()) return s;
+    return absl::InvalidArgumentError(absl::StrCat(flag, ": ", s.message()));
+  };
   if (!training.eval_data().empty()) {
-    if (absl::Status s = data::ListInputFiles(data::SplitInputSpec(training.eval_data())).status();
-        !s.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat("--eval_data: ", s.message()));
-    }
+    if (absl::Status s = check_input("--eval_data", training.eval_data()); !s.ok()) return s;
   }
-  if (training.stream_data()) {
-    // A file, directory, glob or list of them, every task reading its share.
-    if (absl::Status s = data::ListInputFiles(data::SplitInputSpec(data)).status(); !s.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat("--data: ", s.message()));
-    }
-    return absl::OkStatus();
-  }
+  if (training.stream_data()) return check_input("--data", data);
   std::error_code ec;
   const std::filesystem::file_status status = std::filesystem::status(data, ec);
   if (!std::filesystem::exists(status)) {

@@ -151,11 +151,8 @@ class Logreg : public Model {
   absl::StatusOr<int64_t> Train(const proto::TrainingConfig& training, const ModelData& data,
                                 uint64_t shuffle_seed, client::PsClient* ps,
                                 const LoopControl& control) const override {
-    const auto* streamed = dynamic_cast<const StreamedData*>(&data);
-    const auto* loaded = dynamic_cast<const LibsvmData*>(&data);
-    if (streamed == nullptr && loaded == nullptr) {
-      return absl::InvalidArgumentError("data of another model given to 'logreg'");
-    }
+    PST_ASSIGN_OR_RETURN(const LoadedOrStreamedData<LibsvmData> svm,
+                         LoadedOrStreamed<LibsvmData>(data, name()));
     StepTimes unused_times;
     StepTimes& times = control.times != nullptr ? *control.times : unused_times;
     client::Values params, grads(1, std::vector<float>(1)), row_grads(1);
@@ -163,7 +160,6 @@ class Logreg : public Model {
     const bool sync = training.sync().mode() == proto::SYNC;
     SparseBatch batch;
     std::vector<float> probs;
-    std::vector<int64_t> order;
     auto step = [&](const data::LibsvmDataset& source, const int64_t* examples, int64_t n,
                     int epoch, int64_t position) -> absl::StatusOr<bool> {
           if (control.should_stop(position) || ReachedMaxSteps(training, global_step)) return false;
@@ -205,30 +201,16 @@ class Logreg : public Model {
           control.on_step(n, static_cast<float>(loss / n), epoch, global_step, position + 1);
           return true;
     };
-    if (streamed != nullptr) {
-      const data::StreamInput input = Seeded(streamed->input, shuffle_seed);
-      PST_RETURN_IF_ERROR(ForEachStreamBatch<data::LibsvmDataset>(
-          training, input.examples, control.start_position,
-          [&](int64_t epoch, int64_t skip) { return data::OpenLibsvmAt(input, epoch, skip); },
-          step));
-    } else {
-      PST_RETURN_IF_ERROR(ForEachBatch(
-          training, loaded->data.size, shuffle_seed, control.start_position, &order,
-          [&](int64_t first, int64_t n, int epoch, int64_t position) {
-            return step(loaded->data, &order[first], n, epoch, position);
-          }));
-    }
+    PST_RETURN_IF_ERROR(ForEachTrainingBatch(training, svm, shuffle_seed, control.start_position,
+                                             data::OpenLibsvmAt, step));
     return global_step;
   }
 
   absl::StatusOr<ModelEvaluation> Evaluate(const proto::TrainingConfig& training,
                                            const ModelData& held_out,
                                            client::PsClient* ps) const override {
-    const auto* streamed = dynamic_cast<const StreamedData*>(&held_out);
-    const auto* loaded = dynamic_cast<const LibsvmData*>(&held_out);
-    if (streamed == nullptr && loaded == nullptr) {
-      return absl::InvalidArgumentError("data of another model given to 'logreg'");
-    }
+    PST_ASSIGN_OR_RETURN(const LoadedOrStreamedData<LibsvmData> svm,
+                         LoadedOrStreamed<LibsvmData>(held_out, name()));
     client::Values params;
     PST_ASSIGN_OR_RETURN(const int64_t global_step, ps->Pull(&params));
     SparseBatch batch;
@@ -242,9 +224,7 @@ class Logreg : public Model {
       for (int64_t i = 0; i < n; ++i) all_labels.push_back(source.labels[examples[i]]);
       return absl::OkStatus();
     };
-    PST_RETURN_IF_ERROR(ForEachHeldOutChunk(
-        loaded != nullptr ? &loaded->data : nullptr,
-        [&] { return data::OpenLibsvmAt(streamed->input, 0, 0); }, score));
+    PST_RETURN_IF_ERROR(ForEachHeldOutChunk(svm, data::OpenLibsvmAt, score));
     return ClassifierEvaluation(all_probs, all_labels, global_step);
   }
 };

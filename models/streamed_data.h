@@ -3,7 +3,9 @@
 // - StreamedData: the ModelData of a streamed input (its share and its
 //   examples per epoch, counted once; data/stream_input.h);
 // - LoadStreamed: a worker's share of --data, or the held-out set;
+// - LoadedOrStreamed: which of the two a model's data is;
 // - ForEachStreamBatch: ForEachBatch's batches, read from the stream;
+// - ForEachTrainingBatch: the batches of either, for a training loop;
 // - ForEachHeldOutChunk: a held-out set, loaded or streamed, in chunks.
 #ifndef PST_MODELS_STREAMED_DATA_H_
 #define PST_MODELS_STREAMED_DATA_H_
@@ -12,6 +14,7 @@
 #include <cstdint>
 #include <memory>
 #include <numeric>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -19,6 +22,7 @@
 #include "common/status_macros.h"
 #include "data/stream_input.h"
 #include "models/model.h"
+#include "models/train_loop.h"
 #include "proto/pstrain.pb.h"
 
 namespace pst::models {
@@ -27,6 +31,27 @@ struct StreamedData : ModelData {
   data::StreamInput input;
   int64_t size() const override { return input.examples; }
 };
+
+// A model's data as its Load made it: `Loaded` (a ModelData holding its
+// examples in `data`), or StreamedData; exactly one is set.
+template <typename Loaded>
+struct LoadedOrStreamedData {
+  const Loaded* loaded = nullptr;
+  const StreamedData* streamed = nullptr;
+};
+
+// Which one `data` is. Errors: DataAs's InvalidArgument naming `model`, for
+// data of another model.
+template <typename Loaded>
+absl::StatusOr<LoadedOrStreamedData<Loaded>> LoadedOrStreamed(const ModelData& data,
+                                                             std::string_view model) {
+  LoadedOrStreamedData<Loaded> out;
+  out.streamed = dynamic_cast<const StreamedData*>(&data);
+  if (out.streamed == nullptr) {
+    PST_ASSIGN_OR_RETURN(out.loaded, DataAs<Loaded>(data, model));
+  }
+  return out;
+}
 
 // Whether Load streams: the training data with --stream_data, the held-out
 // set whenever --eval_data names one.
@@ -106,14 +131,41 @@ absl::Status ForEachStreamBatch(const proto::TrainingConfig& training, int64_t n
   return absl::OkStatus();
 }
 
+// A training loop's batches from data position `start_position` on, as
+// step(source, examples, count, epoch, position) takes them: ForEachBatch's
+// shuffled passes over the loaded examples, or ForEachStreamBatch's over
+// the stream, opened by open_at(input, epoch, skip) (OpenCtrAt,
+// OpenLibsvmAt) with the worker's `shuffle_seed`.
+template <typename Loaded, typename OpenAt, typename Step>
+absl::Status ForEachTrainingBatch(const proto::TrainingConfig& training,
+                                  const LoadedOrStreamedData<Loaded>& data, uint64_t shuffle_seed,
+                                  int64_t start_position, OpenAt open_at, Step&& step) {
+  using Dataset = decltype(data.loaded->data);
+  if (data.streamed != nullptr) {
+    const data::StreamInput input = Seeded(data.streamed->input, shuffle_seed);
+    return ForEachStreamBatch<Dataset>(
+        training, input.examples, start_position,
+        [&](int64_t epoch, int64_t skip) { return open_at(input, epoch, skip); }, step);
+  }
+  std::vector<int64_t> order;
+  return ForEachBatch(training, data.loaded->data.size, shuffle_seed, start_position, &order,
+                      [&](int64_t first, int64_t n, int epoch, int64_t position) {
+                        return step(data.loaded->data, &order[first], n, epoch, position);
+                      });
+}
+
 // Calls chunk_fn(source, examples, count) for every example of a held-out
-// set in order, in chunks of up to 4096: `loaded` (source is it, examples
-// index it), or else the stream `open()` opens (source is the chunk read).
-template <typename Dataset, typename Open, typename ChunkFn>
-absl::Status ForEachHeldOutChunk(const Dataset* loaded, Open open, ChunkFn&& chunk_fn) {
+// set in order, in chunks of up to 4096: the loaded examples (source is
+// them, examples index them), or the stream open_at(input, 0, 0) opens
+// (source is the chunk read).
+template <typename Loaded, typename OpenAt, typename ChunkFn>
+absl::Status ForEachHeldOutChunk(const LoadedOrStreamedData<Loaded>& data, OpenAt open_at,
+                                 ChunkFn&& chunk_fn) {
+  using Dataset = decltype(data.loaded->data);
   constexpr int64_t kChunk = 4096;
   std::vector<int64_t> examples;
-  if (loaded != nullptr) {
+  if (data.loaded != nullptr) {
+    const Dataset* loaded = &data.loaded->data;
     for (int64_t first = 0; first < loaded->size; first += kChunk) {
       const int64_t n = std::min(kChunk, loaded->size - first);
       examples.resize(static_cast<size_t>(n));
@@ -122,7 +174,7 @@ absl::Status ForEachHeldOutChunk(const Dataset* loaded, Open open, ChunkFn&& chu
     }
     return absl::OkStatus();
   }
-  PST_ASSIGN_OR_RETURN(auto stream, open());
+  PST_ASSIGN_OR_RETURN(auto stream, open_at(data.streamed->input, 0, 0));
   Dataset chunk;
   for (;;) {
     chunk = Dataset();

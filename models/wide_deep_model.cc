@@ -137,11 +137,8 @@ absl::StatusOr<WideDeepConfig> WideDeepConfigFor(const proto::TrainingConfig& tr
 absl::StatusOr<int64_t> TrainWideDeep(const proto::TrainingConfig& training,
                                       const ModelData& data, uint64_t shuffle_seed,
                                       client::PsClient* ps, const LoopControl& control) {
-  const auto* streamed = dynamic_cast<const StreamedData*>(&data);
-  const auto* loaded = dynamic_cast<const CtrData*>(&data);
-  if (streamed == nullptr && loaded == nullptr) {
-    return absl::InvalidArgumentError("data of another model given to 'wide_deep'");
-  }
+  PST_ASSIGN_OR_RETURN(const LoadedOrStreamedData<CtrData> ctr,
+                       LoadedOrStreamed<CtrData>(data, "wide_deep"));
   PST_ASSIGN_OR_RETURN(WideDeepConfig config, WideDeepConfigFor(training));
   // As TrainMlp: the reference model on one CPU device, MirroredWideDeep
   // on any other set of devices.
@@ -163,7 +160,6 @@ absl::StatusOr<int64_t> TrainWideDeep(const proto::TrainingConfig& training,
   PST_ASSIGN_OR_RETURN(int64_t global_step, ps->Pull(&params));
   const bool sync = training.sync().mode() == proto::SYNC;
   CtrBatchData batch;
-  std::vector<int64_t> order;
   // The step's times, as the other models keep them: the batch's gather
   // and the math are compute, the three calls to the ps communication.
   StepTimes unused_times;
@@ -201,29 +197,16 @@ absl::StatusOr<int64_t> TrainWideDeep(const proto::TrainingConfig& training,
         control.on_step(n, loss, epoch, global_step, position + 1);
         return true;
   };
-  if (streamed != nullptr) {
-    const data::StreamInput input = Seeded(streamed->input, shuffle_seed);
-    PST_RETURN_IF_ERROR(ForEachStreamBatch<data::CtrDataset>(
-        training, input.examples, control.start_position,
-        [&](int64_t epoch, int64_t skip) { return data::OpenCtrAt(input, epoch, skip); }, step));
-  } else {
-    PST_RETURN_IF_ERROR(ForEachBatch(
-        training, loaded->data.size, shuffle_seed, control.start_position, &order,
-        [&](int64_t first, int64_t n, int epoch, int64_t position) {
-          return step(loaded->data, &order[first], n, epoch, position);
-        }));
-  }
+  PST_RETURN_IF_ERROR(ForEachTrainingBatch(training, ctr, shuffle_seed, control.start_position,
+                                           data::OpenCtrAt, step));
   return global_step;
 }
 
 absl::StatusOr<ModelEvaluation> EvaluateWideDeep(const proto::TrainingConfig& training,
                                                  const ModelData& data,
                                                  client::PsClient* ps) {
-  const auto* streamed = dynamic_cast<const StreamedData*>(&data);
-  const auto* loaded = dynamic_cast<const CtrData*>(&data);
-  if (streamed == nullptr && loaded == nullptr) {
-    return absl::InvalidArgumentError("data of another model given to 'wide_deep'");
-  }
+  PST_ASSIGN_OR_RETURN(const LoadedOrStreamedData<CtrData> ctr,
+                       LoadedOrStreamed<CtrData>(data, "wide_deep"));
   PST_ASSIGN_OR_RETURN(WideDeepConfig config, WideDeepConfigFor(training));
   WideDeep model(config);
   client::Values params;
@@ -239,9 +222,7 @@ absl::StatusOr<ModelEvaluation> EvaluateWideDeep(const proto::TrainingConfig& tr
     for (int64_t i = 0; i < n; ++i) all_labels.push_back(source.labels[examples[i]]);
     return absl::OkStatus();
   };
-  PST_RETURN_IF_ERROR(ForEachHeldOutChunk(
-      loaded != nullptr ? &loaded->data : nullptr,
-      [&] { return data::OpenCtrAt(streamed->input, 0, 0); }, score));
+  PST_RETURN_IF_ERROR(ForEachHeldOutChunk(ctr, data::OpenCtrAt, score));
   return ClassifierEvaluation(all_probs, all_labels, version);
 }
 

@@ -15,27 +15,28 @@ std::vector<common::ShardRecord> VariableStore::Snapshot(absl::Duration* held, C
   if (held != nullptr) *held = absl::ZeroDuration();
   const bool copy_on_write = copy_budget > 0;
   // Allocate (and fault in) the copies of the dense variables first, while
-  // training goes on: pushes are held only for the copy itself.
+  // training goes on: pushes are held only for the copy itself. Copy-on-
+  // write: the copies' budget instead, a share of what they would take.
   absl::flat_hash_map<std::string, common::ShardRecord> ready;
   int num_slots = 0;
   std::shared_ptr<CopyBudget> budget;
   {
     absl::ReaderMutexLock lock(&mu_);
     num_slots = optimizer_ == nullptr ? 0 : optimizer_->num_slots();
-    if (copy_on_write) {
-      double dense_bytes = 0;
-      for (const auto& [name, var] : variables_) {
-        if (var->is_hash) continue;
-        dense_bytes += static_cast<double>(var->rows * var->dim) * sizeof(float) * (1 + num_slots);
-      }
-      budget = std::make_shared<CopyBudget>(static_cast<int64_t>(dense_bytes * copy_budget));
-    }
+    double dense_bytes = 0;
     for (const auto& [name, var] : variables_) {
-      if (var->is_hash || copy_on_write) continue;
-      common::ShardRecord& r = ready[name];
+      if (var->is_hash) continue;
       const size_t n = static_cast<size_t>(var->rows * var->dim);
+      if (copy_on_write) {
+        dense_bytes += static_cast<double>(n * sizeof(float) * (1 + num_slots));
+        continue;
+      }
+      common::ShardRecord& r = ready[name];
       r.values.resize(n);
       r.slots.assign(num_slots, std::vector<float>(n));
+    }
+    if (copy_on_write) {
+      budget = std::make_shared<CopyBudget>(static_cast<int64_t>(dense_bytes * copy_budget));
     }
   }
   // The store held exclusively: no push is half-way through, none starts,
