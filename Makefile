@@ -122,11 +122,14 @@ bench-python: build test-deps
 # save, time from a ps kill to resumed training, steps lost; then the
 # replicated ps: throughput with and without --ps_replicas=2 (interleaved
 # runs) and a failover's times; then what a save's snapshot costs pushes,
-# copied against copy-on-write (snapshot_bench).
+# copied against copy-on-write (snapshot_bench); then the bytes an
+# incremental checkpoint writes against a full one, and the restores
+# (incremental_save_bench).
 bench-recovery: build
 	bench/recovery.sh $(BUILD_DIR)
 	bench/replication.sh $(BUILD_DIR)
 	$(BUILD_DIR)/bin/snapshot_bench --dir=$(BUILD_DIR)
+	$(BUILD_DIR)/bin/incremental_save_bench --dir=$(BUILD_DIR)/bench_incremental
 
 # The unit and integration tests under AddressSanitizer (leak checks on) and
 # UndefinedBehaviorSanitizer, the daemons the tests start included. Built at

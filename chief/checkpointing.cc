@@ -11,6 +11,7 @@
 #include "absl/time/clock.h"
 #include "chief/busy_retry.h"
 #include "chief/checkpoint_cut.h"
+#include "common/checkpoint_chain.h"
 #include "common/checkpoint_format.h"
 #include "common/logging.h"
 #include "common/placement.h"
@@ -20,14 +21,13 @@
 
 namespace pst::chief {
 
-absl::StatusOr<SaveFigures> SaveCheckpoint(common::PsControl& control,
-                                           const std::vector<PsPeer>& ps,
-                                           const ChiefOptions& options,
-                                           const proto::ClusterState& state, int64_t step,
-                                           const std::vector<int64_t>& positions,
-                                           int epochs_completed, int closes_epoch) {
+absl::StatusOr<SaveFigures> SaveCheckpoint(
+    common::PsControl& control, const std::vector<PsPeer>& ps, const ChiefOptions& options,
+    const proto::ClusterState& state, int64_t step, const std::vector<int64_t>& positions,
+    int epochs_completed, int closes_epoch, const SaveKind& kind) {
   const absl::Time start = absl::Now();
   SaveFigures figures;
+  std::string base = kind.base;  // cleared when some ps cannot save incrementally
   // Phase 1: every ps snapshots (holding pushes for the instant of its
   // copy), again until the snapshots form one cut.
   // Shard i is saved by the ps serving it: ps i, but after a failover.
@@ -42,6 +42,10 @@ absl::StatusOr<SaveFigures> SaveCheckpoint(common::PsControl& control,
       request.set_num_ps(static_cast<int>(ps.size()));
       request.set_incarnation(ps[target].incarnation);
       if (replicated) request.set_shard(static_cast<int>(i));
+      if (phase == proto::SaveRequest::SNAPSHOT) {
+        request.set_track_changes(kind.track_changes);
+        request.set_base(base);
+      }
       return CallWhileBusy(
           [&]() -> absl::Status {
             (*answers)[i].Clear();
@@ -64,6 +68,20 @@ absl::StatusOr<SaveFigures> SaveCheckpoint(common::PsControl& control,
   absl::Status disagreement;
   for (figures.cut_attempts = 1;; ++figures.cut_attempts) {
     PST_RETURN_IF_ERROR(each_ps(proto::SaveRequest::SNAPSHOT, "", &snapshots));
+    if (const auto unknown = std::find_if(snapshots.begin(), snapshots.end(),
+                                          [](const auto& r) { return r.base_unknown(); });
+        unknown != snapshots.end()) {
+      // Some ps has no changes noted since the base: a full save, cut anew.
+      spdlog::info(
+          "shard {} has no changes noted since {} (its ps restarted, was restored or "
+          "took it over since): saving a full checkpoint instead of an incremental one",
+          unknown - snapshots.begin(), base);
+      std::vector<proto::SaveResponse> ignored(ps.size());
+      each_ps(proto::SaveRequest::DISCARD, "", &ignored).IgnoreError();  // frees the copies
+      base.clear();
+      figures.cut_attempts = 0;
+      continue;
+    }
     absl::StatusOr<std::vector<int64_t>> agreed = CutPositions(snapshots, sync, positions);
     if (agreed.ok()) {
       cut_positions = *std::move(agreed);
@@ -93,6 +111,8 @@ absl::StatusOr<SaveFigures> SaveCheckpoint(common::PsControl& control,
 
   const std::string name = common::CheckpointDirName(step);
   const std::string dir = absl::StrCat(options.checkpoint_dir, "/", name);
+  figures.name = name;
+  figures.incremental = !base.empty();
   if (absl::StatusOr<proto::CheckpointManifest> existing = common::ReadManifest(dir);
       existing.ok()) {
     if (common::InspectCheckpoint(dir).ok()) {  // saved already
@@ -141,6 +161,7 @@ absl::StatusOr<SaveFigures> SaveCheckpoint(common::PsControl& control,
   for (int64_t p : *cut_positions) manifest.add_worker_positions(p);
   manifest.set_epochs_completed(epochs_completed);
   manifest.set_closes_epoch(closes_epoch);
+  manifest.set_base(base);
   for (const proto::SaveResponse& r : saved) {
     *manifest.add_shards() = r.shard();
     figures.bytes += r.shard().bytes();
@@ -158,9 +179,10 @@ absl::StatusOr<SaveFigures> SaveCheckpoint(common::PsControl& control,
   }
   figures.seconds = absl::ToDoubleSeconds(absl::Now() - start);
   spdlog::info(
-      "saved checkpoint {}: {:.1f} MB in {:.2f} s ({:.0f} MB/s); {} cut in {} snapshot(s), "
+      "saved {}checkpoint {}: {:.1f} MB in {:.2f} s ({:.0f} MB/s); {} cut in {} snapshot(s), "
       "pushes held {:.2f} ms at most",
-      dir, figures.bytes / 1e6, figures.seconds,
+      figures.incremental ? absl::StrCat("incremental (on ", base, ") ") : "", dir,
+      figures.bytes / 1e6, figures.seconds,
       figures.seconds > 0 ? figures.bytes / 1e6 / figures.seconds : 0.0,
       figures.exact ? "a consistent" : "NOT an exact", figures.cut_attempts,
       figures.locked_seconds * 1e3);
@@ -241,15 +263,14 @@ absl::StatusOr<std::optional<proto::CheckpointManifest>> RestoreLatest(
                    report.status().message());
       continue;
     }
-    PST_ASSIGN_OR_RETURN(proto::CheckpointManifest manifest, common::ReadManifest(dir));
+    PST_ASSIGN_OR_RETURN(proto::RestoreRequest chain, common::RestoreRequestFor(dir));
+    const proto::CheckpointManifest& manifest = chain.manifest();
     PST_RETURN_IF_ERROR(CheckSameModel(options.checkpoint_dir, dir, manifest.plan(), state.plan()));
     const absl::Time start = absl::Now();
     std::vector<proto::RestoreResponse> restored(ps.size());
     PST_RETURN_IF_ERROR(ForEachPs(ps.size(), [&](size_t i) -> absl::Status {
       if (!common::HoldsACopy(state.plan(), static_cast<int>(i))) return absl::OkStatus();
-      proto::RestoreRequest request;
-      request.set_checkpoint(std::filesystem::path(dir).filename().string());
-      *request.mutable_manifest() = manifest;
+      proto::RestoreRequest request = chain;
       request.set_generation(generation);
       return CallWhileBusy(
           [&]() -> absl::Status {
@@ -267,11 +288,15 @@ absl::StatusOr<std::optional<proto::CheckpointManifest>> RestoreLatest(
     }));
     const double secs = absl::ToDoubleSeconds(absl::Now() - start);
     spdlog::info(
-        "restored from {} (step {}, written by {} ps, loaded onto {}): every ps read the "
+        "restored from {} (step {}, written by {} ps, loaded onto {}{}): every ps read the "
         "{:.1f} MB checkpoint in {:.2f} s ({:.0f} MB/s each)",
-        dir, manifest.global_step(), manifest.shards_size(), ps.size(), report->total_bytes / 1e6,
-        secs, secs > 0 ? report->total_bytes / 1e6 / secs : 0.0);
-    return std::optional<proto::CheckpointManifest>(std::move(manifest));
+        dir, manifest.global_step(), manifest.shards_size(), ps.size(),
+        report->chain.size() > 1
+            ? absl::StrCat("; an incremental one, a chain of ", report->chain.size(),
+                           " links from ", report->chain.front())
+            : "",
+        report->chain_bytes / 1e6, secs, secs > 0 ? report->chain_bytes / 1e6 / secs : 0.0);
+    return std::optional<proto::CheckpointManifest>(chain.manifest());
   }
   return std::optional<proto::CheckpointManifest>();
 }

@@ -9,6 +9,12 @@
 // ps writes its copy; the chief then writes the manifest, which commits the
 // checkpoint, checks it as a restore would, and prunes older ones.
 //
+// An incremental save (SaveKind.base) asks every ps for what changed since
+// the chain's last link only, and names that link in its manifest
+// (common/checkpoint_chain.h). When some ps cannot (it restarted, was
+// restored or took over a shard since: it tracks no changes since that
+// link), the save is a full one instead.
+//
 // Thread-compatible: one save or restore at a time.
 #ifndef PST_CHIEF_CHECKPOINTING_H_
 #define PST_CHIEF_CHECKPOINTING_H_
@@ -27,8 +33,20 @@
 
 namespace pst::chief {
 
+// A save's place in a chain of incremental checkpoints.
+struct SaveKind {
+  // Every ps notes which rows change from this save on, for incremental
+  // saves on it (SaveRequest.track_changes): incremental saves are on.
+  bool track_changes = false;
+  // Incremental on this checkpoint ("ckpt-<digits>", the chain's last
+  // link, saved with track_changes); "": a full save.
+  std::string base;
+};
+
 // What one save took.
 struct SaveFigures {
+  std::string name;  // the checkpoint's directory name
+  bool incremental = false;
   int64_t step = 0;
   int64_t bytes = 0;
   double seconds = 0;           // from the first request to the manifest
@@ -54,12 +72,10 @@ constexpr int kCutAttempts = 30;
 // shard is saved by the ps serving it (state.plan().shards: one copy). Errors: the first ps's
 // failure, naming it; DataLoss when the checkpoint written fails its checks (older ones are kept);
 // Internal when an unusable checkpoint of the same step cannot be moved aside.
-absl::StatusOr<SaveFigures> SaveCheckpoint(common::PsControl& control,
-                                           const std::vector<PsPeer>& ps,
-                                           const ChiefOptions& options,
-                                           const proto::ClusterState& state, int64_t step,
-                                           const std::vector<int64_t>& positions,
-                                           int epochs_completed = 0, int closes_epoch = 0);
+absl::StatusOr<SaveFigures> SaveCheckpoint(
+    common::PsControl& control, const std::vector<PsPeer>& ps, const ChiefOptions& options,
+    const proto::ClusterState& state, int64_t step, const std::vector<int64_t>& positions,
+    int epochs_completed = 0, int closes_epoch = 0, const SaveKind& kind = {});
 
 // OK when the checkpoint `dir` (under the root `root`), whose manifest has
 // the plan `saved`, is of the model of a job planned as `job`: the same

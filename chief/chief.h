@@ -42,6 +42,15 @@ struct ChiefOptions {
   std::string checkpoint_dir;
   int64_t save_steps = 0;
   double save_secs = 0;
+  // Between full saves, incremental ones every incremental_save_steps
+  // updates and/or incremental_save_secs seconds (0: never by that
+  // measure): chains on the last full one (chief/checkpointing.h). Without
+  // full saves by steps or seconds, the first save is full. The final save
+  // is always full, so that it stands alone.
+  int64_t incremental_save_steps = 0;
+  double incremental_save_secs = 0;
+  bool incremental() const { return incremental_save_steps > 0 || incremental_save_secs > 0; }
+  // Chains kept (a full checkpoint and the incremental ones on it).
   int keep_checkpoints = 5;
   // Keras-style epochs (every worker through its shard N times): a
   // checkpoint every checkpoint_every_epochs, and an evaluation every

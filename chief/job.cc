@@ -1,11 +1,13 @@
 #include "chief/job.h"
 
 #include <algorithm>
+#include <filesystem>
 #include <thread>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/checkpoint_chain.h"
 #include "common/checkpoint_format.h"
 #include "common/logging.h"
 #include "common/placement.h"
@@ -119,8 +121,11 @@ absl::Status Job::RunToEnd() {
     absl::Status finished = [&]() -> absl::Status {
       PST_ASSIGN_OR_RETURN(eval, evaluate_(coordinator_->State()));
       if (options_.checkpoint_dir.empty()) return absl::OkStatus();
+      // Full, so that the final checkpoint stands alone.
+      SaveKind full;
+      full.track_changes = options_.incremental();
       return SaveCheckpoint(*control_, ps_, options_, coordinator_->State(), eval.global_step,
-                            final_snap.positions, final_snap.epochs_completed)
+                            final_snap.positions, final_snap.epochs_completed, 0, full)
           .status();
     }();
     if (finished.ok()) break;
@@ -165,7 +170,11 @@ absl::Status Job::Start() {
     const std::vector<std::string> saved = common::ListCheckpoints(options_.checkpoint_dir);
     if (!saved.empty()) {
       absl::StatusOr<proto::CheckpointManifest> latest = common::ReadManifest(saved.front());
-      if (latest.ok()) last_saved_step_ = latest->global_step();
+      if (latest.ok()) last_saved_step_ = last_any_save_step_ = latest->global_step();
+      // The ps may still note changes since it (else the save is full).
+      if (options_.incremental()) {
+        chain_head_ = std::filesystem::path(saved.front()).filename().string();
+      }
     }
     spdlog::info("every ps kept its state: going on from there (generation {}), no restore",
                  max_generation);
@@ -197,7 +206,7 @@ absl::Status Job::Watch() {
   const common::ClusterSpec& cluster = options_.tf.cluster;
   if (running_since_ == absl::InfinitePast()) {
     running_since_ = clock_->Now();
-    last_save_time_ = running_since_;
+    last_save_time_ = last_any_save_time_ = running_since_;
   }
   ProgressDisplay progress = StartProgress();
   for (;;) {
@@ -236,18 +245,30 @@ absl::Status Job::Watch() {
     if (epochs_due.held > 0) snap = coordinator_->Check(clock_->Now());
     const int epochs_completed = epochs_due.held > 0 ? epochs_due.held : snap.epochs_completed;
     if (epochs_due.evaluate) EvaluateDuringTraining(epochs_completed);
-    if (!options_.checkpoint_dir.empty() &&
-        ((options_.save_steps > 0 && snap.global_step >= last_saved_step_ + options_.save_steps) ||
-         (options_.save_secs > 0 && now - last_save_time_ >= absl::Seconds(options_.save_secs)) ||
-         epochs_due.save)) {
+    const bool full_due =
+        (options_.save_steps > 0 && snap.global_step >= last_saved_step_ + options_.save_steps) ||
+        (options_.save_secs > 0 && now - last_save_time_ >= absl::Seconds(options_.save_secs)) ||
+        epochs_due.save;
+    const bool incremental_due =
+        (options_.incremental_save_steps > 0 &&
+         snap.global_step >= last_any_save_step_ + options_.incremental_save_steps) ||
+        (options_.incremental_save_secs > 0 &&
+         now - last_any_save_time_ >= absl::Seconds(options_.incremental_save_secs));
+    if (!options_.checkpoint_dir.empty() && (full_due || incremental_due)) {
       const int64_t pushes_before = probed_pushes_;
       const absl::Time save_start = clock_->Now();
+      SaveKind kind;
+      kind.track_changes = options_.incremental();
+      if (!full_due) kind.base = chain_head_;  // none yet: full
       absl::StatusOr<SaveFigures> saved =
           SaveCheckpoint(*control_, ps_, options_, coordinator_->State(), snap.global_step,
-                         snap.positions, epochs_completed, epochs_due.held);
-      last_save_time_ = clock_->Now();
+                         snap.positions, epochs_completed, epochs_due.held, kind);
+      last_any_save_time_ = clock_->Now();
+      if (full_due || (saved.ok() && !saved->incremental)) last_save_time_ = last_any_save_time_;
       if (saved.ok()) {
-        last_saved_step_ = snap.global_step;
+        last_any_save_step_ = snap.global_step;
+        if (!saved->incremental) last_saved_step_ = snap.global_step;
+        if (kind.track_changes) chain_head_ = saved->name;
         RecordSave(*saved, pushes_before, save_start);
       } else {
         // A ps lost in the middle of a save: the next look at the ps
@@ -353,7 +374,8 @@ void Job::ApplyRestored(const proto::CheckpointManifest& manifest) {
     positions.assign(options_.tf.cluster.worker.size(), 0);
   }
   coordinator_->ResetProgress(manifest.global_step(), positions);
-  last_saved_step_ = manifest.global_step();
+  last_saved_step_ = last_any_save_step_ = manifest.global_step();
+  chain_head_.clear();  // the ps note no changes since a restore
   // The epochs' ends after the checkpoint are held at, and acted on, again.
   const int epochs = std::max(manifest.epochs_completed(), manifest.closes_epoch());
   coordinator_->ResetEpochsReleased(epochs);

@@ -247,8 +247,15 @@ class Job {
   bool holds_at_epoch_ends_ = false;
   const absl::Time job_start_;
   std::vector<PsPeer> ps_;
+  // The last full save, and the last save of either kind (incremental
+  // ones are due counting from either).
   int64_t last_saved_step_ = 0;
   absl::Time last_save_time_;
+  int64_t last_any_save_step_ = 0;
+  absl::Time last_any_save_time_;
+  // The last link of the current chain (incremental saves): the checkpoint
+  // the next incremental save is on; "": none, the next save is full.
+  std::string chain_head_;
   absl::Time running_since_ = absl::InfinitePast();
   std::vector<int> active_;  // workers taking part, as last told to the ps
   bool membership_stale_ = false;

@@ -314,6 +314,8 @@ absl::Status ReportJob(Job& job, const ChiefOptions& options, const proto::Clust
     for (const SaveRecord& s : job.saves()) {
       nlohmann::json entry = {
           {"step", s.figures.step},
+          {"checkpoint", s.figures.name},
+          {"incremental", s.figures.incremental},
           {"mb", s.figures.bytes / 1e6},
           {"seconds", s.figures.seconds},
           {"mb_per_sec", s.figures.seconds > 0 ? s.figures.bytes / 1e6 / s.figures.seconds : 0},

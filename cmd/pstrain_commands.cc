@@ -17,6 +17,8 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/checkpoint_chain.h"
+#include "common/checkpoint_export.h"
 #include "common/checkpoint_format.h"
 #include "common/process.h"
 #include "common/tf_config.h"
@@ -29,7 +31,6 @@
 #include "flags/start_checks.h"
 #include "models/model_spec.h"
 #include "models/registry.h"
-#include "common/checkpoint_export.h"
 #include "tools/deploy_tools.h"
 #include "tools/local_cluster.h"
 #include "tools/reference.h"
@@ -103,7 +104,8 @@ constexpr const char* kForwardedFlags[] = {
     "min_slice_bytes", "max_partitions", "max_shard_bytes", "dense_piece_bytes", "overlap",
     "routing", "mode", "staleness",
     "replicas_to_aggregate", "summary_dir", "summary_steps", "checkpoint_dir",
-    "save_checkpoints_steps", "save_checkpoints_secs",
+    "save_checkpoints_steps", "save_checkpoints_secs", "incremental_save_steps",
+    "incremental_save_secs",
     "keep_checkpoints", "checkpoint_every_epochs", "eval_every_epochs", "evaluator_wait_s",
     "best_metric", "best_mode", "device", "gpus", "gpu_memory", "virtual_devices", "cpu_devices",
     "log_device_placement", "tls_cert", "tls_key", "tls_ca", "tls_server_name", "auth_token_file",
@@ -373,10 +375,21 @@ int InspectCheckpoints(const std::string& dir) {
     std::printf("%s: step %lld, %d shard(s), %lld bytes, checksums OK\n", d.c_str(),
                 static_cast<long long>(report->global_step), report->num_ps,
                 static_cast<long long>(report->total_bytes));
+    if (report->chain.size() > 1) {
+      // An incremental checkpoint: what changed since the link before.
+      std::printf(
+          "  incremental on %s: a chain of %zu links from %s, %lld bytes in all, every "
+          "link checked; below, what changed since %s\n",
+          report->chain[report->chain.size() - 2].c_str(), report->chain.size(),
+          report->chain.front().c_str(), static_cast<long long>(report->chain_bytes),
+          report->chain[report->chain.size() - 2].c_str());
+    }
     for (const auto& v : report->variables) {
-      std::printf("  %-34s %-20s rows %-10lld version %-8lld slots %d  ps %d\n", v.name.c_str(),
+      std::printf("  %-34s %-20s rows %-10lld version %-8lld slots %d  ps %d", v.name.c_str(),
                   v.shape.c_str(), static_cast<long long>(v.rows),
                   static_cast<long long>(v.version), v.slots, v.ps_index);
+      if (v.removed > 0) std::printf("  removed %lld", static_cast<long long>(v.removed));
+      std::printf("\n");
     }
   }
   return bad == 0 ? 0 : 1;
@@ -432,6 +445,5 @@ bool NamesEachTasksFiles() {
   }
   return false;
 }
-
 
 }  // namespace pst::cli

@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
+#include "common/checkpoint_chain.h"
 #include "common/checkpoint_format.h"
 #include "common/status_macros.h"
 #include "common/tensor_util.h"
@@ -104,18 +105,29 @@ std::vector<std::string> SlotNames(const std::string& optimizer, int count) {
 // ---------------------------------------------------------------------------
 // Reading.
 
-// Checks `dir` (manifest against shards, every checksum), then reads it.
+// Checks `dir` (manifest against shards, every checksum, along its chain),
+// then reads it: an incremental checkpoint as its chain folded into the
+// records a full one would hold (common::FoldLink).
 absl::StatusOr<LoadedCheckpoint> LoadCheckpoint(const std::string& dir) {
   PST_RETURN_IF_ERROR(common::InspectCheckpoint(dir).status());
+  PST_ASSIGN_OR_RETURN(const std::vector<std::string> chain, common::CheckpointChain(dir));
   LoadedCheckpoint ckpt;
   ckpt.dir = dir;
-  PST_ASSIGN_OR_RETURN(ckpt.manifest, common::ReadManifest(dir));
-  for (const proto::CheckpointShard& shard : ckpt.manifest.shards()) {
-    // InspectCheckpoint has checked the name is a plain file name.
-    std::string path = (fs::path(dir) / shard.file()).string();
-    PST_ASSIGN_OR_RETURN(std::vector<ShardRecord> records, common::ReadShardFile(path));
-    ckpt.shard_paths.push_back(std::move(path));
-    ckpt.shards.push_back(std::move(records));
+  for (const std::string& link : chain) {
+    PST_ASSIGN_OR_RETURN(ckpt.manifest, common::ReadManifest(link));
+    const bool first = link == chain.front();
+    for (int i = 0; i < ckpt.manifest.shards_size(); ++i) {
+      // InspectCheckpoint has checked the name is a plain file name, and
+      // that every link has as many shards.
+      std::string path = (fs::path(link) / ckpt.manifest.shards(i).file()).string();
+      PST_ASSIGN_OR_RETURN(std::vector<ShardRecord> records, common::ReadShardFile(path));
+      if (first) {
+        ckpt.shard_paths.push_back(std::move(path));
+        ckpt.shards.push_back(std::move(records));
+      } else {
+        PST_RETURN_IF_ERROR(common::FoldLink(&ckpt.shards[i], std::move(records), path));
+      }
+    }
   }
   return ckpt;
 }

@@ -5,6 +5,9 @@
 //   MANIFEST.json                written last by the chief: the commit point
 // A directory without a readable manifest is not a checkpoint (a crash in
 // the middle of a save leaves the previous checkpoint the latest one).
+// An incremental checkpoint's manifest names the checkpoint it adds to
+// (CheckpointManifest.base); its shards hold what changed since. Listing,
+// chains, retention and the checks a restore makes: checkpoint_chain.h.
 //
 // Shard file, little-endian:
 //   "PSTSHRD2"                       8-byte magic
@@ -20,6 +23,7 @@
 //                                    (common/checkpoint_layout.h), as tensors:
 //       1: int64 [rows] each row's last update, float64 [rows] its lfu count
 //       2: the admission counts (AdmissionFilter::Serialize's bytes)
+//       4: int64 [n] ids removed since the link before (incremental)
 //     uint32 crc32 of the record's bytes before this field
 //   "PSTEND01"                       8-byte trailer
 // Values and slots are float32 [rows, dim]; hash ids are int64 [rows].
@@ -94,6 +98,10 @@ struct ShardRecord {
   std::vector<int64_t> row_last;
   std::vector<double> row_count;
   std::string admission;
+  // A hash record of an incremental checkpoint: the ids whose rows were
+  // removed (evicted, expired) since the link before it, none of them an
+  // id of its rows. Empty in a full checkpoint.
+  std::vector<int64_t> removed_ids;
   // A hash record's rows as a stream instead (the vectors above then empty
   // and `rows` 0; WriteShardFile writes the stream's rows, with their
   // entries, and the reader reads them back into the vectors). Only
@@ -158,43 +166,6 @@ absl::Status WriteManifest(const std::string& dir, const proto::CheckpointManife
 // absent; FailedPrecondition for a symbolic link; DataLoss when it does not
 // parse or is of another format_version.
 absl::StatusOr<proto::CheckpointManifest> ReadManifest(const std::string& dir);
-
-// Checkpoint directories under `root` that have a manifest, newest (highest
-// step) first. A missing root gives an empty list.
-std::vector<std::string> ListCheckpoints(const std::string& root);
-
-// Retention after a save. `verified` is the checkpoint just written and
-// checked (InspectCheckpoint): it is always kept, with the newest `keep`-1
-// others, and nothing is removed unless it is listed. Directories with no
-// manifest at all older than the newest checkpoint are removed (debris of
-// interrupted saves); a directory whose manifest exists but cannot be read
-// is never removed. The root is fsync'ed after a removal.
-// Errors: InvalidArgument for keep < 1; Internal naming what could not be
-// removed.
-absl::Status PruneCheckpoints(const std::string& root, int keep, const std::string& verified);
-
-// What `pstrain checkpoint inspect` prints about one checkpoint.
-struct CheckpointReport {
-  int64_t global_step = 0;
-  int num_ps = 0;
-  int64_t total_bytes = 0;
-  struct Variable {
-    std::string name;  // partition or variable
-    std::string shape;
-    int64_t rows = 0;
-    int64_t version = 0;
-    int slots = 0;
-    int ps_index = 0;
-  };
-  std::vector<Variable> variables;
-};
-
-// Reads the manifest and every shard, checking the file sizes and checksums
-// against the manifest and every tensor's checksum. Errors: as ReadManifest
-// and ReadShardFile, and DataLoss for a shard whose size or crc32 differs
-// from the manifest or for a variable of the manifest's plan that no shard
-// holds.
-absl::StatusOr<CheckpointReport> InspectCheckpoint(const std::string& dir);
 
 }  // namespace pst::common
 

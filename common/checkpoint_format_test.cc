@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/checkpoint_test_records.h"
 #include "common/shard_reader.h"
 #include "common/status_macros.h"
 #include "common/temp_dir_test.h"
@@ -24,12 +25,6 @@ namespace pst::common {
 namespace {
 
 namespace fs = std::filesystem;
-
-// Whether `text` contains `part`, showing both when not.
-::testing::AssertionResult Contains(const std::string& text, const std::string& part) {
-  if (text.find(part) != std::string::npos) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << "'" << text << "' does not contain '" << part << "'";
-}
 
 class CheckpointFormatTest : public TempDirTest {
  protected:
@@ -53,78 +48,6 @@ class CheckpointFormatTest : public TempDirTest {
   }
 };
 
-proto::VariableSpec DenseSpec(const std::string& name, std::vector<int64_t> shape) {
-  proto::VariableSpec spec;
-  spec.set_name(name);
-  spec.set_dtype(proto::DT_FLOAT32);
-  for (int64_t d : shape) spec.add_shape(d);
-  spec.mutable_initializer()->set_kind(proto::Initializer::GLOROT_UNIFORM);
-  spec.mutable_initializer()->set_seed(42);
-  return spec;
-}
-
-std::vector<float> Ramp(size_t n, float start) {
-  std::vector<float> v(n);
-  for (size_t i = 0; i < n; ++i) v[i] = start + 0.5f * static_cast<float>(i);
-  return v;
-}
-
-// Four records: dense rank 2 with two slots, rank 1 with no slot, a hash
-// embedding with ids, and a MOD partition.
-std::vector<ShardRecord> SampleRecords() {
-  std::vector<ShardRecord> records;
-  {
-    ShardRecord r;
-    r.spec = DenseSpec("dense_0/kernel", {3, 4});
-    r.version = 17;
-    r.rows = 3;
-    r.values = Ramp(12, 1.0f);
-    r.slots = {Ramp(12, -3.0f), Ramp(12, 100.0f)};
-    records.push_back(r);
-  }
-  {
-    ShardRecord r;
-    r.spec = DenseSpec("dense_0/bias", {5});
-    r.version = 17;
-    r.rows = 5;
-    r.values = Ramp(5, 0.25f);
-    records.push_back(r);
-  }
-  {
-    ShardRecord r;
-    r.spec = DenseSpec("emb/part_0", {0, 3});
-    r.spec.set_variable("emb");
-    r.spec.set_routing(proto::HASH);
-    r.spec.set_partition(0);
-    r.spec.set_num_partitions(2);
-    r.spec.set_admit_after(2);
-    r.version = 9;
-    r.rows = 4;
-    r.values = Ramp(12, 7.0f);
-    r.slots = {Ramp(12, 0.1f)};
-    r.hash_ids = {-5, 12, 1LL << 40, 3};
-    records.push_back(r);
-  }
-  {
-    ShardRecord r;
-    r.spec = DenseSpec("table/part_1", {2, 2});
-    r.spec.set_variable("table");
-    r.spec.add_full_shape(5);
-    r.spec.add_full_shape(2);
-    r.spec.set_partition(1);
-    r.spec.set_num_partitions(3);
-    r.spec.set_routing(proto::MOD);
-    r.spec.set_row_offset(1);
-    r.spec.set_row_stride(3);
-    r.version = 2;
-    r.rows = 2;
-    r.values = Ramp(4, -1.0f);
-    r.slots = {Ramp(4, 2.0f)};
-    records.push_back(r);
-  }
-  return records;
-}
-
 void ExpectSameRecords(const std::vector<ShardRecord>& got, const std::vector<ShardRecord>& want) {
   ASSERT_EQ(got.size(), want.size());
   for (size_t i = 0; i < got.size(); ++i) {
@@ -138,6 +61,7 @@ void ExpectSameRecords(const std::vector<ShardRecord>& got, const std::vector<Sh
     EXPECT_EQ(got[i].row_last, want[i].row_last);
     EXPECT_EQ(got[i].row_count, want[i].row_count);
     EXPECT_EQ(got[i].admission, want[i].admission);
+    EXPECT_EQ(got[i].removed_ids, want[i].removed_ids);
   }
 }
 
@@ -185,6 +109,44 @@ TEST_F(CheckpointFormatTest, WriteThenRead_TableExtras_RoundTrip) {
   records[2].row_count.pop_back();
   EXPECT_EQ(WriteShardFile(Path("bad.pst"), records, nullptr).code(),
             absl::StatusCode::kInvalidArgument);
+  EXPECT_FALSE(fs::exists(Path("bad.pst")));
+}
+
+// An incremental checkpoint's hash record: rows changed, and ids removed.
+TEST_F(CheckpointFormatTest, WriteThenRead_RemovedIds_RoundTrip_OnlyForHashRecords) {
+  std::vector<ShardRecord> records = SampleRecords();
+  records[2].removed_ids = {11, -7, int64_t{1} << 50};
+  ShardRecord only_removed = records[2];
+  only_removed.spec.set_name("emb/part_1");
+  only_removed.rows = 0;
+  only_removed.values.clear();
+  only_removed.slots = {{}};
+  only_removed.hash_ids.clear();
+  records.push_back(only_removed);
+  const std::string path = Path("removed.pst");
+  ASSERT_TRUE(WriteShardFile(path, records, nullptr).ok());
+  absl::StatusOr<std::vector<ShardRecord>> got = ReadShardFile(path);
+  ASSERT_TRUE(got.ok()) << got.status();
+  ExpectSameRecords(*got, records);
+
+  // A record not kept still gives its removed ids (a streamed restore
+  // removes them too).
+  absl::StatusOr<std::unique_ptr<ShardReader>> reader = ShardReader::Open(path);
+  ASSERT_TRUE(reader.ok());
+  ShardRecord record;
+  ShardRowsLayout layout;
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(*(*reader)->Next(
+        &record, [](const proto::VariableSpec&) { return false; }, &layout));
+  }
+  EXPECT_EQ(record.removed_ids, records[2].removed_ids);
+  EXPECT_TRUE(record.values.empty());
+
+  // Ids removed from a dense variable are refused, nothing written.
+  records[0].removed_ids = {1};
+  const absl::Status refused = WriteShardFile(Path("bad.pst"), records, nullptr);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument) << refused;
+  EXPECT_TRUE(Contains(std::string(refused.message()), "dense_0/kernel"));
   EXPECT_FALSE(fs::exists(Path("bad.pst")));
 }
 
@@ -626,114 +588,8 @@ TEST_F(CheckpointFormatTest, Manifest_Missing_IsNotFound) {
   EXPECT_EQ(got.status().code(), absl::StatusCode::kNotFound) << got.status();
 }
 
-// Creates <root>/ckpt-<step>, with a manifest when `committed`.
-void MakeCheckpointDir(const std::string& root, int64_t step, bool committed) {
-  const std::string dir = (fs::path(root) / CheckpointDirName(step)).string();
-  fs::create_directories(dir);
-  std::ofstream(fs::path(dir) / "shard-0-of-1.pst") << "partial";
-  if (committed) {
-    proto::CheckpointManifest m;
-    m.set_format_version(1);
-    m.set_global_step(step);
-    ASSERT_TRUE(WriteManifest(dir, m).ok());
-  }
-}
-
-TEST_F(CheckpointFormatTest, ListCheckpoints_NewestFirstAndOnlyCommitted) {
-  MakeCheckpointDir(dir_, 100, true);
-  MakeCheckpointDir(dir_, 2000, true);
-  MakeCheckpointDir(dir_, 300, true);
-  MakeCheckpointDir(dir_, 5000, false);  // no manifest
-  // A manifest that does not parse is not a checkpoint either.
-  fs::create_directories(Path("ckpt-000000000400"));
-  WriteBytes(Path("ckpt-000000000400/MANIFEST.json"), "not json");
-  fs::create_directories(Path("ckpt-abc"));  // not a step
-  WriteBytes(Path("ckpt-000000000700"), "a file, not a directory");
-
-  const std::vector<std::string> want = {Path("ckpt-000000002000"), Path("ckpt-000000000300"),
-                                         Path("ckpt-000000000100")};
-  EXPECT_EQ(ListCheckpoints(dir_), want);
-  EXPECT_TRUE(ListCheckpoints(Path("absent")).empty());
-}
-
-TEST_F(CheckpointFormatTest, PruneCheckpoints_KeepsNewestAndRemovesOldDebrisOnly) {
-  MakeCheckpointDir(dir_, 100, true);
-  MakeCheckpointDir(dir_, 200, true);
-  MakeCheckpointDir(dir_, 300, true);
-  MakeCheckpointDir(dir_, 400, true);
-  MakeCheckpointDir(dir_, 250, false);  // old debris of an interrupted save
-  MakeCheckpointDir(dir_, 500, false);  // a save in progress
-  WriteBytes(Path("notes.txt"), "keep me");
-  fs::create_directories(Path("other_dir"));
-  fs::create_directories(Path("ckpt-latest"));
-
-  ASSERT_TRUE(PruneCheckpoints(dir_, 2, Path("ckpt-000000000400")).ok());
-  const std::vector<std::string> want = {Path("ckpt-000000000400"), Path("ckpt-000000000300")};
-  EXPECT_EQ(ListCheckpoints(dir_), want);
-  EXPECT_FALSE(fs::exists(Path("ckpt-000000000100")));
-  EXPECT_FALSE(fs::exists(Path("ckpt-000000000200")));
-  EXPECT_FALSE(fs::exists(Path("ckpt-000000000250")));
-  EXPECT_TRUE(fs::exists(Path("ckpt-000000000500/shard-0-of-1.pst")));
-  EXPECT_TRUE(fs::exists(Path("notes.txt")));
-  EXPECT_TRUE(fs::exists(Path("other_dir")));
-  EXPECT_TRUE(fs::exists(Path("ckpt-latest")));
-
-  // Keeping more than exist changes nothing.
-  ASSERT_TRUE(PruneCheckpoints(dir_, 10, Path("ckpt-000000000400")).ok());
-  EXPECT_EQ(ListCheckpoints(dir_), want);
-}
-
-TEST_F(CheckpointFormatTest, PruneCheckpoints_WithoutCommittedCheckpoint_TouchesNothing) {
-  MakeCheckpointDir(dir_, 100, false);
-  ASSERT_TRUE(PruneCheckpoints(dir_, 1, Path("ckpt-000000000100")).ok());
-  EXPECT_TRUE(fs::exists(Path("ckpt-000000000100")));
-  EXPECT_TRUE(PruneCheckpoints(Path("absent"), 1, Path("absent/ckpt-000000000100")).ok());
-}
-
-TEST_F(CheckpointFormatTest, PruneCheckpoints_KeepBelowOne_IsInvalidArgument) {
-  MakeCheckpointDir(dir_, 100, true);
-  EXPECT_EQ(PruneCheckpoints(dir_, 0, Path("ckpt-000000000100")).code(),
-            absl::StatusCode::kInvalidArgument);
-  EXPECT_TRUE(fs::exists(Path("ckpt-000000000100")));
-}
-
-// After a fall back from a newer checkpoint that failed its checks, the
-// next save is older by step than it: with keep=1 that save is what stays.
-TEST_F(CheckpointFormatTest, PruneCheckpoints_KeepOne_KeepsTheVerifiedSaveOverANewerStep) {
-  MakeCheckpointDir(dir_, 100, true);
-  MakeCheckpointDir(dir_, 200, true);  // the corrupt one the job fell back from
-  MakeCheckpointDir(dir_, 150, true);  // the save just made and checked
-  ASSERT_TRUE(PruneCheckpoints(dir_, 1, Path("ckpt-000000000150")).ok());
-  const std::vector<std::string> want = {Path("ckpt-000000000150")};
-  EXPECT_EQ(ListCheckpoints(dir_), want);
-}
-
-TEST_F(CheckpointFormatTest, PruneCheckpoints_UnverifiedSave_RemovesNothing) {
-  MakeCheckpointDir(dir_, 100, true);
-  MakeCheckpointDir(dir_, 200, true);
-  MakeCheckpointDir(dir_, 50, false);
-  ASSERT_TRUE(PruneCheckpoints(dir_, 1, Path("ckpt-000000000300")).ok());  // not there
-  EXPECT_EQ(ListCheckpoints(dir_).size(), 2u);
-  EXPECT_TRUE(fs::exists(Path("ckpt-000000000050")));
-}
-
-// A manifest that exists but cannot be read or parsed is not debris: it may
-// be a good checkpoint on a bad day (permissions, a newer build's format).
-TEST_F(CheckpointFormatTest, PruneCheckpoints_NeverRemovesAnUnreadableManifest) {
-  MakeCheckpointDir(dir_, 100, false);
-  WriteBytes(Path("ckpt-000000000100/MANIFEST.json"), "{ not json");
-  MakeCheckpointDir(dir_, 200, false);
-  WriteBytes(Path("ckpt-000000000200/MANIFEST.json"), "{}");
-  ASSERT_EQ(::chmod(Path("ckpt-000000000200/MANIFEST.json").c_str(), 0), 0);
-  MakeCheckpointDir(dir_, 300, true);
-  ASSERT_TRUE(PruneCheckpoints(dir_, 1, Path("ckpt-000000000300")).ok());
-  EXPECT_TRUE(fs::exists(Path("ckpt-000000000100/MANIFEST.json")));
-  EXPECT_TRUE(fs::exists(Path("ckpt-000000000200/MANIFEST.json")));
-  EXPECT_TRUE(fs::exists(Path("ckpt-000000000300/MANIFEST.json")));
-}
-
 TEST_F(CheckpointFormatTest, ReadManifest_UnknownFieldIsIgnored_OtherFormatVersionIsDataLoss) {
-  MakeCheckpointDir(dir_, 100, false);
+  fs::create_directories(Path("ckpt-000000000100"));
   WriteBytes(Path("ckpt-000000000100/MANIFEST.json"),
              R"({"format_version": 1, "global_step": "100", "added_later": {"x": 1}})");
   absl::StatusOr<proto::CheckpointManifest> read = ReadManifest(Path("ckpt-000000000100"));
@@ -815,114 +671,6 @@ TEST_F(CheckpointFormatTest, WriteShardFile_OverAPlantedLink_ReplacesTheLinkOnly
   EXPECT_EQ(ReadBytes(Path("victim")), "precious");
   EXPECT_FALSE(fs::is_symlink(Path("shard-0-of-1.pst")));
   EXPECT_TRUE(ReadShardFile(Path("shard-0-of-1.pst")).ok());
-}
-
-// Writes a two-ps checkpoint at step 1200 whose plan places the sample
-// records two on each ps, and returns its directory. `lost_on_ps1`: ps 1
-// wrote an empty shard (it had restarted and held nothing).
-std::string WriteGoodCheckpoint(const std::string& root, bool lost_on_ps1 = false) {
-  const std::string dir = (fs::path(root) / CheckpointDirName(1200)).string();
-  fs::create_directories(dir);
-  std::vector<ShardRecord> all = SampleRecords();
-  std::vector<std::vector<ShardRecord>> per_ps = {{all[0], all[1]}, {all[2], all[3]}};
-  proto::CheckpointManifest m;
-  m.set_format_version(1);
-  m.set_global_step(1200);
-  m.mutable_plan()->set_num_ps(2);
-  for (int ps = 0; ps < 2; ++ps) {
-    for (const ShardRecord& r : per_ps[ps]) {
-      proto::PlacementPlan::Entry* entry = m.mutable_plan()->add_variables();
-      *entry->mutable_spec() = r.spec;
-      entry->set_ps_index(ps);
-    }
-  }
-  if (lost_on_ps1) per_ps[1].clear();
-  for (int ps = 0; ps < 2; ++ps) {
-    proto::CheckpointShard shard;
-    const std::string path = (fs::path(dir) / ShardFileName(ps, 2)).string();
-    EXPECT_TRUE(WriteShardFile(path, per_ps[ps], &shard).ok());
-    shard.set_ps_index(ps);
-    *m.add_shards() = shard;
-  }
-  EXPECT_TRUE(WriteManifest(dir, m).ok());
-  return dir;
-}
-
-TEST_F(CheckpointFormatTest, InspectCheckpoint_GoodCheckpoint) {
-  const std::string dir = WriteGoodCheckpoint(dir_);
-  absl::StatusOr<CheckpointReport> report = InspectCheckpoint(dir);
-  ASSERT_TRUE(report.ok()) << report.status();
-  EXPECT_EQ(report->global_step, 1200);
-  EXPECT_EQ(report->num_ps, 2);
-  EXPECT_EQ(report->total_bytes, static_cast<int64_t>(fs::file_size(dir + "/shard-0-of-2.pst") +
-                                                      fs::file_size(dir + "/shard-1-of-2.pst")));
-  ASSERT_EQ(report->variables.size(), 4u);
-  const auto& v = report->variables;
-  EXPECT_EQ(v[0].name, "dense_0/kernel");
-  EXPECT_EQ(v[0].shape, "[3, 4]");
-  EXPECT_EQ(v[0].rows, 3);
-  EXPECT_EQ(v[0].version, 17);
-  EXPECT_EQ(v[0].slots, 2);
-  EXPECT_EQ(v[0].ps_index, 0);
-  EXPECT_EQ(v[1].name, "dense_0/bias");
-  EXPECT_EQ(v[1].shape, "[5]");
-  EXPECT_EQ(v[1].slots, 0);
-  EXPECT_EQ(v[2].name, "emb/part_0");
-  EXPECT_EQ(v[2].shape, "[4 ids, 3]");
-  EXPECT_EQ(v[2].rows, 4);
-  EXPECT_EQ(v[2].version, 9);
-  EXPECT_EQ(v[2].slots, 1);
-  EXPECT_EQ(v[2].ps_index, 1);
-  EXPECT_EQ(v[3].name, "table/part_1");
-  EXPECT_EQ(v[3].shape, "[2, 2]");
-  EXPECT_EQ(v[3].ps_index, 1);
-}
-
-TEST_F(CheckpointFormatTest, InspectCheckpoint_ShardDiffersFromManifest_IsDataLoss) {
-  const std::string dir = WriteGoodCheckpoint(dir_);
-  const std::string shard = dir + "/shard-1-of-2.pst";
-  {
-    // Overwrite one byte in place: same size, different crc32.
-    std::fstream f(shard, std::ios::binary | std::ios::in | std::ios::out);
-    f.seekg(20);
-    char c = 0;
-    f.read(&c, 1);
-    f.seekp(20);
-    c = static_cast<char>(c ^ 0x10);
-    f.write(&c, 1);
-  }
-  absl::StatusOr<CheckpointReport> report = InspectCheckpoint(dir);
-  EXPECT_EQ(report.status().code(), absl::StatusCode::kDataLoss) << report.status();
-  EXPECT_TRUE(Contains(std::string(report.status().message()), "shard-1-of-2.pst"));
-  EXPECT_TRUE(Contains(std::string(report.status().message()), "crc32"));
-}
-
-TEST_F(CheckpointFormatTest, InspectCheckpoint_ShardSizeDiffers_IsDataLoss) {
-  const std::string dir = WriteGoodCheckpoint(dir_);
-  const std::string shard = dir + "/shard-0-of-2.pst";
-  WriteBytes(shard, ReadBytes(shard) + "!");
-  absl::StatusOr<CheckpointReport> report = InspectCheckpoint(dir);
-  EXPECT_EQ(report.status().code(), absl::StatusCode::kDataLoss) << report.status();
-  EXPECT_TRUE(Contains(std::string(report.status().message()), "shard-0-of-2.pst"));
-}
-
-TEST_F(CheckpointFormatTest, InspectCheckpoint_PlannedVariableInNoShard_IsDataLossNamingIt) {
-  // Every file and checksum is good; only the plan tells that ps 1's
-  // variables are missing.
-  const std::string dir = WriteGoodCheckpoint(dir_, /*lost_on_ps1=*/true);
-  absl::StatusOr<CheckpointReport> report = InspectCheckpoint(dir);
-  EXPECT_EQ(report.status().code(), absl::StatusCode::kDataLoss) << report.status();
-  EXPECT_TRUE(Contains(std::string(report.status().message()), "'emb/part_0' on ps 1"))
-      << report.status();
-  EXPECT_TRUE(Contains(std::string(report.status().message()), "incomplete")) << report.status();
-}
-
-TEST_F(CheckpointFormatTest, InspectCheckpoint_MissingShardOrManifest_IsNotFound) {
-  const std::string dir = WriteGoodCheckpoint(dir_);
-  fs::remove(dir + "/shard-1-of-2.pst");
-  EXPECT_EQ(InspectCheckpoint(dir).status().code(), absl::StatusCode::kNotFound);
-  fs::remove(dir + "/" + kManifestFile);
-  EXPECT_EQ(InspectCheckpoint(dir).status().code(), absl::StatusCode::kNotFound);
 }
 
 }  // namespace

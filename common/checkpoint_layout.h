@@ -19,9 +19,11 @@ inline constexpr char kShardMagic[] = "PSTSHRD2";
 inline constexpr char kShardMagicV1[] = "PSTSHRD1";
 // The table extras a version 2 record holds (a bit mask, written after its
 // tensors): each row's eviction entry (ShardRecord::row_last, row_count),
-// and the admission counts (ShardRecord::admission).
+// the admission counts (ShardRecord::admission), and the ids an
+// incremental checkpoint's record removes (ShardRecord::removed_ids).
 inline constexpr uint32_t kShardRowEntries = 1;
 inline constexpr uint32_t kShardAdmission = 2;
+inline constexpr uint32_t kShardRemoved = 4;
 inline constexpr char kShardTrailer[] = "PSTEND01";
 inline constexpr size_t kShardTagBytes = 8;
 // The smallest tensor: payload_bytes and crc.

@@ -259,7 +259,7 @@ absl::StatusOr<bool> ShardReader::Next(ShardRecord* record, const KeepTensors& k
   if (format_ >= 2) {
     uint32_t extras = 0;
     PST_RETURN_IF_ERROR(read(&extras, sizeof(extras), "the table extras"));
-    if ((extras & ~(kShardRowEntries | kShardAdmission)) != 0) {
+    if ((extras & ~(kShardRowEntries | kShardAdmission | kShardRemoved)) != 0) {
       return loss(absl::StrCat("unknown table extras ", extras));
     }
     if ((extras & kShardRowEntries) != 0) {
@@ -282,6 +282,13 @@ absl::StatusOr<bool> ShardReader::Next(ShardRecord* record, const KeepTensors& k
       PST_RETURN_IF_ERROR(
           ReadTensor(&admission, 0, keeping || rows_layout != nullptr, "the admission counts"));
       r.admission.assign(admission.begin(), admission.end());
+    }
+    if ((extras & kShardRemoved) != 0) {
+      if (!hash) return loss("ids removed from a variable that is not a hash table");
+      // Kept whatever `keep` says: a restore of a streamed table removes
+      // them too, and a report counts them (8 bytes an id, against a row's
+      // values and slots).
+      PST_RETURN_IF_ERROR(ReadTensor(&r.removed_ids, 0, /*keeping=*/true, "the removed ids"));
     }
   }
   in_record_ = false;

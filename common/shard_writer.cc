@@ -164,6 +164,9 @@ absl::Status CheckRecordForWrite(const std::string& path, const ShardRecord& r) 
   absl::StatusOr<uint64_t> bytes = ShardFloatPayloadBytes(r.spec, r.rows);
   if (!bytes.ok()) return bad(bytes.status().message());
   const uint64_t elements = *bytes / sizeof(float);
+  if (!r.removed_ids.empty() && !ShardSpecIsHash(r.spec)) {
+    return bad("ids removed from a variable that is not hashed");
+  }
   if (r.stream != nullptr) {
     if (!ShardSpecIsHash(r.spec)) return bad("rows streamed for a variable that is not hashed");
     if (r.rows != 0 || !r.values.empty() || !r.slots.empty() || !r.hash_ids.empty() ||
@@ -206,6 +209,22 @@ absl::Status CheckRecordForWrite(const std::string& path, const ShardRecord& r) 
   return absl::OkStatus();
 }
 
+// The extras after the row entries: the admission counts and the ids
+// removed, each when the record has them.
+uint32_t OtherExtras(const ShardRecord& r) {
+  return (r.admission.empty() ? 0 : kShardAdmission) | (r.removed_ids.empty() ? 0 : kShardRemoved);
+}
+absl::Status WriteOtherExtras(const ShardRecord& r, uint32_t extras, FileBuilder* out) {
+  if ((extras & kShardAdmission) != 0) {
+    PST_RETURN_IF_ERROR(out->WholeTensor(r.admission.data(), r.admission.size()));
+  }
+  if ((extras & kShardRemoved) != 0) {
+    PST_RETURN_IF_ERROR(
+        out->WholeTensor(r.removed_ids.data(), r.removed_ids.size() * sizeof(int64_t)));
+  }
+  return absl::OkStatus();
+}
+
 // The tensors and extras of a record whose rows are held.
 absl::Status WriteHeldRows(const ShardRecord& r, FileBuilder* out) {
   PST_RETURN_IF_ERROR(out->WholeTensor(r.values.data(), r.values.size() * sizeof(float)));
@@ -217,19 +236,13 @@ absl::Status WriteHeldRows(const ShardRecord& r, FileBuilder* out) {
     PST_RETURN_IF_ERROR(
         out->WholeTensor(r.hash_ids.data(), r.hash_ids.size() * sizeof(int64_t)));
   }
-  const uint32_t extras = (r.row_last.empty() ? 0 : kShardRowEntries) |
-                          (r.admission.empty() ? 0 : kShardAdmission);
+  const uint32_t extras = (r.row_last.empty() ? 0 : kShardRowEntries) | OtherExtras(r);
   PST_RETURN_IF_ERROR(out->U32(extras));
   if ((extras & kShardRowEntries) != 0) {
-    PST_RETURN_IF_ERROR(
-        out->WholeTensor(r.row_last.data(), r.row_last.size() * sizeof(int64_t)));
-    PST_RETURN_IF_ERROR(
-        out->WholeTensor(r.row_count.data(), r.row_count.size() * sizeof(double)));
+    PST_RETURN_IF_ERROR(out->WholeTensor(r.row_last.data(), r.row_last.size() * sizeof(int64_t)));
+    PST_RETURN_IF_ERROR(out->WholeTensor(r.row_count.data(), r.row_count.size() * sizeof(double)));
   }
-  if ((extras & kShardAdmission) != 0) {
-    PST_RETURN_IF_ERROR(out->WholeTensor(r.admission.data(), r.admission.size()));
-  }
-  return absl::OkStatus();
+  return WriteOtherExtras(r, extras, out);
 }
 
 // The tensors and extras of a dense record read from its source: the
@@ -272,17 +285,14 @@ absl::Status WriteStreamedRows(const std::string& path, const ShardRecord& r, in
   }
   PST_ASSIGN_OR_RETURN(std::unique_ptr<FileBuilder::Sink> ids, out->Tensor(n * sizeof(int64_t)));
   // Entries as a held record has them: none for no rows.
-  const uint32_t extras =
-      (rows > 0 ? kShardRowEntries : 0) | (r.admission.empty() ? 0 : kShardAdmission);
+  const uint32_t extras = (rows > 0 ? kShardRowEntries : 0) | OtherExtras(r);
   PST_RETURN_IF_ERROR(out->U32(extras));
   std::unique_ptr<FileBuilder::Sink> lasts, counts;
   if ((extras & kShardRowEntries) != 0) {
     PST_ASSIGN_OR_RETURN(lasts, out->Tensor(n * sizeof(int64_t)));
     PST_ASSIGN_OR_RETURN(counts, out->Tensor(n * sizeof(double)));
   }
-  if ((extras & kShardAdmission) != 0) {
-    PST_RETURN_IF_ERROR(out->WholeTensor(r.admission.data(), r.admission.size()));
-  }
+  PST_RETURN_IF_ERROR(WriteOtherExtras(r, extras, out));
 
   const size_t dim = rows > 0 ? static_cast<size_t>(value_bytes / n / sizeof(float)) : 0;
   const size_t width = dim * static_cast<size_t>(1 + r.stream_slots);

@@ -7,6 +7,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/checkpoint_chain.h"
 #include "common/checkpoint_format.h"
 #include "common/logging.h"
 #include "common/safe_file.h"
@@ -97,16 +98,26 @@ absl::Status BestCheckpoint::Replace(const std::string& path, int64_t step, doub
     return absl::InternalError(absl::StrCat("best checkpoint: ", what.string(), ": ", why));
   };
   if (!fs::create_directory(tmp, ec)) return failed(tmp, ec ? ec.message() : "exists");
-  fs::directory_iterator it(path, ec);
-  if (ec) return failed(path, ec.message());
-  for (; it != fs::directory_iterator(); it.increment(ec)) {
+  absl::StatusOr<proto::CheckpointManifest> manifest = common::ReadManifest(path);
+  if (!manifest.ok()) return failed(path, std::string(manifest.status().message()));
+  if (!manifest->base().empty()) {
+    // An incremental checkpoint: its chain folded into one whole checkpoint
+    // (its links may be pruned while best/ stays).
+    if (absl::Status folded = common::WriteFoldedCheckpoint(path, tmp.string()); !folded.ok()) {
+      return failed(path, std::string(folded.message()));
+    }
+  } else {
+    fs::directory_iterator it(path, ec);
     if (ec) return failed(path, ec.message());
-    if (!fs::is_regular_file(it->symlink_status(ec))) continue;
-    const fs::path to = tmp / it->path().filename();
-    // The files of a committed checkpoint are never written again (a save
-    // writes new files and renames them): a link shares them safely.
-    fs::create_hard_link(it->path(), to, ec);
-    if (ec && !fs::copy_file(it->path(), to, ec)) return failed(it->path(), ec.message());
+    for (; it != fs::directory_iterator(); it.increment(ec)) {
+      if (ec) return failed(path, ec.message());
+      if (!fs::is_regular_file(it->symlink_status(ec))) continue;
+      const fs::path to = tmp / it->path().filename();
+      // The files of a committed checkpoint are never written again (a
+      // save writes new files and renames them): a link shares them safely.
+      fs::create_hard_link(it->path(), to, ec);
+      if (ec && !fs::copy_file(it->path(), to, ec)) return failed(it->path(), ec.message());
+    }
   }
   nlohmann::json record = {{"metric", metric_},
                            {"value", value},

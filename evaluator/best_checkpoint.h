@@ -1,7 +1,8 @@
 // The best checkpoint so far by one metric, kept in <root>/best/ as Keras's
 // ModelCheckpoint(save_best_only=True) keeps its file: a complete
 // checkpoint (MANIFEST.json and its shards, hard links to the original's
-// files where the file system allows, else copies) plus BEST.json naming
+// files where the file system allows, else copies; an incremental
+// checkpoint's chain folded into whole shards) plus BEST.json naming
 // the metric, its value, the mode and the checkpoint it came from. `pstrain
 // checkpoint export <root>/best out.safetensors` reads it as any other.
 //

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "chief/ps_peers.h"
 #include "client/ps_client.h"
+#include "common/checkpoint_chain.h"
 #include "common/clock.h"
 #include "common/process.h"
 #include "common/status_macros.h"
@@ -50,9 +51,7 @@ absl::StatusOr<std::map<std::string, double>> BuiltinEvaluation::Evaluate(
   PST_RETURN_IF_ERROR(chief::CreatePlanOnPs(control, 0, 0, "in-process ps", state, nullptr,
                                             absl::InfiniteFuture(), *common::RealClock(), never)
                           .status());
-  proto::RestoreRequest restore;
-  restore.set_checkpoint(checkpoint.name);
-  *restore.mutable_manifest() = checkpoint.manifest;
+  PST_ASSIGN_OR_RETURN(proto::RestoreRequest restore, common::RestoreRequestFor(checkpoint.path));
   restore.set_generation(0);
   PST_RETURN_IF_ERROR(control.Restore(0, restore, absl::InfiniteDuration()).status());
 

@@ -6,6 +6,7 @@
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
+#include "common/checkpoint_chain.h"
 #include "common/checkpoint_format.h"
 
 namespace pst::evaluator {

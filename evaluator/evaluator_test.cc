@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -18,6 +19,8 @@
 #include "chief/job.h"
 #include "chief/ps_peers.h"
 #include "client/ps_client.h"
+#include "common/checkpoint_chain.h"
+#include "common/checkpoint_export.h"
 #include "common/checkpoint_format.h"
 #include "evaluator/best_checkpoint.h"
 #include "evaluator/builtin_eval.h"
@@ -130,8 +133,9 @@ class EvaluatorTest : public ::testing::Test {
   void TearDown() override { fs::remove_all(dir_); }
 
   // Pushes `steps` random gradients, then saves a checkpoint at the version
-  // reached; returns its directory.
-  std::string TrainAndSave(int steps, int epochs_completed = 0) {
+  // reached (`kind`: full, or incremental); returns its directory.
+  std::string TrainAndSave(int steps, int epochs_completed = 0,
+                           const chief::SaveKind& kind = {}) {
     client::Values values;
     EXPECT_TRUE(client_->Pull(&values).ok());
     std::normal_distribution<float> noise(0, 0.05f);
@@ -144,8 +148,9 @@ class EvaluatorTest : public ::testing::Test {
       EXPECT_TRUE(version.ok()) << version.status();
       version_ = version.value_or(version_);
     }
-    absl::StatusOr<chief::SaveFigures> saved = chief::SaveCheckpoint(
-        *control_, peers_, options_, plan_.initial, version_, {step_}, epochs_completed);
+    absl::StatusOr<chief::SaveFigures> saved =
+        chief::SaveCheckpoint(*control_, peers_, options_, plan_.initial, version_, {step_},
+                              epochs_completed, 0, kind);
     EXPECT_TRUE(saved.ok()) << saved.status();
     return (fs::path(dir_) / common::CheckpointDirName(version_)).string();
   }
@@ -246,6 +251,45 @@ TEST_F(EvaluatorTest, BestKeepsTheBestByItsMetricAndMode) {
   EXPECT_NE(text.find(fs::path(c).filename().string()), std::string::npos) << text;
   EXPECT_NE(text.find("\"min\""), std::string::npos) << text;
   EXPECT_FALSE(ParseBestMode("maximum").ok());
+}
+
+// The best checkpoint an incremental one: best/ holds its chain folded, a
+// whole checkpoint of its instant that needs none of the links.
+TEST_F(EvaluatorTest, BestOfAnIncrementalCheckpoint_IsWholeWithoutItsChain) {
+  chief::SaveKind kind;
+  kind.track_changes = true;
+  const std::string full = TrainAndSave(2, 0, kind);
+  kind.base = fs::path(full).filename().string();
+  const std::string link = TrainAndSave(1, 0, kind);
+  ASSERT_EQ(common::ReadManifest(link)->base(), kind.base);
+  BestCheckpoint best(dir_, "test_accuracy", BestMode::kMax);
+  ASSERT_TRUE(*best.Offer(link, 3, {{"test_accuracy", 0.5}}));
+  const fs::path best_dir = fs::path(dir_) / kBestDir;
+  common::ExportOptions slots;
+  slots.include_slots = true;
+  absl::StatusOr<common::ExportResult> of_link =
+      common::ExportSafetensors(link, dir_ + "/link.safetensors", slots);
+  ASSERT_TRUE(of_link.ok()) << of_link.status();
+  fs::remove_all(full);  // best/ needs no link of the chain
+  absl::StatusOr<common::CheckpointReport> report = common::InspectCheckpoint(best_dir.string());
+  ASSERT_TRUE(report.ok()) << report.status();
+  EXPECT_EQ(report->chain.size(), 1u);
+  EXPECT_EQ(report->global_step, common::ReadManifest(link)->global_step());
+  absl::StatusOr<common::ExportResult> of_best =
+      common::ExportSafetensors(best_dir.string(), dir_ + "/best.safetensors", slots);
+  ASSERT_TRUE(of_best.ok()) << of_best.status();
+  EXPECT_EQ(of_best->tensors, of_link->tensors);
+  // The same tensors: the files' data past their headers (which name the
+  // checkpoint) are equal.
+  auto data = [](const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    uint64_t header = 0;
+    if (bytes.size() >= sizeof(header)) std::memcpy(&header, bytes.data(), sizeof(header));
+    return bytes.size() >= sizeof(header) + header ? bytes.substr(sizeof(header) + header) : "";
+  };
+  EXPECT_FALSE(data(dir_ + "/best.safetensors").empty());
+  EXPECT_EQ(data(dir_ + "/best.safetensors"), data(dir_ + "/link.safetensors"));
 }
 
 TEST_F(EvaluatorTest, SessionReportsEveryCheckpointAndEndsAfterTheFinalOne) {

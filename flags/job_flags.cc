@@ -7,10 +7,10 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "rpc/grpc_channel.h"
 #include "common/metrics.h"
 #include "common/optimizer_config.h"
 #include "common/transport_security.h"
+#include "rpc/grpc_channel.h"
 
 ABSL_FLAG(std::string, tf_config, "",
           "Cluster spec as TF_CONFIG JSON, or @path to a file holding it. Default: the "
@@ -150,7 +150,17 @@ ABSL_FLAG(std::string, checkpoint_dir, "",
 ABSL_FLAG(int64_t, save_checkpoints_steps, 0,
           "Save a checkpoint every this many updates (0: off).");
 ABSL_FLAG(double, save_checkpoints_secs, 0, "Save a checkpoint every this many seconds (0: off).");
-ABSL_FLAG(int32_t, keep_checkpoints, 5, "Checkpoints kept; older ones are deleted.");
+ABSL_FLAG(int64_t, incremental_save_steps, 0,
+          "Between full checkpoints, save an incremental one every this many updates (0: off): "
+          "only what changed since the checkpoint before (rows with their slots and counts, "
+          "dense variables whose version moved), as a chain on the last full one. Without "
+          "--save_checkpoints_steps/_secs the first save is full and the rest incremental.");
+ABSL_FLAG(double, incremental_save_secs, 0,
+          "Save an incremental checkpoint every this many seconds (0: off); see "
+          "--incremental_save_steps.");
+ABSL_FLAG(int32_t, keep_checkpoints, 5,
+          "Checkpoints kept, counted in chains (a full checkpoint and the incremental ones on "
+          "it); older ones are deleted.");
 ABSL_FLAG(int32_t, checkpoint_every_epochs, 0,
           "Save a checkpoint each time every worker has completed this many more epochs (0: "
           "off), beside --save_checkpoints_steps/_secs.");

@@ -72,6 +72,8 @@ ABSL_DECLARE_FLAG(pst::common::ProgressMode, progress);
 ABSL_DECLARE_FLAG(std::string, checkpoint_dir);
 ABSL_DECLARE_FLAG(int64_t, save_checkpoints_steps);
 ABSL_DECLARE_FLAG(double, save_checkpoints_secs);
+ABSL_DECLARE_FLAG(int64_t, incremental_save_steps);
+ABSL_DECLARE_FLAG(double, incremental_save_secs);
 ABSL_DECLARE_FLAG(int32_t, keep_checkpoints);
 ABSL_DECLARE_FLAG(int32_t, checkpoint_every_epochs);
 ABSL_DECLARE_FLAG(int32_t, eval_every_epochs);

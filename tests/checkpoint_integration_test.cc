@@ -8,6 +8,7 @@
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
+#include "common/checkpoint_chain.h"
 #include "common/checkpoint_format.h"
 #include "tests/test_cluster.h"
 
@@ -79,6 +80,38 @@ TEST_F(CheckpointTest, SavedWhileTraining_ResumesOntoThreePs) {
   // It went on from the checkpoint: far fewer than kSecondSteps new pushes.
   EXPECT_LE(second["pushes"].get<int64_t>(), kSecondSteps - newest + 20) << second.dump();
   EXPECT_EQ(Inspect(&report), 0) << report;
+}
+
+// Incremental saves between no full ones: the first save is full, the
+// others links of its chain, and the final save full (a chain of its own;
+// two chains kept). `pstrain checkpoint inspect` checks each link's chain.
+// With the final one gone, a job onto three ps restores the newest link,
+// reading its chain over gRPC.
+TEST_F(CheckpointTest, IncrementalChain_InspectedAndResumedOntoThreePs) {
+  const nlohmann::json first =
+      Run(/*ps=*/2, kFirstSteps,
+          {"--save_checkpoints_steps=0", "--incremental_save_steps=50", "--keep_checkpoints=2"});
+  ASSERT_TRUE(first.is_object()) << output_;
+  int incremental = 0;
+  for (const auto& save : first["saves"]) incremental += save["incremental"].get<bool>() ? 1 : 0;
+  EXPECT_GE(incremental, 1) << first["saves"].dump();
+  const std::vector<std::string> saved = common::ListCheckpoints(ckpt_);
+  ASSERT_GE(saved.size(), 3u) << output_;
+  EXPECT_TRUE(common::ReadManifest(saved[0])->base().empty()) << "the final save is full";
+  const std::string link = saved[1];
+  const std::string base = common::ReadManifest(link)->base();
+  ASSERT_FALSE(base.empty()) << link << " is a link of the first chain";
+  std::string report;
+  EXPECT_EQ(Inspect(&report), 0) << report;
+  EXPECT_NE(report.find("incremental on " + base), std::string::npos) << report;
+
+  std::filesystem::remove_all(saved[0]);
+  const nlohmann::json second = Run(/*ps=*/3, kSecondSteps);
+  ASSERT_TRUE(second.is_object()) << output_;
+  EXPECT_NE(output_.find(absl::StrCat("restored from ", link)), std::string::npos) << output_;
+  EXPECT_NE(output_.find("loaded onto 3; an incremental one, a chain of"), std::string::npos)
+      << output_;
+  EXPECT_GE(second["global_step"].get<int64_t>(), kSecondSteps);
 }
 
 // Flips one byte in the middle of `path`.

@@ -12,6 +12,7 @@
 #include <set>
 
 #include "absl/strings/str_cat.h"
+#include "common/checkpoint_chain.h"
 #include "common/checkpoint_format.h"
 #include "tests/test_cluster.h"
 

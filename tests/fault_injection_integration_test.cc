@@ -29,6 +29,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "common/checkpoint_chain.h"
 #include "common/checkpoint_format.h"
 #include "tests/test_cluster.h"
 

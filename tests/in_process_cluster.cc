@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "client/shard_routes.h"
+#include "common/checkpoint_chain.h"
 #include "common/checkpoint_format.h"
 #include "common/status_macros.h"
 #include "data/libsvm.h"
@@ -341,6 +342,7 @@ InProcessCluster::InProcessCluster(Config config) : config_(config), gate_(confi
   options_.summary_json = summary_json_;
   options_.checkpoint_dir = checkpoint_dir_;
   options_.save_steps = config.save_steps;
+  options_.incremental_save_steps = config.incremental_save_steps;
   options_.keep_checkpoints = 10;
   options_.progress = common::ProgressMode::kOff;
 

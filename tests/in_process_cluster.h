@@ -146,8 +146,9 @@ class InProcessCluster {
     int train_examples = 32;  // over all workers
     int batch_size = 4;
     int epochs = 2;
-    int64_t save_steps = 0;  // 0: only the final checkpoint
-    int ps_replicas = 1;     // 2: a backup of every shard (--ps_replicas)
+    int64_t save_steps = 0;              // 0: only the final checkpoint
+    int64_t incremental_save_steps = 0;  // --incremental_save_steps
+    int ps_replicas = 1;                 // 2: a backup of every shard (--ps_replicas)
     // "mlp", or "logreg": a hash table (--buckets=0) and a bias, trained on
     // generated libsvm lines; its parameters are the bias, then the table's
     // rows of every id of the data.

@@ -455,5 +455,43 @@ TEST(InProcessRecoveryTest, SyncTable_PsLostDuringASave_RestoresThePreviousCheck
   EXPECT_EQ(Summary(cluster)["global_step"], 8);
 }
 
+// Incremental saves every 2 steps, no full ones by steps: the first save
+// (step 2) is full, the next two are links on it. ps 1 dies after the last
+// link; the chief restores every ps from the chain (its full checkpoint and
+// both links), the workers go back to step 6, and the job ends with the
+// fault-free bias and rows, bit for bit. The final checkpoint is full.
+TEST(InProcessRecoveryTest, SyncTable_PsLost_RestoresAnIncrementalChain_EndsAsFaultFree) {
+  Config config = SyncTable(0);
+  config.incremental_save_steps = 2;
+  InProcessCluster cluster(config);
+  cluster.StartChief();
+  cluster.StartWorkers();
+  for (int64_t step : {2, 4, 6}) {
+    cluster.SettleAt(step);
+    ASSERT_TRUE(cluster.Checkpoint(step).has_value()) << step;
+  }
+  EXPECT_TRUE(cluster.Checkpoint(2)->base().empty());
+  EXPECT_EQ(cluster.Checkpoint(4)->base(), common::CheckpointDirName(2));
+  EXPECT_EQ(cluster.Checkpoint(6)->base(), common::CheckpointDirName(4));
+
+  cluster.ps().Restart(1);
+  ASSERT_TRUE(cluster.clock().Tick());
+  ASSERT_EQ(cluster.job().recoveries().size(), 1u);
+  EXPECT_EQ(cluster.job().recoveries()[0].restored_step, 6);
+  EXPECT_EQ(cluster.Check().positions, (std::vector<int64_t>{6, 6}));
+
+  cluster.ReleaseAll();
+  ASSERT_TRUE(cluster.FinishJob().ok());
+  ASSERT_EQ(cluster.evaluated().size(), 1u);
+  EXPECT_EQ(cluster.evaluated()[0], TableFaultFree());
+  const std::optional<proto::CheckpointManifest> final = cluster.Checkpoint(8);
+  ASSERT_TRUE(final.has_value());
+  EXPECT_TRUE(final->base().empty()) << "the final checkpoint stands alone";
+  const nlohmann::json summary = Summary(cluster);
+  ASSERT_GE(summary["saves"].size(), 3u);
+  EXPECT_EQ(summary["saves"][0]["incremental"], false);
+  EXPECT_EQ(summary["saves"][1]["incremental"], true);
+}
+
 }  // namespace
 }  // namespace pst::testing

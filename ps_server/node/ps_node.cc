@@ -3,6 +3,9 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <span>
+#include <utility>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
@@ -134,6 +137,7 @@ void PsNode::Save(const proto::SaveRequest* request, proto::SaveResponse* respon
       return absl::FailedPreconditionError(
           absl::StrCat("ps ", options_.ps_index, " does not serve shard ", shard));
     }
+    if (!request->base().empty()) PST_RETURN_IF_ERROR(common::CheckCheckpointName(request->base()));
     std::string dir;
     if (phase != proto::SaveRequest::SNAPSHOT) {
       PST_ASSIGN_OR_RETURN(dir, CheckpointPath(request->checkpoint()));
@@ -158,8 +162,9 @@ void PsNode::Save(const proto::SaveRequest* request, proto::SaveResponse* respon
                     : absl::StrCat(dir, "/", common::ShardFileName(ps_index, request->num_ps()));
     return background_.Start(
         "save",
-        [this, dir, path, phase, response, ps_index, store = primary->store]() -> absl::Status {
-          std::shared_ptr<const std::vector<common::ShardRecord>> records;
+        [this, dir, path, phase, request, response, ps_index,
+         store = primary->store]() -> absl::Status {
+          Kept snapshot;
           const int64_t pushes_before = store->GetStats().pushes_applied;
           if (phase == proto::SaveRequest::WRITE) {
             absl::MutexLock lock(&kept_mu_);
@@ -168,7 +173,7 @@ void PsNode::Save(const proto::SaveRequest* request, proto::SaveResponse* respon
               return absl::FailedPreconditionError(
                   "WRITE without a SNAPSHOT kept: this ps holds no snapshot to write");
             }
-            records = kept->second;
+            snapshot = kept->second;
           } else {
             if (phase == proto::SaveRequest::SNAPSHOT) {
               // A snapshot kept and not written is replaced by this one:
@@ -179,14 +184,16 @@ void PsNode::Save(const proto::SaveRequest* request, proto::SaveResponse* respon
             // The dense variables are not copied: the records read them as
             // they are written, and a push before that copies within a
             // budget (dense_snapshot.h).
-            PST_ASSIGN_OR_RETURN(records,
-                                 TakeSnapshot(*store, response, options_.snapshot_copy_budget));
+            PST_ASSIGN_OR_RETURN(
+                snapshot, TakeSnapshot(store, *request, response, options_.snapshot_copy_budget));
+            if (response->base_unknown()) return absl::OkStatus();  // nothing kept
             if (phase == proto::SaveRequest::SNAPSHOT) {
               absl::MutexLock lock(&kept_mu_);
-              kept_[ps_index] = records;  // replaces an older one never written
+              kept_[ps_index] = snapshot;  // replaces an older one never written
               return absl::OkStatus();
             }
           }
+          const std::shared_ptr<const std::vector<common::ShardRecord>>& records = snapshot.records;
           PST_RETURN_IF_ERROR(common::MakeDirectory(dir));
           PST_RETURN_IF_ERROR(common::FsyncDirectory(options_.checkpoint_dir));
           // Training comes first: on a busy machine the write of a copied
@@ -210,8 +217,11 @@ void PsNode::Save(const proto::SaveRequest* request, proto::SaveResponse* respon
           if (phase == proto::SaveRequest::WRITE) {
             absl::MutexLock lock(&kept_mu_);
             auto kept = kept_.find(ps_index);
-            if (kept != kept_.end() && kept->second == records) kept_.erase(kept);
+            if (kept != kept_.end() && kept->second.records == records) kept_.erase(kept);
           }
+          // The base of the next incremental snapshot of its store.
+          if (snapshot.seq > 0)
+            snapshot.store->SnapshotWritten(snapshot.seq, request->checkpoint());
           spdlog::info("saved {} ({} bytes) in {:.3f} s", path, response->shard().bytes(),
                        response->write_seconds());
           return absl::OkStatus();
@@ -221,14 +231,26 @@ void PsNode::Save(const proto::SaveRequest* request, proto::SaveResponse* respon
   if (!started.ok()) done(started);
 }
 
-absl::StatusOr<std::shared_ptr<const std::vector<common::ShardRecord>>> PsNode::TakeSnapshot(
-    VariableStore& store, proto::SaveResponse* response, double copy_budget) {
+absl::StatusOr<PsNode::Kept> PsNode::TakeSnapshot(const std::shared_ptr<VariableStore>& store,
+                                                  const proto::SaveRequest& request,
+                                                  proto::SaveResponse* response,
+                                                  double copy_budget) {
   const absl::Time start = absl::Now();
   absl::Duration held;
   VariableStore::Cut cut;
-  auto records = std::make_shared<const std::vector<common::ShardRecord>>(
-      store.Snapshot(&held, &cut, copy_budget));
+  VariableStore::SnapshotChanges changes;
+  changes.track = request.track_changes();
+  changes.base = request.base();
+  Kept kept;
+  kept.store = store;
+  kept.records = std::make_shared<const std::vector<common::ShardRecord>>(
+      store->Snapshot(&held, &cut, copy_budget, &changes));
   PST_RETURN_IF_ERROR(cut.error);
+  if (cut.base_unknown) {
+    response->set_base_unknown(true);
+    return kept;
+  }
+  kept.seq = cut.seq;
   response->set_snapshot_seconds(absl::ToDoubleSeconds(absl::Now() - start));
   response->set_locked_seconds(absl::ToDoubleSeconds(held));
   for (proto::WorkerCut& w : cut.workers) *response->add_cut() = std::move(w);
@@ -236,10 +258,41 @@ absl::StatusOr<std::shared_ptr<const std::vector<common::ShardRecord>>> PsNode::
   response->set_max_version(cut.max_version);
   response->set_holds_dense(cut.holds_dense);
   response->set_holds_any(cut.holds_any);
-  return records;
+  return kept;
 }
 
 void PsNode::StopBackgroundWork() { background_.Stop(); }
+
+namespace {
+
+// Absorbs every shard of the checkpoint `dir` (one link of a chain) into
+// `restorers`, checking each file's size and crc32 against `manifest`.
+// Returns the bytes read.
+absl::StatusOr<int64_t> AbsorbLink(const std::string& dir,
+                                   const proto::CheckpointManifest& manifest,
+                                   std::span<VariableStore::Restorer* const> restorers) {
+  int64_t bytes = 0;
+  for (const proto::CheckpointShard& shard : manifest.shards()) {
+    const std::string path = absl::StrCat(dir, "/", shard.file());
+    PST_ASSIGN_OR_RETURN(std::unique_ptr<common::ShardReader> reader,
+                         common::ShardReader::Open(path));
+    if (reader->file_bytes() != shard.bytes()) {
+      return absl::DataLossError(absl::StrCat("checkpoint shard ", path, " is ",
+                                              reader->file_bytes(), " bytes, the manifest says ",
+                                              shard.bytes()));
+    }
+    PST_RETURN_IF_ERROR(AbsorbShard(*reader, restorers));
+    if (reader->file_crc32() != shard.crc32()) {
+      return absl::DataLossError(absl::StrCat("checkpoint shard ", path, " has crc32 ",
+                                              reader->file_crc32(), ", the manifest says ",
+                                              shard.crc32()));
+    }
+    bytes += reader->file_bytes();
+  }
+  return bytes;
+}
+
+}  // namespace
 
 absl::Status PsNode::RestoreFrom(const std::string& dir, const proto::RestoreRequest& request,
                                  proto::RestoreResponse* response) {
@@ -255,22 +308,19 @@ absl::Status PsNode::RestoreFrom(const std::string& dir, const proto::RestoreReq
   std::vector<VariableStore::Restorer*> all;
   for (const auto& restorer : restorers) all.push_back(restorer.get());
   int64_t bytes = 0;
-  for (const proto::CheckpointShard& shard : request.manifest().shards()) {
-    const std::string path = absl::StrCat(dir, "/", shard.file());
-    PST_ASSIGN_OR_RETURN(std::unique_ptr<common::ShardReader> reader,
-                         common::ShardReader::Open(path));
-    if (reader->file_bytes() != shard.bytes()) {
-      return absl::DataLossError(absl::StrCat("checkpoint shard ", path, " is ",
-                                              reader->file_bytes(), " bytes, the manifest says ",
-                                              shard.bytes()));
+  // An incremental checkpoint's chain first, link by link, then itself.
+  std::vector<std::pair<std::string, const proto::CheckpointManifest*>> links;
+  for (const proto::CheckpointLink& link : request.chain()) {
+    PST_ASSIGN_OR_RETURN(std::string link_dir, CheckpointPath(link.checkpoint()));
+    links.emplace_back(std::move(link_dir), &link.manifest());
+  }
+  links.emplace_back(dir, &request.manifest());
+  for (size_t i = 0; i < links.size(); ++i) {
+    if (i > 0) {
+      for (VariableStore::Restorer* r : all) r->NextLink();
     }
-    PST_RETURN_IF_ERROR(AbsorbShard(*reader, all));
-    if (reader->file_crc32() != shard.crc32()) {
-      return absl::DataLossError(absl::StrCat("checkpoint shard ", path, " has crc32 ",
-                                              reader->file_crc32(), ", the manifest says ",
-                                              shard.crc32()));
-    }
-    bytes += reader->file_bytes();
+    PST_ASSIGN_OR_RETURN(const int64_t read, AbsorbLink(links[i].first, *links[i].second, all));
+    bytes += read;
   }
   PST_RETURN_IF_ERROR(restorers[0]->Commit(request.generation()));
   for (size_t i = 1; i < restorers.size(); ++i) {
@@ -292,6 +342,10 @@ void PsNode::Restore(const proto::RestoreRequest* request, proto::RestoreRespons
   absl::Status started = [&]() -> absl::Status {
     PST_ASSIGN_OR_RETURN(const std::string dir, CheckpointPath(request->checkpoint()));
     PST_RETURN_IF_ERROR(common::CheckManifestShards(request->manifest()));
+    for (const proto::CheckpointLink& link : request->chain()) {
+      PST_RETURN_IF_ERROR(CheckpointPath(link.checkpoint()).status());
+      PST_RETURN_IF_ERROR(common::CheckManifestShards(link.manifest()));
+    }
     return background_.Start(
         "restore", [this, dir, request, response] { return RestoreFrom(dir, *request, response); },
         done);

@@ -22,7 +22,10 @@
 // answering its cut; WRITE writes the copy kept under
 // checkpoint_dir/<checkpoint>; SNAPSHOT_AND_WRITE does both; DISCARD drops
 // the copy kept. Saves and restores run on threads of their own, at most
-// kMaxBackgroundJobs at once.
+// kMaxBackgroundJobs at once. Incremental checkpoints: a SNAPSHOT says
+// whether the store notes which rows change (track_changes) and may ask
+// for only what changed since the snapshot last written (base); a Restore
+// reads an incremental checkpoint's chain link by link.
 //
 // Thread-safe. Does not own the store, which must outlive it.
 #ifndef PST_PS_SERVER_NODE_PS_NODE_H_
@@ -172,11 +175,20 @@ class PsNode {
   // Every primary here: own_ while it serves, then the promoted ones.
   std::vector<std::shared_ptr<Primary>> Primaries() const;
 
+  // A snapshot kept for its WRITE: its records, and the store it is of with
+  // its number there (VariableStore::Cut::seq; 0: not tracked).
+  struct Kept {
+    std::shared_ptr<const std::vector<common::ShardRecord>> records;
+    std::shared_ptr<VariableStore> store;
+    int64_t seq = 0;
+  };
   // Takes `store`'s snapshot (copy-on-write for the dense variables with a
-  // copy_budget > 0: VariableStore::Snapshot) and fills the response's cut
-  // and figures.
-  static absl::StatusOr<std::shared_ptr<const std::vector<common::ShardRecord>>> TakeSnapshot(
-      VariableStore& store, proto::SaveResponse* response, double copy_budget);
+  // copy_budget > 0: VariableStore::Snapshot; incremental as `request`
+  // says) and fills the response's cut and figures. An incremental one
+  // with no base sets response->base_unknown and gives no records.
+  static absl::StatusOr<Kept> TakeSnapshot(const std::shared_ptr<VariableStore>& store,
+                                           const proto::SaveRequest& request,
+                                           proto::SaveResponse* response, double copy_budget);
 
   VariableStore* const store_;
   const Options options_;
@@ -192,8 +204,7 @@ class PsNode {
   int64_t roles_version_ ABSL_GUARDED_BY(primaries_mu_) = 0;
   // The snapshots SNAPSHOT phases kept for the WRITEs that follow, by shard.
   absl::Mutex kept_mu_;
-  std::map<int, std::shared_ptr<const std::vector<common::ShardRecord>>> kept_
-      ABSL_GUARDED_BY(kept_mu_);
+  std::map<int, Kept> kept_ ABSL_GUARDED_BY(kept_mu_);
   // Save and Restore calls running on their own threads. Last: destroyed
   // (joined) first.
   BackgroundWork background_;

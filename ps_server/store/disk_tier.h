@@ -241,10 +241,13 @@ class DiskTier {
     ~Scratch();
     Scratch(const Scratch&) = delete;
     Scratch& operator=(const Scratch&) = delete;
-    // Writes `rows` (each of the width; each id once over all calls).
-    // InvalidArgument: a row of another width; FailedPrecondition after
-    // Seal; RocksDB's errors.
+    // Writes `rows` (each of the width), each replacing the row of its id
+    // written before, if any. InvalidArgument: a row of another width;
+    // FailedPrecondition after Seal; RocksDB's errors.
     absl::Status Put(std::span<const Row> rows);
+    // Deletes the rows of `ids` (those written; others are no error).
+    // Errors: as Put's.
+    absl::Status Delete(std::span<const int64_t> ids);
     std::unique_ptr<View> Seal();
 
    private:

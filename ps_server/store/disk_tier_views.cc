@@ -128,6 +128,19 @@ absl::Status DiskTier::Scratch::Put(std::span<const Row> rows) {
                    absl::StrCat("writing ", rows.size(), " rows of ", name_));
 }
 
+absl::Status DiskTier::Scratch::Delete(std::span<const int64_t> ids) {
+  if (handle_ == nullptr) return absl::FailedPreconditionError("disk tier: scratch table sealed");
+  rocksdb::WriteBatch batch;
+  char key[kKeyBytes];
+  for (int64_t id : ids) {
+    EncodeKey(id, key);
+    rocksdb::Status s = batch.Delete(handle_.get(), rocksdb::Slice(key, kKeyBytes));
+    if (!s.ok()) return FromRocks(s, name_);
+  }
+  return FromRocks(tier_->db_->Write(tier_->settings_->write, &batch),
+                   absl::StrCat("deleting ", ids.size(), " rows of ", name_));
+}
+
 std::unique_ptr<DiskTier::View> DiskTier::Scratch::Seal() {
   auto view = std::unique_ptr<View>(new View(tier_, std::move(handle_), name_, width_));
   handle_ = nullptr;

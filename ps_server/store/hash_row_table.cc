@@ -101,6 +101,7 @@ bool HashRowTable::Evict(int stripe, int64_t id, bool to_disk) {
     return static_cast<int64_t>(leaving_.size()) < FlushRows() || WriteLeaving();
   }
   index_->Forget(stripe, id);
+  if (tracking_) NoteChange(id);
   auto it = rows_.find(id);
   // The next row made takes its memory (rows are all width() floats).
   Recycle(std::move(it->second));
@@ -302,6 +303,7 @@ float* HashRowTable::Touch(int64_t id, int64_t t) {
       EvictBelow(Capacity());
       size_.store(Held(), std::memory_order_relaxed);
       index_->NoteReturn(StripeOf(id), id, entry, t);
+      if (tracking_) NoteChange(id);
       return row;
     }
     NoteUpdate(id, t);
@@ -341,6 +343,7 @@ float* HashRowTable::Touch(int64_t id, int64_t t) {
       EvictBelow(Capacity());
       float* data = Store(id, std::move(row));
       index_->NoteReturn(StripeOf(id), id, entry, t);
+      if (tracking_) NoteChange(id);
       return data;
     }
   }
@@ -358,6 +361,17 @@ float* HashRowTable::Touch(int64_t id, int64_t t) {
   float* data = Store(id, std::move(row));
   NoteUpdate(id, t);
   return data;
+}
+
+void HashRowTable::TrackChanges(bool on) {
+  tracking_ = on;
+  changed_.assign(on ? kStripes : 0, {});
+}
+
+HashRowTable::ChangedIds HashRowTable::TakeChanges() {
+  ChangedIds taken(tracking_ ? kStripes : 0);
+  taken.swap(changed_);
+  return taken;
 }
 
 float* HashRowTable::Store(int64_t id, std::vector<float> row) {
@@ -385,6 +399,7 @@ absl::Status HashRowTable::Replace(Rows rows, int64_t version, const Entries& en
   rows_ = std::move(rows);
   leaving_.clear();
   fetched_.clear();
+  if (tracking_) changed_.assign(kStripes, {});
   size_.store(static_cast<int64_t>(rows_.size()));
   admission_ = std::move(admission);
   absl::Status cleared = disk_ == nullptr ? absl::OkStatus() : disk_->Clear(disk_table_);
@@ -425,13 +440,50 @@ absl::Status HashRowTable::ForEachRow(int64_t now, RowFn fn) const {
     PST_RETURN_IF_ERROR(fn(id, row, IndexEntry(id)));
   }
   if (disk_ == nullptr) return absl::OkStatus();
-  return disk_->ForEach(disk_table_, [&](int64_t id, std::span<const float> row, int64_t last,
-                                         double count) -> absl::Status {
-    // Stale bytes of a row brought back, or gone as ttl would have taken it.
-    if (!on_disk_.contains(id) || Stale(last, now)) return absl::OkStatus();
-    const EvictionIndex::Entry entry{last, count, 0.0};
-    return fn(id, row, &entry);
-  });
+  return disk_->ForEach(
+      disk_table_,
+      [&](int64_t id, std::span<const float> row, int64_t last, double count) -> absl::Status {
+        // Stale bytes of a row brought back, or gone as ttl would have taken it.
+        if (!on_disk_.contains(id) || Stale(last, now)) return absl::OkStatus();
+        const EvictionIndex::Entry entry{last, count, 0.0};
+        return fn(id, row, &entry);
+      });
+}
+
+absl::Status HashRowTable::ForRows(std::span<const int64_t> ids, int64_t now, RowFn fn,
+                                   std::vector<int64_t>* gone) const {
+  PST_RETURN_IF_ERROR(NoEvictionsPending());
+  std::vector<int64_t> wanted;  // on disk
+  for (int64_t id : ids) {
+    if (!rows_.contains(id) && on_disk_.contains(id)) wanted.push_back(id);
+  }
+  std::vector<float> disk_rows(wanted.size() * static_cast<size_t>(width_));
+  std::vector<DiskTier::Got> got(wanted.size());
+  if (!wanted.empty()) {
+    PST_RETURN_IF_ERROR(disk_->GetBatch(disk_table_, wanted, disk_rows, got));
+  }
+  size_t k = 0;  // the next of `wanted`, which keeps the order of `ids`
+  for (int64_t id : ids) {
+    if (const float* row = Find(id)) {
+      PST_RETURN_IF_ERROR(
+          fn(id, std::span<const float>(row, static_cast<size_t>(width_)), IndexEntry(id)));
+      continue;
+    }
+    if (k < wanted.size() && wanted[k] == id) {
+      const DiskTier::Got& g = got[k];
+      const std::span<const float> row(disk_rows.data() + k * width_, static_cast<size_t>(width_));
+      ++k;
+      PST_RETURN_IF_ERROR(g.status);
+      // Gone as ttl would have taken it: as ForEachRow, which skips it.
+      if (g.found && !Stale(g.last, now)) {
+        const EvictionIndex::Entry entry{g.last, g.count, 0.0};
+        PST_RETURN_IF_ERROR(fn(id, row, &entry));
+        continue;
+      }
+    }
+    gone->push_back(id);
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::unique_ptr<TableCut>> HashRowTable::Cut(

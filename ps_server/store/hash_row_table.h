@@ -37,6 +37,11 @@
 // stays in memory, past the capacity; one that cannot be read back stays
 // on disk (its push's gradient dropped); each error is counted and logged.
 //
+// Change tracking (TrackChanges; incremental checkpoints): while on, the id
+// of every row that changes is noted, in its stripe's set: updated, made,
+// brought back from disk, or removed (evicted or expired; moved to disk is
+// no change), until TakeChanges. Replace forgets the notes.
+//
 // Thread-safety: thread-compatible. Its owner (Variable::mu) guards it:
 // const methods under the lock held shared, the others held exclusively,
 // but NoteUpdate, which the owner may call with its lock held shared and
@@ -163,7 +168,18 @@ class HashRowTable {
   // Notes an update at version `t` of the stored row `id`.
   void NoteUpdate(int64_t id, int64_t t) {
     if (index_ != nullptr) index_->Note(StripeOf(id), id, t);
+    if (tracking_) NoteChange(id);
   }
+  // Change tracking: on starts noting (with no note), off forgets them.
+  void TrackChanges(bool on);
+  bool tracks_changes() const { return tracking_; }
+  // The ids of the rows changed since the last take (or since tracking
+  // began), one set per stripe, and starts anew.
+  using ChangedIds = std::vector<absl::flat_hash_set<int64_t>>;
+  ChangedIds TakeChanges();
+  // Whether either tier stores `id` (rows on disk that ttl made stale
+  // included).
+  bool Stored(int64_t id) const { return rows_.contains(id) || on_disk_.contains(id); }
   // ttl: whether some row may be due to go at version `now` (may say so
   // when none is; never misses one).
   bool ExpiryDue(int64_t now) const;
@@ -188,6 +204,12 @@ class HashRowTable {
   using RowFn = absl::FunctionRef<absl::Status(int64_t id, std::span<const float> row,
                                                const EvictionIndex::Entry* entry)>;
   absl::Status ForEachRow(int64_t now, RowFn fn) const;
+  // ForEachRow of the rows of `ids` only (an incremental snapshot's, each
+  // once, ascending), those on disk read in one batch; `gone` gets, in
+  // order, the ids neither tier holds as of `now`. Errors: as ForEachRow's;
+  // the disk tier's, reading.
+  absl::Status ForRows(std::span<const int64_t> ids, int64_t now, RowFn fn,
+                       std::vector<int64_t>* gone) const;
   // A save's cut of a table with a disk tier (has_disk()), as of version
   // `now` (table_cut.h): the rows in memory are written to a scratch table
   // of the tier, and both tiers pinned, so that the rows are streamed
@@ -252,6 +274,8 @@ class HashRowTable {
   void SetOnDisk(int64_t id, bool on_disk);
   // Counts and logs a disk tier error.
   void NoteDiskError(const absl::Status& status, const char* what) const;
+  // Notes a change of row `id` (tracking).
+  void NoteChange(int64_t id) { changed_[static_cast<size_t>(StripeOf(id))].insert(id); }
 
   const Limits limits_;
   const int64_t dim_;
@@ -288,6 +312,11 @@ class HashRowTable {
   mutable std::atomic<int64_t> disk_reads_{0};  // ReadStored is const
   std::atomic<int64_t> disk_writes_{0};
   mutable std::atomic<int64_t> disk_errors_{0};
+  // Change tracking: on or off (changed under the owner's lock held
+  // exclusively), and the ids noted, by stripe (each under its stripe's
+  // lock as NoteUpdate is).
+  bool tracking_ = false;
+  ChangedIds changed_;
 };
 
 }  // namespace pst::ps

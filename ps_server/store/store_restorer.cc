@@ -46,7 +46,7 @@ struct StoreRestorer::Loaded {
   int64_t version = 0;
   std::vector<float> values;
   std::vector<std::vector<float>> slots;
-  std::vector<bool> filled;  // dense: rows loaded
+  std::vector<int> filled;  // dense: the link each row was loaded from (-1: none yet)
   int64_t rows_filled = 0;
   HashRowTable::Rows hash_rows;
   HashRowTable::Entries entries;  // bounded: the checkpoint's index entries
@@ -54,6 +54,7 @@ struct StoreRestorer::Loaded {
   // or every old partition's merged (AdmissionFilter::MergeMax).
   std::optional<AdmissionFilter> admission;
   bool own_admission = false;
+  int admission_link = -1;  // the link `admission` is of
   // A table with a disk tier takes its rows into a scratch table of the
   // tier instead of hash_rows (AbsorbRows): none of it held in RAM.
   std::unique_ptr<DiskTier::Scratch> staged;
@@ -159,6 +160,7 @@ absl::Status StoreRestorer::Absorb(const common::ShardRecord& r) {
     l->seen = true;
     l->version = std::max(l->version, r.version);
     if (var.is_hash) {
+      PST_RETURN_IF_ERROR(AbsorbRemoved(r, l));
       for (int64_t k = 0; k < static_cast<int64_t>(r.hash_ids.size()); ++k) {
         const int64_t id = r.hash_ids[k];
         if (common::HashPartition(id, var.spec.num_partitions()) != var.spec.partition()) continue;
@@ -176,13 +178,15 @@ absl::Status StoreRestorer::Absorb(const common::ShardRecord& r) {
     if (l->filled.empty() && var.rows > 0) {
       l->values.assign(var.rows * dim, 0.0f);
       l->slots.assign(num_slots_, std::vector<float>(var.rows * dim, 0.0f));
-      l->filled.assign(var.rows, false);
+      l->filled.assign(var.rows, -1);
     }
     for (int64_t k = 0; k < r.rows; ++k) {
+      // A row once per link (the first record that has it); a later
+      // link's replaces it.
       const int64_t local = LocalRow(var.spec, var.rows, GlobalRow(r.spec, k));
-      if (local < 0 || l->filled[local]) continue;
-      l->filled[local] = true;
-      ++l->rows_filled;
+      if (local < 0 || l->filled[local] == link_) continue;
+      if (l->filled[local] < 0) ++l->rows_filled;
+      l->filled[local] = link_;
       std::copy_n(&r.values[k * dim], dim, &l->values[local * dim]);
       for (int s = 0; s < num_slots_; ++s) {
         std::copy_n(&r.slots[s][k * dim], dim, &l->slots[s][local * dim]);
@@ -192,7 +196,28 @@ absl::Status StoreRestorer::Absorb(const common::ShardRecord& r) {
   return absl::OkStatus();
 }
 
+absl::Status StoreRestorer::AbsorbRemoved(const common::ShardRecord& r, Loaded* l) {
+  if (r.removed_ids.empty()) return absl::OkStatus();
+  const proto::VariableSpec& spec = l->var->spec;
+  std::vector<int64_t> mine;
+  for (int64_t id : r.removed_ids) {
+    if (common::HashPartition(id, spec.num_partitions()) != spec.partition()) continue;
+    l->hash_rows.erase(id);
+    l->entries.erase(id);
+    mine.push_back(id);
+  }
+  if (l->staged != nullptr && !mine.empty()) PST_RETURN_IF_ERROR(l->staged->Delete(mine));
+  return absl::OkStatus();
+}
+
 absl::Status StoreRestorer::AbsorbAdmission(const common::ShardRecord& r, Loaded* l) {
+  if (l->admission_link != link_) {
+    // A later link's counts replace the earlier one's (every link holds a
+    // record of every table).
+    l->admission.reset();
+    l->own_admission = false;
+    l->admission_link = link_;
+  }
   if (r.admission.empty() || l->own_admission) return absl::OkStatus();
   absl::StatusOr<AdmissionFilter> filter = AdmissionFilter::Deserialize(r.admission);
   if (!filter.ok()) {
@@ -258,6 +283,12 @@ absl::Status StoreRestorer::Commit(int64_t generation) {
       }
     }
     store_->generation_ = generation;
+    {
+      // The state is the checkpoint's now, no snapshot's of this store: the
+      // next incremental one has no base.
+      absl::MutexLock changes_lock(&store_->changes_mu_);
+      store_->changes_.Forget();
+    }
     // SYNC rows summed before belong to the replaced state, even when the
     // generation and the versions come out the same (a RowSync would take
     // them for current). The map's mutex is never held while taking

@@ -9,6 +9,10 @@
 // row (Streams, AbsorbRows) into a scratch table of the tier, and Commit
 // loads them from there, the policy's first rows past the capacity going
 // to disk as they come.
+// An incremental checkpoint is restored link by link, its chain's full
+// checkpoint first: NextLink between two links. A later link's records
+// replace an earlier one's dense rows and hash rows (admission counts
+// included), and its removed ids go.
 // Nothing in the store changes before Commit; a restorer dropped
 // uncommitted changes nothing. VariableStore::BeginRestore makes one
 // (VariableStore::Restorer), for the variables the store holds then.
@@ -57,6 +61,8 @@ class StoreRestorer {
   // with a disk tier into a scratch table of the tier, any other into
   // memory. Errors: as Absorb's; the disk tier's.
   absl::Status AbsorbRows(const common::ShardRecord& record, const common::ShardRowChunk& chunk);
+  // The records absorbed from now on are of the next link of a chain.
+  void NextLink() { ++link_; }
   // Errors: FailedPrecondition naming the variable when no record held it
   // or some of its rows, or when variables were created since
   // BeginRestore. Otherwise as Restore. A disk tier error emptying a
@@ -70,6 +76,8 @@ class StoreRestorer {
   friend class VariableStore;
   struct Loaded;
   explicit StoreRestorer(VariableStore* store);
+  // Removes a hash record's removed ids that `l` holds.
+  absl::Status AbsorbRemoved(const common::ShardRecord& r, Loaded* l);
   // Takes a hash record's admission counts into `l`'s.
   absl::Status AbsorbAdmission(const common::ShardRecord& r, Loaded* l);
   // Commit: loads the rows `l` staged on disk into its table, just
@@ -80,6 +88,7 @@ class StoreRestorer {
   std::vector<std::unique_ptr<Loaded>> loaded_;
   absl::flat_hash_map<std::string, std::vector<Loaded*>> by_logical_;
   bool committed_ = false;
+  int link_ = 0;  // of a chain: the link being absorbed
 };
 
 // Absorbs every record of `reader`'s shard into each of `restorers` that

@@ -5,13 +5,49 @@
 #include <vector>
 
 #include "absl/time/clock.h"
+#include "common/status_macros.h"
 #include "ps_server/store/variable.h"
 #include "ps_server/store/variable_store.h"
 
 namespace pst::ps {
 
+namespace {
+
+// A hash record's rows: every row of `var`'s table, or (`only`) those of
+// these ids, ascending, with the ids no longer stored as removed ones.
+// Each with its index entry when bounded, so that a restore evicts in the
+// order this table would have.
+absl::Status FillHashRows(const Variable& var, int num_slots, const std::vector<int64_t>* only,
+                          common::ShardRecord* r) ABSL_SHARED_LOCKS_REQUIRED(var.mu) {
+  const int64_t dim = var.dim;
+  r->values.reserve((only != nullptr ? only->size() : var.table.size()) * dim);
+  r->slots.assign(num_slots, {});
+  auto take = [&](int64_t id, std::span<const float> row,
+                  const EvictionIndex::Entry* e) -> absl::Status {
+    r->hash_ids.push_back(id);
+    if (e != nullptr) {
+      r->row_last.push_back(e->last);
+      r->row_count.push_back(e->count);
+    }
+    r->values.insert(r->values.end(), row.begin(), row.begin() + dim);
+    for (int sl = 0; sl < num_slots; ++sl) {
+      r->slots[sl].insert(r->slots[sl].end(), row.begin() + (sl + 1) * dim,
+                          row.begin() + (sl + 2) * dim);
+    }
+    return absl::OkStatus();
+  };
+  PST_RETURN_IF_ERROR(only == nullptr
+                          ? var.table.ForEachRow(r->version, take)
+                          : var.table.ForRows(*only, r->version, take, &r->removed_ids));
+  r->rows = static_cast<int64_t>(r->hash_ids.size());
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 std::vector<common::ShardRecord> VariableStore::Snapshot(absl::Duration* held, Cut* cut,
-                                                        double copy_budget) const {
+                                                         double copy_budget,
+                                                         const SnapshotChanges* changes) const {
   if (held != nullptr) *held = absl::ZeroDuration();
   const bool copy_on_write = copy_budget > 0;
   // Allocate (and fault in) the copies of the dense variables first, while
@@ -44,10 +80,59 @@ std::vector<common::ShardRecord> VariableStore::Snapshot(absl::Duration* held, C
   absl::MutexLock lock(&mu_);
   const absl::Time locked = absl::Now();
   num_slots = optimizer_ == nullptr ? 0 : optimizer_->num_slots();
-  std::vector<const Variable*> vars;
+  std::vector<Variable*> vars;
   for (const auto& [name, var] : variables_) vars.push_back(var.get());
   std::sort(vars.begin(), vars.end(),
             [](const Variable* a, const Variable* b) { return a->spec.name() < b->spec.name(); });
+  // A save's chain, at the instant: the changes noted up to it close an
+  // interval; an incremental snapshot keeps only what changed since its
+  // base.
+  bool incremental = false;
+  absl::flat_hash_map<std::string, std::vector<int64_t>> changed_rows;
+  ChangeLog::Versions base_versions;
+  if (changes != nullptr) {
+    absl::MutexLock changes_lock(&changes_mu_);
+    ChangeLog::Versions versions;
+    for (const Variable* var : vars) versions[var->spec.name()] = var->version.load();
+    if (!changes->track) {
+      changes_.Stop();
+      for (Variable* var : vars) {
+        absl::MutexLock var_lock(&var->mu);
+        if (var->is_hash) var->table.TrackChanges(false);
+      }
+    } else {
+      incremental = !changes->base.empty();
+      if (incremental && !changes_.IsBase(changes->base, versions)) {
+        if (cut != nullptr) cut->base_unknown = true;
+        return {};
+      }
+      if (!changes_.on()) changes_.Start();
+      absl::flat_hash_map<std::string, HashRowTable::ChangedIds> taken;
+      for (Variable* var : vars) {
+        if (!var->is_hash) continue;
+        absl::MutexLock var_lock(&var->mu);
+        if (var->table.tracks_changes()) {
+          taken[var->spec.name()] = var->table.TakeChanges();
+        } else {
+          var->table.TrackChanges(true);  // a full snapshot holds its rows
+        }
+      }
+      if (incremental) {
+        for (const Variable* var : vars) {
+          const std::string& name = var->spec.name();
+          base_versions[name] = changes_.BaseVersion(name);
+        }
+      }
+      const int64_t seq = changes_.Close(std::move(taken), std::move(versions));
+      if (cut != nullptr) cut->seq = seq;
+      if (incremental) {
+        for (const Variable* var : vars) {
+          if (!var->is_hash) continue;
+          changed_rows[var->spec.name()] = changes_.ChangedSinceBase(var->spec.name());
+        }
+      }
+    }
+  }
   std::vector<common::ShardRecord> records;
   records.reserve(vars.size());
   std::vector<std::pair<const Variable*, size_t>> held_dense;  // copy-on-write: record index
@@ -79,6 +164,11 @@ std::vector<common::ShardRecord> VariableStore::Snapshot(absl::Duration* held, C
         rows_max = std::max(rows_max, v);
       }
     }
+    // Incremental: a dense variable at its base's version is not saved
+    // again (the cut's figures above still count it).
+    if (incremental && !var->is_hash && base_versions[var->spec.name()] == var->version.load()) {
+      continue;
+    }
     common::ShardRecord r;
     if (auto it = ready.find(var->spec.name()); it != ready.end()) r = std::move(it->second);
     r.spec = var->spec;
@@ -107,6 +197,13 @@ std::vector<common::ShardRecord> VariableStore::Snapshot(absl::Duration* held, C
         r.values = var->values;
         r.slots = var->slots;
       }
+    } else if (incremental) {
+      // The rows changed since the base, whatever tier holds them.
+      if (absl::Status read = FillHashRows(*var, num_slots, &changed_rows[var->spec.name()], &r);
+          !read.ok()) {
+        if (cut != nullptr) cut->error = read;
+        return {};
+      }
     } else if (var->table.has_disk()) {
       // Streamed (table_cut.h): the rows in memory go to a scratch table
       // on disk, so that neither tier is copied into RAM.
@@ -118,33 +215,10 @@ std::vector<common::ShardRecord> VariableStore::Snapshot(absl::Duration* held, C
       }
       r.stream = *std::move(stream);
       r.stream_slots = num_slots;
-    } else {
-      const int64_t dim = var->dim;
-      r.values.reserve(var->table.size() * dim);
-      r.slots.assign(num_slots, {});
-      // Every row is in memory. A bounded table's rows with their index
-      // entries, so that a restore evicts in the order this table would
-      // have.
-      absl::Status read = var->table.ForEachRow(
-          r.version, [&](int64_t id, std::span<const float> row,
-                         const EvictionIndex::Entry* e) -> absl::Status {
-            r.hash_ids.push_back(id);
-            if (e != nullptr) {
-              r.row_last.push_back(e->last);
-              r.row_count.push_back(e->count);
-            }
-            r.values.insert(r.values.end(), row.begin(), row.begin() + dim);
-            for (int sl = 0; sl < num_slots; ++sl) {
-              r.slots[sl].insert(r.slots[sl].end(), row.begin() + (sl + 1) * dim,
-                                 row.begin() + (sl + 2) * dim);
-            }
-            return absl::OkStatus();
-          });
-      if (!read.ok()) {
-        if (cut != nullptr) cut->error = read;
-        return {};
-      }
-      r.rows = static_cast<int64_t>(r.hash_ids.size());
+    } else if (absl::Status read = FillHashRows(*var, num_slots, nullptr, &r); !read.ok()) {
+      // Every row is in memory.
+      if (cut != nullptr) cut->error = read;
+      return {};
     }
     // And which ids were close to admission.
     if (const AdmissionFilter* admission = var->is_hash ? var->table.admission() : nullptr) {
@@ -175,6 +249,11 @@ std::vector<common::ShardRecord> VariableStore::Snapshot(absl::Duration* held, C
   }
   if (held != nullptr) *held = absl::Now() - locked;
   return records;
+}
+
+void VariableStore::SnapshotWritten(int64_t seq, const std::string& checkpoint) {
+  absl::MutexLock lock(&changes_mu_);
+  changes_.Written(seq, checkpoint);
 }
 
 namespace {

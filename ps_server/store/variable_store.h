@@ -31,8 +31,8 @@
 // (RowAggregate, row_aggregate.h) and applied as one row push per step,
 // each id's sum divided by the number of pushes aggregated; every row
 // variable then moves one version per step, as a dense one does, and a
-// worker's push lists every partition (PsClient sends empty ones). SSP applies pushes at once and tracks each worker's
-// clock. A pull that may not proceed yet (SYNC: a version not reached; SSP:
+// worker's push lists every partition (PsClient sends empty ones). SSP applies pushes at once and
+// tracks each worker's clock. A pull that may not proceed yet (SYNC: a version not reached; SSP:
 // too far ahead of the slowest active worker) is parked: PullWhenReady
 // returns at once and completes its callback later, from the thread whose
 // push or membership change makes it ready. Every mode drops a repeated
@@ -82,6 +82,7 @@
 #include "common/tensor_util.h"
 #include "proto/pstrain.pb.h"
 #include "ps_server/store/admission_filter.h"
+#include "ps_server/store/change_log.h"
 #include "ps_server/store/disk_tier.h"
 #include "ps_server/store/optimizer.h"
 #include "ps_server/store/row_aggregate.h"
@@ -261,6 +262,25 @@ class VariableStore {
     // Not OK when the disk tier failed to read a table's rows: the copy
     // is then empty and must not be saved.
     absl::Status error;
+    // SnapshotChanges: the snapshot's number, for SnapshotWritten (0: not
+    // tracked); and whether an incremental one found no base (the copy
+    // then empty, nothing else set).
+    int64_t seq = 0;
+    bool base_unknown = false;
+  };
+
+  // A save's snapshot in a chain of incremental checkpoints
+  // (ps_server/store/change_log.h).
+  struct SnapshotChanges {
+    // Notes which rows change from this snapshot on (if it did not
+    // already); false: stops noting and forgets.
+    bool track = false;
+    // Incremental: only what changed since the snapshot written last, as
+    // the checkpoint `base` (SnapshotWritten): the dense variables whose
+    // version moved, and each table's changed rows (with their entries)
+    // and the ids it no longer stores (ShardRecord::removed_ids). "": a
+    // full snapshot.
+    std::string base;
   };
 
   // A copy of every variable (values, slots, version, hash rows), sorted by
@@ -279,8 +299,18 @@ class VariableStore {
   // variable first while the copies fit the budget, or waits until the
   // record is read (dense_snapshot.h), for at most a second, then copies
   // past the budget. Records should be written (or dropped) promptly.
+  //
+  // With `changes`, the snapshot is one of a chain (SnapshotChanges); a
+  // Snapshot without leaves the chain as it is. An incremental snapshot
+  // whose base is not the snapshot written last (none written since the
+  // store was restored or tracking began, another written since, or
+  // variables created since) sets Cut::base_unknown and copies nothing.
   std::vector<common::ShardRecord> Snapshot(absl::Duration* held = nullptr, Cut* cut = nullptr,
-                                            double copy_budget = 0) const;
+                                            double copy_budget = 0,
+                                            const SnapshotChanges* changes = nullptr) const;
+  // The tracked snapshot `seq` (Cut::seq) was written as the checkpoint
+  // `checkpoint`: the base of the next incremental one.
+  void SnapshotWritten(int64_t seq, const std::string& checkpoint);
 
   // The whole store as parts of about `part_bytes` each (store_state.cc),
   // taken at one instant: every variable's spec, values, slots, version,
@@ -378,7 +408,6 @@ class VariableStore {
   };
   Stats GetStats() const;
 
-
   ~VariableStore();
 
  private:
@@ -464,6 +493,11 @@ class VariableStore {
   std::atomic<int64_t> stale_dropped_{0};
   std::atomic<int64_t> duplicates_ignored_{0};
   std::atomic<int64_t> apply_nanos_{0};
+  // Incremental snapshots: which rows changed since which snapshot. Taken
+  // after mu_ and before a Variable's mu (Snapshot, a restore's commit), or
+  // alone.
+  mutable absl::Mutex changes_mu_;
+  mutable ChangeLog changes_ ABSL_GUARDED_BY(changes_mu_);
   // SYNC: row variables' aggregates, by variable (or partition) name.
   mutable absl::Mutex row_sync_mu_;
   mutable absl::flat_hash_map<std::string, std::unique_ptr<RowSync>> row_sync_
