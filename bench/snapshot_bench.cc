@@ -13,6 +13,13 @@
 // seconds, and the peak memory the save added (VmHWM over VmRSS before it,
 // reset through /proc/self/clear_refs) as a share of the variables' bytes.
 // The two kinds alternate, --rounds times.
+//
+// With --table_rows, the store also holds a hash table of that many rows
+// (--table_dim floats, Adam's slots), and the pusher follows each dense
+// push with a push of 1,024 rows drawn from 1.1 times as many ids (some
+// rows are made). Copied at the instant, every row of the table is copied
+// with pushes held; copy-on-write, the table is copied before the instant
+// while pushes go on, and at the instant only the rows changed since.
 #include <malloc.h>
 #include <unistd.h>
 
@@ -41,6 +48,8 @@ ABSL_FLAG(int64_t, piece_kb, 512, "Bytes of values per piece (variable), KiB.");
 ABSL_FLAG(double, copy_budget, 0.25, "Copy-on-write: the copies' budget, of the variables' bytes.");
 ABSL_FLAG(int, rounds, 3, "Saves of each kind, alternating.");
 ABSL_FLAG(std::string, dir, "/tmp", "Where the shard file goes (removed after each save).");
+ABSL_FLAG(int64_t, table_rows, 0, "Rows of a hash table beside the dense variables (0: none).");
+ABSL_FLAG(int, table_dim, 16, "Floats per row of the hash table (each of values and slots).");
 
 namespace {
 
@@ -89,6 +98,8 @@ int main(int argc, char** argv) {
   const int64_t piece_floats = absl::GetFlag(FLAGS_piece_kb) * 1024 / 4;
   const int64_t pieces =
       std::max<int64_t>(1, absl::GetFlag(FLAGS_values_mb) * 1000000 / 4 / piece_floats);
+  const int64_t table_rows = absl::GetFlag(FLAGS_table_rows);
+  const int64_t table_dim = absl::GetFlag(FLAGS_table_dim);
   VariableStore store;
   {
     proto::CreateVariablesRequest create;
@@ -104,12 +115,56 @@ int main(int argc, char** argv) {
       spec->add_shape(piece_floats);
       spec->mutable_initializer()->set_kind(proto::Initializer::ZEROS);
     }
+    if (table_rows > 0) {
+      proto::VariableSpec* spec = create.add_variables();
+      spec->set_name("emb/part_0");
+      spec->set_variable("emb");
+      spec->set_dtype(proto::DT_FLOAT32);
+      spec->add_shape(0);
+      spec->add_shape(table_dim);
+      spec->mutable_initializer()->set_kind(proto::Initializer::ZEROS);
+      spec->set_routing(proto::HASH);
+      spec->set_partition(0);
+      spec->set_num_partitions(1);
+      spec->set_admit_after(1);
+    }
     Check(store.Create(create).status(), "creating the variables");
   }
-  const double variable_bytes = static_cast<double>(pieces * piece_floats) * 4 * 3;
-  std::printf("%lld pieces of %lld KiB: %.0f MB of values and Adam slots\n",
-              static_cast<long long>(pieces), static_cast<long long>(absl::GetFlag(FLAGS_piece_kb)),
-              variable_bytes / 1e6);
+  // Row pushes of `n` ids from `first` on (the fill), or drawn (`rng`).
+  auto row_push = [&](int64_t step, int64_t first, int64_t n, std::mt19937_64* rng) {
+    proto::PushRowsRequest push;
+    push.set_worker_index(1);
+    push.set_incarnation(1);
+    push.set_step(step);
+    proto::RowIds* ids = push.add_rows();
+    ids->set_name("emb/part_0");
+    std::uniform_int_distribution<int64_t> id(0, table_rows + table_rows / 10);
+    std::vector<int64_t> drawn;
+    for (int64_t k = 0; k < n; ++k) drawn.push_back(rng != nullptr ? id(*rng) : first + k);
+    std::sort(drawn.begin(), drawn.end());  // each id once in a push
+    drawn.erase(std::unique(drawn.begin(), drawn.end()), drawn.end());
+    for (int64_t i : drawn) ids->add_ids(i);
+    const int64_t rows = static_cast<int64_t>(drawn.size());
+    const std::vector<float> grad(static_cast<size_t>(rows * table_dim), 1e-3f);
+    const std::vector<int64_t> shape = {rows, table_dim};
+    pst::common::PackFloats(grad, pst::common::Shape(shape.begin(), shape.end()),
+                            push.add_gradients());
+    return push;
+  };
+  for (int64_t first = 0, step = 0; first < table_rows; first += 8192, ++step) {
+    proto::PushRowsResponse response;
+    Check(
+        store.PushRows(row_push(step, first, std::min<int64_t>(8192, table_rows - first), nullptr),
+                       &response),
+        "filling the table");
+  }
+  const double variable_bytes =
+      static_cast<double>(pieces * piece_floats + table_rows * table_dim) * 4 * 3;
+  std::printf(
+      "%lld pieces of %lld KiB and %lld table rows of %lld: %.0f MB of values and Adam "
+      "slots\n",
+      static_cast<long long>(pieces), static_cast<long long>(absl::GetFlag(FLAGS_piece_kb)),
+      static_cast<long long>(table_rows), static_cast<long long>(table_dim), variable_bytes / 1e6);
 
   // One request per piece, made once: the pusher cycles through them.
   std::vector<proto::PushRequest> pushes(static_cast<size_t>(pieces));
@@ -130,6 +185,7 @@ int main(int argc, char** argv) {
   std::atomic<int64_t> pushed{0};
   std::thread pusher([&] {
     int64_t step = 0;
+    std::mt19937_64 rng(11);
     while (!stop.load()) {
       proto::PushRequest& push = pushes[static_cast<size_t>(step % pieces)];
       push.set_step(step);
@@ -139,6 +195,13 @@ int main(int argc, char** argv) {
       const absl::Time start = absl::Now();
       Check(store.Push(push, &response), "pushing");
       latencies.Add(absl::ToDoubleSeconds(absl::Now() - start));
+      pushed.fetch_add(1);
+      if (table_rows <= 0) continue;
+      const proto::PushRowsRequest rows = row_push(step, 0, 1024, &rng);
+      proto::PushRowsResponse rows_response;
+      const absl::Time rows_start = absl::Now();
+      Check(store.PushRows(rows, &rows_response), "pushing rows");
+      latencies.Add(absl::ToDoubleSeconds(absl::Now() - rows_start));
       pushed.fetch_add(1);
     }
   });

@@ -24,15 +24,6 @@ namespace fs = std::filesystem;
 class CheckpointChainTest : public TempDirTest {
  protected:
   CheckpointChainTest() : TempDirTest("checkpoint_chain_test") {}
-
-  static std::string ReadBytes(const std::string& path) {
-    std::ifstream in(path, std::ios::binary);
-    return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-  }
-  static void WriteBytes(const std::string& path, const std::string& bytes) {
-    std::ofstream out(path, std::ios::binary | std::ios::trunc);
-    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-  }
 };
 
 // Creates <root>/ckpt-<step>, with a manifest when `committed`.

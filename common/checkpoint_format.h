@@ -131,7 +131,8 @@ int64_t CheckpointStep(const std::string& name);
 std::string ShardFileName(int ps_index, int num_ps);
 
 // Writes `records` to `path` atomically (tmp, fsync, rename, fsync of the
-// directory; common/shard_writer.cc). The file is streamed: it is never
+// directory; common/shard_writer.cc), those with a dense source first,
+// then the others, each in the order given. The file is streamed: it is never
 // held whole in memory, and a record's stream is read once to count and
 // once to write. Fills `shard` (file name, bytes, crc32 of the whole file).
 // Errors: InvalidArgument for a record whose sizes do not fit its spec;

@@ -30,15 +30,6 @@ class CheckpointFormatTest : public TempDirTest {
  protected:
   CheckpointFormatTest() : TempDirTest("checkpoint_format_test") {}
 
-  static std::string ReadBytes(const std::string& path) {
-    std::ifstream in(path, std::ios::binary);
-    return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-  }
-  static void WriteBytes(const std::string& path, const std::string& bytes) {
-    std::ofstream out(path, std::ios::binary | std::ios::trunc);
-    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-  }
-
   // Expects DataLoss naming `path` from reading it as a shard file.
   static void ExpectDataLoss(const std::string& path, const std::string& context) {
     absl::StatusOr<std::vector<ShardRecord>> got = ReadShardFile(path);

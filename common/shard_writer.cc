@@ -338,7 +338,18 @@ absl::Status WriteShardFile(const std::string& path, const std::vector<ShardReco
   FileBuilder out(file.get(), path);
   PST_RETURN_IF_ERROR(out.Literal(kShardMagic, kShardTagBytes));
   PST_RETURN_IF_ERROR(out.U32(static_cast<uint32_t>(records.size())));
+  // Records read from a dense source first: a copy-on-write snapshot's
+  // pushes to a variable not written yet may wait for it (dense_snapshot.h),
+  // so those go before the long tables.
+  std::vector<const ShardRecord*> order;
   for (const ShardRecord& r : records) {
+    if (r.dense != nullptr) order.push_back(&r);
+  }
+  for (const ShardRecord& r : records) {
+    if (r.dense == nullptr) order.push_back(&r);
+  }
+  for (const ShardRecord* record : order) {
+    const ShardRecord& r = *record;
     int64_t rows = r.rows;
     if (r.stream != nullptr) {
       PST_ASSIGN_OR_RETURN(rows, r.stream->Count());

@@ -1,12 +1,15 @@
 // A gtest fixture with a directory of its own: <TempDir>/<prefix>-<pid>-
-// <test name>, made empty before each test and removed after it. For the
-// tests of common/ that write files (checkpoints, shard files).
+// <test name>, made empty before each test and removed after it, and
+// whole-file reads and writes. For the tests of common/ that write files
+// (checkpoints, shard files).
 #ifndef PST_COMMON_TEMP_DIR_TEST_H_
 #define PST_COMMON_TEMP_DIR_TEST_H_
 
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <string>
 #include <system_error>
 #include <utility>
@@ -33,6 +36,17 @@ class TempDirTest : public ::testing::Test {
   void TearDown() override {
     std::error_code ec;
     std::filesystem::remove_all(dir_, ec);
+  }
+
+  // A whole file's bytes ("" when it cannot be read), and a file made of
+  // `bytes`.
+  static std::string ReadBytes(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  static void WriteBytes(const std::string& path, const std::string& bytes) {
+    std::ofstream out(path, std::ios::binary | std::ios::trunc);
+    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
   }
 
   // `name` in the test's directory.

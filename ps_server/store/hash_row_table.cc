@@ -101,7 +101,7 @@ bool HashRowTable::Evict(int stripe, int64_t id, bool to_disk) {
     return static_cast<int64_t>(leaving_.size()) < FlushRows() || WriteLeaving();
   }
   index_->Forget(stripe, id);
-  if (tracking_) NoteChange(id);
+  if (noting()) NoteChange(id);
   auto it = rows_.find(id);
   // The next row made takes its memory (rows are all width() floats).
   Recycle(std::move(it->second));
@@ -303,7 +303,7 @@ float* HashRowTable::Touch(int64_t id, int64_t t) {
       EvictBelow(Capacity());
       size_.store(Held(), std::memory_order_relaxed);
       index_->NoteReturn(StripeOf(id), id, entry, t);
-      if (tracking_) NoteChange(id);
+      if (noting()) NoteChange(id);
       return row;
     }
     NoteUpdate(id, t);
@@ -343,7 +343,7 @@ float* HashRowTable::Touch(int64_t id, int64_t t) {
       EvictBelow(Capacity());
       float* data = Store(id, std::move(row));
       index_->NoteReturn(StripeOf(id), id, entry, t);
-      if (tracking_) NoteChange(id);
+      if (noting()) NoteChange(id);
       return data;
     }
   }
@@ -374,6 +374,27 @@ HashRowTable::ChangedIds HashRowTable::TakeChanges() {
   return taken;
 }
 
+void HashRowTable::BeginPrecopy() {
+  precopying_ = true;
+  precopy_spoiled_ = false;
+  precopy_changed_.assign(kStripes, {});
+}
+
+std::optional<HashRowTable::ChangedIds> HashRowTable::EndPrecopy() {
+  precopying_ = false;
+  ChangedIds noted;
+  noted.swap(precopy_changed_);
+  if (precopy_spoiled_) return std::nullopt;
+  return noted;
+}
+
+std::vector<int64_t> HashRowTable::MemoryIds() const {
+  std::vector<int64_t> ids;
+  ids.reserve(rows_.size());
+  for (const auto& [id, row] : rows_) ids.push_back(id);
+  return ids;
+}
+
 float* HashRowTable::Store(int64_t id, std::vector<float> row) {
   float* data = rows_.emplace(id, std::move(row)).first->second.data();
   size_.store(Held(), std::memory_order_relaxed);
@@ -400,6 +421,7 @@ absl::Status HashRowTable::Replace(Rows rows, int64_t version, const Entries& en
   leaving_.clear();
   fetched_.clear();
   if (tracking_) changed_.assign(kStripes, {});
+  precopy_spoiled_ = precopying_;
   size_.store(static_cast<int64_t>(rows_.size()));
   admission_ = std::move(admission);
   absl::Status cleared = disk_ == nullptr ? absl::OkStatus() : disk_->Clear(disk_table_);
@@ -424,6 +446,7 @@ absl::Status HashRowTable::Replace(Rows rows, int64_t version, const Entries& en
 }
 
 void HashRowTable::LoadRow(int64_t id, const char* bytes, const EvictionIndex::Entry& entry) {
+  precopy_spoiled_ |= precopying_;
   leaving_.erase(id);  // loaded in place of what was evicted
   std::vector<float>& held = rows_[id];
   held.resize(static_cast<size_t>(width_));

@@ -40,7 +40,8 @@
 // Change tracking (TrackChanges; incremental checkpoints): while on, the id
 // of every row that changes is noted, in its stripe's set: updated, made,
 // brought back from disk, or removed (evicted or expired; moved to disk is
-// no change), until TakeChanges. Replace forgets the notes.
+// no change), until TakeChanges. Replace forgets the notes. A save's
+// pre-copy (BeginPrecopy, EndPrecopy) notes them the same way, apart.
 //
 // Thread-safety: thread-compatible. Its owner (Variable::mu) guards it:
 // const methods under the lock held shared, the others held exclusively,
@@ -168,7 +169,7 @@ class HashRowTable {
   // Notes an update at version `t` of the stored row `id`.
   void NoteUpdate(int64_t id, int64_t t) {
     if (index_ != nullptr) index_->Note(StripeOf(id), id, t);
-    if (tracking_) NoteChange(id);
+    if (noting()) NoteChange(id);
   }
   // Change tracking: on starts noting (with no note), off forgets them.
   void TrackChanges(bool on);
@@ -177,6 +178,15 @@ class HashRowTable {
   // began), one set per stripe, and starts anew.
   using ChangedIds = std::vector<absl::flat_hash_set<int64_t>>;
   ChangedIds TakeChanges();
+  // A save's copy of the rows in memory taken while pushes go on (Variable::
+  // CopyStoredRows, VariableStore::Snapshot): BeginPrecopy starts noting
+  // changed rows for it, apart from TrackChanges'; EndPrecopy gives them
+  // and stops, or nullopt when rows were replaced or loaded since (a
+  // restore, a state transfer: the copy is worthless). The ids in memory,
+  // for the copy: MemoryIds.
+  void BeginPrecopy();
+  std::optional<ChangedIds> EndPrecopy();
+  std::vector<int64_t> MemoryIds() const;
   // Whether either tier stores `id` (rows on disk that ttl made stale
   // included).
   bool Stored(int64_t id) const { return rows_.contains(id) || on_disk_.contains(id); }
@@ -274,8 +284,14 @@ class HashRowTable {
   void SetOnDisk(int64_t id, bool on_disk);
   // Counts and logs a disk tier error.
   void NoteDiskError(const absl::Status& status, const char* what) const;
-  // Notes a change of row `id` (tracking).
-  void NoteChange(int64_t id) { changed_[static_cast<size_t>(StripeOf(id))].insert(id); }
+  // Whether changes are noted (tracking, or a pre-copy).
+  bool noting() const { return tracking_ || precopying_; }
+  // Notes a change of row `id` where it is noted.
+  void NoteChange(int64_t id) {
+    const size_t stripe = static_cast<size_t>(StripeOf(id));
+    if (tracking_) changed_[stripe].insert(id);
+    if (precopying_) precopy_changed_[stripe].insert(id);
+  }
 
   const Limits limits_;
   const int64_t dim_;
@@ -317,6 +333,11 @@ class HashRowTable {
   // lock as NoteUpdate is).
   bool tracking_ = false;
   ChangedIds changed_;
+  // A pre-copy's notes, as the tracking's; `precopy_spoiled_`: rows were
+  // replaced or loaded during it.
+  bool precopying_ = false;
+  bool precopy_spoiled_ = false;
+  ChangedIds precopy_changed_;
 };
 
 }  // namespace pst::ps

@@ -428,4 +428,26 @@ bool Variable::TryApplyRowsShared(Optimizer& optimizer, const std::vector<int64_
   return true;
 }
 
+void Variable::CopyStoredRows(const std::vector<int64_t>& ids, StoredRowFn fn) const {
+  // Batches, so that a push that makes rows (mu held exclusively) waits
+  // for one batch at most.
+  constexpr size_t kBatch = 4096;
+  const size_t width = static_cast<size_t>(table.width());
+  std::vector<int64_t> batch;
+  for (size_t first = 0; first < ids.size(); first += kBatch) {
+    batch.assign(ids.begin() + first, ids.begin() + std::min(ids.size(), first + kBatch));
+    absl::ReaderMutexLock lock(&mu);
+    auto copy = [&](size_t r) ABSL_SHARED_LOCKS_REQUIRED(mu) {
+      if (const float* row = table.Find(batch[r])) {
+        fn(batch[r], std::span<const float>(row, width), table.IndexEntry(batch[r]));
+      }
+    };
+    if (row_pushes_striped) {
+      ForEachRowByStripe(batch, /*write=*/false, copy);
+    } else {
+      for (size_t r = 0; r < batch.size(); ++r) copy(r);
+    }
+  }
+}
+
 }  // namespace pst::ps

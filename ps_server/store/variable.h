@@ -39,6 +39,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "common/tensor_util.h"
@@ -146,6 +147,15 @@ class Variable {
   // hash ids not admitted (counted as touches, not applied).
   int64_t ApplyRows(Optimizer& optimizer, const std::vector<int64_t>& local,
                     std::span<const float> grad, const std::vector<bool>& skip, int64_t* dropped)
+      ABSL_LOCKS_EXCLUDED(mu);
+  // A hash table's rows of `ids` that memory holds, read while pushes go on
+  // (a save's pre-copy, HashRowTable::BeginPrecopy): a batch at a time
+  // under mu held shared, each row under its stripe's reader lock. Calls
+  // `fn` on each (its row valid during the call); ids not stored are
+  // passed over.
+  using StoredRowFn = absl::FunctionRef<void(int64_t id, std::span<const float> row,
+                                             const EvictionIndex::Entry* entry)>;
+  void CopyStoredRows(const std::vector<int64_t>& ids, StoredRowFn fn) const
       ABSL_LOCKS_EXCLUDED(mu);
 
  private:

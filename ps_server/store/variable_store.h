@@ -308,6 +308,12 @@ class VariableStore {
   std::vector<common::ShardRecord> Snapshot(absl::Duration* held = nullptr, Cut* cut = nullptr,
                                             double copy_budget = 0,
                                             const SnapshotChanges* changes = nullptr) const;
+  // With `copy_budget`, a full snapshot's hash tables in memory (not those
+  // with a disk tier, which stream) are copied before the instant, while
+  // pushes go on, each row under its stripe's lock, their changes noted;
+  // at the instant only the rows changed since are copied again, so that
+  // pushes are held for those, not for every row.
+  //
   // The tracked snapshot `seq` (Cut::seq) was written as the checkpoint
   // `checkpoint`: the base of the next incremental one.
   void SnapshotWritten(int64_t seq, const std::string& checkpoint);
@@ -472,6 +478,15 @@ class VariableStore {
                             const std::vector<RowUpdate>& updates,
                             proto::PushRowsResponse* response, bool* applied)
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
+
+  // Snapshot's parts: the hash tables copied before the instant (at most one
+  // snapshot at a time copies them: precopy_mu_), and the instant itself.
+  struct Precopy;
+  std::vector<Precopy> TakePrecopies() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(precopy_mu_);
+  std::vector<common::ShardRecord> SnapshotAt(absl::Duration* held, Cut* cut, double copy_budget,
+                                              const SnapshotChanges* changes,
+                                              std::vector<Precopy>* precopies) const;
+  mutable absl::Mutex precopy_mu_ ABSL_ACQUIRED_BEFORE(mu_);
 
   const Options options_;
   // The training mode and parked pulls; its mutex comes after mu_.
