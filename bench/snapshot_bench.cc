@@ -19,7 +19,9 @@
 // push with a push of 1,024 rows drawn from 1.1 times as many ids (some
 // rows are made). Copied at the instant, every row of the table is copied
 // with pushes held; copy-on-write, the table is copied before the instant
-// while pushes go on, and at the instant only the rows changed since.
+// while pushes go on, into a file in --dir (as a ps's saves spill it into
+// its checkpoint directory), and at the instant only the rows changed
+// since.
 #include <malloc.h>
 #include <unistd.h>
 
@@ -220,7 +222,10 @@ int main(int argc, char** argv) {
       const absl::Time start = absl::Now();
       absl::Duration held;
       {
-        std::vector<ShardRecord> records = store.Snapshot(&held, nullptr, budget);
+        // Copy-on-write as a ps saves: its tables' copy spilled beside the
+        // shard.
+        std::vector<ShardRecord> records = store.Snapshot(
+            &held, nullptr, budget, nullptr, budget > 0 ? absl::GetFlag(FLAGS_dir) : "");
         Check(pst::common::WriteShardFile(path, records, nullptr), "writing the shard");
       }
       const double save_s = absl::ToDoubleSeconds(absl::Now() - start);

@@ -107,8 +107,11 @@ struct ShardRecord {
   // entries, and the reader reads them back into the vectors). Only
   // WriteShardFile reads it.
   std::shared_ptr<const ShardRowStream> stream;
-  // The slots a streamed row carries (its width is dim * (1 + this)).
+  // The slots a streamed row carries (its width is dim * (1 + this)), and
+  // whether its rows' entries are written (false: an unbounded table's,
+  // which has none).
   int stream_slots = 0;
+  bool stream_entries = true;
   // A dense record's values and slots read from a source instead (`rows`
   // set, `values` and `slots` empty; `dense_slots` slots). Only
   // WriteShardFile and MaterializeDense read it.

@@ -285,7 +285,7 @@ absl::Status WriteStreamedRows(const std::string& path, const ShardRecord& r, in
   }
   PST_ASSIGN_OR_RETURN(std::unique_ptr<FileBuilder::Sink> ids, out->Tensor(n * sizeof(int64_t)));
   // Entries as a held record has them: none for no rows.
-  const uint32_t extras = (rows > 0 ? kShardRowEntries : 0) | OtherExtras(r);
+  const uint32_t extras = (rows > 0 && r.stream_entries ? kShardRowEntries : 0) | OtherExtras(r);
   PST_RETURN_IF_ERROR(out->U32(extras));
   std::unique_ptr<FileBuilder::Sink> lasts, counts;
   if ((extras & kShardRowEntries) != 0) {
@@ -309,6 +309,7 @@ absl::Status WriteStreamedRows(const std::string& path, const ShardRecord& r, in
       PST_RETURN_IF_ERROR(floats[t]->Append(row.data() + t * dim, dim * sizeof(float)));
     }
     PST_RETURN_IF_ERROR(ids->Append(&id, sizeof(id)));
+    if (lasts == nullptr) return absl::OkStatus();
     PST_RETURN_IF_ERROR(lasts->Append(&last, sizeof(last)));
     return counts->Append(&count, sizeof(count));
   }));

@@ -22,12 +22,24 @@
 #include "common/checkpoint_export.h"
 #include "common/checkpoint_format.h"
 #include "ps_server/in_process_control.h"
+#include "spdlog/spdlog.h"
 #include "tests/wide_deep_stores.h"
 
 namespace pst::testing {
 namespace {
 
 namespace fs = std::filesystem;
+
+// spdlog's default logger is made on the first log call of the process,
+// inside libspdlog: made here, on the main thread, before two ps' save
+// threads log at once (ThreadSanitizer does not see the guard inside the
+// library that orders their first calls).
+class LoggerFirst : public ::testing::Environment {
+ public:
+  void SetUp() override { spdlog::default_logger(); }
+};
+::testing::Environment* const kLoggerFirst =
+    ::testing::AddGlobalTestEnvironment(new LoggerFirst);
 
 struct ChainCase {
   int64_t buckets;  // 0: hash embeddings

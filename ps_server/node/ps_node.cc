@@ -185,7 +185,8 @@ void PsNode::Save(const proto::SaveRequest* request, proto::SaveResponse* respon
             // they are written, and a push before that copies within a
             // budget (dense_snapshot.h).
             PST_ASSIGN_OR_RETURN(
-                snapshot, TakeSnapshot(store, *request, response, options_.snapshot_copy_budget));
+                snapshot, TakeSnapshot(store, *request, response, options_.snapshot_copy_budget,
+                                       options_.checkpoint_dir));
             if (response->base_unknown()) return absl::OkStatus();  // nothing kept
             if (phase == proto::SaveRequest::SNAPSHOT) {
               absl::MutexLock lock(&kept_mu_);
@@ -234,7 +235,8 @@ void PsNode::Save(const proto::SaveRequest* request, proto::SaveResponse* respon
 absl::StatusOr<PsNode::Kept> PsNode::TakeSnapshot(const std::shared_ptr<VariableStore>& store,
                                                   const proto::SaveRequest& request,
                                                   proto::SaveResponse* response,
-                                                  double copy_budget) {
+                                                  double copy_budget,
+                                                  const std::string& spill_dir) {
   const absl::Time start = absl::Now();
   absl::Duration held;
   VariableStore::Cut cut;
@@ -244,7 +246,7 @@ absl::StatusOr<PsNode::Kept> PsNode::TakeSnapshot(const std::shared_ptr<Variable
   Kept kept;
   kept.store = store;
   kept.records = std::make_shared<const std::vector<common::ShardRecord>>(
-      store->Snapshot(&held, &cut, copy_budget, &changes));
+      store->Snapshot(&held, &cut, copy_budget, &changes, spill_dir));
   PST_RETURN_IF_ERROR(cut.error);
   if (cut.base_unknown) {
     response->set_base_unknown(true);

@@ -183,12 +183,14 @@ class PsNode {
     int64_t seq = 0;
   };
   // Takes `store`'s snapshot (copy-on-write for the dense variables with a
-  // copy_budget > 0: VariableStore::Snapshot; incremental as `request`
-  // says) and fills the response's cut and figures. An incremental one
-  // with no base sets response->base_unknown and gives no records.
+  // copy_budget > 0, its tables copied before the instant into files in
+  // `spill_dir`: VariableStore::Snapshot; incremental as `request` says)
+  // and fills the response's cut and figures. An incremental one with no
+  // base sets response->base_unknown and gives no records.
   static absl::StatusOr<Kept> TakeSnapshot(const std::shared_ptr<VariableStore>& store,
                                            const proto::SaveRequest& request,
-                                           proto::SaveResponse* response, double copy_budget);
+                                           proto::SaveResponse* response, double copy_budget,
+                                           const std::string& spill_dir);
 
   VariableStore* const store_;
   const Options options_;

@@ -4,16 +4,24 @@
 // ones and new ones, while snapshots are taken; each snapshot must hold
 // exactly the table at its instant, which its cut names (the worker's last
 // row push held): every row as the pushes up to it made it, and no row a
-// later push made.
+// later push made. The copy held in memory, and spilled to a file and
+// streamed from it (as a ps's saves do), each read back from the shard
+// file written.
 #include <gtest/gtest.h>
+
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <filesystem>
 #include <map>
+#include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "common/checkpoint_format.h"
 #include "common/tensor_util.h"
 #include "ps_server/store/store_test_util.h"
 #include "ps_server/store/variable_store.h"
@@ -67,7 +75,13 @@ absl::Status Push(VariableStore& store, int64_t step) {
   return store.PushRows(push, &response);
 }
 
-TEST(StorePrecopyTest, SnapshotsDuringPushes_HoldExactlyTheirInstant) {
+class StorePrecopyTest : public ::testing::TestWithParam<bool> {};  // spilled
+
+TEST_P(StorePrecopyTest, SnapshotsDuringPushes_HoldExactlyTheirInstant) {
+  const std::string dir = absl::StrCat(::testing::TempDir(), "/store_precopy_test_", getpid(), "_",
+                                       GetParam() ? "spilled" : "held");
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
   VariableStore store;
   ASSERT_TRUE(store.Create(Create()).ok());
   for (int64_t step = 1; step <= kFillSteps; ++step) ASSERT_TRUE(Push(store, step).ok());
@@ -99,9 +113,17 @@ TEST(StorePrecopyTest, SnapshotsDuringPushes_HoldExactlyTheirInstant) {
     }
     VariableStore::Cut cut;
     absl::Duration held;
-    std::vector<common::ShardRecord> records = store.Snapshot(&held, &cut, /*copy_budget=*/0.25);
+    std::vector<common::ShardRecord> snapshot = store.Snapshot(
+        &held, &cut, /*copy_budget=*/0.25, nullptr, GetParam() ? dir : std::string());
     ASSERT_TRUE(cut.error.ok()) << cut.error;
-    ASSERT_EQ(records.size(), 1u);
+    ASSERT_EQ(snapshot.size(), 1u);
+    EXPECT_EQ(snapshot[0].stream != nullptr, GetParam());
+    const std::string path = dir + "/shard-0-of-1.pst";
+    ASSERT_TRUE(common::WriteShardFile(path, snapshot, nullptr).ok());
+    snapshot.clear();  // the spill file goes with it
+    absl::StatusOr<std::vector<common::ShardRecord>> records = common::ReadShardFile(path);
+    ASSERT_TRUE(records.ok()) << records.status();
+    ASSERT_EQ(records->size(), 1u);
     ASSERT_FALSE(cut.workers.empty());
     const int64_t instant = cut.workers[0].rows_step();
     ASSERT_GE(instant, before);
@@ -111,7 +133,8 @@ TEST(StorePrecopyTest, SnapshotsDuringPushes_HoldExactlyTheirInstant) {
     for (int64_t step = 1; step <= instant; ++step) {
       for (int64_t id : IdsOf(step)) ++updates[id];
     }
-    const common::ShardRecord& r = records[0];
+    const common::ShardRecord& r = (*records)[0];
+    EXPECT_TRUE(r.row_last.empty()) << "an unbounded table's rows have no entries";
     ASSERT_EQ(r.rows, static_cast<int64_t>(updates.size())) << "round " << round;
     std::map<int64_t, float> got;
     for (int64_t k = 0; k < r.rows; ++k) {
@@ -136,7 +159,18 @@ TEST(StorePrecopyTest, SnapshotsDuringPushes_HoldExactlyTheirInstant) {
   // tested what it means to: pushes landed while the table was copied.
   std::printf("pushes applied during the three snapshots' copies: %lld\n",
               static_cast<long long>(during));
+  // The spill files went with their snapshots: only the shard is left.
+  int files = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    ++files;
+    EXPECT_EQ(entry.path().filename(), "shard-0-of-1.pst");
+  }
+  EXPECT_EQ(files, 1);
+  std::filesystem::remove_all(dir);
 }
+
+INSTANTIATE_TEST_SUITE_P(Copies, StorePrecopyTest, ::testing::Bool(),
+                         [](const auto& info) { return info.param ? "Spilled" : "Held"; });
 
 }  // namespace
 }  // namespace pst::ps

@@ -7,6 +7,8 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/time/clock.h"
 #include "common/status_macros.h"
+#include "ps_server/store/table_precopy.h"
+#include "spdlog/spdlog.h"
 #include "ps_server/store/variable.h"
 #include "ps_server/store/variable_store.h"
 
@@ -51,98 +53,20 @@ absl::Status FillHashRows(const Variable& var, int num_slots, const std::vector<
   return absl::OkStatus();
 }
 
-// `*r`, a hash record of the rows changed during a pre-copy, made whole
-// from the pre-copy `copy`: a changed row the copy has is overwritten in
-// place (or, gone at the instant, replaced by the copy's last row), and one
-// it lacks appended. One pass over the copy's ids, then work for the
-// changed rows only.
-void MergePrecopy(common::ShardRecord&& copy, const std::vector<int64_t>& changed, int64_t dim,
-                  common::ShardRecord* r) {
-  const size_t d = static_cast<size_t>(dim);
-  const bool entries = !copy.row_last.empty();
-  // Where each changed id is in the copy, and in `r`.
-  absl::flat_hash_map<int64_t, size_t> in_copy;
-  in_copy.reserve(changed.size());
-  for (int64_t id : changed) in_copy.emplace(id, SIZE_MAX);
-  for (size_t k = 0; k < copy.hash_ids.size(); ++k) {
-    if (auto it = in_copy.find(copy.hash_ids[k]); it != in_copy.end()) it->second = k;
-  }
-  auto put = [&](size_t to, size_t from) {  // row `from` of r into row `to` of the copy
-    copy.hash_ids[to] = r->hash_ids[from];
-    std::copy_n(r->values.begin() + from * d, d, copy.values.begin() + to * d);
-    for (size_t s = 0; s < copy.slots.size(); ++s) {
-      std::copy_n(r->slots[s].begin() + from * d, d, copy.slots[s].begin() + to * d);
-    }
-    if (entries) {
-      copy.row_last[to] = r->row_last[from];
-      copy.row_count[to] = r->row_count[from];
-    }
-  };
-  auto grow = [&]() {
-    copy.hash_ids.push_back(0);
-    copy.values.resize(copy.values.size() + d);
-    for (std::vector<float>& slot : copy.slots) slot.resize(slot.size() + d);
-    if (entries) {
-      copy.row_last.push_back(0);
-      copy.row_count.push_back(0);
-    }
-    return copy.hash_ids.size() - 1;
-  };
-  for (size_t k = 0; k < r->hash_ids.size(); ++k) {
-    auto it = in_copy.find(r->hash_ids[k]);
-    const bool there = it != in_copy.end() && it->second != SIZE_MAX;
-    put(there ? it->second : grow(), k);
-    if (it != in_copy.end()) it->second = SIZE_MAX - 1;  // written: stays
-  }
-  // The changed rows the copy has that are gone at the instant: each
-  // replaced by the copy's last row, whose place is kept up to date.
-  std::vector<size_t> gone;
-  for (const auto& [id, at] : in_copy) {
-    if (at < SIZE_MAX - 1) gone.push_back(at);
-  }
-  std::sort(gone.rbegin(), gone.rend());  // from the back, so that no last row is one to go
-  for (size_t at : gone) {
-    const size_t last = copy.hash_ids.size() - 1;
-    if (at != last) {
-      copy.hash_ids[at] = copy.hash_ids[last];
-      std::copy_n(copy.values.begin() + last * d, d, copy.values.begin() + at * d);
-      for (std::vector<float>& slot : copy.slots) {
-        std::copy_n(slot.begin() + last * d, d, slot.begin() + at * d);
-      }
-      if (entries) {
-        copy.row_last[at] = copy.row_last[last];
-        copy.row_count[at] = copy.row_count[last];
-      }
-    }
-    copy.hash_ids.pop_back();
-    copy.values.resize(copy.values.size() - d);
-    for (std::vector<float>& slot : copy.slots) slot.resize(slot.size() - d);
-    if (entries) {
-      copy.row_last.pop_back();
-      copy.row_count.pop_back();
-    }
-  }
-  r->hash_ids = std::move(copy.hash_ids);
-  r->values = std::move(copy.values);
-  r->slots = std::move(copy.slots);
-  r->row_last = std::move(copy.row_last);
-  r->row_count = std::move(copy.row_count);
-  r->rows = static_cast<int64_t>(r->hash_ids.size());
-}
-
 }  // namespace
 
 // One hash table in memory copied while pushes go on (Snapshot).
 struct VariableStore::Precopy {
   Variable* var = nullptr;
-  common::ShardRecord rows;      // the copy
-  std::vector<int64_t> changed;  // ids noted since it began, ascending
+  std::unique_ptr<TablePrecopy> copy;  // null: it failed (spilling)
+  std::vector<int64_t> changed;        // ids noted since it began, ascending
   // Its record, once its changed rows are in it (none when a restore
   // replaced rows during the copy: the table is copied whole then).
   size_t record = SIZE_MAX;
 };
 
-std::vector<VariableStore::Precopy> VariableStore::TakePrecopies() const {
+std::vector<VariableStore::Precopy> VariableStore::TakePrecopies(
+    const std::string& spill_dir) const {
   std::vector<Precopy> precopies;
   int num_slots = 0;
   {
@@ -165,21 +89,30 @@ std::vector<VariableStore::Precopy> VariableStore::TakePrecopies() const {
       absl::ReaderMutexLock var_lock(&p.var->mu);
       ids = p.var->table.MemoryIds();
     }
-    const int64_t dim = p.var->dim;
-    p.rows.values.reserve(ids.size() * static_cast<size_t>(dim));
-    p.rows.slots.assign(num_slots, {});
-    for (std::vector<float>& slot : p.rows.slots) slot.reserve(ids.size() * dim);
-    p.var->CopyStoredRows(
-        ids, [&](int64_t id, std::span<const float> row, const EvictionIndex::Entry* e) {
-          AppendRow(&p.rows, dim, num_slots, id, row, e);
-        });
+    absl::StatusOr<std::unique_ptr<TablePrecopy>> copy =
+        TablePrecopy::Create(spill_dir, p.var->dim, num_slots);
+    absl::Status added = copy.status();
+    if (added.ok()) {
+      p.var->CopyStoredRows(
+          ids, [&](int64_t id, std::span<const float> row, const EvictionIndex::Entry* e) {
+            if (added.ok()) added = (*copy)->Add(id, row, e);
+          });
+    }
+    if (!added.ok()) {
+      // Copied whole at the instant instead.
+      spdlog::warn("copying '{}' before a save's instant: {}", p.var->spec.name(),
+                   added.ToString());
+      continue;
+    }
+    p.copy = *std::move(copy);
   }
   return precopies;
 }
 
 std::vector<common::ShardRecord> VariableStore::Snapshot(absl::Duration* held, Cut* cut,
                                                          double copy_budget,
-                                                         const SnapshotChanges* changes) const {
+                                                         const SnapshotChanges* changes,
+                                                         const std::string& spill_dir) const {
   // Copy-on-write saves copy the hash tables in memory before the instant,
   // while pushes go on, and at the instant only the rows changed since
   // (an incremental snapshot copies only changed rows anyway).
@@ -187,14 +120,17 @@ std::vector<common::ShardRecord> VariableStore::Snapshot(absl::Duration* held, C
   std::optional<absl::MutexLock> one_at_a_time;
   if (copy_budget > 0 && (changes == nullptr || changes->base.empty())) {
     one_at_a_time.emplace(&precopy_mu_);
-    precopies = TakePrecopies();
+    precopies = TakePrecopies(spill_dir);
   }
   std::vector<common::ShardRecord> records =
       SnapshotAt(held, cut, copy_budget, changes, &precopies);
   // Made whole with the store let go.
   for (Precopy& p : precopies) {
-    if (p.record < records.size()) {
-      MergePrecopy(std::move(p.rows), p.changed, p.var->dim, &records[p.record]);
+    if (p.record >= records.size()) continue;
+    if (absl::Status done = p.copy->Complete(std::move(p.changed), &records[p.record]);
+        !done.ok()) {
+      if (cut != nullptr) cut->error = done;
+      return {};
     }
   }
   return records;
@@ -245,7 +181,8 @@ std::vector<common::ShardRecord> VariableStore::SnapshotAt(absl::Duration* held,
   for (Precopy& p : *precopies) {
     absl::MutexLock var_lock(&p.var->mu);
     std::optional<HashRowTable::ChangedIds> noted = p.var->table.EndPrecopy();
-    if (!noted.has_value()) continue;  // replaced meanwhile: copied whole below
+    // Replaced meanwhile, or the copy failed: copied whole below.
+    if (!noted.has_value() || p.copy == nullptr) continue;
     for (const auto& stripe : *noted)
       p.changed.insert(p.changed.end(), stripe.begin(), stripe.end());
     std::sort(p.changed.begin(), p.changed.end());

@@ -307,12 +307,15 @@ class VariableStore {
   // variables created since) sets Cut::base_unknown and copies nothing.
   std::vector<common::ShardRecord> Snapshot(absl::Duration* held = nullptr, Cut* cut = nullptr,
                                             double copy_budget = 0,
-                                            const SnapshotChanges* changes = nullptr) const;
+                                            const SnapshotChanges* changes = nullptr,
+                                            const std::string& spill_dir = "") const;
   // With `copy_budget`, a full snapshot's hash tables in memory (not those
   // with a disk tier, which stream) are copied before the instant, while
   // pushes go on, each row under its stripe's lock, their changes noted;
   // at the instant only the rows changed since are copied again, so that
-  // pushes are held for those, not for every row.
+  // pushes are held for those, not for every row. With `spill_dir`, that
+  // copy goes to an unlinked file there and the records stream it
+  // (ps_server/store/table_precopy.h): no copy of the rows in memory.
   //
   // The tracked snapshot `seq` (Cut::seq) was written as the checkpoint
   // `checkpoint`: the base of the next incremental one.
@@ -482,7 +485,8 @@ class VariableStore {
   // Snapshot's parts: the hash tables copied before the instant (at most one
   // snapshot at a time copies them: precopy_mu_), and the instant itself.
   struct Precopy;
-  std::vector<Precopy> TakePrecopies() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(precopy_mu_);
+  std::vector<Precopy> TakePrecopies(const std::string& spill_dir) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(precopy_mu_);
   std::vector<common::ShardRecord> SnapshotAt(absl::Duration* held, Cut* cut, double copy_budget,
                                               const SnapshotChanges* changes,
                                               std::vector<Precopy>* precopies) const;
