@@ -2,6 +2,7 @@
 
 #include <filesystem>
 #include <string>
+#include <utility>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
@@ -85,6 +86,30 @@ absl::Status CheckReplicasToAggregate(const proto::TrainingConfig& training, int
                    " worker(s) of the cluster: give at most ", num_workers, " (0: every worker)"));
 }
 
+// The saves' cadences: none negative, and incremental saves only where
+// there are checkpoints.
+absl::Status CheckSaveCadence() {
+  const std::pair<const char*, double> cadences[] = {
+      {"--save_checkpoints_steps",
+       static_cast<double>(absl::GetFlag(FLAGS_save_checkpoints_steps))},
+      {"--save_checkpoints_secs", absl::GetFlag(FLAGS_save_checkpoints_secs)},
+      {"--incremental_save_steps",
+       static_cast<double>(absl::GetFlag(FLAGS_incremental_save_steps))},
+      {"--incremental_save_secs", absl::GetFlag(FLAGS_incremental_save_secs)}};
+  for (const auto& [flag, value] : cadences) {
+    if (value < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(flag, "=", value, " is negative: give how often to save, or 0 for never"));
+    }
+  }
+  if ((cadences[2].second > 0 || cadences[3].second > 0) &&
+      absl::GetFlag(FLAGS_checkpoint_dir).empty()) {
+    return absl::InvalidArgumentError(
+        "--incremental_save_steps/_secs save checkpoints: give --checkpoint_dir too");
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CheckDevices() {
   const device::DeviceOptions options = DeviceOptionsFromFlags();
   // The CPU needs no GPU listing (which loads the driver's libraries).
@@ -123,6 +148,7 @@ absl::Status CheckBeforeStart(const StartCheck& check) {
         !s.ok()) {
       return s;
     }
+    if (absl::Status s = CheckSaveCadence(); !s.ok()) return s;
   }
   if (coordinator || worker) {
     if (absl::Status s = CheckData(check.training, check.whole_job); !s.ok()) return s;

@@ -89,6 +89,14 @@ TEST(LocalStartChecksTest, MoreReplicasToAggregateThanWorkers_IsRefused) {
       "--replicas_to_aggregate=3 exceeds the 2 worker(s) of the cluster: give at most 2");
 }
 
+TEST(LocalStartChecksTest, NegativeOrDirlessSaveCadence_IsRefusedNamingTheFlag) {
+  ExpectRefusedBeforeStart(Local({"--checkpoint_dir=" + TestDir(), "--incremental_save_steps=-5"}),
+                           "--incremental_save_steps=-5 is negative");
+  ExpectRefusedBeforeStart(Local({"--incremental_save_secs=30"}),
+                           "--incremental_save_steps/_secs save checkpoints: give "
+                           "--checkpoint_dir too");
+}
+
 TEST(LocalStartChecksTest, GpuWithoutGpu_IsRefused) {
   if (!NoGpuVisible()) GTEST_SKIP() << "this machine has a GPU";
   ExpectRefusedBeforeStart(Local({"--device=gpu"}), "--device=gpu, but no GPU is visible");
