@@ -177,10 +177,11 @@ int main(int argc, char** argv) {
     for (int64_t r = first; r < std::min(rows, first + 8192); ++r) ids.push_back(IdOf(r));
     Push(store, ids, dim, step++);
   }
-  std::printf("table: %lld rows of %d floats and 1 slot (%.0f MiB of values and slots); filled "
-              "in %.1f s\n",
-              static_cast<long long>(rows), dim, rows * 2.0 * dim * sizeof(float) / (1 << 20),
-              SecondsSince(fill_start));
+  std::printf(
+      "table: %lld rows of %d floats and 1 slot (%.0f MiB of values and slots); filled "
+      "in %.1f s\n",
+      static_cast<long long>(rows), dim, rows * 2.0 * dim * sizeof(float) / (1 << 20),
+      SecondsSince(fill_start));
 
   // Zipf over the ranks, by inverting its CDF.
   std::vector<double> cdf(static_cast<size_t>(rows));
@@ -192,8 +193,8 @@ int main(int argc, char** argv) {
   std::mt19937_64 rng(7);
   std::uniform_real_distribution<double> u(0, sum);
 
-  std::printf("%-8s %-12s %12s %10s %12s %9s %9s\n", "save", "base", "MB", "x full",
-              "rows", "s", "held ms");
+  std::printf("%-8s %-12s %12s %10s %12s %9s %9s\n", "save", "base", "MB", "x full", "rows", "s",
+              "held ms");
   std::vector<Saved> chain = {Save(store, root, pst::common::CheckpointDirName(step), "")};
   std::printf("%-8s %-12s %12.1f %10s %12lld %9.2f %9.1f\n", "full", "-", chain[0].bytes / 1e6,
               "1.00x", static_cast<long long>(chain[0].rows), chain[0].seconds, chain[0].held_ms);
@@ -214,14 +215,15 @@ int main(int argc, char** argv) {
     const double ratio = static_cast<double>(s.bytes) / static_cast<double>(chain[0].bytes);
     ratio_sum += ratio;
     std::printf("%-8s %-12s %12.1f %9.3fx %12lld %9.2f %9.1f\n",
-                absl::StrCat("incr ", link).c_str(), base.substr(5).c_str(), s.bytes / 1e6,
-                ratio, static_cast<long long>(s.rows), s.seconds, s.held_ms);
+                absl::StrCat("incr ", link).c_str(), base.substr(5).c_str(), s.bytes / 1e6, ratio,
+                static_cast<long long>(s.rows), s.seconds, s.held_ms);
   }
   if (absl::GetFlag(FLAGS_links) > 0) {
-    std::printf("incremental saves write %.3fx a full save's bytes on average (%lld draws of "
-                "Zipf %.2f between saves)\n",
-                ratio_sum / absl::GetFlag(FLAGS_links),
-                static_cast<long long>(absl::GetFlag(FLAGS_draws)), absl::GetFlag(FLAGS_zipf));
+    std::printf(
+        "incremental saves write %.3fx a full save's bytes on average (%lld draws of "
+        "Zipf %.2f between saves)\n",
+        ratio_sum / absl::GetFlag(FLAGS_links), static_cast<long long>(absl::GetFlag(FLAGS_draws)),
+        absl::GetFlag(FLAGS_zipf));
   }
 
   // The same instant as a full save, a chain of its own (the tracking
@@ -238,10 +240,11 @@ int main(int argc, char** argv) {
     const auto [chain_s, chain_digest] = Restore(links, dim);
     const auto [full_s, full_digest] = Restore({full_end.dir}, dim);
     same &= chain_digest == full_digest;
-    std::printf("restore %d: from the chain (%zu links) %.2f s, from the full save %.2f s "
-                "(%.2fx); the same table: %s\n",
-                round, links.size(), chain_s, full_s, full_s > 0 ? chain_s / full_s : 0.0,
-                chain_digest == full_digest ? "yes" : "NO");
+    std::printf(
+        "restore %d: from the chain (%zu links) %.2f s, from the full save %.2f s "
+        "(%.2fx); the same table: %s\n",
+        round, links.size(), chain_s, full_s, full_s > 0 ? chain_s / full_s : 0.0,
+        chain_digest == full_digest ? "yes" : "NO");
   }
   std::filesystem::remove_all(root);
   return same ? 0 : 1;

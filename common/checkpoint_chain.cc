@@ -296,8 +296,7 @@ absl::Status WriteFoldedCheckpoint(const std::string& dir, const std::string& ou
   PST_ASSIGN_OR_RETURN(proto::CheckpointManifest manifest, ReadManifest(dir));
   manifest.clear_base();
   if (absl::Status names = CheckManifestShards(manifest); !names.ok()) {
-    return absl::DataLossError(
-        absl::StrCat("checkpoint manifest in ", dir, ": ", names.message()));
+    return absl::DataLossError(absl::StrCat("checkpoint manifest in ", dir, ": ", names.message()));
   }
   for (proto::CheckpointShard& shard : *manifest.mutable_shards()) {
     std::vector<ShardRecord> records;
@@ -311,8 +310,7 @@ absl::Status WriteFoldedCheckpoint(const std::string& dir, const std::string& ou
       }
     }
     const int ps_index = shard.ps_index();
-    PST_RETURN_IF_ERROR(
-        WriteShardFile((fs::path(out) / shard.file()).string(), records, &shard));
+    PST_RETURN_IF_ERROR(WriteShardFile((fs::path(out) / shard.file()).string(), records, &shard));
     shard.set_ps_index(ps_index);
   }
   return WriteManifest(out, manifest);

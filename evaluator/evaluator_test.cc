@@ -134,8 +134,7 @@ class EvaluatorTest : public ::testing::Test {
 
   // Pushes `steps` random gradients, then saves a checkpoint at the version
   // reached (`kind`: full, or incremental); returns its directory.
-  std::string TrainAndSave(int steps, int epochs_completed = 0,
-                           const chief::SaveKind& kind = {}) {
+  std::string TrainAndSave(int steps, int epochs_completed = 0, const chief::SaveKind& kind = {}) {
     client::Values values;
     EXPECT_TRUE(client_->Pull(&values).ok());
     std::normal_distribution<float> noise(0, 0.05f);
@@ -148,9 +147,8 @@ class EvaluatorTest : public ::testing::Test {
       EXPECT_TRUE(version.ok()) << version.status();
       version_ = version.value_or(version_);
     }
-    absl::StatusOr<chief::SaveFigures> saved =
-        chief::SaveCheckpoint(*control_, peers_, options_, plan_.initial, version_, {step_},
-                              epochs_completed, 0, kind);
+    absl::StatusOr<chief::SaveFigures> saved = chief::SaveCheckpoint(
+        *control_, peers_, options_, plan_.initial, version_, {step_}, epochs_completed, 0, kind);
     EXPECT_TRUE(saved.ok()) << saved.status();
     return (fs::path(dir_) / common::CheckpointDirName(version_)).string();
   }

@@ -38,8 +38,7 @@ class LoggerFirst : public ::testing::Environment {
  public:
   void SetUp() override { spdlog::default_logger(); }
 };
-::testing::Environment* const kLoggerFirst =
-    ::testing::AddGlobalTestEnvironment(new LoggerFirst);
+::testing::Environment* const kLoggerFirst = ::testing::AddGlobalTestEnvironment(new LoggerFirst);
 
 struct ChainCase {
   int64_t buckets;  // 0: hash embeddings

@@ -234,8 +234,7 @@ void PsNode::Save(const proto::SaveRequest* request, proto::SaveResponse* respon
 
 absl::StatusOr<PsNode::Kept> PsNode::TakeSnapshot(const std::shared_ptr<VariableStore>& store,
                                                   const proto::SaveRequest& request,
-                                                  proto::SaveResponse* response,
-                                                  double copy_budget,
+                                                  proto::SaveResponse* response, double copy_budget,
                                                   const std::string& spill_dir) {
   const absl::Time start = absl::Now();
   absl::Duration held;

@@ -8,7 +8,6 @@
 // streamed from it (as a ps's saves do), each read back from the shard
 // file written.
 #include <gtest/gtest.h>
-
 #include <unistd.h>
 
 #include <algorithm>

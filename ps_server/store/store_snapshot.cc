@@ -8,9 +8,9 @@
 #include "absl/time/clock.h"
 #include "common/status_macros.h"
 #include "ps_server/store/table_precopy.h"
-#include "spdlog/spdlog.h"
 #include "ps_server/store/variable.h"
 #include "ps_server/store/variable_store.h"
+#include "spdlog/spdlog.h"
 
 namespace pst::ps {
 

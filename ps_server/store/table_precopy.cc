@@ -120,8 +120,8 @@ struct TablePrecopy::Spill {
                                  static_cast<off_t>(written + done));
       if (n < 0 && errno == EINTR) continue;
       if (n <= 0) {
-        return absl::InternalError(absl::StrCat("writing a table's copy for a save in ", dir,
-                                                ": ", std::strerror(errno)));
+        return absl::InternalError(
+            absl::StrCat("writing a table's copy for a save in ", dir, ": ", std::strerror(errno)));
       }
       done += static_cast<size_t>(n);
     }
@@ -139,8 +139,11 @@ class SpilledRows final : public common::ShardRowStream {
  public:
   SpilledRows(std::shared_ptr<const TablePrecopy::Spill> spill, std::vector<int64_t> changed,
               common::ShardRecord again, int64_t dim, int num_slots)
-      : spill_(std::move(spill)), changed_(std::move(changed)), again_(std::move(again)),
-        dim_(static_cast<size_t>(dim)), width_(dim_ * static_cast<size_t>(1 + num_slots)) {
+      : spill_(std::move(spill)),
+        changed_(std::move(changed)),
+        again_(std::move(again)),
+        dim_(static_cast<size_t>(dim)),
+        width_(dim_ * static_cast<size_t>(1 + num_slots)) {
     for (int64_t id : spill_->ids) rows_ += IsChanged(id) ? 0 : 1;
     rows_ += static_cast<int64_t>(again_.hash_ids.size());
   }
@@ -157,8 +160,8 @@ class SpilledRows final : public common::ShardRowStream {
       const size_t want = static_cast<size_t>(std::min<uint64_t>(buffer.size(), end - offset));
       size_t got = 0;
       while (got < want) {
-        const ssize_t n = ::pread(spill_->fd, buffer.data() + got, want - got,
-                                  static_cast<off_t>(offset + got));
+        const ssize_t n =
+            ::pread(spill_->fd, buffer.data() + got, want - got, static_cast<off_t>(offset + got));
         if (n < 0 && errno == EINTR) continue;
         if (n <= 0) {
           return absl::InternalError(absl::StrCat("reading a table's copy for a save in ",
@@ -216,8 +219,8 @@ absl::StatusOr<std::unique_ptr<TablePrecopy>> TablePrecopy::Create(const std::st
   std::string path = spill_dir + "/.table-copy-XXXXXX";
   spill->fd = ::mkstemp(path.data());
   if (spill->fd < 0) {
-    return absl::InternalError(absl::StrCat("cannot make a file for a table's copy in ",
-                                            spill_dir, ": ", std::strerror(errno)));
+    return absl::InternalError(absl::StrCat("cannot make a file for a table's copy in ", spill_dir,
+                                            ": ", std::strerror(errno)));
   }
   ::unlink(path.c_str());  // gone with its descriptor, whatever happens
   precopy->spill_ = std::move(spill);
@@ -275,8 +278,8 @@ absl::Status TablePrecopy::Complete(std::vector<int64_t> changed, common::ShardR
   r->row_last.clear();
   r->row_count.clear();
   r->rows = 0;
-  r->stream = std::make_shared<SpilledRows>(std::move(spill_), std::move(changed),
-                                            std::move(again), dim_, num_slots_);
+  r->stream = std::make_shared<SpilledRows>(std::move(spill_), std::move(changed), std::move(again),
+                                            dim_, num_slots_);
   r->stream_slots = num_slots_;
   r->stream_entries = entries;
   return absl::OkStatus();
