@@ -78,22 +78,26 @@ class BadInputTest : public LonePsTest {
     rpc::SetDeadline(&context, kTimeout);
     return stub_->Pull(&context, proto::PullRequest(), response);
   }
-  grpc::Status Save(const std::string& checkpoint, proto::SaveResponse* response = nullptr) {
+  grpc::Status Save(const std::string& checkpoint, proto::SaveResponse* response = nullptr,
+                    const std::string& base = "") {
     proto::SaveResponse ignored;
     grpc::ClientContext context;
     rpc::SetDeadline(&context, kTimeout);
     proto::SaveRequest request;
     request.set_checkpoint(checkpoint);
+    request.set_base(base);
     request.set_num_ps(1);
     request.set_incarnation(incarnation_);
     return stub_->Save(&context, request, response != nullptr ? response : &ignored);
   }
-  grpc::Status Restore(const std::string& checkpoint, const proto::CheckpointManifest& manifest) {
+  grpc::Status Restore(const std::string& checkpoint, const proto::CheckpointManifest& manifest,
+                       const std::vector<proto::CheckpointLink>& chain = {}) {
     grpc::ClientContext context;
     rpc::SetDeadline(&context, kTimeout);
     proto::RestoreRequest request;
     request.set_checkpoint(checkpoint);
     *request.mutable_manifest() = manifest;
+    for (const proto::CheckpointLink& link : chain) *request.add_chain() = link;
     request.set_generation(1);
     proto::RestoreResponse response;
     return stub_->Restore(&context, request, &response);
@@ -129,6 +133,10 @@ TEST_F(BadInputTest, Save_WithAPathForAName_IsInvalidArgument_AndWritesNothing) 
     EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << "'" << name << "'";
     EXPECT_NE(status.error_message().find("not a checkpoint name"), std::string::npos)
         << status.error_message();
+    if (name.empty()) continue;
+    // Nor is a path the base of an incremental save.
+    status = Save("ckpt-000000000003", nullptr, name);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << "base '" << name << "'";
   }
   EXPECT_TRUE(fs::is_empty(outside));
   EXPECT_TRUE(FilesUnder(checkpoint_dir_).empty());
@@ -160,6 +168,7 @@ TEST_F(BadInputTest, Restore_OfPathsRepeatsAndLinks_IsRefused_AndChangesNothing)
     std::string checkpoint;
     proto::CheckpointManifest manifest;
     grpc::StatusCode code;
+    std::vector<proto::CheckpointLink> chain = {};  // an incremental one's links
   };
   std::vector<Case> cases;
   for (const char* name : {"", "..", "/etc", "ckpt-1/..", "ckpt-1/../.."}) {
@@ -200,6 +209,35 @@ TEST_F(BadInputTest, Restore_OfPathsRepeatsAndLinks_IsRefused_AndChangesNothing)
            grpc::StatusCode::NOT_FOUND};
     cases.push_back(c);
   }
+  // An incremental checkpoint's links: each checked as the checkpoint is.
+  for (const char* name : {"..", "/etc", "ckpt-1/.."}) {
+    proto::CheckpointLink link;
+    link.set_checkpoint(name);
+    *link.mutable_manifest() = good;
+    cases.push_back({absl::StrCat("chain link '", name, "'"),
+                     "ckpt-000000000001",
+                     good,
+                     grpc::StatusCode::INVALID_ARGUMENT,
+                     {link}});
+  }
+  {
+    proto::CheckpointLink link;
+    link.set_checkpoint("ckpt-000000000001");
+    *link.mutable_manifest() = good;
+    link.mutable_manifest()->mutable_shards(0)->set_file("../../../../etc/passwd");
+    cases.push_back({"a chain link's shard file by path",
+                     "ckpt-000000000001",
+                     good,
+                     grpc::StatusCode::INVALID_ARGUMENT,
+                     {link}});
+    link.mutable_manifest()->mutable_shards(0)->set_file(saved.shard().file());
+    link.set_checkpoint("ckpt-000000000098");
+    cases.push_back({"a chain link that is not there",
+                     "ckpt-000000000001",
+                     good,
+                     grpc::StatusCode::NOT_FOUND,
+                     {link}});
+  }
   // A shard replaced by a link to a file the ps user can read.
   const std::string linked = checkpoint_dir_ + "/ckpt-000000000002";
   fs::create_directories(linked);
@@ -208,7 +246,7 @@ TEST_F(BadInputTest, Restore_OfPathsRepeatsAndLinks_IsRefused_AndChangesNothing)
                    grpc::StatusCode::FAILED_PRECONDITION});
 
   for (const Case& c : cases) {
-    status = Restore(c.checkpoint, c.manifest);
+    status = Restore(c.checkpoint, c.manifest, c.chain);
     EXPECT_EQ(status.error_code(), c.code) << c.what << ": " << status.error_message();
     EXPECT_EQ(status.error_message().find("root:"), std::string::npos)
         << c.what << " leaked a file's contents: " << status.error_message();

@@ -187,9 +187,6 @@ class HashRowTable {
   void BeginPrecopy();
   std::optional<ChangedIds> EndPrecopy();
   std::vector<int64_t> MemoryIds() const;
-  // Whether either tier stores `id` (rows on disk that ttl made stale
-  // included).
-  bool Stored(int64_t id) const { return rows_.contains(id) || on_disk_.contains(id); }
   // ttl: whether some row may be due to go at version `now` (may say so
   // when none is; never misses one).
   bool ExpiryDue(int64_t now) const;
