@@ -27,6 +27,7 @@
 #include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "bench/table_spec.h"
 #include "common/checkpoint_format.h"
 #include "common/shard_reader.h"
 #include "common/tensor_util.h"
@@ -62,18 +63,7 @@ pst::proto::CreateVariablesRequest Create(int dim) {
   pst::proto::OptimizerConfig* adagrad = create.mutable_optimizer();
   adagrad->set_name("adagrad");
   adagrad->set_learning_rate(0.05f);
-  pst::proto::VariableSpec* spec = create.add_variables();
-  spec->set_name("emb/part_0");
-  spec->set_variable("emb");
-  spec->set_dtype(pst::proto::DT_FLOAT32);
-  spec->add_shape(0);
-  spec->add_shape(dim);
-  spec->mutable_initializer()->set_kind(pst::proto::Initializer::UNIFORM);
-  spec->mutable_initializer()->set_scale(0.5f);
-  spec->set_routing(pst::proto::HASH);
-  spec->set_partition(0);
-  spec->set_num_partitions(1);
-  spec->set_admit_after(1);
+  *create.add_variables() = pst::bench::HashTableSpec(dim);
   return create;
 }
 
@@ -87,7 +77,7 @@ void Push(VariableStore& store, const std::vector<int64_t>& ids, int dim, int64_
   push.set_incarnation(1);
   push.set_step(step);
   pst::proto::RowIds* rows = push.add_rows();
-  rows->set_name("emb/part_0");
+  rows->set_name(pst::bench::kTablePartition);
   for (int64_t id : ids) rows->add_ids(id);
   const std::vector<float> g(ids.size() * dim, 0.01f);
   pst::common::Shape shape;

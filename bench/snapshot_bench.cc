@@ -41,6 +41,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "bench/proc_stats.h"
+#include "bench/table_spec.h"
 #include "common/checkpoint_format.h"
 #include "common/tensor_util.h"
 #include "ps_server/store/variable_store.h"
@@ -118,17 +119,7 @@ int main(int argc, char** argv) {
       spec->mutable_initializer()->set_kind(proto::Initializer::ZEROS);
     }
     if (table_rows > 0) {
-      proto::VariableSpec* spec = create.add_variables();
-      spec->set_name("emb/part_0");
-      spec->set_variable("emb");
-      spec->set_dtype(proto::DT_FLOAT32);
-      spec->add_shape(0);
-      spec->add_shape(table_dim);
-      spec->mutable_initializer()->set_kind(proto::Initializer::ZEROS);
-      spec->set_routing(proto::HASH);
-      spec->set_partition(0);
-      spec->set_num_partitions(1);
-      spec->set_admit_after(1);
+      *create.add_variables() = pst::bench::HashTableSpec(table_dim, proto::Initializer::ZEROS);
     }
     Check(store.Create(create).status(), "creating the variables");
   }
@@ -139,7 +130,7 @@ int main(int argc, char** argv) {
     push.set_incarnation(1);
     push.set_step(step);
     proto::RowIds* ids = push.add_rows();
-    ids->set_name("emb/part_0");
+    ids->set_name(pst::bench::kTablePartition);
     std::uniform_int_distribution<int64_t> id(0, table_rows + table_rows / 10);
     std::vector<int64_t> drawn;
     for (int64_t k = 0; k < n; ++k) drawn.push_back(rng != nullptr ? id(*rng) : first + k);

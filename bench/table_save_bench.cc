@@ -28,6 +28,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "bench/proc_stats.h"
+#include "bench/table_spec.h"
 #include "common/checkpoint_format.h"
 #include "common/shard_reader.h"
 #include "common/tensor_util.h"
@@ -78,17 +79,7 @@ pst::proto::CreateVariablesRequest Create(int dim, int64_t capacity) {
   adam->set_beta2(0.999f);
   adam->set_epsilon(1e-7f);
   pst::proto::VariableSpec* spec = create.add_variables();
-  spec->set_name("emb/part_0");
-  spec->set_variable("emb");
-  spec->set_dtype(pst::proto::DT_FLOAT32);
-  spec->add_shape(0);
-  spec->add_shape(dim);
-  spec->mutable_initializer()->set_kind(pst::proto::Initializer::UNIFORM);
-  spec->mutable_initializer()->set_scale(0.5f);
-  spec->set_routing(pst::proto::HASH);
-  spec->set_partition(0);
-  spec->set_num_partitions(1);
-  spec->set_admit_after(1);
+  *spec = pst::bench::HashTableSpec(dim);
   spec->set_capacity(capacity);
   spec->set_eviction("lru");
   return create;
@@ -151,7 +142,7 @@ int main(int argc, char** argv) {
     push.set_incarnation(1);
     push.set_step(step);
     pst::proto::RowIds* ids = push.add_rows();
-    ids->set_name("emb/part_0");
+    ids->set_name(pst::bench::kTablePartition);
     for (int64_t k = 0; k < n; ++k) ids->add_ids((first + k) * 2654435761LL);
     const std::vector<float> g(static_cast<size_t>(n * dim), 0.5f);
     pst::common::Shape shape;
