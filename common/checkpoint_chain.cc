@@ -207,9 +207,6 @@ absl::StatusOr<proto::RestoreRequest> RestoreRequestFor(const std::string& dir) 
   return request;
 }
 
-namespace {
-
-// FoldLink of one hash record (both read and checked against their spec).
 absl::Status FoldHashRecord(ShardRecord* into, ShardRecord&& later, const std::string& where) {
   auto loss = [&](absl::string_view why) {
     return absl::DataLossError(absl::StrCat(where, ": '", later.spec.name(), "' ", why));
@@ -264,8 +261,6 @@ absl::Status FoldHashRecord(ShardRecord* into, ShardRecord&& later, const std::s
   *into = std::move(out);
   return absl::OkStatus();
 }
-
-}  // namespace
 
 absl::Status FoldLink(std::vector<ShardRecord>* records, std::vector<ShardRecord> later,
                       const std::string& where) {

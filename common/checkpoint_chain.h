@@ -52,6 +52,11 @@ absl::StatusOr<proto::RestoreRequest> RestoreRequestFor(const std::string& dir);
 // lacks, or of another kind or row width.
 absl::Status FoldLink(std::vector<ShardRecord>* records, std::vector<ShardRecord> later,
                       const std::string& where);
+// FoldLink of one hash record: `later`'s rows replace `*into`'s of their
+// ids or are added after the others, its removed ids go, and its spec,
+// version and admission counts stand. Errors: DataLoss naming `where` for
+// rows of another width or slots, or row entries on some rows only.
+absl::Status FoldHashRecord(ShardRecord* into, ShardRecord&& later, const std::string& where);
 
 // Writes the checkpoint `dir`, incremental, as one full checkpoint into the
 // directory `out` (which must exist): each shard its chain folded

@@ -16,22 +16,6 @@ namespace pst::ps {
 
 namespace {
 
-// Appends a table's row (its values, then each slot's, `dim` floats each)
-// to a hash record, with its index entry (bounded tables).
-void AppendRow(common::ShardRecord* r, int64_t dim, int num_slots, int64_t id,
-               std::span<const float> row, const EvictionIndex::Entry* e) {
-  r->hash_ids.push_back(id);
-  if (e != nullptr) {
-    r->row_last.push_back(e->last);
-    r->row_count.push_back(e->count);
-  }
-  r->values.insert(r->values.end(), row.begin(), row.begin() + dim);
-  for (int sl = 0; sl < num_slots; ++sl) {
-    r->slots[sl].insert(r->slots[sl].end(), row.begin() + (sl + 1) * dim,
-                        row.begin() + (sl + 2) * dim);
-  }
-}
-
 // A hash record's rows: every row of `var`'s table, or (`only`) those of
 // these ids, ascending, with the ids no longer stored as removed ones.
 // Each with its index entry when bounded, so that a restore evicts in the

@@ -7,99 +7,37 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <iterator>
 #include <utility>
 
-#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "common/checkpoint_chain.h"
 #include "common/status_macros.h"
 
 namespace pst::ps {
 namespace {
-
-// `*r`, a hash record of the rows changed during a pre-copy, made whole
-// from the pre-copy `copy`: a changed row the copy has is overwritten in
-// place (or, gone at the instant, replaced by the copy's last row), and one
-// it lacks appended. One pass over the copy's ids, then work for the
-// changed rows only.
-void MergePrecopy(common::ShardRecord&& copy, const std::vector<int64_t>& changed, int64_t dim,
-                  common::ShardRecord* r) {
-  const size_t d = static_cast<size_t>(dim);
-  const bool entries = !copy.row_last.empty();
-  // Where each changed id is in the copy, and in `r`.
-  absl::flat_hash_map<int64_t, size_t> in_copy;
-  in_copy.reserve(changed.size());
-  for (int64_t id : changed) in_copy.emplace(id, SIZE_MAX);
-  for (size_t k = 0; k < copy.hash_ids.size(); ++k) {
-    if (auto it = in_copy.find(copy.hash_ids[k]); it != in_copy.end()) it->second = k;
-  }
-  auto put = [&](size_t to, size_t from) {  // row `from` of r into row `to` of the copy
-    copy.hash_ids[to] = r->hash_ids[from];
-    std::copy_n(r->values.begin() + from * d, d, copy.values.begin() + to * d);
-    for (size_t s = 0; s < copy.slots.size(); ++s) {
-      std::copy_n(r->slots[s].begin() + from * d, d, copy.slots[s].begin() + to * d);
-    }
-    if (entries) {
-      copy.row_last[to] = r->row_last[from];
-      copy.row_count[to] = r->row_count[from];
-    }
-  };
-  auto grow = [&]() {
-    copy.hash_ids.push_back(0);
-    copy.values.resize(copy.values.size() + d);
-    for (std::vector<float>& slot : copy.slots) slot.resize(slot.size() + d);
-    if (entries) {
-      copy.row_last.push_back(0);
-      copy.row_count.push_back(0);
-    }
-    return copy.hash_ids.size() - 1;
-  };
-  for (size_t k = 0; k < r->hash_ids.size(); ++k) {
-    auto it = in_copy.find(r->hash_ids[k]);
-    const bool there = it != in_copy.end() && it->second != SIZE_MAX;
-    put(there ? it->second : grow(), k);
-    if (it != in_copy.end()) it->second = SIZE_MAX - 1;  // written: stays
-  }
-  // The changed rows the copy has that are gone at the instant: each
-  // replaced by the copy's last row, whose place is kept up to date.
-  std::vector<size_t> gone;
-  for (const auto& [id, at] : in_copy) {
-    if (at < SIZE_MAX - 1) gone.push_back(at);
-  }
-  std::sort(gone.rbegin(), gone.rend());  // from the back, so that no last row is one to go
-  for (size_t at : gone) {
-    const size_t last = copy.hash_ids.size() - 1;
-    if (at != last) {
-      copy.hash_ids[at] = copy.hash_ids[last];
-      std::copy_n(copy.values.begin() + last * d, d, copy.values.begin() + at * d);
-      for (std::vector<float>& slot : copy.slots) {
-        std::copy_n(slot.begin() + last * d, d, slot.begin() + at * d);
-      }
-      if (entries) {
-        copy.row_last[at] = copy.row_last[last];
-        copy.row_count[at] = copy.row_count[last];
-      }
-    }
-    copy.hash_ids.pop_back();
-    copy.values.resize(copy.values.size() - d);
-    for (std::vector<float>& slot : copy.slots) slot.resize(slot.size() - d);
-    if (entries) {
-      copy.row_last.pop_back();
-      copy.row_count.pop_back();
-    }
-  }
-  r->hash_ids = std::move(copy.hash_ids);
-  r->values = std::move(copy.values);
-  r->slots = std::move(copy.slots);
-  r->row_last = std::move(copy.row_last);
-  r->row_count = std::move(copy.row_count);
-  r->rows = static_cast<int64_t>(r->hash_ids.size());
-}
 
 // Each spilled row: id, entry (last, count), then the row's floats.
 constexpr size_t kRowHeader = sizeof(int64_t) * 2 + sizeof(double);
 constexpr size_t kBufferBytes = size_t{1} << 20;
 
 }  // namespace
+
+// Appends a table's row (its values, then each slot's, `dim` floats each)
+// to a hash record, with its index entry (bounded tables).
+void AppendRow(common::ShardRecord* r, int64_t dim, int num_slots, int64_t id,
+               std::span<const float> row, const EvictionIndex::Entry* e) {
+  r->hash_ids.push_back(id);
+  if (e != nullptr) {
+    r->row_last.push_back(e->last);
+    r->row_count.push_back(e->count);
+  }
+  r->values.insert(r->values.end(), row.begin(), row.begin() + dim);
+  for (int sl = 0; sl < num_slots; ++sl) {
+    r->slots[sl].insert(r->slots[sl].end(), row.begin() + (sl + 1) * dim,
+                        row.begin() + (sl + 2) * dim);
+  }
+}
 
 // The spill file (unlinked: it goes with its descriptor), the ids it holds
 // in order, and whether its rows have entries.
@@ -233,16 +171,7 @@ absl::Status TablePrecopy::Add(int64_t id, std::span<const float> row,
                                const EvictionIndex::Entry* entry) {
   const size_t width = static_cast<size_t>(dim_ * (1 + num_slots_));
   if (spill_ == nullptr) {
-    held_.hash_ids.push_back(id);
-    if (entry != nullptr) {
-      held_.row_last.push_back(entry->last);
-      held_.row_count.push_back(entry->count);
-    }
-    held_.values.insert(held_.values.end(), row.begin(), row.begin() + dim_);
-    for (int s = 0; s < num_slots_; ++s) {
-      held_.slots[s].insert(held_.slots[s].end(), row.begin() + (s + 1) * dim_,
-                            row.begin() + (s + 2) * dim_);
-    }
+    AppendRow(&held_, dim_, num_slots_, id, row, entry);
     return absl::OkStatus();
   }
   Spill& spill = *spill_;
@@ -261,7 +190,14 @@ absl::Status TablePrecopy::Add(int64_t id, std::span<const float> row,
 
 absl::Status TablePrecopy::Complete(std::vector<int64_t> changed, common::ShardRecord* r) {
   if (spill_ == nullptr) {
-    MergePrecopy(std::move(held_), changed, dim_, r);
+    // `*r` folded into the copy as a checkpoint's link is: its rows
+    // replace the copy's, and the changed rows it no longer holds go (its
+    // ids ascending, as `changed`).
+    std::set_difference(changed.begin(), changed.end(), r->hash_ids.begin(), r->hash_ids.end(),
+                        std::back_inserter(r->removed_ids));
+    held_.spec = r->spec;
+    PST_RETURN_IF_ERROR(common::FoldHashRecord(&held_, std::move(*r), "a table's copy"));
+    *r = std::move(held_);
     return absl::OkStatus();
   }
   PST_RETURN_IF_ERROR(spill_->Flush());

@@ -23,6 +23,11 @@
 
 namespace pst::ps {
 
+// Appends a table's row (its values, then each slot's, `dim` floats each)
+// to a hash record, with its index entry (bounded tables; null: none).
+void AppendRow(common::ShardRecord* r, int64_t dim, int num_slots, int64_t id,
+               std::span<const float> row, const EvictionIndex::Entry* e);
+
 class TablePrecopy {
  public:
   // Rows of `dim` values then `num_slots` slots of `dim`. `spill_dir` "":
