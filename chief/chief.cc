@@ -98,7 +98,8 @@ absl::Status RunChief(const ChiefOptions& options, const common::StopSignal& sto
   // told to retry until the variables exist.
   Coordinator coordinator(plan.initial, timing.peer_timeout);
   std::optional<ChiefMetrics> metrics;
-  if (options.metrics != nullptr) metrics.emplace(options.metrics, &coordinator);
+  if (options.metrics != nullptr)
+    metrics.emplace(options.metrics, &coordinator, options.training.optimizer());
   EvaluationHistory evaluations(static_cast<int>(cluster.evaluator.size()), job_start);
   GrpcCoordinatorService service(&coordinator, &evaluations, options.rpc);
   PST_ASSIGN_OR_RETURN(

@@ -10,6 +10,7 @@
 #include "common/checkpoint_chain.h"
 #include "common/checkpoint_format.h"
 #include "common/logging.h"
+#include "common/lr_schedule.h"
 #include "common/placement.h"
 #include "common/status_macros.h"
 #include "models/model_spec.h"
@@ -306,7 +307,8 @@ absl::Status Job::Watch() {
                        " worker(s) registered within --startup_timeout_s"));
     }
     if (events_.open() && snap.global_step >= events_.last_step() + options_.summary_steps) {
-      events_.Write(snap, now, probed_applied_, probed_staleness_sum_);
+      events_.Write(snap, now, probed_applied_, probed_staleness_sum_,
+                    common::ScheduledRate(options_.training.optimizer(), snap.global_step));
     }
     ShowProgress(snap, now, &progress);
   }

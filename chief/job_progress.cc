@@ -7,6 +7,7 @@
 #include "absl/strings/strip.h"
 #include "chief/job.h"
 #include "common/logging.h"
+#include "common/lr_schedule.h"
 #include "models/registry.h"
 
 namespace pst::chief {
@@ -52,6 +53,10 @@ void Job::ShowProgress(const Coordinator::Snapshot& snap, absl::Time now, Progre
   p.epoch = std::min(p.total_epochs, std::max(snap.epoch + 1, snap.epochs_completed));
   p.loss = snap.loss;
   p.examples_per_sec = secs > 0 ? snap.examples / secs : 0.0;
+  const proto::OptimizerConfig& optimizer = options_.training.optimizer();
+  if (common::IsScheduled(optimizer.schedule())) {
+    p.learning_rate = common::ScheduledRate(optimizer, snap.global_step);
+  }
   p.eta = progress->eta.Update(snap.global_step, progress->total_steps, now);
   p.workers_done = snap.done;
   p.workers = static_cast<int>(options_.tf.cluster.worker.size());

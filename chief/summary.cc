@@ -10,6 +10,7 @@
 #include "chief/job.h"
 #include "chief/ps_peers.h"
 #include "common/logging.h"
+#include "common/lr_schedule.h"
 #include "common/status_macros.h"
 
 namespace pst::chief {
@@ -25,7 +26,8 @@ bool HasHashTable(const proto::PlacementPlan& plan) {
 
 }  // namespace
 
-ChiefMetrics::ChiefMetrics(common::MetricsExporter* exporter, const Coordinator* coordinator)
+ChiefMetrics::ChiefMetrics(common::MetricsExporter* exporter, const Coordinator* coordinator,
+                           proto::OptimizerConfig optimizer)
     : exporter_(exporter) {
   prometheus::Registry& r = exporter->registry();
   const prometheus::Labels& labels = exporter->labels();
@@ -43,6 +45,9 @@ ChiefMetrics::ChiefMetrics(common::MetricsExporter* exporter, const Coordinator*
       &gauge("pstrain_chief_live_workers", "Workers training (not done, not silent)").Add({});
   done_workers_ = &gauge("pstrain_chief_done_workers", "Workers that have finished").Add({});
   generation_ = &gauge("pstrain_chief_generation", "Restores so far").Add({});
+  learning_rate_ = &gauge("pstrain_chief_learning_rate",
+                          "The optimizer's learning rate at the global step (its schedule's)")
+                        .Add({});
   examples_ = &prometheus::BuildCounter()
                    .Name("pstrain_chief_examples_total")
                    .Help("Examples trained, summed over the workers")
@@ -74,13 +79,14 @@ ChiefMetrics::ChiefMetrics(common::MetricsExporter* exporter, const Coordinator*
                        .Register(r)
                        .Add({}, prometheus::Histogram::BucketBoundaries{0.01, 0.05, 0.1, 0.25, 0.5,
                                                                         1, 2.5, 5, 10, 30, 60});
-  refresher_ = exporter->AddRefresher([this, coordinator] {
+  refresher_ = exporter->AddRefresher([this, coordinator, optimizer = std::move(optimizer)] {
     const Coordinator::Snapshot snap = coordinator->Check(absl::Now());
     for (const auto& [p, g] : phases_) g->Set(p == snap.phase ? 1 : 0);
     global_step_->Set(static_cast<double>(snap.global_step));
     live_workers_->Set(static_cast<double>(snap.active.size()));
     done_workers_->Set(snap.done);
     generation_->Set(static_cast<double>(snap.generation));
+    learning_rate_->Set(common::ScheduledRate(optimizer, snap.global_step));
     common::RaiseCounterTo(*examples_, static_cast<double>(snap.examples));
   });
 }
@@ -131,8 +137,9 @@ void TrainingEvents::Open(const std::string& dir) {
 }
 
 void TrainingEvents::Write(const Coordinator::Snapshot& snap, absl::Time now, int64_t applied,
-                           int64_t staleness_sum) {
-  std::vector<std::pair<std::string, float>> scalars = {{"loss", snap.loss}};
+                           int64_t staleness_sum, double learning_rate) {
+  std::vector<std::pair<std::string, float>> scalars = {{"loss", snap.loss},
+                                                        {"learning_rate", learning_rate}};
   if (summary_time_ != absl::Time() && now > summary_time_) {
     scalars.emplace_back("examples_per_sec", (snap.examples - summary_examples_) /
                                                  absl::ToDoubleSeconds(now - summary_time_));

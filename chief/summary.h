@@ -98,7 +98,9 @@ struct SaveRecord {
 // read at every scrape while the job runs, and the events Job records.
 class ChiefMetrics {
  public:
-  ChiefMetrics(common::MetricsExporter* exporter, const Coordinator* coordinator);
+  // `optimizer`: the job's, for the learning rate at the global step.
+  ChiefMetrics(common::MetricsExporter* exporter, const Coordinator* coordinator,
+               proto::OptimizerConfig optimizer);
   ~ChiefMetrics();
 
   void Saved(double seconds) { save_seconds_->Observe(seconds); }
@@ -121,6 +123,7 @@ class ChiefMetrics {
   prometheus::Gauge* live_workers_;
   prometheus::Gauge* done_workers_;
   prometheus::Gauge* generation_;
+  prometheus::Gauge* learning_rate_;
   prometheus::Counter* examples_;
   prometheus::Counter* recoveries_;
   prometheus::Family<prometheus::Counter>* steps_redone_;
@@ -141,9 +144,10 @@ class TrainingEvents {
   int64_t last_step() const { return summary_step_; }
 
   // `applied` and `staleness_sum`: the busiest ps's applied gradients and
-  // their summed staleness, at the last probe.
+  // their summed staleness, at the last probe; `learning_rate`: the rate at
+  // the snapshot's global step.
   void Write(const Coordinator::Snapshot& snap, absl::Time now, int64_t applied,
-             int64_t staleness_sum);
+             int64_t staleness_sum, double learning_rate);
   // The test metrics at the step they were measured.
   void WriteFinal(const nlohmann::json& metrics, int64_t step);
   // An evaluation during training (--eval_every_epochs), as eval/<metric>.

@@ -93,8 +93,9 @@ namespace {
 // clang-format off
 constexpr const char* kForwardedFlags[] = {
     "data_dir", "model", "hidden", "epochs", "max_steps", "batch_size", "learning_rate",
-    "optimizer", "momentum", "nesterov", "beta1", "beta2", "epsilon", "initial_accumulator", "l1",
-    "l2", "lr_power", "skip_nonfinite", "seed", "log_every_s", "heartbeat_ms", "peer_timeout_s",
+    "optimizer", "optimizer_form", "momentum", "nesterov", "beta1", "beta2", "epsilon",
+    "initial_accumulator", "l1", "l2", "lr_power", "skip_nonfinite", "weight_decay", "rho",
+    "centered", "lr_decay", "clip_value", "lr_schedule", "clip_norm", "seed", "log_every_s", "heartbeat_ms", "peer_timeout_s",
     "startup_timeout_s", "rpc_timeout_s", "recovery_timeout_s", "data", "eval_fraction",
     "stream_data", "shuffle_buffer", "eval_data",
     "embedding_dim", "buckets_per_field", "buckets", "admit_after", "table_capacity",

@@ -17,6 +17,7 @@
 #include "absl/strings/string_view.h"
 #include "common/checkpoint_chain.h"
 #include "common/checkpoint_format.h"
+#include "common/optimizer_config.h"
 #include "common/status_macros.h"
 #include "common/tensor_util.h"
 #include "nlohmann/json.hpp"
@@ -86,18 +87,12 @@ std::vector<int64_t> ToVector(const google::protobuf::RepeatedField<int64_t>& sh
   return std::vector<int64_t>(shape.begin(), shape.end());
 }
 
-// Slot names for the optimizer `name` keeps `count` slots of, in the order
-// ps_server/store/optimizer.cc keeps them; indices for anything else.
-std::vector<std::string> SlotNames(const std::string& optimizer, int count) {
-  static const std::map<std::string, std::vector<std::string>> kNames = {
-      {"momentum", {"accum"}},
-      {"adam", {"m", "v"}},
-      {"adagrad", {"accum"}},
-      {"ftrl", {"accum", "linear"}},
-  };
-  auto it = kNames.find(optimizer);
-  if (it != kNames.end() && static_cast<int>(it->second.size()) == count) return it->second;
-  std::vector<std::string> names;
+// Slot names of `optimizer`'s `count` slots, in the order the ps keeps
+// them (common::OptimizerSlotNames); indices for anything else.
+std::vector<std::string> SlotNames(const proto::OptimizerConfig& optimizer, int count) {
+  std::vector<std::string> names = OptimizerSlotNames(optimizer);
+  if (static_cast<int>(names.size()) == count) return names;
+  names.clear();
   for (int i = 0; i < count; ++i) names.push_back(absl::StrCat(i));
   return names;
 }
@@ -370,7 +365,7 @@ absl::StatusOr<std::vector<OutputTensor>> PlanTensors(const std::vector<LogicalV
     if (options.include_slots) {
       const std::vector<std::string> names = slot_names.size() == static_cast<size_t>(v.num_slots)
                                                  ? slot_names
-                                                 : SlotNames("", v.num_slots);
+                                                 : SlotNames(proto::OptimizerConfig(), v.num_slots);
       for (int s = 0; s < v.num_slots; ++s) {
         add(absl::StrCat(v.name, "/", names[s]), Dtype::kF32, v.shape, s);
       }
@@ -530,7 +525,7 @@ absl::StatusOr<ExportResult> Export(const LoadedCheckpoint& ckpt, const std::str
   int num_slots = 0;
   for (const LogicalVariable& v : vars) num_slots = std::max(num_slots, v.num_slots);
   const std::vector<std::string> slot_names =
-      SlotNames(ckpt.manifest.training().optimizer().name(), num_slots);
+      SlotNames(ckpt.manifest.training().optimizer(), num_slots);
   PST_ASSIGN_OR_RETURN(const std::vector<OutputTensor> tensors,
                        PlanTensors(vars, slot_names, options));
 

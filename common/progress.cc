@@ -142,6 +142,7 @@ std::string FormatProgress(const Progress& p) {
     absl::StrAppend(&line, " | ETA ", p.eta.has_value() ? FormatEta(*p.eta) : "?");
   }
   absl::StrAppend(&line, " | workers ", p.workers_done, "/", p.workers, " done");
+  if (p.learning_rate > 0) absl::StrAppendFormat(&line, " | lr %.2e", p.learning_rate);
   if (!p.tables.empty()) absl::StrAppend(&line, " | ", p.tables);
   if (!p.replicas.empty()) absl::StrAppend(&line, " | ", p.replicas);
   return line;
@@ -159,6 +160,13 @@ std::optional<Progress> ParseProgress(absl::string_view line) {
   }
   if (!fields.empty() && absl::StartsWith(fields.back(), "tables ")) {
     p.tables = std::string(fields.back());
+    fields.pop_back();
+  }
+  if (!fields.empty() && absl::StartsWith(fields.back(), "lr ")) {
+    absl::string_view lr = fields.back();
+    if (!absl::ConsumePrefix(&lr, "lr ") || !absl::SimpleAtod(lr, &p.learning_rate)) {
+      return std::nullopt;
+    }
     fields.pop_back();
   }
   if (fields.size() != 5 && fields.size() != 6) return std::nullopt;

@@ -50,6 +50,9 @@ struct Progress {
   int total_epochs = 0;     // 0: unknown
   double loss = 0;
   double examples_per_sec = 0;
+  // The learning rate of the next update, shown when the job has a
+  // schedule ("lr 7.00e-04"); 0: no field.
+  double learning_rate = 0;
   std::optional<absl::Duration> eta;  // empty: not known yet ("ETA ?")
   int workers_done = 0;
   int workers = 0;

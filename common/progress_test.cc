@@ -128,6 +128,22 @@ TEST(FormatProgressTest, Format_Tables_BeforeTheBackups_AndParsesBack) {
   EXPECT_EQ(alone->tables, p.tables);
 }
 
+TEST(FormatProgressTest, Format_ScheduledRate_AfterTheWorkers_AndParsesBack) {
+  Progress p = Sample();
+  p.learning_rate = 0.00049;
+  p.tables = "tables 2.00k rows";
+  const std::string line = FormatProgress(p);
+  EXPECT_EQ(line,
+            "step 1789/5625 | epoch 2/3 | loss 0.3919 | 7545 examples/s | ETA 1m23s | "
+            "workers 0/2 done | lr 4.90e-04 | tables 2.00k rows");
+  const std::optional<Progress> parsed = ParseProgress(line);
+  ASSERT_TRUE(parsed.has_value());
+  EXPECT_DOUBLE_EQ(parsed->learning_rate, 0.00049);
+  EXPECT_EQ(parsed->tables, p.tables);
+  p.learning_rate = 0;  // no schedule: no field
+  EXPECT_EQ(FormatProgress(p).find("lr "), std::string::npos);
+}
+
 TEST(ParseProgressTest, Parse_LogLine_RoundTrips) {
   const Progress want = Sample();
   std::optional<Progress> got = ParseProgress("20:06:46.123 I chief:0] " + FormatProgress(want));

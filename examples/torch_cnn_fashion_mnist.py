@@ -14,6 +14,12 @@ a task) it is that task: a worker, or with --cluster --evaluator an
 evaluator that scores every checkpoint on the test set
 (pstrain.Evaluator). --local trains the same model in this one process,
 with torch's own optimizer and no pstrain: the reference.
+
+The optimizer and its schedule are the script's own, as in PyTorch's MNIST
+example: Adadelta(lr=1.0) and StepLR(step_size=1, gamma=0.7), made by
+make_optimizer. --local steps them itself; --cluster hands the same objects
+to pstrain.torch.export_spec, and the ps run torch's Adadelta at the
+rates StepLR would give (docs/optimizers.md).
 """
 
 import argparse
@@ -49,6 +55,29 @@ class Cnn(torch.nn.Module):
         return self.fc2(F.relu(self.fc1(x.flatten(1))))
 
 
+def make_optimizer(model, args):
+    """The training script's optimizer and scheduler, stepped per epoch."""
+    if args.optimizer == "adam":
+        optimizer = torch.optim.Adam(model.parameters(), lr=args.learning_rate or 0.001)
+    else:
+        optimizer = torch.optim.Adadelta(model.parameters(), lr=args.learning_rate or 1.0)
+    return optimizer, torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=args.gamma)
+
+
+def updates_per_epoch(examples, workers, batch_size, mode):
+    """The ps's updates in one epoch: each worker's batches (worker i reads
+    examples i, i + W, ...); async applies every push, sync one per step."""
+    batches = [-(-((examples - i + workers - 1) // workers) // batch_size) for i in range(workers)]
+    return max(batches) if mode == "sync" else sum(batches)
+
+
+def train_images(args):
+    images, labels = fashion_mnist.load("train", args.data_dir)
+    if args.train_examples:
+        images, labels = images[:args.train_examples], labels[:args.train_examples]
+    return images, labels
+
+
 def accuracy(model, images, labels):
     model.eval()
     with torch.no_grad():
@@ -70,18 +99,22 @@ def train_worker(args):
     import pstrain
     import pstrain.torch
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
-    images, labels = fashion_mnist.load("train", args.data_dir)
+    images, labels = train_images(args)
     worker = pstrain.Worker.from_env()
     model = Cnn()
     trainer = pstrain.torch.Trainer(worker, model)  # checks the module against the job
-    start, seen = time.time(), 0
+    start, seen, trained = time.time(), 0, []
     for batch in trainer.batches(len(images)):
         x = torch.from_numpy(images[batch.examples])
         y = torch.from_numpy(labels[batch.examples])
         loss = F.cross_entropy(model(x), y)
         loss.backward()
-        trainer.step(loss)
+        if trainer.step(loss) and args.record_batches:
+            trained.append({"epoch": batch.epoch, "examples": batch.examples.tolist()})
         seen += len(batch.examples)
+    if args.record_batches:
+        with open(args.record_batches.replace("{worker}", str(worker.index)), "w") as f:
+            json.dump(trained, f)
     elapsed = time.time() - start
     # The model is scored by the evaluator task (--evaluator) or from the
     # final checkpoint: a worker leaves as soon as the job is over.
@@ -113,22 +146,39 @@ def evaluate_checkpoints(args):
 def train_local(args):
     torch.manual_seed(args.seed)
     torch.set_num_threads(args.threads)
-    images, labels = fashion_mnist.load("train", args.data_dir)
+    images, labels = train_images(args)
     test_images, test_labels = fashion_mnist.load("t10k", args.data_dir)
     model = Cnn()
-    optimizer = torch.optim.Adam(model.parameters(), lr=args.learning_rate)
-    rng = np.random.default_rng(args.seed)
+    optimizer, scheduler = make_optimizer(model, args)
+    if args.batches:
+        # The batches a one-worker job trained (--record_batches), in order.
+        with open(args.batches) as f:
+            trained = json.load(f)
+        epochs = [[np.array(b["examples"]) for b in trained if b["epoch"] == e]
+                  for e in range(args.epochs)]
+    else:
+        rng = np.random.default_rng(args.seed)
+        epochs = []
+        for _ in range(args.epochs):
+            order = rng.permutation(len(images))
+            epochs.append([order[i:i + args.batch_size]
+                           for i in range(0, len(order), args.batch_size)])
     start, seen = time.time(), 0
-    for _ in range(args.epochs):
-        order = rng.permutation(len(images))
-        for first in range(0, len(order), args.batch_size):
-            idx = order[first:first + args.batch_size]
+    for batches in epochs:
+        for idx in batches:
             optimizer.zero_grad()
             loss = F.cross_entropy(model(torch.from_numpy(images[idx])), torch.from_numpy(labels[idx]))
             loss.backward()
+            if args.clip_norm:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip_norm)
             optimizer.step()
             seen += len(idx)
+        scheduler.step()
     elapsed = time.time() - start
+    if args.save:
+        import pstrain.torch
+        pstrain.torch.write_safetensors(
+            args.save, {n: p.detach().numpy() for n, p in model.named_parameters()})
     report(args.result, examples=seen, seconds=elapsed, examples_per_sec=seen / elapsed,
            test_accuracy=accuracy(model, test_images, test_labels))
 
@@ -174,8 +224,16 @@ def run_cluster(args):
     torch.manual_seed(args.seed)
     work = tempfile.mkdtemp(prefix="pstrain-cnn-")
     try:
-        spec = pstrain.torch.export_spec(Cnn(), os.path.join(work, "cnn.json"))
         flags = list(args.pstrain_flags)
+        model = Cnn()
+        # The script's optimizer and scheduler, run by the ps: its rule, and
+        # StepLR's rate each epoch of updates.
+        optimizer, scheduler = make_optimizer(model, args)
+        per_epoch = updates_per_epoch(len(train_images(args)[0]), args.workers, args.batch_size,
+                                      flag_value(flags, "mode") or "async")
+        spec = pstrain.torch.export_spec(model, os.path.join(work, "cnn.json"),
+                                         optimizer=optimizer, scheduler=scheduler,
+                                         steps_per_epoch=per_epoch, clip_norm=args.clip_norm)
         ckpt = flag_value(flags, "checkpoint_dir")
         if ckpt is None:
             ckpt = os.path.join(work, "ckpt")
@@ -183,12 +241,15 @@ def run_cluster(args):
         script = ["/usr/bin/python3", os.path.abspath(__file__)]
         if args.data_dir != fashion_mnist.DEFAULT_DIR:
             script.append(f"--data_dir={os.path.abspath(args.data_dir)}")
+        if args.train_examples:
+            script.append(f"--train_examples={args.train_examples}")
         worker = script + ([f"--result={args.result}"] if args.result else [])
+        if args.record_batches:
+            worker.append(f"--record_batches={args.record_batches}")
         pstrain_bin = os.path.join(os.environ.get("PSTRAIN_BIN", "build/bin"), "pstrain")
         command = [pstrain_bin, "local", f"--ps={args.ps}", f"--workers={args.workers}",
                    f"--model=spec:{spec}", f"--epochs={args.epochs}",
-                   f"--batch_size={args.batch_size}", f"--learning_rate={args.learning_rate}",
-                   f"--seed={args.seed}",
+                   f"--batch_size={args.batch_size}", f"--seed={args.seed}",
                    "--worker_command=" + " ".join(shlex.quote(a) for a in worker)] + flags
         if args.evaluator:
             command.append("--evaluator_command=" + " ".join(shlex.quote(a) for a in script))
@@ -219,7 +280,20 @@ def main():
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--epochs", type=int, default=4)
     parser.add_argument("--batch_size", type=int, default=64)
-    parser.add_argument("--learning_rate", type=float, default=0.001)
+    parser.add_argument("--optimizer", choices=["adadelta", "adam"], default="adadelta")
+    parser.add_argument("--learning_rate", type=float, default=0.0,
+                        help="0: the optimizer's (adadelta 1.0, adam 0.001)")
+    parser.add_argument("--gamma", type=float, default=0.7, help="StepLR's decay per epoch")
+    parser.add_argument("--clip_norm", type=float, default=0.0,
+                        help="clip each step's gradient to this global norm (0: off)")
+    parser.add_argument("--train_examples", type=int, default=0,
+                        help="train on the first N examples only (0: all)")
+    parser.add_argument("--record_batches", metavar="PATH",
+                        help="worker: write the batches it trained as JSON ({worker}: its index)")
+    parser.add_argument("--batches", metavar="PATH",
+                        help="--local: train these batches (a one-worker job's --record_batches)")
+    parser.add_argument("--save", metavar="PATH",
+                        help="--local: write the trained parameters here (safetensors)")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--threads", type=int, default=1, help="--local: torch threads")
     parser.add_argument("--data_dir", default=fashion_mnist.DEFAULT_DIR)
@@ -229,7 +303,12 @@ def main():
     if args.export_spec:
         import pstrain.torch
         torch.manual_seed(args.seed)
-        print(pstrain.torch.export_spec(Cnn(), args.export_spec))
+        model = Cnn()
+        optimizer, scheduler = make_optimizer(model, args)
+        per_epoch = updates_per_epoch(len(train_images(args)[0]), args.workers, args.batch_size,
+                                      "async")
+        print(pstrain.torch.export_spec(model, args.export_spec, optimizer=optimizer,
+                                        scheduler=scheduler, steps_per_epoch=per_epoch))
     elif args.local:
         train_local(args)
     elif args.cluster:

@@ -107,14 +107,35 @@ ABSL_FLAG(int32_t, batch_size, 64, "Examples per worker step.");
 ABSL_FLAG(double, learning_rate, 0,
           "Optimizer learning rate (0: the model's own, 0.001 for mlp and wide_deep).");
 ABSL_FLAG(std::string, optimizer, "",
-          "Optimizer run on the ps: sgd, momentum, adam, adagrad or ftrl (empty: the model's "
-          "own, adam for mlp and wide_deep).");
-ABSL_FLAG(double, momentum, 0.9, "Momentum coefficient, for --optimizer=momentum.");
+          "Optimizer run on the ps: sgd, momentum, adam, adamw, adagrad, rmsprop, adadelta or "
+          "ftrl (empty: the model's own, adam for mlp and wide_deep).");
+ABSL_FLAG(std::string, optimizer_form, "",
+          "Whose update rule the optimizer follows: tensorflow (the default) or torch "
+          "(docs/optimizers.md).");
+ABSL_FLAG(double, momentum, -1,
+          "Momentum coefficient, for momentum and rmsprop (-1: 0.9 for momentum, 0 for "
+          "rmsprop).");
 ABSL_FLAG(bool, nesterov, false, "Nesterov momentum, for --optimizer=momentum.");
-ABSL_FLAG(double, beta1, 0.9, "Adam's first-moment decay, for --optimizer=adam.");
-ABSL_FLAG(double, beta2, 0.999, "Adam's second-moment decay, for --optimizer=adam.");
-ABSL_FLAG(double, epsilon, 1e-7, "Adam's epsilon, for --optimizer=adam.");
-ABSL_FLAG(double, initial_accumulator, 0.1, "Adagrad and FTRL: initial accumulator value.");
+ABSL_FLAG(double, beta1, 0.9, "Adam's first-moment decay, for adam and adamw.");
+ABSL_FLAG(double, beta2, 0.999, "Adam's second-moment decay, for adam and adamw.");
+ABSL_FLAG(double, epsilon, 0,
+          "Epsilon of adam, adamw, adagrad, rmsprop and adadelta (0: the form's default).");
+ABSL_FLAG(double, initial_accumulator, 0,
+          "Adagrad's and FTRL's initial accumulator, rmsprop's mean square (0: the form's "
+          "default: TensorFlow's 0.1 for adagrad and ftrl, else 0).");
+ABSL_FLAG(double, weight_decay, 0,
+          "Weight decay: decoupled for adamw, torch's coupled L2 for the others (not ftrl).");
+ABSL_FLAG(double, rho, 0, "Decay of rmsprop (torch's alpha) and adadelta (0: the default).");
+ABSL_FLAG(bool, centered, false, "Centered rmsprop.");
+ABSL_FLAG(double, lr_decay, 0, "Adagrad: the rate is lr / (1 + (t - 1) * lr_decay).");
+ABSL_FLAG(double, clip_value, 0,
+          "On the ps, clip every gradient element to [-v, v] before the update (0: off).");
+ABSL_FLAG(double, clip_norm, 0,
+          "On every worker, scale each step's whole gradient (dense and rows) to a global L2 "
+          "norm of at most this before it is pushed (0: off).");
+ABSL_FLAG(std::string, lr_schedule, "",
+          "Learning-rate schedule by step, computed on the ps: e.g. "
+          "warmup:500,cosine:10000,min:1e-5 or step:3,gamma:0.7,every:469 (docs/optimizers.md).");
 ABSL_FLAG(double, l1, 0, "FTRL: L1 regularization strength.");
 ABSL_FLAG(double, l2, 0, "FTRL: L2 regularization strength.");
 ABSL_FLAG(double, lr_power, -0.5, "FTRL: learning rate power (<= 0).");

@@ -1,6 +1,7 @@
 // TrainingConfigFromFlags: in a file of its own, because it consults the
 // model registry; executables that never call it (the ps) do not link the
 // models.
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -13,6 +14,7 @@
 #include "common/status_macros.h"
 #include "common/table_policy.h"
 #include "flags/job_flags.h"
+#include "flags/optimizer_flags.h"
 #include "models/registry.h"
 
 namespace pst::flags {
@@ -50,27 +52,7 @@ absl::StatusOr<proto::TrainingConfig> TrainingConfigFromFlags() {
   }
   config.set_seed(absl::GetFlag(FLAGS_seed));
 
-  proto::OptimizerConfig* opt = config.mutable_optimizer();
-  // Empty or 0: the model's own choice.
-  opt->set_name(absl::GetFlag(FLAGS_optimizer));
-  if (opt->name().empty()) opt->set_name(std::string(model.default_optimizer()));
-  double learning_rate = absl::GetFlag(FLAGS_learning_rate);
-  if (learning_rate == 0) learning_rate = model.default_learning_rate();
-  opt->set_learning_rate(static_cast<float>(learning_rate));
-  opt->set_momentum(static_cast<float>(absl::GetFlag(FLAGS_momentum)));
-  opt->set_nesterov(absl::GetFlag(FLAGS_nesterov));
-  opt->set_beta1(static_cast<float>(absl::GetFlag(FLAGS_beta1)));
-  opt->set_beta2(static_cast<float>(absl::GetFlag(FLAGS_beta2)));
-  opt->set_epsilon(static_cast<float>(absl::GetFlag(FLAGS_epsilon)));
-  opt->set_initial_accumulator(static_cast<float>(absl::GetFlag(FLAGS_initial_accumulator)));
-  opt->set_l1(static_cast<float>(absl::GetFlag(FLAGS_l1)));
-  opt->set_l2(static_cast<float>(absl::GetFlag(FLAGS_l2)));
-  opt->set_lr_power(static_cast<float>(absl::GetFlag(FLAGS_lr_power)));
-  opt->set_skip_nonfinite(absl::GetFlag(FLAGS_skip_nonfinite));
-  // The ps's own check, so a bad hyperparameter fails before anything starts.
-  if (absl::Status s = common::CheckOptimizerConfig(*opt).status(); !s.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("optimizer flags: ", s.message()));
-  }
+  if (absl::Status s = OptimizerFromFlags(model, &config); !s.ok()) return s;
 
   config.set_data(absl::GetFlag(FLAGS_data));
   config.set_eval_fraction(absl::GetFlag(FLAGS_eval_fraction));

@@ -24,6 +24,7 @@
 #include "common/status_macros.h"
 #include "data/generated.h"
 #include "data/libsvm.h"
+#include "models/gradient_clip.h"
 #include "models/model.h"
 #include "models/model_spec.h"
 #include "models/streamed_data.h"
@@ -184,6 +185,7 @@ class Logreg : public Model {
             }
           }
           grads[0][0] = dbias;
+          ClipByGlobalNorm(training.clip_norm(), {&grads, &row_grads});
           if (control.step_delay > absl::ZeroDuration()) absl::SleepFor(control.step_delay);
           times.compute += absl::Now() - start;
           start = absl::Now();

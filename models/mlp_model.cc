@@ -9,6 +9,7 @@
 #include "common/status_macros.h"
 #include "models/background.h"
 #include "models/device_mlp.h"
+#include "models/gradient_clip.h"
 #include "models/model_spec.h"
 
 namespace pst::models {
@@ -191,6 +192,8 @@ absl::StatusOr<int64_t> TrainMlp(const proto::TrainingConfig& training, const da
     } else {
       loss = compute_on_devices(first, n, epoch, out);
     }
+    // The whole gradient before it is pushed (--clip_norm).
+    if (loss.ok()) ClipByGlobalNorm(training.clip_norm(), {out});
     if (control.step_delay > absl::ZeroDuration()) absl::SleepFor(control.step_delay);
     times.compute += absl::Now() - start;
     return loss;

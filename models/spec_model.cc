@@ -4,6 +4,7 @@
 #include "models/spec_model.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -16,9 +17,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "common/initializer.h"
+#include "common/lr_schedule.h"
 #include "common/status_macros.h"
 #include "common/table_policy.h"
 #include "common/tensor_util.h"
+#include "google/protobuf/util/json_util.h"
 #include "models/model.h"
 #include "nlohmann/json.hpp"
 
@@ -258,6 +261,44 @@ absl::Status CheckFileTensors(const proto::TrainingConfig& training, const std::
   return absl::OkStatus();
 }
 
+// The spec's "optimizer": an OptimizerConfig in protobuf's JSON form, its
+// "schedule" an LrSchedule object or --lr_schedule's text; and
+// "clip_norm". Both are checked in full with the flags
+// (flags/optimizer_flags.h), which may still set the rate.
+absl::Status ParseTraining(const json& spec, const Context& context,
+                           proto::TrainingConfig* training) {
+  training->clear_optimizer();
+  training->clear_clip_norm();
+  if (auto optimizer = spec.find("optimizer"); optimizer != spec.end()) {
+    if (!optimizer->is_object()) return context.Error("field 'optimizer' must be an object");
+    json fields = *optimizer;
+    proto::LrSchedule schedule;
+    if (auto text = fields.find("schedule"); text != fields.end() && text->is_string()) {
+      absl::StatusOr<proto::LrSchedule> parsed = common::ParseLrSchedule(text->get<std::string>());
+      if (!parsed.ok())
+        return context.Error(absl::StrCat("optimizer: ", parsed.status().message()));
+      schedule = *std::move(parsed);
+      fields.erase("schedule");
+    }
+    proto::OptimizerConfig* out = training->mutable_optimizer();
+    const auto parsed = google::protobuf::util::JsonStringToMessage(fields.dump(), out);
+    if (!parsed.ok()) {
+      return context.Error(absl::StrCat("field 'optimizer': ", parsed.message().as_string()));
+    }
+    if (!out->has_schedule()) *out->mutable_schedule() = std::move(schedule);
+    if (absl::Status s = common::CheckLrSchedule(out->schedule()); !s.ok()) {
+      return context.Error(absl::StrCat("optimizer: ", s.message()));
+    }
+  }
+  if (auto clip = spec.find("clip_norm"); clip != spec.end()) {
+    if (!clip->is_number() || !std::isfinite(clip->get<double>()) || clip->get<double>() < 0) {
+      return context.Error("field 'clip_norm' must be a number >= 0");
+    }
+    training->set_clip_norm(clip->get<float>());
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status ParseModelSpec(const std::string& path, const std::string& json_text,
@@ -265,14 +306,16 @@ absl::Status ParseModelSpec(const std::string& path, const std::string& json_tex
   Context context(path);
   const json spec = json::parse(json_text, nullptr, /*allow_exceptions=*/false);
   if (spec.is_discarded() || !spec.is_object()) return context.Error("not a JSON object");
-  PST_RETURN_IF_ERROR(
-      OnlyKeys(spec, {"format", "initial_values", "variables"}, context, "the spec"));
+  PST_RETURN_IF_ERROR(OnlyKeys(spec,
+                               {"format", "initial_values", "variables", "optimizer", "clip_norm"},
+                               context, "the spec"));
   auto format = spec.find("format");
   if (format == spec.end() || !format->is_string() || *format != kModelSpecFormat) {
     return context.Error(
         absl::StrCat("field 'format' must be \"", kModelSpecFormat, "\"",
                      format == spec.end() ? "" : absl::StrCat(", got ", format->dump())));
   }
+  PST_RETURN_IF_ERROR(ParseTraining(spec, context, training));
   training->clear_spec_variables();
   training->clear_spec_initial_values();
   if (auto file = spec.find("initial_values"); file != spec.end()) {

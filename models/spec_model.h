@@ -12,7 +12,10 @@
 //        "init": {"kind": "normal", "scale": 0.01, "seed": 7}},
 //       {"name": "hashemb", "kind": "hash", "dim": 8, "admit_after": 2,
 //        "init": {"kind": "uniform", "scale": 0.05, "seed": 3}}
-//     ]
+//     ],
+//     "optimizer": {"name": "adadelta", "form": "torch", "learning_rate": 1.0,
+//                   "schedule": "step:1,gamma:0.7,every:469"},   // optional
+//     "clip_norm": 1.0                                           // optional
 //   }
 //
 // - kind: "dense" (exchanged whole; cut into pieces by --dense_piece_bytes),
@@ -24,6 +27,11 @@
 //   initial_values safetensors file; not for "hash"), or an object
 //   {"kind": zeros|constant|uniform|normal|glorot_uniform, "value", "scale",
 //   "seed"} (proto Initializer).
+// - optimizer: the job's optimizer (proto OptimizerConfig in protobuf's JSON
+//   form; "schedule" an LrSchedule object or --lr_schedule's text), used
+//   unless --optimizer names another (flags/optimizer_flags.h);
+//   pstrain.torch.export_spec writes it from a torch.optim optimizer.
+//   clip_norm: TrainingConfig.clip_norm.
 // Every key is checked: an unknown one is an error, so a typo never passes
 // silently. The parsed list travels in TrainingConfig.spec_variables; only
 // the chief reads the values, and sends them in its CreateVariables calls.

@@ -128,6 +128,48 @@ TEST_F(SpecModelTest, ReadModelSpec_BadSpecs_NameTheFileAndTheProblem) {
   ExpectError(Edited(R"("variables": [)", R"("variables": [], "x": [)"), "unknown field 'x'");
 }
 
+TEST_F(SpecModelTest, ReadModelSpec_OptimizerAndClipNorm_AreTheJobs) {
+  const std::string with = Edited(R"("initial_values")", R"("optimizer": {"name": "adadelta",
+      "form": "torch", "learning_rate": 1.0, "rho": 0.9, "schedule": "step:1,gamma:0.7,every:5"},
+      "clip_norm": 0.5, "initial_values")");
+  proto::TrainingConfig training;
+  ASSERT_TRUE(ReadModelSpec(WriteSpec(with), &training).ok());
+  EXPECT_EQ(training.optimizer().name(), "adadelta");
+  EXPECT_EQ(training.optimizer().form(), "torch");
+  EXPECT_EQ(training.optimizer().learning_rate(), 1.0f);
+  EXPECT_EQ(training.optimizer().rho(), 0.9f);
+  EXPECT_EQ(training.optimizer().schedule().kind(), "step");
+  EXPECT_EQ(training.optimizer().schedule().every(), 5);
+  EXPECT_EQ(training.optimizer().schedule().gamma(), 0.7f);
+  EXPECT_EQ(training.clip_norm(), 0.5f);
+  // The schedule as an object, in protobuf's JSON form.
+  proto::TrainingConfig object;
+  ASSERT_TRUE(ReadModelSpec(WriteSpec(Edited(R"("initial_values")",
+                                             R"("optimizer": {"name": "adam", "learning_rate":
+      0.01, "schedule": {"kind": "cosine", "decay_units": 100}}, "initial_values")")),
+                            &object)
+                  .ok());
+  EXPECT_EQ(object.optimizer().schedule().decay_units(), 100);
+  // A spec without them leaves none.
+  proto::TrainingConfig none;
+  ASSERT_TRUE(ReadModelSpec(WriteSpec(kSpec), &none).ok());
+  EXPECT_FALSE(none.has_optimizer());
+  EXPECT_EQ(none.clip_norm(), 0.0f);
+}
+
+TEST_F(SpecModelTest, ReadModelSpec_BadOptimizer_NamesTheField) {
+  ExpectError(Edited(R"("initial_values")", R"("optimizer": "adam", "initial_values")"),
+              "field 'optimizer' must be an object");
+  ExpectError(Edited(R"("initial_values")",
+                     R"("optimizer": {"name": "adam", "betaa": 0.9}, "initial_values")"),
+              "betaa");
+  ExpectError(Edited(R"("initial_values")",
+                     R"("optimizer": {"name": "adam", "schedule": "cosine:0"}, "initial_values")"),
+              "optimizer: lr_schedule: cosine needs decay units");
+  ExpectError(Edited(R"("initial_values")", R"("clip_norm": -1, "initial_values")"),
+              "field 'clip_norm' must be a number >= 0");
+}
+
 TEST_F(SpecModelTest, ReadModelSpec_HashFromFile_IsRefused) {
   ExpectError(
       Edited(R"("init": {"kind": "uniform", "scale": 0.05, "seed": 3})", R"("init": "file")"),

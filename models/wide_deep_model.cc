@@ -13,6 +13,7 @@
 #include "data/generated.h"
 #include "models/ctr_batch.h"
 #include "models/device_wide_deep.h"
+#include "models/gradient_clip.h"
 #include "models/model_spec.h"
 #include "models/streamed_data.h"
 
@@ -180,6 +181,8 @@ absl::StatusOr<int64_t> TrainWideDeep(const proto::TrainingConfig& training,
                                                                       &row_grads[0], &row_grads[1])
                                        : mirrored->LossAndGradients(params, batch.View(n), &grads,
                                                                     &row_grads[0], &row_grads[1]));
+        // The whole gradient, rows and dense, before any of it is pushed.
+        ClipByGlobalNorm(training.clip_norm(), {&grads, &row_grads});
         if (control.step_delay > absl::ZeroDuration()) absl::SleepFor(control.step_delay);
         times.compute += absl::Now() - start;
         start = absl::Now();

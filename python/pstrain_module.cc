@@ -153,6 +153,7 @@ class Session {
     out["mode"] = proto::SyncMode_Name(t.sync().mode());
     out["optimizer"] = t.optimizer().name();
     out["learning_rate"] = t.optimizer().learning_rate();
+    out["clip_norm"] = t.clip_norm();
     out["data"] = t.data();
     out["stream_data"] = t.stream_data();
     out["shuffle_buffer"] = t.shuffle_buffer();

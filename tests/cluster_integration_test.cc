@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -109,9 +110,10 @@ TEST_F(ClusterTest, SummaryDir_EventFileHoldsTheTrainingCurvesAndTheTestMetrics)
   // The chief writes scalars at its heartbeats (at most one each): 50 ms
   // ones, so that a job done in a second on a fast machine still gives
   // several points.
-  auto launcher = Launch({"--ps=1", "--workers=2", "--epochs=1", "--max_steps=600",
-                          "--summary_steps=50", "--heartbeat_ms=50",
-                          "--summary_dir=" + events_dir, "--summary_json=" + summary});
+  auto launcher =
+      Launch({"--ps=1", "--workers=2", "--epochs=1", "--max_steps=600", "--summary_steps=50",
+              "--heartbeat_ms=50", "--lr_schedule=step:200,gamma:0.5",
+              "--summary_dir=" + events_dir, "--summary_json=" + summary});
   ASSERT_NE(launcher, nullptr);
   std::optional<int> exited = launcher->WaitForExit(kJobTimeout);
   ASSERT_TRUE(exited.has_value()) << launcher->output();
@@ -144,6 +146,22 @@ TEST_F(ClusterTest, SummaryDir_EventFileHoldsTheTrainingCurvesAndTheTestMetrics)
   EXPECT_LT(curves["loss"].back().second, curves["loss"].front().second) << "the loss fell";
   ASSERT_FALSE(curves["examples_per_sec"].empty());
   for (const auto& [step, rate] : curves["examples_per_sec"]) EXPECT_GT(rate, 0) << step;
+  // The schedule's rate at each step (mlp's base rate 0.001, halved every
+  // 200 updates), as every ps applies it.
+  // The progress lines show it too, at their own step.
+  const std::string output = launcher->output();
+  const std::regex progress(R"(step (\d+)/\d+ .* \| lr ([0-9.e+-]+))");
+  int lines = 0;
+  for (auto it = std::sregex_iterator(output.begin(), output.end(), progress);
+       it != std::sregex_iterator(); ++it, ++lines) {
+    const int64_t step = std::stoll((*it)[1]);
+    EXPECT_NEAR(std::stod((*it)[2]), 0.001 * std::pow(0.5, step / 200), 1e-6) << it->str();
+  }
+  EXPECT_GE(lines, 1) << output;
+  ASSERT_EQ(curves["learning_rate"].size(), curves["loss"].size());
+  for (const auto& [step, rate] : curves["learning_rate"]) {
+    EXPECT_FLOAT_EQ(rate, static_cast<float>(0.001 * std::pow(0.5, step / 200))) << step;
+  }
   ASSERT_FALSE(curves["staleness"].empty());
   for (const auto& [step, staleness] : curves["staleness"]) EXPECT_GE(staleness, 0) << step;
   const nlohmann::json result = ReadJson(summary);

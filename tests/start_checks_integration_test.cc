@@ -97,6 +97,22 @@ TEST(LocalStartChecksTest, NegativeOrDirlessSaveCadence_IsRefusedNamingTheFlag) 
                            "--checkpoint_dir too");
 }
 
+TEST(LocalStartChecksTest, BadOptimizerScheduleOrClipping_IsRefusedNamingTheFlag) {
+  ExpectRefusedBeforeStart(Local({"--optimizer=lamb"}), "unknown optimizer 'lamb' (known: sgd,");
+  ExpectRefusedBeforeStart(Local({"--optimizer_form=keras"}), "unknown optimizer form 'keras'");
+  ExpectRefusedBeforeStart(Local({"--learning_rate=-0.1"}),
+                           "learning_rate must be positive and finite, got -0.1");
+  ExpectRefusedBeforeStart(Local({"--optimizer=rmsprop", "--rho=1.5"}),
+                           "rmsprop rho must be in (0, 1)");
+  ExpectRefusedBeforeStart(Local({"--lr_schedule=triangle:5"}),
+                           "--lr_schedule: unknown item 'triangle'");
+  ExpectRefusedBeforeStart(Local({"--lr_schedule=cosine:1000,gamma:0.5"}),
+                           "--lr_schedule: 'gamma' does not apply to cosine");
+  ExpectRefusedBeforeStart(Local({"--clip_norm=-1"}), "--clip_norm must be >= 0");
+  ExpectRefusedBeforeStart(Local({"--weight_decay=0.1", "--optimizer=ftrl"}),
+                           "weight_decay does not apply to ftrl");
+}
+
 TEST(LocalStartChecksTest, GpuWithoutGpu_IsRefused) {
   if (!NoGpuVisible()) GTEST_SKIP() << "this machine has a GPU";
   ExpectRefusedBeforeStart(Local({"--device=gpu"}), "--device=gpu, but no GPU is visible");

@@ -30,7 +30,7 @@ std::vector<float> ApplySteps(Optimizer& opt, std::vector<float> param,
   std::vector<std::vector<float>> slots(opt.num_slots(), std::vector<float>(param.size(), 0.0f));
   std::vector<std::span<float>> views(slots.begin(), slots.end());
   int64_t t = 0;
-  for (const auto& g : grads) opt.ApplyDense(param, g, views, ++t);
+  for (const auto& g : grads) opt.Apply(param, g, views, opt.StepAt(++t));
   return param;
 }
 
@@ -85,7 +85,7 @@ TEST(OptimizerTest, Adam_MatchesDoublePrecisionReference) {
 }
 
 TEST(OptimizerTest, Create_BadConfig_IsInvalidArgument) {
-  EXPECT_EQ(CreateOptimizer(Config("adamw", 0.1f)).status().code(),
+  EXPECT_EQ(CreateOptimizer(Config("lamb", 0.1f)).status().code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(CreateOptimizer(Config("sgd", 0.0f)).status().code(),
             absl::StatusCode::kInvalidArgument);
@@ -99,7 +99,7 @@ TEST(OptimizerTest, Create_BadConfig_IsInvalidArgument) {
   adam.set_epsilon(1e-7f);
   EXPECT_EQ(CreateOptimizer(adam).status().code(), absl::StatusCode::kInvalidArgument);
   adam.set_beta2(0.999f);
-  adam.set_epsilon(0.0f);
+  adam.set_epsilon(-1e-8f);
   EXPECT_EQ(CreateOptimizer(adam).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
@@ -211,7 +211,7 @@ TEST(OptimizerTest, AllOptimizers_Dense_MatchDoublePrecisionReference) {
     ASSERT_EQ(static_cast<int>(ref_s[0].size()), (*opt)->num_slots()) << label;
     for (size_t step = 0; step < kGrads.size(); ++step) {
       const int64_t t = static_cast<int64_t>(step) + 1;
-      (*opt)->ApplyDense(param, kGrads[step], views, t);
+      (*opt)->Apply(param, kGrads[step], views, (*opt)->StepAt(t));
       for (size_t i = 0; i < param.size(); ++i) {
         RefStep(config, kGrads[step][i], t, &ref_p[i], &ref_s[i]);
         ExpectClose(param[i], ref_p[i],
@@ -224,13 +224,57 @@ TEST(OptimizerTest, AllOptimizers_Dense_MatchDoublePrecisionReference) {
   }
 }
 
+TEST(OptimizerTest, StepAt_TakesTheRateFromTheScheduleAtTheUpdatesBefore) {
+  proto::OptimizerConfig config = Config("sgd", 0.5f);
+  config.mutable_schedule()->set_kind("step");
+  config.mutable_schedule()->set_step_size(2);
+  config.mutable_schedule()->set_gamma(0.1f);
+  auto opt = CreateOptimizer(config);
+  ASSERT_TRUE(opt.ok()) << opt.status();
+  EXPECT_DOUBLE_EQ((*opt)->StepAt(1).lr, 0.5);
+  EXPECT_DOUBLE_EQ((*opt)->StepAt(2).lr, 0.5);
+  EXPECT_DOUBLE_EQ((*opt)->StepAt(3).lr, 0.05);
+  EXPECT_EQ((*opt)->StepAt(3).t, 3);
+  // Three sgd updates of gradient 1: 0.5, 0.5, then 0.05.
+  const std::vector<float> out = ApplySteps(**opt, {1.0f}, {{1.0f}, {1.0f}, {1.0f}});
+  EXPECT_NEAR(out[0], 1.0 - 0.5 - 0.5 - 0.05, 1e-6);
+}
+
+TEST(OptimizerTest, Apply_ClipsTheGradientThenAddsTheCoupledDecay) {
+  proto::OptimizerConfig config = Config("sgd", 0.1f);
+  config.set_clip_value(0.5f);
+  config.set_weight_decay(0.2f);
+  auto opt = CreateOptimizer(config);
+  ASSERT_TRUE(opt.ok()) << opt.status();
+  // g = clip(g) + 0.2 * p: 0.5 + 0.4, -0.5 - 0.2, 0.25 + 0 ; p -= 0.1 * g.
+  const std::vector<float> out = ApplySteps(**opt, {2.0f, -1.0f, 0.0f}, {{3.0f, -7.0f, 0.25f}});
+  EXPECT_NEAR(out[0], 2.0 - 0.1 * 0.9, 1e-6);
+  EXPECT_NEAR(out[1], -1.0 - 0.1 * -0.7, 1e-6);
+  EXPECT_NEAR(out[2], -0.025, 1e-6);
+}
+
+TEST(OptimizerTest, AdamW_DecaysTheParameterApartFromTheGradient) {
+  for (const char* form : {"tensorflow", "torch"}) {
+    proto::OptimizerConfig adamw = AdamConfig(0.1f);
+    adamw.set_name("adamw");
+    adamw.set_form(form);
+    adamw.set_weight_decay(0.5f);
+    auto opt = CreateOptimizer(adamw);
+    ASSERT_TRUE(opt.ok()) << opt.status();
+    // A zero gradient moves nothing but the decay: p * (1 - 0.1 * 0.5).
+    const std::vector<float> out = ApplySteps(**opt, {2.0f, -4.0f}, {{0.0f, 0.0f}});
+    EXPECT_NEAR(out[0], 1.9, 1e-6) << form;
+    EXPECT_NEAR(out[1], -3.8, 1e-6) << form;
+  }
+}
+
 TEST(OptimizerTest, Ftrl_L1_DrivesSmallWeightsToExactlyZero) {
   auto opt = CreateOptimizer(Ftrl(0.1f, 0.1f, /*l1=*/10.0f, /*l2=*/0.0f, -0.5f));
   ASSERT_TRUE(opt.ok()) << opt.status();
   std::vector<float> param = {0.5f, -0.5f};
   std::vector<float> accum(2, 0.1f), linear(2, 0.0f);
   std::vector<std::span<float>> slots = {accum, linear};
-  (*opt)->ApplyDense(param, std::vector<float>{0.3f, -0.2f}, slots, 1);
+  (*opt)->Apply(param, std::vector<float>{0.3f, -0.2f}, slots, (*opt)->StepAt(1));
   EXPECT_EQ(param[0], 0.0f);
   EXPECT_EQ(param[1], 0.0f);
   EXPECT_NE(linear[0], 0.0f);

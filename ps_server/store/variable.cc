@@ -133,8 +133,9 @@ void Variable::ApplyLocked(Optimizer& optimizer, std::span<const float> grad,
   PreserveForSnapshotLocked();
   std::vector<std::span<float>> slot_spans(slots.begin(), slots.end());
   const int64_t t = version + 1;
+  const Step step = optimizer.StepAt(t);
   if (skip.empty()) {
-    optimizer.ApplyDense(values, grad, slot_spans, t);
+    optimizer.Apply(values, grad, slot_spans, step);
   } else {
     std::vector<std::span<float>> row_slots(slot_spans.size());
     for (int64_t r = 0; r < rows; ++r) {
@@ -142,8 +143,8 @@ void Variable::ApplyLocked(Optimizer& optimizer, std::span<const float> grad,
       for (size_t s = 0; s < slot_spans.size(); ++s) {
         row_slots[s] = slot_spans[s].subspan(r * dim, dim);
       }
-      optimizer.ApplyDense(std::span<float>(values).subspan(r * dim, dim),
-                           grad.subspan(r * dim, dim), row_slots, t);
+      optimizer.Apply(std::span<float>(values).subspan(r * dim, dim), grad.subspan(r * dim, dim),
+                      row_slots, step);
     }
   }
   version = t;
@@ -153,6 +154,7 @@ void Variable::ApplyPayloadLocked(Optimizer& optimizer, common::PayloadParts pay
                                   proto::Tensor* value) {
   PreserveForSnapshotLocked();
   const int64_t t = version + 1;
+  const Step step = optimizer.StepAt(t);
   std::string* out = nullptr;
   if (value != nullptr) {
     value->set_dtype(proto::DT_FLOAT32);
@@ -167,7 +169,7 @@ void Variable::ApplyPayloadLocked(Optimizer& optimizer, common::PayloadParts pay
       slot_spans[s] = std::span<float>(slots[s]).subspan(offset, block.size());
     }
     const std::span<float> params = std::span<float>(values).subspan(offset, block.size());
-    optimizer.ApplyDense(params, block, slot_spans, t);
+    optimizer.Apply(params, block, slot_spans, step);
     // Copied while the block is still in the L1 cache: no second pass over
     // the variable (appended, as resize() would zero the string first).
     if (out != nullptr) {
@@ -361,6 +363,7 @@ int64_t Variable::ApplyRows(Optimizer& optimizer, const std::vector<int64_t>& lo
   absl::MutexLock lock(&mu);
   row_pushes_striped = true;
   t = version + 1;
+  const Step step = optimizer.StepAt(t);
   if (is_hash) {
     table.Expire(t);
     table.Prefetch(local);  // the push's rows on disk, in one read
@@ -377,7 +380,7 @@ int64_t Variable::ApplyRows(Optimizer& optimizer, const std::vector<int64_t>& lo
         continue;
       }
     }
-    ApplyToRow(optimizer, hash_row, local[r], grad.subspan(r * dim, dim), t, &row_slots);
+    ApplyToRow(optimizer, hash_row, local[r], grad.subspan(r * dim, dim), step, &row_slots);
   }
   // The rows this push evicted, to disk in one write (before the lock goes).
   if (is_hash) table.FlushEvictions();
@@ -386,7 +389,7 @@ int64_t Variable::ApplyRows(Optimizer& optimizer, const std::vector<int64_t>& lo
 }
 
 void Variable::ApplyToRow(Optimizer& optimizer, float* hash_row, int64_t local,
-                          std::span<const float> grad, int64_t t,
+                          std::span<const float> grad, const Step& step,
                           std::vector<std::span<float>>* row_slots) {
   const size_t width = static_cast<size_t>(dim);
   float* row;
@@ -402,7 +405,7 @@ void Variable::ApplyToRow(Optimizer& optimizer, float* hash_row, int64_t local,
       (*row_slots)[s] = {slots[s].data() + offset, width};
     }
   }
-  optimizer.ApplyDense(std::span<float>(row, width), grad, *row_slots, t);
+  optimizer.Apply(std::span<float>(row, width), grad, *row_slots, step);
 }
 
 bool Variable::TryApplyRowsShared(Optimizer& optimizer, const std::vector<int64_t>& local,
@@ -416,13 +419,14 @@ bool Variable::TryApplyRowsShared(Optimizer& optimizer, const std::vector<int64_
   const int num_slots = optimizer.num_slots();
   // Adam's t: every push gets its own count, whatever order rows land in.
   const int64_t t = version.fetch_add(1) + 1;
+  const Step step = optimizer.StepAt(t);
   std::vector<std::span<float>> row_slots(num_slots);
   // Rows change under mu held shared: each under its stripe's lock.
   ForEachRowByStripe(local, /*write=*/true, [&](size_t r) ABSL_SHARED_LOCKS_REQUIRED(mu) {
     if (skip[r]) return;
     if (is_hash) table.NoteUpdate(local[r], t);
     ApplyToRow(optimizer, is_hash ? table.Find(local[r]) : nullptr, local[r],
-               grad.subspan(r * dim, dim), t, &row_slots);
+               grad.subspan(r * dim, dim), step, &row_slots);
   });
   *version_out = t;
   return true;

@@ -169,9 +169,9 @@ class Variable {
   // update count t: the hash row `hash_row` (its values, then each slot's),
   // or when null the dense row `local` of values and slots. `row_slots`:
   // scratch, one span per optimizer slot.
-  void ApplyToRow(Optimizer& optimizer, float* hash_row, int64_t local,
-                  std::span<const float> grad, int64_t t,
-                  std::vector<std::span<float>>* row_slots) ABSL_SHARED_LOCKS_REQUIRED(mu);
+  void ApplyToRow(Optimizer& optimizer, float* hash_row, int64_t local, std::span<const float> grad,
+                  const Step& step, std::vector<std::span<float>>* row_slots)
+      ABSL_SHARED_LOCKS_REQUIRED(mu);
   // ApplyRows while holding mu shared: false, with nothing applied, when it
   // needs mu exclusively (the first row push, or hash rows to make or
   // count).

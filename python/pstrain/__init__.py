@@ -173,8 +173,8 @@ class Worker:
     @property
     def config(self) -> dict:
         """The job's training settings: batch_size, epochs, max_steps, seed,
-        mode (ASYNC, SYNC, SSP), optimizer, learning_rate, num_workers,
-        num_ps, model, data."""
+        mode (ASYNC, SYNC, SSP), optimizer, learning_rate, clip_norm (0:
+        no clipping), num_workers, num_ps, model, data."""
         return self._session.training
 
     @property

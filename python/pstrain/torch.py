@@ -15,8 +15,9 @@ exchanges only the rows of a batch's unique ids.
         loss.backward()
         trainer.step(loss)
 
-export_spec(module, path) writes the model spec the chief plans from
-(`pstrain local --model=spec:PATH`), with the module's own initial values.
+export_spec(module, path, optimizer=opt, scheduler=sched) writes the model
+spec the chief plans from (`pstrain local --model=spec:PATH`), with the
+module's own initial values, and the optimizer and schedule the ps run.
 """
 
 import json
@@ -28,6 +29,7 @@ import numpy as np
 import torch
 
 import pstrain
+from pstrain import optim
 
 __all__ = ["Embedding", "Trainer", "export_spec", "load_safetensors", "read_safetensors",
            "write_safetensors"]
@@ -260,6 +262,9 @@ class Trainer:
                                  f"the job's table has width {tables[e.table_name]}")
             e.attach(worker)
         self._zero_grads = [torch.zeros_like(p) for p in self._params]
+        # --clip_norm, or the spec's clip_norm: the whole step's gradient is
+        # clipped before any of it is pushed.
+        self.clip_norm = float(worker.config.get("clip_norm", 0.0))
 
     def batches(self, data) -> Iterator["pstrain.Batch"]:
         """The worker's batches (worker.batches: `data` is the whole data
@@ -281,9 +286,14 @@ class Trainer:
         pieces: Dict[str, list] = {}
         for e in self._embeddings:
             pieces.setdefault(e.table_name, []).extend(e.take_gradients())
-        rows = {name: (torch.cat([u for u, _ in got]).numpy(),
-                       torch.cat([g for _, g in got]).contiguous().numpy())
+        rows = {name: (torch.cat([u for u, _ in got]), torch.cat([g for _, g in got]).contiguous())
                 for name, got in pieces.items() if got}
+        if self.clip_norm > 0:
+            # The rows as the table's gradient holds them: one per id.
+            rows = {name: _summed_by_id(ids, g) for name, (ids, g) in rows.items()}
+            optim.clip_by_global_norm([p.grad for p in self._params] +
+                                      [g for _, g in rows.values()], self.clip_norm)
+        rows = {name: (ids.numpy(), g.numpy()) for name, (ids, g) in rows.items()}
         ok = self.worker.push_rows(rows) if rows else True
         grads = [p.grad if p.grad is not None else z
                  for p, z in zip(self._params, self._zero_grads)]
@@ -292,6 +302,15 @@ class Trainer:
                 [g.contiguous() for g in grads], out=self._values,
                 loss=float(loss) if loss is not None else 0.0)
         return ok and pushed is not None
+
+
+def _summed_by_id(ids: torch.Tensor, grads: torch.Tensor):
+    """(unique ids, their gradients summed): a table read more than once in
+    a step names some ids twice."""
+    unique, inverse = torch.unique(ids, return_inverse=True)
+    if len(unique) == len(ids):
+        return ids, grads
+    return unique, torch.zeros(len(unique), grads.shape[1]).index_add_(0, inverse, grads)
 
 
 def write_safetensors(path: str, tensors: Dict[str, np.ndarray]) -> None:
@@ -381,10 +400,19 @@ def load_safetensors(module: torch.nn.Module, path: str) -> None:
                         tensor(e.table_name, (e.num_embeddings, e.embedding_dim)))
 
 
-def export_spec(module: torch.nn.Module, path: str) -> str:
+def export_spec(module: torch.nn.Module, path: str, *, optimizer=None, scheduler=None,
+                steps_per_epoch: int = 1, clip_norm: float = 0.0) -> str:
     """Writes the model spec of `module` to `path` (JSON) and its dense
     parameters' current values beside it (<path stem>.safetensors), so the
-    job trains from this module's own initialization. Returns `path`."""
+    job trains from this module's own initialization. Returns `path`.
+
+    With `optimizer` (a torch.optim optimizer of the module's parameters)
+    and `scheduler` (its lr_scheduler, stepped every `steps_per_epoch`
+    optimizer steps), the spec carries them as the job's optimizer: the ps
+    run torch's update rule with torch's rates (pstrain.optim). With
+    `clip_norm`, every worker clips each step's gradient to that global
+    norm, as torch.nn.utils.clip_grad_norm_. ValueError names what cannot
+    be mapped."""
     base = os.path.splitext(path)[0]
     values_path = base + ".safetensors"
     variables, values = [], {}
@@ -400,10 +428,18 @@ def export_spec(module: torch.nn.Module, path: str) -> str:
         else:
             entry.update(kind="table", shape=[e.num_embeddings, e.embedding_dim])
         variables.append(entry)
-    write_safetensors(values_path, values)
     spec = {"format": "pstrain.model_spec/1",
             "initial_values": os.path.basename(values_path),
             "variables": variables}
+    if optimizer is not None:
+        spec["optimizer"] = optim.optimizer_config(optimizer, scheduler, steps_per_epoch)
+    elif scheduler is not None:
+        raise ValueError("a scheduler needs its optimizer (export_spec(..., optimizer=...))")
+    if clip_norm:
+        if not clip_norm > 0 or not np.isfinite(clip_norm):
+            raise ValueError(f"clip_norm must be positive and finite, got {clip_norm}")
+        spec["clip_norm"] = float(clip_norm)
+    write_safetensors(values_path, values)
     with open(path + ".tmp", "w") as f:
         json.dump(spec, f, indent=1)
     os.replace(path + ".tmp", path)

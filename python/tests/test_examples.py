@@ -7,6 +7,8 @@ import re
 import signal
 import subprocess
 
+import pytest
+
 from conftest import BIN, PYTHON, REPO
 
 import sys
@@ -14,9 +16,48 @@ sys.path.insert(0, os.path.join(REPO, "examples"))
 import fashion_mnist  # noqa: E402
 
 
-def run(args, **kwargs):
-    return subprocess.run(args, env=dict(os.environ, PSTRAIN_BIN=BIN), stdin=subprocess.DEVNULL,
-                          capture_output=True, text=True, **kwargs)
+def run(args, env=None, **kwargs):
+    return subprocess.run(args, env=dict(os.environ, PSTRAIN_BIN=BIN, **(env or {})),
+                          stdin=subprocess.DEVNULL, capture_output=True, text=True, **kwargs)
+
+
+@pytest.mark.parametrize("clip_norm", [0.0, 0.5])
+def test_cnn_sync_job_with_adadelta_and_steplr_ends_where_the_script_alone_does(tmp_path,
+                                                                                 clip_norm):
+    """The example's own Adadelta(lr=1.0) and StepLR(gamma=0.7), run by the
+    ps in a sync job of one Python worker, against the same script training
+    the same batches in one process with torch's optimizer and scheduler;
+    with clip_norm, the worker clips each step's gradient as the script's
+    torch.nn.utils.clip_grad_norm_ does (most of these steps' gradients
+    are above 0.5)."""
+    import pstrain.torch
+    script = os.path.join(REPO, "examples", "torch_cnn_fashion_mnist.py")
+    common = ["--epochs=3", "--batch_size=64", "--train_examples=1280",
+              f"--clip_norm={clip_norm}"]
+    ckpt, batches = tmp_path / "ckpt", tmp_path / "batches.json"
+    # One thread for torch and its BLAS in the worker and in the script
+    # alone, whatever the cores: their gradients are then the same bits.
+    one_thread = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
+    done = run([PYTHON, script, "--cluster", "--ps=1", "--workers=1", *common,
+                f"--record_batches={batches}", "--", "--mode=sync", f"--checkpoint_dir={ckpt}",
+                "--timeout_s=300"], env=one_thread, timeout=400)
+    assert done.returncode == 0, done.stdout + done.stderr
+    alone = run([PYTHON, script, "--local", *common, f"--batches={batches}",
+                 f"--save={tmp_path}/alone.safetensors"], env=one_thread, timeout=300)
+    assert alone.returncode == 0, alone.stdout + alone.stderr
+    exported = tmp_path / "job.safetensors"
+    out = run([os.path.join(BIN, "pstrain"), "checkpoint", "export", str(ckpt), str(exported)])
+    assert out.returncode == 0, out.stdout + out.stderr
+    job = pstrain.torch.read_safetensors(str(exported))
+    want = pstrain.torch.read_safetensors(str(tmp_path / "alone.safetensors"))
+    assert sorted(job) == sorted(want)
+    assert len(json.loads(batches.read_text())) == 3 * 20  # every batch, once
+    for name in want:
+        scale = float(abs(want[name]).max())
+        err = float(abs(job[name] - want[name]).max())
+        print(f"{name}: max error {err:.3g} on values up to {scale:.3g}")
+    for name in want:
+        assert float(abs(job[name] - want[name]).max()) <= 1e-5 * float(abs(want[name]).max()), name
 
 
 def test_cnn_on_two_ps_and_two_python_workers_reaches_089(tmp_path):
