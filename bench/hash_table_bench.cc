@@ -144,7 +144,7 @@ int main(int argc, char** argv) {
     int64_t dropped = 0;
     for (int p = 0; p < passes; ++p) {
       for (const std::vector<int64_t>& batch : batches) {
-        var.ApplyRows(*sgd, batch, grad, std::vector<bool>(batch.size(), false), &dropped);
+        var.ApplyRows(batch, grad, std::vector<bool>(batch.size(), false), &dropped);
       }
     }
   };

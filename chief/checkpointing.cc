@@ -272,6 +272,7 @@ absl::StatusOr<std::optional<proto::CheckpointManifest>> RestoreLatest(
       if (!common::HoldsACopy(state.plan(), static_cast<int>(i))) return absl::OkStatus();
       proto::RestoreRequest request = chain;
       request.set_generation(generation);
+      request.set_reset_slots(options.reset_slots);
       return CallWhileBusy(
           [&]() -> absl::Status {
             absl::StatusOr<proto::RestoreResponse> s =

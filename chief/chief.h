@@ -50,6 +50,10 @@ struct ChiefOptions {
   int64_t incremental_save_steps = 0;
   double incremental_save_secs = 0;
   bool incremental() const { return incremental_save_steps > 0 || incremental_save_secs > 0; }
+  // A restore of a checkpoint whose variables were saved with another
+  // optimizer than they train with now: false, refused naming the
+  // variable; true, their values restored and their slots afresh.
+  bool reset_slots = false;
   // Chains kept (a full checkpoint and the incremental ones on it).
   int keep_checkpoints = 5;
   // Keras-style epochs (every worker through its shard N times): a

@@ -44,6 +44,8 @@ struct LogicalVariable {
   std::vector<int64_t> shape;  // the whole tensor (hash: [ids, dim...])
   int64_t dim = 1;             // elements per row (rank 0: the one element)
   int num_slots = 0;
+  // Its slots' names, by its own optimizer (its spec's, or the job's).
+  std::vector<std::string> slot_names;
   std::vector<const ShardRecord*> parts;
   // Hash tables: each row as (id, part, local row), ascending by id.
   struct HashRow {
@@ -308,6 +310,9 @@ absl::StatusOr<std::vector<LogicalVariable>> PlanVariables(const LoadedCheckpoin
       }
     }
     v.num_slots = static_cast<int>(first.slots.size());
+    v.slot_names = SlotNames(
+        first.spec.has_optimizer() ? first.spec.optimizer() : ckpt.manifest.training().optimizer(),
+        v.num_slots);
     switch (first.spec.routing()) {
       case proto::HASH:
         v.hash = true;
@@ -344,7 +349,6 @@ absl::StatusOr<std::vector<LogicalVariable>> PlanVariables(const LoadedCheckpoin
 
 // The tensors of the file, in data order, with their offsets.
 absl::StatusOr<std::vector<OutputTensor>> PlanTensors(const std::vector<LogicalVariable>& vars,
-                                                      const std::vector<std::string>& slot_names,
                                                       const ExportOptions& options) {
   std::vector<OutputTensor> tensors;
   for (const LogicalVariable& v : vars) {
@@ -363,11 +367,8 @@ absl::StatusOr<std::vector<OutputTensor>> PlanTensors(const std::vector<LogicalV
     }
     add(values, Dtype::kF32, v.shape, OutputTensor::kValues);
     if (options.include_slots) {
-      const std::vector<std::string> names = slot_names.size() == static_cast<size_t>(v.num_slots)
-                                                 ? slot_names
-                                                 : SlotNames(proto::OptimizerConfig(), v.num_slots);
       for (int s = 0; s < v.num_slots; ++s) {
-        add(absl::StrCat(v.name, "/", names[s]), Dtype::kF32, v.shape, s);
+        add(absl::StrCat(v.name, "/", v.slot_names[s]), Dtype::kF32, v.shape, s);
       }
     }
   }
@@ -522,12 +523,7 @@ class AtomicFile {
 absl::StatusOr<ExportResult> Export(const LoadedCheckpoint& ckpt, const std::string& out,
                                     const ExportOptions& options) {
   PST_ASSIGN_OR_RETURN(const std::vector<LogicalVariable> vars, PlanVariables(ckpt));
-  int num_slots = 0;
-  for (const LogicalVariable& v : vars) num_slots = std::max(num_slots, v.num_slots);
-  const std::vector<std::string> slot_names =
-      SlotNames(ckpt.manifest.training().optimizer(), num_slots);
-  PST_ASSIGN_OR_RETURN(const std::vector<OutputTensor> tensors,
-                       PlanTensors(vars, slot_names, options));
+  PST_ASSIGN_OR_RETURN(const std::vector<OutputTensor> tensors, PlanTensors(vars, options));
 
   std::map<std::string, std::string> metadata = {
       {"format", "pstrain"},

@@ -20,7 +20,9 @@ pstrain local, Docker or Kubernetes give a worker) it is one worker.
 same initial values (the ps's initializer for the tables' rows), the same
 update rule (--optimizer, the ps's Adagrad or SGD, for the dense
 parameters and the rows), the same reader over the whole training part:
-the reference.
+the reference. --dense_optimizer=adam trains the dense layers with torch's
+Adam and the tables with --optimizer, the CTR recipe: the job gets them as
+two optimizer groups (docs/optimizers.md).
 
 The model (Guo et al., 2017): a first-order term (a 1-wide hash table over
 the 26 categorical fields, plus a linear layer over the 13 integer ones),
@@ -182,11 +184,18 @@ def train_local(args):
         shutil.rmtree(work, ignore_errors=True)
 
 
+def dense_adam(model, args):
+    """--dense_optimizer=adam: the dense layers' optimizer, torch's own."""
+    return torch.optim.Adam(model.parameters(), lr=args.dense_learning_rate)
+
+
 def train_local_on(args, train, held_out):
     model = build_model(args)
     # The ps's update rules (ps_server/store/optimizer.h), for the dense
     # parameters here and for the tables' rows in apply_local.
-    if args.optimizer == "adagrad":
+    if args.dense_optimizer == "adam":
+        optimizer = dense_adam(model, args)
+    elif args.optimizer == "adagrad":
         optimizer = torch.optim.Adagrad(model.parameters(), lr=args.learning_rate, eps=0.0,
                                         initial_accumulator_value=args.initial_accumulator)
     else:
@@ -212,7 +221,20 @@ def run_cluster(args):
     torch.manual_seed(args.seed)
     work = tempfile.mkdtemp(prefix="pstrain-deepfm-")
     try:
-        spec = pstrain.torch.export_spec(build_model(args), os.path.join(work, "deepfm.json"))
+        model = build_model(args)
+        if args.dense_optimizer == "adam":
+            # Two groups: the script's Adam for the dense layers, the ps's
+            # --optimizer (TensorFlow's form, as apply_local) for the tables.
+            spec = pstrain.torch.export_spec(
+                model, os.path.join(work, "deepfm.json"), optimizer=dense_adam(model, args),
+                table_optimizer={"name": args.optimizer, "learning_rate": args.learning_rate,
+                                 "initial_accumulator": args.initial_accumulator})
+            optimizer_flags = []
+        else:
+            spec = pstrain.torch.export_spec(model, os.path.join(work, "deepfm.json"))
+            optimizer_flags = [f"--optimizer={args.optimizer}",
+                               f"--learning_rate={args.learning_rate}",
+                               f"--initial_accumulator={args.initial_accumulator}"]
         train, held_out = split_file(args.data, args.eval_fraction, work)
         ckpt = args.checkpoint_dir or os.path.join(work, "ckpt")
         pstrain_bin = os.environ.get("PSTRAIN_BIN", "build/bin")
@@ -221,8 +243,7 @@ def run_cluster(args):
         command = [os.path.join(pstrain_bin, "pstrain"), "local", f"--ps={args.ps}",
                    f"--workers={args.workers}", f"--model=spec:{spec}", f"--mode={args.mode}",
                    f"--epochs={args.epochs}", f"--batch_size={args.batch_size}",
-                   f"--optimizer={args.optimizer}", f"--learning_rate={args.learning_rate}",
-                   f"--initial_accumulator={args.initial_accumulator}", f"--seed={args.seed}",
+                   *optimizer_flags, f"--seed={args.seed}",
                    f"--shuffle_buffer={SHUFFLE_BUFFER}",
                    f"--checkpoint_dir={ckpt}",
                    "--worker_command=" + " ".join(shlex.quote(a) for a in worker)]
@@ -288,6 +309,10 @@ def main():
     parser.add_argument("--learning_rate", type=float, default=0.1)
     parser.add_argument("--initial_accumulator", type=float, default=0.1,
                         help="Adagrad's accumulator start value")
+    parser.add_argument("--dense_optimizer", choices=["same", "adam"], default="same",
+                        help="adam: torch's Adam for the dense layers, --optimizer for the tables")
+    parser.add_argument("--dense_learning_rate", type=float, default=0.001,
+                        help="--dense_optimizer=adam: its rate")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--threads", type=int, default=1, help="--local: torch threads")
     parser.add_argument("--checkpoint_dir", help="--cluster: keep the checkpoints here")

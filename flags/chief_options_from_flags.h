@@ -30,6 +30,7 @@ inline chief::ChiefOptions ChiefOptionsFromFlags(const DaemonSetup& setup) {
   options.incremental_save_steps =
       std::max<int64_t>(0, absl::GetFlag(FLAGS_incremental_save_steps));
   options.incremental_save_secs = std::max(0.0, absl::GetFlag(FLAGS_incremental_save_secs));
+  options.reset_slots = absl::GetFlag(FLAGS_reset_slots);
   options.keep_checkpoints = std::max(1, absl::GetFlag(FLAGS_keep_checkpoints));
   options.checkpoint_every_epochs = absl::GetFlag(FLAGS_checkpoint_every_epochs);
   options.eval_every_epochs = absl::GetFlag(FLAGS_eval_every_epochs);

@@ -130,6 +130,11 @@ ABSL_FLAG(bool, centered, false, "Centered rmsprop.");
 ABSL_FLAG(double, lr_decay, 0, "Adagrad: the rate is lr / (1 + (t - 1) * lr_decay).");
 ABSL_FLAG(double, clip_value, 0,
           "On the ps, clip every gradient element to [-v, v] before the update (0: off).");
+ABSL_FLAG(std::string, table_optimizer, "",
+          "An optimizer of their own for the tables (and hash embeddings), e.g. adagrad with "
+          "--optimizer=adam for the dense variables; the other optimizer flags apply to both.");
+ABSL_FLAG(double, table_learning_rate, 0,
+          "With --table_optimizer: the tables' learning rate (0: --learning_rate's).");
 ABSL_FLAG(double, clip_norm, 0,
           "On every worker, scale each step's whole gradient (dense and rows) to a global L2 "
           "norm of at most this before it is pushed (0: off).");
@@ -176,6 +181,10 @@ ABSL_FLAG(int64_t, incremental_save_steps, 0,
           "only what changed since the checkpoint before (rows with their slots and counts, "
           "dense variables whose version moved), as a chain on the last full one. Without "
           "--save_checkpoints_steps/_secs the first save is full and the rest incremental.");
+ABSL_FLAG(bool, reset_slots, false,
+          "Resume from a checkpoint whose variables were saved with another optimizer (name, "
+          "form or slots) than they train with now: restore their values and start their "
+          "slots afresh, instead of refusing.");
 ABSL_FLAG(double, incremental_save_secs, 0,
           "Save an incremental checkpoint every this many seconds (0: off); see "
           "--incremental_save_steps.");

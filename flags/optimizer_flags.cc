@@ -67,6 +67,21 @@ absl::Status OptimizerFromFlags(const models::Model& model, proto::TrainingConfi
     }
     *opt->mutable_schedule() = *std::move(schedule);
   }
+  // --table_optimizer: a group of the tables, with the same flags.
+  if (const std::string table = absl::GetFlag(FLAGS_table_optimizer); !table.empty()) {
+    config->clear_optimizer_groups();
+    proto::OptimizerGroup* group = config->add_optimizer_groups();
+    group->add_match("tables");
+    proto::OptimizerConfig* t = group->mutable_optimizer();
+    *t = *opt;
+    t->set_name(table);
+    HyperparametersFromFlags(t);
+    const double table_lr = absl::GetFlag(FLAGS_table_learning_rate);
+    if (table_lr != 0) t->set_learning_rate(static_cast<float>(table_lr));
+    if (absl::Status s = common::CheckOptimizerConfig(*t).status(); !s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("--table_optimizer: ", s.message()));
+    }
+  }
   const double clip_norm = absl::GetFlag(FLAGS_clip_norm);
   if (!std::isfinite(clip_norm) || clip_norm < 0) {
     return absl::InvalidArgumentError(

@@ -15,6 +15,7 @@
 #include "common/table_policy.h"
 #include "flags/job_flags.h"
 #include "flags/optimizer_flags.h"
+#include "models/model_spec.h"
 #include "models/registry.h"
 
 namespace pst::flags {
@@ -153,6 +154,12 @@ absl::StatusOr<proto::TrainingConfig> TrainingConfigFromFlags() {
   if (!variables.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat("--model=", config.model(), ": ", variables.status().message()));
+  }
+  // Every group takes some variable, and no variable is in two.
+  if (absl::Status s = common::CheckOptimizerGroups(config, models::GroupedVariables(*variables));
+      !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        absl::GetFlag(FLAGS_table_optimizer).empty() ? "" : "--table_optimizer: ", s.message()));
   }
   return config;
 }

@@ -3,6 +3,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "common/optimizer_groups.h"
 #include "common/partition.h"
 #include "common/placement.h"
 #include "common/status_macros.h"
@@ -62,14 +63,25 @@ std::vector<std::string> DenseNames(const std::vector<ModelVariable>& variables)
   return names;
 }
 
+std::vector<common::GroupedVariable> GroupedVariables(const std::vector<ModelVariable>& variables) {
+  std::vector<common::GroupedVariable> out;
+  for (const ModelVariable& v : variables) out.push_back({v.spec.name(), v.table});
+  return out;
+}
+
 absl::StatusOr<proto::PlacementPlan> BuildPlan(const proto::TrainingConfig& training, int num_ps) {
   absl::StatusOr<std::vector<ModelVariable>> vars = ModelVariables(training);
   if (!vars.ok()) return vars.status();
+  if (absl::Status s = common::CheckOptimizerGroups(training, GroupedVariables(*vars)); !s.ok()) {
+    return s;
+  }
   std::vector<proto::VariableSpec> specs;
   const proto::Partitioner& partitioner = training.partitioner();
   std::vector<std::string> dense, tables;
-  for (const ModelVariable& var : *vars) {
+  for (ModelVariable var : *vars) {
     (var.table ? tables : dense).push_back(var.spec.name());
+    // Each piece and partition carries its variable's optimizer.
+    *var.spec.mutable_optimizer() = common::OptimizerOf(training, {var.spec.name(), var.table});
     if (!var.table) {
       absl::StatusOr<std::vector<proto::VariableSpec>> pieces =
           common::SplitDense(var.spec, training.dense_piece_bytes());

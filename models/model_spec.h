@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/optimizer_groups.h"
 #include "models/mlp.h"
 #include "models/model.h"
 #include "proto/pstrain.pb.h"
@@ -28,9 +29,14 @@ std::vector<ModelVariable> DenseVariables(const std::vector<ParamSpec>& params, 
 // Names of the variables that are not tables, in creation order.
 std::vector<std::string> DenseNames(const std::vector<ModelVariable>& variables);
 
+// The variables as optimizer groups see them (name, table or not).
+std::vector<common::GroupedVariable> GroupedVariables(const std::vector<ModelVariable>& variables);
+
 // Splits the tables with the configured partitioner and routing, then
-// places every variable or partition with the configured policy.
-// Errors: InvalidArgument for a bad partitioner or policy.
+// places every variable or partition with the configured policy; every
+// entry's spec carries its variable's optimizer (common::OptimizerOf).
+// Errors: InvalidArgument for a bad partitioner or policy, or optimizer
+// groups common::CheckOptimizerGroups refuses.
 absl::StatusOr<proto::PlacementPlan> BuildPlan(const proto::TrainingConfig& training, int num_ps);
 
 // Checks that `plan` holds every dense variable of the model with the same

@@ -261,33 +261,68 @@ absl::Status CheckFileTensors(const proto::TrainingConfig& training, const std::
   return absl::OkStatus();
 }
 
-// The spec's "optimizer": an OptimizerConfig in protobuf's JSON form, its
-// "schedule" an LrSchedule object or --lr_schedule's text; and
-// "clip_norm". Both are checked in full with the flags
-// (flags/optimizer_flags.h), which may still set the rate.
+// An OptimizerConfig in protobuf's JSON form, its "schedule" an LrSchedule
+// object or --lr_schedule's text, as field `what`.
+absl::Status ParseOptimizer(const json& value, const Context& context, const std::string& what,
+                            proto::OptimizerConfig* out) {
+  if (!value.is_object())
+    return context.Error(absl::StrCat("field '", what, "' must be an object"));
+  json fields = value;
+  proto::LrSchedule schedule;
+  if (auto text = fields.find("schedule"); text != fields.end() && text->is_string()) {
+    absl::StatusOr<proto::LrSchedule> parsed = common::ParseLrSchedule(text->get<std::string>());
+    if (!parsed.ok()) return context.Error(absl::StrCat(what, ": ", parsed.status().message()));
+    schedule = *std::move(parsed);
+    fields.erase("schedule");
+  }
+  const auto parsed = google::protobuf::util::JsonStringToMessage(fields.dump(), out);
+  if (!parsed.ok()) {
+    return context.Error(absl::StrCat("field '", what, "': ", parsed.message().as_string()));
+  }
+  if (!out->has_schedule()) *out->mutable_schedule() = std::move(schedule);
+  if (absl::Status s = common::CheckLrSchedule(out->schedule()); !s.ok()) {
+    return context.Error(absl::StrCat(what, ": ", s.message()));
+  }
+  return absl::OkStatus();
+}
+
+// The spec's "optimizer", "optimizer_groups" ([{"match": [...],
+// "optimizer": {...}}]) and "clip_norm". They are checked in full with the
+// flags (flags/optimizer_flags.h, common::CheckOptimizerGroups), which may
+// still set the rate.
 absl::Status ParseTraining(const json& spec, const Context& context,
                            proto::TrainingConfig* training) {
   training->clear_optimizer();
+  training->clear_optimizer_groups();
   training->clear_clip_norm();
   if (auto optimizer = spec.find("optimizer"); optimizer != spec.end()) {
-    if (!optimizer->is_object()) return context.Error("field 'optimizer' must be an object");
-    json fields = *optimizer;
-    proto::LrSchedule schedule;
-    if (auto text = fields.find("schedule"); text != fields.end() && text->is_string()) {
-      absl::StatusOr<proto::LrSchedule> parsed = common::ParseLrSchedule(text->get<std::string>());
-      if (!parsed.ok())
-        return context.Error(absl::StrCat("optimizer: ", parsed.status().message()));
-      schedule = *std::move(parsed);
-      fields.erase("schedule");
-    }
-    proto::OptimizerConfig* out = training->mutable_optimizer();
-    const auto parsed = google::protobuf::util::JsonStringToMessage(fields.dump(), out);
-    if (!parsed.ok()) {
-      return context.Error(absl::StrCat("field 'optimizer': ", parsed.message().as_string()));
-    }
-    if (!out->has_schedule()) *out->mutable_schedule() = std::move(schedule);
-    if (absl::Status s = common::CheckLrSchedule(out->schedule()); !s.ok()) {
-      return context.Error(absl::StrCat("optimizer: ", s.message()));
+    PST_RETURN_IF_ERROR(
+        ParseOptimizer(*optimizer, context, "optimizer", training->mutable_optimizer()));
+  }
+  if (auto groups = spec.find("optimizer_groups"); groups != spec.end()) {
+    if (!groups->is_array()) return context.Error("field 'optimizer_groups' must be an array");
+    for (size_t g = 0; g < groups->size(); ++g) {
+      const json& entry = (*groups)[g];
+      const std::string what = absl::StrCat("optimizer_groups[", g, "]");
+      if (!entry.is_object()) return context.Error(absl::StrCat(what, " must be an object"));
+      PST_RETURN_IF_ERROR(OnlyKeys(entry, {"match", "optimizer"}, context, what));
+      proto::OptimizerGroup* group = training->add_optimizer_groups();
+      auto match = entry.find("match");
+      if (match == entry.end() || !match->is_array() || match->empty()) {
+        return context.Error(absl::StrCat(what, ".match must be a non-empty array of patterns"));
+      }
+      for (const json& pattern : *match) {
+        if (!pattern.is_string()) {
+          return context.Error(absl::StrCat(what, ".match holds a non-string"));
+        }
+        group->add_match(pattern.get<std::string>());
+      }
+      auto optimizer = entry.find("optimizer");
+      if (optimizer == entry.end()) {
+        return context.Error(absl::StrCat(what, ".optimizer is missing"));
+      }
+      PST_RETURN_IF_ERROR(
+          ParseOptimizer(*optimizer, context, what + ".optimizer", group->mutable_optimizer()));
     }
   }
   if (auto clip = spec.find("clip_norm"); clip != spec.end()) {
@@ -306,9 +341,9 @@ absl::Status ParseModelSpec(const std::string& path, const std::string& json_tex
   Context context(path);
   const json spec = json::parse(json_text, nullptr, /*allow_exceptions=*/false);
   if (spec.is_discarded() || !spec.is_object()) return context.Error("not a JSON object");
-  PST_RETURN_IF_ERROR(OnlyKeys(spec,
-                               {"format", "initial_values", "variables", "optimizer", "clip_norm"},
-                               context, "the spec"));
+  PST_RETURN_IF_ERROR(OnlyKeys(
+      spec, {"format", "initial_values", "variables", "optimizer", "optimizer_groups", "clip_norm"},
+      context, "the spec"));
   auto format = spec.find("format");
   if (format == spec.end() || !format->is_string() || *format != kModelSpecFormat) {
     return context.Error(

@@ -114,6 +114,54 @@ TEST_F(CheckpointTest, IncrementalChain_InspectedAndResumedOntoThreePs) {
   EXPECT_GE(second["global_step"].get<int64_t>(), kSecondSteps);
 }
 
+// Optimizer groups on a real cluster: wide & deep with Adagrad on its
+// tables and Adam on its dense layers. The checkpoint names each variable's
+// slots by its own optimizer, restores onto three ps, and a job that would
+// train the tables with FTRL is refused, naming a table, unless it resets
+// their slots.
+TEST_F(CheckpointTest, OptimizerGroups_AdagradTablesAdamDense_ResumeOntoThreePs) {
+  const std::vector<std::string> wide_deep = {"--model=wide_deep", "--data=generate:rows=6000",
+                                              "--batch_size=32", "--table_optimizer=adagrad",
+                                              "--table_learning_rate=0.05"};
+  const nlohmann::json first = Run(/*ps=*/2, 300, wide_deep);
+  ASSERT_TRUE(first.is_object()) << output_;
+  const std::string out = dir_ + "/groups.safetensors";
+  const Outcome exported =
+      RunToExit({BinaryPath("pstrain"), "checkpoint", "export", "--include_slots", ckpt_, out});
+  ASSERT_EQ(exported.exit_code, 0) << exported.output;
+  std::string header(4096, '\0');
+  std::ifstream(out, std::ios::binary)
+      .read(header.data(), static_cast<std::streamsize>(header.size()));
+  for (const char* tensor : {"\"deep/embedding/accum\"", "\"wide/embedding/accum\"",
+                             "\"deep/dense_0/kernel/m\"", "\"deep/dense_0/kernel/v\""}) {
+    EXPECT_NE(header.find(tensor), std::string::npos) << tensor << " in " << header;
+  }
+  EXPECT_EQ(header.find("deep/embedding/m"), std::string::npos) << header;
+
+  const nlohmann::json second = Run(/*ps=*/3, 600, wide_deep);
+  ASSERT_TRUE(second.is_object()) << output_;
+  EXPECT_NE(output_.find("written by 2 ps, loaded onto 3"), std::string::npos) << output_;
+
+  std::vector<std::string> ftrl = wide_deep;
+  ftrl[3] = "--table_optimizer=ftrl";
+  std::vector<std::string> flags = {"--ps=2", "--workers=2", "--epochs=20", "--max_steps=900",
+                                    "--checkpoint_dir=" + ckpt_};
+  flags.insert(flags.end(), ftrl.begin(), ftrl.end());
+  const Outcome refused = Finish(LaunchLocal(flags), absl::Now(), kTimeout);
+  EXPECT_NE(refused.exit_code, 0) << refused.output;
+  EXPECT_NE(refused.output.find("was saved with adagrad (tensorflow form; slots accum) but "
+                                "trains with ftrl (tensorflow form; slots accum, linear)"),
+            std::string::npos)
+      << refused.output;
+  const nlohmann::json reset = Run(/*ps=*/2, 900, [&] {
+    std::vector<std::string> more = ftrl;
+    more.push_back("--reset_slots");
+    return more;
+  }());
+  ASSERT_TRUE(reset.is_object()) << output_;
+  EXPECT_GE(reset["global_step"].get<int64_t>(), 900);
+}
+
 // Flips one byte in the middle of `path`.
 void FlipAByte(const std::string& path) {
   std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);

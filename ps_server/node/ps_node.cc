@@ -304,8 +304,10 @@ absl::Status PsNode::RestoreFrom(const std::string& dir, const proto::RestoreReq
     if (p->promoted) copies.push_back({p->shard, p->store});
   }
   std::vector<std::unique_ptr<VariableStore::Restorer>> restorers;
-  restorers.push_back(store_->BeginRestore());
-  for (const BackupCopies::Held& copy : copies) restorers.push_back(copy.store->BeginRestore());
+  restorers.push_back(store_->BeginRestore(request.reset_slots()));
+  for (const BackupCopies::Held& copy : copies) {
+    restorers.push_back(copy.store->BeginRestore(request.reset_slots()));
+  }
   std::vector<VariableStore::Restorer*> all;
   for (const auto& restorer : restorers) all.push_back(restorer.get());
   int64_t bytes = 0;

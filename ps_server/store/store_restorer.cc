@@ -6,6 +6,8 @@
 #include <optional>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/optimizer_config.h"
 #include "common/partition.h"
 #include "common/status_macros.h"
 #include "ps_server/store/store_internal.h"
@@ -58,11 +60,13 @@ struct StoreRestorer::Loaded {
   // A table with a disk tier takes its rows into a scratch table of the
   // tier instead of hash_rows (AbsorbRows): none of it held in RAM.
   std::unique_ptr<DiskTier::Scratch> staged;
+  // Saved with another optimizer, restored with fresh slots (reset_slots).
+  bool reset = false;
 };
 
-StoreRestorer::StoreRestorer(VariableStore* store) : store_(store) {
+StoreRestorer::StoreRestorer(VariableStore* store, bool reset_slots)
+    : store_(store), reset_slots_(reset_slots) {
   absl::ReaderMutexLock lock(&store->mu_);
-  num_slots_ = store->optimizer_ == nullptr ? 0 : store->optimizer_->num_slots();
   for (const auto& [name, var] : store->variables_) {
     auto l = std::make_unique<Loaded>();
     l->var = var.get();
@@ -73,8 +77,52 @@ StoreRestorer::StoreRestorer(VariableStore* store) : store_(store) {
 
 StoreRestorer::~StoreRestorer() = default;
 
-std::unique_ptr<StoreRestorer> VariableStore::BeginRestore() {
-  return std::unique_ptr<StoreRestorer>(new StoreRestorer(this));
+std::unique_ptr<StoreRestorer> VariableStore::BeginRestore(bool reset_slots) {
+  return std::unique_ptr<StoreRestorer>(new StoreRestorer(this, reset_slots));
+}
+
+namespace {
+
+// "adam (tensorflow form; slots m, v)".
+std::string Describe(const proto::OptimizerConfig& config) {
+  const std::vector<std::string> slots = common::OptimizerSlotNames(config);
+  return absl::StrCat(config.name(), " (", config.form().empty() ? "tensorflow" : config.form(),
+                      " form; ", slots.empty() ? "no slots" : "slots " + absl::StrJoin(slots, ", "),
+                      ")");
+}
+
+}  // namespace
+
+absl::Status StoreRestorer::CheckOptimizer(const common::ShardRecord& r, Loaded* l) const {
+  const proto::OptimizerConfig& here = l->var->optimizer.config();
+  const int num_slots = l->var->optimizer.num_slots();
+  bool same;
+  std::string saved;
+  if (r.spec.has_optimizer()) {
+    const proto::OptimizerConfig& was = r.spec.optimizer();
+    const std::string was_form = was.form().empty() ? "tensorflow" : was.form();
+    same = was.name() == here.name() && was_form == here.form() &&
+           common::OptimizerSlotNames(was) == common::OptimizerSlotNames(here);
+    saved = Describe(was);
+  } else {  // saved before variables carried their optimizer
+    same = static_cast<int>(r.slots.size()) == num_slots;
+    saved = absl::StrCat("an optimizer with ", r.slots.size(), " slot(s)");
+  }
+  if (same) {
+    if (static_cast<int>(r.slots.size()) == num_slots) return absl::OkStatus();
+    return absl::FailedPreconditionError(
+        absl::StrCat("variable '", r.spec.name(), "' has ", r.slots.size(),
+                     " optimizer slot(s) in the checkpoint but its optimizer keeps ", num_slots));
+  }
+  if (!reset_slots_) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("variable '", LogicalName(r.spec), "' was saved with ", saved,
+                     " but trains with ", Describe(here),
+                     " here: restore with reset_slots (pstrain's --reset_slots) to keep its "
+                     "values and start its slots afresh"));
+  }
+  l->reset = true;
+  return absl::OkStatus();
 }
 
 bool StoreRestorer::Holds(const proto::VariableSpec& spec) const {
@@ -94,17 +142,20 @@ absl::Status StoreRestorer::AbsorbRows(const common::ShardRecord& r,
                                        const common::ShardRowChunk& chunk) {
   auto it = by_logical_.find(LogicalName(r.spec));
   if (it == by_logical_.end()) return absl::OkStatus();
-  const int64_t width = chunk.dim * (1 + num_slots_);
   std::vector<float> rows;
   std::vector<DiskTier::Row> batch;
   for (Loaded* l : it->second) {
     const Variable& var = *l->var;
     if (!var.is_hash) continue;
-    if (chunk.dim != var.dim || static_cast<int>(chunk.slots.size()) != num_slots_) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "variable '", LogicalName(r.spec), "' has rows of ", chunk.dim, " with ",
-          chunk.slots.size(), " slot(s) in the checkpoint but ", var.dim, " with ", num_slots_,
-          " here"));
+    const int num_slots = var.optimizer.num_slots();
+    const int64_t width = chunk.dim * (1 + num_slots);
+    // Absorb checked the record's optimizer first: its slots are this
+    // one's, or reset.
+    if (chunk.dim != var.dim || (!l->reset && static_cast<int>(chunk.slots.size()) != num_slots)) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("variable '", LogicalName(r.spec), "' has rows of ", chunk.dim, " with ",
+                       chunk.slots.size(), " slot(s) in the checkpoint but ", var.dim, " with ",
+                       num_slots, " here"));
     }
     const bool disk = var.table.has_disk();
     if (disk && l->staged == nullptr) {
@@ -118,9 +169,13 @@ absl::Status StoreRestorer::AbsorbRows(const common::ShardRecord& r,
       if (common::HashPartition(id, var.spec.num_partitions()) != var.spec.partition()) continue;
       const size_t at = rows.size();
       rows.insert(rows.end(), chunk.values + k * chunk.dim, chunk.values + (k + 1) * chunk.dim);
-      for (int s = 0; s < num_slots_; ++s) {
-        rows.insert(rows.end(), chunk.slots[s] + k * chunk.dim,
-                    chunk.slots[s] + (k + 1) * chunk.dim);
+      for (int s = 0; s < num_slots; ++s) {
+        if (l->reset) {
+          rows.insert(rows.end(), chunk.dim, var.optimizer.SlotInitialValue(s));
+        } else {
+          rows.insert(rows.end(), chunk.slots[s] + k * chunk.dim,
+                      chunk.slots[s] + (k + 1) * chunk.dim);
+        }
       }
       std::span<const float> row(rows.data() + at, static_cast<size_t>(width));
       if (disk) {
@@ -152,11 +207,16 @@ absl::Status StoreRestorer::Absorb(const common::ShardRecord& r) {
                                                         "' has rows of ", rdim,
                                                         " in the checkpoint but ", dim, " here"));
     }
-    if (static_cast<int>(r.slots.size()) != num_slots_) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "variable '", r.spec.name(), "' has ", r.slots.size(),
-          " optimizer slot(s) in the checkpoint but this optimizer keeps ", num_slots_));
-    }
+    PST_RETURN_IF_ERROR(CheckOptimizer(r, l));
+    const int num_slots = var.optimizer.num_slots();
+    // The record's slots, or (reset) each slot's initial value.
+    auto slot_row = [&](int s, int64_t k, float* out) {
+      if (l->reset) {
+        std::fill_n(out, dim, var.optimizer.SlotInitialValue(s));
+      } else {
+        std::copy_n(&r.slots[s][k * dim], dim, out);
+      }
+    };
     l->seen = true;
     l->version = std::max(l->version, r.version);
     if (var.is_hash) {
@@ -164,11 +224,9 @@ absl::Status StoreRestorer::Absorb(const common::ShardRecord& r) {
       for (int64_t k = 0; k < static_cast<int64_t>(r.hash_ids.size()); ++k) {
         const int64_t id = r.hash_ids[k];
         if (common::HashPartition(id, var.spec.num_partitions()) != var.spec.partition()) continue;
-        std::vector<float> row(dim * (1 + num_slots_));
+        std::vector<float> row(dim * (1 + num_slots));
         std::copy_n(&r.values[k * dim], dim, row.begin());
-        for (int s = 0; s < num_slots_; ++s) {
-          std::copy_n(&r.slots[s][k * dim], dim, row.begin() + (s + 1) * dim);
-        }
+        for (int s = 0; s < num_slots; ++s) slot_row(s, k, &row[(s + 1) * dim]);
         l->hash_rows[id] = std::move(row);
         if (!r.row_last.empty()) l->entries[id] = {r.row_last[k], r.row_count[k], 0.0};
       }
@@ -177,7 +235,7 @@ absl::Status StoreRestorer::Absorb(const common::ShardRecord& r) {
     }
     if (l->filled.empty() && var.rows > 0) {
       l->values.assign(var.rows * dim, 0.0f);
-      l->slots.assign(num_slots_, std::vector<float>(var.rows * dim, 0.0f));
+      l->slots.assign(num_slots, std::vector<float>(var.rows * dim, 0.0f));
       l->filled.assign(var.rows, -1);
     }
     for (int64_t k = 0; k < r.rows; ++k) {
@@ -188,9 +246,7 @@ absl::Status StoreRestorer::Absorb(const common::ShardRecord& r) {
       if (l->filled[local] < 0) ++l->rows_filled;
       l->filled[local] = link_;
       std::copy_n(&r.values[k * dim], dim, &l->values[local * dim]);
-      for (int s = 0; s < num_slots_; ++s) {
-        std::copy_n(&r.slots[s][k * dim], dim, &l->slots[s][local * dim]);
-      }
+      for (int s = 0; s < num_slots; ++s) slot_row(s, k, &l->slots[s][local * dim]);
     }
   }
   return absl::OkStatus();

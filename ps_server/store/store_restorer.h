@@ -52,8 +52,13 @@ class StoreRestorer {
   // keeps rows on disk: its records are best not read into memory, but
   // absorbed without their rows, then row by row with AbsorbRows.
   bool Streams(const proto::VariableSpec& spec) const;
-  // Errors: FailedPrecondition naming the variable when its row width or
-  // its number of optimizer slots differs from this store's. A hash record
+  // Errors: FailedPrecondition naming the variable when its row width
+  // differs from this store's, or when it was saved with another optimizer
+  // (name, form or slots: the record's spec.optimizer; for a record
+  // without one, the number of slots) than the one it trains with here,
+  // unless the restore resets slots (BeginRestore): then its values and
+  // version are restored and its slots start at their initial values. A
+  // hash record
   // read without its rows (common::ShardReader::Next's layout) gives its
   // version and admission counts here, its rows to AbsorbRows.
   absl::Status Absorb(const common::ShardRecord& record);
@@ -75,7 +80,11 @@ class StoreRestorer {
  private:
   friend class VariableStore;
   struct Loaded;
-  explicit StoreRestorer(VariableStore* store);
+  StoreRestorer(VariableStore* store, bool reset_slots);
+  // FailedPrecondition naming `r`'s variable when it was saved with
+  // another optimizer than `l`'s, unless reset_slots_; then `l` starts
+  // its slots afresh.
+  absl::Status CheckOptimizer(const common::ShardRecord& r, Loaded* l) const;
   // Removes a hash record's removed ids that `l` holds.
   absl::Status AbsorbRemoved(const common::ShardRecord& r, Loaded* l);
   // Takes a hash record's admission counts into `l`'s.
@@ -84,7 +93,7 @@ class StoreRestorer {
   // emptied by Replace. Errors: the disk tier's.
   absl::Status LoadStaged(Loaded& l);
   VariableStore* const store_;
-  int num_slots_ = 0;
+  const bool reset_slots_;
   std::vector<std::unique_ptr<Loaded>> loaded_;
   absl::flat_hash_map<std::string, std::vector<Loaded*>> by_logical_;
   bool committed_ = false;

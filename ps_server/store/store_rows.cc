@@ -95,7 +95,7 @@ absl::Status VariableStore::PushRowsNoWake(const proto::PushRowsRequest& request
   PST_RETURN_IF_ERROR(CheckIdCount(request.rows(), "PushRows"));
   PST_RETURN_IF_ERROR(CheckCounter(request.step(), "step"));
   absl::ReaderMutexLock lock(&mu_);
-  if (optimizer_ == nullptr) {
+  if (!set_up_) {
     return absl::FailedPreconditionError("no variables have been created on this ps yet");
   }
   PST_RETURN_IF_ERROR(CheckGeneration(request.generation()));
@@ -160,7 +160,7 @@ absl::Status VariableStore::PushRowsNoWake(const proto::PushRowsRequest& request
   int64_t dropped = 0;
   const int64_t apply_start = absl::GetCurrentTimeNanos();
   for (const RowUpdate& u : updates) {
-    response->add_versions(u.var->ApplyRows(*optimizer_, u.local, u.grad, u.skip, &dropped));
+    response->add_versions(u.var->ApplyRows(u.local, u.grad, u.skip, &dropped));
   }
   apply_nanos_.fetch_add(absl::GetCurrentTimeNanos() - apply_start, std::memory_order_relaxed);
   response->set_rows_skipped(skipped);
@@ -195,7 +195,7 @@ bool VariableStore::MaybeApplyRowSyncLocked(RowSync& sync, Variable& var, int qu
   RowAggregate::Mean mean = sync.aggregate.TakeMean();
   const std::vector<bool> keep(mean.ids.size(), false);
   // One row push per step: the version moves on by one, to step + 1.
-  sync.step = var.ApplyRows(*optimizer_, mean.ids, mean.grad, keep, dropped);
+  sync.step = var.ApplyRows(mean.ids, mean.grad, keep, dropped);
   return true;
 }
 

@@ -52,10 +52,8 @@ struct VariableStore::Precopy {
 std::vector<VariableStore::Precopy> VariableStore::TakePrecopies(
     const std::string& spill_dir) const {
   std::vector<Precopy> precopies;
-  int num_slots = 0;
   {
     absl::ReaderMutexLock lock(&mu_);
-    num_slots = optimizer_ == nullptr ? 0 : optimizer_->num_slots();
     for (const auto& [name, var] : variables_) {
       if (!var->is_hash || var->table.has_disk()) continue;
       absl::MutexLock var_lock(&var->mu);
@@ -74,7 +72,7 @@ std::vector<VariableStore::Precopy> VariableStore::TakePrecopies(
       ids = p.var->table.MemoryIds();
     }
     absl::StatusOr<std::unique_ptr<TablePrecopy>> copy =
-        TablePrecopy::Create(spill_dir, p.var->dim, num_slots);
+        TablePrecopy::Create(spill_dir, p.var->dim, p.var->optimizer.num_slots());
     absl::Status added = copy.status();
     if (added.ok()) {
       p.var->CopyStoredRows(
@@ -130,15 +128,14 @@ std::vector<common::ShardRecord> VariableStore::SnapshotAt(absl::Duration* held,
   // training goes on: pushes are held only for the copy itself. Copy-on-
   // write: the copies' budget instead, a share of what they would take.
   absl::flat_hash_map<std::string, common::ShardRecord> ready;
-  int num_slots = 0;
   std::shared_ptr<CopyBudget> budget;
   {
     absl::ReaderMutexLock lock(&mu_);
-    num_slots = optimizer_ == nullptr ? 0 : optimizer_->num_slots();
     double dense_bytes = 0;
     for (const auto& [name, var] : variables_) {
       if (var->is_hash) continue;
       const size_t n = static_cast<size_t>(var->rows * var->dim);
+      const int num_slots = var->optimizer.num_slots();
       if (copy_on_write) {
         dense_bytes += static_cast<double>(n * sizeof(float) * (1 + num_slots));
         continue;
@@ -155,7 +152,6 @@ std::vector<common::ShardRecord> VariableStore::SnapshotAt(absl::Duration* held,
   // and the records and the cut describe one instant.
   absl::MutexLock lock(&mu_);
   const absl::Time locked = absl::Now();
-  num_slots = optimizer_ == nullptr ? 0 : optimizer_->num_slots();
   std::vector<Variable*> vars;
   for (const auto& [name, var] : variables_) vars.push_back(var.get());
   std::sort(vars.begin(), vars.end(),
@@ -288,7 +284,8 @@ std::vector<common::ShardRecord> VariableStore::SnapshotAt(absl::Duration* held,
       }
     } else if (incremental) {
       // The rows changed since the base, whatever tier holds them.
-      if (absl::Status read = FillHashRows(*var, num_slots, &changed_rows[var->spec.name()], &r);
+      if (absl::Status read =
+              FillHashRows(*var, var->optimizer.num_slots(), &changed_rows[var->spec.name()], &r);
           !read.ok()) {
         if (cut != nullptr) cut->error = read;
         return {};
@@ -303,16 +300,19 @@ std::vector<common::ShardRecord> VariableStore::SnapshotAt(absl::Duration* held,
         return {};
       }
       r.stream = *std::move(stream);
-      r.stream_slots = num_slots;
+      r.stream_slots = var->optimizer.num_slots();
     } else if (auto p = precopy_of.find(var); p != precopy_of.end()) {
       // Pre-copied: the rows changed since, whole (MergePrecopy, after).
-      if (absl::Status read = FillHashRows(*var, num_slots, &p->second->changed, &r); !read.ok()) {
+      if (absl::Status read =
+              FillHashRows(*var, var->optimizer.num_slots(), &p->second->changed, &r);
+          !read.ok()) {
         if (cut != nullptr) cut->error = read;
         return {};
       }
       r.removed_ids.clear();  // gone from a full record: not in it
       p->second->record = records.size();
-    } else if (absl::Status read = FillHashRows(*var, num_slots, nullptr, &r); !read.ok()) {
+    } else if (absl::Status read = FillHashRows(*var, var->optimizer.num_slots(), nullptr, &r);
+               !read.ok()) {
       // Every row is in memory.
       if (cut != nullptr) cut->error = read;
       return {};

@@ -72,10 +72,9 @@ absl::StatusOr<std::unique_ptr<StateExport>> VariableStore::ExportState(
   for (const auto& [name, var] : variables_) vars.push_back(var.get());
   std::sort(vars.begin(), vars.end(),
             [](const Variable* a, const Variable* b) { return a->spec.name() < b->spec.name(); });
-  const int num_slots = optimizer_ == nullptr ? 0 : optimizer_->num_slots();
   // The ledger changes only under mu_ held (pushes, membership), but for
   // its parked pulls, which are not part of the state.
-  if (optimizer_ != nullptr) {
+  if (set_up_) {
     proto::CreateVariablesRequest* create = first.mutable_create();
     for (const Variable* var : vars) *create->add_variables() = var->spec;
     *create->mutable_optimizer() = optimizer_config_;
@@ -109,6 +108,7 @@ absl::StatusOr<std::unique_ptr<StateExport>> VariableStore::ExportState(
                                         row_sums->contributors.end());
     };
     absl::MutexLock var_lock(&var->mu);  // whole: no striped row push runs
+    const int num_slots = var->optimizer.num_slots();
     const std::string& name = var->spec.name();
     const int64_t version = var->version;
     const int64_t dim = std::max<int64_t>(1, var->dim);
@@ -191,9 +191,9 @@ absl::Status VariableStore::LoadState(const proto::StoreChunk& chunk) {
     return absl::OkStatus();
   }
   absl::ReaderMutexLock lock(&mu_);
-  const int num_slots = optimizer_ == nullptr ? 0 : optimizer_->num_slots();
   for (const proto::VariableChunk& c : chunk.variables()) {
     PST_ASSIGN_OR_RETURN(Variable * var, Find(c.name()));
+    const int num_slots = var->optimizer.num_slots();
     if (c.row_sum_workers_size() > 0) {
       // SYNC: rows summed for the step in flight, in a part of their own
       // (the variable's version came before).

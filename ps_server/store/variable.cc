@@ -53,9 +53,10 @@ std::vector<float> SlotInitialValues(const Optimizer& optimizer) {
 
 }  // namespace
 
-Variable::Variable(proto::VariableSpec s, const Optimizer& optimizer, HashRowTable::Limits limits,
+Variable::Variable(proto::VariableSpec s, Optimizer& o, HashRowTable::Limits limits,
                    const std::string* initial_values)
     : spec(std::move(s)),
+      optimizer(o),
       is_hash(spec.routing() == proto::HASH),
       rows(spec.shape(0)),
       dim(RowElements(spec)),
@@ -128,8 +129,7 @@ void Variable::PreserveForSnapshotLocked(bool force) const {
   snapshot_hold.reset();
 }
 
-void Variable::ApplyLocked(Optimizer& optimizer, std::span<const float> grad,
-                           const std::vector<bool>& skip) {
+void Variable::ApplyLocked(std::span<const float> grad, const std::vector<bool>& skip) {
   PreserveForSnapshotLocked();
   std::vector<std::span<float>> slot_spans(slots.begin(), slots.end());
   const int64_t t = version + 1;
@@ -150,8 +150,7 @@ void Variable::ApplyLocked(Optimizer& optimizer, std::span<const float> grad,
   version = t;
 }
 
-void Variable::ApplyPayloadLocked(Optimizer& optimizer, common::PayloadParts payload,
-                                  proto::Tensor* value) {
+void Variable::ApplyPayloadLocked(common::PayloadParts payload, proto::Tensor* value) {
   PreserveForSnapshotLocked();
   const int64_t t = version + 1;
   const Step step = optimizer.StepAt(t);
@@ -179,8 +178,8 @@ void Variable::ApplyPayloadLocked(Optimizer& optimizer, common::PayloadParts pay
   version = t;
 }
 
-Variable::SyncAdd Variable::AddToAggregateLocked(Optimizer& optimizer, int64_t step,
-                                                 int32_t worker, common::PayloadParts payload,
+Variable::SyncAdd Variable::AddToAggregateLocked(int64_t step, int32_t worker,
+                                                 common::PayloadParts payload,
                                                  const std::vector<float>& grad,
                                                  const std::vector<bool>& skip, int quorum) {
   if (step < version) return SyncAdd::kStale;
@@ -196,15 +195,15 @@ Variable::SyncAdd Variable::AddToAggregateLocked(Optimizer& optimizer, int64_t s
     }
   }
   contributors.push_back(worker);
-  MaybeApplyAggregateLocked(optimizer, quorum);
+  MaybeApplyAggregateLocked(quorum);
   return SyncAdd::kAdded;
 }
 
-void Variable::MaybeApplyAggregateLocked(Optimizer& optimizer, int quorum) {
+void Variable::MaybeApplyAggregateLocked(int quorum) {
   if (contributors.empty() || static_cast<int>(contributors.size()) < quorum) return;
   const float scale = 1.0f / static_cast<float>(contributors.size());
   for (float& g : accum) g *= scale;
-  ApplyLocked(optimizer, accum, {});
+  ApplyLocked(accum, {});
   std::fill(accum.begin(), accum.end(), 0.0f);
   contributors.clear();
 }
@@ -353,11 +352,10 @@ int64_t Variable::ReadRows(const std::vector<int64_t>& local, float* out) {
   return version;
 }
 
-int64_t Variable::ApplyRows(Optimizer& optimizer, const std::vector<int64_t>& local,
-                            std::span<const float> grad, const std::vector<bool>& skip,
-                            int64_t* dropped) {
+int64_t Variable::ApplyRows(const std::vector<int64_t>& local, std::span<const float> grad,
+                            const std::vector<bool>& skip, int64_t* dropped) {
   int64_t t;
-  if (TryApplyRowsShared(optimizer, local, grad, skip, &t)) return t;
+  if (TryApplyRowsShared(local, grad, skip, &t)) return t;
   const int num_slots = optimizer.num_slots();
   std::vector<std::span<float>> row_slots(num_slots);
   absl::MutexLock lock(&mu);
@@ -380,7 +378,7 @@ int64_t Variable::ApplyRows(Optimizer& optimizer, const std::vector<int64_t>& lo
         continue;
       }
     }
-    ApplyToRow(optimizer, hash_row, local[r], grad.subspan(r * dim, dim), step, &row_slots);
+    ApplyToRow(hash_row, local[r], grad.subspan(r * dim, dim), step, &row_slots);
   }
   // The rows this push evicted, to disk in one write (before the lock goes).
   if (is_hash) table.FlushEvictions();
@@ -388,9 +386,8 @@ int64_t Variable::ApplyRows(Optimizer& optimizer, const std::vector<int64_t>& lo
   return t;
 }
 
-void Variable::ApplyToRow(Optimizer& optimizer, float* hash_row, int64_t local,
-                          std::span<const float> grad, const Step& step,
-                          std::vector<std::span<float>>* row_slots) {
+void Variable::ApplyToRow(float* hash_row, int64_t local, std::span<const float> grad,
+                          const Step& step, std::vector<std::span<float>>* row_slots) {
   const size_t width = static_cast<size_t>(dim);
   float* row;
   if (hash_row != nullptr) {
@@ -408,9 +405,8 @@ void Variable::ApplyToRow(Optimizer& optimizer, float* hash_row, int64_t local,
   optimizer.Apply(std::span<float>(row, width), grad, *row_slots, step);
 }
 
-bool Variable::TryApplyRowsShared(Optimizer& optimizer, const std::vector<int64_t>& local,
-                                  std::span<const float> grad, const std::vector<bool>& skip,
-                                  int64_t* version_out) {
+bool Variable::TryApplyRowsShared(const std::vector<int64_t>& local, std::span<const float> grad,
+                                  const std::vector<bool>& skip, int64_t* version_out) {
   absl::ReaderMutexLock lock(&mu);
   if (!row_pushes_striped) return false;
   if (is_hash && (!table.ContainsAll(local) || table.ExpiryDue(version + 1))) return false;
@@ -425,8 +421,8 @@ bool Variable::TryApplyRowsShared(Optimizer& optimizer, const std::vector<int64_
   ForEachRowByStripe(local, /*write=*/true, [&](size_t r) ABSL_SHARED_LOCKS_REQUIRED(mu) {
     if (skip[r]) return;
     if (is_hash) table.NoteUpdate(local[r], t);
-    ApplyToRow(optimizer, is_hash ? table.Find(local[r]) : nullptr, local[r],
-               grad.subspan(r * dim, dim), step, &row_slots);
+    ApplyToRow(is_hash ? table.Find(local[r]) : nullptr, local[r], grad.subspan(r * dim, dim), step,
+               &row_slots);
   });
   *version_out = t;
   return true;

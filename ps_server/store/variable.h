@@ -54,11 +54,12 @@ class Variable {
  public:
   static constexpr int kRowStripes = HashRowTable::kStripes;
 
-  // A new variable of `spec` (checked by ValidateSpec), with `optimizer`'s
-  // slots: dense values from `initial_values` (little-endian floats of the
+  // A new variable of `spec` (checked by ValidateSpec), trained by
+  // `optimizer` (the store's, which outlives it), with its slots; dense
+  // values from `initial_values` (little-endian floats of the
   // right size, checked by CheckInitialValues) or else the initializer.
   // `limits` bounds a hash variable's rows (admit_after comes from spec).
-  Variable(proto::VariableSpec spec, const Optimizer& optimizer, HashRowTable::Limits limits,
+  Variable(proto::VariableSpec spec, Optimizer& optimizer, HashRowTable::Limits limits,
            const std::string* initial_values = nullptr);
   Variable(const Variable&) = delete;
   Variable& operator=(const Variable&) = delete;
@@ -66,6 +67,8 @@ class Variable {
   ~Variable();
 
   const proto::VariableSpec spec;
+  // Its optimizer: the job's, or its group's (spec.optimizer).
+  Optimizer& optimizer;
   const bool is_hash;
   const int64_t rows;  // shape[0]; 0 for a hash variable
   const int64_t dim;   // elements per row
@@ -101,30 +104,27 @@ class Variable {
   // disk_writes()), which are read without mu (relaxed).
   const HashRowTable& table_unlocked() const ABSL_NO_THREAD_SAFETY_ANALYSIS { return table; }
 
-  // ---- Dense updates. The caller holds the store's mutex (shared), which
-  // keeps `optimizer` alive.
+  // ---- Dense updates. The caller holds the store's mutex (shared).
   // Applies `grad` with the optimizer (all of it, or the rows not in
   // `skip`) and bumps the version.
-  void ApplyLocked(Optimizer& optimizer, std::span<const float> grad,
-                   const std::vector<bool>& skip) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  void ApplyLocked(std::span<const float> grad, const std::vector<bool>& skip)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   // ApplyLocked of a finite float32 payload, read block by block without
   // unpacking it first. With `value`, also packs the updated values into it
   // while they are still in cache.
-  void ApplyPayloadLocked(Optimizer& optimizer, common::PayloadParts payload, proto::Tensor* value)
+  void ApplyPayloadLocked(common::PayloadParts payload, proto::Tensor* value)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   // SYNC: adds worker's gradient (`grad` when it was unpacked, with `skip`,
   // else `payload`) to this version's sum, then applies the mean once
   // `quorum` have arrived. kStale for a step below the version, kDuplicate
   // when `worker` already sent one for it; neither adds anything.
   enum class SyncAdd { kAdded, kStale, kDuplicate };
-  SyncAdd AddToAggregateLocked(Optimizer& optimizer, int64_t step, int32_t worker,
-                               common::PayloadParts payload, const std::vector<float>& grad,
-                               const std::vector<bool>& skip, int quorum)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  SyncAdd AddToAggregateLocked(int64_t step, int32_t worker, common::PayloadParts payload,
+                               const std::vector<float>& grad, const std::vector<bool>& skip,
+                               int quorum) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   // SYNC: applies the mean of the accumulated gradients once `quorum` have
   // arrived.
-  void MaybeApplyAggregateLocked(Optimizer& optimizer, int quorum)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  void MaybeApplyAggregateLocked(int quorum) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   // Packs the values into `value`, in a buffer from the payload pool.
   void PackValuesLocked(proto::Tensor* value) const ABSL_SHARED_LOCKS_REQUIRED(mu);
 
@@ -145,9 +145,8 @@ class Variable {
   // with the optimizer, lazily (untouched rows and slots stay; t is the
   // update count). Returns the new version; adds to `*dropped` the rows of
   // hash ids not admitted (counted as touches, not applied).
-  int64_t ApplyRows(Optimizer& optimizer, const std::vector<int64_t>& local,
-                    std::span<const float> grad, const std::vector<bool>& skip, int64_t* dropped)
-      ABSL_LOCKS_EXCLUDED(mu);
+  int64_t ApplyRows(const std::vector<int64_t>& local, std::span<const float> grad,
+                    const std::vector<bool>& skip, int64_t* dropped) ABSL_LOCKS_EXCLUDED(mu);
   // A hash table's rows of `ids` that memory holds, read while pushes go on
   // (a save's pre-copy, HashRowTable::BeginPrecopy): a batch at a time
   // under mu held shared, each row under its stripe's reader lock. Calls
@@ -169,15 +168,13 @@ class Variable {
   // update count t: the hash row `hash_row` (its values, then each slot's),
   // or when null the dense row `local` of values and slots. `row_slots`:
   // scratch, one span per optimizer slot.
-  void ApplyToRow(Optimizer& optimizer, float* hash_row, int64_t local, std::span<const float> grad,
-                  const Step& step, std::vector<std::span<float>>* row_slots)
-      ABSL_SHARED_LOCKS_REQUIRED(mu);
+  void ApplyToRow(float* hash_row, int64_t local, std::span<const float> grad, const Step& step,
+                  std::vector<std::span<float>>* row_slots) ABSL_SHARED_LOCKS_REQUIRED(mu);
   // ApplyRows while holding mu shared: false, with nothing applied, when it
   // needs mu exclusively (the first row push, or hash rows to make or
   // count).
-  bool TryApplyRowsShared(Optimizer& optimizer, const std::vector<int64_t>& local,
-                          std::span<const float> grad, const std::vector<bool>& skip,
-                          int64_t* version) ABSL_LOCKS_EXCLUDED(mu);
+  bool TryApplyRowsShared(const std::vector<int64_t>& local, std::span<const float> grad,
+                          const std::vector<bool>& skip, int64_t* version) ABSL_LOCKS_EXCLUDED(mu);
 
   mutable std::array<absl::Mutex, kRowStripes> stripes_;
 };

@@ -44,11 +44,30 @@ VariableStore::VariableStore(Options options)
 VariableStore::~VariableStore() = default;
 
 absl::StatusOr<int> VariableStore::Create(const proto::CreateVariablesRequest& request) {
-  PST_ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> optimizer, CreateOptimizer(request.optimizer()));
+  // Every optimizer the request names, built (and so checked) first: the
+  // job's, and each variable's own (its group's).
+  absl::flat_hash_map<std::string, std::unique_ptr<Optimizer>> built;
+  std::vector<std::string> key_of(request.variables_size());
+  for (int i = -1; i < request.variables_size(); ++i) {
+    const proto::OptimizerConfig& config = i < 0 || !request.variables(i).has_optimizer()
+                                               ? request.optimizer()
+                                               : request.variables(i).optimizer();
+    absl::StatusOr<proto::OptimizerConfig> checked = common::CheckOptimizerConfig(config);
+    if (!checked.ok()) {
+      return i < 0 ? checked.status()
+                   : absl::InvalidArgumentError(absl::StrCat("variable '",
+                                                             request.variables(i).name(),
+                                                             "': ", checked.status().message()));
+    }
+    const std::string key = checked->SerializeAsString();
+    if (i >= 0) key_of[i] = key;
+    if (!built.contains(key)) {
+      PST_ASSIGN_OR_RETURN(built[key], CreateOptimizer(*checked));
+    }
+  }
 
   absl::MutexLock lock(&mu_);
-  if (optimizer_ != nullptr &&
-      !MessageDifferencer::Equals(optimizer_config_, request.optimizer())) {
+  if (set_up_ && !MessageDifferencer::Equals(optimizer_config_, request.optimizer())) {
     return absl::FailedPreconditionError(absl::StrCat(
         "this ps already runs optimizer '", optimizer_config_.name(), "' (learning_rate ",
         optimizer_config_.learning_rate(), "); it cannot change to '", request.optimizer().name(),
@@ -65,6 +84,7 @@ absl::StatusOr<int> VariableStore::Create(const proto::CreateVariablesRequest& r
   }
   absl::flat_hash_set<std::string_view> seen;
   std::vector<const proto::VariableSpec*> to_create;
+  std::vector<const std::string*> optimizer_of;    // per to_create: its key in `built`
   std::vector<const std::string*> initial_values;  // per to_create; null: the initializer
   for (int i = 0; i < request.variables_size(); ++i) {
     const proto::VariableSpec& spec = request.variables(i);
@@ -82,6 +102,7 @@ absl::StatusOr<int> VariableStore::Create(const proto::CreateVariablesRequest& r
     auto it = variables_.find(spec.name());
     if (it == variables_.end()) {
       to_create.push_back(&spec);
+      optimizer_of.push_back(&key_of[i]);
       initial_values.push_back(values);
     } else if (!MessageDifferencer::Equals(it->second->spec, spec)) {
       return absl::AlreadyExistsError(
@@ -92,12 +113,13 @@ absl::StatusOr<int> VariableStore::Create(const proto::CreateVariablesRequest& r
   }
   // The memory the new variables take, checked before any is allocated.
   int64_t new_bytes = 0;
-  for (const proto::VariableSpec* spec : to_create) {
+  for (size_t k = 0; k < to_create.size(); ++k) {
+    const proto::VariableSpec* spec = to_create[k];
     if (spec->routing() == proto::HASH) continue;  // bounded by max_hash_rows
     absl::StatusOr<int64_t> elements = common::NumElements(spec->shape());
     if (!elements.ok()) return elements.status();
     const int64_t bytes = *elements * static_cast<int64_t>(sizeof(float)) *
-                          (1 + optimizer->num_slots());
+                          (1 + built.at(*optimizer_of[k])->num_slots());
     new_bytes += bytes;
     if (new_bytes > options_.max_store_bytes - store_bytes_) {
       return absl::ResourceExhaustedError(absl::StrCat(
@@ -110,10 +132,15 @@ absl::StatusOr<int> VariableStore::Create(const proto::CreateVariablesRequest& r
   HashRowTable::Limits limits;
   limits.admission_filter_bytes = options_.admission_filter_bytes;
   limits.max_rows = options_.max_hash_rows;
+  // The optimizers this store runs: one per distinct setting, kept.
+  for (auto& [key, optimizer] : built) {
+    if (!optimizers_.contains(key)) optimizers_[key] = std::move(optimizer);
+  }
   std::vector<std::unique_ptr<Variable>> created;
   for (size_t k = 0; k < to_create.size(); ++k) {
+    Optimizer& optimizer = *optimizers_.at(*optimizer_of[k]);
     created.push_back(
-        std::make_unique<Variable>(*to_create[k], *optimizer, limits, initial_values[k]));
+        std::make_unique<Variable>(*to_create[k], optimizer, limits, initial_values[k]));
     Variable& var = *created.back();
     if (var.is_hash && options_.disk_tier != nullptr) {
       absl::MutexLock var_lock(&var.mu);  // not shared yet
@@ -125,8 +152,8 @@ absl::StatusOr<int> VariableStore::Create(const proto::CreateVariablesRequest& r
     variables_.emplace(std::move(name), std::move(var));
   }
   store_bytes_ += new_bytes;
-  if (optimizer_ == nullptr) {
-    optimizer_ = std::move(optimizer);
+  if (!set_up_) {
+    set_up_ = true;
     optimizer_config_ = request.optimizer();
   }
   ledger_.SetConfigOnce(request.sync());
@@ -221,11 +248,10 @@ absl::Status VariableStore::PushNoWake(const proto::PushRequest& request,
     }
   }
   absl::ReaderMutexLock lock(&mu_);
-  if (optimizer_ == nullptr) {
+  if (!set_up_) {
     return absl::FailedPreconditionError("no variables have been created on this ps yet");
   }
   PST_RETURN_IF_ERROR(CheckGeneration(request.generation()));
-  Optimizer& optimizer = *optimizer_;
   const bool skip_nonfinite = optimizer_config_.skip_nonfinite();
   // Validate every gradient before touching any variable.
   absl::flat_hash_set<std::string_view> seen;
@@ -297,8 +323,8 @@ absl::Status VariableStore::PushNoWake(const proto::PushRequest& request,
     Variable& var = *vars[i];
     absl::MutexLock var_lock(&var.mu);
     if (mode == proto::SYNC) {
-      switch (var.AddToAggregateLocked(optimizer, request.step(), worker, payload[i], grads[i],
-                                       skip[i], ledger_.quorum())) {
+      switch (var.AddToAggregateLocked(request.step(), worker, payload[i], grads[i], skip[i],
+                                       ledger_.quorum())) {
         case Variable::SyncAdd::kStale:
           stale = true;
           break;
@@ -317,9 +343,9 @@ absl::Status VariableStore::PushNoWake(const proto::PushRequest& request,
         value = answer->add_values();
       }
       if (grads[i].empty()) {
-        var.ApplyPayloadLocked(optimizer, payload[i], value);
+        var.ApplyPayloadLocked(payload[i], value);
       } else {
-        var.ApplyLocked(optimizer, grads[i], skip[i]);
+        var.ApplyLocked(grads[i], skip[i]);
         if (value != nullptr) var.PackValuesLocked(value);
       }
       if (answer != nullptr) answer->add_versions(var.version);
@@ -384,7 +410,7 @@ absl::Status VariableStore::SetMembership(const proto::MembershipRequest& reques
         }
         if (var->is_hash) continue;
         absl::MutexLock var_lock(&var->mu);
-        var->MaybeApplyAggregateLocked(*optimizer_, ledger_.quorum());
+        var->MaybeApplyAggregateLocked(ledger_.quorum());
       }
       if (dropped > 0) unadmitted_dropped_.fetch_add(dropped, std::memory_order_relaxed);
     }

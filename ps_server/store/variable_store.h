@@ -366,7 +366,10 @@ class VariableStore {
   // record, then Commit): see store_restorer.h.
   using Restorer = StoreRestorer;
   // The variables as they are now are the ones a restore fills.
-  std::unique_ptr<Restorer> BeginRestore();
+  // `reset_slots`: a variable saved with another optimizer than it trains
+  // with here restores its values with fresh slots (RestoreRequest
+  // .reset_slots) instead of failing the restore.
+  std::unique_ptr<Restorer> BeginRestore(bool reset_slots = false);
   int64_t generation() const;
 
   // Stripes of row locks per variable.
@@ -498,8 +501,12 @@ class VariableStore {
 
   mutable absl::Mutex mu_;
   absl::flat_hash_map<std::string, std::unique_ptr<Variable>> variables_ ABSL_GUARDED_BY(mu_);
-  std::unique_ptr<Optimizer> optimizer_ ABSL_GUARDED_BY(mu_);
+  // The optimizers the variables train with, by their checked settings:
+  // the job's, and each group's. Never removed (variables point at them).
+  absl::flat_hash_map<std::string, std::unique_ptr<Optimizer>> optimizers_ ABSL_GUARDED_BY(mu_);
   int64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
+  // The first Create's optimizer (the job's); set_up_: whether one came.
+  bool set_up_ ABSL_GUARDED_BY(mu_) = false;
   proto::OptimizerConfig optimizer_config_ ABSL_GUARDED_BY(mu_);
   // Bytes of dense values and slots held (Options::max_store_bytes).
   int64_t store_bytes_ ABSL_GUARDED_BY(mu_) = 0;

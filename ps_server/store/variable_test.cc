@@ -76,14 +76,14 @@ TEST(VariableTest, ApplyRows_UpdatesExactlyThoseRows_StripedAfterTheFirst) {
   const std::vector<float> before = Read(var, {0, 1, 2, 3});
   int64_t dropped = 0;
   const std::vector<float> grad = {1, 2, 3, 4};
-  EXPECT_EQ(var.ApplyRows(*sgd, {3, 1}, grad, {false, false}, &dropped), 1);
+  EXPECT_EQ(var.ApplyRows({3, 1}, grad, {false, false}, &dropped), 1);
   {
     absl::ReaderMutexLock lock(&var.mu);
     EXPECT_TRUE(var.row_pushes_striped);
   }
   // The second push runs under the shared lock and the stripes; the
   // skipped row is left.
-  EXPECT_EQ(var.ApplyRows(*sgd, {1, 2}, grad, {false, true}, &dropped), 2);
+  EXPECT_EQ(var.ApplyRows({1, 2}, grad, {false, true}, &dropped), 2);
   const std::vector<float> after = Read(var, {0, 1, 2, 3});
   const std::vector<float> expected = {before[0],         before[1],
                                        before[2] - 1.5f - 0.5f, before[3] - 2.0f - 1.0f,
@@ -101,7 +101,7 @@ TEST(VariableTest, HashRows_AReadStoresNone_APushMakesAnAdmittedRowAndDropsTheRe
   EXPECT_EQ(var.hash_rows(), 0);
   int64_t dropped = 0;
   const std::vector<float> grad = {1, 1, 1, 1};
-  var.ApplyRows(*sgd, {5, 6}, grad, {false, false}, &dropped);  // 5: touch 2; 6: touch 1
+  var.ApplyRows({5, 6}, grad, {false, false}, &dropped);  // 5: touch 2; 6: touch 1
   EXPECT_EQ(dropped, 1);
   EXPECT_EQ(var.hash_rows(), 1);
   std::vector<float> initial(2);
@@ -120,16 +120,15 @@ TEST(VariableTest, AddToAggregate_AppliesTheMeanAtTheQuorum_RefusesStaleAndRepea
   absl::MutexLock lock(&var.mu);
   const std::vector<float> before = var.values;
   const std::vector<float> g0 = {2, 4}, g1 = {4, 8};
-  EXPECT_EQ(var.AddToAggregateLocked(*sgd, 0, 0, {}, g0, {}, /*quorum=*/2),
-            Variable::SyncAdd::kAdded);
-  EXPECT_EQ(var.AddToAggregateLocked(*sgd, 0, 0, {}, g0, {}, 2), Variable::SyncAdd::kDuplicate);
+  EXPECT_EQ(var.AddToAggregateLocked(0, 0, {}, g0, {}, /*quorum=*/2), Variable::SyncAdd::kAdded);
+  EXPECT_EQ(var.AddToAggregateLocked(0, 0, {}, g0, {}, 2), Variable::SyncAdd::kDuplicate);
   EXPECT_EQ(var.version.load(), 0);
-  EXPECT_EQ(var.AddToAggregateLocked(*sgd, 0, 1, {}, g1, {}, 2), Variable::SyncAdd::kAdded);
+  EXPECT_EQ(var.AddToAggregateLocked(0, 1, {}, g1, {}, 2), Variable::SyncAdd::kAdded);
   EXPECT_EQ(var.version.load(), 1);
   EXPECT_FLOAT_EQ(var.values[0], before[0] - 3);
   EXPECT_FLOAT_EQ(var.values[1], before[1] - 6);
   EXPECT_TRUE(var.contributors.empty());
-  EXPECT_EQ(var.AddToAggregateLocked(*sgd, 0, 0, {}, g0, {}, 2), Variable::SyncAdd::kStale);
+  EXPECT_EQ(var.AddToAggregateLocked(0, 0, {}, g0, {}, 2), Variable::SyncAdd::kStale);
 }
 
 // Pushes from several threads to a bounded table (striped pushes noting
@@ -156,7 +155,7 @@ TEST(VariableTest, BoundedHashTable_ConcurrentPushes_StayWithinTheCapacity) {
         }
         const std::vector<float> grad(ids.size() * 4, 1.0f);
         int64_t dropped = 0;
-        var.ApplyRows(*sgd, ids, grad, std::vector<bool>(ids.size(), false), &dropped);
+        var.ApplyRows(ids, grad, std::vector<bool>(ids.size(), false), &dropped);
         EXPECT_LE(var.hash_rows(), 64);
       }
     });

@@ -21,11 +21,11 @@ OneCycleLR, ...), or param groups whose settings differ.
 """
 
 import math
-from typing import Dict, Optional
+from typing import Dict, List, Optional, Tuple
 
 import torch
 
-__all__ = ["clip_by_global_norm", "optimizer_config", "schedule_config"]
+__all__ = ["clip_by_global_norm", "optimizer_config", "optimizer_groups", "schedule_config"]
 
 
 def clip_by_global_norm(grads, max_norm: float) -> torch.Tensor:
@@ -161,21 +161,9 @@ def schedule_config(scheduler, base_lr: float, steps_per_epoch: int = 1) -> Dict
                                                   and k != "kind")}
 
 
-def optimizer_config(optimizer: torch.optim.Optimizer, scheduler=None,
-                     steps_per_epoch: int = 1) -> Dict:
-    """The job's optimizer settings (an OptimizerConfig as a dict) that make
-    the ps apply `optimizer`'s update rule, with `scheduler`'s rates.
-
-    Raises ValueError naming what cannot be mapped."""
-    groups = [_settings(g, optimizer) for g in optimizer.param_groups]
-    if any(g != groups[0] for g in groups[1:]):
-        raise ValueError(f"{type(optimizer).__name__} has param groups with different settings "
-                         f"({groups[0]} and {next(g for g in groups if g != groups[0])}): "
-                         f"pstrain runs one optimizer for the job")
-    out = groups[0]
+def _group_config(group: dict, optimizer, scheduler, steps_per_epoch) -> Dict:
+    out = _settings(group, optimizer)
     if scheduler is not None:
-        if scheduler.optimizer is not optimizer:
-            raise ValueError("the scheduler schedules another optimizer")
         schedule = schedule_config(scheduler, out["learning_rate"], steps_per_epoch)
         if schedule.get("kind", "constant") != "constant" or schedule.get("warmup"):
             out["schedule"] = schedule
@@ -183,3 +171,51 @@ def optimizer_config(optimizer: torch.optim.Optimizer, scheduler=None,
         if isinstance(value, float) and not math.isfinite(value):
             raise ValueError(f"{type(optimizer).__name__} {key} is {value}")
     return out
+
+
+def _check_scheduler(optimizer, scheduler) -> None:
+    if scheduler is not None and scheduler.optimizer is not optimizer:
+        raise ValueError("the scheduler schedules another optimizer")
+
+
+def optimizer_config(optimizer: torch.optim.Optimizer, scheduler=None,
+                     steps_per_epoch: int = 1) -> Dict:
+    """The job's optimizer settings (an OptimizerConfig as a dict) that make
+    the ps apply `optimizer`'s update rule, with `scheduler`'s rates. Its
+    param groups must agree (optimizer_groups maps ones that differ).
+
+    Raises ValueError naming what cannot be mapped."""
+    _check_scheduler(optimizer, scheduler)
+    groups = [_group_config(g, optimizer, scheduler, steps_per_epoch)
+              for g in optimizer.param_groups]
+    if any(g != groups[0] for g in groups[1:]):
+        raise ValueError(f"{type(optimizer).__name__} has param groups with different settings "
+                         f"({groups[0]} and {next(g for g in groups if g != groups[0])}): "
+                         f"map them with optimizer_groups(module, ...)")
+    return groups[0]
+
+
+def optimizer_groups(module: torch.nn.Module, optimizer: torch.optim.Optimizer, scheduler=None,
+                     steps_per_epoch: int = 1) -> Tuple[Dict, List[Dict]]:
+    """The job's optimizer and its groups, for an optimizer whose param
+    groups differ (torch's per-group settings): (the first param group's
+    settings, [{"match": [names], "optimizer": settings}] for the other
+    groups, each naming its parameters by their names in `module`). The
+    groups go into the spec's "optimizer_groups". ValueError for a
+    parameter that is not the module's, or what optimizer_config refuses."""
+    _check_scheduler(optimizer, scheduler)
+    names = {id(p): n for n, p in module.named_parameters()}
+    configs = [_group_config(g, optimizer, scheduler, steps_per_epoch)
+               for g in optimizer.param_groups]
+    groups = []
+    for group, config in zip(optimizer.param_groups[1:], configs[1:]):
+        if config == configs[0]:
+            continue
+        match = []
+        for p in group["params"]:
+            if id(p) not in names:
+                raise ValueError(f"{type(optimizer).__name__} trains a parameter of shape "
+                                 f"{list(p.shape)} that is not the module's")
+            match.append(names[id(p)])
+        groups.append({"match": match, "optimizer": config})
+    return configs[0], groups

@@ -401,7 +401,8 @@ def load_safetensors(module: torch.nn.Module, path: str) -> None:
 
 
 def export_spec(module: torch.nn.Module, path: str, *, optimizer=None, scheduler=None,
-                steps_per_epoch: int = 1, clip_norm: float = 0.0) -> str:
+                steps_per_epoch: int = 1, clip_norm: float = 0.0,
+                table_optimizer: Optional[dict] = None) -> str:
     """Writes the model spec of `module` to `path` (JSON) and its dense
     parameters' current values beside it (<path stem>.safetensors), so the
     job trains from this module's own initialization. Returns `path`.
@@ -411,8 +412,12 @@ def export_spec(module: torch.nn.Module, path: str, *, optimizer=None, scheduler
     optimizer steps), the spec carries them as the job's optimizer: the ps
     run torch's update rule with torch's rates (pstrain.optim). With
     `clip_norm`, every worker clips each step's gradient to that global
-    norm, as torch.nn.utils.clip_grad_norm_. ValueError names what cannot
-    be mapped."""
+    norm, as torch.nn.utils.clip_grad_norm_. Param groups with settings of
+    their own become optimizer groups of their parameters. The tables
+    (pstrain.torch.Embedding, not the optimizer's) train with the job's
+    optimizer, or with `table_optimizer`: OptimizerConfig fields, e.g.
+    {"name": "adagrad", "learning_rate": 0.05}. ValueError names what
+    cannot be mapped."""
     base = os.path.splitext(path)[0]
     values_path = base + ".safetensors"
     variables, values = [], {}
@@ -431,10 +436,18 @@ def export_spec(module: torch.nn.Module, path: str, *, optimizer=None, scheduler
     spec = {"format": "pstrain.model_spec/1",
             "initial_values": os.path.basename(values_path),
             "variables": variables}
+    groups = []
     if optimizer is not None:
-        spec["optimizer"] = optim.optimizer_config(optimizer, scheduler, steps_per_epoch)
+        spec["optimizer"], groups = optim.optimizer_groups(module, optimizer, scheduler,
+                                                           steps_per_epoch)
     elif scheduler is not None:
         raise ValueError("a scheduler needs its optimizer (export_spec(..., optimizer=...))")
+    if table_optimizer is not None:
+        if not _embeddings(module):
+            raise ValueError("table_optimizer: the module has no pstrain.torch.Embedding")
+        groups.append({"match": ["tables"], "optimizer": dict(table_optimizer)})
+    if groups:
+        spec["optimizer_groups"] = groups
     if clip_norm:
         if not clip_norm > 0 or not np.isfinite(clip_norm):
             raise ValueError(f"clip_norm must be positive and finite, got {clip_norm}")

@@ -131,8 +131,10 @@ def test_deepfm_on_two_ps_and_two_python_workers_is_within_001_auc_of_one_proces
     assert generated.returncode == 0, generated.stdout + generated.stderr
     best_auc = json.loads(generated.stdout)["best_auc"]
     script = os.path.join(REPO, "examples", "torch_deepfm_criteo.py")
+    # The CTR recipe: Adagrad on the tables, Adam on the dense layers (two
+    # optimizer groups on the ps; torch's Adam and the ps's Adagrad alone).
     flags = [f"--data={data}", "--epochs=2", "--batch_size=256", "--optimizer=adagrad",
-             "--learning_rate=0.1"]
+             "--learning_rate=0.1", "--dense_optimizer=adam", "--dense_learning_rate=0.002"]
     code, output = run_bounded([PYTHON, script, "--local", *flags,
                                 f"--result={tmp_path}/local.json"], timeout=300)
     assert code == 0, output

@@ -296,3 +296,55 @@ def test_clip_by_global_norm_scales_a_spiked_gradient_as_torch_does():
     small = [torch.full((3,), 0.1)]
     optim.clip_by_global_norm(small, 2.0)
     assert torch.equal(small[0], torch.full((3,), 0.1))
+
+
+def test_param_groups_with_settings_of_their_own_become_groups_by_parameter_name():
+    model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Linear(3, 2))
+    opt = torch.optim.Adam([{"params": model[0].parameters()},
+                            {"params": model[1].parameters(), "lr": 0.1, "weight_decay": 0.01}],
+                           lr=0.001)
+    sched = torch.optim.lr_scheduler.StepLR(opt, 2, gamma=0.5)
+    default, groups = optim.optimizer_groups(model, opt, sched, steps_per_epoch=10)
+    assert default["name"] == "adam" and default["learning_rate"] == 0.001
+    assert default["schedule"] == {"kind": "step", "step_size": 2, "gamma": 0.5, "every": 10}
+    assert groups == [{"match": ["1.weight", "1.bias"],
+                       "optimizer": dict(default, learning_rate=0.1, weight_decay=0.01)}]
+    with pytest.raises(ValueError, match="map them with optimizer_groups"):
+        optim.optimizer_config(opt, sched, steps_per_epoch=10)
+    # Groups that agree are one optimizer.
+    same = torch.optim.SGD([{"params": model[0].parameters()},
+                            {"params": model[1].parameters()}], lr=0.1)
+    assert optim.optimizer_groups(model, same)[1] == []
+
+
+class Custom(torch.optim.Optimizer):
+    def __init__(self, params):
+        super().__init__(params, {"lr": 0.1})
+
+
+@pytest.mark.parametrize("make, says", [
+    (lambda p: (Custom(p), None), "the optimizer test_optimizers.Custom"),
+    (lambda p: (torch.optim.Adamax(p), None), "torch.optim.Adamax"),
+    (lambda p: (torch.optim.Adam(p, amsgrad=True), None), r"Adam\(amsgrad=True\)"),
+    (lambda p: (torch.optim.SGD(p, lr=0.1, momentum=0.9, dampening=0.1), None),
+     r"SGD\(dampening=0.1\)"),
+    (lambda p: (lambda o: (o, torch.optim.lr_scheduler.LambdaLR(o, lambda e: 0.9 ** e)))(
+        torch.optim.SGD(p, lr=0.1)), "the scheduler LambdaLR"),
+    (lambda p: (lambda o: (o, torch.optim.lr_scheduler.OneCycleLR(o, 0.1, total_steps=10)))(
+        torch.optim.SGD(p, lr=0.1)), "the scheduler OneCycleLR"),
+    (lambda p: (lambda o: (o, torch.optim.lr_scheduler.LinearLR(o, 0.5, end_factor=0.8)))(
+        torch.optim.SGD(p, lr=0.1)), r"LinearLR\(end_factor=0.8\)"),
+])
+def test_what_cannot_be_mapped_is_refused_naming_it(make, says):
+    optimizer, scheduler = make([torch.nn.Parameter(torch.zeros(3))])
+    with pytest.raises(ValueError, match=says):
+        optim.optimizer_config(optimizer, scheduler)
+
+
+def test_a_scheduler_that_has_stepped_is_refused():
+    opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(3))], lr=0.1)
+    sched = torch.optim.lr_scheduler.StepLR(opt, 1)
+    opt.step()
+    sched.step()
+    with pytest.raises(ValueError, match="has stepped 1 time"):
+        optim.optimizer_config(opt, sched)
