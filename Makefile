@@ -76,6 +76,12 @@ BENCH_PS_FLAGS ?=
 bench-ps: build
 	$(BUILD_DIR)/bin/ps_bench --json=$(BUILD_DIR)/ps_bench.json $(BENCH_PS_FLAGS)
 
+# The ps's optimizers per element of a dense push, every one in both forms,
+# against the loop the ps ran for Adam before (docs/optimizers.md).
+.PHONY: bench-optimizers
+bench-optimizers: build
+	$(BUILD_DIR)/bin/optimizer_bench --rounds=5
+
 # Bounded hash tables (issue 32): row pushes into a table bounded to a
 # quarter of the distinct ids (lru) against the same table unbounded, in
 # alternate rounds of one run: rows/s ratio and evictions/s (ps Health);

@@ -113,6 +113,22 @@ TEST(LocalStartChecksTest, BadOptimizerScheduleOrClipping_IsRefusedNamingTheFlag
                            "weight_decay does not apply to ftrl");
 }
 
+TEST(LocalStartChecksTest, OptimizerGroupMatchingNothingOrAVariableTwice_IsRefused) {
+  ExpectRefusedBeforeStart(Local({"--table_optimizer=adagrad"}),  // mlp: no tables
+                           "--table_optimizer: optimizer group 0 (tables): 'tables' matches no "
+                           "variable of the model");
+  const std::string spec = TestDir() + "/groups.json";
+  std::ofstream(spec) << R"({"format": "pstrain.model_spec/1",
+    "variables": [{"name": "ab", "shape": [2], "kind": "dense", "init": {"kind": "zeros"}},
+                  {"name": "c", "shape": [2], "kind": "dense", "init": {"kind": "zeros"}}],
+    "optimizer_groups": [
+      {"match": ["a*"], "optimizer": {"name": "sgd", "learning_rate": 0.1}},
+      {"match": ["ab", "c"], "optimizer": {"name": "adagrad", "learning_rate": 0.1}}]})";
+  ExpectRefusedBeforeStart(Local({"--model=spec:" + spec, "--worker_command=true"}),
+                           "variable 'ab' is in optimizer group 0 (a*) and in optimizer group 1 "
+                           "(ab, c): a variable has one optimizer");
+}
+
 TEST(LocalStartChecksTest, GpuWithoutGpu_IsRefused) {
   if (!NoGpuVisible()) GTEST_SKIP() << "this machine has a GPU";
   ExpectRefusedBeforeStart(Local({"--device=gpu"}), "--device=gpu, but no GPU is visible");

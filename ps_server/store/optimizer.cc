@@ -27,9 +27,9 @@ namespace {
 
 // grad.add(param, alpha=decay), fused as torch's kernel fuses it: in a clone
 // for FMA hardware and a default one (libm's exact fma).
-__attribute__((target_clones("arch=haswell", "default"))) void AddDecay(float* __restrict g,
-                                                                        const float* __restrict p,
-                                                                        float decay, size_t n) {
+__attribute__((target_clones("fma", "default"))) void AddDecay(float* __restrict g,
+                                                               const float* __restrict p,
+                                                               float decay, size_t n) {
   for (size_t i = 0; i < n; ++i) g[i] = std::fma(decay, p[i], g[i]);
 }
 

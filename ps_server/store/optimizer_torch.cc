@@ -21,7 +21,7 @@
 
 // Each loop in a clone for FMA hardware (vectorized, fused) and a default
 // one; the dynamic loader picks one per CPU.
-#define PST_FMA_CLONES __attribute__((target_clones("arch=haswell", "default")))
+#define PST_FMA_CLONES __attribute__((target_clones("fma", "default")))
 
 namespace pst::ps::internal {
 namespace {
@@ -180,25 +180,39 @@ class RmsProp final : public Optimizer {
   }
 
  private:
-  PST_FMA_CLONES static void RmsPropLoop(float* __restrict p, const float* __restrict g,
-                                         float* __restrict ms, float* __restrict buf,
-                                         float* __restrict mg, float neg_lr, float alpha, float c,
-                                         float m, float eps, size_t n) {
+  // One loop per variant, no branch inside: each vectorizes.
+  template <bool kCentered, bool kMomentum>
+  PST_FMA_CLONES static void RmsPropVariant(float* __restrict p, const float* __restrict g,
+                                            float* __restrict ms, float* __restrict buf,
+                                            float* __restrict mg, float neg_lr, float alpha,
+                                            float c, float m, float eps, size_t n) {
     for (size_t i = 0; i < n; ++i) {
       ms[i] = std::fma(c * g[i], g[i], ms[i] * alpha);
       float avg;
-      if (mg != nullptr) {
+      if constexpr (kCentered) {
         mg[i] = std::fma(c, g[i], mg[i] * alpha);
         avg = std::sqrt(std::fma(-1.0f * mg[i], mg[i], ms[i])) + eps;
       } else {
         avg = std::sqrt(ms[i]) + eps;
       }
-      if (buf != nullptr) {
+      if constexpr (kMomentum) {
         buf[i] = buf[i] * m + g[i] / avg;
         p[i] = std::fma(neg_lr, buf[i], p[i]);
       } else {
         p[i] = p[i] + (neg_lr * g[i]) / avg;
       }
+    }
+  }
+  static void RmsPropLoop(float* p, const float* g, float* ms, float* buf, float* mg, float neg_lr,
+                          float alpha, float c, float m, float eps, size_t n) {
+    if (mg != nullptr && buf != nullptr) {
+      RmsPropVariant<true, true>(p, g, ms, buf, mg, neg_lr, alpha, c, m, eps, n);
+    } else if (mg != nullptr) {
+      RmsPropVariant<true, false>(p, g, ms, buf, mg, neg_lr, alpha, c, m, eps, n);
+    } else if (buf != nullptr) {
+      RmsPropVariant<false, true>(p, g, ms, buf, mg, neg_lr, alpha, c, m, eps, n);
+    } else {
+      RmsPropVariant<false, false>(p, g, ms, buf, mg, neg_lr, alpha, c, m, eps, n);
     }
   }
 

@@ -21,6 +21,7 @@ module's own initial values, and the optimizer and schedule the ps run.
 """
 
 import json
+import math
 import os
 import struct
 from typing import Dict, Iterator, List, Optional
@@ -62,12 +63,13 @@ class Embedding(torch.nn.Module):
         self.admit_after = int(admit_after)
         self._worker: Optional[pstrain.Worker] = None
         self._pending: List[tuple] = []
-        # The local table: id -> row of _values (and of _accum, Adagrad's
-        # accumulators, made on the first Adagrad step).
+        # The local table: id -> row of _values (and of _slots, the local
+        # optimizer's, made on the first apply_local; _steps counts them).
         self._index: Dict[int, int] = {}
         self._values = torch.zeros(0, self.embedding_dim)
-        self._accum: Optional[torch.Tensor] = None
-        self._initial_accumulator = 0.0
+        self._slots: Optional[List[torch.Tensor]] = None
+        self._slot_init: List[float] = []
+        self._steps = 0
 
     @property
     def is_hash(self) -> bool:
@@ -114,9 +116,9 @@ class Embedding(torch.nn.Module):
         for k, i in enumerate(ids.tolist()):
             self._index[i] = first + k
         self._values = torch.cat([self._values, torch.from_numpy(values)])
-        if self._accum is not None:
-            self._accum = torch.cat([self._accum, torch.full((len(ids), self.embedding_dim),
-                                                             self._initial_accumulator)])
+        if self._slots is not None:
+            self._slots = [torch.cat([s, torch.full((len(ids), self.embedding_dim), v)])
+                           for s, v in zip(self._slots, self._slot_init)]
 
     def load_rows(self, ids, values) -> None:
         """Without a worker: replaces the local table by these rows (ids
@@ -130,7 +132,7 @@ class Embedding(torch.nn.Module):
         values = values.reshape(len(ids), self.embedding_dim)
         if len(np.unique(ids)) != len(ids):
             raise ValueError(f"embedding '{self.table_name}': repeated ids")
-        self._index, self._accum = {}, None
+        self._index, self._slots, self._steps = {}, None, 0
         self._values = torch.zeros(0, self.embedding_dim)
         self._add_rows(ids, values.copy())
 
@@ -141,18 +143,30 @@ class Embedding(torch.nn.Module):
             if rows.grad is not None:
                 yield unique, rows.grad
 
-    def apply_local(self, lr: float, optimizer: str = "sgd",
-                    initial_accumulator: float = 0.1) -> None:
+    # apply_local's rules: the initial value of each slot.
+    _LOCAL_SLOTS = {"sgd": (), "adagrad": ("initial_accumulator",),
+                    "ftrl": ("initial_accumulator", 0.0), "adam": (0.0, 0.0)}
+
+    def apply_local(self, lr: float, optimizer: str = "sgd", initial_accumulator: float = 0.1,
+                    *, beta1: float = 0.9, beta2: float = 0.999, epsilon: float = 1e-7,
+                    l1: float = 0.0, l2: float = 0.0, lr_power: float = -0.5) -> None:
         """Without a worker: one step on the local rows read since the last
         call (the gradients of an id summed, as Trainer.step pushes them),
-        by the ps's rule (ps_server/store/optimizer.h), in float32:
+        by the ps's rule in TensorFlow's form (ps_server/store/
+        optimizer_tensorflow.cc), lazily (the rows not read keep their
+        slots), with the ps's float32 arithmetic:
           sgd:     row -= lr * g
           adagrad: accum += g * g; row -= lr * g / sqrt(accum)
                    (accum starts at initial_accumulator, the ps's
                    --initial_accumulator)
+          ftrl:    ApplyFtrl with l1, l2, lr_power, per element in float64
+          adam:    ApplyAdam, t = this table's steps (the table's version)
         This is the reference of a one-process run."""
-        if optimizer not in ("sgd", "adagrad"):
-            raise ValueError(f"apply_local: optimizer '{optimizer}', expected sgd or adagrad")
+        if optimizer not in self._LOCAL_SLOTS:
+            raise ValueError(f"apply_local: optimizer '{optimizer}', expected one of "
+                             f"{', '.join(self._LOCAL_SLOTS)}")
+        init = [float(initial_accumulator) if v == "initial_accumulator" else v
+                for v in self._LOCAL_SLOTS[optimizer]]
         taken = list(self.take_gradients())
         if not taken:
             return
@@ -164,17 +178,43 @@ class Embedding(torch.nn.Module):
                                                return_inverse=True)
                 grad = torch.zeros(len(unique), self.embedding_dim).index_add_(
                     0, inverse, torch.cat([g for _, g in taken]))
-            slots = self._local_slots(unique)
+            rows = self._local_slots(unique)
+            if self._slots is None:
+                self._slot_init = init
+                self._slots = [torch.full_like(self._values, v) for v in init]
+            elif self._slot_init != init:
+                raise ValueError(f"apply_local: embedding '{self.table_name}' trained with "
+                                 f"another optimizer before")
+            self._steps += 1
+            values = self._values[rows]
+            slots = [s[rows] for s in self._slots]
+            def f32(x):  # a float32 scalar, as the ps's kernels take it
+                return float(np.float32(x))
             if optimizer == "sgd":
-                self._values[slots] -= lr * grad
-                return
-            if self._accum is None:
-                self._initial_accumulator = float(initial_accumulator)
-                self._accum = torch.full_like(self._values, self._initial_accumulator)
-            accum = self._accum[slots] + grad * grad
-            self._accum[slots] = accum
-            self._values[slots] -= lr * grad / accum.sqrt()
-
+                values -= f32(lr) * grad
+            elif optimizer == "adagrad":
+                slots[0] += grad * grad
+                values -= f32(lr) * grad / slots[0].sqrt()
+            elif optimizer == "adam":
+                t = self._steps
+                lr_t = f32(lr * math.sqrt(1 - beta2 ** t) / (1 - beta1 ** t))
+                slots[0] = f32(beta1) * slots[0] + f32(1 - beta1) * grad
+                slots[1] = f32(beta2) * slots[1] + f32(1 - beta2) * grad * grad
+                values -= lr_t * slots[0] / (slots[1].sqrt() + f32(epsilon))
+            else:  # ftrl
+                g, p = grad.double(), values.double()
+                accum, linear = slots[0].double(), slots[1].double()
+                new_accum = accum + g * g
+                power = -float(np.float32(lr_power))
+                lin = linear + g - (new_accum ** power - accum ** power) / lr * p
+                quadratic = new_accum ** power / lr + 2 * float(np.float32(l2))
+                l1_f = float(np.float32(l1))
+                values = torch.where(lin.abs() > l1_f, (torch.sign(lin) * l1_f - lin) / quadratic,
+                                     torch.zeros_like(lin)).float()
+                slots = [new_accum.float(), lin.float()]
+            self._values[rows] = values
+            for s, new in zip(self._slots, slots):
+                s[rows] = new
 
 def _splitmix64(x: np.ndarray) -> np.ndarray:
     x = x + np.uint64(0x9E3779B97F4A7C15)

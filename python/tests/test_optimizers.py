@@ -348,3 +348,31 @@ def test_a_scheduler_that_has_stepped_is_refused():
     sched.step()
     with pytest.raises(ValueError, match="has stepped 1 time"):
         optim.optimizer_config(opt, sched)
+
+
+@pytest.mark.parametrize("config", [
+    dict(name="sgd", learning_rate=0.05),
+    dict(name="adagrad", learning_rate=0.1, initial_accumulator=0.1),
+    dict(name="ftrl", learning_rate=0.1, initial_accumulator=0.1, l1=0.01, l2=0.02,
+         lr_power=-0.5),
+    dict(name="adam", learning_rate=0.01, beta1=0.9, beta2=0.999, epsilon=1e-7),
+], ids=lambda c: c["name"])
+def test_embedding_apply_local_takes_the_steps_the_ps_takes_on_a_table(config, tmp_path):
+    """pstrain.torch.Embedding's one-process rule against the ps's rows:
+    the same lazy updates, the same arithmetic."""
+    import pstrain.torch
+    rng = np.random.default_rng(10)
+    ids = np.stack([rng.choice(ROWS, 5, replace=False) for _ in range(STEPS)])
+    grads = gradients(10, STEPS, 5)
+    init = initial_values(10)
+    got = replay(config, init, grads, tmp_path, ids=ids)
+    emb = pstrain.torch.Embedding(ROWS, DIM, name="emb")
+    emb.load_rows(np.arange(ROWS), init)
+    hyper = {k: v for k, v in config.items()
+             if k in ("initial_accumulator", "beta1", "beta2", "epsilon", "l1", "l2", "lr_power")}
+    for s in range(STEPS):
+        rows = emb(torch.from_numpy(ids[s]))
+        (rows * torch.from_numpy(grads[s])).sum().backward()
+        emb.apply_local(config["learning_rate"], config["name"], **hyper)
+    want = emb(torch.arange(ROWS)).detach().numpy()
+    assert_close(got, want, config["name"])
