@@ -4,10 +4,25 @@
 
 #include <memory>
 
+#include "common/decimal.h"
 #include "proto/pstrain.pb.h"
 #include "ps_server/store/optimizer.h"
 
 namespace pst::ps::internal {
+
+// A decay rate (Adam's betas, RMSProp's and Adadelta's rho) as both forms'
+// kernels take it: the decimal it was written as (common/decimal.h), and
+// the rate and 1 - rate each computed in double and rounded to float32,
+// as torch and TensorFlow compute them.
+struct Decay {
+  explicit Decay(float written)
+      : exact(common::DecimalValue(written)),
+        rate(static_cast<float>(exact)),
+        complement(static_cast<float>(1 - exact)) {}
+  double exact;
+  float rate;
+  float complement;
+};
 
 // TensorFlow's kernels (training_ops): every optimizer. REQUIRES: `checked`
 // passed common::CheckOptimizerConfig with form "tensorflow".

@@ -66,8 +66,8 @@ class Adam final : public Optimizer {
   void ApplyRule(std::span<float> param, std::span<const float> grad,
                  std::span<const std::span<float>> slots, const Step& step) override {
     const double td = static_cast<double>(step.t);
-    const float lr_t = static_cast<float>(step.lr * std::sqrt(1.0 - std::pow(b2d_, td)) /
-                                          (1.0 - std::pow(b1d_, td)));
+    const float lr_t = static_cast<float>(step.lr * std::sqrt(1.0 - std::pow(beta2_.exact, td)) /
+                                          (1.0 - std::pow(beta1_.exact, td)));
     float* __restrict p = param.data();
     const float* __restrict g = grad.data();
     float* __restrict m = slots[0].data();
@@ -75,7 +75,8 @@ class Adam final : public Optimizer {
     const size_t n = param.size();
     // Locals, not members: a store through p, m or v could otherwise alias
     // them, which keeps the compiler from vectorizing the loop.
-    const float b1 = b1_, b2 = b2_, c1 = c1_, c2 = c2_, eps = eps_;
+    const float b1 = beta1_.rate, b2 = beta2_.rate, c1 = beta1_.complement, c2 = beta2_.complement,
+                eps = eps_;
     if (!CoupledDecay() && decoupled_ != 0) {
       const float wd_lr = static_cast<float>(decoupled_ * step.lr);
       for (size_t i = 0; i < n; ++i) p[i] -= p[i] * wd_lr;
@@ -88,12 +89,8 @@ class Adam final : public Optimizer {
   }
 
  private:
-  const double b1d_ = DecimalValue(config().beta1());
-  const double b2d_ = DecimalValue(config().beta2());
-  const float b1_ = static_cast<float>(b1d_);
-  const float b2_ = static_cast<float>(b2d_);
-  const float c1_ = static_cast<float>(1 - b1d_);
-  const float c2_ = static_cast<float>(1 - b2d_);
+  const Decay beta1_{config().beta1()};
+  const Decay beta2_{config().beta2()};
   const float eps_ = config().epsilon();
   const double decoupled_ = DecimalValue(config().weight_decay());
 };
@@ -165,7 +162,7 @@ class RmsProp final : public Optimizer {
   }
 
  private:
-  const float c_ = static_cast<float>(1 - DecimalValue(config().rho()));
+  const float c_ = Decay(config().rho()).complement;
   const float momentum_ = config().momentum();
   const float eps_ = config().epsilon();
   const bool centered_ = config().centered();
@@ -184,7 +181,7 @@ class Adadelta final : public Optimizer {
     float* __restrict accum = slots[0].data();
     float* __restrict update_accum = slots[1].data();
     const size_t n = param.size();
-    const float lr = static_cast<float>(step.lr), rho = rho_, c = c_, eps = eps_;
+    const float lr = static_cast<float>(step.lr), rho = rho_.rate, c = rho_.complement, eps = eps_;
     for (size_t i = 0; i < n; ++i) {
       accum[i] = accum[i] * rho + g[i] * g[i] * c;
       const float update =
@@ -195,8 +192,7 @@ class Adadelta final : public Optimizer {
   }
 
  private:
-  const float rho_ = static_cast<float>(DecimalValue(config().rho()));
-  const float c_ = static_cast<float>(1 - DecimalValue(config().rho()));
+  const Decay rho_{config().rho()};
   const float eps_ = config().epsilon();
 };
 

@@ -96,13 +96,14 @@ class Adam final : public Optimizer {
   void ApplyRule(std::span<float> param, std::span<const float> grad,
                  std::span<const std::span<float>> slots, const Step& step) override {
     const double td = static_cast<double>(step.t);
-    const double bias1 = 1 - std::pow(b1d_, td);
+    const double bias1 = 1 - std::pow(beta1_.exact, td);
     const float neg_step_size = static_cast<float>(-(step.lr / bias1));
-    const float bias2_sqrt = static_cast<float>(std::sqrt(1 - std::pow(b2d_, td)));
+    const float bias2_sqrt = static_cast<float>(std::sqrt(1 - std::pow(beta2_.exact, td)));
     const float keep =
         !CoupledDecay() && decoupled_ != 0 ? static_cast<float>(1 - step.lr * decoupled_) : 1.0f;
-    AdamLoop(param.data(), grad.data(), slots[0].data(), slots[1].data(), b1_, b2_, c1_, c2_, eps_,
-             keep, bias2_sqrt, neg_step_size, param.size());
+    AdamLoop(param.data(), grad.data(), slots[0].data(), slots[1].data(), beta1_.rate, beta2_.rate,
+             beta1_.complement, beta2_.complement, eps_, keep, bias2_sqrt, neg_step_size,
+             param.size());
   }
 
  private:
@@ -121,12 +122,8 @@ class Adam final : public Optimizer {
     }
   }
 
-  const double b1d_ = DecimalValue(config().beta1());
-  const double b2d_ = DecimalValue(config().beta2());
-  const float b1_ = static_cast<float>(b1d_);
-  const float b2_ = static_cast<float>(b2d_);
-  const float c1_ = static_cast<float>(1 - b1d_);
-  const float c2_ = static_cast<float>(1 - b2d_);
+  const Decay beta1_{config().beta1()};
+  const Decay beta2_{config().beta2()};
   const float eps_ = config().epsilon();
   const double decoupled_ = DecimalValue(config().weight_decay());
 };
@@ -176,7 +173,7 @@ class RmsProp final : public Optimizer {
     float* buf = momentum_ > 0 ? slots[1].data() : nullptr;
     float* mg = centered_ ? slots[momentum_ > 0 ? 2 : 1].data() : nullptr;
     RmsPropLoop(param.data(), grad.data(), slots[0].data(), buf, mg, static_cast<float>(-step.lr),
-                alpha_, c_, momentum_, eps_, param.size());
+                alpha_.rate, alpha_.complement, momentum_, eps_, param.size());
   }
 
  private:
@@ -216,8 +213,7 @@ class RmsProp final : public Optimizer {
     }
   }
 
-  const float alpha_ = static_cast<float>(DecimalValue(config().rho()));
-  const float c_ = static_cast<float>(1 - DecimalValue(config().rho()));
+  const Decay alpha_{config().rho()};
   const float momentum_ = config().momentum();
   const float eps_ = config().epsilon();
   const bool centered_ = config().centered();
@@ -234,7 +230,7 @@ class Adadelta final : public Optimizer {
   void ApplyRule(std::span<float> param, std::span<const float> grad,
                  std::span<const std::span<float>> slots, const Step& step) override {
     AdadeltaLoop(param.data(), grad.data(), slots[0].data(), slots[1].data(),
-                 static_cast<float>(-step.lr), rho_, c_, eps_, param.size());
+                 static_cast<float>(-step.lr), rho_.rate, rho_.complement, eps_, param.size());
   }
 
  private:
@@ -250,8 +246,7 @@ class Adadelta final : public Optimizer {
     }
   }
 
-  const float rho_ = static_cast<float>(DecimalValue(config().rho()));
-  const float c_ = static_cast<float>(1 - DecimalValue(config().rho()));
+  const Decay rho_{config().rho()};
   const float eps_ = config().epsilon();
 };
 

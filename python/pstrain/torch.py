@@ -188,19 +188,17 @@ class Embedding(torch.nn.Module):
             self._steps += 1
             values = self._values[rows]
             slots = [s[rows] for s in self._slots]
-            def f32(x):  # a float32 scalar, as the ps's kernels take it
-                return float(np.float32(x))
             if optimizer == "sgd":
-                values -= f32(lr) * grad
+                values -= _f32(lr) * grad
             elif optimizer == "adagrad":
                 slots[0] += grad * grad
-                values -= f32(lr) * grad / slots[0].sqrt()
+                values -= _f32(lr) * grad / slots[0].sqrt()
             elif optimizer == "adam":
                 t = self._steps
-                lr_t = f32(lr * math.sqrt(1 - beta2 ** t) / (1 - beta1 ** t))
-                slots[0] = f32(beta1) * slots[0] + f32(1 - beta1) * grad
-                slots[1] = f32(beta2) * slots[1] + f32(1 - beta2) * grad * grad
-                values -= lr_t * slots[0] / (slots[1].sqrt() + f32(epsilon))
+                lr_t = _f32(lr * math.sqrt(1 - beta2 ** t) / (1 - beta1 ** t))
+                slots[0] = _f32(beta1) * slots[0] + _f32(1 - beta1) * grad
+                slots[1] = _f32(beta2) * slots[1] + _f32(1 - beta2) * grad * grad
+                values -= lr_t * slots[0] / (slots[1].sqrt() + _f32(epsilon))
             else:  # ftrl
                 g, p = grad.double(), values.double()
                 accum, linear = slots[0].double(), slots[1].double()
@@ -215,6 +213,11 @@ class Embedding(torch.nn.Module):
             self._values[rows] = values
             for s, new in zip(self._slots, slots):
                 s[rows] = new
+
+def _f32(x: float) -> float:
+    """`x` rounded to float32, as the ps's kernels take a scalar."""
+    return float(np.float32(x))
+
 
 def _splitmix64(x: np.ndarray) -> np.ndarray:
     x = x + np.uint64(0x9E3779B97F4A7C15)
