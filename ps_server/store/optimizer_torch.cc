@@ -177,12 +177,12 @@ class RmsProp final : public Optimizer {
   }
 
  private:
-  // One loop per variant, no branch inside: each vectorizes.
+  // One loop per variant, no branch inside: each vectorizes. Inlined into
+  // the four cloned functions below (a template cannot be cloned).
   template <bool kCentered, bool kMomentum>
-  PST_FMA_CLONES static void RmsPropVariant(float* __restrict p, const float* __restrict g,
-                                            float* __restrict ms, float* __restrict buf,
-                                            float* __restrict mg, float neg_lr, float alpha,
-                                            float c, float m, float eps, size_t n) {
+  __attribute__((always_inline)) static inline void RmsPropVariant(
+      float* __restrict p, const float* __restrict g, float* __restrict ms, float* __restrict buf,
+      float* __restrict mg, float neg_lr, float alpha, float c, float m, float eps, size_t n) {
     for (size_t i = 0; i < n; ++i) {
       ms[i] = std::fma(c * g[i], g[i], ms[i] * alpha);
       float avg;
@@ -200,16 +200,27 @@ class RmsProp final : public Optimizer {
       }
     }
   }
+#define PST_RMSPROP_VARIANT(NAME, CENTERED, MOMENTUM)                                         \
+  PST_FMA_CLONES static void NAME(float* p, const float* g, float* ms, float* buf, float* mg, \
+                                  float neg_lr, float alpha, float c, float m, float eps,     \
+                                  size_t n) {                                                 \
+    RmsPropVariant<CENTERED, MOMENTUM>(p, g, ms, buf, mg, neg_lr, alpha, c, m, eps, n);       \
+  }
+  PST_RMSPROP_VARIANT(CenteredWithMomentum, true, true)
+  PST_RMSPROP_VARIANT(Centered, true, false)
+  PST_RMSPROP_VARIANT(WithMomentum, false, true)
+  PST_RMSPROP_VARIANT(Plain, false, false)
+#undef PST_RMSPROP_VARIANT
   static void RmsPropLoop(float* p, const float* g, float* ms, float* buf, float* mg, float neg_lr,
                           float alpha, float c, float m, float eps, size_t n) {
     if (mg != nullptr && buf != nullptr) {
-      RmsPropVariant<true, true>(p, g, ms, buf, mg, neg_lr, alpha, c, m, eps, n);
+      CenteredWithMomentum(p, g, ms, buf, mg, neg_lr, alpha, c, m, eps, n);
     } else if (mg != nullptr) {
-      RmsPropVariant<true, false>(p, g, ms, buf, mg, neg_lr, alpha, c, m, eps, n);
+      Centered(p, g, ms, buf, mg, neg_lr, alpha, c, m, eps, n);
     } else if (buf != nullptr) {
-      RmsPropVariant<false, true>(p, g, ms, buf, mg, neg_lr, alpha, c, m, eps, n);
+      WithMomentum(p, g, ms, buf, mg, neg_lr, alpha, c, m, eps, n);
     } else {
-      RmsPropVariant<false, false>(p, g, ms, buf, mg, neg_lr, alpha, c, m, eps, n);
+      Plain(p, g, ms, buf, mg, neg_lr, alpha, c, m, eps, n);
     }
   }
 
