@@ -17,41 +17,17 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "common/initializer.h"
-#include "common/lr_schedule.h"
 #include "common/status_macros.h"
 #include "common/table_policy.h"
 #include "common/tensor_util.h"
-#include "google/protobuf/util/json_util.h"
 #include "models/model.h"
+#include "models/spec_parse.h"
 #include "nlohmann/json.hpp"
 
 namespace pst::models {
-namespace {
 
-using nlohmann::json;
-
-constexpr char kPrefix[] = "spec:";
-
-// Error messages name the file, then the variable.
-class Context {
- public:
-  explicit Context(const std::string& path) : path_(path) {}
-  void SetVariable(int index, const std::string& name) {
-    variable_ =
-        name.empty() ? absl::StrCat("variable #", index) : absl::StrCat("variable '", name, "'");
-  }
-  absl::Status Error(absl::string_view what) const {
-    return absl::InvalidArgumentError(
-        absl::StrCat("model spec ", path_, ": ", variable_.empty() ? "" : variable_ + ": ", what));
-  }
-
- private:
-  const std::string& path_;
-  std::string variable_;
-};
-
-absl::Status OnlyKeys(const json& object, std::initializer_list<absl::string_view> keys,
-                      const Context& context, absl::string_view what) {
+absl::Status OnlyKeys(const nlohmann::json& object, std::initializer_list<absl::string_view> keys,
+                      const SpecContext& context, absl::string_view what) {
   for (const auto& [key, value] : object.items()) {
     bool known = false;
     for (absl::string_view k : keys) known = known || key == k;
@@ -59,6 +35,13 @@ absl::Status OnlyKeys(const json& object, std::initializer_list<absl::string_vie
   }
   return absl::OkStatus();
 }
+
+namespace {
+
+using nlohmann::json;
+using Context = SpecContext;
+
+constexpr char kPrefix[] = "spec:";
 
 // A JSON integer in [lo, hi], or an error naming `field`.
 absl::StatusOr<int64_t> Integer(const json& value, int64_t lo, int64_t hi, const Context& context,
@@ -261,79 +244,6 @@ absl::Status CheckFileTensors(const proto::TrainingConfig& training, const std::
   return absl::OkStatus();
 }
 
-// An OptimizerConfig in protobuf's JSON form, its "schedule" an LrSchedule
-// object or --lr_schedule's text, as field `what`.
-absl::Status ParseOptimizer(const json& value, const Context& context, const std::string& what,
-                            proto::OptimizerConfig* out) {
-  if (!value.is_object())
-    return context.Error(absl::StrCat("field '", what, "' must be an object"));
-  json fields = value;
-  proto::LrSchedule schedule;
-  if (auto text = fields.find("schedule"); text != fields.end() && text->is_string()) {
-    absl::StatusOr<proto::LrSchedule> parsed = common::ParseLrSchedule(text->get<std::string>());
-    if (!parsed.ok()) return context.Error(absl::StrCat(what, ": ", parsed.status().message()));
-    schedule = *std::move(parsed);
-    fields.erase("schedule");
-  }
-  const auto parsed = google::protobuf::util::JsonStringToMessage(fields.dump(), out);
-  if (!parsed.ok()) {
-    return context.Error(absl::StrCat("field '", what, "': ", parsed.message().as_string()));
-  }
-  if (!out->has_schedule()) *out->mutable_schedule() = std::move(schedule);
-  if (absl::Status s = common::CheckLrSchedule(out->schedule()); !s.ok()) {
-    return context.Error(absl::StrCat(what, ": ", s.message()));
-  }
-  return absl::OkStatus();
-}
-
-// The spec's "optimizer", "optimizer_groups" ([{"match": [...],
-// "optimizer": {...}}]) and "clip_norm". They are checked in full with the
-// flags (flags/optimizer_flags.h, common::CheckOptimizerGroups), which may
-// still set the rate.
-absl::Status ParseTraining(const json& spec, const Context& context,
-                           proto::TrainingConfig* training) {
-  training->clear_optimizer();
-  training->clear_optimizer_groups();
-  training->clear_clip_norm();
-  if (auto optimizer = spec.find("optimizer"); optimizer != spec.end()) {
-    PST_RETURN_IF_ERROR(
-        ParseOptimizer(*optimizer, context, "optimizer", training->mutable_optimizer()));
-  }
-  if (auto groups = spec.find("optimizer_groups"); groups != spec.end()) {
-    if (!groups->is_array()) return context.Error("field 'optimizer_groups' must be an array");
-    for (size_t g = 0; g < groups->size(); ++g) {
-      const json& entry = (*groups)[g];
-      const std::string what = absl::StrCat("optimizer_groups[", g, "]");
-      if (!entry.is_object()) return context.Error(absl::StrCat(what, " must be an object"));
-      PST_RETURN_IF_ERROR(OnlyKeys(entry, {"match", "optimizer"}, context, what));
-      proto::OptimizerGroup* group = training->add_optimizer_groups();
-      auto match = entry.find("match");
-      if (match == entry.end() || !match->is_array() || match->empty()) {
-        return context.Error(absl::StrCat(what, ".match must be a non-empty array of patterns"));
-      }
-      for (const json& pattern : *match) {
-        if (!pattern.is_string()) {
-          return context.Error(absl::StrCat(what, ".match holds a non-string"));
-        }
-        group->add_match(pattern.get<std::string>());
-      }
-      auto optimizer = entry.find("optimizer");
-      if (optimizer == entry.end()) {
-        return context.Error(absl::StrCat(what, ".optimizer is missing"));
-      }
-      PST_RETURN_IF_ERROR(
-          ParseOptimizer(*optimizer, context, what + ".optimizer", group->mutable_optimizer()));
-    }
-  }
-  if (auto clip = spec.find("clip_norm"); clip != spec.end()) {
-    if (!clip->is_number() || !std::isfinite(clip->get<double>()) || clip->get<double>() < 0) {
-      return context.Error("field 'clip_norm' must be a number >= 0");
-    }
-    training->set_clip_norm(clip->get<float>());
-  }
-  return absl::OkStatus();
-}
-
 }  // namespace
 
 absl::Status ParseModelSpec(const std::string& path, const std::string& json_text,
@@ -350,7 +260,7 @@ absl::Status ParseModelSpec(const std::string& path, const std::string& json_tex
         absl::StrCat("field 'format' must be \"", kModelSpecFormat, "\"",
                      format == spec.end() ? "" : absl::StrCat(", got ", format->dump())));
   }
-  PST_RETURN_IF_ERROR(ParseTraining(spec, context, training));
+  PST_RETURN_IF_ERROR(ParseSpecTraining(spec, context, training));
   training->clear_spec_variables();
   training->clear_spec_initial_values();
   if (auto file = spec.find("initial_values"); file != spec.end()) {
