@@ -23,18 +23,6 @@ float Optimizer::SlotInitialValue(int slot) const {
   return accumulator ? config_.initial_accumulator() : 0.0f;
 }
 
-namespace {
-
-// grad.add(param, alpha=decay), fused as torch's kernel fuses it: in a clone
-// for FMA hardware and a default one (libm's exact fma).
-__attribute__((target_clones("fma", "default"))) void AddDecay(float* __restrict g,
-                                                               const float* __restrict p,
-                                                               float decay, size_t n) {
-  for (size_t i = 0; i < n; ++i) g[i] = std::fma(decay, p[i], g[i]);
-}
-
-}  // namespace
-
 Step Optimizer::StepAt(int64_t t) const { return {t, common::ScheduledRate(config_, t - 1)}; }
 
 void Optimizer::Apply(std::span<float> param, std::span<const float> grad,
@@ -58,7 +46,7 @@ void Optimizer::Apply(std::span<float> param, std::span<const float> grad,
   } else {
     std::copy_n(in, n, g);
   }
-  if (decay) AddDecay(g, p, decay_, n);
+  if (decay) internal::AddCoupledDecay(g, p, decay_, n);
   ApplyRule(param, std::span<const float>(g, n), slots, step);
 }
 

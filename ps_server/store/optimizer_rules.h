@@ -2,6 +2,7 @@
 #ifndef PST_PS_SERVER_STORE_OPTIMIZER_RULES_H_
 #define PST_PS_SERVER_STORE_OPTIMIZER_RULES_H_
 
+#include <cstddef>
 #include <memory>
 
 #include "common/decimal.h"
@@ -31,6 +32,11 @@ std::unique_ptr<Optimizer> CreateTensorflowOptimizer(const proto::OptimizerConfi
 // torch.optim's single-tensor rules: every optimizer but ftrl. REQUIRES:
 // `checked` passed common::CheckOptimizerConfig with form "torch".
 std::unique_ptr<Optimizer> CreateTorchOptimizer(const proto::OptimizerConfig& checked);
+
+// grad[i] = fma(decay, param[i], grad[i]) for i < n: torch's coupled weight
+// decay, grad.add(param, alpha=decay), fused as ATen fuses it (every form
+// takes it so; optimizer_torch.cc).
+void AddCoupledDecay(float* grad, const float* param, float decay, size_t n);
 
 }  // namespace pst::ps::internal
 

@@ -9,8 +9,9 @@
 //   x.addcmul_(y, z, value=v)   fma(v * y, z, x)
 //   x.addcdiv_(y, z, value=v)   x + (v * y) / z       (no fusion)
 //   x.mul_(s), x / s, x.add(s)  one rounding each, s as float32
-// std::fma is exact everywhere; each loop is built twice (target_clones),
-// with the FMA instruction where the CPU has it and libm's fma elsewhere.
+// std::fma is exact everywhere; each loop is built twice (RunFused), with
+// the FMA instruction where the CPU has it and libm's fma elsewhere. The
+// file is built with -ffp-contract=off: only the explicit std::fma fuse.
 // The coupled weight decay (grad.add(param, alpha=weight_decay)) and
 // clipping happen in Optimizer::Apply, before these rules.
 #include <cmath>
@@ -19,14 +20,49 @@
 #include "common/decimal.h"
 #include "ps_server/store/optimizer_rules.h"
 
-// Each loop in a clone for FMA hardware (vectorized, fused) and a default
-// one; the dynamic loader picks one per CPU.
-#define PST_FMA_CLONES __attribute__((target_clones("fma", "default")))
+// A loop of a rule: inlined into both builds RunFused makes of it.
+#define PST_LOOP __attribute__((always_inline)) static inline
 
 namespace pst::ps::internal {
 namespace {
 
 using common::DecimalValue;
+
+#if defined(__x86_64__)
+bool CpuHasFma() {
+  static const bool has = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("fma") != 0;
+  }();
+  return has;
+}
+
+template <auto kLoop, typename... Args>
+__attribute__((target("fma"))) void RunWithFma(Args... args) {
+  kLoop(args...);
+}
+#endif
+
+template <auto kLoop, typename... Args>
+void RunPlain(Args... args) {
+  kLoop(args...);
+}
+
+// kLoop (a PST_LOOP) built twice: for FMA hardware (AVX, std::fma one
+// vectorized instruction) and for any x86-64 (libm's exact fma), the first
+// where the CPU has FMA. The same bits either way. (Not GCC's
+// target_clones: their ifunc resolvers run before a sanitizer's runtime
+// and crash TSan builds.)
+template <auto kLoop, typename... Args>
+void RunFused(Args... args) {
+#if defined(__x86_64__)
+  if (CpuHasFma()) {
+    RunWithFma<kLoop>(args...);
+    return;
+  }
+#endif
+  RunPlain<kLoop>(args...);
+}
 
 // torch.optim.SGD without momentum: param.add_(grad, alpha=-lr).
 class Sgd final : public Optimizer {
@@ -38,12 +74,11 @@ class Sgd final : public Optimizer {
     const float* __restrict g = grad.data();
     const float neg_lr = static_cast<float>(-step.lr);
     const size_t n = param.size();
-    SgdLoop(p, g, neg_lr, n);
+    RunFused<&SgdLoop>(p, g, neg_lr, n);
   }
 
  private:
-  PST_FMA_CLONES static void SgdLoop(float* __restrict p, const float* __restrict g, float neg_lr,
-                                     size_t n) {
+  PST_LOOP void SgdLoop(float* __restrict p, const float* __restrict g, float neg_lr, size_t n) {
     for (size_t i = 0; i < n; ++i) p[i] = std::fma(neg_lr, g[i], p[i]);
   }
 };
@@ -60,13 +95,12 @@ class Momentum final : public Optimizer {
     const float* __restrict g = grad.data();
     float* __restrict buf = slots[0].data();
     const size_t n = param.size();
-    MomentumLoop(p, g, buf, static_cast<float>(-step.lr), momentum_, nesterov_, n);
+    RunFused<&MomentumLoop>(p, g, buf, static_cast<float>(-step.lr), momentum_, nesterov_, n);
   }
 
  private:
-  PST_FMA_CLONES static void MomentumLoop(float* __restrict p, const float* __restrict g,
-                                          float* __restrict buf, float neg_lr, float m,
-                                          bool nesterov, size_t n) {
+  PST_LOOP void MomentumLoop(float* __restrict p, const float* __restrict g, float* __restrict buf,
+                             float neg_lr, float m, bool nesterov, size_t n) {
     if (nesterov) {
       for (size_t i = 0; i < n; ++i) {
         buf[i] = buf[i] * m + g[i];
@@ -101,16 +135,15 @@ class Adam final : public Optimizer {
     const float bias2_sqrt = static_cast<float>(std::sqrt(1 - std::pow(beta2_.exact, td)));
     const float keep =
         !CoupledDecay() && decoupled_ != 0 ? static_cast<float>(1 - step.lr * decoupled_) : 1.0f;
-    AdamLoop(param.data(), grad.data(), slots[0].data(), slots[1].data(), beta1_.rate, beta2_.rate,
-             beta1_.complement, beta2_.complement, eps_, keep, bias2_sqrt, neg_step_size,
-             param.size());
+    RunFused<&AdamLoop>(param.data(), grad.data(), slots[0].data(), slots[1].data(), beta1_.rate,
+                        beta2_.rate, beta1_.complement, beta2_.complement, eps_, keep, bias2_sqrt,
+                        neg_step_size, param.size());
   }
 
  private:
-  PST_FMA_CLONES static void AdamLoop(float* __restrict p, const float* __restrict g,
-                                      float* __restrict m, float* __restrict v, float b1, float b2,
-                                      float c1, float c2, float eps, float keep, float bias2_sqrt,
-                                      float neg_step_size, size_t n) {
+  PST_LOOP void AdamLoop(float* __restrict p, const float* __restrict g, float* __restrict m,
+                         float* __restrict v, float b1, float b2, float c1, float c2, float eps,
+                         float keep, float bias2_sqrt, float neg_step_size, size_t n) {
     if (keep != 1.0f) {
       for (size_t i = 0; i < n; ++i) p[i] = p[i] * keep;
     }
@@ -141,13 +174,12 @@ class Adagrad final : public Optimizer {
     const size_t n = param.size();
     const float neg_clr =
         static_cast<float>(-(step.lr / (1 + static_cast<double>(step.t - 1) * decay_)));
-    AdagradLoop(p, g, sum, neg_clr, eps_, n);
+    RunFused<&AdagradLoop>(p, g, sum, neg_clr, eps_, n);
   }
 
  private:
-  PST_FMA_CLONES static void AdagradLoop(float* __restrict p, const float* __restrict g,
-                                         float* __restrict sum, float neg_clr, float eps,
-                                         size_t n) {
+  PST_LOOP void AdagradLoop(float* __restrict p, const float* __restrict g, float* __restrict sum,
+                            float neg_clr, float eps, size_t n) {
     for (size_t i = 0; i < n; ++i) {
       sum[i] = std::fma(g[i], g[i], sum[i]);
       p[i] = p[i] + (neg_clr * g[i]) / (std::sqrt(sum[i]) + eps);
@@ -177,12 +209,11 @@ class RmsProp final : public Optimizer {
   }
 
  private:
-  // One loop per variant, no branch inside: each vectorizes. Inlined into
-  // the four cloned functions below (a template cannot be cloned).
+  // One loop per variant, no branch inside: each vectorizes.
   template <bool kCentered, bool kMomentum>
-  __attribute__((always_inline)) static inline void RmsPropVariant(
-      float* __restrict p, const float* __restrict g, float* __restrict ms, float* __restrict buf,
-      float* __restrict mg, float neg_lr, float alpha, float c, float m, float eps, size_t n) {
+  PST_LOOP void RmsPropVariant(float* __restrict p, const float* __restrict g, float* __restrict ms,
+                               float* __restrict buf, float* __restrict mg, float neg_lr,
+                               float alpha, float c, float m, float eps, size_t n) {
     for (size_t i = 0; i < n; ++i) {
       ms[i] = std::fma(c * g[i], g[i], ms[i] * alpha);
       float avg;
@@ -200,27 +231,16 @@ class RmsProp final : public Optimizer {
       }
     }
   }
-#define PST_RMSPROP_VARIANT(NAME, CENTERED, MOMENTUM)                                         \
-  PST_FMA_CLONES static void NAME(float* p, const float* g, float* ms, float* buf, float* mg, \
-                                  float neg_lr, float alpha, float c, float m, float eps,     \
-                                  size_t n) {                                                 \
-    RmsPropVariant<CENTERED, MOMENTUM>(p, g, ms, buf, mg, neg_lr, alpha, c, m, eps, n);       \
-  }
-  PST_RMSPROP_VARIANT(CenteredWithMomentum, true, true)
-  PST_RMSPROP_VARIANT(Centered, true, false)
-  PST_RMSPROP_VARIANT(WithMomentum, false, true)
-  PST_RMSPROP_VARIANT(Plain, false, false)
-#undef PST_RMSPROP_VARIANT
   static void RmsPropLoop(float* p, const float* g, float* ms, float* buf, float* mg, float neg_lr,
                           float alpha, float c, float m, float eps, size_t n) {
     if (mg != nullptr && buf != nullptr) {
-      CenteredWithMomentum(p, g, ms, buf, mg, neg_lr, alpha, c, m, eps, n);
+      RunFused<&RmsPropVariant<true, true>>(p, g, ms, buf, mg, neg_lr, alpha, c, m, eps, n);
     } else if (mg != nullptr) {
-      Centered(p, g, ms, buf, mg, neg_lr, alpha, c, m, eps, n);
+      RunFused<&RmsPropVariant<true, false>>(p, g, ms, buf, mg, neg_lr, alpha, c, m, eps, n);
     } else if (buf != nullptr) {
-      WithMomentum(p, g, ms, buf, mg, neg_lr, alpha, c, m, eps, n);
+      RunFused<&RmsPropVariant<false, true>>(p, g, ms, buf, mg, neg_lr, alpha, c, m, eps, n);
     } else {
-      Plain(p, g, ms, buf, mg, neg_lr, alpha, c, m, eps, n);
+      RunFused<&RmsPropVariant<false, false>>(p, g, ms, buf, mg, neg_lr, alpha, c, m, eps, n);
     }
   }
 
@@ -240,14 +260,15 @@ class Adadelta final : public Optimizer {
   using Optimizer::Optimizer;
   void ApplyRule(std::span<float> param, std::span<const float> grad,
                  std::span<const std::span<float>> slots, const Step& step) override {
-    AdadeltaLoop(param.data(), grad.data(), slots[0].data(), slots[1].data(),
-                 static_cast<float>(-step.lr), rho_.rate, rho_.complement, eps_, param.size());
+    RunFused<&AdadeltaLoop>(param.data(), grad.data(), slots[0].data(), slots[1].data(),
+                            static_cast<float>(-step.lr), rho_.rate, rho_.complement, eps_,
+                            param.size());
   }
 
  private:
-  PST_FMA_CLONES static void AdadeltaLoop(float* __restrict p, const float* __restrict g,
-                                          float* __restrict ms, float* __restrict acc_delta,
-                                          float neg_lr, float rho, float c, float eps, size_t n) {
+  PST_LOOP void AdadeltaLoop(float* __restrict p, const float* __restrict g, float* __restrict ms,
+                             float* __restrict acc_delta, float neg_lr, float rho, float c,
+                             float eps, size_t n) {
     for (size_t i = 0; i < n; ++i) {
       ms[i] = std::fma(c * g[i], g[i], ms[i] * rho);
       const float std_dev = std::sqrt(ms[i] + eps);
@@ -261,7 +282,15 @@ class Adadelta final : public Optimizer {
   const float eps_ = config().epsilon();
 };
 
+PST_LOOP void DecayLoop(float* __restrict g, const float* __restrict p, float decay, size_t n) {
+  for (size_t i = 0; i < n; ++i) g[i] = std::fma(decay, p[i], g[i]);
+}
+
 }  // namespace
+
+void AddCoupledDecay(float* grad, const float* param, float decay, size_t n) {
+  RunFused<&DecayLoop>(grad, param, decay, n);
+}
 
 std::unique_ptr<Optimizer> CreateTorchOptimizer(const proto::OptimizerConfig& c) {
   const std::string& name = c.name();
