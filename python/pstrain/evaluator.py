@@ -60,7 +60,7 @@ class Checkpoint:
 
     def tensors(self) -> Dict[str, np.ndarray]:
         """Every variable by name, as float32 numpy arrays of its full shape."""
-        from .torch import read_safetensors
+        from .safetensors import read_safetensors
         return read_safetensors(self.export())
 
     def load_into(self, module) -> None:

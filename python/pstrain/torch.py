@@ -23,7 +23,6 @@ module's own initial values, and the optimizer and schedule the ps run.
 import json
 import math
 import os
-import struct
 from typing import Dict, Iterator, List, Optional
 
 import numpy as np
@@ -31,6 +30,7 @@ import torch
 
 import pstrain
 from pstrain import optim
+from pstrain.safetensors import read_safetensors, write_safetensors
 
 __all__ = ["Embedding", "Trainer", "export_spec", "load_safetensors", "read_safetensors",
            "write_safetensors"]
@@ -354,61 +354,6 @@ def _summed_by_id(ids: torch.Tensor, grads: torch.Tensor):
     if len(unique) == len(ids):
         return ids, grads
     return unique, torch.zeros(len(unique), grads.shape[1]).index_add_(0, inverse, grads)
-
-
-def write_safetensors(path: str, tensors: Dict[str, np.ndarray]) -> None:
-    """Writes float32 arrays in the safetensors format."""
-    header, offset, blobs = {}, 0, []
-    for name, array in tensors.items():
-        data = np.ascontiguousarray(array, dtype="<f4").tobytes()
-        header[name] = {"dtype": "F32", "shape": list(array.shape),
-                        "data_offsets": [offset, offset + len(data)]}
-        offset += len(data)
-        blobs.append(data)
-    text = json.dumps(header, separators=(",", ":")).encode()
-    text += b" " * (-len(text) % 8)
-    tmp = path + ".tmp"
-    with open(tmp, "wb") as f:
-        f.write(struct.pack("<Q", len(text)))
-        f.write(text)
-        for blob in blobs:
-            f.write(blob)
-    os.replace(tmp, path)
-
-
-_SAFETENSORS_DTYPES = {"F32": "<f4", "I64": "<i8"}
-
-
-def read_safetensors(path: str) -> Dict[str, np.ndarray]:
-    """The tensors of a safetensors file (`pstrain checkpoint export` writes
-    them): F32 as float32, I64 (a hash table's `.ids`) as int64 arrays.
-    ValueError for a file that is not one, or another dtype."""
-    with open(path, "rb") as f:
-        data = f.read()
-    if len(data) < 8:
-        raise ValueError(f"{path}: too short for a safetensors file")
-    (length,) = struct.unpack("<Q", data[:8])
-    if length > len(data) - 8:
-        raise ValueError(f"{path}: header of {length} bytes past the end of the file")
-    try:
-        header = json.loads(data[8:8 + length])
-    except ValueError as e:
-        raise ValueError(f"{path}: header is not JSON: {e}") from None
-    body = memoryview(data)[8 + length:]
-    tensors = {}
-    for name, entry in header.items():
-        if name == "__metadata__":
-            continue
-        dtype = _SAFETENSORS_DTYPES.get(entry.get("dtype"))
-        if dtype is None:
-            raise ValueError(f"{path}: tensor '{name}' is {entry.get('dtype')}, not F32 or I64")
-        begin, end = entry["data_offsets"]
-        shape = tuple(entry["shape"])
-        size = np.dtype(dtype).itemsize * int(np.prod(shape))
-        if not 0 <= begin <= end <= len(body) or end - begin != size:
-            raise ValueError(f"{path}: tensor '{name}' has bad offsets {begin}, {end}")
-        tensors[name] = np.frombuffer(body[begin:end], dtype).reshape(shape).copy()
-    return tensors
 
 
 def load_safetensors(module: torch.nn.Module, path: str) -> None:
