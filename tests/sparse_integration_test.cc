@@ -174,6 +174,20 @@ TEST(PlanTest, TenMillionRowModel_SizeBalanced_IsWithinTenPercent) {
   EXPECT_LE(imbalance, 1.10) << output;
 }
 
+TEST(PlanTest, EachVariable_ShowsItsOwnOptimizer) {
+  auto plan = TestProcess::Start({BinaryPath("pstrain"), "plan", "--ps=2", "--model=wide_deep",
+                                  "--table_optimizer=adagrad", "--optimizer_form=torch"});
+  ASSERT_TRUE(plan.ok());
+  std::optional<int> exited = (*plan)->WaitForExit(kTimeout);
+  ASSERT_TRUE(exited.has_value());
+  const std::string output = (*plan)->output();
+  ASSERT_EQ(ExitCode(*exited), 0) << output;
+  EXPECT_TRUE(
+      std::regex_search(output, std::regex(R"(deep/embedding/part_0 .* adagrad \(torch\))")))
+      << output;
+  EXPECT_TRUE(std::regex_search(output, std::regex(R"(wide/bias .* adam \(torch\))"))) << output;
+}
+
 TEST(PlanTest, BadPartitionerFlag_ExitsTwoWithMessage) {
   auto plan = TestProcess::Start(
       {BinaryPath("pstrain"), "plan", "--model=wide_deep", "--partitioner=fixed"});

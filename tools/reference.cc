@@ -94,13 +94,18 @@ std::string FormatPlan(const proto::PlacementPlan& plan) {
                           spec.num_partitions(), routing);
   }
   if (!tables.empty()) out += "\n";
-  absl::StrAppendFormat(&out, "%-36s %-18s %14s %4s\n", "variable", "shape", "bytes", "ps");
+  absl::StrAppendFormat(&out, "%-36s %-18s %14s %4s  %s\n", "variable", "shape", "bytes", "ps",
+                        "optimizer");
   for (const auto& entry : plan.variables()) {
     const proto::VariableSpec& spec = entry.spec();
     std::string shape = common::ShapeString(spec.shape());
     if (spec.routing() == proto::HASH) shape = absl::StrCat("hash x ", spec.shape(1));
-    absl::StrAppendFormat(&out, "%-36s %-18s %14d %4d\n", spec.name(), shape,
-                          common::SpecBytes(spec), entry.ps_index());
+    // Its own (its group's or the job's), as the chief resolved it.
+    const proto::OptimizerConfig& opt = spec.optimizer();
+    const std::string optimizer =
+        opt.name().empty() ? "" : absl::StrCat(opt.name(), opt.form() == "torch" ? " (torch)" : "");
+    absl::StrAppendFormat(&out, "%-36s %-18s %14d %4d  %s\n", spec.name(), shape,
+                          common::SpecBytes(spec), entry.ps_index(), optimizer);
   }
   const std::vector<int64_t> bytes = common::BytesPerPs(plan);
   int64_t total = 0;
