@@ -1,7 +1,6 @@
 // TrainingConfigFromFlags: in a file of its own, because it consults the
 // model registry; executables that never call it (the ps) do not link the
 // models.
-#include <cmath>
 #include <string>
 #include <vector>
 
@@ -10,7 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "common/optimizer_config.h"
+#include "common/optimizer_groups.h"
 #include "common/status_macros.h"
 #include "common/table_policy.h"
 #include "flags/job_flags.h"
