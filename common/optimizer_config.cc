@@ -122,7 +122,7 @@ std::vector<std::string> OptimizerSlotNames(const proto::OptimizerConfig& config
   if (name == "ftrl") return {"accum", "linear"};
   if (name == "rmsprop") {
     std::vector<std::string> slots = {"ms"};
-    if (config.form() != kTorchForm || config.momentum() > 0) slots.push_back("mom");
+    if (OptimizerForm(config) != kTorchForm || config.momentum() > 0) slots.push_back("mom");
     if (config.centered()) slots.push_back("mg");
     return slots;
   }

@@ -21,6 +21,12 @@ inline constexpr absl::string_view kOptimizerNames =
 inline constexpr absl::string_view kTensorflowForm = "tensorflow";
 inline constexpr absl::string_view kTorchForm = "torch";
 
+// The form `config` names: its form, or "tensorflow" when empty (the
+// default, as CheckOptimizerConfig fills it in).
+inline absl::string_view OptimizerForm(const proto::OptimizerConfig& config) {
+  return config.form().empty() ? kTensorflowForm : absl::string_view(config.form());
+}
+
 // The accumulator start value Adagrad and FTRL use in TensorFlow's form when
 // the config's initial_accumulator is 0 (unset), as TensorFlow's default.
 inline constexpr float kDefaultInitialAccumulator = 0.1f;

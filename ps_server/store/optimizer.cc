@@ -1,9 +1,9 @@
 #include "ps_server/store/optimizer.h"
 
 #include <algorithm>
-#include <cmath>
 #include <vector>
 
+#include "common/decimal.h"
 #include "common/lr_schedule.h"
 #include "common/optimizer_config.h"
 #include "common/status_macros.h"
@@ -13,6 +13,7 @@ namespace pst::ps {
 
 Optimizer::Optimizer(proto::OptimizerConfig checked)
     : config_(std::move(checked)),
+      base_rate_(common::DecimalValue(config_.learning_rate())),
       num_slots_(static_cast<int>(common::OptimizerSlotNames(config_).size())),
       clip_(config_.clip_value()),
       decay_(config_.weight_decay()) {}
@@ -23,7 +24,9 @@ float Optimizer::SlotInitialValue(int slot) const {
   return accumulator ? config_.initial_accumulator() : 0.0f;
 }
 
-Step Optimizer::StepAt(int64_t t) const { return {t, common::ScheduledRate(config_, t - 1)}; }
+Step Optimizer::StepAt(int64_t t) const {
+  return {t, common::LearningRateAt(base_rate_, config_.schedule(), t - 1)};
+}
 
 void Optimizer::Apply(std::span<float> param, std::span<const float> grad,
                       std::span<const std::span<float>> slots, const Step& step) {

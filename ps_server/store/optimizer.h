@@ -76,6 +76,9 @@ class Optimizer {
 
  private:
   const proto::OptimizerConfig config_;
+  // The learning rate as the decimal it was written as (common/decimal.h),
+  // once: StepAt runs at every push.
+  const double base_rate_;
   const int num_slots_;
   const float clip_;
   const float decay_;

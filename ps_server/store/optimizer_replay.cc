@@ -67,6 +67,7 @@ struct Replay {
   bool table = false;
   std::vector<float> init, grads;
   std::vector<int64_t> ids;
+  std::string out;  // where the values go
 };
 
 proto::CreateVariablesRequest CreateRequest(const Replay& r) {
@@ -133,6 +134,7 @@ absl::StatusOr<Replay> ReadReplay(const std::string& path) {
   r.table = config.value("table", false);
   r.ids_per_step = config.value("ids_per_step", int64_t{0});
   r.restore_at = config.value("restore_at", int64_t{0});
+  r.out = config.at("out").get<std::string>();
   const size_t size = static_cast<size_t>(r.rows * r.dim);
   PST_ASSIGN_OR_RETURN(r.init, ReadArray<float>(config.at("init"), size));
   const size_t per_step = r.table ? static_cast<size_t>(r.ids_per_step * r.dim) : size;
@@ -145,10 +147,7 @@ absl::StatusOr<Replay> ReadReplay(const std::string& path) {
 
 absl::Status Run(const std::string& config_path) {
   PST_ASSIGN_OR_RETURN(const Replay r, ReadReplay(config_path));
-  const std::string out_path = [&] {
-    std::ifstream in(config_path);
-    return nlohmann::json::parse(in).at("out").get<std::string>();
-  }();
+  const std::string& out_path = r.out;
   auto store = std::make_unique<VariableStore>();
   PST_RETURN_IF_ERROR(store->Create(CreateRequest(r)).status());
   for (int64_t s = 0; s < r.steps; ++s) {

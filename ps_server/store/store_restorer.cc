@@ -86,9 +86,8 @@ namespace {
 // "adam (tensorflow form; slots m, v)".
 std::string Describe(const proto::OptimizerConfig& config) {
   const std::vector<std::string> slots = common::OptimizerSlotNames(config);
-  return absl::StrCat(config.name(), " (", config.form().empty() ? "tensorflow" : config.form(),
-                      " form; ", slots.empty() ? "no slots" : "slots " + absl::StrJoin(slots, ", "),
-                      ")");
+  return absl::StrCat(config.name(), " (", common::OptimizerForm(config), " form; ",
+                      slots.empty() ? "no slots" : "slots " + absl::StrJoin(slots, ", "), ")");
 }
 
 }  // namespace
@@ -100,8 +99,7 @@ absl::Status StoreRestorer::CheckOptimizer(const common::ShardRecord& r, Loaded*
   std::string saved;
   if (r.spec.has_optimizer()) {
     const proto::OptimizerConfig& was = r.spec.optimizer();
-    const std::string was_form = was.form().empty() ? "tensorflow" : was.form();
-    same = was.name() == here.name() && was_form == here.form() &&
+    same = was.name() == here.name() && common::OptimizerForm(was) == common::OptimizerForm(here) &&
            common::OptimizerSlotNames(was) == common::OptimizerSlotNames(here);
     saved = Describe(was);
   } else {  // saved before variables carried their optimizer

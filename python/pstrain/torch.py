@@ -171,13 +171,9 @@ class Embedding(torch.nn.Module):
         if not taken:
             return
         with torch.no_grad():
-            if len(taken) == 1:
-                unique, grad = taken[0]
-            else:
-                unique, inverse = torch.unique(torch.cat([u for u, _ in taken]),
-                                               return_inverse=True)
-                grad = torch.zeros(len(unique), self.embedding_dim).index_add_(
-                    0, inverse, torch.cat([g for _, g in taken]))
+            # An id read more than once: its gradients summed, as pushed.
+            unique, grad = _summed_by_id(torch.cat([u for u, _ in taken]),
+                                         torch.cat([g for _, g in taken]))
             rows = self._local_slots(unique)
             if self._slots is None:
                 self._slot_init = init
