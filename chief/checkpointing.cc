@@ -113,9 +113,16 @@ absl::StatusOr<SaveFigures> SaveCheckpoint(
   const std::string dir = absl::StrCat(options.checkpoint_dir, "/", name);
   figures.name = name;
   figures.incremental = !base.empty();
+  // An inexact checkpoint of this step, moved aside for this exact full
+  // save: put back if the save fails, removed once it has passed its checks.
+  std::string replaced;
   if (absl::StatusOr<proto::CheckpointManifest> existing = common::ReadManifest(dir);
       existing.ok()) {
-    if (common::InspectCheckpoint(dir).ok()) {  // saved already
+    const bool valid = common::InspectCheckpoint(dir).ok();
+    // A periodic save that found no cut while the workers' last pushes
+    // went on, of the step the final save (no push in flight) cuts exactly.
+    const bool improves = valid && existing->inexact() && figures.exact && base.empty();
+    if (valid && !improves) {  // saved already
       std::vector<proto::SaveResponse> ignored(ps.size());
       each_ps(proto::SaveRequest::DISCARD, "", &ignored).IgnoreError();  // frees the copies
       // The same cut, but what it says of the epochs may be behind: a
@@ -133,50 +140,71 @@ absl::StatusOr<SaveFigures> SaveCheckpoint(
     }
     // A checkpoint of this step that fails its checks (the job fell back
     // past it): kept for a look under another name, never deleted.
-    const std::string aside = absl::StrCat(dir, ".unusable-", absl::ToUnixMillis(absl::Now()));
+    const std::string aside =
+        absl::StrCat(dir, improves ? ".inexact-" : ".unusable-", absl::ToUnixMillis(absl::Now()));
     std::error_code ec;
     std::filesystem::rename(dir, aside, ec);
     if (ec) {
-      return absl::InternalError(absl::StrCat("checkpoint ", dir, " fails its checks and cannot ",
-                                              "be moved aside to ", aside, ": ", ec.message()));
+      return absl::InternalError(absl::StrCat("checkpoint ", dir, " cannot be moved aside to ",
+                                              aside, ": ", ec.message()));
     }
-    spdlog::warn("checkpoint {} fails its checks; moved it to {} and saving step {} anew", dir,
-                 aside, step);
+    if (improves) {
+      replaced = aside;
+      spdlog::info("checkpoint {} is not an exact cut; saving step {} anew as one", dir, step);
+    } else {
+      spdlog::warn("checkpoint {} fails its checks; moved it to {} and saving step {} anew", dir,
+                   aside, step);
+    }
   }
-  // Phase 2: every ps writes the snapshot it kept.
-  std::vector<proto::SaveResponse> saved(ps.size());
-  absl::Status written = each_ps(proto::SaveRequest::WRITE, name, &saved);
-  if (!written.ok()) {
-    // Not a checkpoint (it has no manifest); remove what was written.
-    std::error_code ignored;
-    std::filesystem::remove_all(dir, ignored);
-    return written;
+  // Phase 2: every ps writes the snapshot it kept; the manifest commits it.
+  const absl::Status committed = [&]() -> absl::Status {
+    std::vector<proto::SaveResponse> saved(ps.size());
+    absl::Status written = each_ps(proto::SaveRequest::WRITE, name, &saved);
+    if (!written.ok()) {
+      // Not a checkpoint (it has no manifest); remove what was written.
+      std::error_code ignored;
+      std::filesystem::remove_all(dir, ignored);
+      return written;
+    }
+    proto::CheckpointManifest manifest;
+    manifest.set_format_version(1);
+    manifest.set_global_step(step);
+    *manifest.mutable_plan() = state.plan();
+    *manifest.mutable_training() = state.training();
+    manifest.set_created_unix_ms(absl::ToUnixMillis(absl::Now()));
+    for (int64_t p : *cut_positions) manifest.add_worker_positions(p);
+    manifest.set_epochs_completed(epochs_completed);
+    manifest.set_closes_epoch(closes_epoch);
+    manifest.set_base(base);
+    manifest.set_inexact(!figures.exact);
+    for (const proto::SaveResponse& r : saved) {
+      *manifest.add_shards() = r.shard();
+      figures.bytes += r.shard().bytes();
+      figures.pushes_during = std::max(figures.pushes_during, r.pushes_during());
+    }
+    PST_RETURN_IF_ERROR(common::WriteManifest(dir, manifest));
+    PST_RETURN_IF_ERROR(common::FsyncDirectory(options.checkpoint_dir));
+    // Nothing older is removed until this one passes every check a restore
+    // makes.
+    if (absl::StatusOr<common::CheckpointReport> checked = common::InspectCheckpoint(dir);
+        !checked.ok()) {
+      return absl::DataLossError(
+          absl::StrCat("checkpoint ", dir, " was written but fails its checks (",
+                       checked.status().message(), "); older checkpoints are kept"));
+    }
+    return absl::OkStatus();
+  }();
+  if (!replaced.empty()) {
+    std::error_code ec;
+    if (committed.ok()) {
+      std::filesystem::remove_all(replaced, ec);
+    } else {
+      // The inexact one stands again.
+      std::filesystem::remove_all(dir, ec);
+      std::filesystem::rename(replaced, dir, ec);
+    }
   }
-  proto::CheckpointManifest manifest;
-  manifest.set_format_version(1);
-  manifest.set_global_step(step);
-  *manifest.mutable_plan() = state.plan();
-  *manifest.mutable_training() = state.training();
-  manifest.set_created_unix_ms(absl::ToUnixMillis(absl::Now()));
-  for (int64_t p : *cut_positions) manifest.add_worker_positions(p);
-  manifest.set_epochs_completed(epochs_completed);
-  manifest.set_closes_epoch(closes_epoch);
-  manifest.set_base(base);
-  for (const proto::SaveResponse& r : saved) {
-    *manifest.add_shards() = r.shard();
-    figures.bytes += r.shard().bytes();
-    figures.pushes_during = std::max(figures.pushes_during, r.pushes_during());
-  }
-  PST_RETURN_IF_ERROR(common::WriteManifest(dir, manifest));
-  PST_RETURN_IF_ERROR(common::FsyncDirectory(options.checkpoint_dir));
-  // Nothing older is removed until this one passes every check a restore
-  // makes.
-  if (absl::StatusOr<common::CheckpointReport> checked = common::InspectCheckpoint(dir);
-      !checked.ok()) {
-    return absl::DataLossError(
-        absl::StrCat("checkpoint ", dir, " was written but fails its checks (",
-                     checked.status().message(), "); older checkpoints are kept"));
-  }
+  PST_RETURN_IF_ERROR(committed);
   figures.seconds = absl::ToDoubleSeconds(absl::Now() - start);
   spdlog::info(
       "saved {}checkpoint {}: {:.1f} MB in {:.2f} s ({:.0f} MB/s); {} cut in {} snapshot(s), "

@@ -5,9 +5,11 @@
 // A save goes in two phases. SNAPSHOT: every ps copies its variables at one
 // instant, holding pushes for the copy, and answers what the copy holds of
 // each worker's pushes; again until the copies form one cut (or, after
-// kCutAttempts, each worker at its lowest position anywhere). WRITE: every
-// ps writes its copy; the chief then writes the manifest, which commits the
-// checkpoint, checks it as a restore would, and prunes older ones.
+// kCutAttempts, each worker at its lowest position anywhere: a manifest
+// marked inexact, which a later exact full save of its step replaces).
+// WRITE: every ps writes its copy; the chief then writes the manifest,
+// which commits the checkpoint, checks it as a restore would, and prunes
+// older ones.
 //
 // An incremental save (SaveKind.base) asks every ps for what changed since
 // the chain's last link only, and names that link in its manifest

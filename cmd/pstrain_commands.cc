@@ -377,6 +377,11 @@ int InspectCheckpoints(const std::string& dir) {
     std::printf("%s: step %lld, %d shard(s), %lld bytes, checksums OK\n", d.c_str(),
                 static_cast<long long>(report->global_step), report->num_ps,
                 static_cast<long long>(report->total_bytes));
+    if (report->inexact) {
+      std::printf(
+          "  not an exact cut: each worker at its lowest position on any ps (a restore trains "
+          "again what some ps hold already)\n");
+    }
     if (report->chain.size() > 1) {
       // An incremental checkpoint: what changed since the link before.
       std::printf(

@@ -81,6 +81,7 @@ absl::Status InspectLink(const std::string& dir, CheckpointReport* report,
                          absl::flat_hash_set<std::string>* saved) {
   PST_ASSIGN_OR_RETURN(const proto::CheckpointManifest manifest, ReadManifest(dir));
   report->global_step = manifest.global_step();
+  report->inexact = manifest.inexact();
   report->num_ps = manifest.shards_size();
   report->total_bytes = 0;
   report->variables.clear();

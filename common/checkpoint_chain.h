@@ -82,6 +82,7 @@ absl::Status PruneCheckpoints(const std::string& root, int keep, const std::stri
 // What `pstrain checkpoint inspect` prints about one checkpoint.
 struct CheckpointReport {
   int64_t global_step = 0;
+  bool inexact = false;  // CheckpointManifest.inexact
   int num_ps = 0;
   int64_t total_bytes = 0;  // this link's shards
   // The chain's directory names, its full checkpoint first and this one
