@@ -19,6 +19,7 @@ namespace pst::bench {
 struct Result {
   std::string op;
   int64_t size_floats = 0;  // dense
+  std::string wire;         // dense: float32, bf16 or topk:RATIO
   int rows = 0, dim = 0;    // sparse
   int64_t table_rows = 0;
   int ps = 0, workers = 0;

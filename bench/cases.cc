@@ -65,7 +65,8 @@ struct Worker {
 std::vector<Result> RunDense(const Options& options, PsCluster& cluster,
                              const proto::PlacementPlan& plan, std::vector<Worker>& workers) {
   const int num_workers = static_cast<int>(workers.size());
-  // What one size's operations use, for every round (addresses stay put).
+  // What one size's operations in one wire setting use, for every round
+  // (addresses stay put).
   struct SizeState {
     client::Values grads;  // shared by every worker (read only)
     std::vector<std::unique_ptr<client::PsClient>> clients;
@@ -78,55 +79,63 @@ std::vector<Result> RunDense(const Options& options, PsCluster& cluster,
   std::vector<std::unique_ptr<SizeState>> sizes;
   std::vector<Case> cases;
   for (int64_t size : options.sizes) {
-    auto state = std::make_unique<SizeState>();
-    // Small enough that SGD at the benchmark's learning rate keeps the
-    // values finite.
-    state->grads = {std::vector<float>(size, 1e-3f)};
-    state->values.resize(num_workers);
-    const double payload = static_cast<double>(size) * sizeof(float);
-    std::string error;
-    for (int w = 0; w < num_workers && error.empty(); ++w) {
-      absl::StatusOr<std::unique_ptr<client::PsClient>> client = client::PsClient::Create(
-          plan, {DenseName(size)}, workers[w].transport, workers[w].index, workers[w].incarnation);
-      if (!client.ok()) {
-        error = std::string(client.status().message());
-      } else {
-        state->clients.push_back(*std::move(client));
-      }
-    }
-    for (const std::string op : {"push", "pull", "pushpull"}) {
-      if (!options.Has(op)) continue;
-      Case c;
-      c.result.op = op;
-      c.result.size_floats = size;
-      c.result.error = error;
+    for (const std::string& wire : options.wire) {
+      auto state = std::make_unique<SizeState>();
+      // Small enough that SGD at the benchmark's learning rate keeps the
+      // values finite.
+      state->grads = {std::vector<float>(size, 1e-3f)};
+      state->values.resize(num_workers);
+      // The float32 bytes of the parameters moved, whatever the wire carries:
+      // a setting's rate compares with float32's as the training speed would.
+      const double payload = static_cast<double>(size) * sizeof(float);
+      std::string error;
       for (int w = 0; w < num_workers && error.empty(); ++w) {
-        Worker* me = &workers[w];
-        client::PsClient* client = state->clients[w].get();
-        client::Values* out = &state->values[w];
-        const client::Values* grads = &state->grads;
-        if (op == "pull") {
-          c.ops.push_back([client, out, payload]() -> absl::StatusOr<double> {
-            PST_RETURN_IF_ERROR(client->Pull(out).status());
-            return payload;
-          });
-        } else if (op == "pushpull") {
-          c.ops.push_back([client, out, me, grads, payload]() -> absl::StatusOr<double> {
-            ++me->step;
-            PST_RETURN_IF_ERROR(client->PushPull(me->step, 0, *grads, out).status());
-            return 2 * payload;
-          });
+        absl::StatusOr<std::unique_ptr<client::PsClient>> client =
+            client::PsClient::Create(plan, {DenseName(size)}, workers[w].transport,
+                                     workers[w].index, workers[w].incarnation);
+        if (!client.ok()) {
+          error = std::string(client.status().message());
         } else {
-          c.ops.push_back([client, me, grads, payload]() -> absl::StatusOr<double> {
-            ++me->step;
-            PST_RETURN_IF_ERROR(client->Push(me->step, 0, *grads).status());
-            return payload;
-          });
+          (*client)->set_wire_dtype(wire == "bf16" ? proto::DT_BFLOAT16 : proto::DT_FLOAT32);
+          (*client)->set_topk_ratio(TopKRatio(wire));
+          state->clients.push_back(*std::move(client));
         }
       }
-      cases.push_back(std::move(c));
+      for (const std::string op : {"push", "pull", "pushpull"}) {
+        if (!options.Has(op)) continue;
+        Case c;
+        c.result.op = op;
+        c.result.size_floats = size;
+        c.result.wire = wire;
+        c.result.error = error;
+        for (int w = 0; w < num_workers && error.empty(); ++w) {
+          Worker* me = &workers[w];
+          client::PsClient* client = state->clients[w].get();
+          client::Values* out = &state->values[w];
+          const client::Values* grads = &state->grads;
+          if (op == "pull") {
+            c.ops.push_back([client, out, payload]() -> absl::StatusOr<double> {
+              PST_RETURN_IF_ERROR(client->Pull(out).status());
+              return payload;
+            });
+          } else if (op == "pushpull") {
+            c.ops.push_back([client, out, me, grads, payload]() -> absl::StatusOr<double> {
+              ++me->step;
+              PST_RETURN_IF_ERROR(client->PushPull(me->step, 0, *grads, out).status());
+              return 2 * payload;
+            });
+          } else {
+            c.ops.push_back([client, me, grads, payload]() -> absl::StatusOr<double> {
+              ++me->step;
+              PST_RETURN_IF_ERROR(client->Push(me->step, 0, *grads).status());
+              return payload;
+            });
+          }
+        }
+        cases.push_back(std::move(c));
+      }
+      sizes.push_back(std::move(state));
     }
-    sizes.push_back(std::move(state));
   }
 
   const absl::Duration budget = options.case_budget / options.rounds;
@@ -134,8 +143,9 @@ std::vector<Result> RunDense(const Options& options, PsCluster& cluster,
   for (int round = 1; round <= options.rounds; ++round) {
     for (Case& c : cases) {
       if (!c.result.error.empty()) continue;
-      std::printf("  round %d of %d: %s of %s floats ...\n", round, options.rounds,
-                  c.result.op.c_str(), SizeName(c.result.size_floats).c_str());
+      std::printf("  round %d of %d: %s of %s floats in %s ...\n", round, options.rounds,
+                  c.result.op.c_str(), SizeName(c.result.size_floats).c_str(),
+                  c.result.wire.c_str());
       std::fflush(stdout);
       RunCase(cluster, c.ops, budget, min_iters, &c.result);
     }

@@ -6,6 +6,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "common/status_macros.h"
 #include "tools/subprocess.h"
 
@@ -47,6 +48,15 @@ absl::StatusOr<std::vector<int64_t>> ParseSizes(const std::string& flag, const s
 }
 
 }  // namespace
+
+double TopKRatio(absl::string_view wire) {
+  double ratio = 0;
+  if (!absl::ConsumePrefix(&wire, "topk:") || !absl::SimpleAtod(wire, &ratio) ||
+      !(ratio > 0 && ratio <= 1)) {
+    return 0;
+  }
+  return ratio;
+}
 
 absl::StatusOr<Options> ParseOptions(const OptionFlags& flags) {
   Options o;
@@ -98,6 +108,15 @@ absl::StatusOr<Options> ParseOptions(const OptionFlags& flags) {
   if (o.ps_server.empty()) o.ps_server = tools::ExecutableDir() + "/ps_server";
   o.rpc_timeout = absl::Seconds(flags.rpc_timeout_s);
   o.verbose = flags.verbose;
+  o.wire.clear();
+  for (absl::string_view part : absl::StrSplit(flags.wire, ',', absl::SkipWhitespace())) {
+    if (part != "float32" && part != "bf16" && TopKRatio(part) == 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--wire: '", part, "' is not float32, bf16 or topk:RATIO (0 < RATIO <= 1)"));
+    }
+    if (std::find(o.wire.begin(), o.wire.end(), part) == o.wire.end()) o.wire.emplace_back(part);
+  }
+  if (o.wire.empty()) return absl::InvalidArgumentError("--wire is empty");
   o.bdp_probe = flags.bdp_probe;
   const std::set<std::string> known = {"push",        "pull",      "pushpull",       "sparse_pull",
                                        "sparse_push", "hash_push", "hash_push_evict"};

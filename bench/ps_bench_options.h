@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "rpc/grpc_channel.h"
 
@@ -43,6 +44,7 @@ struct OptionFlags {
   std::string scaling_size;
   std::string scaling_link_rate;
   bool verbose = false;
+  std::string wire;
   double hash_capacity_fraction = 0;
   std::string hash_eviction;
   int hash_batches = 0;
@@ -75,6 +77,8 @@ struct Options {
   int64_t scaling_size = 0;
   std::string scaling_link_rate;
   bool verbose = false;
+  // Dense cases run in each: "float32", "bf16", "topk:RATIO".
+  std::vector<std::string> wire = {"float32"};
   // hash_push_evict: each partition's capacity as a share of the distinct
   // ids the workers' batches touch (over the partitions), and its policy.
   double hash_capacity_fraction = 0.25;
@@ -102,6 +106,9 @@ struct Options {
 // empty ps_server becomes the ps_server next to this executable.
 // Errors: InvalidArgument naming the first bad flag.
 absl::StatusOr<Options> ParseOptions(const OptionFlags& flags);
+
+// The ratio of a --wire setting "topk:RATIO"; 0 for any other.
+double TopKRatio(absl::string_view wire);
 
 // A float count as --sizes writes it: 1048576 -> "1M", 16384 -> "16K".
 std::string SizeName(int64_t floats);

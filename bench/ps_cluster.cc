@@ -14,12 +14,12 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
 #include "bench/proc_stats.h"
-#include "rpc/grpc_channel.h"
-#include "rpc/grpc_status.h"
 #include "common/status_macros.h"
 #include "common/tf_config.h"
 #include "proto/pstrain.grpc.pb.h"
-#include "tools/netns.h"
+#include "rpc/grpc_channel.h"
+#include "rpc/grpc_status.h"
+#include "tools/shaped_link.h"
 #include "tools/subprocess.h"
 
 namespace pst::bench {
@@ -43,70 +43,6 @@ std::optional<int> WaitChild(pid_t pid, absl::Duration timeout) {
 
 }  // namespace
 
-// A network namespace holding one ps, joined to this one by a veth pair
-// shaped to a rate each way: the ps sees a NIC of that rate, as on a
-// machine of its own. Removed (with its veth pair) on destruction.
-class ShapedLink {
- public:
-  // A link of its own: names and subnet never used before by this process.
-  // Errors: Internal naming the command that failed and what it printed.
-  // `routed`: the namespace's default route leads back through this one,
-  // which forwards between links (an iptables FORWARD rule per link, taken
-  // out on destruction), so ps behind two links reach each other.
-  static absl::StatusOr<std::unique_ptr<ShapedLink>> Create(const std::string& rate,
-                                                            bool routed = false) {
-    std::unique_ptr<ShapedLink> link(new ShapedLink());
-    PST_ASSIGN_OR_RETURN(link->ns_, tools::VethNamespace::Create("pb"));
-    const tools::VethNamespace& ns = *link->ns_;
-    // 10.200-249.x.0/24: the pid spreads processes, the sequence number
-    // makes each link of this one a subnet of its own (256 before one
-    // comes again, long after the first link is gone).
-    const int pid = static_cast<int>(getpid());
-    const std::string net =
-        absl::StrCat("10.", 200 + pid % 50, ".", (pid / 50 + ns.sequence()) % 256);
-    link->address_ = net + ".2";
-    const std::string shape = absl::StrCat(" root tbf rate ", rate, " burst 4mb latency 100ms");
-    const std::string ip = tools::IpPath();
-    for (const std::string& command :
-         {absl::StrCat(ip, " addr add ", net, ".1/24 dev ", ns.host_veth()),
-          absl::StrCat("tc qdisc add dev ", ns.host_veth(), shape)}) {
-      PST_RETURN_IF_ERROR(tools::RunShell(command).status());
-    }
-    for (const std::string& command :
-         {absl::StrCat(ip, " addr add ", net, ".2/24 dev ", ns.inner_veth()),
-          absl::StrCat("tc qdisc add dev ", ns.inner_veth(), shape)}) {
-      PST_RETURN_IF_ERROR(ns.Run(command).status());
-    }
-    if (routed) {
-      PST_RETURN_IF_ERROR(ns.Run(absl::StrCat(ip, " route add default via ", net, ".1")).status());
-      const std::string rule = absl::StrCat("FORWARD -i ", ns.host_veth(), " -j ACCEPT");
-      PST_RETURN_IF_ERROR(tools::RunShell(absl::StrCat("iptables -I ", rule)).status());
-      link->forward_rule_ = rule;
-      PST_RETURN_IF_ERROR(tools::RunShell("grep -q 1 /proc/sys/net/ipv4/ip_forward || "
-                                          "echo 1 > /proc/sys/net/ipv4/ip_forward")
-                              .status());
-    }
-    return link;
-  }
-  ~ShapedLink() {
-    if (!forward_rule_.empty()) {
-      tools::RunShell(absl::StrCat("iptables -D ", forward_rule_)).status().IgnoreError();
-    }
-  }
-  // The ps's address inside the namespace.
-  const std::string& address() const { return address_; }
-  // argv that runs `argv` inside the namespace.
-  std::vector<std::string> Wrap(std::vector<std::string> argv) const {
-    return ns_->Wrap(std::move(argv));
-  }
-
- private:
-  ShapedLink() = default;
-  std::unique_ptr<tools::VethNamespace> ns_;
-  std::string address_;
-  std::string forward_rule_;  // inserted by Create (routed), deleted on destruction
-};
-
 absl::StatusOr<std::unique_ptr<PsCluster>> PsCluster::Start(const Options& options, int num_ps,
                                                             int num_workers) {
   std::unique_ptr<PsCluster> cluster(new PsCluster());
@@ -122,13 +58,13 @@ absl::StatusOr<std::unique_ptr<PsCluster>> PsCluster::Start(const Options& optio
   pick(&tf.cluster.worker, num_workers);
   if (!options.link_rate.empty()) {
     for (int i = 0; i < num_ps; ++i) {
-      absl::StatusOr<std::unique_ptr<ShapedLink>> made =
-          ShapedLink::Create(options.link_rate, /*routed=*/options.ps_replicas == 2);
+      absl::StatusOr<std::unique_ptr<tools::ShapedLink>> made =
+          tools::ShapedLink::Create(options.link_rate, /*routed=*/options.ps_replicas == 2);
       if (!made.ok()) {
         return absl::Status(made.status().code(),
                             absl::StrCat("--link_rate: ", made.status().message()));
       }
-      std::unique_ptr<ShapedLink> link = *std::move(made);
+      std::unique_ptr<tools::ShapedLink> link = *std::move(made);
       tf.cluster.ps[i] = absl::StrCat(link->address(), ":", ports[1 + i]);
       cluster->links_.push_back(std::move(link));
     }

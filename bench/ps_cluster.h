@@ -19,9 +19,11 @@
 #include "bench/ps_bench_options.h"
 #include "proto/pstrain.pb.h"
 
-namespace pst::bench {
-
+namespace pst::tools {
 class ShapedLink;
+}  // namespace pst::tools
+
+namespace pst::bench {
 
 // P ps_server processes on free 127.0.0.1 ports, started and stopped by
 // this object. Not thread-safe except CpuSeconds() and MemoryBytes().
@@ -77,7 +79,7 @@ class PsCluster {
 
   PsCluster() = default;
   // Removed by the destructor, after Stop() has ended the ps in them.
-  std::vector<std::unique_ptr<ShapedLink>> links_;
+  std::vector<std::unique_ptr<tools::ShapedLink>> links_;
   std::vector<std::unique_ptr<Process>> ps_;
 };
 

@@ -35,22 +35,23 @@ void PrintReferences(const References& refs, double load_start, double load_end)
 
 void PrintTable(const std::vector<Result>& results, const References& refs,
                 const Options& options) {
-  std::printf("\n%-12s %-10s %3s %3s %6s %8s %7s %9s %9s %9s %14s %8s %9s %9s\n", "op", "size",
+  std::printf("\n%-14s %-10s %3s %3s %6s %8s %7s %9s %9s %9s %14s %8s %9s %9s\n", "op", "size",
               "ps", "w", "ops", "GB/s", "x tcp", "p50 ms", "p99 ms", "rows/s", "(distinct)",
               "ps cpu", "client", "ps rss");
-  std::printf("%-12s %-10s %3s %3s %6s %8s %7s %9s %9s %9s %14s %8s %9s %9s\n", "", "", "", "", "",
+  std::printf("%-14s %-10s %3s %3s %6s %8s %7s %9s %9s %9s %14s %8s %9s %9s\n", "", "", "", "", "",
               "", "", "", "", "", "", "s/GB", "cpu s/GB", "MB");
   for (const Result& r : results) {
     const std::string size =
         r.size_floats > 0 ? SizeName(r.size_floats) : absl::StrCat(r.rows, "x", r.dim);
+    const std::string op = r.wire.empty() || r.wire == "float32" ? r.op : r.op + "/" + r.wire;
     if (!r.error.empty()) {
-      std::printf("%-12s %-10s %3d %3d  FAILED: %s\n", r.op.c_str(), size.c_str(), r.ps, r.workers,
+      std::printf("%-14s %-10s %3d %3d  FAILED: %s\n", op.c_str(), size.c_str(), r.ps, r.workers,
                   r.error.c_str());
       continue;
     }
     const bool sparse = r.rows > 0;
-    std::printf("%-12s %-10s %3d %3d %6lld %8.3f %7.3f %9.2f %9.2f %9s %14s %8.3f %9.3f %9.0f\n",
-                r.op.c_str(), size.c_str(), r.ps, r.workers, static_cast<long long>(r.ops), r.gbps,
+    std::printf("%-14s %-10s %3d %3d %6lld %8.3f %7.3f %9.2f %9.2f %9s %14s %8.3f %9.3f %9.0f\n",
+                op.c_str(), size.c_str(), r.ps, r.workers, static_cast<long long>(r.ops), r.gbps,
                 refs.tcp_gbps > 0 ? r.gbps / refs.tcp_gbps : 0.0, r.p50_ms, r.p99_ms,
                 sparse ? Rate(r.rows_per_s).c_str() : "-",
                 sparse ? absl::StrCat("(", Rate(r.unique_rows_per_s), ")").c_str() : "",
@@ -60,8 +61,25 @@ void PrintTable(const std::vector<Result>& results, const References& refs,
       "\nGB/s: payload bytes pushed plus pulled per second, 1 GB = 1e9 bytes; x tcp: as a ratio "
       "of the one-stream TCP reference (%.2f GB/s). rows/s: ids requested per second (repeats "
       "included), distinct rows in parentheses. ps cpu s/GB: CPU seconds of all ps processes "
-      "per GB moved; client: this process's.\n",
+      "per GB moved; client: this process's. A /bf16 or /topk case moves less than float32: "
+      "its GB/s counts the float32 bytes of the parameters pushed and pulled, as the training "
+      "speed would.\n",
       refs.tcp_gbps);
+  // bf16 against float32: the same op, size and cluster, measured in the
+  // same rounds.
+  for (const Result& half : results) {
+    if (half.wire.empty() || half.wire == "float32" || !half.error.empty()) continue;
+    for (const Result& full : results) {
+      if (full.wire != "float32" || !full.error.empty() || full.op != half.op ||
+          full.size_floats != half.size_floats || full.ps != half.ps ||
+          full.workers != half.workers || full.gbps <= 0) {
+        continue;
+      }
+      std::printf("%s of %s (%d ps, %d w): %s on the wire %.2fx float32's rate\n", half.op.c_str(),
+                  SizeName(half.size_floats).c_str(), half.ps, half.workers, half.wire.c_str(),
+                  half.gbps / full.gbps);
+    }
+  }
   for (const Result& r : results) {
     if (!r.error.empty() || r.op.rfind("hash_push", 0) != 0) continue;
     if (r.capacity == 0) {
@@ -116,11 +134,15 @@ nlohmann::json ToJson(const std::vector<Result>& results, const References& refs
   j["link_rate"] = options.link_rate;
   j["ps_replicas"] = options.ps_replicas;
   j["bdp_probe"] = options.bdp_probe;
+  j["wire"] = options.wire;
   j["results"] = nlohmann::json::array();
   for (const Result& r : results) {
     nlohmann::json e;
     e["op"] = r.op;
-    if (r.size_floats > 0) e["size_floats"] = r.size_floats;
+    if (r.size_floats > 0) {
+      e["size_floats"] = r.size_floats;
+      e["wire"] = r.wire;
+    }
     if (r.rows > 0) {
       e["rows"] = r.rows;
       e["dim"] = r.dim;

@@ -5,6 +5,11 @@
 # values, optimizer and loop in one single-threaded process, ps in memory,
 # no network). Examples/s is global step x batch / training seconds for all
 # three, measured in this one run; the ratios are to the single process.
+# Then, as root with iproute2, the same cluster with each ps behind a shaped
+# link (`pstrain local --ps_link_rate`) of 1 and 2 Gbit/s, with float32,
+# bf16 (--wire_dtype) and top-k 1% pushes (--gradient_compression) on the
+# wire, interleaved: examples/s, test accuracy, and examples/s as a ratio of
+# float32's behind the same link.
 # Usage: bench/throughput.sh [build_dir] [epochs]
 set -euo pipefail
 build=${1:-build}
@@ -28,4 +33,29 @@ for overlap in false true; do
   printf '%-40s %12.0f %8.2f\n' "2 ps + 2 workers, async, overlap $overlap" "$cluster" \
     "$(python3 -c "print($cluster / $single)")"
   grep -h "time per step" "$out/cluster.log" | sed 's/^.*\] /    /'
+done
+if [ "$(id -u)" != 0 ] || ! command -v ip > /dev/null; then
+  echo "(not root or no iproute2: the runs behind shaped links are left out)"
+  exit 0
+fi
+accuracy() {
+  python3 -c "import json; print('%.4f' % json.load(open('$1'))['test_accuracy'])"
+}
+printf '\n%-40s %12s %8s %10s\n' "behind a link per ps" examples/s accuracy "x float32"
+for rate in 1gbit 2gbit; do
+  float32=
+  for wire in float32 bf16 topk:0.01; do
+    case $wire in
+      topk:*) flags="--gradient_compression=$wire" ;;
+      *) flags="--wire_dtype=$wire" ;;
+    esac
+    "$build/bin/pstrain" local --ps=2 --workers=2 --mode=async --batch_size=64 \
+      --epochs="$epochs" --ps_link_rate="$rate" $flags \
+      --summary_json="$out/linked.json" > "$out/linked.log" 2>&1
+    linked=$(rate "$out/linked.json")
+    [ "$wire" = float32 ] && float32=$linked
+    printf '%-40s %12.0f %8s %10.2f\n' "$rate, $wire" "$linked" \
+      "$(accuracy "$out/linked.json")" "$(python3 -c "print($linked / $float32)")"
+    grep -h "dense payload per step" "$out/linked.log" | head -1 | sed 's/^.*\] /    /'
+  done
 done

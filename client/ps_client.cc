@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/blocking_counter.h"
 #include "common/partition.h"
+#include "common/sparse_gradient.h"
 #include "common/status_macros.h"
 #include "common/tensor_util.h"
 
@@ -270,7 +271,7 @@ absl::Status PsClient::CheckDense(int r, const proto::PullResponse& response,
     // the tensor's data empty.
     const proto::Tensor& value = response.values(k);
     const auto& shape = value.shape();
-    if (value.dtype() != proto::DT_FLOAT32 || !value.data().empty() ||
+    if (value.dtype() != wire_dtype_ || !value.data().empty() ||
         !std::equal(shape.begin(), shape.end(), piece.shape.begin(), piece.shape.end())) {
       return absl::DataLossError(absl::StrCat(transport_->Describe(ps), " answered '",
                                               piece.name, "' with shape ",
@@ -324,6 +325,7 @@ absl::StatusOr<int64_t> PsClient::Pull(const ValueSpans& values) {
   PST_ASSIGN_OR_RETURN(const std::vector<common::DenseBuffers> buffers, ValueBuffers(values));
   for (int r = 0; r < count; ++r) {
     pulls[r].set_worker_index(worker_index_);
+    pulls[r].set_wire_dtype(wire_dtype_);
     for (const auto& [v, p] : requests_[r].pieces) pulls[r].add_names(dense_[v].pieces[p].name);
   }
   PST_RETURN_IF_ERROR(RunRequests([&](int r, common::PsTransport::Done done) {
@@ -331,14 +333,63 @@ absl::StatusOr<int64_t> PsClient::Pull(const ValueSpans& values) {
   }));
   int64_t min_version = std::numeric_limits<int64_t>::max();
   for (int r = 0; r < count; ++r) PST_RETURN_IF_ERROR(CheckDense(r, responses[r], &min_version));
+  wire_bytes_.pulled += DensePayloadBytes();
   return count == 0 ? 0 : min_version;
 }
 
-absl::Status PsClient::BuildPushes(
-    int64_t step, int64_t base_version, const GradientSpans& grads, int64_t position,
-    const std::function<proto::PushRequest*(int r)>& request, common::PayloadPins* pins,
-    std::vector<common::DenseBuffers>* buffers) const {
+void PsClient::set_generation(int64_t generation) {
+  if (generation != generation_) {
+    for (auto& r : residual_) std::fill(r.begin(), r.end(), 0.0f);
+  }
+  generation_ = generation;
+}
+
+void PsClient::set_topk_ratio(double ratio) {
+  topk_ratio_ = ratio > 0 && ratio <= 1 ? ratio : 0;
+  residual_.clear();
+  next_residual_.clear();
+  compressed_.clear();
+  if (topk_ratio_ == 0) return;
+  for (const DenseVar& var : dense_) {
+    residual_.emplace_back(var.size, 0.0f);
+    next_residual_.emplace_back(var.size, 0.0f);
+    compressed_.emplace_back(var.pieces.size());
+  }
+}
+
+int64_t PsClient::Compress(const GradientSpans& grads) {
+  int64_t bytes = 0;
+  for (size_t v = 0; v < dense_.size(); ++v) {
+    for (size_t p = 0; p < dense_[v].pieces.size(); ++p) {
+      const Piece& piece = dense_[v].pieces[p];
+      common::CompressTopK(grads[v].subspan(piece.offset, piece.size),
+                           std::span<const float>(residual_[v]).subspan(piece.offset, piece.size),
+                           common::TopKCount(piece.size, topk_ratio_),
+                           std::span<float>(next_residual_[v]).subspan(piece.offset, piece.size),
+                           &compressed_[v][p]);
+      bytes += static_cast<int64_t>(compressed_[v][p].size() * sizeof(float));
+    }
+  }
+  return bytes;
+}
+
+absl::StatusOr<int64_t> PsClient::PreparePush(const GradientSpans& grads) {
   PST_RETURN_IF_ERROR(CheckDenseSizes(dense_, grads, "gradient"));
+  if (topk_ratio_ > 0) return Compress(grads);
+  return DensePayloadBytes();
+}
+
+int64_t PsClient::DensePayloadBytes() const {
+  int64_t elements = 0;
+  for (const DenseVar& var : dense_) elements += var.size;
+  return elements * static_cast<int64_t>(common::WireElementBytes(wire_dtype_));
+}
+
+absl::Status PsClient::BuildPushes(int64_t step, int64_t base_version, const GradientSpans& grads,
+                                   int64_t position,
+                                   const std::function<proto::PushRequest*(int r)>& request,
+                                   common::PayloadPins* pins,
+                                   std::vector<common::DenseBuffers>* buffers) const {
   buffers->resize(requests_.size());
   for (int r = 0; r < static_cast<int>(requests_.size()); ++r) {
     proto::PushRequest* push = request(r);
@@ -350,14 +401,21 @@ absl::Status PsClient::BuildPushes(
     push->set_base_version(base_version);
     push->set_position(position);
     push->set_part(requests_[r].part);
+    push->set_wire_dtype(wire_dtype_);
     for (const auto& [v, p] : requests_[r].pieces) {
       const Piece& piece = dense_[v].pieces[p];
       push->add_names(piece.name);
-      // The header here; the payload travels from `grads` itself.
+      // The header here; the payload travels from `grads` itself (or from
+      // its top-k entries, compressed_).
       proto::Tensor* gradient = push->add_gradients();
-      gradient->set_dtype(proto::DT_FLOAT32);
       gradient->mutable_shape()->Assign(piece.shape.begin(), piece.shape.end());
-      (*buffers)[r].gradients.push_back(grads[v].subspan(piece.offset, piece.size));
+      if (topk_ratio_ > 0) {
+        gradient->set_dtype(proto::DT_SPARSE_FLOAT32);
+        (*buffers)[r].gradients.push_back(compressed_[v][p]);
+      } else {
+        gradient->set_dtype(wire_dtype_);
+        (*buffers)[r].gradients.push_back(grads[v].subspan(piece.offset, piece.size));
+      }
     }
   }
   return absl::OkStatus();
@@ -375,6 +433,7 @@ absl::StatusOr<int64_t> PsClient::PushPull(int64_t step, int64_t base_version,
   std::vector<proto::PushPullRequest> pushes(count);
   std::vector<proto::PullResponse> responses(count);
   PST_ASSIGN_OR_RETURN(std::vector<common::DenseBuffers> buffers, ValueBuffers(values));
+  PST_ASSIGN_OR_RETURN(const int64_t push_bytes, PreparePush(grads));
   common::PayloadPins pins;  // the caller's grads stay untouched until released
   PST_RETURN_IF_ERROR(BuildPushes(
       step, base_version, grads, position, [&](int r) { return pushes[r].mutable_push(); },
@@ -387,6 +446,9 @@ absl::StatusOr<int64_t> PsClient::PushPull(int64_t step, int64_t base_version,
   PST_RETURN_IF_ERROR(sent);
   int64_t min_version = std::numeric_limits<int64_t>::max();
   for (int r = 0; r < count; ++r) PST_RETURN_IF_ERROR(CheckDense(r, responses[r], &min_version));
+  if (topk_ratio_ > 0) residual_.swap(next_residual_);  // the push is in
+  wire_bytes_.pushed += push_bytes;
+  wire_bytes_.pulled += DensePayloadBytes();
   return count == 0 ? 0 : min_version;
 }
 
@@ -396,6 +458,7 @@ absl::StatusOr<int64_t> PsClient::Push(int64_t step, int64_t base_version, const
   std::vector<proto::PushRequest> pushes(count);
   std::vector<proto::PushResponse> responses(count);
   std::vector<common::DenseBuffers> buffers;
+  PST_ASSIGN_OR_RETURN(const int64_t push_bytes, PreparePush(SpansOf(grads)));
   common::PayloadPins pins;
   PST_RETURN_IF_ERROR(BuildPushes(step, base_version, SpansOf(grads), position,
                                   [&](int r) { return &pushes[r]; }, &pins, &buffers));
@@ -405,6 +468,8 @@ absl::StatusOr<int64_t> PsClient::Push(int64_t step, int64_t base_version, const
   });
   pins.WaitAllReleased();
   PST_RETURN_IF_ERROR(sent);
+  if (topk_ratio_ > 0) residual_.swap(next_residual_);
+  wire_bytes_.pushed += push_bytes;
   int64_t min_version = std::numeric_limits<int64_t>::max();
   for (int r = 0; r < count; ++r) {
     for (int64_t version : responses[r].versions()) min_version = std::min(min_version, version);

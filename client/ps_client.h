@@ -130,10 +130,35 @@ class PsClient {
   std::vector<DenseInfo> DenseVariables() const;
 
   // The restore generation pushes are tagged with (see PushRequest): the
-  // ps refuse pushes of another generation. Starts at 0.
-  void set_generation(int64_t generation) { generation_ = generation; }
+  // ps refuse pushes of another generation. Starts at 0. A new one also
+  // empties the top-k residual: gradients of parameters a restore replaced
+  // never reach the new ones.
+  void set_generation(int64_t generation);
   // The job trains in SYNC mode (see PushRows). Default false.
   void set_sync(bool sync) { sync_ = sync; }
+  // The dtype dense gradients and pulled values travel in
+  // (TrainingConfig.wire_dtype): DT_BFLOAT16 halves the bytes, converted
+  // here and on the ps (common/bf16.h); anything else is float32, the
+  // default. Rows always travel as float32.
+  void set_wire_dtype(proto::DType dtype) {
+    wire_dtype_ = dtype == proto::DT_BFLOAT16 ? proto::DT_BFLOAT16 : proto::DT_FLOAT32;
+  }
+  proto::DType wire_dtype() const { return wire_dtype_; }
+  // In (0, 1]: each push sends only this share of every dense gradient
+  // piece, its largest entries, and keeps the rest in a residual added to
+  // the next push's gradient (common/sparse_gradient.h); the residual moves
+  // on only once a push is answered, so a push sent again after a failure
+  // is the same push. 0 (the default): whole gradients, in the wire dtype.
+  void set_topk_ratio(double ratio);
+  double topk_ratio() const { return topk_ratio_; }
+
+  // Dense payload bytes the calls that succeeded sent and received, in the
+  // wire dtype (message headers and rows not counted).
+  struct WireBytes {
+    int64_t pushed = 0;
+    int64_t pulled = 0;
+  };
+  WireBytes dense_wire_bytes() const { return wire_bytes_; }
 
   // Requests a step's dense push makes (over every ps).
   int num_dense_requests() const { return static_cast<int>(requests_.size()); }
@@ -193,9 +218,10 @@ class PsClient {
   // per ps at once, and waits for all; the first error, annotated with its
   // ps.
   absl::Status RunRequests(const std::function<void(int r, common::PsTransport::Done)>& start);
-  // Checks the grads' sizes and fills one PushRequest per entry of
-  // requests_, gradient payloads left in `grads` (added to `buffers`, whose
-  // slices the transport counts in `pins`).
+  // Fills one PushRequest per entry of requests_, gradient payloads left in
+  // `grads` (or, with top-k, in compressed_) and added to `buffers`, whose
+  // slices the transport counts in `pins`. REQUIRES: PreparePush(grads)
+  // succeeded.
   absl::Status BuildPushes(int64_t step, int64_t base_version, const GradientSpans& grads,
                            int64_t position,
                            const std::function<proto::PushRequest*(int r)>& request,
@@ -206,6 +232,15 @@ class PsClient {
   absl::StatusOr<std::vector<common::DenseBuffers>> ValueBuffers(const ValueSpans& values) const;
   // Resizes `values` for every dense variable; views of it.
   ValueSpans Resized(Values* values) const;
+  // Payload bytes of every dense variable in the wire dtype: what one
+  // dense pull (or uncompressed push) moves.
+  int64_t DensePayloadBytes() const;
+  // Top-k: fills compressed_ and next_residual_ from `grads` and
+  // residual_; returns the payload bytes. REQUIRES: sizes checked.
+  int64_t Compress(const GradientSpans& grads);
+  // Payload bytes a push of `grads` sends, compressing them first with
+  // top-k. Errors: InvalidArgument for a wrong size.
+  absl::StatusOr<int64_t> PreparePush(const GradientSpans& grads);
   // Checks request r's answer (its payloads already in place) and lowers
   // *min_version.
   absl::Status CheckDense(int r, const proto::PullResponse& response,
@@ -219,6 +254,14 @@ class PsClient {
   const uint64_t incarnation_;
   int64_t generation_ = 0;
   bool sync_ = false;
+  proto::DType wire_dtype_ = proto::DT_FLOAT32;
+  WireBytes wire_bytes_;
+  double topk_ratio_ = 0;
+  // Top-k, per dense variable: the residual the last answered push left,
+  // the one the push in flight leaves, and per piece its payload (the
+  // indices' bits, then the values).
+  std::vector<std::vector<float>> residual_, next_residual_;
+  std::vector<std::vector<std::vector<float>>> compressed_;
 };
 
 }  // namespace pst::client

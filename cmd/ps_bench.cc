@@ -62,6 +62,11 @@ ABSL_FLAG(std::string, scaling_size, "16M", "Floats per PushPull in the scaling 
 ABSL_FLAG(std::string, scaling_link_rate, "2gbit",
           "Rate of each ps's link in the shaped scaling comparison (tc syntax).");
 ABSL_FLAG(bool, verbose, false, "Echo the ps processes' log lines.");
+ABSL_FLAG(std::string, wire, "float32",
+          "Dense cases: how gradients and values travel, a comma list of float32, bf16 (both "
+          "ways) and topk:RATIO (pushes of the top RATIO of each gradient, error feedback; "
+          "float32 values). Each dense case runs in each, in the same rounds, and the others "
+          "are reported as ratios of float32's rate.");
 ABSL_FLAG(double, hash_capacity_fraction, 0.25,
           "hash_push_evict: the table's capacity as a share of the distinct ids the workers' "
           "batches touch (split evenly over its partitions, one per ps).");
@@ -104,6 +109,7 @@ pst::bench::OptionFlags ReadFlags() {
   flags.scaling_size = absl::GetFlag(FLAGS_scaling_size);
   flags.scaling_link_rate = absl::GetFlag(FLAGS_scaling_link_rate);
   flags.verbose = absl::GetFlag(FLAGS_verbose);
+  flags.wire = absl::GetFlag(FLAGS_wire);
   flags.hash_capacity_fraction = absl::GetFlag(FLAGS_hash_capacity_fraction);
   flags.hash_eviction = absl::GetFlag(FLAGS_hash_eviction);
   flags.hash_batches = absl::GetFlag(FLAGS_hash_batches);

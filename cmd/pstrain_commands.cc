@@ -57,6 +57,10 @@ ABSL_FLAG(double, grace_s, 10, "local: seconds between SIGTERM and SIGKILL when 
 ABSL_FLAG(int32_t, slow_worker, -1,
           "local: make this worker slow (it sleeps --slow_worker_delay_ms every step).");
 ABSL_FLAG(int32_t, slow_worker_delay_ms, 0, "local: the slow worker's extra time per step.");
+ABSL_FLAG(std::string, ps_link_rate, "",
+          "local: run each ps in a network namespace of its own behind a link of this tc rate "
+          "each way (1gbit, 500mbit), as on a machine with that NIC, to see a job's speed "
+          "behind a slow network (root and iproute2; bench/throughput.sh uses it).");
 ABSL_FLAG(bool, restart_failed, false,
           "local: restart a daemon killed by a signal (kill -9, a crash) with the same task, "
           "like Docker Compose's restart: on-failure.");
@@ -104,6 +108,7 @@ constexpr const char* kForwardedFlags[] = {
     "partitioner",
     "num_shards",
     "min_slice_bytes", "max_partitions", "max_shard_bytes", "dense_piece_bytes", "overlap",
+    "wire_dtype", "gradient_compression",
     "routing", "mode", "staleness",
     "replicas_to_aggregate", "summary_dir", "summary_steps", "checkpoint_dir",
     "save_checkpoints_steps", "save_checkpoints_secs", "incremental_save_steps",
@@ -231,6 +236,7 @@ int Local() {
   options.grace = absl::Seconds(absl::GetFlag(FLAGS_grace_s));
   options.slow_worker = absl::GetFlag(FLAGS_slow_worker);
   options.slow_worker_delay_ms = absl::GetFlag(FLAGS_slow_worker_delay_ms);
+  options.ps_link_rate = absl::GetFlag(FLAGS_ps_link_rate);
   options.restart_failed = absl::GetFlag(FLAGS_restart_failed);
   options.worker_command = absl::GetFlag(FLAGS_worker_command);
   options.with_evaluator = absl::GetFlag(FLAGS_evaluator);

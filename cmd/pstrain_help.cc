@@ -25,7 +25,8 @@ const Subcommand kSubcommands[] = {
      "                [--worker_command=CMD] [--evaluator | --evaluator_command=CMD] ...\n"
      "      Runs a whole cluster on this machine and trains the model.\n",
      {"ps", "workers", "chief", "host", "timeout_s", "grace_s", "slow_worker",
-      "slow_worker_delay_ms", "restart_failed", "max_restarts", "worker_command", "evaluator",
+      "slow_worker_delay_ms", "ps_link_rate", "restart_failed", "max_restarts", "worker_command",
+      "evaluator",
       "evaluator_command", "metrics_port", "summary_json", "progress"},
      "every job flag, forwarded to the daemons (docs/flags.md; 'pstrain --helpfull')"},
     {"plan",

@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/bf16.h"
 #include "common/tensor_util.h"
 
 namespace pst::common {
@@ -12,7 +13,9 @@ namespace {
 void CopyIn(std::span<const std::span<const float>> payloads,
             google::protobuf::RepeatedPtrField<proto::Tensor>* tensors) {
   for (size_t k = 0; k < payloads.size() && k < static_cast<size_t>(tensors->size()); ++k) {
-    (*tensors)[k].set_data(payloads[k].data(), payloads[k].size_bytes());
+    proto::Tensor& tensor = (*tensors)[k];
+    tensor.clear_data();
+    AppendAs(payloads[k], tensor.dtype(), tensor.mutable_data());
   }
 }
 
@@ -20,12 +23,17 @@ void CopyIn(std::span<const std::span<const float>> payloads,
 absl::Status CopyOut(std::span<const std::span<float>> values, proto::PullResponse* response) {
   for (size_t k = 0; k < values.size() && k < static_cast<size_t>(response->values_size()); ++k) {
     proto::Tensor* value = response->mutable_values(k);
-    if (value->data().size() != values[k].size_bytes()) {
+    const bool half = value->dtype() == proto::DT_BFLOAT16;
+    const size_t want = values[k].size() * (half ? sizeof(uint16_t) : sizeof(float));
+    if (value->data().size() != want) {
       return absl::DataLossError(absl::StrCat("value ", k, " has ", value->data().size(),
-                                              " payload bytes where ", values[k].size_bytes(),
-                                              " were expected"));
+                                              " payload bytes where ", want, " were expected"));
     }
-    UnpackFloats(*value, values[k]);
+    if (half) {
+      DecodeBf16(value->data().data(), values[k]);
+    } else {
+      UnpackFloats(*value, values[k]);
+    }
     value->clear_data();
   }
   return absl::OkStatus();

@@ -1,11 +1,12 @@
 #include "common/tensor_util.h"
 
 #include <algorithm>
-
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/bf16.h"
+#include "common/status_macros.h"
 
 namespace pst::common {
 
@@ -55,17 +56,68 @@ absl::Status ValidateVariableSpec(const proto::VariableSpec& spec, int64_t max_e
   return absl::OkStatus();
 }
 
+std::string DtypeName(proto::DType dtype) {
+  const std::string& name = proto::DType_Name(dtype);
+  return name.empty() ? absl::StrCat(static_cast<int>(dtype)) : name;
+}
+
+size_t WireElementBytes(proto::DType dtype) {
+  switch (dtype) {
+    case proto::DT_FLOAT32:
+      return sizeof(float);
+    case proto::DT_BFLOAT16:
+      return sizeof(uint16_t);
+    default:
+      return 0;
+  }
+}
+
+absl::Status CheckWireDtype(proto::DType dtype, absl::string_view what, bool unset_ok) {
+  if (WireElementBytes(dtype) > 0 || (unset_ok && dtype == proto::DT_INVALID)) {
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat(what, ": dtype ", DtypeName(dtype), ", expected DT_FLOAT32 or DT_BFLOAT16"));
+}
+
+namespace {
+
+absl::Status CheckShapeAndBytes(const proto::Tensor& tensor, size_t payload_bytes,
+                                const Shape& shape, absl::string_view what);
+
+}  // namespace
+
 absl::Status CheckTensorMatches(const proto::Tensor& tensor, const Shape& shape,
                                 absl::string_view what) {
-  return CheckTensorMatches(tensor, tensor.data().size(), shape, what);
+  if (tensor.dtype() != proto::DT_FLOAT32) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": dtype ", DtypeName(tensor.dtype()), ", expected DT_FLOAT32"));
+  }
+  return CheckShapeAndBytes(tensor, tensor.data().size(), shape, what);
 }
 
 absl::Status CheckTensorMatches(const proto::Tensor& tensor, size_t payload_bytes,
                                 const Shape& shape, absl::string_view what) {
-  if (tensor.dtype() != proto::DT_FLOAT32) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(what, ": dtype ", proto::DType_Name(tensor.dtype()), ", expected DT_FLOAT32"));
+  if (tensor.dtype() == proto::DT_SPARSE_FLOAT32) {
+    // Its entries are checked as they are expanded (sparse_gradient.h).
+    proto::Tensor header;
+    header.set_dtype(proto::DT_FLOAT32);
+    *header.mutable_shape() = tensor.shape();
+    PST_ASSIGN_OR_RETURN(const int64_t n, NumElements(shape));
+    return CheckShapeAndBytes(header, static_cast<size_t>(n) * sizeof(float), shape, what);
   }
+  if (WireElementBytes(tensor.dtype()) == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": dtype ", DtypeName(tensor.dtype()),
+                     ", expected DT_FLOAT32, DT_BFLOAT16 or DT_SPARSE_FLOAT32"));
+  }
+  return CheckShapeAndBytes(tensor, payload_bytes, shape, what);
+}
+
+namespace {
+
+absl::Status CheckShapeAndBytes(const proto::Tensor& tensor, size_t payload_bytes,
+                                const Shape& shape, absl::string_view what) {
   bool same_shape = tensor.shape_size() == shape.size();
   for (int i = 0; same_shape && i < shape.size(); ++i) same_shape = tensor.shape(i) == shape[i];
   if (!same_shape) {
@@ -74,14 +126,18 @@ absl::Status CheckTensorMatches(const proto::Tensor& tensor, size_t payload_byte
   }
   absl::StatusOr<int64_t> n = NumElements(shape);
   if (!n.ok()) return n.status();
-  const uint64_t want = static_cast<uint64_t>(*n) * sizeof(float);
+  const uint64_t want = static_cast<uint64_t>(*n) * WireElementBytes(tensor.dtype());
   if (payload_bytes != want) {
-    return absl::InvalidArgumentError(absl::StrCat(what, ": payload is ", payload_bytes,
-                                                   " bytes, expected ", want, " for shape ",
-                                                   ShapeString(shape)));
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, ": payload is ", payload_bytes, " bytes, expected ", want, " for shape ",
+        ShapeString(shape),
+        tensor.dtype() == proto::DT_FLOAT32 ? ""
+                                            : absl::StrCat(" in ", DtypeName(tensor.dtype()))));
   }
   return absl::OkStatus();
 }
+
+}  // namespace
 
 void PackFloats(std::span<const float> values, const Shape& shape, proto::Tensor* tensor) {
   tensor->set_dtype(proto::DT_FLOAT32);
@@ -150,6 +206,24 @@ void ForEachFloatBlock(std::string_view payload,
   ForEachFloatBlock(PayloadParts(&payload, 1), fn);
 }
 
+void ForEachFloatBlock(PayloadParts parts, proto::DType dtype,
+                       const std::function<void(int64_t, std::span<const float>)>& fn) {
+  if (dtype != proto::DT_BFLOAT16) {
+    ForEachFloatBlock(parts, fn);
+    return;
+  }
+  alignas(64) float block[kFloatBlock];
+  alignas(64) char half[kFloatBlock * sizeof(uint16_t)];
+  const int64_t count = static_cast<int64_t>(PayloadBytes(parts) / sizeof(uint16_t));
+  PartsReader reader(parts);
+  for (int64_t offset = 0; offset < count; offset += kFloatBlock) {
+    const int64_t n = std::min(kFloatBlock, count - offset);
+    reader.Read(half, n * sizeof(uint16_t));
+    DecodeBf16(half, std::span<float>(block, n));
+    fn(offset, std::span<const float>(block, n));
+  }
+}
+
 namespace {
 
 // 1 when any of the `count` floats at `bytes` (any alignment) is NaN or Inf,
@@ -199,8 +273,39 @@ bool AllFinite(PayloadParts parts) {
 
 bool AllFinite(std::string_view payload) { return AllFinite(PayloadParts(&payload, 1)); }
 
+bool AllFinite(PayloadParts parts, proto::DType dtype) {
+  if (dtype != proto::DT_BFLOAT16) return AllFinite(parts);
+  // As AllFinite's float scan, for 2-byte elements.
+  bool bad = false;
+  char cut[sizeof(uint16_t)];
+  size_t in_cut = 0;
+  for (std::string_view part : parts) {
+    const char* p = part.data();
+    size_t left = part.size();
+    if (in_cut > 0 && left > 0) {
+      cut[1] = *p++;
+      --left;
+      bad |= AnyNonFiniteBf16(cut, 1);
+      in_cut = 0;
+    }
+    const size_t whole = left / sizeof(uint16_t);
+    bad |= AnyNonFiniteBf16(p, whole);
+    in_cut = left - whole * sizeof(uint16_t);
+    if (in_cut > 0) cut[0] = p[whole * sizeof(uint16_t)];
+  }
+  return !bad;
+}
+
 void AddPayload(PayloadParts parts, std::span<float> sum) {
-  ForEachFloatBlock(parts, [&](int64_t offset, std::span<const float> block) {
+  AddPayload(parts, proto::DT_FLOAT32, sum);
+}
+
+void AddPayload(std::string_view payload, std::span<float> sum) {
+  AddPayload(PayloadParts(&payload, 1), sum);
+}
+
+void AddPayload(PayloadParts parts, proto::DType dtype, std::span<float> sum) {
+  ForEachFloatBlock(parts, dtype, [&](int64_t offset, std::span<const float> block) {
     if (static_cast<size_t>(offset) >= sum.size()) return;
     float* out = sum.data() + offset;
     const size_t n = std::min(block.size(), sum.size() - static_cast<size_t>(offset));
@@ -208,12 +313,28 @@ void AddPayload(PayloadParts parts, std::span<float> sum) {
   });
 }
 
-void AddPayload(std::string_view payload, std::span<float> sum) {
-  AddPayload(PayloadParts(&payload, 1), sum);
-}
-
 void CopyPayload(PayloadParts parts, std::span<float> out) {
   PartsReader(parts).Read(reinterpret_cast<char*>(out.data()), out.size() * sizeof(float));
+}
+
+void CopyPayload(PayloadParts parts, proto::DType dtype, std::span<float> out) {
+  if (dtype != proto::DT_BFLOAT16) {
+    CopyPayload(parts, out);
+    return;
+  }
+  ForEachFloatBlock(parts, dtype, [&](int64_t offset, std::span<const float> block) {
+    std::copy(block.begin(), block.end(), out.begin() + offset);
+  });
+}
+
+void AppendAs(std::span<const float> values, proto::DType dtype, std::string* out) {
+  if (dtype != proto::DT_BFLOAT16) {
+    out->append(reinterpret_cast<const char*>(values.data()), values.size_bytes());
+    return;
+  }
+  const size_t at = out->size();
+  out->resize(at + values.size() * sizeof(uint16_t));
+  EncodeBf16(values, out->data() + at);
 }
 
 PayloadBufferPool& PayloadBufferPool::Default() {

@@ -51,14 +51,29 @@ void PackFloats(std::span<const float> values, const Shape& shape, proto::Tensor
 // REQUIRES: tensor.data().size() == out.size() * sizeof(float).
 void UnpackFloats(const proto::Tensor& tensor, std::span<float> out);
 
-// A float32 payload in pieces, read where it lies: the receive slices a
-// gRPC message arrived in (rpc/wire_codec.h), or one whole string. The
-// pieces need not be aligned, and a float may straddle two of them.
+// A payload in pieces, read where it lies: the receive slices a gRPC
+// message arrived in (rpc/wire_codec.h), or one whole string. The pieces
+// need not be aligned, and an element may straddle two of them. Its
+// elements are float32, or bf16 (common/bf16.h) where a function takes a
+// dtype that says so.
 using PayloadParts = std::span<const std::string_view>;
 size_t PayloadBytes(PayloadParts parts);
 
+// The dtype's name ("DT_BFLOAT16"), or its number for one this build does
+// not know (it came over the network).
+std::string DtypeName(proto::DType dtype);
+
+// Bytes of one element of a dtype that travels on the wire: 4 for
+// DT_FLOAT32, 2 for DT_BFLOAT16, 0 for any other.
+size_t WireElementBytes(proto::DType dtype);
+// OK for DT_FLOAT32 and DT_BFLOAT16, and for an unset dtype (DT_INVALID,
+// float32) when `unset_ok`; else InvalidArgument naming `what`.
+absl::Status CheckWireDtype(proto::DType dtype, absl::string_view what, bool unset_ok);
+
 // CheckTensorMatches for a tensor whose payload, of `payload_bytes`, travels
-// outside it (tensor.data() is ignored).
+// outside it (tensor.data() is ignored), in a wire dtype: float32 or bf16,
+// or a gradient's DT_SPARSE_FLOAT32 (only its shape checked here: its
+// entries are checked as they are expanded, common/sparse_gradient.h).
 absl::Status CheckTensorMatches(const proto::Tensor& tensor, size_t payload_bytes,
                                 const Shape& shape, absl::string_view what);
 
@@ -72,20 +87,33 @@ void ForEachFloatBlock(PayloadParts parts,
                        const std::function<void(int64_t offset, std::span<const float> block)>& fn);
 void ForEachFloatBlock(std::string_view payload,
                        const std::function<void(int64_t offset, std::span<const float> block)>& fn);
+// The same of a payload of `dtype` (float32 or bf16), converted to floats
+// block by block. REQUIRES: the payload's size % WireElementBytes(dtype) == 0.
+void ForEachFloatBlock(PayloadParts parts, proto::DType dtype,
+                       const std::function<void(int64_t offset, std::span<const float> block)>& fn);
 
 // Whether every float32 in the payload is finite (no NaN, no Inf).
 // REQUIRES: the payload's size % sizeof(float) == 0.
 bool AllFinite(PayloadParts parts);
 bool AllFinite(std::string_view payload);
+// Of a payload of `dtype` (float32 or bf16).
+bool AllFinite(PayloadParts parts, proto::DType dtype);
 
 // sum[i] += payload float i, for every float of the payload.
 // REQUIRES: sum.size() * sizeof(float) == the payload's size.
 void AddPayload(PayloadParts parts, std::span<float> sum);
 void AddPayload(std::string_view payload, std::span<float> sum);
+// Of a payload of `dtype` (float32 or bf16): sum.size() elements.
+void AddPayload(PayloadParts parts, proto::DType dtype, std::span<float> sum);
 
 // Copies the payload's floats into `out`.
 // REQUIRES: out.size() * sizeof(float) == the payload's size.
 void CopyPayload(PayloadParts parts, std::span<float> out);
+// Of a payload of `dtype` (float32 or bf16): out.size() elements.
+void CopyPayload(PayloadParts parts, proto::DType dtype, std::span<float> out);
+
+// Appends `values` to `out` in `dtype` (float32 or bf16; unset: float32).
+void AppendAs(std::span<const float> values, proto::DType dtype, std::string* out);
 
 // Payload buffers of answers, reused across requests instead of allocated
 // for each: the ps fills a value's data string from here (Take), and the

@@ -6,8 +6,7 @@
 #include <string>
 #include <vector>
 
-#include <string>
-#include <vector>
+#include "common/bf16.h"
 
 namespace pst::common {
 namespace {
@@ -214,6 +213,62 @@ TEST(PayloadBufferPoolTest, TakeReusesAFittingBuffer_KeepsAtMostTheLimit) {
   const size_t before = pool.pooled_bytes();
   pool.Give(std::make_unique<std::string>("tiny"));
   EXPECT_EQ(pool.pooled_bytes(), before);
+}
+
+// A bf16 payload cut anywhere (inside a value too) reads as its floats,
+// and a bad value is found in pieces of a byte.
+TEST(TensorUtilTest, Bf16Payload_CutAnywhere_ReadsAsItsFloats) {
+  std::vector<float> values(2 * kFloatBlock + 7);
+  for (size_t i = 0; i < values.size(); ++i) values[i] = 0.75f * static_cast<float>(i) - 3.0f;
+  std::string whole(values.size() * 2, '\0');
+  EncodeBf16(values, whole.data());
+  std::vector<float> rounded(values.size());
+  DecodeBf16(whole.data(), rounded);
+  for (const std::vector<size_t>& lengths :
+       std::vector<std::vector<size_t>>{{}, {1}, {3, 0, 5}, {2 * kFloatBlock + 1}, {7, 13, 4093}}) {
+    const std::vector<std::string_view> parts = Cut(whole, lengths);
+    std::vector<float> seen;
+    ForEachFloatBlock(parts, proto::DT_BFLOAT16, [&](int64_t offset, std::span<const float> b) {
+      EXPECT_EQ(offset, static_cast<int64_t>(seen.size()));
+      seen.insert(seen.end(), b.begin(), b.end());
+    });
+    EXPECT_EQ(seen, rounded) << lengths.size() << " cuts";
+    std::vector<float> copied(values.size());
+    CopyPayload(parts, proto::DT_BFLOAT16, copied);
+    EXPECT_EQ(copied, rounded);
+    std::vector<float> sum(values.size(), 2.0f);
+    AddPayload(parts, proto::DT_BFLOAT16, sum);
+    for (size_t i = 0; i < values.size(); ++i) ASSERT_EQ(sum[i], 2.0f + rounded[i]) << i;
+    EXPECT_TRUE(AllFinite(parts, proto::DT_BFLOAT16));
+  }
+  std::vector<float> few(37, -0.5f);
+  for (size_t at = 0; at < few.size(); ++at) {
+    few[at] =
+        at % 2 ? std::numeric_limits<float>::quiet_NaN() : -std::numeric_limits<float>::infinity();
+    std::string bytes(few.size() * 2, '\0');
+    EncodeBf16(few, bytes.data());
+    few[at] = -0.5f;
+    EXPECT_FALSE(AllFinite(Cut(bytes, {1, 1, 1, 3, 2, 1, 5}), proto::DT_BFLOAT16)) << at;
+  }
+  std::string good(few.size() * 2, '\0');
+  EncodeBf16(few, good.data());
+  EXPECT_TRUE(AllFinite(Cut(good, {1, 1, 1, 3, 2, 1, 5}), proto::DT_BFLOAT16));
+}
+
+TEST(TensorUtilTest, CheckTensorMatches_Bf16_HalfTheBytes_OnlyForPayloadsOutside) {
+  proto::Tensor header;
+  header.set_dtype(proto::DT_BFLOAT16);
+  header.add_shape(2);
+  header.add_shape(3);
+  Shape shape;
+  shape.Add(2);
+  shape.Add(3);
+  EXPECT_TRUE(CheckTensorMatches(header, 12, shape, "g").ok());
+  EXPECT_EQ(CheckTensorMatches(header, 24, shape, "g").code(), absl::StatusCode::kInvalidArgument);
+  // A tensor carrying its own data (rows, initial values) is float32 only.
+  header.set_data(std::string(12, '\0'));
+  const absl::Status whole = CheckTensorMatches(header, shape, "g");
+  EXPECT_NE(whole.message().find("expected DT_FLOAT32"), std::string::npos) << whole;
 }
 
 TEST(TensorUtilTest, CheckTensorMatches_PayloadOutside_ChecksItsSize) {

@@ -92,6 +92,15 @@ ABSL_FLAG(int64_t, dense_piece_bytes, 512 << 10,
 ABSL_FLAG(bool, overlap, false,
           "async, mlp: compute the next batch while the last push+pull is in flight (compute "
           "and communication overlap, at one step more staleness).");
+ABSL_FLAG(std::string, wire_dtype, "float32",
+          "The dtype workers send dense gradients and receive dense values in: float32, or "
+          "bf16 (half the bytes, rounded to nearest even at each end; the ps keep float32 "
+          "values and optimizer slots). Rows of tables always travel as float32.");
+ABSL_FLAG(std::string, gradient_compression, "none",
+          "none, or topk:RATIO (0 < RATIO <= 1): every worker pushes only that share of each "
+          "dense gradient's entries, the largest, and adds the rest to its next step's "
+          "gradient (error feedback). The residual lives in the worker: a restarted worker "
+          "loses it, and a job's exact recovery is promised only without compression.");
 ABSL_FLAG(std::string, routing, "mod", "Id routing of partitioned tables: mod or div.");
 ABSL_FLAG(std::string, mode, "async",
           "How workers agree on parameters: async, sync (bulk synchronous, averaged steps) or ssp "

@@ -67,6 +67,8 @@ ABSL_DECLARE_FLAG(int32_t, max_partitions);
 ABSL_DECLARE_FLAG(int64_t, max_shard_bytes);
 ABSL_DECLARE_FLAG(std::string, routing);
 ABSL_DECLARE_FLAG(bool, overlap);
+ABSL_DECLARE_FLAG(std::string, wire_dtype);
+ABSL_DECLARE_FLAG(std::string, gradient_compression);
 ABSL_DECLARE_FLAG(int64_t, dense_piece_bytes);
 ABSL_DECLARE_FLAG(std::string, mode);
 ABSL_DECLARE_FLAG(int32_t, staleness);

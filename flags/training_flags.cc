@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -116,6 +117,23 @@ absl::StatusOr<proto::TrainingConfig> TrainingConfigFromFlags() {
         "--min_slice_bytes and --max_shard_bytes must be positive, --max_partitions >= 0");
   }
   config.set_overlap(absl::GetFlag(FLAGS_overlap));
+  if (const std::string wire = absl::GetFlag(FLAGS_wire_dtype); wire == "bf16") {
+    config.set_wire_dtype(proto::DT_BFLOAT16);
+  } else if (wire != "float32") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--wire_dtype=", wire, " is not known (known: float32, bf16)"));
+  }
+  if (const std::string compression = absl::GetFlag(FLAGS_gradient_compression);
+      compression != "none") {
+    double ratio = 0;
+    if (!absl::StartsWith(compression, "topk:") ||
+        !absl::SimpleAtod(compression.substr(5), &ratio) || !(ratio > 0 && ratio <= 1)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--gradient_compression=", compression,
+                       " is not known (known: none, topk:RATIO with 0 < RATIO <= 1)"));
+    }
+    config.set_topk_ratio(ratio);
+  }
   config.set_dense_piece_bytes(absl::GetFlag(FLAGS_dense_piece_bytes));
   if (config.dense_piece_bytes() < 0) {
     return absl::InvalidArgumentError("--dense_piece_bytes must be >= 0 (0: never cut)");

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/bf16.h"
 #include "common/tensor_util.h"
 #include "google/protobuf/io/coded_stream.h"
 #include "google/protobuf/io/zero_copy_stream_impl_lite.h"
@@ -175,6 +176,7 @@ void PutLengthTag(int field, std::string* out) {
 }
 
 void ReleasePin(void* pins) { static_cast<common::PayloadPins*>(pins)->Release(); }
+void DeleteString(void* s) { delete static_cast<std::string*>(s); }
 // An answer's payload, sent: its buffer goes back to the pool it came from.
 void ReturnPayload(void* s) {
   common::PayloadBufferPool::Default().Give(std::unique_ptr<std::string>(static_cast<std::string*>(s)));
@@ -248,6 +250,15 @@ std::vector<TensorPart> GradientParts(
     proto::Tensor header = grads[k];
     header.clear_data();
     parts[k].header = header.SerializeAsString();
+    if (grads[k].dtype() == proto::DT_BFLOAT16) {
+      // Converted into a buffer of its own, which the slice owns: the
+      // caller's floats are free again at once.
+      auto* half = new std::string(payloads[k].size() * sizeof(uint16_t), '\0');
+      common::EncodeBf16(payloads[k], half->data());
+      parts[k].payload_bytes = half->size();
+      parts[k].slice = grpc::Slice(half->data(), half->size(), DeleteString, half);
+      continue;
+    }
     parts[k].payload_bytes = payloads[k].size_bytes();
     if (parts[k].payload_bytes > 0) {
       // The caller keeps the floats alive and unchanged until gRPC releases
@@ -296,12 +307,27 @@ absl::Status ReadTensor(CodedInputStream* in, int depth, proto::Tensor* tensor,
         }
         continue;
       }
-      if (bytes != into->size_bytes()) {
-        return absl::DataLossError(absl::StrCat("value ", index, " has ", bytes,
-                                                " payload bytes where ", into->size_bytes(),
-                                                " were expected"));
+      // The dtype comes before the data (field order, as every encoder
+      // here and protobuf's serializer write it).
+      const bool half = tensor->dtype() == proto::DT_BFLOAT16;
+      const size_t want = into->size() * (half ? sizeof(uint16_t) : sizeof(float));
+      if (bytes != want) {
+        return absl::DataLossError(absl::StrCat(
+            "value ", index, " has ", bytes, " payload bytes where ", want, " were expected (",
+            into->size(), " elements in ", proto::DType_Name(tensor->dtype()), ")"));
       }
-      if (!in->ReadRaw(into->data(), static_cast<int>(bytes))) {
+      if (half) {
+        // Converted chunk by chunk, through a buffer that stays in cache.
+        char chunk[16 << 10];
+        for (size_t done = 0; done < into->size();) {
+          const size_t n = std::min(into->size() - done, sizeof(chunk) / sizeof(uint16_t));
+          if (!in->ReadRaw(chunk, static_cast<int>(n * sizeof(uint16_t)))) {
+            return absl::DataLossError("truncated tensor data");
+          }
+          common::DecodeBf16(chunk, into->subspan(done, n));
+          done += n;
+        }
+      } else if (!in->ReadRaw(into->data(), static_cast<int>(bytes))) {
         return absl::DataLossError("truncated tensor data");
       }
       have_data = true;

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "common/bf16.h"
 #include "common/tensor_util.h"
 
 namespace pst::rpc {
@@ -249,6 +250,72 @@ bool InsideSlices(const std::vector<std::string_view>& parts,
     if (!inside) return false;
   }
   return true;
+}
+
+std::string Bf16Bytes(const std::vector<float>& values) {
+  std::string out(values.size() * 2, '\0');
+  common::EncodeBf16(values, out.data());
+  return out;
+}
+
+// A gradient whose header says DT_BFLOAT16 is sent converted, from a buffer
+// of the codec's own (the caller's floats are not pinned), and parses as the
+// request with the bf16 bytes in its data.
+TEST_F(WireCodecTest, EncodePush_Bf16Gradient_SentConverted_NotPinned) {
+  proto::PushRequest request = Push(payloads_);
+  request.mutable_gradients(0)->set_dtype(proto::DT_BFLOAT16);
+  proto::PushRequest full = request;
+  full.mutable_gradients(0)->set_data(Bf16Bytes(payloads_[0]));
+  for (size_t k = 1; k < payloads_.size(); ++k) {
+    common::PackFloats(payloads_[k], full.gradients(k).shape(), full.mutable_gradients(k));
+  }
+  common::PayloadPins pins;
+  grpc::ByteBuffer bytes = EncodePush(request, Spans(payloads_), &pins);
+  EXPECT_EQ(pins.held(), 1) << "only the float32 payload is sent from the caller's memory";
+  proto::PushRequest parsed;
+  ASSERT_TRUE(ParseMessage(&bytes, &parsed).ok());
+  EXPECT_EQ(parsed.SerializeAsString(), full.SerializeAsString());
+}
+
+// Values in bf16 are decoded into the caller's float buffers, exactly, from
+// any cut of the receive slices, through the decoder's chunks (a value of
+// more than one chunk, of an odd count).
+TEST_F(WireCodecTest, DecodePullResponse_Bf16Values_DecodedIntoTheFloatBuffers) {
+  std::vector<float> big(3 * 8192 + 7), small = {0.1f, -3e38f, 1e-40f};
+  for (size_t i = 0; i < big.size(); ++i) big[i] = 0.37f * static_cast<float>(i) - 1000.0f;
+  proto::PullResponse response;
+  for (const auto* v : {&big, &small}) {
+    response.add_names("v");
+    proto::Tensor* t = response.add_values();
+    t->set_dtype(proto::DT_BFLOAT16);
+    t->add_shape(static_cast<int64_t>(v->size()));
+    t->set_data(Bf16Bytes(*v));
+    response.add_versions(4);
+  }
+  for (size_t piece : {size_t{7}, size_t{4096}, size_t{1} << 20}) {
+    grpc::ByteBuffer bytes = InPieces(response.SerializeAsString(), piece);
+    std::vector<float> out_big(big.size()), out_small(small.size());
+    const std::vector<std::span<float>> into = {out_big, out_small};
+    proto::PullResponse got;
+    const absl::Status status = DecodePullResponse(&bytes, into, &got);
+    ASSERT_TRUE(status.ok()) << status;
+    for (size_t i = 0; i < big.size(); ++i) {
+      ASSERT_EQ(out_big[i], common::Bf16ToFloat(common::FloatToBf16(big[i]))) << piece << " " << i;
+    }
+    for (size_t i = 0; i < small.size(); ++i) {
+      EXPECT_EQ(out_small[i], common::Bf16ToFloat(common::FloatToBf16(small[i])));
+    }
+    EXPECT_EQ(got.values(0).dtype(), proto::DT_BFLOAT16);
+    EXPECT_TRUE(got.values(0).data().empty());
+  }
+  // A float32-sized buffer for a bf16 value: the sizes are named.
+  grpc::ByteBuffer bytes = InPieces(response.SerializeAsString(), 1 << 20);
+  std::vector<float> wrong(big.size() / 2);
+  const std::vector<std::span<float>> into = {wrong};
+  proto::PullResponse got;
+  const absl::Status status = DecodePullResponse(&bytes, into, &got);
+  EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss);
+  EXPECT_NE(status.message().find("in DT_BFLOAT16"), std::string::npos) << status;
 }
 
 TEST_F(WireCodecTest, DecodePushPull_LeavesPayloadsInTheReceiveSlices) {

@@ -2,6 +2,7 @@
 // real Fashion-MNIST.
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <filesystem>
@@ -188,6 +189,54 @@ TEST_F(ClusterTest, TwoCpuDevicesPerWorker_SplitEachBatch_AndTrain) {
   const nlohmann::json result = ReadJson(summary);
   ASSERT_TRUE(result.is_object()) << output;
   EXPECT_GE(result["test_accuracy"].get<double>(), 0.70) << result.dump();
+}
+
+// Whether this process may make network namespaces (root and iproute2).
+bool CanMakeNamespaces() {
+  return geteuid() == 0 && (access("/usr/sbin/ip", X_OK) == 0 || access("/sbin/ip", X_OK) == 0 ||
+                            access("/usr/bin/ip", X_OK) == 0);
+}
+
+// Namespaces `pstrain local --ps_link_rate` made (named after its pid).
+int LinkNamespacesOf(pid_t launcher) {
+  const std::string prefix = absl::StrCat("pstpb", launcher, "_");
+  int count = 0;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator("/run/netns", ec)) {
+    if (entry.path().filename().string().rfind(prefix, 0) == 0) ++count;
+  }
+  return count;
+}
+
+// --ps_link_rate: each ps in a namespace of its own behind a shaped link;
+// the job trains through them, and the namespaces are gone after it.
+TEST_F(ClusterTest, PsBehindShapedLinks_JobTrains_AndTheLinksGoAway) {
+  auto bad = Launch({"--ps=1", "--workers=1", "--ps_link_rate=fast"});
+  ASSERT_NE(bad, nullptr);
+  std::optional<int> refused = bad->WaitForExit(kJobTimeout);
+  ASSERT_TRUE(refused.has_value()) << bad->output();
+  EXPECT_EQ(ExitCode(*refused), 2) << bad->output();
+  EXPECT_NE(bad->output().find("--ps_link_rate=fast is not a tc rate"), std::string::npos)
+      << bad->output();
+  if (!CanMakeNamespaces()) GTEST_SKIP() << "needs root and iproute2";
+
+  const std::string summary = dir_ + "/summary.json";
+  auto launcher = Launch({"--ps=2", "--workers=2", "--max_steps=200", "--ps_link_rate=1gbit",
+                          "--wire_dtype=bf16", "--summary_json=" + summary});
+  ASSERT_NE(launcher, nullptr);
+  ASSERT_TRUE(launcher->WaitForOutput("each ps behind a link of 1gbit", kJobTimeout))
+      << launcher->output();
+  EXPECT_EQ(LinkNamespacesOf(launcher->pid()), 2) << launcher->output();
+  std::optional<int> exited = launcher->WaitForExit(kJobTimeout);
+  ASSERT_TRUE(exited.has_value()) << launcher->output();
+  EXPECT_EQ(ExitCode(*exited), 0) << launcher->output();
+  // The ps listened inside their namespaces, not on loopback.
+  EXPECT_TRUE(std::regex_search(launcher->output(), std::regex(R"(ps \[10\.\d+\.\d+\.2:\d+, )")))
+      << launcher->output();
+  const nlohmann::json result = ReadJson(summary);
+  ASSERT_TRUE(result.is_object()) << launcher->output();
+  EXPECT_GE(result["global_step"].get<int64_t>(), 200);
+  EXPECT_EQ(LinkNamespacesOf(launcher->pid()), 0);
 }
 
 TEST_F(ClusterTest, BadDeviceFlag_IsRefusedBeforeAnyDaemonStarts) {

@@ -2,7 +2,7 @@
 // 3 workers): every mode trains to 0.85; an artificially slow worker holds
 // back neither sync with a backup worker nor async, and holds ssp to its
 // staleness bound; a worker that leaves a sync job lowers the quorum instead
-// of hanging the others.
+// of hanging the others; bf16 on the wire trains the demo to its accuracy.
 #include <gtest/gtest.h>
 #include <signal.h>
 
@@ -161,6 +161,80 @@ TEST_F(ModesTest, AsyncWithOverlap_TrainsEveryBatchAndReportsStepTimes) {
   for (auto it = lines; it != std::sregex_iterator(); ++it) {
     EXPECT_GT(std::stod((*it)[1]), 0) << it->str();
     EXPECT_GT(std::stod((*it)[2]), 0) << it->str();
+  }
+}
+
+// Each worker's "dense payload per step: X kB pushed" figures. (The float32
+// references below run in sync, where every step has a push of each worker:
+// in a short async job one worker may finish every step before the other
+// starts.)
+std::vector<double> PushedKbPerStep(const std::string& output, const std::string& dtype) {
+  const std::regex line(R"(dense payload per step: ([\d.]+) kB pushed, [\d.]+ kB pulled, in )" +
+                        dtype);
+  std::vector<double> kb;
+  for (auto it = std::sregex_iterator(output.begin(), output.end(), line);
+       it != std::sregex_iterator(); ++it) {
+    kb.push_back(std::stod((*it)[1]));
+  }
+  return kb;
+}
+
+// --wire_dtype=bf16: the demo (2 ps, 2 workers, 3 epochs) reaches its
+// accuracy with half the dense payload of a float32 job, in async and in
+// sync (whose answers wait for the quorum, then go out in bf16).
+TEST_F(ModesTest, WireBf16_DemoReachesItsAccuracy_WithHalfThePayload) {
+  const nlohmann::json result = RunJob({"--workers=2", "--epochs=3", "--wire_dtype=bf16"});
+  ASSERT_TRUE(result.is_object()) << output_;
+  std::printf("bf16 on the wire: accuracy %.4f, %.0f examples/s\n",
+              result["test_accuracy"].get<double>(), result["examples_per_sec"].get<double>());
+  EXPECT_GE(result["test_accuracy"].get<double>(), 0.86) << result.dump();
+  const std::vector<double> bf16 = PushedKbPerStep(output_, "bf16");
+  ASSERT_EQ(bf16.size(), 2u) << output_;
+
+  ASSERT_TRUE(RunJob({"--workers=2", "--mode=sync", "--max_steps=50"}).is_object()) << output_;
+  const std::vector<double> float32 = PushedKbPerStep(output_, "float32");
+  ASSERT_EQ(float32.size(), 2u) << output_;
+  for (int w = 0; w < 2; ++w) {
+    EXPECT_GT(bf16[w], 0);
+    EXPECT_NEAR(2 * bf16[w], float32[w], 0.2) << "worker " << w;  // printed to 0.1 kB
+  }
+
+  const nlohmann::json sync =
+      RunJob({"--workers=2", "--mode=sync", "--max_steps=150", "--wire_dtype=bf16"});
+  ASSERT_TRUE(sync.is_object()) << output_;
+  EXPECT_EQ(sync["global_step"], 150);
+  EXPECT_EQ(PushedKbPerStep(output_, "bf16").size(), 2u) << output_;
+}
+
+// --gradient_compression=topk:0.01: the demo trains with 2% of the pushed
+// bytes (1% of the entries, 8 bytes each), here with SGD, which adds the
+// held-back gradients up as the ps applies them (adam's step squashes a
+// burst of accumulated gradient to one step of its rate: see
+// docs/training-modes.md); and bf16 values with it.
+TEST_F(ModesTest, WireTopK_DemoTrainsWithAFiftiethOfThePushedBytes) {
+  const std::vector<std::string> sgd = {"--workers=2", "--optimizer=sgd", "--learning_rate=0.1"};
+  std::vector<std::string> flags = sgd;
+  flags.insert(flags.end(), {"--epochs=3", "--gradient_compression=topk:0.01"});
+  const nlohmann::json result = RunJob(flags);
+  ASSERT_TRUE(result.is_object()) << output_;
+  std::printf("top-k 1%%: accuracy %.4f, %.0f examples/s\n", result["test_accuracy"].get<double>(),
+              result["examples_per_sec"].get<double>());
+  EXPECT_GE(result["test_accuracy"].get<double>(), 0.85) << result.dump();
+  const std::vector<double> topk = PushedKbPerStep(output_, "float32; gradients as their top 1%");
+  ASSERT_EQ(topk.size(), 2u) << output_;
+
+  flags = sgd;
+  flags.insert(flags.end(), {"--max_steps=100", "--gradient_compression=topk:0.01",
+                             "--wire_dtype=bf16", "--mode=sync"});
+  ASSERT_TRUE(RunJob(flags).is_object()) << output_;
+  EXPECT_EQ(PushedKbPerStep(output_, "bf16; gradients as their top 1%").size(), 2u) << output_;
+
+  ASSERT_TRUE(RunJob({"--workers=2", "--mode=sync", "--max_steps=50"}).is_object()) << output_;
+  const std::vector<double> float32 = PushedKbPerStep(output_, "float32");
+  ASSERT_EQ(float32.size(), 2u) << output_;
+  for (int w = 0; w < 2; ++w) {
+    EXPECT_GT(topk[w], 0);
+    EXPECT_LT(topk[w], 0.025 * float32[w]) << "worker " << w;
   }
 }
 

@@ -123,9 +123,40 @@ TEST(PsBenchTest, HashCases_BoundedTableEvictsAndReportsItsShape) {
               bounded["rows_per_s"].get<double>() / unbounded["rows_per_s"].get<double>(), 1e-9);
 }
 
+TEST(PsBenchTest, Wire_EachDenseCaseInEachSetting_AsARatioOfFloat32) {
+  const std::string json = TestDir() + "/wire.json";
+  absl::StatusOr<std::unique_ptr<TestProcess>> bench = TestProcess::Start(
+      {BinaryPath("ps_bench"), "--cases=pushpull", "--sizes=64K", "--wire=float32,bf16,topk:0.01",
+       "--seconds_per_case=0.3", "--reference_seconds=0.2", "--rounds=2", "--min_iters=4",
+       "--scaling=false", "--json=" + json});
+  ASSERT_TRUE(bench.ok()) << bench.status();
+  std::optional<int> exited = (*bench)->WaitForExit(kTimeout);
+  ASSERT_TRUE(exited.has_value()) << (*bench)->output();
+  ASSERT_EQ(ExitCode(*exited), 0) << (*bench)->output();
+  const nlohmann::json j = ReadJsonFile(json);
+  ASSERT_TRUE(j.is_object()) << (*bench)->output();
+  EXPECT_EQ(j["wire"], (nlohmann::json{"float32", "bf16", "topk:0.01"}));
+  ASSERT_EQ(j["results"].size(), 3u) << j.dump(2);
+  EXPECT_EQ(j["results"][0]["wire"], "float32");
+  EXPECT_EQ(j["results"][1]["wire"], "bf16");
+  EXPECT_EQ(j["results"][2]["wire"], "topk:0.01");
+  for (const nlohmann::json& r : j["results"]) {
+    SCOPED_TRACE(r.dump());
+    ASSERT_FALSE(r.contains("error"));
+    EXPECT_EQ(r["op"], "pushpull");
+    EXPECT_GE(r["ops"].get<int64_t>(), 4);
+    EXPECT_GT(r["gbps"].get<double>(), 0);
+  }
+  for (const std::string wire : {"bf16", "topk:0.01"}) {
+    EXPECT_NE((*bench)->output().find("pushpull of 64K (1 ps, 1 w): " + wire + " on the wire "),
+              std::string::npos)
+        << (*bench)->output();
+  }
+}
+
 TEST(PsBenchTest, BadFlags_ExitWithCodeTwoNamingThem) {
   for (const std::string flag : {"--rounds=0", "--scaling_size=3x", "--scaling_link_rate=fast",
-                                 "--hash_batches=0"}) {
+                                 "--hash_batches=0", "--wire=fp16"}) {
     absl::StatusOr<std::unique_ptr<TestProcess>> bench =
         TestProcess::Start({BinaryPath("ps_bench"), "--cases=hash_push", flag});
     ASSERT_TRUE(bench.ok()) << bench.status();

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include "common/bf16.h"
 #include "common/initializer.h"
 #include "common/partition.h"
 #include "common/placement.h"
@@ -124,6 +125,54 @@ TEST_P(PsClientTest, DensePushPull_RoutesToTheHoldingPs) {
   ASSERT_TRUE(version.ok()) << version.status();
   EXPECT_EQ(*version, 1);
   EXPECT_EQ(values[0], (std::vector<float>{-1, -2, -3}));
+}
+
+// Top-k with error feedback: each push sends the largest entries of the
+// gradient plus what earlier pushes held back, so pushing zeros after a
+// gradient drains the rest; with SGD at rate 1 each entry is subtracted
+// exactly once, whatever push carried it.
+TEST_P(PsClientTest, TopK_SendsTheLargestEntries_AndTheRestLater) {
+  Values values;
+  ASSERT_TRUE(client_->Pull(&values).ok());
+  const std::vector<float> v0 = values[0];
+  client_->set_topk_ratio(0.34);  // 2 of the 3 entries a push
+  ASSERT_TRUE(client_->PushPull(0, 0, Values{{0.5f, -4.0f, 2.0f}}, &values).ok());
+  EXPECT_EQ(values[0], (std::vector<float>{v0[0], v0[1] + 4.0f, v0[2] - 2.0f}));
+  ASSERT_TRUE(client_->PushPull(1, 1, Values{{0.0f, 0.0f, 0.0f}}, &values).ok());
+  EXPECT_EQ(values[0], (std::vector<float>{v0[0] - 0.5f, v0[1] + 4.0f, v0[2] - 2.0f}));
+  // 2 entries of 8 bytes a push.
+  EXPECT_EQ(client_->dense_wire_bytes().pushed, 2 * 16);
+  // A push that fails (a wrong size) leaves the residual as it was.
+  EXPECT_EQ(client_->PushPull(2, 2, Values{{1.0f}}, &values).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  ASSERT_TRUE(client_->PushPull(3, 2, Values{{0.0f, 0.0f, 0.0f}}, &values).ok());
+  EXPECT_EQ(values[0], (std::vector<float>{v0[0] - 0.5f, v0[1] + 4.0f, v0[2] - 2.0f}));
+  // 1.0 and the first 0.125 go; the second is held back, and setting the
+  // same generation again keeps it.
+  ASSERT_TRUE(client_->PushPull(4, 3, Values{{1.0f, 0.125f, 0.125f}}, &values).ok());
+  const std::vector<float> v4 = values[0];
+  client_->set_generation(0);
+  ASSERT_TRUE(client_->PushPull(5, 4, Values{{0.0f, 0.0f, 0.0f}}, &values).ok());
+  EXPECT_EQ(values[0], (std::vector<float>{v4[0], v4[1], v4[2] - 0.125f}));
+}
+
+// After a restore (a new generation) the residual held back before it is
+// dropped: it was computed from parameters the restore replaced.
+TEST_P(PsClientTest, TopK_NewGeneration_DropsTheResidual) {
+  client_->set_topk_ratio(0.34);
+  Values values;
+  ASSERT_TRUE(client_->PushPull(0, 0, Values{{1.0f, 2.0f, 3.0f}}, &values).ok());
+  const std::vector<float> v1 = values[0];  // 2 and 3 applied, 1 held back
+  // Every ps restored to its own state, as generation 1.
+  for (int p = 0; p < 2; ++p) {
+    const std::vector<common::ShardRecord> records = transport_->store(p)->Snapshot();
+    std::vector<const common::ShardRecord*> pointers;
+    for (const auto& r : records) pointers.push_back(&r);
+    ASSERT_TRUE(transport_->store(p)->Restore(pointers, /*generation=*/1).ok());
+  }
+  client_->set_generation(1);
+  ASSERT_TRUE(client_->PushPull(1, 1, Values{{0.0f, 0.0f, 0.0f}}, &values).ok());
+  EXPECT_EQ(values[0], v1) << "the held-back 1.0 was sent after the restore";
 }
 
 // The span overloads (caller memory, as Python's buffers): the same
@@ -265,6 +314,45 @@ TEST_F(DensePiecesTest, PiecesOverTwoPs_MatchTheWholeVariable_AndARetryIsApplied
   ASSERT_TRUE(whole->PushPull(4, 3, grads, &want).ok());
   ASSERT_TRUE(cut->Pull(&got).ok());
   EXPECT_EQ(got, want);
+}
+
+// Values as bf16 carries them.
+Values Rounded(Values values) {
+  for (auto& v : values) {
+    for (float& x : v) x = common::Bf16ToFloat(common::FloatToBf16(x));
+  }
+  return values;
+}
+
+// A client with bf16 on the wire, over pieces in several requests per ps:
+// the ps apply exactly its gradients rounded (as a float32 client's of the
+// rounded gradients), and its values arrive rounded; half the payload.
+TEST_F(DensePiecesTest, Bf16OnTheWire_AppliesTheRoundedGradients_AndAnswersRounded) {
+  proto::PlacementPlan ref_plan, cut_plan;
+  auto ref_ps = Start(Specs(0), &ref_plan);
+  auto cut_ps = Start(Specs(3 * kH * sizeof(float)), &cut_plan);
+  std::unique_ptr<PsClient> ref = *PsClient::Create(ref_plan, {"w", "b"}, ref_ps, 0, 1);
+  std::unique_ptr<PsClient> half =
+      *PsClient::Create(cut_plan, {"w", "b"}, cut_ps, 0, 1, 3 * kH * sizeof(float));
+  half->set_wire_dtype(proto::DT_BFLOAT16);
+  Values want, got;
+  ASSERT_EQ(*ref->Pull(&want), 0);
+  ASSERT_EQ(*half->Pull(&got), 0);
+  EXPECT_EQ(got, Rounded(want));
+  Values grads = {std::vector<float>(kW * kH), std::vector<float>(kH)};
+  for (int step = 1; step <= 3; ++step) {
+    for (size_t v = 0; v < grads.size(); ++v) {
+      for (size_t i = 0; i < grads[v].size(); ++i) grads[v][i] = 0.0123f * step * (i % 7) - 0.02f;
+    }
+    ASSERT_TRUE(ref->PushPull(step, step - 1, Rounded(grads), &want).ok());
+    absl::StatusOr<int64_t> version = half->PushPull(step, step - 1, grads, &got);
+    ASSERT_TRUE(version.ok()) << version.status();
+    EXPECT_EQ(got, Rounded(want)) << "step " << step;
+  }
+  const int64_t floats = kW * kH + kH;
+  EXPECT_EQ(half->dense_wire_bytes().pushed, 3 * floats * 2);
+  EXPECT_EQ(half->dense_wire_bytes().pulled, 4 * floats * 2);
+  EXPECT_EQ(ref->dense_wire_bytes().pushed, 3 * floats * 4);
 }
 
 // A ps's share of a step that needs more than kRequestsInFlight requests

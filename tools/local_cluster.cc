@@ -20,6 +20,7 @@
 #include "absl/synchronization/mutex.h"
 #include "common/progress.h"
 #include "common/tf_config.h"
+#include "tools/shaped_link.h"
 #include "tools/subprocess.h"
 
 namespace pst::tools {
@@ -180,6 +181,12 @@ absl::Status CheckLocalClusterOptions(const LocalClusterOptions& options) {
     return absl::InvalidArgumentError(
         "--evaluator_command needs a chief (--chief): the evaluator reports to it");
   }
+  if (options.ps_link_rate.find_first_not_of("0123456789.kmgKMGbitps") != std::string::npos ||
+      (!options.ps_link_rate.empty() &&
+       options.ps_link_rate.find_first_of("0123456789") == std::string::npos)) {
+    return absl::InvalidArgumentError(absl::StrCat("--ps_link_rate=", options.ps_link_rate,
+                                                   " is not a tc rate such as 1gbit or 500mbit"));
+  }
   return absl::OkStatus();
 }
 
@@ -224,6 +231,23 @@ int RunLocalCluster(const LocalClusterOptions& options, common::StopSignal* stop
   add(&tf.cluster.ps, options.num_ps);
   add(&tf.cluster.worker, options.num_workers);
   add(&tf.cluster.evaluator, evaluators);
+  // Each ps behind a shaped link: its address is inside its namespace.
+  std::vector<std::unique_ptr<ShapedLink>> links;
+  if (!options.ps_link_rate.empty()) {
+    for (int i = 0; i < options.num_ps; ++i) {
+      absl::StatusOr<std::unique_ptr<ShapedLink>> link =
+          ShapedLink::Create(options.ps_link_rate, /*routed=*/true);
+      if (!link.ok()) {
+        std::fprintf(stderr, "pstrain local: --ps_link_rate: %s\n",
+                     std::string(link.status().message()).c_str());
+        return 2;
+      }
+      tf.cluster.ps[i] = absl::StrCat((*link)->address(), ":", (*ports)[chiefs + i]);
+      links.push_back(*std::move(link));
+    }
+    console.Print(absl::StrCat("pstrain local: each ps behind a link of ", options.ps_link_rate,
+                               " each way, in a network namespace of its own"));
+  }
   console.Print(absl::StrCat(
       "pstrain local: chief [", absl::StrJoin(tf.cluster.chief, ", "), "], ps [",
       absl::StrJoin(tf.cluster.ps, ", "), "], worker [", absl::StrJoin(tf.cluster.worker, ", "),
@@ -336,6 +360,7 @@ int RunLocalCluster(const LocalClusterOptions& options, common::StopSignal* stop
     // exec: the command is the child itself, so that a signal that kills it
     // reaches the supervisor as such (restart_failed), not as sh's exit code.
     if (command) spawn.argv = {"/bin/sh", "-c", "exec " + shell_command};
+    const bool linked = tf.task.type == common::TaskType::kPs && !links.empty();
     // "{task}" in a flag is this daemon's task ("worker-1"): its own
     // certificate or token file under per-role security.
     const std::string task_name =
@@ -366,6 +391,7 @@ int RunLocalCluster(const LocalClusterOptions& options, common::StopSignal* stop
         spawn.argv.push_back(absl::StrCat("--log_every_s=", options.live_log_every_s));
       }
     }
+    if (linked) spawn.argv = links[tf.task.index]->Wrap(std::move(spawn.argv));
     spawn.env = {absl::StrCat("TF_CONFIG=", common::TfConfigToJson(tf))};
     if (!blas_threads.empty()) spawn.env.push_back("OPENBLAS_NUM_THREADS=" + blas_threads);
     if (command) {

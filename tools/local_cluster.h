@@ -53,6 +53,13 @@ struct LocalClusterOptions {
   std::string evaluator_command;
   int slow_worker = -1;  // this worker gets --step_delay_ms
   int slow_worker_delay_ms = 0;
+  // Non-empty (a tc rate such as "1gbit"): each ps runs in a network
+  // namespace of its own behind a link of this rate each way
+  // (tools/shaped_link.h; root and iproute2), as on a machine with that
+  // NIC; the chief and workers stay here. The ps reach one another only
+  // through this machine, which forwards between their links (an iptables
+  // rule per link, for --ps_replicas=2).
+  std::string ps_link_rate;
   absl::Duration timeout = absl::ZeroDuration();  // zero: none
   absl::Duration grace = absl::Seconds(10);       // SIGTERM -> SIGKILL
   // Restart a daemon killed by a signal (kill -9, a crash, the OOM killer)
@@ -74,8 +81,8 @@ struct LocalClusterOptions {
 };
 
 // What RunLocalCluster refuses before starting anything: --ps or --workers
-// below 1, --worker_command or --evaluator_command without a chief.
-// InvalidArgument naming the flag.
+// below 1, --worker_command or --evaluator_command without a chief, a
+// --ps_link_rate that is not a tc rate. InvalidArgument naming the flag.
 absl::Status CheckLocalClusterOptions(const LocalClusterOptions& options);
 
 // The shape of the cluster RunLocalCluster starts (its addresses are

@@ -48,6 +48,8 @@ absl::Status WorkerSession::Connect(const WorkerConnections& connections) {
   generation_ = state.generation();
   ps_->set_generation(generation_);
   ps_->set_sync(state.training().sync().mode() == proto::SYNC);
+  ps_->set_wire_dtype(state.training().wire_dtype());
+  ps_->set_topk_ratio(state.training().topk_ratio());
   position_ = std::max<int64_t>(0, link_->start_position());
   shuffle_seed_ = models::WorkerShuffleSeed(state.training(), options_.worker_index);
   spdlog::info(

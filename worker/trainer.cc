@@ -56,6 +56,8 @@ absl::Status RunWorker(const TrainerOptions& options, const WorkerConnections& c
               connections.ps_transport(link->ps_addresses(), options.rpc_timeout), link->routes()),
           options.worker_index, options.incarnation));
   ps->set_sync(training.sync().mode() == proto::SYNC);
+  ps->set_wire_dtype(training.wire_dtype());
+  ps->set_topk_ratio(training.topk_ratio());
   Progress& progress = link->progress();
   CoordinatorView& view = link->view();
   const common::StopSignal& lost_coordinator = link->lost();
@@ -293,6 +295,17 @@ absl::Status RunWorker(const TrainerOptions& options, const WorkerConnections& c
         absl::ToDoubleSeconds(times.waited) * per_step,
         communication > 0 ? compute / communication : 0.0,
         model->Overlaps(training) ? " (overlapped)" : "");
+  }
+  if (progress.steps() > 0) {
+    const client::PsClient::WireBytes wire = ps->dense_wire_bytes();
+    const double per_step = 1e3 * static_cast<double>(progress.steps());
+    spdlog::info("dense payload per step: {:.1f} kB pushed, {:.1f} kB pulled, in {}{}",
+                 static_cast<double>(wire.pushed) / per_step,
+                 static_cast<double>(wire.pulled) / per_step,
+                 ps->wire_dtype() == proto::DT_BFLOAT16 ? "bf16" : "float32",
+                 ps->topk_ratio() > 0 ? absl::StrCat("; gradients as their top ",
+                                                     ps->topk_ratio() * 100, "% (error feedback)")
+                                      : "");
   }
   return status;
 }

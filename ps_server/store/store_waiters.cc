@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
+#include "common/tensor_util.h"
 #include "ps_server/store/variable.h"
 #include "ps_server/store/variable_store.h"
 
@@ -34,6 +35,9 @@ uint64_t VariableStore::PullWhenReady(const proto::PullRequest* request,
   absl::Status checked = CheckCounter(request->min_version(), "min_version");
   if (checked.ok()) checked = CheckCounter(request->clock(), "clock");
   if (checked.ok()) {
+    checked = common::CheckWireDtype(request->wire_dtype(), "pull's wire_dtype", /*unset_ok=*/true);
+  }
+  if (checked.ok()) {
     absl::StatusOr<uint64_t> ticket;
     {
       absl::ReaderMutexLock lock(&mu_);
@@ -46,7 +50,7 @@ uint64_t VariableStore::PullWhenReady(const proto::PullRequest* request,
     if (ticket.ok() && *ticket != 0) return *ticket;
     checked = ticket.status();
   }
-  done(checked.ok() ? Pull(request->names(), response) : checked);
+  done(checked.ok() ? Pull(request->names(), response, request->wire_dtype()) : checked);
   return 0;
 }
 
@@ -73,6 +77,7 @@ uint64_t VariableStore::PushPullWhenReady(const proto::PushPullRequest* request,
   pull.set_worker_index(request->push().worker_index());
   pull.set_min_version(request->push().step() + 1);
   pull.set_clock(request->push().step() + 1);
+  pull.set_wire_dtype(request->push().wire_dtype());
   // PullWhenReady copies the request when it parks.
   return PullWhenReady(&pull, response, std::move(done));
 }
@@ -97,7 +102,9 @@ void VariableStore::WakeWaiters() {
       return VersionsReachedLocked(r);
     });
   }
-  for (SyncLedger::Waiter& w : ready) w.done(Pull(w.request.names(), w.response));
+  for (SyncLedger::Waiter& w : ready) {
+    w.done(Pull(w.request.names(), w.response, w.request.wire_dtype()));
+  }
 }
 
 bool VariableStore::CancelWaiter(uint64_t ticket) { return ledger_.Cancel(ticket); }

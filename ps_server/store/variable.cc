@@ -150,36 +150,38 @@ void Variable::ApplyLocked(std::span<const float> grad, const std::vector<bool>&
   version = t;
 }
 
-void Variable::ApplyPayloadLocked(common::PayloadParts payload, proto::Tensor* value) {
+void Variable::ApplyPayloadLocked(common::PayloadParts payload, proto::DType dtype,
+                                  proto::Tensor* value, proto::DType value_dtype) {
   PreserveForSnapshotLocked();
   const int64_t t = version + 1;
   const Step step = optimizer.StepAt(t);
   std::string* out = nullptr;
+  if (value_dtype == proto::DT_INVALID) value_dtype = proto::DT_FLOAT32;
   if (value != nullptr) {
-    value->set_dtype(proto::DT_FLOAT32);
+    value->set_dtype(value_dtype);
     *value->mutable_shape() = spec.shape();
     out = value->mutable_data();
-    common::PayloadBufferPool::Default().Take(values.size() * sizeof(float), out);
+    common::PayloadBufferPool::Default().Take(values.size() * common::WireElementBytes(value_dtype),
+                                              out);
   }
   std::vector<std::span<float>> slot_spans(slots.size());
-  common::ForEachFloatBlock(payload, [&](int64_t offset, std::span<const float> block)
-                                         ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
-    for (size_t s = 0; s < slot_spans.size(); ++s) {
-      slot_spans[s] = std::span<float>(slots[s]).subspan(offset, block.size());
-    }
-    const std::span<float> params = std::span<float>(values).subspan(offset, block.size());
-    optimizer.Apply(params, block, slot_spans, step);
-    // Copied while the block is still in the L1 cache: no second pass over
-    // the variable (appended, as resize() would zero the string first).
-    if (out != nullptr) {
-      out->append(reinterpret_cast<const char*>(params.data()), params.size_bytes());
-    }
-  });
+  common::ForEachFloatBlock(
+      payload, dtype,
+      [&](int64_t offset, std::span<const float> block) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+        for (size_t s = 0; s < slot_spans.size(); ++s) {
+          slot_spans[s] = std::span<float>(slots[s]).subspan(offset, block.size());
+        }
+        const std::span<float> params = std::span<float>(values).subspan(offset, block.size());
+        optimizer.Apply(params, block, slot_spans, step);
+        // Copied while the block is still in the L1 cache: no second pass over
+        // the variable (appended, as resize() would zero the string first).
+        if (out != nullptr) common::AppendAs(params, value_dtype, out);
+      });
   version = t;
 }
 
 Variable::SyncAdd Variable::AddToAggregateLocked(int64_t step, int32_t worker,
-                                                 common::PayloadParts payload,
+                                                 common::PayloadParts payload, proto::DType dtype,
                                                  const std::vector<float>& grad,
                                                  const std::vector<bool>& skip, int quorum) {
   if (step < version) return SyncAdd::kStale;
@@ -188,7 +190,7 @@ Variable::SyncAdd Variable::AddToAggregateLocked(int64_t step, int32_t worker,
   }
   if (accum.empty()) accum.assign(values.size(), 0.0f);
   if (grad.empty()) {
-    common::AddPayload(payload, accum);
+    common::AddPayload(payload, dtype, accum);
   } else {
     for (size_t k = 0; k < grad.size(); ++k) {
       if (skip.empty() || !skip[k / dim]) accum[k] += grad[k];
@@ -208,11 +210,15 @@ void Variable::MaybeApplyAggregateLocked(int quorum) {
   contributors.clear();
 }
 
-void Variable::PackValuesLocked(proto::Tensor* value) const {
+void Variable::PackValuesLocked(proto::Tensor* value, proto::DType dtype) const {
+  if (dtype == proto::DT_INVALID) dtype = proto::DT_FLOAT32;
   // From the payload pool: the wire codec gives the buffer back once the
   // answer is sent.
-  common::PayloadBufferPool::Default().Take(values.size() * sizeof(float), value->mutable_data());
-  common::PackFloats(values, spec.shape(), value);
+  common::PayloadBufferPool::Default().Take(values.size() * common::WireElementBytes(dtype),
+                                            value->mutable_data());
+  value->set_dtype(dtype);
+  *value->mutable_shape() = spec.shape();
+  common::AppendAs(values, dtype, value->mutable_data());
 }
 
 absl::Status Variable::LocalRows(const proto::RowIds& ids, std::vector<int64_t>* local) const {

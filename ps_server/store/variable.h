@@ -109,24 +109,27 @@ class Variable {
   // `skip`) and bumps the version.
   void ApplyLocked(std::span<const float> grad, const std::vector<bool>& skip)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
-  // ApplyLocked of a finite float32 payload, read block by block without
-  // unpacking it first. With `value`, also packs the updated values into it
-  // while they are still in cache.
-  void ApplyPayloadLocked(common::PayloadParts payload, proto::Tensor* value)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // ApplyLocked of a finite payload of `dtype` (float32 or bf16), read
+  // block by block without unpacking it first. With `value`, also packs the
+  // updated values into it, in `value_dtype`, while they are still in cache.
+  void ApplyPayloadLocked(common::PayloadParts payload, proto::DType dtype, proto::Tensor* value,
+                          proto::DType value_dtype) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   // SYNC: adds worker's gradient (`grad` when it was unpacked, with `skip`,
-  // else `payload`) to this version's sum, then applies the mean once
+  // else `payload`, of `dtype`) to this version's sum, then applies the mean once
   // `quorum` have arrived. kStale for a step below the version, kDuplicate
   // when `worker` already sent one for it; neither adds anything.
   enum class SyncAdd { kAdded, kStale, kDuplicate };
   SyncAdd AddToAggregateLocked(int64_t step, int32_t worker, common::PayloadParts payload,
-                               const std::vector<float>& grad, const std::vector<bool>& skip,
-                               int quorum) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+                               proto::DType dtype, const std::vector<float>& grad,
+                               const std::vector<bool>& skip, int quorum)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   // SYNC: applies the mean of the accumulated gradients once `quorum` have
   // arrived.
   void MaybeApplyAggregateLocked(int quorum) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
-  // Packs the values into `value`, in a buffer from the payload pool.
-  void PackValuesLocked(proto::Tensor* value) const ABSL_SHARED_LOCKS_REQUIRED(mu);
+  // Packs the values into `value` in `dtype` (float32 or bf16; unset:
+  // float32), in a buffer from the payload pool.
+  void PackValuesLocked(proto::Tensor* value, proto::DType dtype) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu);
 
   // ---- Rows.
   // Checks one RowIds against this variable (range, partition, repeats);

@@ -14,6 +14,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "common/initializer.h"
+#include "common/sparse_gradient.h"
 #include "common/status_macros.h"
 #include "common/tensor_util.h"
 #include "google/protobuf/util/message_differencer.h"
@@ -174,7 +175,8 @@ bool VariableStore::Holds(const std::string& name) const {
 }
 
 absl::Status VariableStore::Pull(const google::protobuf::RepeatedPtrField<std::string>& names,
-                                 proto::PullResponse* response) const {
+                                 proto::PullResponse* response, proto::DType dtype) const {
+  PST_RETURN_IF_ERROR(common::CheckWireDtype(dtype, "pull's wire_dtype", /*unset_ok=*/true));
   absl::ReaderMutexLock lock(&mu_);
   std::vector<const Variable*> vars;
   if (names.empty()) {
@@ -197,7 +199,9 @@ absl::Status VariableStore::Pull(const google::protobuf::RepeatedPtrField<std::s
   }
   int64_t answer_bytes = 0;
   for (const Variable* var : vars) {
-    answer_bytes += var->rows * var->dim * static_cast<int64_t>(sizeof(float));
+    answer_bytes += var->rows * var->dim *
+                    static_cast<int64_t>(common::WireElementBytes(
+                        dtype == proto::DT_INVALID ? proto::DT_FLOAT32 : dtype));
     if (answer_bytes > options_.max_response_bytes) {
       return absl::ResourceExhaustedError(absl::StrCat(
           "this pull would answer with more than ", options_.max_response_bytes,
@@ -208,7 +212,7 @@ absl::Status VariableStore::Pull(const google::protobuf::RepeatedPtrField<std::s
   for (const Variable* var : vars) {
     WholeReadLock var_lock(*var);
     response->add_names(var->spec.name());
-    var->PackValuesLocked(response->add_values());
+    var->PackValuesLocked(response->add_values(), dtype);
     response->add_versions(var->version);
   }
   return absl::OkStatus();
@@ -235,6 +239,8 @@ absl::Status VariableStore::PushNoWake(const proto::PushRequest& request,
   PST_RETURN_IF_ERROR(CheckCounter(request.step(), "step"));
   // -1 (or below): no position; else a batch count, kept as position + 1.
   if (request.position() >= 0) PST_RETURN_IF_ERROR(CheckCounter(request.position(), "position"));
+  PST_RETURN_IF_ERROR(
+      common::CheckWireDtype(request.wire_dtype(), "push's wire_dtype", /*unset_ok=*/true));
   // Gradient i's data: its pieces in gRPC's receive buffer, or the tensor's
   // own bytes.
   std::vector<std::string_view> whole(payloads == nullptr ? request.gradients_size() : 0);
@@ -274,9 +280,20 @@ absl::Status VariableStore::PushNoWake(const proto::PushRequest& request,
         common::CheckTensorMatches(request.gradients(i), common::PayloadBytes(payload[i]),
                                    var->spec.shape(), absl::StrCat("gradient for '", name, "'")));
     vars.push_back(var);
-    if (common::AllFinite(payload[i])) continue;
-    grads[i].resize(common::PayloadBytes(payload[i]) / sizeof(float));
-    common::CopyPayload(payload[i], grads[i]);
+    const proto::DType dtype = request.gradients(i).dtype();
+    if (dtype == proto::DT_SPARSE_FLOAT32) {
+      // Top-k entries: the dense gradient they stand for, zeros elsewhere.
+      grads[i].resize(static_cast<size_t>(var->rows * var->dim));
+      if (absl::Status expanded = common::ExpandSparseGradient(payload[i], grads[i]);
+          !expanded.ok()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("gradient for '", name, "': ", expanded.message()));
+      }
+    } else {
+      if (common::AllFinite(payload[i], dtype)) continue;
+      grads[i].resize(common::PayloadBytes(payload[i]) / common::WireElementBytes(dtype));
+      common::CopyPayload(payload[i], dtype, grads[i]);
+    }
     for (size_t k = 0; k < grads[i].size(); ++k) {
       if (std::isfinite(grads[i][k])) continue;
       if (!skip_nonfinite) {
@@ -323,7 +340,8 @@ absl::Status VariableStore::PushNoWake(const proto::PushRequest& request,
     Variable& var = *vars[i];
     absl::MutexLock var_lock(&var.mu);
     if (mode == proto::SYNC) {
-      switch (var.AddToAggregateLocked(request.step(), worker, payload[i], grads[i], skip[i],
+      switch (var.AddToAggregateLocked(request.step(), worker, payload[i],
+                                       request.gradients(i).dtype(), grads[i], skip[i],
                                        ledger_.quorum())) {
         case Variable::SyncAdd::kStale:
           stale = true;
@@ -343,10 +361,11 @@ absl::Status VariableStore::PushNoWake(const proto::PushRequest& request,
         value = answer->add_values();
       }
       if (grads[i].empty()) {
-        var.ApplyPayloadLocked(payload[i], value);
+        var.ApplyPayloadLocked(payload[i], request.gradients(i).dtype(), value,
+                               request.wire_dtype());
       } else {
         var.ApplyLocked(grads[i], skip[i]);
-        if (value != nullptr) var.PackValuesLocked(value);
+        if (value != nullptr) var.PackValuesLocked(value, request.wire_dtype());
       }
       if (answer != nullptr) answer->add_versions(var.version);
       applied = true;

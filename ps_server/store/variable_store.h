@@ -156,16 +156,17 @@ class VariableStore {
   absl::StatusOr<int> Create(const proto::CreateVariablesRequest& request);
 
   // Copies the named variables (all but hash variables, if `names` is empty,
-  // sorted by name).
+  // sorted by name), in `dtype` (float32 or bf16; unset: float32).
   // Errors: NotFound for an unknown name; FailedPrecondition for a hash
-  // variable (use PullRows).
+  // variable (use PullRows); InvalidArgument for another dtype.
   absl::Status Pull(const google::protobuf::RepeatedPtrField<std::string>& names,
-                    proto::PullResponse* response) const;
+                    proto::PullResponse* response, proto::DType dtype = proto::DT_FLOAT32) const;
 
-  // Applies each gradient with the optimizer.
+  // Applies each gradient (float32 or bf16) with the optimizer.
   // Errors: InvalidArgument if names and gradients differ in count, a name
   // repeats, a gradient's dtype/shape/size does not match its variable, or
-  // a gradient holds NaN or Inf; NotFound for an unknown variable;
+  // a gradient holds NaN or Inf, or wire_dtype is neither unset, float32
+  // nor bf16; NotFound for an unknown variable;
   // FailedPrecondition for a hash variable (use PushRows). On any error
   // nothing is applied. With OptimizerConfig.skip_nonfinite, rows (slices
   // along axis 0) holding NaN or Inf are skipped and counted in the stats

@@ -120,15 +120,19 @@ TEST(VariableTest, AddToAggregate_AppliesTheMeanAtTheQuorum_RefusesStaleAndRepea
   absl::MutexLock lock(&var.mu);
   const std::vector<float> before = var.values;
   const std::vector<float> g0 = {2, 4}, g1 = {4, 8};
-  EXPECT_EQ(var.AddToAggregateLocked(0, 0, {}, g0, {}, /*quorum=*/2), Variable::SyncAdd::kAdded);
-  EXPECT_EQ(var.AddToAggregateLocked(0, 0, {}, g0, {}, 2), Variable::SyncAdd::kDuplicate);
+  EXPECT_EQ(var.AddToAggregateLocked(0, 0, {}, proto::DT_FLOAT32, g0, {}, /*quorum=*/2),
+            Variable::SyncAdd::kAdded);
+  EXPECT_EQ(var.AddToAggregateLocked(0, 0, {}, proto::DT_FLOAT32, g0, {}, 2),
+            Variable::SyncAdd::kDuplicate);
   EXPECT_EQ(var.version.load(), 0);
-  EXPECT_EQ(var.AddToAggregateLocked(0, 1, {}, g1, {}, 2), Variable::SyncAdd::kAdded);
+  EXPECT_EQ(var.AddToAggregateLocked(0, 1, {}, proto::DT_FLOAT32, g1, {}, 2),
+            Variable::SyncAdd::kAdded);
   EXPECT_EQ(var.version.load(), 1);
   EXPECT_FLOAT_EQ(var.values[0], before[0] - 3);
   EXPECT_FLOAT_EQ(var.values[1], before[1] - 6);
   EXPECT_TRUE(var.contributors.empty());
-  EXPECT_EQ(var.AddToAggregateLocked(0, 0, {}, g0, {}, 2), Variable::SyncAdd::kStale);
+  EXPECT_EQ(var.AddToAggregateLocked(0, 0, {}, proto::DT_FLOAT32, g0, {}, 2),
+            Variable::SyncAdd::kStale);
 }
 
 // Pushes from several threads to a bounded table (striped pushes noting
