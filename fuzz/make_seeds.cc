@@ -79,9 +79,30 @@ int main(int argc, char** argv) {
   pst::proto::PushPullRequest push_pull;
   *push_pull.mutable_push() = push;
   Write(dir + "/ps_request/pushpull", std::string(1, '\1') + push_pull.SerializeAsString());
+  // The same with bf16 gradients and answers, and with top-k entries of w
+  // (indices 2 and 7, as little-endian uint32, then their values).
+  pst::proto::PushPullRequest half = push_pull;
+  half.mutable_push()->set_wire_dtype(pst::proto::DT_BFLOAT16);
+  for (pst::proto::Tensor& g : *half.mutable_push()->mutable_gradients()) {
+    std::string bf16;
+    for (size_t i = 2; i < g.data().size(); i += 4) bf16.append(g.data(), i, 2);
+    g.set_dtype(pst::proto::DT_BFLOAT16);
+    g.set_data(bf16);
+  }
+  Write(dir + "/ps_request/pushpull_bf16", std::string(1, '\1') + half.SerializeAsString());
+  pst::proto::PushRequest topk = push;
+  topk.mutable_gradients(0)->set_dtype(pst::proto::DT_SPARSE_FLOAT32);
+  const float entries[4] = {0, 0, 0.5f, -2.0f};
+  std::string sparse(reinterpret_cast<const char*>(entries), sizeof(entries));
+  sparse[0] = 2;
+  sparse[4] = 7;
+  topk.mutable_gradients(0)->set_data(sparse);
+  Write(dir + "/ps_request/push_topk", std::string(1, '\0') + topk.SerializeAsString());
   pst::proto::PullRequest pull;
   pull.add_names("w");
   Write(dir + "/ps_request/pull", std::string(1, '\2') + pull.SerializeAsString());
+  pull.set_wire_dtype(pst::proto::DT_BFLOAT16);
+  Write(dir + "/ps_request/pull_bf16", std::string(1, '\2') + pull.SerializeAsString());
   pst::proto::PullRowsRequest rows;
   pst::proto::RowIds* ids = rows.add_rows();
   ids->set_name("emb/part_1");
