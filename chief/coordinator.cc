@@ -223,6 +223,7 @@ absl::Status Coordinator::WorkerDone(const proto::WorkerDoneRequest& request, ab
   Record(*worker, progress, now);
   (*worker)->done = true;
   (*worker)->completed = request.completed();
+  if (request.has_step_times()) (*worker)->step_times = request.step_times();
   last_done_ = now;
   return absl::OkStatus();
 }
@@ -309,6 +310,7 @@ Coordinator::Snapshot Coordinator::Check(absl::Time now) const {
     s.pushes += w.earlier_steps + w.steps;
     s.examples += w.earlier_examples + w.examples;
     s.positions.push_back(w.position);
+    s.step_times.push_back(w.step_times);
     s.epoch = std::max(s.epoch, w.epoch);
     if (w.has_loss) {
       loss_sum += w.loss;

@@ -144,6 +144,9 @@ class Coordinator {
     std::vector<absl::Duration> silent_for;  // for each of `silent`
     std::vector<int> active;  // not done and not silent (registered or still expected)
     std::vector<int64_t> positions;  // by worker
+    // By worker: where its steps went, as it reported when it finished
+    // (steps 0: not reported).
+    std::vector<proto::StepTimes> step_times;
     // Every worker still training holds at the end of this epoch, waiting
     // for the chief (see HeldEpochEnd); 0: not all of them.
     int epoch_end_held = 0;
@@ -185,6 +188,7 @@ class Coordinator {
     int64_t restored_position = 0;
     int64_t redone = 0;
     bool redone_reported = false;
+    proto::StepTimes step_times;  // as its WorkerDone said
   };
 
   // Finds the registered worker a request is from.

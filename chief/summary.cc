@@ -9,6 +9,7 @@
 #include "absl/strings/str_join.h"
 #include "chief/job.h"
 #include "chief/ps_peers.h"
+#include "chief/step_advice.h"
 #include "common/logging.h"
 #include "common/lr_schedule.h"
 #include "common/status_macros.h"
@@ -205,6 +206,8 @@ absl::Status ReportJob(Job& job, const ChiefOptions& options, const proto::Clust
   const double examples_per_sec = train_secs > 0 ? final_snap.examples / train_secs : 0;
   spdlog::info("done: {}, global step {}, {:.0f} examples/s, {:.1f} s training", eval.line,
                eval.global_step, examples_per_sec, train_secs);
+  const StepAdvice steps = AdviseOnSteps(final_snap.step_times, initial.training());
+  if (steps.worker >= 0) spdlog::info("{}", steps.line);
   // Rows each ps created for hash embeddings (0 without them), and the
   // training-mode figures. Every push reaches each ps holding dense
   // variables, so counts are taken from the ps that saw the most.
@@ -247,6 +250,12 @@ absl::Status ReportJob(Job& job, const ChiefOptions& options, const proto::Clust
       summary["table_rows_on_disk_per_ps"] = rows_on_disk;
     }
     summary["mode"] = absl::AsciiStrToLower(proto::SyncMode_Name(initial.training().sync().mode()));
+    summary["step_times"] = StepTimesJson(final_snap.step_times);
+    if (steps.worker >= 0) {
+      summary["slowest_worker"] = steps.worker;
+      summary["communication_share"] = steps.communication_share;
+      summary["advice"] = steps.advice;
+    }
     summary["staleness_mean"] = mean_staleness;
     summary["staleness_max"] = staleness_max;
     summary["stale_dropped"] = stale_dropped;

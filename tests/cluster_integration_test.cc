@@ -61,6 +61,24 @@ TEST_F(ClusterTest, SmallJob_Trains_AndEveryProcessExitsZero) {
   EXPECT_GE(result["test_accuracy"].get<double>(), 0.70) << result.dump();
   EXPECT_GT(result["examples_per_sec"].get<double>(), 0);
   EXPECT_GT(result["wall_seconds"].get<double>(), 0);
+  // Where the slowest worker's steps went, and what would help: each
+  // worker's figures as it reported them when it finished.
+  ASSERT_EQ(result["step_times"].size(), 2u) << result.dump();
+  int64_t steps = 0;
+  for (const nlohmann::json& t : result["step_times"]) {
+    ASSERT_TRUE(t.is_object()) << result.dump();
+    EXPECT_GT(t["compute_ms"].get<double>(), 0);
+    EXPECT_GE(t["communication_ms"].get<double>(), t["exposed_ms"].get<double>());
+    EXPECT_GT(t["pushed_kb"].get<double>(), 0);
+    steps += t["steps"].get<int64_t>();
+  }
+  EXPECT_EQ(steps, result["global_step"].get<int64_t>()) << "async: a step per push";
+  ASSERT_TRUE(result["advice"].is_string()) << result.dump();
+  const std::string advice = result["advice"];
+  EXPECT_NE(output.find(absl::StrCat("slowest worker ", result["slowest_worker"].get<int>(), ": ")),
+            std::string::npos)
+      << output;
+  EXPECT_NE(output.find(advice), std::string::npos) << output;
   // Progress lines came out while training.
   EXPECT_NE(output.find("examples/s"), std::string::npos);
   // Not on a terminal: plain lines (no live-line '\r'), the total known

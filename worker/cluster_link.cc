@@ -379,8 +379,10 @@ CoordinatorView::State ClusterLink::AwaitEnd(CoordinatorView::State v, int64_t g
   return v;
 }
 
-absl::Status ClusterLink::ReportDone(bool completed, const std::string& reason) {
+absl::Status ClusterLink::ReportDone(bool completed, const std::string& reason,
+                                     const proto::StepTimes* times) {
   proto::WorkerDoneRequest done;
+  if (times != nullptr) *done.mutable_step_times() = *times;
   done.mutable_final_progress()->set_worker_index(options_.worker_index);
   done.mutable_final_progress()->set_incarnation(options_.incarnation);
   progress_.Report(done.mutable_final_progress());

@@ -163,8 +163,10 @@ class ClusterLink {
 
   // Reports the end of this worker: `completed` (finished its share; the
   // coordinator refuses one from an old generation), or leaving early for
-  // `reason`.
-  absl::Status ReportDone(bool completed, const std::string& reason);
+  // `reason`. With `times`, where its steps went (the chief's summary
+  // shows the slowest worker's).
+  absl::Status ReportDone(bool completed, const std::string& reason,
+                          const proto::StepTimes* times = nullptr);
 
  private:
   ClusterLink(const TrainerOptions& options, const WorkerConnections& connections,

@@ -208,9 +208,17 @@ absl::Status RunWorker(const TrainerOptions& options, const WorkerConnections& c
     }
     if (trained.ok() && !recovering(v)) {
       global_step = *trained;
-      // Finished (or told to stop): report it. The coordinator refuses a
-      // finish from an older generation; then the worker goes on.
-      absl::Status reported = link->ReportDone(true, "finished");
+      // Finished (or told to stop): report it, with where the steps
+      // went. The coordinator refuses a finish from an older generation;
+      // then the worker goes on.
+      proto::StepTimes step_times;
+      step_times.set_steps(times.steps);
+      step_times.set_compute_seconds(absl::ToDoubleSeconds(times.compute));
+      step_times.set_communication_seconds(absl::ToDoubleSeconds(times.communication));
+      step_times.set_exposed_seconds(absl::ToDoubleSeconds(times.waited));
+      step_times.set_pushed_bytes(ps->dense_wire_bytes().pushed);
+      step_times.set_pulled_bytes(ps->dense_wire_bytes().pulled);
+      absl::Status reported = link->ReportDone(true, "finished", &step_times);
       if (reported.ok()) {
         link->set_finished(true);
         // Stay up, heartbeating, until the chief ends the job (PHASE_DONE,
