@@ -66,6 +66,10 @@ std::string DtypeName(proto::DType dtype);
 // Bytes of one element of a dtype that travels on the wire: 4 for
 // DT_FLOAT32, 2 for DT_BFLOAT16, 0 for any other.
 size_t WireElementBytes(proto::DType dtype);
+// An answer's wire dtype as requested: unset (DT_INVALID) is float32.
+inline proto::DType AnswerDtype(proto::DType requested) {
+  return requested == proto::DT_INVALID ? proto::DT_FLOAT32 : requested;
+}
 // OK for DT_FLOAT32 and DT_BFLOAT16, and for an unset dtype (DT_INVALID,
 // float32) when `unset_ok`; else InvalidArgument naming `what`.
 absl::Status CheckWireDtype(proto::DType dtype, absl::string_view what, bool unset_ok);

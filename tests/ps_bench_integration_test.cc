@@ -17,20 +17,34 @@ namespace {
 
 constexpr absl::Duration kTimeout = absl::Seconds(120);
 
-TEST(PsBenchTest, SmallRun_ReportsEveryCaseInTheJson) {
-  const std::string json = TestDir() + "/bench.json";
-  absl::StatusOr<std::unique_ptr<TestProcess>> bench = TestProcess::Start(
-      {BinaryPath("ps_bench"), "--sizes=64K,256K", "--seconds_per_case=0.3",
-       "--reference_seconds=0.2", "--rounds=2", "--min_iters=4", "--rows=256",
-       "--table_rows=20000", "--scaling_size=256K", "--scaling_link_rate=1gbit",
-       "--json=" + json});
-  ASSERT_TRUE(bench.ok()) << bench.status();
+// Runs ps_bench with `flags`, writing its JSON to a file named `name`:
+// that JSON, or a discarded value (a failure recorded, naming the output)
+// when it did not run to exit code 0. `*output`: what it printed.
+nlohmann::json RunBench(std::vector<std::string> flags, const std::string& name,
+                        std::string* output) {
+  const std::string json = TestDir() + "/" + name;
+  flags.insert(flags.begin(), BinaryPath("ps_bench"));
+  flags.push_back("--json=" + json);
+  absl::StatusOr<std::unique_ptr<TestProcess>> bench = TestProcess::Start(flags);
+  EXPECT_TRUE(bench.ok()) << bench.status();
+  if (!bench.ok()) return nlohmann::json::value_t::discarded;
   std::optional<int> exited = (*bench)->WaitForExit(kTimeout);
-  ASSERT_TRUE(exited.has_value()) << (*bench)->output();
-  ASSERT_EQ(ExitCode(*exited), 0) << (*bench)->output();
+  *output = (*bench)->output();
+  EXPECT_TRUE(exited.has_value() && ExitCode(*exited) == 0) << *output;
+  if (!exited.has_value() || ExitCode(*exited) != 0) return nlohmann::json::value_t::discarded;
+  nlohmann::json j = ReadJsonFile(json);
+  EXPECT_TRUE(j.is_object()) << *output;
+  return j;
+}
 
-  const nlohmann::json j = ReadJsonFile(json);
-  ASSERT_TRUE(j.is_object()) << (*bench)->output();
+TEST(PsBenchTest, SmallRun_ReportsEveryCaseInTheJson) {
+  std::string output;
+  const nlohmann::json j =
+      RunBench({"--sizes=64K,256K", "--seconds_per_case=0.3", "--reference_seconds=0.2",
+                "--rounds=2", "--min_iters=4", "--rows=256", "--table_rows=20000",
+                "--scaling_size=256K", "--scaling_link_rate=1gbit"},
+               "bench.json", &output);
+  ASSERT_TRUE(j.is_object());
   EXPECT_GT(j["tcp_reference_gbps"].get<double>(), 0);
   EXPECT_GT(j["memcpy_gbps"].get<double>(), 0);
   EXPECT_EQ(j["rounds"], 2);
@@ -88,18 +102,13 @@ TEST(PsBenchTest, SmallRun_ReportsEveryCaseInTheJson) {
 }
 
 TEST(PsBenchTest, HashCases_BoundedTableEvictsAndReportsItsShape) {
-  const std::string json = TestDir() + "/hash.json";
-  absl::StatusOr<std::unique_ptr<TestProcess>> bench = TestProcess::Start(
-      {BinaryPath("ps_bench"), "--cases=hash_push,hash_push_evict", "--ps=2", "--workers=2",
-       "--seconds_per_case=0.4", "--rounds=2", "--min_iters=2", "--rows=256",
-       "--table_rows=20000", "--hash_batches=6", "--scaling=false", "--json=" + json});
-  ASSERT_TRUE(bench.ok()) << bench.status();
-  std::optional<int> exited = (*bench)->WaitForExit(kTimeout);
-  ASSERT_TRUE(exited.has_value()) << (*bench)->output();
-  ASSERT_EQ(ExitCode(*exited), 0) << (*bench)->output();
-
-  const nlohmann::json j = ReadJsonFile(json);
-  ASSERT_TRUE(j.is_object()) << (*bench)->output();
+  std::string output;
+  const nlohmann::json j =
+      RunBench({"--cases=hash_push,hash_push_evict", "--ps=2", "--workers=2",
+                "--seconds_per_case=0.4", "--rounds=2", "--min_iters=2", "--rows=256",
+                "--table_rows=20000", "--hash_batches=6", "--scaling=false"},
+               "hash.json", &output);
+  ASSERT_TRUE(j.is_object());
   ASSERT_EQ(j["results"].size(), 2u) << j.dump(2);
   const nlohmann::json& unbounded = j["results"][0];
   const nlohmann::json& bounded = j["results"][1];
@@ -124,17 +133,12 @@ TEST(PsBenchTest, HashCases_BoundedTableEvictsAndReportsItsShape) {
 }
 
 TEST(PsBenchTest, Wire_EachDenseCaseInEachSetting_AsARatioOfFloat32) {
-  const std::string json = TestDir() + "/wire.json";
-  absl::StatusOr<std::unique_ptr<TestProcess>> bench = TestProcess::Start(
-      {BinaryPath("ps_bench"), "--cases=pushpull", "--sizes=64K", "--wire=float32,bf16,topk:0.01",
-       "--seconds_per_case=0.3", "--reference_seconds=0.2", "--rounds=2", "--min_iters=4",
-       "--scaling=false", "--json=" + json});
-  ASSERT_TRUE(bench.ok()) << bench.status();
-  std::optional<int> exited = (*bench)->WaitForExit(kTimeout);
-  ASSERT_TRUE(exited.has_value()) << (*bench)->output();
-  ASSERT_EQ(ExitCode(*exited), 0) << (*bench)->output();
-  const nlohmann::json j = ReadJsonFile(json);
-  ASSERT_TRUE(j.is_object()) << (*bench)->output();
+  std::string output;
+  const nlohmann::json j = RunBench(
+      {"--cases=pushpull", "--sizes=64K", "--wire=float32,bf16,topk:0.01", "--seconds_per_case=0.3",
+       "--reference_seconds=0.2", "--rounds=2", "--min_iters=4", "--scaling=false"},
+      "wire.json", &output);
+  ASSERT_TRUE(j.is_object());
   EXPECT_EQ(j["wire"], (nlohmann::json{"float32", "bf16", "topk:0.01"}));
   ASSERT_EQ(j["results"].size(), 3u) << j.dump(2);
   EXPECT_EQ(j["results"][0]["wire"], "float32");
@@ -148,9 +152,9 @@ TEST(PsBenchTest, Wire_EachDenseCaseInEachSetting_AsARatioOfFloat32) {
     EXPECT_GT(r["gbps"].get<double>(), 0);
   }
   for (const std::string wire : {"bf16", "topk:0.01"}) {
-    EXPECT_NE((*bench)->output().find("pushpull of 64K (1 ps, 1 w): " + wire + " on the wire "),
+    EXPECT_NE(output.find("pushpull of 64K (1 ps, 1 w): " + wire + " on the wire "),
               std::string::npos)
-        << (*bench)->output();
+        << output;
   }
 }
 

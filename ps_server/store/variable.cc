@@ -156,7 +156,7 @@ void Variable::ApplyPayloadLocked(common::PayloadParts payload, proto::DType dty
   const int64_t t = version + 1;
   const Step step = optimizer.StepAt(t);
   std::string* out = nullptr;
-  if (value_dtype == proto::DT_INVALID) value_dtype = proto::DT_FLOAT32;
+  value_dtype = common::AnswerDtype(value_dtype);
   if (value != nullptr) {
     value->set_dtype(value_dtype);
     *value->mutable_shape() = spec.shape();
@@ -211,7 +211,7 @@ void Variable::MaybeApplyAggregateLocked(int quorum) {
 }
 
 void Variable::PackValuesLocked(proto::Tensor* value, proto::DType dtype) const {
-  if (dtype == proto::DT_INVALID) dtype = proto::DT_FLOAT32;
+  dtype = common::AnswerDtype(dtype);
   // From the payload pool: the wire codec gives the buffer back once the
   // answer is sent.
   common::PayloadBufferPool::Default().Take(values.size() * common::WireElementBytes(dtype),

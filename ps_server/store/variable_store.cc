@@ -200,8 +200,7 @@ absl::Status VariableStore::Pull(const google::protobuf::RepeatedPtrField<std::s
   int64_t answer_bytes = 0;
   for (const Variable* var : vars) {
     answer_bytes += var->rows * var->dim *
-                    static_cast<int64_t>(common::WireElementBytes(
-                        dtype == proto::DT_INVALID ? proto::DT_FLOAT32 : dtype));
+                    static_cast<int64_t>(common::WireElementBytes(common::AnswerDtype(dtype)));
     if (answer_bytes > options_.max_response_bytes) {
       return absl::ResourceExhaustedError(absl::StrCat(
           "this pull would answer with more than ", options_.max_response_bytes,
