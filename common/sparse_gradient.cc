@@ -27,6 +27,8 @@ void CompressTopK(std::span<const float> grad, std::span<const float> residual, 
                   std::span<float> next_residual, std::vector<float>* payload) {
   const size_t n = grad.size();
   for (size_t i = 0; i < n; ++i) next_residual[i] = grad[i] + residual[i];
+  payload->clear();
+  if (k <= 0) return;  // an empty piece
   // The k-th largest magnitude: every entry above it is sent, and entries
   // equal to it from the lowest index on, until k are.
   thread_local std::vector<float> ranks;

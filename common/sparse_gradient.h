@@ -36,7 +36,7 @@ int64_t TopKCount(int64_t n, double ratio);
 // exactly. `residual` is left as it is: the caller keeps next_residual once
 // the push is answered (a failed push is sent again from the same one).
 // REQUIRES: grad, residual and next_residual of one size n < 2^32, and
-// 0 < k <= n.
+// 0 <= k <= n (0 only for n == 0: an empty payload).
 void CompressTopK(std::span<const float> grad, std::span<const float> residual, int64_t k,
                   std::span<float> next_residual, std::vector<float>* payload);
 

@@ -57,6 +57,12 @@ TEST(SparseGradientTest, Compress_SendsTheLargestMagnitudes_InIndexOrder_TiesToT
   EXPECT_EQ(next, (std::vector<float>{0.5f, 0.0f, 0.0f, 0.0f, -1.0f, 0.0f, 1.0f}));
 }
 
+TEST(SparseGradientTest, Compress_EmptyPiece_SendsNothing) {
+  std::vector<float> payload = {1.0f}, none;
+  CompressTopK(none, none, TopKCount(0, 0.5), none, &payload);
+  EXPECT_TRUE(payload.empty());
+}
+
 TEST(SparseGradientTest, Compress_NanIsSentFirst) {
   const std::vector<float> grad = {1.0f, std::numeric_limits<float>::quiet_NaN(), 5.0f};
   const std::vector<float> residual(3, 0.0f);

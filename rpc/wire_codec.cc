@@ -250,7 +250,7 @@ std::vector<TensorPart> GradientParts(
     proto::Tensor header = grads[k];
     header.clear_data();
     parts[k].header = header.SerializeAsString();
-    if (grads[k].dtype() == proto::DT_BFLOAT16) {
+    if (grads[k].dtype() == proto::DT_BFLOAT16 && !payloads[k].empty()) {
       // Converted into a buffer of its own, which the slice owns: the
       // caller's floats are free again at once.
       auto* half = new std::string(payloads[k].size() * sizeof(uint16_t), '\0');
