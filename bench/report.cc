@@ -35,22 +35,22 @@ void PrintReferences(const References& refs, double load_start, double load_end)
 
 void PrintTable(const std::vector<Result>& results, const References& refs,
                 const Options& options) {
-  std::printf("\n%-14s %-10s %3s %3s %6s %8s %7s %9s %9s %9s %14s %8s %9s %9s\n", "op", "size",
+  std::printf("\n%-19s %-10s %3s %3s %6s %8s %7s %9s %9s %9s %14s %8s %9s %9s\n", "op", "size",
               "ps", "w", "ops", "GB/s", "x tcp", "p50 ms", "p99 ms", "rows/s", "(distinct)",
               "ps cpu", "client", "ps rss");
-  std::printf("%-14s %-10s %3s %3s %6s %8s %7s %9s %9s %9s %14s %8s %9s %9s\n", "", "", "", "", "",
+  std::printf("%-19s %-10s %3s %3s %6s %8s %7s %9s %9s %9s %14s %8s %9s %9s\n", "", "", "", "", "",
               "", "", "", "", "", "", "s/GB", "cpu s/GB", "MB");
   for (const Result& r : results) {
     const std::string size =
         r.size_floats > 0 ? SizeName(r.size_floats) : absl::StrCat(r.rows, "x", r.dim);
     const std::string op = r.wire.empty() || r.wire == "float32" ? r.op : r.op + "/" + r.wire;
     if (!r.error.empty()) {
-      std::printf("%-14s %-10s %3d %3d  FAILED: %s\n", op.c_str(), size.c_str(), r.ps, r.workers,
+      std::printf("%-19s %-10s %3d %3d  FAILED: %s\n", op.c_str(), size.c_str(), r.ps, r.workers,
                   r.error.c_str());
       continue;
     }
     const bool sparse = r.rows > 0;
-    std::printf("%-14s %-10s %3d %3d %6lld %8.3f %7.3f %9.2f %9.2f %9s %14s %8.3f %9.3f %9.0f\n",
+    std::printf("%-19s %-10s %3d %3d %6lld %8.3f %7.3f %9.2f %9.2f %9s %14s %8.3f %9.3f %9.0f\n",
                 op.c_str(), size.c_str(), r.ps, r.workers, static_cast<long long>(r.ops), r.gbps,
                 refs.tcp_gbps > 0 ? r.gbps / refs.tcp_gbps : 0.0, r.p50_ms, r.p99_ms,
                 sparse ? Rate(r.rows_per_s).c_str() : "-",
