@@ -234,9 +234,12 @@ int RunLocalCluster(const LocalClusterOptions& options, common::StopSignal* stop
   // Each ps behind a shaped link: its address is inside its namespace.
   std::vector<std::unique_ptr<ShapedLink>> links;
   if (!options.ps_link_rate.empty()) {
+    // Only replicated ps talk to one another: only they need this machine
+    // to forward between their links (an iptables rule and ip_forward).
+    const bool routed = FlagValue(options.daemon_flags, "ps_replicas") == "2";
     for (int i = 0; i < options.num_ps; ++i) {
       absl::StatusOr<std::unique_ptr<ShapedLink>> link =
-          ShapedLink::Create(options.ps_link_rate, /*routed=*/true);
+          ShapedLink::Create(options.ps_link_rate, routed);
       if (!link.ok()) {
         std::fprintf(stderr, "pstrain local: --ps_link_rate: %s\n",
                      std::string(link.status().message()).c_str());

@@ -56,9 +56,9 @@ struct LocalClusterOptions {
   // Non-empty (a tc rate such as "1gbit"): each ps runs in a network
   // namespace of its own behind a link of this rate each way
   // (tools/shaped_link.h; root and iproute2), as on a machine with that
-  // NIC; the chief and workers stay here. The ps reach one another only
-  // through this machine, which forwards between their links (an iptables
-  // rule per link, for --ps_replicas=2).
+  // NIC; the chief and workers stay here. With --ps_replicas=2 among the
+  // daemon flags the ps reach one another through this machine, which then
+  // forwards between their links (an iptables rule per link).
   std::string ps_link_rate;
   absl::Duration timeout = absl::ZeroDuration();  // zero: none
   absl::Duration grace = absl::Seconds(10);       // SIGTERM -> SIGKILL
