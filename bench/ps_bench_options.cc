@@ -8,6 +8,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "common/status_macros.h"
+#include "tools/shaped_link.h"
 #include "tools/subprocess.h"
 
 namespace pst::bench {
@@ -70,9 +71,7 @@ absl::StatusOr<Options> ParseOptions(const OptionFlags& flags) {
   }
   o.scaling_link_rate = flags.scaling_link_rate;
   auto check_rate = [](const char* flag, const std::string& rate) {
-    if (rate.find_first_not_of("0123456789.kmgKMGbitps") == std::string::npos) {
-      return absl::OkStatus();
-    }
+    if (rate.empty() || tools::IsTcRate(rate)) return absl::OkStatus();
     return absl::InvalidArgumentError(
         absl::StrCat("--", flag, "=", rate, " is not a tc rate such as 2gbit or 500mbit"));
   };

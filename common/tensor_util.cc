@@ -82,8 +82,33 @@ absl::Status CheckWireDtype(proto::DType dtype, absl::string_view what, bool uns
 
 namespace {
 
+absl::Status CheckShape(const proto::Tensor& tensor, const Shape& shape, absl::string_view what) {
+  bool same_shape = tensor.shape_size() == shape.size();
+  for (int i = 0; same_shape && i < shape.size(); ++i) same_shape = tensor.shape(i) == shape[i];
+  if (!same_shape) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": shape ", ShapeString(tensor.shape()),
+                                                   ", expected ", ShapeString(shape)));
+  }
+  return absl::OkStatus();
+}
+
+// CheckShape, and a payload of `payload_bytes` for its elements in the
+// tensor's (wire) dtype.
 absl::Status CheckShapeAndBytes(const proto::Tensor& tensor, size_t payload_bytes,
-                                const Shape& shape, absl::string_view what);
+                                const Shape& shape, absl::string_view what) {
+  PST_RETURN_IF_ERROR(CheckShape(tensor, shape, what));
+  absl::StatusOr<int64_t> n = NumElements(shape);
+  if (!n.ok()) return n.status();
+  const uint64_t want = static_cast<uint64_t>(*n) * WireElementBytes(tensor.dtype());
+  if (payload_bytes != want) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, ": payload is ", payload_bytes, " bytes, expected ", want, " for shape ",
+        ShapeString(shape),
+        tensor.dtype() == proto::DT_FLOAT32 ? ""
+                                            : absl::StrCat(" in ", DtypeName(tensor.dtype()))));
+  }
+  return absl::OkStatus();
+}
 
 }  // namespace
 
@@ -100,11 +125,7 @@ absl::Status CheckTensorMatches(const proto::Tensor& tensor, size_t payload_byte
                                 const Shape& shape, absl::string_view what) {
   if (tensor.dtype() == proto::DT_SPARSE_FLOAT32) {
     // Its entries are checked as they are expanded (sparse_gradient.h).
-    proto::Tensor header;
-    header.set_dtype(proto::DT_FLOAT32);
-    *header.mutable_shape() = tensor.shape();
-    PST_ASSIGN_OR_RETURN(const int64_t n, NumElements(shape));
-    return CheckShapeAndBytes(header, static_cast<size_t>(n) * sizeof(float), shape, what);
+    return CheckShape(tensor, shape, what);
   }
   if (WireElementBytes(tensor.dtype()) == 0) {
     return absl::InvalidArgumentError(
@@ -113,31 +134,6 @@ absl::Status CheckTensorMatches(const proto::Tensor& tensor, size_t payload_byte
   }
   return CheckShapeAndBytes(tensor, payload_bytes, shape, what);
 }
-
-namespace {
-
-absl::Status CheckShapeAndBytes(const proto::Tensor& tensor, size_t payload_bytes,
-                                const Shape& shape, absl::string_view what) {
-  bool same_shape = tensor.shape_size() == shape.size();
-  for (int i = 0; same_shape && i < shape.size(); ++i) same_shape = tensor.shape(i) == shape[i];
-  if (!same_shape) {
-    return absl::InvalidArgumentError(absl::StrCat(what, ": shape ", ShapeString(tensor.shape()),
-                                                   ", expected ", ShapeString(shape)));
-  }
-  absl::StatusOr<int64_t> n = NumElements(shape);
-  if (!n.ok()) return n.status();
-  const uint64_t want = static_cast<uint64_t>(*n) * WireElementBytes(tensor.dtype());
-  if (payload_bytes != want) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        what, ": payload is ", payload_bytes, " bytes, expected ", want, " for shape ",
-        ShapeString(shape),
-        tensor.dtype() == proto::DT_FLOAT32 ? ""
-                                            : absl::StrCat(" in ", DtypeName(tensor.dtype()))));
-  }
-  return absl::OkStatus();
-}
-
-}  // namespace
 
 void PackFloats(std::span<const float> values, const Shape& shape, proto::Tensor* tensor) {
   tensor->set_dtype(proto::DT_FLOAT32);

@@ -253,8 +253,8 @@ std::vector<TensorPart> GradientParts(
     if (grads[k].dtype() == proto::DT_BFLOAT16 && !payloads[k].empty()) {
       // Converted into a buffer of its own, which the slice owns: the
       // caller's floats are free again at once.
-      auto* half = new std::string(payloads[k].size() * sizeof(uint16_t), '\0');
-      common::EncodeBf16(payloads[k], half->data());
+      auto* half = new std::string();
+      common::AppendAs(payloads[k], proto::DT_BFLOAT16, half);
       parts[k].payload_bytes = half->size();
       parts[k].slice = grpc::Slice(half->data(), half->size(), DeleteString, half);
       continue;

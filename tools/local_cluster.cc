@@ -181,9 +181,7 @@ absl::Status CheckLocalClusterOptions(const LocalClusterOptions& options) {
     return absl::InvalidArgumentError(
         "--evaluator_command needs a chief (--chief): the evaluator reports to it");
   }
-  if (options.ps_link_rate.find_first_not_of("0123456789.kmgKMGbitps") != std::string::npos ||
-      (!options.ps_link_rate.empty() &&
-       options.ps_link_rate.find_first_of("0123456789") == std::string::npos)) {
+  if (!options.ps_link_rate.empty() && !IsTcRate(options.ps_link_rate)) {
     return absl::InvalidArgumentError(absl::StrCat("--ps_link_rate=", options.ps_link_rate,
                                                    " is not a tc rate such as 1gbit or 500mbit"));
   }

@@ -8,6 +8,11 @@
 
 namespace pst::tools {
 
+bool IsTcRate(absl::string_view rate) {
+  return rate.find_first_not_of("0123456789.kmgKMGbitps") == absl::string_view::npos &&
+         rate.find_first_of("0123456789") != absl::string_view::npos;
+}
+
 absl::StatusOr<std::unique_ptr<ShapedLink>> ShapedLink::Create(const std::string& rate,
                                                                bool routed) {
   std::unique_ptr<ShapedLink> link(new ShapedLink());

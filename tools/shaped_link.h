@@ -13,9 +13,14 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "tools/netns.h"
 
 namespace pst::tools {
+
+// Whether `rate` reads as a tc rate ("2gbit", "500mbit", "1.5Gbps"):
+// digits, a dot and unit letters only, with at least one digit.
+bool IsTcRate(absl::string_view rate);
 
 class ShapedLink {
  public:
