@@ -9,60 +9,23 @@
 //   x.addcmul_(y, z, value=v)   fma(v * y, z, x)
 //   x.addcdiv_(y, z, value=v)   x + (v * y) / z       (no fusion)
 //   x.mul_(s), x / s, x.add(s)  one rounding each, s as float32
-// std::fma is exact everywhere; each loop is built twice (RunFused), with
-// the FMA instruction where the CPU has it and libm's fma elsewhere. The
-// file is built with -ffp-contract=off: only the explicit std::fma fuse.
+// std::fma is exact everywhere; each loop is built twice (RunFused,
+// loop_dispatch.h), with the FMA instruction where the CPU has it and
+// libm's fma elsewhere. The file is built with -ffp-contract=off: only the
+// explicit std::fma fuse.
 // The coupled weight decay (grad.add(param, alpha=weight_decay)) and
 // clipping happen in Optimizer::Apply, before these rules.
 #include <cmath>
 #include <memory>
 
 #include "common/decimal.h"
+#include "ps_server/store/loop_dispatch.h"
 #include "ps_server/store/optimizer_rules.h"
-
-// A loop of a rule: inlined into both builds RunFused makes of it.
-#define PST_LOOP __attribute__((always_inline)) static inline
 
 namespace pst::ps::internal {
 namespace {
 
 using common::DecimalValue;
-
-#if defined(__x86_64__)
-bool CpuHasFma() {
-  static const bool has = [] {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("fma") != 0;
-  }();
-  return has;
-}
-
-template <auto kLoop, typename... Args>
-__attribute__((target("fma"))) void RunWithFma(Args... args) {
-  kLoop(args...);
-}
-#endif
-
-template <auto kLoop, typename... Args>
-void RunPlain(Args... args) {
-  kLoop(args...);
-}
-
-// kLoop (a PST_LOOP) built twice: for FMA hardware (AVX, std::fma one
-// vectorized instruction) and for any x86-64 (libm's exact fma), the first
-// where the CPU has FMA. The same bits either way. (Not GCC's
-// target_clones: their ifunc resolvers run before a sanitizer's runtime
-// and crash TSan builds.)
-template <auto kLoop, typename... Args>
-void RunFused(Args... args) {
-#if defined(__x86_64__)
-  if (CpuHasFma()) {
-    RunWithFma<kLoop>(args...);
-    return;
-  }
-#endif
-  RunPlain<kLoop>(args...);
-}
 
 // torch.optim.SGD without momentum: param.add_(grad, alpha=-lr).
 class Sgd final : public Optimizer {
