@@ -4,7 +4,9 @@
 # without --overlap, and by `pstrain reference` (the same plan, initial
 # values, optimizer and loop in one single-threaded process, ps in memory,
 # no network). Examples/s is global step x batch / training seconds for all
-# three, measured in this one run; the ratios are to the single process.
+# three, measured in this one run; the ratios are to the single process,
+# and to the same model in one single-threaded PyTorch process
+# (bench/torch_mlp.py, also run on every core).
 # Then, as root with iproute2, the same cluster with each ps behind a shaped
 # link (`pstrain local --ps_link_rate`) of 1 and 2 Gbit/s, with float32,
 # bf16 (--wire_dtype) and top-k 1% pushes (--gradient_compression) on the
@@ -24,14 +26,32 @@ print(d['global_step'] * 64 / d['train_seconds'])"
 }
 "$build/bin/pstrain" reference --epochs="$epochs" --batch_size=64 > "$out/reference.json" 2> "$out/reference.log"
 single=$(rate "$out/reference.json")
-printf '%-40s %12s %8s\n' run examples/s "x single"
-printf '%-40s %12.0f %8.2f\n' "one process, no network" "$single" 1
+# The same model, data, batch, optimizer and epochs in one PyTorch process
+# (bench/torch_mlp.py), single-threaded and on every core: "x torch" is
+# each run's examples/s over the single-threaded PyTorch process's.
+torch_rate() {  # threads -> examples/s, or empty without python3-torch
+  /usr/bin/python3 "$(dirname "$0")/torch_mlp.py" --threads="$1" --epochs="$epochs" \
+    --batch_size=64 2> /dev/null | python3 -c "import json, sys; print(json.load(sys.stdin)['examples_per_sec'])" 2> /dev/null || true
+}
+torch1=$(torch_rate 1)
+torchn=$(torch_rate "$(nproc)")
+ratio() { [ -n "$torch1" ] && python3 -c "print('%.2f' % ($1 / $torch1))" || echo -; }
+printf '%-40s %12s %8s %8s\n' run examples/s "x single" "x torch"
+printf '%-40s %12.0f %8.2f %8s\n' "one process, no network" "$single" 1 "$(ratio "$single")"
+if [ -n "$torch1" ]; then
+  printf '%-40s %12.0f %8.2f %8s\n' "PyTorch, 1 thread" "$torch1" \
+    "$(python3 -c "print($torch1 / $single)")" 1.00
+  printf '%-40s %12.0f %8.2f %8s\n' "PyTorch, $(nproc) threads" "$torchn" \
+    "$(python3 -c "print($torchn / $single)")" "$(ratio "$torchn")"
+else
+  echo "(no python3-torch: the PyTorch rows are left out)"
+fi
 for overlap in false true; do
   "$build/bin/pstrain" local --ps=2 --workers=2 --mode=async --batch_size=64 --epochs="$epochs" \
     --overlap="$overlap" --summary_json="$out/cluster.json" > "$out/cluster.log" 2>&1
   cluster=$(rate "$out/cluster.json")
-  printf '%-40s %12.0f %8.2f\n' "2 ps + 2 workers, async, overlap $overlap" "$cluster" \
-    "$(python3 -c "print($cluster / $single)")"
+  printf '%-40s %12.0f %8.2f %8s\n' "2 ps + 2 workers, async, overlap $overlap" "$cluster" \
+    "$(python3 -c "print($cluster / $single)")" "$(ratio "$cluster")"
   grep -h "time per step" "$out/cluster.log" | sed 's/^.*\] /    /'
 done
 if [ "$(id -u)" != 0 ] || ! command -v ip > /dev/null; then

@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
-#include <cstring>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -45,6 +44,38 @@ absl::Status CheckLabels(const int32_t* labels, int n, int num_classes) {
   return absl::OkStatus();
 }
 
+// x[r, j] += bias[j] for x [rows, cols].
+void AddBias(int rows, int cols, const float* __restrict bias, float* __restrict x) {
+  for (int r = 0; r < rows; ++r) {
+    float* __restrict row = x + static_cast<size_t>(r) * cols;
+    for (int j = 0; j < cols; ++j) row[j] += bias[j];
+  }
+}
+
+// x[r, j] = max(x[r, j] + bias[j], 0): a hidden layer's bias and ReLU.
+void AddBiasRelu(int rows, int cols, const float* __restrict bias, float* __restrict x) {
+  for (int r = 0; r < rows; ++r) {
+    float* __restrict row = x + static_cast<size_t>(r) * cols;
+    for (int j = 0; j < cols; ++j) row[j] = std::max(row[j] + bias[j], 0.0f);
+  }
+}
+
+// Through the ReLU that produced `act`: dz = 0 where act <= 0. Sums the
+// result's columns into `db` on the way (the bias gradient of the layer
+// whose output `act` is), so that dz is read once for both.
+void ReluGradColumnSums(int rows, int cols, const float* __restrict act, float* __restrict dz,
+                        float* __restrict db) {
+  std::fill(db, db + cols, 0.0f);
+  for (int r = 0; r < rows; ++r) {
+    const float* __restrict a = act + static_cast<size_t>(r) * cols;
+    float* __restrict d = dz + static_cast<size_t>(r) * cols;
+    for (int j = 0; j < cols; ++j) {
+      d[j] = a[j] > 0.0f ? d[j] : 0.0f;
+      db[j] += d[j];
+    }
+  }
+}
+
 // Runs the layers over `batch` rows of `x`, leaving layer l's output in
 // (*acts)[l]: post-ReLU for hidden layers, logits for the last one.
 // `params` must already have passed CheckParams.
@@ -60,15 +91,14 @@ void ForwardLayers(const std::vector<int>& dims, const ParamSet& params, const f
     EnsureSize(&out, static_cast<size_t>(batch) * out_dim);
     const float* kernel = params[2 * l].data();
     const float* bias = params[2 * l + 1].data();
-    // Start each row from the bias, then accumulate X * W on top (beta = 1).
-    for (int r = 0; r < batch; ++r) {
-      std::memcpy(out.data() + static_cast<size_t>(r) * out_dim, bias, sizeof(float) * out_dim);
-    }
+    // X * W, then the bias and the ReLU in one pass over the result (as a
+    // framework fuses them), not a pass of its own each.
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, batch, out_dim, in_dim, 1.0f, in, in_dim,
-                kernel, out_dim, 1.0f, out.data(), out_dim);
+                kernel, out_dim, 0.0f, out.data(), out_dim);
     if (l + 1 < num_layers) {
-      const size_t n = static_cast<size_t>(batch) * out_dim;
-      for (size_t i = 0; i < n; ++i) out[i] = std::max(out[i], 0.0f);
+      AddBiasRelu(batch, out_dim, bias, out.data());
+    } else {
+      AddBias(batch, out_dim, bias, out.data());
     }
     in = out.data();
   }
@@ -119,10 +149,11 @@ std::vector<ParamSpec> MlpParamSpecs(const MlpConfig& config) {
   return specs;
 }
 
-Mlp::Mlp(MlpConfig config) : config_(std::move(config)), specs_(MlpParamSpecs(config_)) {}
+Mlp::Mlp(MlpConfig config)
+    : config_(std::move(config)), specs_(MlpParamSpecs(config_)), dims_(LayerDims(config_)) {}
 
 absl::Status Mlp::CheckParams(const ParamSet& params) const {
-  for (int d : LayerDims(config_)) {
+  for (int d : dims_) {
     if (d <= 0) {
       return absl::InvalidArgumentError(
           absl::StrCat("MlpConfig has a non-positive layer width (", d, ")"));
@@ -157,7 +188,7 @@ absl::StatusOr<float> Mlp::LossAndGradients(const ParamSet& params, const float*
   const int num_classes = config_.num_classes;
   PST_RETURN_IF_ERROR(CheckLabels(labels, batch, num_classes));
 
-  const std::vector<int> dims = LayerDims(config_);
+  const std::vector<int>& dims = dims_;
   const size_t num_layers = dims.size() - 1;
   ForwardLayers(dims, params, x, batch, &acts_);
   dacts_.resize(num_layers);
@@ -187,12 +218,15 @@ absl::StatusOr<float> Mlp::LossAndGradients(const ParamSet& params, const float*
     // dW = A_in^T * dZ.
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, in_dim, out_dim, batch, 1.0f, in, in_dim,
                 dz, out_dim, 0.0f, (*grads)[2 * l].data(), out_dim);
-    // db = column sums of dZ.
-    float* db = (*grads)[2 * l + 1].data();
-    std::fill(db, db + out_dim, 0.0f);
-    for (int r = 0; r < batch; ++r) {
-      const float* dz_row = dz + static_cast<size_t>(r) * out_dim;
-      for (int j = 0; j < out_dim; ++j) db[j] += dz_row[j];
+    // db = column sums of dZ (a hidden layer's were summed with its ReLU's
+    // gradient, below).
+    if (l + 1 == num_layers) {
+      float* db = (*grads)[2 * l + 1].data();
+      std::fill(db, db + out_dim, 0.0f);
+      for (int r = 0; r < batch; ++r) {
+        const float* dz_row = dz + static_cast<size_t>(r) * out_dim;
+        for (int j = 0; j < out_dim; ++j) db[j] += dz_row[j];
+      }
     }
     if (l == 0) break;
     // dA_in = dZ * W^T, then through the ReLU that produced A_in: the
@@ -201,10 +235,7 @@ absl::StatusOr<float> Mlp::LossAndGradients(const ParamSet& params, const float*
     EnsureSize(&din, static_cast<size_t>(batch) * in_dim);
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, batch, in_dim, out_dim, 1.0f, dz, out_dim,
                 params[2 * l].data(), out_dim, 0.0f, din.data(), in_dim);
-    const size_t n = static_cast<size_t>(batch) * in_dim;
-    for (size_t i = 0; i < n; ++i) {
-      if (!(in[i] > 0.0f)) din[i] = 0.0f;
-    }
+    ReluGradColumnSums(batch, in_dim, in, din.data(), (*grads)[2 * (l - 1) + 1].data());
   }
   return static_cast<float>(total_loss / batch);
 }
@@ -215,7 +246,7 @@ absl::Status Mlp::Forward(const ParamSet& params, const float* x, int batch,
   if (batch <= 0) return absl::InvalidArgumentError(absl::StrCat("batch must be > 0, got ", batch));
   if (x == nullptr) return absl::InvalidArgumentError("x is null");
   if (logits == nullptr) return absl::InvalidArgumentError("logits is null");
-  const std::vector<int> dims = LayerDims(config_);
+  const std::vector<int>& dims = dims_;
   ForwardLayers(dims, params, x, batch, &acts_);
   const size_t n = static_cast<size_t>(batch) * config_.num_classes;
   const float* out = acts_.back().data();
@@ -231,7 +262,7 @@ absl::StatusOr<Mlp::Eval> Mlp::Evaluate(const ParamSet& params, const float* x,
   const int num_classes = config_.num_classes;
   PST_RETURN_IF_ERROR(CheckLabels(labels, n, num_classes));
 
-  const std::vector<int> dims = LayerDims(config_);
+  const std::vector<int>& dims = dims_;
   const size_t input_dim = static_cast<size_t>(config_.input_dim);
   int64_t correct = 0;
   double total_loss = 0;

@@ -8,6 +8,10 @@
 // They are passed as one flat row-major float vector per parameter, in the
 // order MlpParamSpecs returns.
 //
+// A step allocates nothing once its buffers have grown to the batch; each
+// layer's bias and ReLU are applied in one pass over the GEMM's result, and
+// a ReLU's gradient in one pass with the bias gradient's column sums.
+//
 // Thread-safety: an Mlp holds scratch buffers; use one per thread.
 #ifndef PST_MODELS_MLP_H_
 #define PST_MODELS_MLP_H_
@@ -82,6 +86,7 @@ class Mlp {
 
   MlpConfig config_;
   std::vector<ParamSpec> specs_;
+  std::vector<int> dims_;  // input_dim, the hidden widths, num_classes
   // Scratch: activations per layer (post-ReLU), and their gradients.
   std::vector<std::vector<float>> acts_;
   std::vector<std::vector<float>> dacts_;

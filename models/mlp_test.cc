@@ -1,5 +1,4 @@
 #include "models/mlp.h"
-#include "models/mlp_test_util.h"
 
 #include <algorithm>
 #include <cmath>
@@ -11,6 +10,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "gtest/gtest.h"
+#include "models/mlp_test_util.h"
 
 namespace pst::models {
 namespace {
@@ -211,6 +211,96 @@ TEST(MlpTest, Gradients_MatchFiniteDifferences) {
   // checkable, or the test would be vacuous.
   EXPECT_EQ(checked + skipped, 74);
   EXPECT_LE(skipped, 4);
+}
+
+// The fused step (bias with ReLU, ReLU's gradient with the bias gradient's
+// sums) against the unfused layers computed one pass each, in double.
+TEST(MlpTest, FusedStep_EqualsUnfusedDoubleReference) {
+  MlpConfig config;
+  config.input_dim = 37;
+  config.hidden = {19, 11};
+  config.num_classes = 5;
+  const int batch = 13;
+  std::mt19937 rng(77);
+  ParamSet params = RandomParams(config, &rng, 0.5f);
+  const std::vector<float> x = RandomVector(batch * config.input_dim, &rng);
+  std::vector<int32_t> labels(batch);
+  for (int r = 0; r < batch; ++r) labels[r] = r % config.num_classes;
+
+  Mlp mlp(config);
+  ParamSet grads;
+  absl::StatusOr<float> loss = mlp.LossAndGradients(params, x.data(), labels.data(), batch, &grads);
+  ASSERT_TRUE(loss.ok()) << loss.status();
+
+  std::vector<int> dims = {config.input_dim};
+  dims.insert(dims.end(), config.hidden.begin(), config.hidden.end());
+  dims.push_back(config.num_classes);
+  const size_t layers = dims.size() - 1;
+  // Forward: z = a W, z += b, a = relu(z): a pass each.
+  std::vector<std::vector<double>> acts(layers + 1);
+  acts[0].assign(x.begin(), x.end());
+  int negative = 0;
+  for (size_t l = 0; l < layers; ++l) {
+    const int in = dims[l], out = dims[l + 1];
+    std::vector<double> z(static_cast<size_t>(batch) * out, 0.0);
+    for (int r = 0; r < batch; ++r) {
+      for (int j = 0; j < out; ++j) {
+        for (int k = 0; k < in; ++k) {
+          z[r * out + j] += acts[l][r * in + k] * params[2 * l][k * out + j];
+        }
+      }
+    }
+    for (int r = 0; r < batch; ++r) {
+      for (int j = 0; j < out; ++j) z[r * out + j] += params[2 * l + 1][j];
+    }
+    if (l + 1 < layers) {
+      for (double& v : z) {
+        negative += v < 0;
+        v = std::max(v, 0.0);
+      }
+    }
+    acts[l + 1] = std::move(z);
+  }
+  ASSERT_GT(negative, 0) << "no ReLU cut anything: the test checks nothing of its gradient";
+  const int classes = config.num_classes;
+  std::vector<double> dz(static_cast<size_t>(batch) * classes);
+  double total = 0;
+  for (int r = 0; r < batch; ++r) {
+    const double* z = &acts[layers][r * classes];
+    const double max = *std::max_element(z, z + classes);
+    double sum = 0;
+    for (int j = 0; j < classes; ++j) sum += std::exp(z[j] - max);
+    total += std::log(sum) + max - z[labels[r]];
+    for (int j = 0; j < classes; ++j) {
+      dz[r * classes + j] = (std::exp(z[j] - max) / sum - (j == labels[r])) / batch;
+    }
+  }
+  EXPECT_NEAR(*loss, total / batch, 1e-5);
+  for (size_t l = layers; l-- > 0;) {
+    const int in = dims[l], out = dims[l + 1];
+    for (int k = 0; k < in; ++k) {
+      for (int j = 0; j < out; ++j) {
+        double w = 0;
+        for (int r = 0; r < batch; ++r) w += acts[l][r * in + k] * dz[r * out + j];
+        EXPECT_NEAR(grads[2 * l][k * out + j], w, 1e-5 + 1e-4 * std::abs(w)) << "kernel " << l;
+      }
+    }
+    for (int j = 0; j < out; ++j) {
+      double b = 0;
+      for (int r = 0; r < batch; ++r) b += dz[r * out + j];
+      EXPECT_NEAR(grads[2 * l + 1][j], b, 1e-5 + 1e-4 * std::abs(b)) << "bias " << l;
+    }
+    if (l == 0) break;
+    std::vector<double> din(static_cast<size_t>(batch) * in, 0.0);
+    for (int r = 0; r < batch; ++r) {
+      for (int k = 0; k < in; ++k) {
+        for (int j = 0; j < out; ++j)
+          din[r * in + k] += dz[r * out + j] * params[2 * l][k * out + j];
+        if (!(acts[l][r * in + k] > 0)) din[r * in + k] = 0;
+      }
+    }
+    dz = std::move(din);
+  }
 }
 
 TEST(MlpTest, Gradients_IndependentOfEarlierLargerBatch) {
