@@ -193,22 +193,28 @@ absl::StatusOr<float> Mlp::LossAndGradients(const ParamSet& params, const float*
   ForwardLayers(dims, params, x, batch, &acts_);
   dacts_.resize(num_layers);
 
-  // dZ of the last layer: (softmax(z) - onehot(label)) / batch.
+  grads->resize(params.size());
+  for (size_t i = 0; i < params.size(); ++i) (*grads)[i].resize(params[i].size());
+
+  // dZ of the last layer: (softmax(z) - onehot(label)) / batch, its rows
+  // summed into the last bias's gradient as they are made.
   std::vector<float>& dlogits = dacts_[num_layers - 1];
   EnsureSize(&dlogits, static_cast<size_t>(batch) * num_classes);
   const float* logits = acts_[num_layers - 1].data();
   const float inv_batch = 1.0f / static_cast<float>(batch);
+  float* dlogits_bias = (*grads)[2 * (num_layers - 1) + 1].data();
+  std::fill(dlogits_bias, dlogits_bias + num_classes, 0.0f);
   double total_loss = 0;
   for (int r = 0; r < batch; ++r) {
     const size_t row = static_cast<size_t>(r) * num_classes;
     float* p = dlogits.data() + row;
     total_loss += RowCrossEntropy(logits + row, num_classes, labels[r], p);
     p[labels[r]] -= 1.0f;
-    for (int j = 0; j < num_classes; ++j) p[j] *= inv_batch;
+    for (int j = 0; j < num_classes; ++j) {
+      p[j] *= inv_batch;
+      dlogits_bias[j] += p[j];
+    }
   }
-
-  grads->resize(params.size());
-  for (size_t i = 0; i < params.size(); ++i) (*grads)[i].resize(params[i].size());
 
   for (size_t l = num_layers; l-- > 0;) {
     const int in_dim = dims[l];
@@ -218,16 +224,8 @@ absl::StatusOr<float> Mlp::LossAndGradients(const ParamSet& params, const float*
     // dW = A_in^T * dZ.
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, in_dim, out_dim, batch, 1.0f, in, in_dim,
                 dz, out_dim, 0.0f, (*grads)[2 * l].data(), out_dim);
-    // db = column sums of dZ (a hidden layer's were summed with its ReLU's
-    // gradient, below).
-    if (l + 1 == num_layers) {
-      float* db = (*grads)[2 * l + 1].data();
-      std::fill(db, db + out_dim, 0.0f);
-      for (int r = 0; r < batch; ++r) {
-        const float* dz_row = dz + static_cast<size_t>(r) * out_dim;
-        for (int j = 0; j < out_dim; ++j) db[j] += dz_row[j];
-      }
-    }
+    // db, the column sums of dZ, was summed where dZ was made: above for
+    // the last layer, with its ReLU's gradient (below) for a hidden one.
     if (l == 0) break;
     // dA_in = dZ * W^T, then through the ReLU that produced A_in: the
     // gradient passes only where the activation is positive.
