@@ -89,17 +89,28 @@ void RunCase(PsCluster& cluster, std::vector<Op>& ops, absl::Duration budget, in
       return;
     }
   }
-  for (const auto& l : latencies) {
+  TimedRun run;
+  run.latencies_ms = std::move(latencies);
+  run.bytes = std::accumulate(bytes.begin(), bytes.end(), 0.0);
+  run.seconds = absl::ToDoubleSeconds(end - start);
+  run.ps_cpu_s = cpu0.ok() && cpu1.ok() ? absl::StatusOr<double>(*cpu1 - *cpu0)
+                                        : (cpu0.ok() ? cpu1 : cpu0).status();
+  run.client_cpu_s = self1 - self0;
+  AddRun(cluster, std::move(run), result);
+}
+
+void AddRun(const PsCluster& cluster, TimedRun run, Result* result) {
+  for (const auto& l : run.latencies_ms) {
     result->latencies_ms.insert(result->latencies_ms.end(), l.begin(), l.end());
   }
-  result->seconds += absl::ToDoubleSeconds(end - start);
-  result->bytes += std::accumulate(bytes.begin(), bytes.end(), 0.0);
-  if (cpu0.ok() && cpu1.ok()) {
-    result->ps_cpu_s += *cpu1 - *cpu0;
+  result->seconds += run.seconds;
+  result->bytes += run.bytes;
+  if (run.ps_cpu_s.ok()) {
+    result->ps_cpu_s += *run.ps_cpu_s;
   } else {
     result->ps_cpu_known = false;
   }
-  result->client_cpu_s += self1 - self0;
+  result->client_cpu_s += run.client_cpu_s;
   result->ps_rss_bytes = cluster.MemoryBytes("VmRSS");
 }
 

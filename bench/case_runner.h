@@ -1,6 +1,6 @@
-// One benchmark case: W threads each running an operation against the ps
-// for a time budget, and the figures of the case (Result) from what they
-// measured.
+// One benchmark case: W workers (threads here, or worker_processes.h's
+// processes) each running an operation against the ps for a time budget,
+// and the figures of the case (Result) from what they measured.
 #ifndef PST_BENCH_CASE_RUNNER_H_
 #define PST_BENCH_CASE_RUNNER_H_
 
@@ -20,6 +20,9 @@ struct Result {
   std::string op;
   int64_t size_floats = 0;  // dense
   std::string wire;         // dense: float32, bf16 or topk:RATIO
+  // How the workers ran: "threads" of ps_bench, sharing its process, or
+  // "processes" of their own (--workers_as).
+  std::string workers_as = "threads";
   int rows = 0, dim = 0;    // sparse
   int64_t table_rows = 0;
   int ps = 0, workers = 0;
@@ -31,7 +34,7 @@ struct Result {
   double unique_rows_per_s = 0;  // sparse: distinct rows moved per second
   double p50_ms = 0, p99_ms = 0, max_ms = 0;
   double ps_cpu_s_per_gb = 0;
-  double client_cpu_s_per_gb = 0;
+  double client_cpu_s_per_gb = 0;  // the workers' CPU: ps_bench's, or its worker processes'
   int64_t ps_rss_bytes = 0;
   // hash cases: the id batches per worker (pushed in turn), the distinct
   // ids they touch, each partition's
@@ -63,6 +66,20 @@ using Op = std::function<absl::StatusOr<double>()>;
 // FinishResult then computes the figures.
 void RunCase(PsCluster& cluster, std::vector<Op>& ops, absl::Duration budget, int min_iters,
              Result* result);
+
+// What one timed run of a case measured: each worker's latencies and bytes,
+// its span, the ps's CPU over it (or why unknown) and the workers'.
+struct TimedRun {
+  std::vector<std::vector<double>> latencies_ms;
+  double bytes = 0;
+  double seconds = 0;
+  absl::StatusOr<double> ps_cpu_s = 0.0;
+  double client_cpu_s = 0;
+};
+
+// Adds `run` to `*result` (RunCase's part, and that of worker processes'
+// runs), with the ps's memory now.
+void AddRun(const PsCluster& cluster, TimedRun run, Result* result);
 
 // The figures of a case from what its rounds added up.
 void FinishResult(Result* result);

@@ -12,8 +12,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "bench/dense_ops.h"
 #include "bench/plan.h"
 #include "bench/ps_cluster.h"
+#include "bench/worker_processes.h"
 #include "client/grpc_ps_transport.h"
 #include "client/ps_client.h"
 #include "common/ps_transport.h"
@@ -61,12 +63,14 @@ struct Worker {
 
 // Every dense size and op, in --rounds rounds: each round runs each case
 // for its share of the budget, so load that comes and goes during the run
-// falls on every size alike rather than on whichever ran then.
+// falls on every size alike rather than on whichever ran then. Each case
+// runs in each --workers_as, on `workers`' threads or on `processes`.
 std::vector<Result> RunDense(const Options& options, PsCluster& cluster,
-                             const proto::PlacementPlan& plan, std::vector<Worker>& workers) {
+                             const proto::PlacementPlan& plan, std::vector<Worker>& workers,
+                             WorkerProcesses* processes) {
   const int num_workers = static_cast<int>(workers.size());
-  // What one size's operations in one wire setting use, for every round
-  // (addresses stay put).
+  // What one size's operations in one wire setting use on threads, for
+  // every round (addresses stay put).
   struct SizeState {
     client::Values grads;  // shared by every worker (read only)
     std::vector<std::unique_ptr<client::PsClient>> clients;
@@ -74,65 +78,46 @@ std::vector<Result> RunDense(const Options& options, PsCluster& cluster,
   };
   struct Case {
     Result result;
-    std::vector<Op> ops;
+    std::vector<Op> ops;  // on threads
+    DenseCase dense;      // in processes
   };
+  const bool threads = std::find(options.workers_as.begin(), options.workers_as.end(),
+                                 "threads") != options.workers_as.end();
   std::vector<std::unique_ptr<SizeState>> sizes;
   std::vector<Case> cases;
   for (int64_t size : options.sizes) {
     for (const std::string& wire : options.wire) {
       auto state = std::make_unique<SizeState>();
-      // Small enough that SGD at the benchmark's learning rate keeps the
-      // values finite.
-      state->grads = {std::vector<float>(size, 1e-3f)};
+      state->grads = DenseGradients(size);
       state->values.resize(num_workers);
-      // The float32 bytes of the parameters moved, whatever the wire carries:
-      // a setting's rate compares with float32's as the training speed would.
-      const double payload = static_cast<double>(size) * sizeof(float);
       std::string error;
-      for (int w = 0; w < num_workers && error.empty(); ++w) {
-        absl::StatusOr<std::unique_ptr<client::PsClient>> client =
-            client::PsClient::Create(plan, {DenseName(size)}, workers[w].transport,
-                                     workers[w].index, workers[w].incarnation);
+      for (int w = 0; threads && w < num_workers && error.empty(); ++w) {
+        absl::StatusOr<std::unique_ptr<client::PsClient>> client = MakeDenseClient(
+            plan, size, wire, workers[w].transport, workers[w].index, workers[w].incarnation);
         if (!client.ok()) {
           error = std::string(client.status().message());
         } else {
-          (*client)->set_wire_dtype(wire == "bf16" ? proto::DT_BFLOAT16 : proto::DT_FLOAT32);
-          (*client)->set_topk_ratio(TopKRatio(wire));
           state->clients.push_back(*std::move(client));
         }
       }
       for (const std::string op : {"push", "pull", "pushpull"}) {
         if (!options.Has(op)) continue;
-        Case c;
-        c.result.op = op;
-        c.result.size_floats = size;
-        c.result.wire = wire;
-        c.result.error = error;
-        for (int w = 0; w < num_workers && error.empty(); ++w) {
-          Worker* me = &workers[w];
-          client::PsClient* client = state->clients[w].get();
-          client::Values* out = &state->values[w];
-          const client::Values* grads = &state->grads;
-          if (op == "pull") {
-            c.ops.push_back([client, out, payload]() -> absl::StatusOr<double> {
-              PST_RETURN_IF_ERROR(client->Pull(out).status());
-              return payload;
-            });
-          } else if (op == "pushpull") {
-            c.ops.push_back([client, out, me, grads, payload]() -> absl::StatusOr<double> {
-              ++me->step;
-              PST_RETURN_IF_ERROR(client->PushPull(me->step, 0, *grads, out).status());
-              return 2 * payload;
-            });
-          } else {
-            c.ops.push_back([client, me, grads, payload]() -> absl::StatusOr<double> {
-              ++me->step;
-              PST_RETURN_IF_ERROR(client->Push(me->step, 0, *grads).status());
-              return payload;
-            });
+        for (const std::string& as : options.workers_as) {
+          Case c;
+          c.result.op = op;
+          c.result.size_floats = size;
+          c.result.wire = wire;
+          c.result.workers_as = as;
+          c.dense = {op, size, wire};
+          if (as == "threads") {
+            c.result.error = error;
+            for (int w = 0; w < num_workers && error.empty(); ++w) {
+              c.ops.push_back(MakeDenseOp(op, state->clients[w].get(), size, &workers[w].step,
+                                          &state->grads, &state->values[w]));
+            }
           }
+          cases.push_back(std::move(c));
         }
-        cases.push_back(std::move(c));
       }
       sizes.push_back(std::move(state));
     }
@@ -143,11 +128,15 @@ std::vector<Result> RunDense(const Options& options, PsCluster& cluster,
   for (int round = 1; round <= options.rounds; ++round) {
     for (Case& c : cases) {
       if (!c.result.error.empty()) continue;
-      std::printf("  round %d of %d: %s of %s floats in %s ...\n", round, options.rounds,
-                  c.result.op.c_str(), SizeName(c.result.size_floats).c_str(),
-                  c.result.wire.c_str());
+      std::printf("  round %d of %d: %s of %s floats in %s, worker %s ...\n", round,
+                  options.rounds, c.result.op.c_str(), SizeName(c.result.size_floats).c_str(),
+                  c.result.wire.c_str(), c.result.workers_as.c_str());
       std::fflush(stdout);
-      RunCase(cluster, c.ops, budget, min_iters, &c.result);
+      if (c.result.workers_as == "processes") {
+        processes->RunCase(cluster, c.dense, budget, min_iters, &c.result);
+      } else {
+        RunCase(cluster, c.ops, budget, min_iters, &c.result);
+      }
     }
   }
   std::vector<Result> results;
@@ -457,7 +446,12 @@ absl::Status RunConfig(const Options& options, int num_ps, int num_workers,
         client::MakeGrpcPsTransport(cluster->addresses(), options.Rpc(), options.rpc_timeout);
   }
   if (options.AnyDense()) {
-    for (Result& r : RunDense(options, *cluster, plan, workers)) {
+    std::unique_ptr<WorkerProcesses> processes;
+    if (options.WorkerProcesses()) {
+      PST_ASSIGN_OR_RETURN(processes,
+                           WorkerProcesses::Start(options, plan, *cluster, num_workers));
+    }
+    for (Result& r : RunDense(options, *cluster, plan, workers, processes.get())) {
       r.ps = num_ps;
       r.workers = num_workers;
       results->push_back(std::move(r));

@@ -1,7 +1,9 @@
 // ps_bench: the data plane's benchmark. Starts P real ps_server processes
 // (the binary next to this one) on free 127.0.0.1 ports, creates dense
-// variables and an embedding table on them, and runs W client threads, each
-// with its own PsClient over the gRPC transport that workers use:
+// variables and an embedding table on them, and runs W workers, each with
+// its own PsClient over the gRPC transport that workers use: threads of
+// this process, or (the dense cases, --workers_as) processes of their own
+// (worker_processes.h):
 //
 //   push, pull, pushpull   S floats of dense variables, split over the ps
 //   sparse_pull/push       R rows of dim D of an N-row table (mod routing),

@@ -63,6 +63,17 @@ absl::StatusOr<Options> ParseOptions(const OptionFlags& flags) {
   Options o;
   PST_ASSIGN_OR_RETURN(o.ps_counts, ParseCounts("ps", flags.ps));
   PST_ASSIGN_OR_RETURN(o.worker_counts, ParseCounts("workers", flags.workers));
+  o.workers_as.clear();
+  for (absl::string_view part : absl::StrSplit(flags.workers_as, ',', absl::SkipWhitespace())) {
+    if (part != "threads" && part != "processes") {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--workers_as: '", part, "' is not threads or processes"));
+    }
+    if (std::find(o.workers_as.begin(), o.workers_as.end(), part) == o.workers_as.end()) {
+      o.workers_as.emplace_back(part);
+    }
+  }
+  if (o.workers_as.empty()) return absl::InvalidArgumentError("--workers_as is empty");
   o.link_rate = flags.link_rate;
   o.ps_replicas = flags.ps_replicas;
   if (o.ps_replicas != 1 && o.ps_replicas != 2) {

@@ -3,6 +3,7 @@
 #ifndef PST_BENCH_PS_BENCH_OPTIONS_H_
 #define PST_BENCH_PS_BENCH_OPTIONS_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <set>
 #include <string>
@@ -23,6 +24,7 @@ inline constexpr double kGB = 1e9;
 struct OptionFlags {
   std::string ps;
   std::string workers;
+  std::string workers_as;
   std::string sizes;
   int rows = 0;
   int dim = 0;
@@ -55,6 +57,10 @@ struct OptionFlags {
 struct Options {
   std::vector<int> ps_counts;
   std::vector<int> worker_counts;
+  // How the dense cases' workers run, each in turn in the same rounds:
+  // "threads" of this process, sharing it, or "processes" of their own
+  // (worker_processes.h). The sparse and hash cases run threads.
+  std::vector<std::string> workers_as = {"threads"};
   std::vector<int64_t> sizes;
   int rows = 0;
   int dim = 0;
@@ -93,6 +99,12 @@ struct Options {
   bool AnyDense() const { return Has("push") || Has("pull") || Has("pushpull"); }
   bool AnySparse() const { return Has("sparse_pull") || Has("sparse_push"); }
   bool AnyHash() const { return Has("hash_push") || Has("hash_push_evict"); }
+  bool WorkerProcesses() const {
+    return std::find(workers_as.begin(), workers_as.end(), "processes") != workers_as.end();
+  }
+  // The scaling comparison's workers: processes when --workers_as has them
+  // (a real cluster's shape), else threads.
+  std::string ScalingWorkersAs() const { return WorkerProcesses() ? "processes" : "threads"; }
   // The clients' gRPC settings: plaintext (the ps run without TLS) and the
   // BDP probe as bdp_probe says.
   rpc::RpcSettings Rpc() const {

@@ -1,17 +1,8 @@
 #include "bench/ps_cluster.h"
 
-#include <poll.h>
-#include <signal.h>
-#include <sys/syscall.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
-#include <cerrno>
 #include <cstdio>
-#include <optional>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "absl/time/time.h"
 #include "bench/proc_stats.h"
 #include "common/status_macros.h"
@@ -23,25 +14,6 @@
 #include "tools/subprocess.h"
 
 namespace pst::bench {
-namespace {
-
-// Waits up to `timeout` for child `pid` to exit; its wait status, or nullopt.
-std::optional<int> WaitChild(pid_t pid, absl::Duration timeout) {
-  const int fd = static_cast<int>(syscall(SYS_pidfd_open, pid, 0));
-  if (fd >= 0) {
-    pollfd pfd{fd, POLLIN, 0};
-    poll(&pfd, 1, static_cast<int>(absl::ToInt64Milliseconds(timeout)));
-    close(fd);
-  }
-  int status = 0;
-  pid_t r;
-  while ((r = waitpid(pid, &status, WNOHANG)) < 0 && errno == EINTR) {
-  }
-  if (r == pid) return status;
-  return std::nullopt;
-}
-
-}  // namespace
 
 absl::StatusOr<std::unique_ptr<PsCluster>> PsCluster::Start(const Options& options, int num_ps,
                                                             int num_workers) {
@@ -81,27 +53,14 @@ absl::StatusOr<std::unique_ptr<PsCluster>> PsCluster::Start(const Options& optio
     }
     if (!cluster->links_.empty()) spawn.argv = cluster->links_[i]->Wrap(spawn.argv);
     spawn.env = {"TF_CONFIG=" + common::TfConfigToJson(tf)};
-    int fd = -1;
-    absl::StatusOr<pid_t> pid = tools::Spawn(spawn, &fd);
-    if (!pid.ok()) return pid.status();
-    auto process = std::make_unique<Process>();
-    process->pid = *pid;
-    process->address = tf.cluster.ps[i];
-    Process* p = process.get();
-    const bool verbose = options.verbose;
-    p->reader = std::thread([p, fd, i, verbose] {
-      tools::ForEachLine(fd, [p, i, verbose](const std::string& line) {
-        if (verbose) std::fprintf(stderr, "[ps:%d] %s\n", i, line.c_str());
-        absl::MutexLock lock(&p->mu);
-        p->tail.push_back(line);
-        if (p->tail.size() > 20) p->tail.pop_front();
-      });
-    });
-    cluster->ps_.push_back(std::move(process));
+    PST_ASSIGN_OR_RETURN(std::unique_ptr<ChildProcess> ps,
+                         ChildProcess::Start(spawn, absl::StrCat("ps:", i), options.verbose));
+    cluster->ps_.push_back(std::move(ps));
+    cluster->addresses_.push_back(tf.cluster.ps[i]);
   }
   // Every ps answers Health once it serves.
   for (int i = 0; i < num_ps; ++i) {
-    auto stub = proto::ParameterServer::NewStub(rpc::MakeChannel(cluster->ps_[i]->address, rpc::RpcSettings()));
+    auto stub = proto::ParameterServer::NewStub(rpc::MakeChannel(cluster->addresses_[i], rpc::RpcSettings()));
     grpc::ClientContext context;
     rpc::SetDeadline(&context, absl::Seconds(30), /*wait_for_ready=*/true);
     proto::HealthRequest request;
@@ -109,7 +68,7 @@ absl::StatusOr<std::unique_ptr<PsCluster>> PsCluster::Start(const Options& optio
     grpc::Status status = stub->Health(&context, request, &response);
     if (!status.ok()) {
       return absl::UnavailableError(
-          absl::StrCat("ps ", i, " (", options.ps_server, " at ", cluster->ps_[i]->address,
+          absl::StrCat("ps ", i, " (", options.ps_server, " at ", cluster->addresses_[i],
                        ") did not come up: ", status.error_message(), cluster->Tail(i)));
     }
   }
@@ -120,8 +79,8 @@ PsCluster::~PsCluster() { Stop(); }
 
 absl::StatusOr<int64_t> PsCluster::TableEvictions() const {
   int64_t total = 0;
-  for (const auto& p : ps_) {
-    auto stub = proto::ParameterServer::NewStub(rpc::MakeChannel(p->address, rpc::RpcSettings()));
+  for (const std::string& address : addresses_) {
+    auto stub = proto::ParameterServer::NewStub(rpc::MakeChannel(address, rpc::RpcSettings()));
     grpc::ClientContext context;
     rpc::SetDeadline(&context, absl::Seconds(30), /*wait_for_ready=*/false);
     proto::HealthRequest request;
@@ -129,38 +88,21 @@ absl::StatusOr<int64_t> PsCluster::TableEvictions() const {
     grpc::Status status = stub->Health(&context, request, &response);
     if (!status.ok()) {
       return absl::UnavailableError(
-          absl::StrCat("Health of ps at ", p->address, ": ", status.error_message()));
+          absl::StrCat("Health of ps at ", address, ": ", status.error_message()));
     }
     total += response.table_evictions();
   }
   return total;
 }
 
-std::vector<std::string> PsCluster::addresses() const {
-  std::vector<std::string> out;
-  for (const auto& p : ps_) out.push_back(p->address);
-  return out;
-}
+std::vector<std::string> PsCluster::addresses() const { return addresses_; }
 
-std::string PsCluster::Tail(int i) {
-  absl::MutexLock lock(&ps_[i]->mu);
-  if (ps_[i]->tail.empty()) return "";
-  return absl::StrCat("; its last output:\n  ", absl::StrJoin(ps_[i]->tail, "\n  "));
-}
+std::string PsCluster::Tail(int i) { return ps_[i]->Tail(); }
 
 absl::Status PsCluster::CheckAlive() {
-  for (int i = 0; i < size(); ++i) {
-    Process& p = *ps_[i];
-    if (!p.exited) {
-      std::optional<int> status = WaitChild(p.pid, absl::ZeroDuration());
-      if (status.has_value()) {
-        p.exited = true;
-        p.wait_status = *status;
-      }
-    }
-    if (p.exited) {
-      return absl::UnavailableError(absl::StrCat(
-          "ps ", i, " (pid ", p.pid, ") ", tools::DescribeWaitStatus(p.wait_status), Tail(i)));
+  for (const auto& p : ps_) {
+    if (std::string exit = p->DescribeExit(); !exit.empty()) {
+      return absl::UnavailableError(exit);
     }
   }
   return absl::OkStatus();
@@ -169,7 +111,7 @@ absl::Status PsCluster::CheckAlive() {
 absl::StatusOr<double> PsCluster::CpuSeconds() const {
   double total = 0;
   for (const auto& p : ps_) {
-    PST_ASSIGN_OR_RETURN(const double s, ProcessCpuSeconds(p->pid));
+    PST_ASSIGN_OR_RETURN(const double s, ProcessCpuSeconds(p->pid()));
     total += s;
   }
   return total;
@@ -177,7 +119,7 @@ absl::StatusOr<double> PsCluster::CpuSeconds() const {
 
 int64_t PsCluster::MemoryBytes(const std::string& field) const {
   int64_t total = 0;
-  for (const auto& p : ps_) total += ProcessMemoryBytes(p->pid, field);
+  for (const auto& p : ps_) total += ProcessMemoryBytes(p->pid(), field);
   return total;
 }
 
@@ -196,7 +138,7 @@ absl::Status PsCluster::CreateVariables(const proto::PlacementPlan& plan,
       request.mutable_copies()->set_primary(i);
       request.mutable_copies()->set_backup((i + 1) % size());
     }
-    auto stub = proto::ParameterServer::NewStub(rpc::MakeChannel(ps_[i]->address, rpc::RpcSettings()));
+    auto stub = proto::ParameterServer::NewStub(rpc::MakeChannel(addresses_[i], rpc::RpcSettings()));
     grpc::ClientContext context;
     rpc::SetDeadline(&context, absl::Seconds(120));
     proto::CreateVariablesResponse response;
@@ -211,9 +153,9 @@ absl::Status PsCluster::CreateVariables(const proto::PlacementPlan& plan,
 }
 
 void PsCluster::Stop() {
-  for (auto& p : ps_) {
-    if (p->exited) continue;
-    auto stub = proto::ParameterServer::NewStub(rpc::MakeChannel(p->address, rpc::RpcSettings()));
+  for (size_t i = 0; i < ps_.size(); ++i) {
+    if (ps_[i]->Poll().has_value()) continue;
+    auto stub = proto::ParameterServer::NewStub(rpc::MakeChannel(addresses_[i], rpc::RpcSettings()));
     grpc::ClientContext context;
     rpc::SetDeadline(&context, absl::Seconds(5));
     proto::ShutdownRequest request;
@@ -221,29 +163,9 @@ void PsCluster::Stop() {
     proto::ShutdownResponse response;
     (void)stub->Shutdown(&context, request, &response);
   }
-  for (size_t i = 0; i < ps_.size(); ++i) {
-    Process& p = *ps_[i];
-    if (!p.exited) {
-      std::optional<int> status = WaitChild(p.pid, absl::Seconds(10));
-      if (!status.has_value()) {
-        std::fprintf(stderr, "ps_bench: ps %zu did not exit after Shutdown; SIGTERM\n", i);
-        kill(p.pid, SIGTERM);
-        status = WaitChild(p.pid, absl::Seconds(5));
-      }
-      if (!status.has_value()) {
-        std::fprintf(stderr, "ps_bench: ps %zu ignored SIGTERM; SIGKILL\n", i);
-        kill(p.pid, SIGKILL);
-        int s = 0;
-        while (waitpid(p.pid, &s, 0) < 0 && errno == EINTR) {
-        }
-        status = s;
-      }
-      p.exited = true;
-      p.wait_status = *status;
-    }
-    if (p.reader.joinable()) p.reader.join();
-  }
+  for (const auto& p : ps_) p->Stop(absl::Seconds(10));
   ps_.clear();
+  addresses_.clear();
 }
 
 }  // namespace pst::bench

@@ -3,19 +3,14 @@
 #ifndef PST_BENCH_PS_CLUSTER_H_
 #define PST_BENCH_PS_CLUSTER_H_
 
-#include <sys/types.h>
-
 #include <cstdint>
-#include <deque>
 #include <memory>
 #include <string>
-#include <thread>
 #include <vector>
 
-#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
+#include "bench/child_process.h"
 #include "bench/ps_bench_options.h"
 #include "proto/pstrain.pb.h"
 
@@ -67,20 +62,11 @@ class PsCluster {
   void Stop();
 
  private:
-  struct Process {
-    pid_t pid = -1;
-    std::string address;
-    std::thread reader;
-    bool exited = false;
-    int wait_status = 0;
-    absl::Mutex mu;
-    std::deque<std::string> tail ABSL_GUARDED_BY(mu);  // last lines of output
-  };
-
   PsCluster() = default;
   // Removed by the destructor, after Stop() has ended the ps in them.
   std::vector<std::unique_ptr<tools::ShapedLink>> links_;
-  std::vector<std::unique_ptr<Process>> ps_;
+  std::vector<std::unique_ptr<ChildProcess>> ps_;
+  std::vector<std::string> addresses_;
 };
 
 }  // namespace pst::bench

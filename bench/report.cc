@@ -35,23 +35,25 @@ void PrintReferences(const References& refs, double load_start, double load_end)
 
 void PrintTable(const std::vector<Result>& results, const References& refs,
                 const Options& options) {
-  std::printf("\n%-19s %-10s %3s %3s %6s %8s %7s %9s %9s %9s %14s %8s %9s %9s\n", "op", "size",
-              "ps", "w", "ops", "GB/s", "x tcp", "p50 ms", "p99 ms", "rows/s", "(distinct)",
+  std::printf("\n%-19s %-10s %3s %3s %-4s %6s %8s %7s %9s %9s %9s %14s %8s %9s %9s\n", "op",
+              "size", "ps", "w", "as", "ops", "GB/s", "x tcp", "p50 ms", "p99 ms", "rows/s", "(distinct)",
               "ps cpu", "client", "ps rss");
-  std::printf("%-19s %-10s %3s %3s %6s %8s %7s %9s %9s %9s %14s %8s %9s %9s\n", "", "", "", "", "",
-              "", "", "", "", "", "", "s/GB", "cpu s/GB", "MB");
+  std::printf("%-19s %-10s %3s %3s %-4s %6s %8s %7s %9s %9s %9s %14s %8s %9s %9s\n", "", "", "",
+              "", "", "", "", "", "", "", "", "", "s/GB", "cpu s/GB", "MB");
   for (const Result& r : results) {
     const std::string size =
         r.size_floats > 0 ? SizeName(r.size_floats) : absl::StrCat(r.rows, "x", r.dim);
     const std::string op = r.wire.empty() || r.wire == "float32" ? r.op : r.op + "/" + r.wire;
+    const char* as = r.workers_as == "processes" ? "proc" : "thr";
     if (!r.error.empty()) {
-      std::printf("%-19s %-10s %3d %3d  FAILED: %s\n", op.c_str(), size.c_str(), r.ps, r.workers,
-                  r.error.c_str());
+      std::printf("%-19s %-10s %3d %3d %-4s  FAILED: %s\n", op.c_str(), size.c_str(), r.ps,
+                  r.workers, as, r.error.c_str());
       continue;
     }
     const bool sparse = r.rows > 0;
-    std::printf("%-19s %-10s %3d %3d %6lld %8.3f %7.3f %9.2f %9.2f %9s %14s %8.3f %9.3f %9.0f\n",
-                op.c_str(), size.c_str(), r.ps, r.workers, static_cast<long long>(r.ops), r.gbps,
+    std::printf(
+        "%-19s %-10s %3d %3d %-4s %6lld %8.3f %7.3f %9.2f %9.2f %9s %14s %8.3f %9.3f %9.0f\n",
+        op.c_str(), size.c_str(), r.ps, r.workers, as, static_cast<long long>(r.ops), r.gbps,
                 refs.tcp_gbps > 0 ? r.gbps / refs.tcp_gbps : 0.0, r.p50_ms, r.p99_ms,
                 sparse ? Rate(r.rows_per_s).c_str() : "-",
                 sparse ? absl::StrCat("(", Rate(r.unique_rows_per_s), ")").c_str() : "",
@@ -59,9 +61,11 @@ void PrintTable(const std::vector<Result>& results, const References& refs,
   }
   std::printf(
       "\nGB/s: payload bytes pushed plus pulled per second, 1 GB = 1e9 bytes; x tcp: as a ratio "
-      "of the one-stream TCP reference (%.2f GB/s). rows/s: ids requested per second (repeats "
-      "included), distinct rows in parentheses. ps cpu s/GB: CPU seconds of all ps processes "
-      "per GB moved; client: this process's. A /bf16 or /topk case moves less than float32: "
+      "of the one-stream TCP reference (%.2f GB/s). as: the workers ran as threads of ps_bench, "
+      "sharing its process (thr), or as processes of their own (proc). rows/s: "
+      "ids requested per second (repeats included), distinct rows in parentheses. ps cpu s/GB: "
+      "CPU seconds of all ps processes per GB moved; client: the workers' (this process's, or "
+      "the worker processes'). A /bf16 or /topk case moves less than float32: "
       "its GB/s counts the float32 bytes of the parameters pushed and pulled, as the training "
       "speed would.\n",
       refs.tcp_gbps);
@@ -72,12 +76,32 @@ void PrintTable(const std::vector<Result>& results, const References& refs,
     for (const Result& full : results) {
       if (full.wire != "float32" || !full.error.empty() || full.op != half.op ||
           full.size_floats != half.size_floats || full.ps != half.ps ||
-          full.workers != half.workers || full.gbps <= 0) {
+          full.workers != half.workers || full.workers_as != half.workers_as ||
+          full.gbps <= 0) {
         continue;
       }
-      std::printf("%s of %s (%d ps, %d w): %s on the wire %.2fx float32's rate\n", half.op.c_str(),
-                  SizeName(half.size_floats).c_str(), half.ps, half.workers, half.wire.c_str(),
-                  half.gbps / full.gbps);
+      std::printf("%s of %s (%d ps, %d w, %s): %s on the wire %.2fx float32's rate\n",
+                  half.op.c_str(), SizeName(half.size_floats).c_str(), half.ps, half.workers,
+                  half.workers_as.c_str(), half.wire.c_str(), half.gbps / full.gbps);
+    }
+  }
+  // Worker processes against threads: the same op, size, wire and cluster,
+  // in the same rounds.
+  for (const Result& proc : results) {
+    if (proc.workers_as != "processes" || !proc.error.empty()) continue;
+    for (const Result& thr : results) {
+      if (thr.workers_as != "threads" || !thr.error.empty() || thr.op != proc.op ||
+          thr.size_floats != proc.size_floats || thr.wire != proc.wire || thr.ps != proc.ps ||
+          thr.workers != proc.workers || thr.gbps <= 0 || thr.client_cpu_s_per_gb <= 0) {
+        continue;
+      }
+      std::printf(
+          "%s%s of %s (%d ps, %d w): worker processes %.2fx the threads' rate; CPU s/GB %.3f "
+          "(ps) + %.3f (workers) against %.3f + %.3f\n",
+          proc.op.c_str(), proc.wire == "float32" ? "" : ("/" + proc.wire).c_str(),
+          SizeName(proc.size_floats).c_str(), proc.ps, proc.workers, proc.gbps / thr.gbps,
+          proc.ps_cpu_s_per_gb, proc.client_cpu_s_per_gb, thr.ps_cpu_s_per_gb,
+          thr.client_cpu_s_per_gb);
     }
   }
   for (const Result& r : results) {
@@ -143,6 +167,7 @@ nlohmann::json ToJson(const std::vector<Result>& results, const References& refs
       e["size_floats"] = r.size_floats;
       e["wire"] = r.wire;
     }
+    e["workers_as"] = r.workers_as;
     if (r.rows > 0) {
       e["rows"] = r.rows;
       e["dim"] = r.dim;
@@ -194,8 +219,9 @@ nlohmann::json ToJson(const std::vector<Result>& results, const References& refs
 }
 
 void PrintScaling(const std::vector<Scaling>& scalings, const Options& options) {
-  std::printf("\nscaling: PushPull of %s floats by 2 workers, against 1 ps and then 2 ps\n",
-              SizeName(options.scaling_size).c_str());
+  std::printf(
+      "\nscaling: PushPull of %s floats by 2 workers (%s), against 1 ps and then 2 ps\n",
+      SizeName(options.scaling_size).c_str(), options.ScalingWorkersAs().c_str());
   std::printf("  %-22s %10s %10s %12s\n", "network", "1 ps GB/s", "2 ps GB/s", "2 ps / 1 ps");
   for (const Scaling& s : scalings) {
     if (!s.skipped.empty() || !s.error.empty()) {
@@ -218,6 +244,7 @@ nlohmann::json ScalingJson(const std::vector<Scaling>& scalings, const Options& 
     nlohmann::json e = {{"op", "pushpull"},
                         {"size_floats", options.scaling_size},
                         {"workers", 2},
+                        {"workers_as", options.ScalingWorkersAs()},
                         {"link_rate", s.link_rate}};
     if (!s.skipped.empty()) {
       e["skipped"] = s.skipped;

@@ -22,6 +22,8 @@ Scaling RunScaling(const Options& options, const std::string& link_rate) {
   Options o = options;
   o.sizes = {options.scaling_size};
   o.cases = {"pushpull"};
+  o.workers_as = {options.ScalingWorkersAs()};
+  o.wire = {"float32"};
   o.link_rate = link_rate;
   for (int num_ps : {1, 2}) {
     std::vector<Result> results;

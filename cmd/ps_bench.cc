@@ -9,6 +9,7 @@
 #include "absl/status/statusor.h"
 #include "bench/ps_bench.h"
 #include "bench/ps_bench_options.h"
+#include "bench/worker_process.h"
 #include "rpc/grpc_channel.h"
 #include "common/process.h"
 #include "flags/command_line.h"
@@ -16,7 +17,15 @@
 ABSL_FLAG(std::string, ps, "1",
           "Number of ps processes; a comma list (e.g. 1,2) runs every case for each.");
 ABSL_FLAG(std::string, workers, "1",
-          "Number of client threads; a comma list runs every case for each (crossed with --ps).");
+          "Number of workers; a comma list runs every case for each (crossed with --ps).");
+ABSL_FLAG(std::string, workers_as, "threads,processes",
+          "How the dense cases' workers run: threads of this process, sharing it, or processes "
+          "of their own, each with its own connections, as a real cluster's workers are; a "
+          "comma list runs each dense case in each, in the same rounds. The sparse and hash "
+          "cases run threads.");
+ABSL_FLAG(int, worker_channel_fd, -1,
+          "Internal: run as one of a ps_bench's worker processes, driven over this file "
+          "descriptor (--workers_as=processes starts them).");
 ABSL_FLAG(std::string, sizes, "1M,16M,64M",
           "Dense cases: floats per operation, summed over the ps (K = 2^10, M = 2^20).");
 ABSL_FLAG(int, rows, 4096, "Sparse cases: ids per operation (repeats included).");
@@ -88,6 +97,7 @@ pst::bench::OptionFlags ReadFlags() {
   pst::bench::OptionFlags flags;
   flags.ps = absl::GetFlag(FLAGS_ps);
   flags.workers = absl::GetFlag(FLAGS_workers);
+  flags.workers_as = absl::GetFlag(FLAGS_workers_as);
   flags.sizes = absl::GetFlag(FLAGS_sizes);
   flags.rows = absl::GetFlag(FLAGS_rows);
   flags.dim = absl::GetFlag(FLAGS_dim);
@@ -128,6 +138,9 @@ int main(int argc, char** argv) {
   // Its threads stand for workers, which tune the process the same way.
   pst::common::TuneForServing();
   try {
+    if (const int fd = absl::GetFlag(FLAGS_worker_channel_fd); fd >= 0) {
+      return pst::bench::RunWorkerProcess(fd);
+    }
     absl::StatusOr<pst::bench::Options> options = pst::bench::ParseOptions(ReadFlags());
     if (!options.ok()) {
       std::fprintf(stderr, "ps_bench: %s\n", std::string(options.status().message()).c_str());

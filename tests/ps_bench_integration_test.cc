@@ -8,6 +8,8 @@
 #include <unistd.h>
 
 #include <set>
+#include <string>
+#include <vector>
 
 #include "absl/time/time.h"
 #include "tests/test_cluster.h"
@@ -140,27 +142,65 @@ TEST(PsBenchTest, Wire_EachDenseCaseInEachSetting_AsARatioOfFloat32) {
       "wire.json", &output);
   ASSERT_TRUE(j.is_object());
   EXPECT_EQ(j["wire"], (nlohmann::json{"float32", "bf16", "topk:0.01"}));
-  ASSERT_EQ(j["results"].size(), 3u) << j.dump(2);
-  EXPECT_EQ(j["results"][0]["wire"], "float32");
-  EXPECT_EQ(j["results"][1]["wire"], "bf16");
-  EXPECT_EQ(j["results"][2]["wire"], "topk:0.01");
-  for (const nlohmann::json& r : j["results"]) {
+  // Each setting with threads, then with worker processes (the default).
+  ASSERT_EQ(j["results"].size(), 6u) << j.dump(2);
+  const std::vector<std::string> wires = {"float32", "bf16", "topk:0.01"};
+  for (size_t i = 0; i < 6; ++i) {
+    const nlohmann::json& r = j["results"][i];
     SCOPED_TRACE(r.dump());
     ASSERT_FALSE(r.contains("error"));
+    EXPECT_EQ(r["wire"], wires[i / 2]);
+    EXPECT_EQ(r["workers_as"], i % 2 == 0 ? "threads" : "processes");
     EXPECT_EQ(r["op"], "pushpull");
     EXPECT_GE(r["ops"].get<int64_t>(), 4);
     EXPECT_GT(r["gbps"].get<double>(), 0);
   }
-  for (const std::string wire : {"bf16", "topk:0.01"}) {
-    EXPECT_NE(output.find("pushpull of 64K (1 ps, 1 w): " + wire + " on the wire "),
-              std::string::npos)
-        << output;
+  for (const std::string as : {"threads", "processes"}) {
+    for (const std::string wire : {"bf16", "topk:0.01"}) {
+      EXPECT_NE(output.find("pushpull of 64K (1 ps, 1 w, " + as + "): " + wire + " on the wire "),
+                std::string::npos)
+          << output;
+    }
   }
+}
+
+// Workers as processes of their own, beside threads, in the same rounds:
+// each process's operations, bytes and CPU reach the figures.
+TEST(PsBenchTest, WorkerProcesses_RunBesideThreads_EachCountedWhole) {
+  std::string output;
+  const nlohmann::json j =
+      RunBench({"--cases=push,pushpull", "--sizes=64K", "--ps=2", "--workers=2",
+                "--workers_as=threads,processes", "--seconds_per_case=0.4",
+                "--reference_seconds=0.2", "--rounds=2", "--min_iters=4", "--scaling=false"},
+               "processes.json", &output);
+  ASSERT_TRUE(j.is_object());
+  ASSERT_EQ(j["results"].size(), 4u) << j.dump(2);
+  for (size_t i = 0; i < 4; ++i) {
+    const nlohmann::json& r = j["results"][i];
+    SCOPED_TRACE(r.dump());
+    ASSERT_FALSE(r.contains("error"));
+    EXPECT_EQ(r["op"], i < 2 ? "push" : "pushpull");
+    EXPECT_EQ(r["workers_as"], i % 2 == 0 ? "threads" : "processes");
+    EXPECT_EQ(r["ps"], 2);
+    EXPECT_EQ(r["workers"], 2);
+    // --min_iters over 2 rounds, 2 each a round, from each of 2 workers.
+    const int64_t ops = r["ops"];
+    EXPECT_GE(ops, 8);
+    // Every operation moved the whole variable (twice for pushpull).
+    const double per_op = (i < 2 ? 1 : 2) * 65536.0 * 4;
+    EXPECT_DOUBLE_EQ(r["bytes"].get<double>(), ops * per_op);
+    EXPECT_GT(r["client_cpu_s_per_gb"].get<double>(), 0);
+    EXPECT_GT(r["ps_cpu_s_per_gb"].get<double>(), 0);
+  }
+  EXPECT_NE(output.find("push of 64K (2 ps, 2 w): worker processes "), std::string::npos)
+      << output;
+  EXPECT_NE(output.find("pushpull of 64K (2 ps, 2 w): worker processes "), std::string::npos)
+      << output;
 }
 
 TEST(PsBenchTest, BadFlags_ExitWithCodeTwoNamingThem) {
   for (const std::string flag : {"--rounds=0", "--scaling_size=3x", "--scaling_link_rate=fast",
-                                 "--hash_batches=0", "--wire=fp16"}) {
+                                 "--hash_batches=0", "--wire=fp16", "--workers_as=forks"}) {
     absl::StatusOr<std::unique_ptr<TestProcess>> bench =
         TestProcess::Start({BinaryPath("ps_bench"), "--cases=hash_push", flag});
     ASSERT_TRUE(bench.ok()) << bench.status();

@@ -59,6 +59,14 @@ absl::StatusOr<pid_t> Spawn(const SpawnOptions& options, int* output_fd) {
     sigprocmask(SIG_UNBLOCK, &all, nullptr);
     dup2(fds[1], STDOUT_FILENO);
     dup2(fds[1], STDERR_FILENO);
+    if (options.pass_fd >= 0) {
+      // dup2 onto itself keeps close-on-exec, so clear it there.
+      if (options.pass_fd == 3) {
+        fcntl(3, F_SETFD, 0);
+      } else {
+        dup2(options.pass_fd, 3);
+      }
+    }
     execve(argv[0], argv.data(), envp.data());
     const char msg[] = "exec failed: ";
     (void)!write(STDERR_FILENO, msg, sizeof(msg) - 1);

@@ -18,6 +18,9 @@ namespace pst::tools {
 struct SpawnOptions {
   std::vector<std::string> argv;  // argv[0] is the program's path
   std::vector<std::string> env;   // "NAME=value" added to (or replacing in) the parent's env
+  // >= 0: given to the child as its file descriptor 3 (a channel of its
+  // own, apart from the captured output); the caller keeps and closes it.
+  int pass_fd = -1;
 };
 
 // Starts the child. `*output_fd` receives the read end of a pipe carrying the
