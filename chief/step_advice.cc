@@ -3,6 +3,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "models/registry.h"
 
 namespace pst::chief {
 namespace {
@@ -35,8 +36,11 @@ StepAdvice AdviseOnSteps(const std::vector<proto::StepTimes>& times,
   if (a.worker < 0) return a;
   a.communication_share = a.step_ms > 0 ? a.exposed_ms / a.step_ms : 0;
   const int percent = static_cast<int>(a.communication_share * 100 + 0.5);
-  const bool can_overlap =
-      !training.overlap() && training.model() == "mlp" && training.sync().mode() == proto::ASYNC;
+  // --overlap where the job's model overlaps under it (mlp, async or ssp).
+  proto::TrainingConfig overlapped = training;
+  overlapped.set_overlap(true);
+  const absl::StatusOr<const models::Model*> model = models::ModelFor(training);
+  const bool can_overlap = !training.overlap() && model.ok() && (*model)->Overlaps(overlapped);
   if (a.communication_share >= kCommunicationBound) {
     std::vector<std::string> flags;
     if (training.wire_dtype() != proto::DT_BFLOAT16) {

@@ -15,6 +15,12 @@
 namespace pst::models {
 namespace {
 
+// ASYNC and SSP overlap when asked; SYNC cannot: a step's gradient must be
+// computed from the version it is tagged with.
+bool OverlapsIn(const proto::TrainingConfig& training) {
+  return training.overlap() && training.sync().mode() != proto::SYNC;
+}
+
 struct MnistData : ModelData {
   data::Dataset data;
   int64_t size() const override { return data.num_examples; }
@@ -56,7 +62,7 @@ class Mlp784 : public Model {
   }
 
   bool Overlaps(const proto::TrainingConfig& training) const override {
-    return training.sync().mode() == proto::ASYNC && training.overlap();
+    return OverlapsIn(training);
   }
 
   absl::StatusOr<ModelEvaluation> Evaluate(const proto::TrainingConfig& training,
@@ -199,7 +205,7 @@ absl::StatusOr<int64_t> TrainMlp(const proto::TrainingConfig& training, const da
     return loss;
   };
 
-  if (training.sync().mode() == proto::ASYNC && training.overlap()) {
+  if (OverlapsIn(training)) {
     // Pipelined: batch b's gradients are computed while the push+pull of
     // batch b-1 is in flight, from the values batch b-2's answer brought.
     // The push in flight reads its gradient buffer (zero-copy), so the two

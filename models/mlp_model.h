@@ -23,8 +23,8 @@ inline constexpr int kFashionMnistClasses = 10;
 absl::StatusOr<MlpConfig> MlpConfigFor(const proto::TrainingConfig& training);
 
 // The MLP's training loop over `data` (see Model::Train). With
-// training.overlap() in ASYNC mode, batch b's gradients are computed while
-// the push+pull of batch b-1 is in flight.
+// training.overlap() in ASYNC or SSP mode, batch b's gradients are computed
+// while the push+pull of batch b-1 is in flight.
 absl::StatusOr<int64_t> TrainMlp(const proto::TrainingConfig& training, const data::Dataset& data,
                                  uint64_t shuffle_seed, client::PsClient* ps,
                                  const LoopControl& control);

@@ -247,8 +247,11 @@ TEST(SyncQuorumTest, WorkerLeaving_LowersQuorum_AndReleasesTheStep) {
 // With every example alike, batch order does not matter, so the expected
 // values can be computed here step by step: g_0 = grad(p_0), and
 // g_b = grad(p_{b-1}) for b >= 1, with p_{b+1} = p_b - lr * g_b.
-TEST(OverlapTest, EveryBatchIsPushedOnce_FromTheValuesOneStepBehind) {
-  proto::TrainingConfig training = Training(proto::ASYNC, 1);
+// SSP overlaps as ASYNC does (one worker: no clock to wait for).
+class OverlapTest : public ::testing::TestWithParam<proto::SyncMode> {};
+
+TEST_P(OverlapTest, EveryBatchIsPushedOnce_FromTheValuesOneStepBehind) {
+  proto::TrainingConfig training = Training(GetParam(), 1);
   training.set_batch_size(kBatch);
   training.set_epochs(2);
   training.set_overlap(true);
@@ -309,6 +312,11 @@ TEST(OverlapTest, EveryBatchIsPushedOnce_FromTheValuesOneStepBehind) {
   }
   EXPECT_LT(max_diff, 1e-5);
 }
+
+INSTANTIATE_TEST_SUITE_P(Modes, OverlapTest, ::testing::Values(proto::ASYNC, proto::SSP),
+                         [](const ::testing::TestParamInfo<proto::SyncMode>& info) {
+                           return info.param == proto::ASYNC ? "async" : "ssp";
+                         });
 
 // On devices the loop prefetches: batch b+1 is gathered into staging memory
 // and copied while batch b computes. Two CPU devices (that path) must train

@@ -144,6 +144,8 @@ absl::StatusOr<WorkerSession::Batch> WorkerSession::Next(int64_t num_examples, b
   refresh_ = false;
   handed_out_ = true;
   rows_pushed_ = false;
+  step_start_ = absl::Now();
+  step_calls_ = absl::ZeroDuration();
   return out;
 }
 
@@ -179,8 +181,20 @@ absl::StatusOr<bool> WorkerSession::WaitForCluster() {
   return false;
 }
 
+proto::StepTimes WorkerSession::StepTimesProto() const {
+  proto::StepTimes out;
+  out.set_steps(times_.steps);
+  out.set_compute_seconds(absl::ToDoubleSeconds(times_.compute));
+  out.set_communication_seconds(absl::ToDoubleSeconds(times_.communication));
+  out.set_exposed_seconds(absl::ToDoubleSeconds(times_.waited));
+  out.set_pushed_bytes(ps_->dense_wire_bytes().pushed);
+  out.set_pulled_bytes(ps_->dense_wire_bytes().pulled);
+  return out;
+}
+
 absl::StatusOr<bool> WorkerSession::Finish() {
-  absl::Status reported = link_->ReportDone(true, "finished");
+  const proto::StepTimes times = StepTimesProto();
+  absl::Status reported = link_->ReportDone(true, "finished", &times);
   if (!reported.ok()) {
     spdlog::warn("could not report completion: {}", reported.message());
     step_failed_ = true;  // wait a moment, then report again
@@ -213,7 +227,9 @@ absl::StatusOr<bool> WorkerSession::Failed(const absl::Status& status, const cha
 
 absl::StatusOr<bool> WorkerSession::Pull(const client::ValueSpans& values) {
   if (step_failed_) return false;
+  const absl::Time start = absl::Now();
   absl::StatusOr<int64_t> version = ps_->Pull(values);
+  NoteCall(start);
   if (version.ok()) {
     global_step_ = *version;
     return true;
@@ -230,13 +246,21 @@ absl::StatusOr<bool> WorkerSession::PushPull(const client::GradientSpans& grads,
   // SYNC tags a push with the version it was computed from; the other
   // modes with the data position.
   const int64_t tag = sync ? global_step_ : position_;
+  const absl::Time start = absl::Now();
   absl::StatusOr<int64_t> version = ps_->PushPull(tag, global_step_, grads, values, position_);
+  NoteCall(start);
   if (!version.ok()) {
     if (version.status().code() == absl::StatusCode::kInvalidArgument) return version.status();
     refresh_ = true;  // the answers may have overwritten part of `values`
     return Failed(version.status(), "step");
   }
   global_step_ = *version;
+  // The step is done: its time goes to the figures.
+  const absl::Duration took = absl::Now() - step_start_;
+  ++times_.steps;
+  times_.communication += step_calls_;
+  times_.waited += step_calls_;
+  times_.compute += std::max(absl::ZeroDuration(), took - step_calls_);
   link_->progress().Step(examples, loss, epoch_, global_step_, position_ + 1);
   failing_since_.reset();
   backoff_ = absl::Milliseconds(100);
@@ -249,7 +273,9 @@ absl::StatusOr<bool> WorkerSession::PullRows(const std::string& table,
   if (step_failed_) return false;
   PST_RETURN_IF_ERROR(ps_->TableDim(table).status());  // unknown: not worth a retry
   const client::PsClient::TableIds request[] = {{table, ids}};
+  const absl::Time start = absl::Now();
   absl::Status status = ps_->PullRows(request, client::ValueSpans{rows});
+  NoteCall(start);
   if (status.ok()) return true;
   if (status.code() == absl::StatusCode::kInvalidArgument) return status;
   return Failed(status, "row pull");
@@ -269,7 +295,9 @@ absl::StatusOr<bool> WorkerSession::PushRows(std::span<const client::PsClient::T
   }
   // Tagged as PushPull tags the batch's dense push.
   const bool sync = link_->training().sync().mode() == proto::SYNC;
+  const absl::Time start = absl::Now();
   absl::Status status = ps_->PushRows(sync ? global_step_ : position_, tables, grads);
+  NoteCall(start);
   if (status.code() == absl::StatusCode::kInvalidArgument) return status;
   rows_pushed_ = true;
   if (status.ok()) return true;

@@ -18,6 +18,13 @@
 //   }
 // Calls after a failed one in the same step do nothing and return false.
 //
+// Where the steps went, as the C++ worker reports it (models::StepTimes),
+// goes to the chief with the finish: a step runs from Next handing out its
+// batch to its PushPull's answer; its communication is the time in its ps
+// calls (all of it exposed: the caller waits for each), its compute the
+// rest (the caller's data, forward and backward). Failed steps are not
+// counted.
+//
 // Thread-compatible: one training thread calls it; heartbeats run on a
 // thread of their own and need nothing of the caller.
 #ifndef PST_WORKER_SESSION_H_
@@ -35,6 +42,7 @@
 #include "client/coordinator_client.h"
 #include "client/ps_client.h"
 #include "common/process.h"
+#include "models/train_loop.h"
 #include "proto/pstrain.pb.h"
 #include "worker/cluster_link.h"
 #include "worker/trainer.h"
@@ -122,6 +130,10 @@ class WorkerSession {
   // The epochs are over: report done and wait for the end. Returns true
   // when the job ended; false when the ps were restored meanwhile.
   absl::StatusOr<bool> Finish();
+  // Adds the time of a ps call of the current step, from `start` to now.
+  void NoteCall(absl::Time start) { step_calls_ += absl::Now() - start; }
+  // The steps' times, as the chief's summary takes them.
+  proto::StepTimes StepTimesProto() const;
   // Records a ps call's failure: false for one worth retrying.
   absl::StatusOr<bool> Failed(const absl::Status& status, const char* what);
   bool Recovering(const CoordinatorView::State& v) const {
@@ -148,6 +160,11 @@ class WorkerSession {
   std::vector<int64_t> order_;  // of order_epoch_
   std::optional<absl::Time> failing_since_;
   absl::Duration backoff_ = absl::Milliseconds(100);
+  // The steps' times (see the top), and the current step's: when its batch
+  // was handed out, and its ps calls so far.
+  models::StepTimes times_;
+  absl::Time step_start_;
+  absl::Duration step_calls_;
 };
 
 }  // namespace pst::worker

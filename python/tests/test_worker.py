@@ -108,6 +108,16 @@ def test_ssp_and_backup_workers_bound_python_workers_as_cpp_ones(cluster, tmp_pa
     for w in (0, 1):  # every batch of its shard trained once, in order
         assert steps[w] == list(range(30)), (w, steps[w])
     assert figures["pushes"] == 60, figures
+    # Each Python worker reported where its 30 steps went: the slow one's
+    # 40 ms sleep before each push is compute, worker 0's waits at the
+    # ssp barrier or for its pushes are communication, all of it exposed.
+    times = figures["step_times"]
+    assert [t["steps"] for t in times] == [30, 30], times
+    assert times[1]["compute_ms"] >= 40, times
+    for t in times:
+        assert t["communication_ms"] > 0 and t["exposed_ms"] == t["communication_ms"], times
+        assert t["pushed_kb"] > 0, times
+    assert "slowest_worker" in figures and isinstance(figures["advice"], str), figures
     if mode == "ssp":
         assert figures["global_step"] == 60, figures
         assert 0 < figures["max_clock_gap"] <= 2, figures
