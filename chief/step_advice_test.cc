@@ -52,7 +52,8 @@ TEST(StepAdviceTest, CommunicationBound_SlowestWorker_NamesTheFlagsThatHelp) {
   sync.set_wire_dtype(proto::DT_BFLOAT16);
   EXPECT_EQ(AdviseOnSteps(times, sync).advice,
             "communication is 75% of a step: try a larger --batch_size");
-  // ssp overlaps as async does; a model that cannot overlap is not told to.
+  // ssp overlaps as async does, the models with tables as the mlp; a
+  // model that does not overlap (here: none of that name) is not told to.
   proto::TrainingConfig ssp = sync;
   ssp.mutable_sync()->set_mode(proto::SSP);
   EXPECT_EQ(AdviseOnSteps(times, ssp).advice,
@@ -60,6 +61,10 @@ TEST(StepAdviceTest, CommunicationBound_SlowestWorker_NamesTheFlagsThatHelp) {
   proto::TrainingConfig wide_deep = ssp;
   wide_deep.set_model("wide_deep");
   EXPECT_EQ(AdviseOnSteps(times, wide_deep).advice,
+            "communication is 75% of a step: try --overlap or a larger --batch_size");
+  proto::TrainingConfig unknown = ssp;
+  unknown.set_model("no_such_model");
+  EXPECT_EQ(AdviseOnSteps(times, unknown).advice,
             "communication is 75% of a step: try a larger --batch_size");
 }
 

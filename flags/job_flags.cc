@@ -90,9 +90,9 @@ ABSL_FLAG(int64_t, dense_piece_bytes, 512 << 10,
           "over the ps and sent in requests of about this size (client/ps_client.h), so big "
           "tensors pipeline; 0: never cut.");
 ABSL_FLAG(bool, overlap, false,
-          "async or ssp, mlp: compute the next batch while the last push+pull is in flight "
-          "(compute and communication overlap, from values one step older; ssp's bound on how "
-          "far a worker runs ahead holds as it is).");
+          "async or ssp; mlp, wide_deep, logreg: compute the next batch while the last step's "
+          "pushes are in flight (compute and communication overlap, from values one step "
+          "older; ssp's bound on how far a worker runs ahead holds as it is).");
 ABSL_FLAG(std::string, wire_dtype, "float32",
           "The dtype workers send dense gradients and receive dense values in: float32, or "
           "bf16 (half the bytes, rounded to nearest even at each end; the ps keep float32 "

@@ -11,6 +11,7 @@
 // sum keeps a rare feature's few updates from vanishing under
 // --initial_accumulator, as per-example FTRL would.
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <numeric>
@@ -27,6 +28,7 @@
 #include "models/gradient_clip.h"
 #include "models/model.h"
 #include "models/model_spec.h"
+#include "models/row_steps.h"
 #include "models/streamed_data.h"
 
 namespace pst::models {
@@ -154,58 +156,49 @@ class Logreg : public Model {
                                 const LoopControl& control) const override {
     PST_ASSIGN_OR_RETURN(const LoadedOrStreamedData<LibsvmData> svm,
                          LoadedOrStreamed<LibsvmData>(data, name()));
-    StepTimes unused_times;
-    StepTimes& times = control.times != nullptr ? *control.times : unused_times;
-    client::Values params, grads(1, std::vector<float>(1)), row_grads(1);
-    PST_ASSIGN_OR_RETURN(int64_t global_step, ps->Pull(&params));
-    const bool sync = training.sync().mode() == proto::SYNC;
-    SparseBatch batch;
+    // Two slots of batch memory: with --overlap one batch computes while
+    // the other's gradients are pushed (row_steps.h).
+    std::array<SparseBatch, 2> batch;
+    std::array<client::Values, 2> grads = {client::Values(1, std::vector<float>(1)),
+                                           client::Values(1, std::vector<float>(1))};
+    std::array<client::Values, 2> row_grads = {client::Values(1), client::Values(1)};
     std::vector<float> probs;
-    auto step = [&](const data::LibsvmDataset& source, const int64_t* examples, int64_t n,
-                    int epoch, int64_t position) -> absl::StatusOr<bool> {
-          if (control.should_stop(position) || ReachedMaxSteps(training, global_step)) return false;
-          absl::Time start = absl::Now();
-          batch.Gather(source, examples, n);
-          const std::vector<client::PsClient::TableIds> tables = batch.Tables();
-          PST_RETURN_IF_ERROR(ps->PullRows(tables, &batch.rows));
-          const absl::Duration pulled = absl::Now() - start;
-          start = absl::Now();
-          batch.Predict(params[0][0], &probs);
-          // Loss: the batch's mean log-loss. Gradients: sums (see the top).
-          double loss = 0;
-          float dbias = 0;
-          row_grads[0].assign(batch.unique.size(), 0.0f);
-          for (int64_t i = 0; i < n; ++i) {
-            const float p = std::clamp(probs[i], 1e-7f, 1 - 1e-7f);
-            loss -= batch.labels[i] > 0.5f ? std::log(p) : std::log(1 - p);
-            const float dz = probs[i] - batch.labels[i];
-            dbias += dz;
-            for (int64_t k = batch.offsets[i]; k < batch.offsets[i + 1]; ++k) {
-              row_grads[0][batch.slot[k]] += dz * batch.values[k];
-            }
-          }
-          grads[0][0] = dbias;
-          ClipByGlobalNorm(training.clip_norm(), {&grads, &row_grads});
-          if (control.step_delay > absl::ZeroDuration()) absl::SleepFor(control.step_delay);
-          times.compute += absl::Now() - start;
-          start = absl::Now();
-          // SYNC tags a step's pushes with the version they were computed from
-          // (rows first: once the dense step is applied, so are its rows); the
-          // other modes with the data position.
-          const int64_t tag = sync ? global_step : position;
-          PST_RETURN_IF_ERROR(ps->PushRows(tag, tables, row_grads));
-          PST_ASSIGN_OR_RETURN(global_step,
-                               ps->PushPull(tag, global_step, grads, &params, position));
-          const absl::Duration took = absl::Now() - start + pulled;
-          times.communication += took;
-          times.waited += took;
-          ++times.steps;
-          control.on_step(n, static_cast<float>(loss / n), epoch, global_step, position + 1);
-          return true;
+    RowStepFns<data::LibsvmDataset> fns;
+    fns.gather = [&](int s, const data::LibsvmDataset& source, const int64_t* examples,
+                     int64_t n) {
+      batch[s].Gather(source, examples, n);
+      return batch[s].Tables();
     };
-    PST_RETURN_IF_ERROR(ForEachTrainingBatch(training, svm, shuffle_seed, control.start_position,
-                                             data::OpenLibsvmAt, step));
-    return global_step;
+    fns.rows = [&](int s) { return &batch[s].rows; };
+    fns.compute = [&](int s, const client::Values& params) -> absl::StatusOr<float> {
+      const SparseBatch& b = batch[s];
+      const int64_t n = static_cast<int64_t>(b.labels.size());
+      b.Predict(params[0][0], &probs);
+      // Loss: the batch's mean log-loss. Gradients: sums (see the top).
+      double loss = 0;
+      float dbias = 0;
+      std::vector<float>& rows = row_grads[s][0];
+      rows.assign(b.unique.size(), 0.0f);
+      for (int64_t i = 0; i < n; ++i) {
+        const float p = std::clamp(probs[i], 1e-7f, 1 - 1e-7f);
+        loss -= b.labels[i] > 0.5f ? std::log(p) : std::log(1 - p);
+        const float dz = probs[i] - b.labels[i];
+        dbias += dz;
+        for (int64_t k = b.offsets[i]; k < b.offsets[i + 1]; ++k) {
+          rows[b.slot[k]] += dz * b.values[k];
+        }
+      }
+      grads[s][0][0] = dbias;
+      ClipByGlobalNorm(training.clip_norm(), {&grads[s], &row_grads[s]});
+      return static_cast<float>(loss / n);
+    };
+    fns.grads = [&](int s) { return &grads[s]; };
+    fns.row_grads = [&](int s) { return &row_grads[s]; };
+    return TrainRowSteps(training, svm, shuffle_seed, ps, control, data::OpenLibsvmAt, fns);
+  }
+
+  bool Overlaps(const proto::TrainingConfig& training) const override {
+    return RowStepsOverlap(training);
   }
 
   absl::StatusOr<ModelEvaluation> Evaluate(const proto::TrainingConfig& training,

@@ -1,6 +1,7 @@
 #include "models/wide_deep_model.h"
 
 #include <algorithm>
+#include <array>
 #include <cstdio>
 #include <numeric>
 #include <optional>
@@ -15,6 +16,7 @@
 #include "models/device_wide_deep.h"
 #include "models/gradient_clip.h"
 #include "models/model_spec.h"
+#include "models/row_steps.h"
 #include "models/streamed_data.h"
 
 namespace pst::models {
@@ -108,6 +110,10 @@ class WideDeepCtr : public Model {
     return TrainWideDeep(training, data, shuffle_seed, ps, control);
   }
 
+  bool Overlaps(const proto::TrainingConfig& training) const override {
+    return RowStepsOverlap(training);
+  }
+
   absl::StatusOr<ModelEvaluation> Evaluate(const proto::TrainingConfig& training,
                                            const ModelData& held_out,
                                            client::PsClient* ps) const override {
@@ -157,52 +163,32 @@ absl::StatusOr<int64_t> TrainWideDeep(const proto::TrainingConfig& training,
       spdlog::info("{}", line);
     }
   }
-  client::Values params, grads, row_grads(2);
-  PST_ASSIGN_OR_RETURN(int64_t global_step, ps->Pull(&params));
-  const bool sync = training.sync().mode() == proto::SYNC;
-  CtrBatchData batch;
-  // The step's times, as the other models keep them: the batch's gather
-  // and the math are compute, the three calls to the ps communication.
-  StepTimes unused_times;
-  StepTimes& times = control.times != nullptr ? *control.times : unused_times;
-  auto step = [&](const data::CtrDataset& source, const int64_t* examples, int64_t n, int epoch,
-                  int64_t position) -> absl::StatusOr<bool> {
-        if (control.should_stop(position) || ReachedMaxSteps(training, global_step)) return false;
-        absl::Time start = absl::Now();
-        batch.Gather(source, examples, n);
-        const std::vector<client::PsClient::TableIds> tables = batch.Tables();
-        const absl::Time gathered = absl::Now();
-        PST_RETURN_IF_ERROR(ps->PullRows(tables, &batch.rows));
-        const absl::Duration pulled = absl::Now() - gathered;
-        times.compute += gathered - start;
-        start = absl::Now();
-        PST_ASSIGN_OR_RETURN(const float loss,
-                             host_only ? host_model->LossAndGradients(params, batch.View(n), &grads,
-                                                                      &row_grads[0], &row_grads[1])
-                                       : mirrored->LossAndGradients(params, batch.View(n), &grads,
-                                                                    &row_grads[0], &row_grads[1]));
-        // The whole gradient, rows and dense, before any of it is pushed.
-        ClipByGlobalNorm(training.clip_norm(), {&grads, &row_grads});
-        if (control.step_delay > absl::ZeroDuration()) absl::SleepFor(control.step_delay);
-        times.compute += absl::Now() - start;
-        start = absl::Now();
-        // SYNC tags a step's pushes with the version they were computed from
-        // (rows first: once the dense step is applied, so are its rows); the
-        // other modes with the data position.
-        const int64_t tag = sync ? global_step : position;
-        PST_RETURN_IF_ERROR(ps->PushRows(tag, tables, row_grads));
-        PST_ASSIGN_OR_RETURN(global_step,
-                             ps->PushPull(tag, global_step, grads, &params, position));
-        const absl::Duration took = absl::Now() - start + pulled;
-        times.communication += took;
-        times.waited += took;
-        ++times.steps;
-        control.on_step(n, loss, epoch, global_step, position + 1);
-        return true;
+  // Two slots of batch memory: with --overlap one batch computes while the
+  // other's gradients are pushed (row_steps.h).
+  std::array<CtrBatchData, 2> batch;
+  std::array<client::Values, 2> grads, row_grads = {client::Values(2), client::Values(2)};
+  RowStepFns<data::CtrDataset> fns;
+  fns.gather = [&](int s, const data::CtrDataset& source, const int64_t* examples, int64_t n) {
+    batch[s].Gather(source, examples, n);
+    return batch[s].Tables();
   };
-  PST_RETURN_IF_ERROR(ForEachTrainingBatch(training, ctr, shuffle_seed, control.start_position,
-                                           data::OpenCtrAt, step));
-  return global_step;
+  fns.rows = [&](int s) { return &batch[s].rows; };
+  fns.compute = [&](int s, const client::Values& params) -> absl::StatusOr<float> {
+    const CtrBatch view = batch[s].View(static_cast<int64_t>(batch[s].labels.size()));
+    PST_ASSIGN_OR_RETURN(const float loss,
+                         host_only ? host_model->LossAndGradients(params, view, &grads[s],
+                                                                  &row_grads[s][0],
+                                                                  &row_grads[s][1])
+                                   : mirrored->LossAndGradients(params, view, &grads[s],
+                                                                &row_grads[s][0],
+                                                                &row_grads[s][1]));
+    // The whole gradient, rows and dense, before any of it is pushed.
+    ClipByGlobalNorm(training.clip_norm(), {&grads[s], &row_grads[s]});
+    return loss;
+  };
+  fns.grads = [&](int s) { return &grads[s]; };
+  fns.row_grads = [&](int s) { return &row_grads[s]; };
+  return TrainRowSteps(training, ctr, shuffle_seed, ps, control, data::OpenCtrAt, fns);
 }
 
 absl::StatusOr<ModelEvaluation> EvaluateWideDeep(const proto::TrainingConfig& training,
