@@ -239,7 +239,11 @@ absl::StatusOr<int64_t> TrainMlp(const proto::TrainingConfig& training, const da
     absl::Status looped = ForEachBatch(
         training, data.num_examples, shuffle_seed, control.start_position, &order,
         [&](int64_t first, int64_t n, int epoch, int64_t position) -> absl::StatusOr<bool> {
-          if (control.should_stop(position) || ReachedMaxSteps(training, global_step)) return false;
+          // The push in flight counts: its step is sure to come.
+          const int64_t steps_to_come = global_step + (flight.has_value() ? 1 : 0);
+          if (control.should_stop(position) || ReachedMaxSteps(training, steps_to_come)) {
+            return false;
+          }
           client::Values* out = &pipe[next];
           PST_ASSIGN_OR_RETURN(const float loss, compute(first, n, epoch, out));
           if (flight.has_value()) PST_RETURN_IF_ERROR(land());

@@ -311,6 +311,16 @@ TEST_P(OverlapTest, EveryBatchIsPushedOnce_FromTheValuesOneStepBehind) {
     }
   }
   EXPECT_LT(max_diff, 1e-5);
+
+  // --max_steps counts the push in flight: the job ends at it, not past.
+  training.set_max_steps(7);
+  Cluster capped(training, 2);
+  std::unique_ptr<client::PsClient> capped_client = capped.Client(0);
+  LoopControl capped_control;
+  absl::StatusOr<int64_t> capped_step =
+      TrainMlp(training, data, 3, capped_client.get(), capped_control);
+  ASSERT_TRUE(capped_step.ok()) << capped_step.status();
+  EXPECT_EQ(*capped_step, 7);
 }
 
 INSTANTIATE_TEST_SUITE_P(Modes, OverlapTest, ::testing::Values(proto::ASYNC, proto::SSP),
