@@ -5,6 +5,7 @@
 #include <exception>
 #include <numeric>
 #include <thread>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -28,13 +29,7 @@ double Percentile(std::vector<double>& sorted, double q) {
 void RunCase(PsCluster& cluster, std::vector<Op>& ops, absl::Duration budget, int min_iters,
              Result* result) {
   const int num_workers = static_cast<int>(ops.size());
-  result->workers = num_workers;
-  result->ps = cluster.size();
-  if (!result->error.empty()) return;
-  if (absl::Status alive = cluster.CheckAlive(); !alive.ok()) {
-    result->error = std::string(alive.message());
-    return;
-  }
+  if (!BeginRun(cluster, num_workers, result)) return;
   std::vector<std::vector<double>> latencies(num_workers);
   std::vector<double> bytes(num_workers, 0);
   std::vector<absl::Status> errors(num_workers);
@@ -81,11 +76,10 @@ void RunCase(PsCluster& cluster, std::vector<Op>& ops, absl::Duration budget, in
 
   for (int w = 0; w < num_workers; ++w) {
     if (!errors[w].ok()) {
-      result->error = absl::StrCat("worker ", w, ": ", absl::StatusCodeToString(errors[w].code()),
-                                   ": ", errors[w].message());
-      if (absl::Status alive = cluster.CheckAlive(); !alive.ok()) {
-        absl::StrAppend(&result->error, " [", alive.message(), "]");
-      }
+      FailRun(cluster,
+              absl::StrCat("worker ", w, ": ", absl::StatusCodeToString(errors[w].code()), ": ",
+                           errors[w].message()),
+              result);
       return;
     }
   }
@@ -93,10 +87,34 @@ void RunCase(PsCluster& cluster, std::vector<Op>& ops, absl::Duration budget, in
   run.latencies_ms = std::move(latencies);
   run.bytes = std::accumulate(bytes.begin(), bytes.end(), 0.0);
   run.seconds = absl::ToDoubleSeconds(end - start);
-  run.ps_cpu_s = cpu0.ok() && cpu1.ok() ? absl::StatusOr<double>(*cpu1 - *cpu0)
-                                        : (cpu0.ok() ? cpu1 : cpu0).status();
+  run.ps_cpu_s = CpuBetween(cpu0, cpu1);
   run.client_cpu_s = self1 - self0;
   AddRun(cluster, std::move(run), result);
+}
+
+bool BeginRun(PsCluster& cluster, int num_workers, Result* result) {
+  result->workers = num_workers;
+  result->ps = cluster.size();
+  if (!result->error.empty()) return false;
+  if (absl::Status alive = cluster.CheckAlive(); !alive.ok()) {
+    result->error = std::string(alive.message());
+    return false;
+  }
+  return true;
+}
+
+void FailRun(PsCluster& cluster, std::string error, Result* result) {
+  result->error = std::move(error);
+  if (absl::Status alive = cluster.CheckAlive(); !alive.ok()) {
+    absl::StrAppend(&result->error, " [", alive.message(), "]");
+  }
+}
+
+absl::StatusOr<double> CpuBetween(const absl::StatusOr<double>& before,
+                                  const absl::StatusOr<double>& after) {
+  if (!before.ok()) return before.status();
+  if (!after.ok()) return after.status();
+  return *after - *before;
 }
 
 void AddRun(const PsCluster& cluster, TimedRun run, Result* result) {

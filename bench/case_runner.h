@@ -77,8 +77,16 @@ struct TimedRun {
   double client_cpu_s = 0;
 };
 
-// Adds `run` to `*result` (RunCase's part, and that of worker processes'
-// runs), with the ps's memory now.
+// What every run of a case (RunCase's, and worker processes') shares:
+// BeginRun sets the result's shape and says whether to run (false: the
+// case failed before, or a ps stopped, into result->error); FailRun records
+// `error` and the end of a ps that stopped, if one did; CpuBetween is the
+// ps's CPU between two readings, or the error of one; AddRun adds `run` to
+// `*result`, with the ps's memory now.
+bool BeginRun(PsCluster& cluster, int num_workers, Result* result);
+void FailRun(PsCluster& cluster, std::string error, Result* result);
+absl::StatusOr<double> CpuBetween(const absl::StatusOr<double>& before,
+                                  const absl::StatusOr<double>& after);
 void AddRun(const PsCluster& cluster, TimedRun run, Result* result);
 
 // The figures of a case from what its rounds added up.

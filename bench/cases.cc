@@ -81,8 +81,6 @@ std::vector<Result> RunDense(const Options& options, PsCluster& cluster,
     std::vector<Op> ops;  // on threads
     DenseCase dense;      // in processes
   };
-  const bool threads = std::find(options.workers_as.begin(), options.workers_as.end(),
-                                 "threads") != options.workers_as.end();
   std::vector<std::unique_ptr<SizeState>> sizes;
   std::vector<Case> cases;
   for (int64_t size : options.sizes) {
@@ -91,7 +89,7 @@ std::vector<Result> RunDense(const Options& options, PsCluster& cluster,
       state->grads = DenseGradients(size);
       state->values.resize(num_workers);
       std::string error;
-      for (int w = 0; threads && w < num_workers && error.empty(); ++w) {
+      for (int w = 0; options.WorkerThreads() && w < num_workers && error.empty(); ++w) {
         absl::StatusOr<std::unique_ptr<client::PsClient>> client = MakeDenseClient(
             plan, size, wire, workers[w].transport, workers[w].index, workers[w].incarnation);
         if (!client.ok()) {

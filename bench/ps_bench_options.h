@@ -99,6 +99,9 @@ struct Options {
   bool AnyDense() const { return Has("push") || Has("pull") || Has("pushpull"); }
   bool AnySparse() const { return Has("sparse_pull") || Has("sparse_push"); }
   bool AnyHash() const { return Has("hash_push") || Has("hash_push_evict"); }
+  bool WorkerThreads() const {
+    return std::find(workers_as.begin(), workers_as.end(), "threads") != workers_as.end();
+  }
   bool WorkerProcesses() const {
     return std::find(workers_as.begin(), workers_as.end(), "processes") != workers_as.end();
   }

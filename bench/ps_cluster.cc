@@ -14,6 +14,13 @@
 #include "tools/subprocess.h"
 
 namespace pst::bench {
+namespace {
+
+std::unique_ptr<proto::ParameterServer::Stub> PsStub(const std::string& address) {
+  return proto::ParameterServer::NewStub(rpc::MakeChannel(address, rpc::RpcSettings()));
+}
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<PsCluster>> PsCluster::Start(const Options& options, int num_ps,
                                                             int num_workers) {
@@ -60,7 +67,7 @@ absl::StatusOr<std::unique_ptr<PsCluster>> PsCluster::Start(const Options& optio
   }
   // Every ps answers Health once it serves.
   for (int i = 0; i < num_ps; ++i) {
-    auto stub = proto::ParameterServer::NewStub(rpc::MakeChannel(cluster->addresses_[i], rpc::RpcSettings()));
+    auto stub = PsStub(cluster->addresses_[i]);
     grpc::ClientContext context;
     rpc::SetDeadline(&context, absl::Seconds(30), /*wait_for_ready=*/true);
     proto::HealthRequest request;
@@ -80,7 +87,7 @@ PsCluster::~PsCluster() { Stop(); }
 absl::StatusOr<int64_t> PsCluster::TableEvictions() const {
   int64_t total = 0;
   for (const std::string& address : addresses_) {
-    auto stub = proto::ParameterServer::NewStub(rpc::MakeChannel(address, rpc::RpcSettings()));
+    auto stub = PsStub(address);
     grpc::ClientContext context;
     rpc::SetDeadline(&context, absl::Seconds(30), /*wait_for_ready=*/false);
     proto::HealthRequest request;
@@ -138,7 +145,7 @@ absl::Status PsCluster::CreateVariables(const proto::PlacementPlan& plan,
       request.mutable_copies()->set_primary(i);
       request.mutable_copies()->set_backup((i + 1) % size());
     }
-    auto stub = proto::ParameterServer::NewStub(rpc::MakeChannel(addresses_[i], rpc::RpcSettings()));
+    auto stub = PsStub(addresses_[i]);
     grpc::ClientContext context;
     rpc::SetDeadline(&context, absl::Seconds(120));
     proto::CreateVariablesResponse response;
@@ -155,7 +162,7 @@ absl::Status PsCluster::CreateVariables(const proto::PlacementPlan& plan,
 void PsCluster::Stop() {
   for (size_t i = 0; i < ps_.size(); ++i) {
     if (ps_[i]->Poll().has_value()) continue;
-    auto stub = proto::ParameterServer::NewStub(rpc::MakeChannel(addresses_[i], rpc::RpcSettings()));
+    auto stub = PsStub(addresses_[i]);
     grpc::ClientContext context;
     rpc::SetDeadline(&context, absl::Seconds(5));
     proto::ShutdownRequest request;

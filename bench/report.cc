@@ -36,7 +36,8 @@ void PrintReferences(const References& refs, double load_start, double load_end)
 void PrintTable(const std::vector<Result>& results, const References& refs,
                 const Options& options) {
   std::printf("\n%-19s %-10s %3s %3s %-4s %6s %8s %7s %9s %9s %9s %14s %8s %9s %9s\n", "op",
-              "size", "ps", "w", "as", "ops", "GB/s", "x tcp", "p50 ms", "p99 ms", "rows/s", "(distinct)",
+              "size", "ps", "w", "as", "ops", "GB/s", "x tcp", "p50 ms", "p99 ms", "rows/s",
+              "(distinct)",
               "ps cpu", "client", "ps rss");
   std::printf("%-19s %-10s %3s %3s %-4s %6s %8s %7s %9s %9s %9s %14s %8s %9s %9s\n", "", "", "",
               "", "", "", "", "", "", "", "", "", "s/GB", "cpu s/GB", "MB");

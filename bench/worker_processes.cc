@@ -125,23 +125,12 @@ absl::Status WorkerProcesses::Exchange(const json& message, absl::Duration timeo
 
 void WorkerProcesses::RunCase(PsCluster& cluster, const DenseCase& c, absl::Duration budget,
                               int min_iters, Result* result) {
-  result->workers = static_cast<int>(workers_.size());
-  result->ps = cluster.size();
-  if (!result->error.empty()) return;
-  auto fail = [&](const absl::Status& status) {
-    result->error = std::string(status.message());
-    if (absl::Status alive = cluster.CheckAlive(); !alive.ok()) {
-      absl::StrAppend(&result->error, " [", alive.message(), "]");
-    }
-  };
-  if (absl::Status alive = cluster.CheckAlive(); !alive.ok()) {
-    result->error = std::string(alive.message());
-    return;
-  }
+  if (!BeginRun(cluster, static_cast<int>(workers_.size()), result)) return;
   std::vector<json> answers;
-  const json prepare = {{"cmd", "prepare"}, {"op", c.op}, {"size", c.size_floats}, {"wire", c.wire}};
+  const json prepare = {
+      {"cmd", "prepare"}, {"op", c.op}, {"size", c.size_floats}, {"wire", c.wire}};
   if (absl::Status s = Exchange(prepare, rpc_timeout_ + kSlack, &answers); !s.ok()) {
-    fail(s);
+    FailRun(cluster, std::string(s.message()), result);
     return;
   }
   const absl::StatusOr<double> cpu0 = cluster.CpuSeconds();
@@ -152,15 +141,14 @@ void WorkerProcesses::RunCase(PsCluster& cluster, const DenseCase& c, absl::Dura
   // A worker's operations may each take up to the RPC deadline.
   const absl::Duration timeout = budget + rpc_timeout_ * (min_iters + 1) + kSlack;
   if (absl::Status s = Exchange(run, timeout, &answers); !s.ok()) {
-    fail(s);
+    FailRun(cluster, std::string(s.message()), result);
     return;
   }
   const absl::Time end = absl::Now();
   const absl::StatusOr<double> cpu1 = cluster.CpuSeconds();
   TimedRun timed;
   timed.seconds = absl::ToDoubleSeconds(end - start);
-  timed.ps_cpu_s = cpu0.ok() && cpu1.ok() ? absl::StatusOr<double>(*cpu1 - *cpu0)
-                                          : (cpu0.ok() ? cpu1 : cpu0).status();
+  timed.ps_cpu_s = CpuBetween(cpu0, cpu1);
   try {
     for (const json& a : answers) {
       timed.latencies_ms.push_back(a.at("latencies_ms").get<std::vector<double>>());

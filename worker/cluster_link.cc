@@ -391,4 +391,16 @@ absl::Status ClusterLink::ReportDone(bool completed, const std::string& reason,
   return connections_.coordinator->WorkerDone(done, absl::Seconds(5));
 }
 
+proto::StepTimes StepTimesProto(const models::StepTimes& times,
+                                const client::PsClient::WireBytes& wire) {
+  proto::StepTimes out;
+  out.set_steps(times.steps);
+  out.set_compute_seconds(absl::ToDoubleSeconds(times.compute));
+  out.set_communication_seconds(absl::ToDoubleSeconds(times.communication));
+  out.set_exposed_seconds(absl::ToDoubleSeconds(times.waited));
+  out.set_pushed_bytes(wire.pushed);
+  out.set_pulled_bytes(wire.pulled);
+  return out;
+}
+
 }  // namespace pst::worker

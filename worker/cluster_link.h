@@ -22,8 +22,10 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "client/coordinator_client.h"
+#include "client/ps_client.h"
 #include "client/shard_routes.h"
 #include "common/process.h"
+#include "models/train_loop.h"
 #include "proto/pstrain.pb.h"
 #include "worker/trainer.h"
 
@@ -195,6 +197,11 @@ class ClusterLink {
   absl::Status heartbeat_error_;
   std::thread heartbeat_;
 };
+
+// A worker's step times and the dense bytes its client moved, as its
+// finish reports them to the chief (ReportDone, WorkerDoneRequest.step_times).
+proto::StepTimes StepTimesProto(const models::StepTimes& times,
+                                const client::PsClient::WireBytes& wire);
 
 }  // namespace pst::worker
 

@@ -181,19 +181,8 @@ absl::StatusOr<bool> WorkerSession::WaitForCluster() {
   return false;
 }
 
-proto::StepTimes WorkerSession::StepTimesProto() const {
-  proto::StepTimes out;
-  out.set_steps(times_.steps);
-  out.set_compute_seconds(absl::ToDoubleSeconds(times_.compute));
-  out.set_communication_seconds(absl::ToDoubleSeconds(times_.communication));
-  out.set_exposed_seconds(absl::ToDoubleSeconds(times_.waited));
-  out.set_pushed_bytes(ps_->dense_wire_bytes().pushed);
-  out.set_pulled_bytes(ps_->dense_wire_bytes().pulled);
-  return out;
-}
-
 absl::StatusOr<bool> WorkerSession::Finish() {
-  const proto::StepTimes times = StepTimesProto();
+  const proto::StepTimes times = StepTimesProto(times_, ps_->dense_wire_bytes());
   absl::Status reported = link_->ReportDone(true, "finished", &times);
   if (!reported.ok()) {
     spdlog::warn("could not report completion: {}", reported.message());

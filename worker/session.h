@@ -132,8 +132,6 @@ class WorkerSession {
   absl::StatusOr<bool> Finish();
   // Adds the time of a ps call of the current step, from `start` to now.
   void NoteCall(absl::Time start) { step_calls_ += absl::Now() - start; }
-  // The steps' times, as the chief's summary takes them.
-  proto::StepTimes StepTimesProto() const;
   // Records a ps call's failure: false for one worth retrying.
   absl::StatusOr<bool> Failed(const absl::Status& status, const char* what);
   bool Recovering(const CoordinatorView::State& v) const {

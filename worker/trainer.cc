@@ -211,13 +211,7 @@ absl::Status RunWorker(const TrainerOptions& options, const WorkerConnections& c
       // Finished (or told to stop): report it, with where the steps
       // went. The coordinator refuses a finish from an older generation;
       // then the worker goes on.
-      proto::StepTimes step_times;
-      step_times.set_steps(times.steps);
-      step_times.set_compute_seconds(absl::ToDoubleSeconds(times.compute));
-      step_times.set_communication_seconds(absl::ToDoubleSeconds(times.communication));
-      step_times.set_exposed_seconds(absl::ToDoubleSeconds(times.waited));
-      step_times.set_pushed_bytes(ps->dense_wire_bytes().pushed);
-      step_times.set_pulled_bytes(ps->dense_wire_bytes().pulled);
+      const proto::StepTimes step_times = StepTimesProto(times, ps->dense_wire_bytes());
       absl::Status reported = link->ReportDone(true, "finished", &step_times);
       if (reported.ok()) {
         link->set_finished(true);
